@@ -1,0 +1,236 @@
+package archive
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config file names.
+const (
+	// ConfigTOML is torchd's own per-model config, found by this name at the archive root.
+	ConfigTOML = "model-config.toml"
+	// ConfigYAML is the name torch-model-archiver documents for TorchServe's
+	// per-model config; the manifest's configFile may name any .yaml file.
+	ConfigYAML = "model-config.yaml"
+)
+
+// Defaults that WithDefaults fills in. They match TorchServe's where it has one.
+const (
+	DefaultBatchSize       = 1
+	DefaultMaxBatchDelay   = 100 * time.Millisecond
+	DefaultMinWorkers      = 1
+	DefaultJobQueueSize    = 100
+	DefaultResponseTimeout = 120 * time.Second
+	DefaultStartupTimeout  = 120 * time.Second
+)
+
+// ModelConfig is a model's serving configuration as the archive declares it,
+// read from model-config.toml or TorchServe's model-config.yaml.
+//
+// A zero field was not set by the archive, so the daemon can apply its
+// precedence (flags > env > torchd.toml > archive > defaults) field by field;
+// WithDefaults fills the rest. MaxBatchDelay is a pointer because an
+// explicit 0 ("never wait for a fuller batch") differs from unset.
+type ModelConfig struct {
+	// File is the file the config came from (ConfigTOML, or the manifest's
+	// configFile); "" when the archive has none. Errors name it.
+	File string
+
+	// Handler is a built-in handler name (see HandlerNames). After Open it is
+	// the handler the model uses, wherever it was named.
+	Handler string
+	// SerializedFile names the TorchScript file when there is no manifest
+	// (TOML key serialized_file). Open resolves it into Model.SerializedFile.
+	SerializedFile string
+	// Options are the handler's options ([options] in TOML; in YAML the
+	// handler: map and every key torchd does not know, which is what
+	// TorchServe passes to handlers). Values are string, int64, float64,
+	// bool, []any or map[string]any; the handler validates them, e.g. with
+	// IntOption.
+	Options map[string]any
+
+	BatchSize       int            // requests per forward; default 1
+	MaxBatchDelay   *time.Duration // longest wait to fill a batch; default 100ms; files give ms
+	MinWorkers      int            // default 1
+	MaxWorkers      int            // default MinWorkers
+	JobQueueSize    int            // queued requests before 503; default 100
+	ResponseTimeout time.Duration  // per batch; default 120s; files give seconds
+	StartupTimeout  time.Duration  // per model load; default 120s; files give seconds
+
+	// Device is "cpu", "cuda" (GPUs round-robin, or DeviceIDs) or "cuda:N".
+	// "" leaves the choice to the daemon, even after WithDefaults.
+	Device    string
+	DeviceIDs []int // GPUs to use with Device "cuda"; from YAML deviceIds or TOML device_ids
+	// Threads is LibTorch's intra-op threads per worker; 0 leaves LibTorch's
+	// default, even after WithDefaults.
+	Threads int
+	Freeze  bool // run torch.jit.freeze on the loaded module; default false
+
+	// Inputs and Outputs are the declared signature; nil if undeclared.
+	Inputs, Outputs []TensorSpec
+}
+
+// TensorSpec declares one input or output tensor.
+type TensorSpec struct {
+	Name  string  // e.g. "input__0"
+	DType string  // one of DTypes
+	Shape []int64 // -1 marks a variable dimension; nil leaves the rank undeclared
+}
+
+// DTypes are the dtype names a TensorSpec may use.
+var DTypes = []string{"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+// Device and Threads stay as they are: their zero values mean "the daemon's
+// or LibTorch's choice".
+func (c ModelConfig) WithDefaults() ModelConfig {
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxBatchDelay == nil {
+		d := DefaultMaxBatchDelay
+		c.MaxBatchDelay = &d
+	}
+	if c.MinWorkers == 0 {
+		c.MinWorkers = DefaultMinWorkers
+	}
+	if c.MaxWorkers == 0 {
+		c.MaxWorkers = c.MinWorkers
+	}
+	if c.MaxWorkers < c.MinWorkers {
+		// ParseModelConfig refuses this; a config built in code might not.
+		c.MaxWorkers = c.MinWorkers
+	}
+	if c.JobQueueSize == 0 {
+		c.JobQueueSize = DefaultJobQueueSize
+	}
+	if c.ResponseTimeout == 0 {
+		c.ResponseTimeout = DefaultResponseTimeout
+	}
+	if c.StartupTimeout == 0 {
+		c.StartupTimeout = DefaultStartupTimeout
+	}
+	return c
+}
+
+// optionKey is how errors name an option: TOML keeps options in a table.
+func (c *ModelConfig) optionKey(key string) string {
+	if strings.HasSuffix(c.File, ".toml") {
+		return "options." + key
+	}
+	return key
+}
+
+func (c *ModelConfig) optionErr(key string, want string, v any) error {
+	return configErr(c.File, c.optionKey(key), "must be %s, got %s", want, describe(v))
+}
+
+// IntOption returns the integer option key, or def if it is not set.
+func (c *ModelConfig) IntOption(key string, def int) (int, error) {
+	v, ok := c.Options[key]
+	if !ok {
+		return def, nil
+	}
+	n, ok := v.(int64)
+	if !ok || n < math.MinInt32 || n > math.MaxInt32 {
+		return def, c.optionErr(key, "an integer", v)
+	}
+	return int(n), nil
+}
+
+// FloatOption returns the number option key, or def if it is not set.
+func (c *ModelConfig) FloatOption(key string, def float64) (float64, error) {
+	v, ok := c.Options[key]
+	if !ok {
+		return def, nil
+	}
+	f, ok := toFloat(v)
+	if !ok {
+		return def, c.optionErr(key, "a number", v)
+	}
+	return f, nil
+}
+
+// FloatsOption returns the array-of-numbers option key, or def if it is not set.
+func (c *ModelConfig) FloatsOption(key string, def []float64) ([]float64, error) {
+	v, ok := c.Options[key]
+	if !ok {
+		return def, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return def, c.optionErr(key, "an array of numbers", v)
+	}
+	out := make([]float64, len(list))
+	for i, e := range list {
+		if out[i], ok = toFloat(e); !ok {
+			return def, c.optionErr(fmt.Sprintf("%s[%d]", key, i), "a number", e)
+		}
+	}
+	return out, nil
+}
+
+// StringOption returns the string option key, or def if it is not set.
+func (c *ModelConfig) StringOption(key, def string) (string, error) {
+	v, ok := c.Options[key]
+	if !ok {
+		return def, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return def, c.optionErr(key, "a string", v)
+	}
+	return s, nil
+}
+
+// BoolOption returns the boolean option key, or def if it is not set.
+func (c *ModelConfig) BoolOption(key string, def bool) (bool, error) {
+	v, ok := c.Options[key]
+	if !ok {
+		return def, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return def, c.optionErr(key, "true or false", v)
+	}
+	return b, nil
+}
+
+func toFloat(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case int64:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+// describe names a decoded TOML/YAML value for an error message.
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		if len(x) > 40 {
+			x = x[:40] + "..."
+		}
+		return fmt.Sprintf("string %q", x)
+	case int64:
+		return fmt.Sprintf("integer %d", x)
+	case float64:
+		return fmt.Sprintf("float %v", x)
+	case bool:
+		return fmt.Sprintf("boolean %v", x)
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func validDType(s string) bool { return slices.Contains(DTypes, s) }

@@ -1,0 +1,324 @@
+package daemon
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is torchd's server configuration. It is read once, at start-up, by LoadConfig, from
+// (highest first) flags, the environment, torchd.toml and the defaults in settings below.
+type Config struct {
+	InferenceAddress  string
+	ManagementAddress string
+	MetricsAddress    string
+	ModelStore        string
+	Models            string // "", "all", or "name=archive,..." loaded at start
+	MaxRequestSize    int
+	AllowedURLs       []string // regexps a registration URL must match; empty: the model store only
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	ShutdownTimeout   time.Duration
+	Profile           string // cpu|mem|block|mutex, written through pkg/profile
+	ProfilePath       string
+	LogFormat         string // text|json
+	AccessLog         bool
+
+	// Model are the defaults for every model. The ones set above the built-in defaults
+	// (see ModelSet) override the archive's own config; registration parameters override
+	// them for their own model.
+	Model    ModelSettings
+	ModelSet map[string]bool
+}
+
+// ModelSettings are the per-model-version serving settings.
+type ModelSettings struct {
+	BatchSize       int
+	MaxBatchDelay   time.Duration
+	MinWorkers      int
+	MaxWorkers      int
+	JobQueueSize    int
+	ResponseTimeout time.Duration
+	StartupTimeout  time.Duration
+	Device          string
+	Threads         int // intra-op threads per worker; 0: cores / workers
+	Freeze          bool
+}
+
+// setting is one configuration key: its name in torchd.toml, its environment variables
+// (the first wins), its flag, its default and how it is applied.
+type setting struct {
+	key   string
+	env   []string
+	def   string
+	help  string
+	apply func(c *Config, v string) error
+	model bool // a per-model default, recorded in ModelSet when set
+}
+
+func intSetting(dst func(*Config) *int, min int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < min {
+			return fmt.Errorf("want an integer ≥ %d, got %q", min, v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+func durSetting(dst func(*Config) *time.Duration, unit time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		v = strings.TrimSpace(v)
+		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+			*dst(c) = d
+			return nil
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return fmt.Errorf("want a non-negative number of %v or a duration like 250ms, got %q", unit, v)
+		}
+		*dst(c) = time.Duration(f * float64(unit))
+		return nil
+	}
+}
+
+func strSetting(dst func(*Config) *string, allowed ...string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if len(allowed) > 0 && !contains(allowed, v) {
+			return fmt.Errorf("want one of %s, got %q", strings.Join(allowed, ", "), v)
+		}
+		*dst(c) = v
+		return nil
+	}
+}
+
+func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*dst(c) = b
+		return nil
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// settings is the one list of every configuration key. The README's table is generated
+// from it by `torchd serve --help-config`.
+var settings = []setting{
+	{key: "inference_address", def: "127.0.0.1:8080", help: "inference API (TorchServe and KServe protocols)",
+		apply: strSetting(func(c *Config) *string { return &c.InferenceAddress })},
+	{key: "management_address", def: "127.0.0.1:8081", help: "management API; localhost by default, as TorchServe",
+		apply: strSetting(func(c *Config) *string { return &c.ManagementAddress })},
+	{key: "metrics_address", def: "127.0.0.1:8082", help: "Prometheus metrics",
+		apply: strSetting(func(c *Config) *string { return &c.MetricsAddress })},
+	{key: "model_store", def: "model-store", help: "directory of model archives",
+		apply: strSetting(func(c *Config) *string { return &c.ModelStore })},
+	{key: "models", def: "", help: `models loaded at start: "all", or name=archive,... (archives in the model store)`,
+		apply: strSetting(func(c *Config) *string { return &c.Models })},
+	{key: "max_request_size", def: "6553500", help: "largest request body in bytes (413 above it)",
+		apply: intSetting(func(c *Config) *int { return &c.MaxRequestSize }, 1)},
+	{key: "allowed_urls", def: "", help: "comma-separated regexps that registration URLs may match; empty: the model store only",
+		apply: func(c *Config, v string) error { c.AllowedURLs = splitList(v); return nil }},
+	{key: "read_timeout", def: "60s", help: "time to read a whole request, headers and body",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.ReadTimeout }, time.Second)},
+	{key: "write_timeout", def: "180s", help: "time to write a response",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.WriteTimeout }, time.Second)},
+	{key: "idle_timeout", def: "120s", help: "keep-alive connection idle time",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.IdleTimeout }, time.Second)},
+	{key: "shutdown_timeout", def: "30s", help: "how long a graceful stop waits for accepted requests",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
+	{key: "profile", def: "", help: "write a pprof profile on exit: cpu, mem, block or mutex",
+		apply: strSetting(func(c *Config) *string { return &c.Profile }, "", "cpu", "mem", "block", "mutex")},
+	{key: "profile_path", def: ".", help: "directory for --profile output",
+		apply: strSetting(func(c *Config) *string { return &c.ProfilePath })},
+	{key: "log_format", def: "text", help: "text or json (log/slog)",
+		apply: strSetting(func(c *Config) *string { return &c.LogFormat }, "text", "json")},
+	{key: "access_log", def: "true", help: "one log line per request: method, path, status, latency",
+		apply: boolSetting(func(c *Config) *bool { return &c.AccessLog })},
+
+	{key: "batch_size", env: []string{"BATCH_SIZE"}, def: "1", model: true, help: "largest batch per forward",
+		apply: intSetting(func(c *Config) *int { return &c.Model.BatchSize }, 1)},
+	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: "ms a batch waits to fill, from its oldest request",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.MaxBatchDelay }, time.Millisecond)},
+	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: "workers per model (min_workers); each runs batched forwards on a locked OS thread",
+		apply: intSetting(func(c *Config) *int { return &c.Model.MinWorkers }, 0)},
+	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
+		apply: intSetting(func(c *Config) *int { return &c.Model.MaxWorkers }, 0)},
+	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",
+		apply: intSetting(func(c *Config) *int { return &c.Model.JobQueueSize }, 1)},
+	{key: "response_timeout", def: "120", model: true, help: "seconds a request may take once queued (504 after)",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.ResponseTimeout }, time.Second)},
+	{key: "startup_timeout", def: "120", model: true, help: "seconds a model may take to load and warm up",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.StartupTimeout }, time.Second)},
+	{key: "device", def: "cpu", model: true, help: "cpu, cuda or cuda:N",
+		apply: func(c *Config, v string) error {
+			if v != "cpu" && v != "cuda" && !strings.HasPrefix(v, "cuda:") {
+				return fmt.Errorf("want cpu, cuda or cuda:N, got %q", v)
+			}
+			c.Model.Device = v
+			return nil
+		}},
+	{key: "threads", def: "0", model: true, help: "intra-op threads per worker; 0: cores / workers",
+		apply: intSetting(func(c *Config) *int { return &c.Model.Threads }, 0)},
+	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
+		apply: boolSetting(func(c *Config) *bool { return &c.Model.Freeze })},
+}
+
+func init() {
+	for i := range settings {
+		s := &settings[i]
+		s.env = append(s.env, "TORCHD_"+strings.ToUpper(s.key))
+	}
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
+
+// LoadConfig reads the configuration with its precedence, flags > environment > torchd.toml
+// (--config or TORCHD_CONFIG, else ./torchd.toml if present) > defaults. This function is
+// the one place where that precedence lives.
+func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
+	c := &Config{ModelSet: map[string]bool{}}
+	for _, s := range settings {
+		if err := s.apply(c, s.def); err != nil {
+			panic(fmt.Sprintf("default of %s: %v", s.key, err))
+		}
+	}
+
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "torchd.toml path (env TORCHD_CONFIG)")
+	flagVals := map[string]*string{}
+	for _, s := range settings {
+		flagVals[s.key] = fs.String(flagName(s.key), "", fmt.Sprintf("%s (env %s, default %q)", s.help, strings.Join(s.env, " or "), s.def))
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	flagsSet := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { flagsSet[f.Name] = true })
+
+	path := *configPath
+	if path == "" {
+		path = getenv("TORCHD_CONFIG")
+	}
+	explicit := path != ""
+	if path == "" {
+		path = "torchd.toml"
+	}
+	if err := c.applyFile(path, explicit); err != nil {
+		return nil, err
+	}
+	for _, s := range settings {
+		for _, e := range s.env {
+			if v := getenv(e); v != "" {
+				if err := c.set(s, v, "environment variable "+e); err != nil {
+					return nil, err
+				}
+				break
+			}
+		}
+	}
+	for _, s := range settings {
+		if flagsSet[flagName(s.key)] {
+			if err := c.set(s, *flagVals[s.key], "flag --"+flagName(s.key)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if c.Model.MaxWorkers < c.Model.MinWorkers {
+		c.Model.MaxWorkers = c.Model.MinWorkers
+	}
+	return c, nil
+}
+
+func (c *Config) set(s setting, v, source string) error {
+	if err := s.apply(c, v); err != nil {
+		return fmt.Errorf("%s: %v", source, err)
+	}
+	if s.model {
+		c.ModelSet[s.key] = true
+	}
+	return nil
+}
+
+func (c *Config) applyFile(path string, explicit bool) error {
+	raw := map[string]any{}
+	md, err := toml.DecodeFile(path, &raw)
+	if err != nil {
+		if os.IsNotExist(err) && !explicit {
+			return nil
+		}
+		return fmt.Errorf("config %s: %v", path, err)
+	}
+	keys := md.Keys()
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		name := k.String()
+		var s *setting
+		for i := range settings {
+			if settings[i].key == name {
+				s = &settings[i]
+			}
+		}
+		if s == nil {
+			return fmt.Errorf("config %s: unknown key %q (see `torchd serve -h`)", path, name)
+		}
+		v := raw[name]
+		var str string
+		switch x := v.(type) {
+		case []any:
+			parts := make([]string, len(x))
+			for i, p := range x {
+				parts[i] = fmt.Sprint(p)
+			}
+			str = strings.Join(parts, ",")
+		default:
+			str = fmt.Sprint(x)
+		}
+		if err := c.set(*s, str, fmt.Sprintf("config %s: key %s", path, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// threadsFor returns the intra-op threads of each of a model's workers: the setting, or the
+// cores shared among the workers, so that workers × threads ≤ cores.
+func threadsFor(s ModelSettings) int {
+	if s.Threads > 0 {
+		return s.Threads
+	}
+	w := max(s.MinWorkers, 1)
+	return max(runtime.NumCPU()/w, 1)
+}

@@ -1,0 +1,251 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/torchd/torchd/handlers"
+	"github.com/valyala/fasthttp"
+)
+
+func (d *Daemon) inferenceRouter() *router {
+	return newRouter("inference", []*route{
+		{method: "GET", pattern: "/ping", summary: "Health: 200 once every start-up model is warm, else 500", handle: d.ping},
+		{method: "POST", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
+		{method: "POST", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
+		{method: "PUT", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
+		{method: "PUT", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
+		{method: "POST", pattern: "/explanations/{model_name}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
+		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
+		{method: "POST", pattern: "/invocations", summary: "SageMaker-style predict; ?model_name= or the only model", handle: d.invocations},
+		{method: "POST", pattern: "/models/{model_name}/invoke", summary: "SageMaker-style predict", handle: d.predictRoute},
+	})
+}
+
+func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ params) {
+	if d.startupDone() && d.Registry.Healthy() {
+		writeStatus(ctx, 200, "Healthy")
+		return
+	}
+	writeStatus(ctx, 500, "Unhealthy")
+}
+
+func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
+	if _, err := d.Registry.Get(p[0], version(p)); err != nil {
+		writeAPIError(ctx, err)
+		return
+	}
+	writeError(ctx, 501, "NotImplementedException", fmt.Sprintf("model %s: its handler does not explain", p[0]))
+}
+
+func (d *Daemon) invocations(ctx *fasthttp.RequestCtx, _ params) {
+	name := string(ctx.QueryArgs().Peek("model_name"))
+	if name == "" {
+		all := d.Registry.Defaults()
+		if len(all) != 1 {
+			writeError(ctx, 400, "BadRequestException", "Parameter model_name is required.")
+			return
+		}
+		name = all[0].Name
+	}
+	d.predict(ctx, name, "")
+}
+
+func version(p params) string {
+	if len(p) > 1 {
+		return p[1]
+	}
+	return ""
+}
+
+func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
+	d.predict(ctx, p[0], version(p))
+}
+
+// predict is the request path: registry → preprocess here → batcher → worker → postprocess
+// here → response.
+func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
+	arrived := time.Now()
+	v, err := d.Registry.Get(name, ver)
+	if err != nil {
+		writeAPIError(ctx, err)
+		return
+	}
+	code := d.predictVersion(ctx, v, arrived)
+	v.metrics.observeRequest(code.status, time.Since(arrived), code.queued)
+}
+
+type outcome struct {
+	status int
+	queued time.Duration
+}
+
+func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
+	req, err := requestPayloads(ctx)
+	if err != nil {
+		writeError(ctx, 400, "BadRequestException", err.Error())
+		return outcome{status: 400}
+	}
+	t0 := time.Now()
+	sample, err := v.handler.Preprocess(req)
+	v.metrics.preprocess.UpdateDuration(t0)
+	if err != nil {
+		status := handlers.StatusOf(err, 400)
+		writeError(ctx, status, "BadRequestException", err.Error())
+		return outcome{status: status}
+	}
+	timeout := v.Settings.ResponseTimeout
+	j := &job{sample: sample, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
+	if timeout > 0 {
+		j.deadline = arrived.Add(timeout)
+	}
+	if v.pool.Count() == 0 {
+		ctx.Response.Header.Set("Retry-After", "1")
+		writeError(ctx, 503, "ServiceUnavailableException", fmt.Sprintf("Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name))
+		return outcome{status: 503}
+	}
+	if err := v.batcher.Submit(j); err != nil {
+		ctx.Response.Header.Set("Retry-After", "1")
+		writeError(ctx, 503, "ServiceUnavailableException", fmt.Sprintf("Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity()))
+		return outcome{status: 503}
+	}
+	var res jobResult
+	if timeout > 0 {
+		timer := time.NewTimer(time.Until(j.deadline))
+		select {
+		case res = <-j.done:
+			timer.Stop()
+		case <-timer.C:
+			writeError(ctx, 504, "RequestTimeoutException", fmt.Sprintf("model %s did not answer within response_timeout (%v)", v.Name, timeout))
+			return outcome{status: 504, queued: time.Since(j.enqueued)}
+		}
+	} else {
+		res = <-j.done
+	}
+	if res.err != nil {
+		status := 500
+		switch {
+		case errors.Is(res.err, errExpired):
+			status = 504
+		case errors.Is(res.err, errClientGone):
+			status = 499
+		default:
+			var ae *APIError
+			if errors.As(res.err, &ae) {
+				writeAPIError(ctx, ae)
+				return outcome{status: ae.Status, queued: res.queued}
+			}
+			status = handlers.StatusOf(res.err, 500)
+		}
+		typ := "InternalServerException"
+		if status < 500 {
+			typ = "BadRequestException"
+		}
+		writeError(ctx, status, typ, res.err.Error())
+		return outcome{status: status, queued: res.queued}
+	}
+	t1 := time.Now()
+	resp, err := v.handler.Postprocess(sample, res.out)
+	v.metrics.postprocess.UpdateDuration(t1)
+	if err != nil {
+		status := handlers.StatusOf(err, 500)
+		writeError(ctx, status, "InternalServerException", err.Error())
+		return outcome{status: status, queued: res.queued}
+	}
+	status := resp.Status
+	if status == 0 {
+		status = 200
+	}
+	ctx.SetStatusCode(status)
+	if resp.ContentType != "" {
+		ctx.SetContentType(resp.ContentType)
+	}
+	ctx.SetBody(resp.Body)
+	return outcome{status: status, queued: res.queued}
+}
+
+// requestPayloads reads the request's inputs: one per multipart field or file (several files
+// are several inputs, batched together), else the raw body with its content type. The
+// payloads alias the request, which outlives the handler call.
+func requestPayloads(ctx *fasthttp.RequestCtx) (*handlers.Request, error) {
+	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }}
+	ct := string(ctx.Request.Header.ContentType())
+	if strings.HasPrefix(ct, "multipart/form-data") {
+		form, err := ctx.MultipartForm()
+		if err != nil {
+			return nil, fmt.Errorf("malformed multipart body: %v", err)
+		}
+		names := make([]string, 0, len(form.File)+len(form.Value))
+		for n := range form.File {
+			names = append(names, n)
+		}
+		for n := range form.Value {
+			if _, dup := form.File[n]; !dup {
+				names = append(names, n)
+			}
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			for _, fh := range form.File[n] {
+				b, err := readFile(fh)
+				if err != nil {
+					return nil, fmt.Errorf("multipart file %q: %v", fh.Filename, err)
+				}
+				req.Inputs = append(req.Inputs, handlers.Payload{Name: n, ContentType: fh.Header.Get("Content-Type"), Data: b})
+			}
+			for _, val := range form.Value[n] {
+				req.Inputs = append(req.Inputs, handlers.Payload{Name: n, ContentType: "text/plain", Data: []byte(val)})
+			}
+		}
+		if len(req.Inputs) == 0 {
+			return nil, errors.New("multipart body has no fields")
+		}
+		return req, nil
+	}
+	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: ctx.PostBody()}}
+	return req, nil
+}
+
+func readFile(fh *multipart.FileHeader) ([]byte, error) {
+	f, err := fh.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, fh.Size)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// clientGone returns a check for a disconnected client: a non-blocking peek at the socket
+// that reads end-of-file. The worker calls it just before a request joins a batch, so
+// requests whose client left never reach the model.
+func clientGone(c net.Conn) func() bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return func() bool {
+		gone := false
+		var buf [1]byte
+		_ = raw.Read(func(fd uintptr) bool {
+			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			gone = n == 0 && err == nil
+			return true
+		})
+		return gone
+	}
+}

@@ -1,0 +1,461 @@
+package daemon
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
+)
+
+// APIError is an error with the HTTP status and TorchServe exception type it is answered with.
+type APIError struct {
+	Status int
+	Type   string
+	Msg    string
+}
+
+func (e *APIError) Error() string { return e.Msg }
+
+func apiErr(status int, typ, format string, args ...any) *APIError {
+	return &APIError{Status: status, Type: typ, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ModelVersion is one loaded version of a model: its archive, module, handler, batcher and
+// workers.
+type ModelVersion struct {
+	Name, Version string
+	URL           string
+	HandlerName   string
+	Settings      ModelSettings
+	Startup       bool // loaded at start-up rather than through the API
+
+	archive *archive.Model
+	module  *torch.Module
+	handler handlers.Handler
+	batcher *Batcher
+	pool    *WorkerPool
+	metrics *modelMetrics
+	warm    atomic.Bool
+}
+
+// Pending returns the queued requests.
+func (v *ModelVersion) Pending() int { return v.batcher.Pending() }
+
+// close stops the workers and frees the module and the extracted archive.
+func (v *ModelVersion) close() {
+	v.batcher.closed.Store(true)
+	v.pool.Stop()
+	// Requests still queued when the last worker stopped are answered, not dropped.
+	for {
+		select {
+		case j := <-v.batcher.queue:
+			j.finish(jobResult{err: apiErr(http.StatusServiceUnavailable, "ServiceUnavailableException", "model %q version %s was unregistered", v.Name, v.Version)})
+			continue
+		default:
+		}
+		break
+	}
+	v.module.Close()
+	v.archive.Close()
+}
+
+type modelEntry struct {
+	versions       map[string]*ModelVersion
+	defaultVersion string
+}
+
+// Registry owns every loaded model version and its lifetime.
+type Registry struct {
+	cfg     *Config
+	log     *slog.Logger
+	metrics *Metrics
+
+	mu     sync.RWMutex
+	models map[string]*modelEntry
+	failed []string // start-up models that failed to load
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(cfg *Config, m *Metrics, log *slog.Logger) *Registry {
+	return &Registry{cfg: cfg, log: log, metrics: m, models: map[string]*modelEntry{}}
+}
+
+// RegisterRequest carries the management API's register parameters. Zero fields are unset.
+type RegisterRequest struct {
+	URL             string
+	Name            string
+	Handler         string
+	Runtime         string
+	BatchSize       int
+	MaxBatchDelay   *time.Duration
+	InitialWorkers  *int
+	Synchronous     bool
+	ResponseTimeout time.Duration
+	Startup         bool
+}
+
+// Get returns a model version; version "" is the default one.
+func (r *Registry) Get(name, version string) (*ModelVersion, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.models[name]
+	if !ok {
+		return nil, apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found: %s", name)
+	}
+	if version == "" {
+		version = e.defaultVersion
+	}
+	v, ok := e.versions[version]
+	if !ok {
+		return nil, apiErr(http.StatusNotFound, "ModelVersionNotFoundException", "Model version: %s does not exist for model: %s", version, name)
+	}
+	if v.pool == nil {
+		return nil, apiErr(http.StatusServiceUnavailable, "ServiceUnavailableException", "Model %s version %s is still loading", name, version)
+	}
+	return v, nil
+}
+
+// Versions returns a model's versions sorted by version, and its default version.
+func (r *Registry) Versions(name string) ([]*ModelVersion, string, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.models[name]
+	if !ok {
+		return nil, "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found: %s", name)
+	}
+	out := make([]*ModelVersion, 0, len(e.versions))
+	for _, v := range e.versions {
+		if v.pool != nil {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, e.defaultVersion, nil
+}
+
+// Defaults returns the default version of every model, sorted by name.
+func (r *Registry) Defaults() []*ModelVersion {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*ModelVersion, 0, len(r.models))
+	for _, e := range r.models {
+		if v := e.versions[e.defaultVersion]; v != nil && v.pool != nil {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Healthy reports whether every model loaded at start-up is warm.
+func (r *Registry) Healthy() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.failed) > 0 {
+		return false
+	}
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.Startup && !v.warm.Load() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Register loads a model version. It answers 409 for a version already registered, 400 for
+// an archive or handler torchd cannot serve, and 500 when the model fails to load or warm up;
+// a failed registration leaves nothing behind.
+func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
+	path, err := r.resolveURL(req.URL)
+	if err != nil {
+		return nil, err
+	}
+	var opts []archive.Option
+	if req.Handler != "" {
+		opts = append(opts, archive.WithHandler(req.Handler))
+	}
+	am, err := archive.Open(path, opts...)
+	if err != nil {
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+	}
+	name := req.Name
+	if name == "" {
+		name = am.Name
+	}
+	version := am.Version
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		am.Close()
+		return nil, apiErr(http.StatusBadRequest, "BadRequestException", "invalid model name %q", name)
+	}
+	// Reserve the name and version before the slow load, so a concurrent duplicate gets 409.
+	r.mu.Lock()
+	e := r.models[name]
+	if e != nil {
+		if _, dup := e.versions[version]; dup {
+			r.mu.Unlock()
+			am.Close()
+			return nil, apiErr(http.StatusConflict, "ConflictStatusException", "Model version %s is already registered for model %s", version, name)
+		}
+	} else {
+		e = &modelEntry{versions: map[string]*ModelVersion{}}
+		r.models[name] = e
+	}
+	placeholder := &ModelVersion{Name: name, Version: version}
+	e.versions[version] = placeholder
+	r.mu.Unlock()
+
+	v, err := r.load(name, version, req, am)
+	r.mu.Lock()
+	if err != nil {
+		delete(e.versions, version)
+		if len(e.versions) == 0 {
+			delete(r.models, name)
+		}
+	} else {
+		e.versions[version] = v
+		if e.defaultVersion == "" {
+			e.defaultVersion = version
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// resolveModelSettings applies the per-model precedence: registration parameters > flags,
+// environment and torchd.toml (the server's model defaults, where set) > the archive's
+// config > the built-in defaults.
+func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterRequest) ModelSettings {
+	s := cfg.Model
+	set := cfg.ModelSet
+	pickInt := func(key string, server int, arch int) int {
+		if set[key] || arch == 0 {
+			return server
+		}
+		return arch
+	}
+	s.BatchSize = pickInt("batch_size", cfg.Model.BatchSize, ac.BatchSize)
+	if !set["max_batch_delay"] && ac.MaxBatchDelay != nil {
+		s.MaxBatchDelay = *ac.MaxBatchDelay
+	}
+	s.MinWorkers = pickInt("workers", cfg.Model.MinWorkers, ac.MinWorkers)
+	s.MaxWorkers = pickInt("max_workers", cfg.Model.MaxWorkers, ac.MaxWorkers)
+	s.JobQueueSize = pickInt("job_queue_size", cfg.Model.JobQueueSize, ac.JobQueueSize)
+	s.Threads = pickInt("threads", cfg.Model.Threads, ac.Threads)
+	if !set["response_timeout"] && ac.ResponseTimeout > 0 {
+		s.ResponseTimeout = ac.ResponseTimeout
+	}
+	if !set["startup_timeout"] && ac.StartupTimeout > 0 {
+		s.StartupTimeout = ac.StartupTimeout
+	}
+	if !set["device"] && ac.Device != "" {
+		s.Device = ac.Device
+	}
+	if !set["freeze"] && ac.Freeze {
+		s.Freeze = true
+	}
+	if req.BatchSize > 0 {
+		s.BatchSize = req.BatchSize
+	}
+	if req.MaxBatchDelay != nil {
+		s.MaxBatchDelay = *req.MaxBatchDelay
+	}
+	if req.InitialWorkers != nil {
+		s.MinWorkers = *req.InitialWorkers
+	}
+	if req.ResponseTimeout > 0 {
+		s.ResponseTimeout = req.ResponseTimeout
+	}
+	if s.MaxWorkers < s.MinWorkers {
+		s.MaxWorkers = s.MinWorkers
+	}
+	return s
+}
+
+func (r *Registry) load(name, version string, req RegisterRequest, am *archive.Model) (_ *ModelVersion, err error) {
+	defer func() {
+		if err != nil {
+			am.Close()
+		}
+	}()
+	s := resolveModelSettings(r.cfg, am.Config, req)
+	start := time.Now()
+	var lopts []torch.LoadOption
+	lopts = append(lopts, torch.WithDevice(s.Device))
+	if s.Freeze {
+		lopts = append(lopts, torch.WithFreeze())
+	}
+	module, err := torch.Load(am.SerializedPath(), lopts...)
+	if err != nil {
+		return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "failed to load model %s version %s: %v", name, version, err)
+	}
+	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
+	if err != nil {
+		module.Close()
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
+	}
+	v := &ModelVersion{
+		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
+		archive: am, module: module, handler: h,
+		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
+	}
+	v.metrics = r.metrics.model(name, version, v.batcher.Pending)
+	warmup, err := warmupSamples(h, am.Config)
+	if err != nil {
+		module.Close()
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
+	}
+	// Check the model once on this goroutine so that a model that cannot run its own
+	// declared input fails registration with LibTorch's message.
+	for _, smp := range warmup[:min(1, len(warmup))] {
+		if _, err := handlers.Infer(h, module, []*handlers.Sample{smp}); err != nil {
+			module.Close()
+			return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "model %s version %s failed its warm-up forward: %v", name, version, err)
+		}
+	}
+	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, threadsFor(s), warmup, v.metrics, r.log)
+	wait := req.Synchronous || req.Startup
+	done := make(chan struct{})
+	go func() {
+		v.pool.Scale(s.MinWorkers, true)
+		v.warm.Store(true)
+		close(done)
+	}()
+	if wait {
+		<-done
+	}
+	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
+		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
+		"threads", threadsFor(s), "device", module.Device(), "load_time", time.Since(start).Round(time.Millisecond))
+	return v, nil
+}
+
+// warmupSamples returns the inputs each worker runs before serving: the handler's own, or
+// zeros of the archive's declared input signature (variable dimensions as 1), or none.
+func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Sample, error) {
+	var s *handlers.Sample
+	if w, ok := h.(handlers.Warmer); ok {
+		s = w.WarmupSample()
+	} else if len(ac.Inputs) > 0 {
+		s = &handlers.Sample{Items: 1}
+		for _, in := range ac.Inputs {
+			dt, err := torch.ParseDType(in.DType)
+			if err != nil {
+				return nil, err
+			}
+			shape := make([]int64, len(in.Shape))
+			n := int64(1)
+			for i, d := range in.Shape {
+				if d < 0 {
+					d = 1
+				}
+				shape[i] = d
+				n *= d
+			}
+			if len(shape) == 0 || shape[0] != 1 {
+				shape = append([]int64{1}, shape...)
+			}
+			s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n*int64(dt.Size()))})
+		}
+	}
+	if s == nil {
+		return nil, nil
+	}
+	// Three runs let TorchScript's profiling executor settle on this input shape.
+	return []*handlers.Sample{s, s, s}, nil
+}
+
+// Unregister removes a model version; version "" is the default. The default version cannot
+// be removed while other versions exist (403, as TorchServe).
+func (r *Registry) Unregister(name, version string) error {
+	r.mu.Lock()
+	e, ok := r.models[name]
+	if !ok {
+		r.mu.Unlock()
+		return apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found: %s", name)
+	}
+	if version == "" {
+		version = e.defaultVersion
+	}
+	v, ok := e.versions[version]
+	if !ok || v.pool == nil {
+		r.mu.Unlock()
+		return apiErr(http.StatusNotFound, "ModelVersionNotFoundException", "Model version: %s does not exist for model: %s", version, name)
+	}
+	if version == e.defaultVersion && len(e.versions) > 1 {
+		r.mu.Unlock()
+		return apiErr(http.StatusForbidden, "InvalidModelVersionException", "Cannot remove default version for model %s", name)
+	}
+	delete(e.versions, version)
+	if len(e.versions) == 0 {
+		delete(r.models, name)
+	}
+	r.mu.Unlock()
+	v.close()
+	r.log.Info("model unregistered", "model", name, "version", version)
+	return nil
+}
+
+// SetDefault makes version the model's default.
+func (r *Registry) SetDefault(name, version string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.models[name]
+	if !ok {
+		return apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found: %s", name)
+	}
+	if v, ok := e.versions[version]; !ok || v.pool == nil {
+		return apiErr(http.StatusNotFound, "ModelVersionNotFoundException", "Model version: %s does not exist for model: %s", version, name)
+	}
+	e.defaultVersion = version
+	return nil
+}
+
+// Scale sets a version's workers to minWorkers (TorchServe scales to min; max is recorded).
+func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait bool) (*ModelVersion, error) {
+	v, err := r.Get(name, version)
+	if err != nil {
+		return nil, err
+	}
+	if v.pool == nil {
+		return nil, apiErr(http.StatusServiceUnavailable, "ServiceUnavailableException", "model %s is still loading", name)
+	}
+	r.mu.Lock()
+	v.Settings.MinWorkers, v.Settings.MaxWorkers = minWorkers, maxWorkers
+	r.mu.Unlock()
+	v.pool.Scale(minWorkers, wait)
+	return v, nil
+}
+
+// Close unregisters every model.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	var all []*ModelVersion
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.pool != nil {
+				all = append(all, v)
+			}
+		}
+	}
+	r.models = map[string]*modelEntry{}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, v := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); v.close() }()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// params are a matched route's path parameters, in pattern order.
+type params []string
+
+// route is one endpoint. The router and the OpenAPI document are both built from the
+// route tables, so the document lists exactly what is served.
+type route struct {
+	method  string // "*" matches any method
+	pattern string // "/models/{model_name}/{model_version}"; a last "{x...}" takes the rest
+	summary string
+	handle  func(ctx *fasthttp.RequestCtx, p params)
+	segs    []string
+}
+
+// router matches a path's segments against its routes in order.
+type router struct {
+	routes []*route
+	api    string // "inference" or "management", for the OpenAPI title
+}
+
+func newRouter(api string, routes []*route) *router {
+	for _, r := range routes {
+		r.segs = strings.Split(strings.Trim(r.pattern, "/"), "/")
+		if r.pattern == "/" {
+			r.segs = nil
+		}
+	}
+	return &router{routes: routes, api: api}
+}
+
+func splitPath(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+func (rt *router) serve(ctx *fasthttp.RequestCtx) {
+	segs := splitPath(string(ctx.Path()))
+	method := string(ctx.Method())
+	pathMatched := false
+	for _, r := range rt.routes {
+		p, ok := match(r.segs, segs)
+		if !ok {
+			continue
+		}
+		pathMatched = true
+		if r.method == "*" || r.method == method {
+			r.handle(ctx, p)
+			return
+		}
+	}
+	if pathMatched {
+		writeError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
+		return
+	}
+	writeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+}
+
+func match(pattern, segs []string) (params, bool) {
+	var p params
+	for i, ps := range pattern {
+		if strings.HasSuffix(ps, "...}") {
+			if i >= len(segs) {
+				return nil, false
+			}
+			return append(p, strings.Join(segs[i:], "/")), true
+		}
+		if i >= len(segs) {
+			return nil, false
+		}
+		if strings.HasPrefix(ps, "{") {
+			if segs[i] == "" {
+				return nil, false
+			}
+			p = append(p, segs[i])
+			continue
+		}
+		if ps != segs[i] {
+			return nil, false
+		}
+	}
+	if len(segs) != len(pattern) {
+		return nil, false
+	}
+	return p, true
+}

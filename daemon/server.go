@@ -1,0 +1,293 @@
+// Package daemon is torchd's server: the inference, management and metrics APIs over
+// fasthttp, the model registry, and each model's batcher and worker pool.
+//
+// A request goes in one straight line: inference API → Registry → handler Preprocess (in the
+// request's goroutine) → the model's Batcher → a WorkerPool worker (batched forward on a
+// locked OS thread) → handler Postprocess → response. The HTTP layer never calls LibTorch.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Daemon runs the three servers over one registry.
+type Daemon struct {
+	cfg      *Config
+	log      *slog.Logger
+	Registry *Registry
+	metrics  *Metrics
+
+	servers   []*fasthttp.Server
+	listeners []net.Listener
+	serveWG   sync.WaitGroup
+	// startupModels are loaded in the background after Start; the WaitGroup tracks them
+	// and startupCh closes when they are all done.
+	startupWG sync.WaitGroup
+	startupCh chan struct{}
+}
+
+var pid = os.Getpid()
+
+// New returns a daemon for cfg.
+func New(cfg *Config, log *slog.Logger) *Daemon {
+	m := newMetrics()
+	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: NewRegistry(cfg, m, log), startupCh: make(chan struct{})}
+}
+
+// Start binds the three ports, serves them, and starts loading the start-up models in
+// parallel. /ping reports healthy once they are all warm.
+func (d *Daemon) Start() error {
+	apis := []struct {
+		name, addr string
+		h      fasthttp.RequestHandler
+	}{
+		{"inference", d.cfg.InferenceAddress, d.inferenceRouter().serve},
+		{"management", d.cfg.ManagementAddress, d.managementRouter().serve},
+		{"metrics", d.cfg.MetricsAddress, d.serveMetrics},
+	}
+	for _, a := range apis {
+		ln, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			d.closeListeners()
+			return fmt.Errorf("%s API: %w", a.name, err)
+		}
+		d.listeners = append(d.listeners, ln)
+		srv := &fasthttp.Server{
+			Handler:            d.accessLog(a.h),
+			Name:               "torchd",
+			ReadTimeout:        d.cfg.ReadTimeout,
+			WriteTimeout:       d.cfg.WriteTimeout,
+			IdleTimeout:        d.cfg.IdleTimeout,
+			MaxRequestBodySize: d.cfg.MaxRequestSize,
+			// The date header costs a syscall-free cached string; keep it. Disable
+			// normalizing header keys only where it matters: never on this hot path.
+			NoDefaultContentType: true,
+			ErrorHandler:         d.connError,
+			CloseOnShutdown:      true,
+		}
+		d.servers = append(d.servers, srv)
+		d.serveWG.Add(1)
+		go func() {
+			defer d.serveWG.Done()
+			if err := srv.Serve(ln); err != nil {
+				d.log.Error("server stopped", "api", a.name, "err", err)
+			}
+		}()
+		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String())
+	}
+	if d.cfg.ManagementAddress != "" && !isLoopback(d.listeners[1].Addr()) {
+		d.log.Warn("the management API is bound to a non-loopback address; anyone who can reach it can register models, which are code", "addr", d.listeners[1].Addr().String())
+	}
+	d.loadStartupModels()
+	return nil
+}
+
+func isLoopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+func (d *Daemon) closeListeners() {
+	for _, ln := range d.listeners {
+		ln.Close()
+	}
+}
+
+// Addrs returns the bound addresses of the inference, management and metrics APIs.
+func (d *Daemon) Addrs() (inference, management, metrics string) {
+	return d.listeners[0].Addr().String(), d.listeners[1].Addr().String(), d.listeners[2].Addr().String()
+}
+
+// WaitStartup waits until every start-up model has loaded or failed.
+func (d *Daemon) WaitStartup() { d.startupWG.Wait() }
+
+// Shutdown stops accepting connections, answers every request already accepted, then stops
+// the workers and removes the extracted archives. ctx bounds the wait for in-flight requests.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	var firstErr error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, s := range d.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.ShutdownWithContext(ctx); err != nil {
+				mu.Lock()
+				firstErr = errors.Join(firstErr, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	d.serveWG.Wait()
+	d.startupWG.Wait()
+	d.Registry.Close()
+	return firstErr
+}
+
+func (d *Daemon) startupDone() bool {
+	select {
+	case <-d.startupCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// loadStartupModels registers the models named by the models setting, in parallel.
+func (d *Daemon) loadStartupModels() {
+	defer func() {
+		go func() { d.startupWG.Wait(); close(d.startupCh) }()
+	}()
+	specs, err := d.startupSpecs()
+	if err != nil {
+		d.log.Error("start-up models", "err", err)
+		return
+	}
+	for _, s := range specs {
+		d.startupWG.Add(1)
+		go func() {
+			defer d.startupWG.Done()
+			req := RegisterRequest{URL: s.url, Name: s.name, Startup: true, Synchronous: true}
+			if _, err := d.Registry.Register(req); err != nil {
+				d.log.Error("start-up model failed to load", "url", s.url, "err", err)
+				d.Registry.failStartup(s.name, err)
+			}
+		}()
+	}
+}
+
+type startupSpec struct{ name, url string }
+
+func (d *Daemon) startupSpecs() ([]startupSpec, error) {
+	m := strings.TrimSpace(d.cfg.Models)
+	if m == "" {
+		return nil, nil
+	}
+	if strings.EqualFold(m, "all") {
+		entries, err := os.ReadDir(d.cfg.ModelStore)
+		if err != nil {
+			return nil, fmt.Errorf("model store: %w", err)
+		}
+		var out []startupSpec
+		for _, e := range entries {
+			n := e.Name()
+			if strings.HasPrefix(n, ".") {
+				continue
+			}
+			if e.IsDir() || strings.HasSuffix(n, ".mar") || strings.HasSuffix(n, ".tar.gz") || strings.HasSuffix(n, ".tgz") {
+				out = append(out, startupSpec{url: n})
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].url < out[j].url })
+		return out, nil
+	}
+	var out []startupSpec
+	for _, part := range splitList(m) {
+		name, url, ok := strings.Cut(part, "=")
+		if !ok {
+			url, name = part, ""
+		}
+		out = append(out, startupSpec{name: name, url: url})
+	}
+	return out, nil
+}
+
+// accessLog wraps h with one log line per request: method, path, status, latency.
+func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	if !d.cfg.AccessLog {
+		return h
+	}
+	return func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		h(ctx)
+		d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
+			"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start))
+	}
+}
+
+// connError answers errors fasthttp meets before a handler runs: a body over
+// max_request_size (413, without reading it whole), timeouts and malformed requests.
+func (d *Daemon) connError(ctx *fasthttp.RequestCtx, err error) {
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
+	case isTimeout(err):
+		writeError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
+	default:
+		writeError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
+	}
+	ctx.SetConnectionClose()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// writeJSON writes v as TorchServe does: 2-space indented JSON and a newline.
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		status, b = 500, []byte(`{"code": 500, "type": "InternalServerException", "message": "response encoding failed"}`)
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
+
+// errorBody is TorchServe's error shape.
+type errorBody struct {
+	Code    int    `json:"code"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func writeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+	writeJSON(ctx, status, errorBody{Code: status, Type: typ, Message: msg})
+}
+
+func writeAPIError(ctx *fasthttp.RequestCtx, err error) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		if ae.Status == 503 {
+			ctx.Response.Header.Set("Retry-After", "1")
+		}
+		writeError(ctx, ae.Status, ae.Type, ae.Msg)
+		return
+	}
+	writeError(ctx, 500, "InternalServerException", err.Error())
+}
+
+func writeStatus(ctx *fasthttp.RequestCtx, code int, status string) {
+	writeJSON(ctx, code, map[string]string{"status": status})
+}
+
+// Failed start-up models stay visible to /ping as unhealthy.
+func (r *Registry) failStartup(name string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = append(r.failed, fmt.Sprintf("%s: %v", name, err))
+}
+
+func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx) {
+	if string(ctx.Path()) != "/metrics" {
+		writeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+		return
+	}
+	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	d.metrics.WritePrometheus(ctx)
+}
+

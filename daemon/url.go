@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Download limits for registration by http(s) URL.
+const (
+	maxDownloadBytes = 4 << 30
+	downloadTimeout  = 10 * time.Minute
+)
+
+// resolveURL maps a registration url to a local path. A plain name or relative path is looked
+// up in the model store and may not leave it; file:// and http(s):// URLs must match
+// allowed_urls, whose default allows the model store only.
+func (r *Registry) resolveURL(raw string) (string, error) {
+	if raw == "" {
+		return "", apiErr(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme == "" {
+		return r.storePath(raw)
+	}
+	if !r.allowed(raw) {
+		return "", apiErr(http.StatusBadRequest, "ModelException", "url %s is not allowed: it must be in the model store or match allowed_urls", raw)
+	}
+	switch u.Scheme {
+	case "file":
+		return u.Path, nil
+	case "http", "https":
+		return r.download(raw, u)
+	}
+	return "", apiErr(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
+}
+
+func (r *Registry) storePath(name string) (string, error) {
+	if strings.Contains(name, "..") {
+		// TorchServe answers 404 for a ".." in the URL.
+		return "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
+	}
+	store, err := filepath.Abs(r.cfg.ModelStore)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(store, filepath.Clean("/" + name))
+	if _, err := os.Stat(p); err != nil {
+		return "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
+	}
+	return p, nil
+}
+
+func (r *Registry) allowed(raw string) bool {
+	for _, pat := range r.cfg.AllowedURLs {
+		if re, err := regexp.Compile("^(?:" + pat + ")$"); err == nil && re.MatchString(raw) {
+			return true
+		}
+	}
+	return false
+}
+
+// download fetches an archive into the model store's download directory, size- and
+// time-limited, keeping the URL's file name (its extension tells the format).
+func (r *Registry) download(raw string, u *url.URL) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), downloadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s", raw)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: HTTP %d", raw, resp.StatusCode)
+	}
+	dir, err := os.MkdirTemp("", "torchd-download-")
+	if err != nil {
+		return "", err
+	}
+	base := filepath.Base(u.Path)
+	if base == "/" || base == "." {
+		base = "model.mar"
+	}
+	p := filepath.Join(dir, base)
+	f, err := os.Create(p)
+	if err != nil {
+		return "", err
+	}
+	n, err := io.Copy(f, io.LimitReader(resp.Body, maxDownloadBytes+1))
+	f.Close()
+	if err != nil || n > maxDownloadBytes {
+		os.RemoveAll(dir)
+		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %s", raw, fmt.Sprint(err, " or larger than ", maxDownloadBytes, " bytes"))
+	}
+	return p, nil
+}

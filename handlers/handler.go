@@ -1,0 +1,163 @@
+// Package handlers turns request bytes into model inputs and model outputs into response
+// bytes, one kind of model per handler, as MMS and TorchServe handlers do.
+//
+// A request goes Preprocess → Infer → Postprocess. Preprocess and Postprocess run per
+// request, in the request's goroutine, in parallel; only Infer runs on a worker, once per
+// batch. Handlers know bytes and tensors, nothing of HTTP servers, queues or workers.
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/torch"
+)
+
+// Request is what a handler sees of one inference request.
+type Request struct {
+	// Inputs are the request's payloads: the raw body, or one per multipart file or form
+	// field. Several inputs in one request are inferred as several items of one batch.
+	Inputs []Payload
+	// Header returns a request header ("" when absent).
+	Header func(name string) string
+}
+
+// Payload is one input of a request.
+type Payload struct {
+	Name        string // form field name, "body" for a raw body
+	ContentType string
+	Data        []byte
+}
+
+// Tensor is a dense row-major tensor in Go memory. Data is little-endian, as LibTorch's.
+type Tensor struct {
+	DType torch.DType
+	Shape []int64
+	Data  []byte
+}
+
+// Numel returns the number of elements its shape holds.
+func (t Tensor) Numel() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Sample is one request's model input: Items rows, each input tensor having Items as its
+// leading dimension. The default Infer concatenates the samples of a batch along it.
+type Sample struct {
+	Items   int
+	Tensors []Tensor
+	// State carries what Postprocess needs from Preprocess (e.g. which input was text).
+	State any
+}
+
+// Response is a handler's answer to one request.
+type Response struct {
+	Status      int // 0 means 200
+	ContentType string
+	Body        []byte
+}
+
+// Handler is one kind of model.
+type Handler interface {
+	// Preprocess decodes and validates one request. Its errors are the client's (400).
+	Preprocess(r *Request) (*Sample, error)
+	// Postprocess turns a request's share of the batch output (each tensor's leading
+	// dimension is s.Items) into its response.
+	Postprocess(s *Sample, out []Tensor) (*Response, error)
+}
+
+// Inferer is implemented by handlers that run a batch themselves instead of the default
+// concatenate → forward → split, e.g. to pad text or call a scripted generate method.
+type Inferer interface {
+	Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error)
+}
+
+// Error is a handler error with the HTTP status it maps to.
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// BadInput returns a 400 error.
+func BadInput(format string, args ...any) error {
+	return &Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
+}
+
+// StatusOf returns the HTTP status an error maps to: its own for *Error, else fallback.
+func StatusOf(err error, fallback int) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status
+	}
+	return fallback
+}
+
+// Context is what a handler is built from.
+type Context struct {
+	// Config is the archive's model config; handlers read their options with its
+	// IntOption, FloatsOption, ... which name the file and key in errors.
+	Config archive.ModelConfig
+	// Dir is the extracted archive, for label files and vocabularies.
+	Dir string
+	// Labels maps class index to name, from index_to_name.json; nil when absent.
+	Labels map[int]string
+}
+
+// Warmer is implemented by handlers that know an input of the model's shape, used to warm
+// each worker up before it takes requests.
+type Warmer interface {
+	WarmupSample() *Sample
+}
+
+// Factory builds a handler for one model, validating its options.
+type Factory func(ctx Context) (Handler, error)
+
+var (
+	mu        sync.RWMutex
+	factories = map[string]Factory{}
+)
+
+// Register makes a handler available by name. It panics on a duplicate name, as
+// registering twice is a programming error.
+func Register(name string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := factories[name]; dup {
+		panic("handlers: duplicate handler " + name)
+	}
+	factories[name] = f
+	archive.RegisterHandlerName(name)
+}
+
+// New builds the named handler.
+func New(name string, ctx Context) (Handler, error) {
+	mu.RLock()
+	f, ok := factories[name]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown handler %q (torchd has: %v)", name, Names())
+	}
+	return f(ctx)
+}
+
+// Names lists the registered handlers, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(factories))
+	for n := range factories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

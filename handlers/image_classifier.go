@@ -1,0 +1,305 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"unsafe"
+
+	"github.com/torchd/torchd/handlers/vision"
+	"github.com/torchd/torchd/torch"
+)
+
+func init() { Register("image_classifier", newImageClassifier) }
+
+// ImageClassifier is TorchServe's image_classifier: image bytes → Resize, CenterCrop,
+// Normalize → forward → softmax → top-k {label: probability}.
+//
+// Options (model-config.toml [options]): resize (256), crop_size (224), width and height
+// (exact resize instead of resize+crop), mean and std (ImageNet's), color ("rgb" or "gray"),
+// top_k (5), max_pixels (40 M).
+type ImageClassifier struct {
+	transform vision.Transform
+	topK      int
+	labels    map[int]string
+	c, h, w   int
+}
+
+func newImageClassifier(ctx Context) (Handler, error) {
+	cfg := ctx.Config
+	t := vision.DefaultTransform()
+	var err error
+	get := func(key string, def int) int {
+		if err != nil {
+			return def
+		}
+		var v int
+		v, err = cfg.IntOption(key, def)
+		return v
+	}
+	t.Resize = get("resize", t.Resize)
+	crop := get("crop_size", get("image_size", t.CropW))
+	t.CropW, t.CropH = crop, crop
+	t.Width, t.Height = get("width", 0), get("height", 0)
+	t.MaxPixels = get("max_pixels", 0)
+	topK := get("top_k", 5)
+	if err != nil {
+		return nil, err
+	}
+	if t.Width > 0 || t.Height > 0 {
+		t.Resize, t.CropW, t.CropH = 0, 0, 0
+	}
+	color, err := cfg.StringOption("color", "rgb")
+	if err != nil {
+		return nil, err
+	}
+	switch color {
+	case "rgb":
+	case "gray", "grayscale", "l":
+		t.Gray = true
+	default:
+		return nil, fmt.Errorf("%s: option color must be \"rgb\" or \"gray\", got %q", cfg.File, color)
+	}
+	c := 3
+	if t.Gray {
+		c = 1
+	}
+	defMean, defStd := floats64(t.Mean), floats64(t.Std)
+	if t.Gray {
+		defMean, defStd = []float64{0.5}, []float64{0.5}
+	}
+	mean, err := cfg.FloatsOption("mean", defMean)
+	if err != nil {
+		return nil, err
+	}
+	std, err := cfg.FloatsOption("std", defStd)
+	if err != nil {
+		return nil, err
+	}
+	if len(mean) != c || len(std) != c {
+		return nil, fmt.Errorf("%s: options mean and std need %d values for color %q, got %d and %d", cfg.File, c, color, len(mean), len(std))
+	}
+	t.Mean, t.Std = floats32(mean), floats32(std)
+	if topK < 1 {
+		return nil, fmt.Errorf("%s: option top_k must be ≥ 1, got %d", cfg.File, topK)
+	}
+	_, h, w := t.OutputShape()
+	if h == 0 || w == 0 {
+		return nil, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
+	}
+	return &ImageClassifier{transform: t, topK: topK, labels: ctx.Labels, c: c, h: h, w: w}, nil
+}
+
+func floats64(f []float32) []float64 {
+	out := make([]float64, len(f))
+	for i, v := range f {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+func floats32(f []float64) []float32 {
+	out := make([]float32, len(f))
+	for i, v := range f {
+		out[i] = float32(v)
+	}
+	return out
+}
+
+// float32Bytes views a []float32 as its little-endian bytes (the machine's order on every
+// platform LibTorch supports here).
+func float32Bytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+}
+
+// Preprocess decodes every image of the request into one [N, C, H, W] tensor.
+func (ic *ImageClassifier) Preprocess(r *Request) (*Sample, error) {
+	images, err := imagePayloads(r)
+	if err != nil {
+		return nil, err
+	}
+	per := ic.c * ic.h * ic.w
+	buf := make([]float32, per*len(images))
+	for i, img := range images {
+		if err := ic.transform.Apply(img, buf[i*per:(i+1)*per]); err != nil {
+			if len(images) > 1 {
+				return nil, BadInput("image %d: %v", i, err)
+			}
+			return nil, BadInput("%v", err)
+		}
+	}
+	return &Sample{Items: len(images), Tensors: []Tensor{{
+		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(ic.c), int64(ic.h), int64(ic.w)}, Data: float32Bytes(buf),
+	}}}, nil
+}
+
+// WarmupSample is a black image of the model's input shape.
+func (ic *ImageClassifier) WarmupSample() *Sample {
+	buf := make([]float32, ic.c*ic.h*ic.w)
+	return &Sample{Items: 1, Tensors: []Tensor{{DType: torch.Float32, Shape: []int64{1, int64(ic.c), int64(ic.h), int64(ic.w)}, Data: float32Bytes(buf)}}}
+}
+
+// imagePayloads returns the request's images: raw bytes, multipart files, base64 strings in
+// form fields, or JSON ({"data": b64}, {"instances": [{"b64": ...}]}, or a list of b64).
+func imagePayloads(r *Request) ([][]byte, error) {
+	var out [][]byte
+	for _, p := range r.Inputs {
+		if len(p.Data) == 0 {
+			return nil, BadInput("input %q is empty", p.Name)
+		}
+		switch {
+		case isJSON(p):
+			imgs, err := jsonImages(p.Data)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, imgs...)
+		case p.ContentType == "text/plain":
+			b, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(p.Data)))
+			if err != nil {
+				return nil, BadInput("input %q: text input must be a base64-encoded image: %v", p.Name, err)
+			}
+			out = append(out, b)
+		default:
+			out = append(out, p.Data)
+		}
+	}
+	if len(out) == 0 {
+		return nil, BadInput("the request has no image")
+	}
+	return out, nil
+}
+
+func isJSON(p Payload) bool {
+	if bytes.HasPrefix([]byte(p.ContentType), []byte("application/json")) {
+		return true
+	}
+	t := bytes.TrimSpace(p.Data)
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t)
+}
+
+func jsonImages(b []byte) ([][]byte, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, BadInput("invalid JSON body: %v", err)
+	}
+	var strs []string
+	var collect func(v any) error
+	collect = func(v any) error {
+		switch x := v.(type) {
+		case string:
+			strs = append(strs, x)
+		case []any:
+			for _, e := range x {
+				if err := collect(e); err != nil {
+					return err
+				}
+			}
+		case map[string]any:
+			for _, k := range []string{"data", "body", "b64", "instances", "image"} {
+				if e, ok := x[k]; ok {
+					return collect(e)
+				}
+			}
+			return BadInput(`JSON image input needs "data", "body", "b64" or "instances"`)
+		default:
+			return BadInput("JSON image input must hold base64 strings, got %T", v)
+		}
+		return nil
+	}
+	if err := collect(v); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(strs))
+	for i, s := range strs {
+		d, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, BadInput("JSON image %d is not valid base64: %v", i, err)
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// Postprocess returns, per image, the top-k classes as an ordered {label: probability}
+// object, TorchServe's shape; several images give a JSON array of them.
+func (ic *ImageClassifier) Postprocess(s *Sample, out []Tensor) (*Response, error) {
+	if len(out) == 0 || out[0].DType != torch.Float32 || len(out[0].Shape) != 2 {
+		return nil, errors.New("image_classifier: the model must return float32 logits of shape [N, classes]")
+	}
+	classes := int(out[0].Shape[1])
+	logits := out[0].Data
+	var body bytes.Buffer
+	if s.Items > 1 {
+		body.WriteString("[\n")
+	}
+	for i := range s.Items {
+		row := make([]float64, classes)
+		for k := range row {
+			row[k] = float64(math.Float32frombits(binary.LittleEndian.Uint32(logits[4*(i*classes+k):])))
+		}
+		if i > 0 {
+			body.WriteString(",\n")
+		}
+		writeTopK(&body, softmax(row), ic.topK, ic.labels)
+	}
+	if s.Items > 1 {
+		body.WriteString("\n]")
+	}
+	body.WriteByte('\n')
+	return &Response{ContentType: "application/json", Body: body.Bytes()}, nil
+}
+
+func softmax(x []float64) []float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = math.Max(m, v)
+	}
+	sum := 0.0
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = math.Exp(v - m)
+		sum += out[i]
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
+// writeTopK writes {"label": p, ...} in descending probability, indented as TorchServe's
+// json.dumps(indent=2).
+func writeTopK(b *bytes.Buffer, probs []float64, k int, labels map[int]string) {
+	idx := make([]int, len(probs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, c int) bool { return probs[idx[a]] > probs[idx[c]] })
+	k = min(k, len(idx))
+	b.WriteString("{\n")
+	for n, i := range idx[:k] {
+		label, ok := labels[i]
+		if !ok {
+			label = strconv.Itoa(i)
+		}
+		name, _ := json.Marshal(label)
+		b.WriteString("  ")
+		b.Write(name)
+		b.WriteString(": ")
+		b.WriteString(strconv.FormatFloat(probs[i], 'g', -1, 64))
+		if n < k-1 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("}")
+}

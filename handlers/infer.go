@@ -1,0 +1,169 @@
+package handlers
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/torchd/torchd/torch"
+)
+
+// Infer runs one batch through h's own Inferer, or the default: concatenate the samples
+// along their leading dimension, run forward once, and split every output back.
+func Infer(h Handler, m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+	if inf, ok := h.(Inferer); ok {
+		return inf.Infer(m, batch)
+	}
+	return DefaultInfer(m, batch)
+}
+
+// batchBuffers recycles the concatenation buffers, which for image models are megabytes
+// per batch.
+var batchBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// DefaultInfer is the concatenate → forward → split step.
+func DefaultInfer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	nIn := len(batch[0].Tensors)
+	total := 0
+	for _, s := range batch {
+		if len(s.Tensors) != nIn {
+			return nil, fmt.Errorf("samples of one batch have %d and %d inputs", nIn, len(s.Tensors))
+		}
+		total += s.Items
+	}
+	args := make([]any, nIn)
+	var bufs []*[]byte
+	defer func() {
+		for _, b := range bufs {
+			batchBuffers.Put(b)
+		}
+	}()
+	for i := range nIn {
+		first := batch[0].Tensors[i]
+		rowBytes, err := rowSize(first, batch[0].Items)
+		if err != nil {
+			return nil, err
+		}
+		var data []byte
+		if len(batch) == 1 {
+			data = first.Data
+		} else {
+			bp := batchBuffers.Get().(*[]byte)
+			bufs = append(bufs, bp)
+			need := rowBytes * total
+			if cap(*bp) < need {
+				*bp = make([]byte, need)
+			}
+			data = (*bp)[:need]
+			off := 0
+			for _, s := range batch {
+				t := s.Tensors[i]
+				if t.DType != first.DType || !sameTrailing(t.Shape, first.Shape) {
+					return nil, fmt.Errorf("input %d: a sample of %v %v cannot batch with %v %v", i, t.DType, t.Shape, first.DType, first.Shape)
+				}
+				off += copy(data[off:], t.Data)
+			}
+		}
+		shape := append([]int64{int64(total)}, first.Shape[1:]...)
+		x, err := torch.FromBytes(first.DType, data, shape...)
+		if err != nil {
+			return nil, err
+		}
+		args[i] = x
+	}
+	out, err := m.Forward(args...)
+	if err != nil {
+		return nil, err
+	}
+	defer torch.CloseValue(out)
+	outs, err := outputTensors(out)
+	if err != nil {
+		return nil, err
+	}
+	return Split(outs, batch, total)
+}
+
+func rowSize(t Tensor, items int) (int, error) {
+	if len(t.Shape) == 0 || t.Shape[0] != int64(items) {
+		return 0, fmt.Errorf("input of shape %v does not lead with the sample's %d items", t.Shape, items)
+	}
+	if int64(len(t.Data)) != t.Numel()*int64(t.DType.Size()) {
+		return 0, fmt.Errorf("input of shape %v %v has %d bytes", t.Shape, t.DType, len(t.Data))
+	}
+	if items == 0 {
+		return 0, nil
+	}
+	return len(t.Data) / items, nil
+}
+
+func sameTrailing(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 1; i < len(a); i++ {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// outputTensors accepts a tensor, or a tuple or list of tensors.
+func outputTensors(v any) ([]*torch.Tensor, error) {
+	switch x := v.(type) {
+	case *torch.Tensor:
+		return []*torch.Tensor{x}, nil
+	case torch.Tuple:
+		return tensorList(x)
+	case []any:
+		return tensorList(x)
+	}
+	return nil, fmt.Errorf("model returned %T; the default handler step takes a tensor, or a tuple or list of tensors", v)
+}
+
+func tensorList(vs []any) ([]*torch.Tensor, error) {
+	out := make([]*torch.Tensor, len(vs))
+	for i, v := range vs {
+		t, ok := v.(*torch.Tensor)
+		if !ok {
+			return nil, fmt.Errorf("model output %d is %T, not a tensor", i, v)
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// Split copies each sample's rows of every output into Go memory, so the native outputs
+// can be freed before postprocessing.
+func Split(outs []*torch.Tensor, batch []*Sample, total int) ([][]Tensor, error) {
+	res := make([][]Tensor, len(batch))
+	for _, o := range outs {
+		c, err := o.ToCPU()
+		if err != nil {
+			return nil, err
+		}
+		if c != o {
+			defer c.Close()
+		}
+		shape := c.Shape()
+		if len(shape) == 0 || shape[0] != int64(total) {
+			return nil, fmt.Errorf("model output of shape %v does not lead with the batch size %d", shape, total)
+		}
+		data := c.Bytes()
+		row := 0
+		if total > 0 {
+			row = len(data) / total
+		}
+		off := 0
+		for i, s := range batch {
+			n := s.Items * row
+			piece := make([]byte, n)
+			copy(piece, data[off:off+n])
+			off += n
+			res[i] = append(res[i], Tensor{DType: c.DType(), Shape: append([]int64{int64(s.Items)}, shape[1:]...), Data: piece})
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,148 @@
+package vision
+
+// The TurboJPEG API of libjpeg-turbo decodes with the same IDCT (ISLOW) and
+// chroma upsampling ("fancy") as the libjpeg PIL links, so at full size its
+// pixels equal PIL's; it also decodes at 1/2, 1/4 and 1/8 size in the DCT
+// domain, which skips most of the work for photos far larger than 256 pixels.
+
+/*
+#cgo LDFLAGS: -lturbojpeg
+#include <turbojpeg.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// jpegHeader is what tjDecompressHeader3 reports.
+type jpegHeader struct {
+	w, h       int
+	colorspace C.int
+}
+
+// turboError turns the handle's last error into an ErrCorrupt.
+func turboError(h C.tjhandle, what string) error {
+	return fmt.Errorf("%w: jpeg %s: %s", ErrCorrupt, what, C.GoString(C.tjGetErrorStr2(h)))
+}
+
+// turboHeader reads a JPEG's size and colour space without decoding it.
+func turboHeader(img []byte) (jpegHeader, error) {
+	h := C.tjInitDecompress()
+	if h == nil {
+		return jpegHeader{}, errors.New("vision: tjInitDecompress failed")
+	}
+	defer C.tjDestroy(h)
+	return readTurboHeader(h, img)
+}
+
+func readTurboHeader(h C.tjhandle, img []byte) (jpegHeader, error) {
+	var w, ht, subsamp, cs C.int
+	if C.tjDecompressHeader3(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)), &w, &ht, &subsamp, &cs) != 0 {
+		return jpegHeader{}, turboError(h, "header")
+	}
+	if w <= 0 || ht <= 0 {
+		return jpegHeader{}, fmt.Errorf("%w: jpeg header says %dx%d", ErrCorrupt, w, ht)
+	}
+	return jpegHeader{w: int(w), h: int(ht), colorspace: cs}, nil
+}
+
+// dctScales are the reductions worth asking libjpeg-turbo for: 1/2, 1/4 and
+// 1/8 have dedicated reduced IDCTs; 3/8, 5/8 and the like are slower and
+// would save little. Only those the library lists are kept.
+var dctScales = sync.OnceValue(func() []int {
+	var n C.int
+	p := C.tjGetScalingFactors(&n)
+	if p == nil {
+		return nil
+	}
+	var out []int
+	for _, f := range unsafe.Slice(p, int(n)) {
+		if f.num == 1 && (f.denom == 2 || f.denom == 4 || f.denom == 8) {
+			out = append(out, int(f.denom))
+		}
+	}
+	return out
+})
+
+// jpegScale picks the largest DCT reduction that keeps the decoded image at
+// least as big as the resize target in both directions, so the bilinear
+// filter still does the final, antialiased step, as it does in PIL. w and h
+// are the upright size of the JPEG.
+func (t Transform) jpegScale(w, h int) int {
+	if t.fullJPEGDecode {
+		return 1
+	}
+	if t.Resize == 0 && t.Width == 0 {
+		return 1 // no resize: every decoded pixel is output
+	}
+	tw, th := t.resizedSize(w, h)
+	best := 1
+	for _, d := range dctScales() {
+		if w >= tw*d && h >= th*d && d > best {
+			best = d
+		}
+	}
+	return best
+}
+
+// decodeTurbo decodes a JPEG with libjpeg-turbo, at reduced size when the
+// transform allows, and turns it upright.
+func (t Transform) decodeTurbo(img []byte) (*raster, error) {
+	h := C.tjInitDecompress()
+	if h == nil {
+		return nil, errors.New("vision: tjInitDecompress failed")
+	}
+	defer C.tjDestroy(h)
+	hdr, err := readTurboHeader(h, img)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.checkPixels("jpeg", hdr.w, hdr.h); err != nil {
+		return nil, err
+	}
+	orientation := jpegOrientation(img)
+	uw, uh := hdr.w, hdr.h
+	if orientation >= 5 {
+		uw, uh = uh, uw
+	}
+	scale := t.jpegScale(uw, uh)
+
+	pf, c := C.TJPF_RGB, 3
+	switch hdr.colorspace {
+	case C.TJCS_GRAY:
+		pf, c = C.TJPF_GRAY, 1
+	case C.TJCS_CMYK, C.TJCS_YCCK:
+		pf, c = C.TJPF_CMYK, 4
+	}
+	// TJSCALED: libjpeg-turbo rounds scaled sizes up.
+	sw, sh := (hdr.w+scale-1)/scale, (hdr.h+scale-1)/scale
+	r := newRaster(sw, sh, c)
+	r.scale = scale
+	r.fullW, r.fullH = hdr.w, hdr.h
+	// LIMITSCANS refuses progressive JPEGs with absurd scan counts, a CPU bomb
+	// that the pixel limit does not catch.
+	if C.tjDecompress2(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)),
+		(*C.uchar)(unsafe.Pointer(&r.pix[0])), C.int(sw), 0, C.int(sh), C.int(pf), C.TJFLAG_LIMITSCANS) != 0 {
+		msg := C.GoString(C.tjGetErrorStr2(h))
+		// Warnings leave a usable image. PIL likewise shrugs off "extraneous
+		// bytes" and the like, but refuses truncated files, and so do we.
+		truncated := strings.Contains(strings.ToLower(msg), "premature end")
+		if truncated {
+			r.release()
+			return nil, fmt.Errorf("%w: jpeg is truncated (%s)", ErrCorrupt, msg)
+		}
+		if C.tjGetErrorCode(h) == C.TJERR_FATAL {
+			r.release()
+			return nil, fmt.Errorf("%w: jpeg: %s", ErrCorrupt, msg)
+		}
+	}
+	if c == 4 {
+		r.cmykToRGB()
+	}
+	return r.orient(orientation), nil
+}

@@ -1,0 +1,157 @@
+// Package vision turns an encoded image (JPEG, PNG, GIF, BMP, WebP) into a
+// normalized float32 CHW tensor buffer, matching the torchvision transforms of
+// TorchServe's image_classifier handler: Resize(256), CenterCrop(224),
+// ToTensor(), Normalize(ImageNet mean, std).
+//
+// The resize reproduces PIL's Image.resize(BILINEAR) (which torchvision 0.14
+// calls for PIL images) coefficient for coefficient, so for losslessly coded
+// images the output equals torchvision's. JPEG differs only where libjpeg-turbo's
+// DCT-domain downscaling is used to skip most of the decode work.
+//
+// It knows nothing of HTTP or LibTorch: it fills a []float32 the caller owns.
+package vision
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors for bad input. Apply and DecodeConfig wrap them with detail; each
+// means the client sent an image the server cannot use (HTTP 400).
+var (
+	ErrEmpty       = errors.New("vision: empty image")
+	ErrUnsupported = errors.New("vision: unsupported image format")
+	ErrTooLarge    = errors.New("vision: image too large")
+	ErrCorrupt     = errors.New("vision: corrupt or truncated image")
+)
+
+// DefaultMaxPixels is the decompression-bomb limit used when
+// Transform.MaxPixels is zero: 40 megapixels, 120 MB of decoded RGB.
+const DefaultMaxPixels = 40_000_000
+
+// Transform describes the preprocessing from image bytes to a tensor. The
+// output shape must be fixed, so at least one of crop or exact size is set.
+// The zero value is not usable; start from DefaultTransform.
+type Transform struct {
+	// Resize scales the shorter side to this many pixels keeping the aspect
+	// ratio, like torchvision's Resize(int). 0 means no resize.
+	Resize int
+	// CropW, CropH center-crop the resized image, like CenterCrop((h, w)),
+	// padding with black where the image is smaller. If only one is set, the
+	// crop is square. 0 for both means no crop.
+	CropW, CropH int
+	// Width, Height resize to exactly this size, like Resize((h, w)); use
+	// instead of Resize. Both or neither must be set.
+	Width, Height int
+	// Mean and Std normalize each output channel: (x/255 - mean) / std. Nil
+	// means mean 0 and std 1 (plain ToTensor); otherwise one value per channel.
+	Mean, Std []float32
+	// Gray outputs one luma channel (PIL's convert("L")) instead of RGB.
+	Gray bool
+	// MaxPixels rejects images with more pixels than this before decoding
+	// them. 0 means DefaultMaxPixels.
+	MaxPixels int
+	// PureGoJPEG decodes JPEG with image/jpeg instead of libjpeg-turbo. It is
+	// slower and further from PIL; it exists for benchmarks and comparison.
+	PureGoJPEG bool
+
+	// fullJPEGDecode turns off DCT-domain downscaling, so tests can measure
+	// what it costs in accuracy.
+	fullJPEGDecode bool
+}
+
+// DefaultTransform returns TorchServe's image_classifier preprocessing:
+// Resize(256), CenterCrop(224), ImageNet mean and std, RGB.
+func DefaultTransform() Transform {
+	return Transform{
+		Resize: 256,
+		CropW:  224,
+		CropH:  224,
+		Mean:   []float32{0.485, 0.456, 0.406},
+		Std:    []float32{0.229, 0.224, 0.225},
+	}
+}
+
+// OutputShape returns the shape of the tensor Apply writes: channels, height
+// and width. Height and width are 0 if t has neither a crop nor an exact size.
+func (t Transform) OutputShape() (c, h, w int) {
+	c = 3
+	if t.Gray {
+		c = 1
+	}
+	cw, ch := t.crop()
+	switch {
+	case cw > 0:
+		return c, ch, cw
+	case t.Width > 0 && t.Height > 0:
+		return c, t.Height, t.Width
+	}
+	return c, 0, 0
+}
+
+// crop returns the crop size, filling in the square shorthand.
+func (t Transform) crop() (w, h int) {
+	w, h = t.CropW, t.CropH
+	if w == 0 {
+		w = h
+	}
+	if h == 0 {
+		h = w
+	}
+	return w, h
+}
+
+func (t Transform) maxPixels() int {
+	if t.MaxPixels > 0 {
+		return t.MaxPixels
+	}
+	return DefaultMaxPixels
+}
+
+// validate reports configuration mistakes. They are the server's, not the
+// client's, so the errors do not wrap the input sentinels.
+func (t Transform) validate() error {
+	c, h, w := t.OutputShape()
+	switch {
+	case t.Resize < 0 || t.CropW < 0 || t.CropH < 0 || t.Width < 0 || t.Height < 0:
+		return fmt.Errorf("vision: negative size in transform %+v", t)
+	case (t.Width > 0) != (t.Height > 0):
+		return fmt.Errorf("vision: exact size needs both Width and Height, got %dx%d", t.Width, t.Height)
+	case t.Resize > 0 && t.Width > 0:
+		return errors.New("vision: set either Resize or Width/Height, not both")
+	case h == 0 || w == 0:
+		return errors.New("vision: output size is not fixed; set a crop or Width/Height")
+	case t.Mean != nil && len(t.Mean) != c, t.Std != nil && len(t.Std) != c:
+		return fmt.Errorf("vision: Mean and Std need %d values each, got %d and %d", c, len(t.Mean), len(t.Std))
+	}
+	for _, s := range t.Std {
+		if s == 0 {
+			return errors.New("vision: Std has a zero")
+		}
+	}
+	return nil
+}
+
+// Apply decodes img and writes the transformed tensor into dst, channel-major
+// (CHW), which must have length c*h*w from OutputShape. Errors about the image
+// wrap ErrEmpty, ErrUnsupported, ErrTooLarge or ErrCorrupt. Apply is safe for
+// concurrent use.
+func (t Transform) Apply(img []byte, dst []float32) error {
+	if err := t.validate(); err != nil {
+		return err
+	}
+	c, h, w := t.OutputShape()
+	if len(dst) != c*h*w {
+		return fmt.Errorf("vision: dst has length %d, want %d (%dx%dx%d)", len(dst), c*h*w, c, h, w)
+	}
+	src, err := t.decode(img)
+	if err != nil {
+		return err
+	}
+	defer src.release()
+	if t.Gray && src.c == 3 {
+		src.toGray()
+	}
+	t.resampleInto(src, dst)
+	return nil
+}

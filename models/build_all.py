@@ -1,0 +1,67 @@
+#!/usr/bin/python3
+"""Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio.
+
+A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
+rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
+finished (common.model_dir). Each script runs in its own interpreter, so one model's seeds
+and torch settings cannot leak into another's outputs.
+
+Usage: /usr/bin/python3 models/build_all.py --out DIR [--force]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = ["resnet18", "digits", "multiio"]
+
+
+def oldest_output(path):
+    """mtime of the oldest file under path, or None if there is none."""
+    times = [os.path.getmtime(os.path.join(root, f))
+             for root, _, files in os.walk(path) for f in files]
+    return min(times, default=None)
+
+
+def up_to_date(out, name):
+    built = oldest_output(os.path.join(out, name))
+    sources = [os.path.join(HERE, f) for f in (f"{name}.py", "common.py")]
+    return built is not None and built > max(os.path.getmtime(s) for s in sources)
+
+
+def run(script, out):
+    # TorchScript emits some generated code (e.g. a module's Final constants) in Python set
+    # order, which hash randomization shuffles between runs; a fixed seed makes model.pt
+    # byte-identical from run to run (for the same checkout path, which its debug info names).
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    # sys.executable rather than "python3": the python3 first on PATH has no torch.
+    result = subprocess.run([sys.executable, os.path.join(HERE, script), "--out", out], env=env)
+    if result.returncode != 0:
+        sys.exit(f"build_all: {script} failed (exit status {result.returncode})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="output root")
+    parser.add_argument("--force", action="store_true", help="rebuild up-to-date models too")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+
+    start = time.monotonic()
+    for name in MODELS:
+        if not args.force and up_to_date(args.out, name):
+            print(f"{name}: up to date, skipped", flush=True)
+            continue
+        t = time.monotonic()
+        run(f"{name}.py", args.out)
+        print(f"{name}: built in {time.monotonic() - t:.1f} s", flush=True)
+    t = time.monotonic()
+    run("verify.py", args.out)
+    print(f"verify: {time.monotonic() - t:.1f} s", flush=True)
+    print(f"total: {time.monotonic() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

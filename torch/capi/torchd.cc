@@ -1,0 +1,430 @@
+// torchd.cc implements torchd.h over LibTorch's TorchScript runtime.
+//
+// Every exported function catches every exception: a C++ exception that unwinds into Go
+// aborts the process, so the boundary is where each one becomes a td_error.
+
+#include "torchd.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+struct td_module {
+  torch::jit::Module module;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+struct td_tensor {
+  at::Tensor t;
+};
+
+// td_result owns the flattened output tree and what its nodes point to. deque keeps
+// element addresses stable while it grows.
+struct td_result {
+  std::vector<td_node> nodes;
+  std::deque<std::string> strings;
+  std::deque<std::vector<int64_t>> shapes;
+};
+
+namespace {
+
+char *dup(const std::string &s) {
+  char *p = static_cast<char *>(std::malloc(s.size() + 1));
+  if (p != nullptr) {
+    std::memcpy(p, s.data(), s.size());
+    p[s.size()] = '\0';
+  }
+  return p;
+}
+
+// guard runs f and turns any exception into a td_error. c10::Error's what() carries a
+// C++ backtrace that means nothing to a client, so the short message is used.
+template <typename F>
+td_error guard(F &&f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error &e) {
+    return dup(e.what_without_backtrace());
+  } catch (const std::exception &e) {
+    return dup(e.what());
+  } catch (...) {
+    return dup("unknown C++ exception");
+  }
+}
+
+struct DTypeEntry {
+  int32_t td;
+  c10::ScalarType st;
+};
+
+const DTypeEntry kDTypes[] = {
+    {TD_FLOAT32, c10::kFloat},   {TD_FLOAT16, c10::kHalf},  {TD_BFLOAT16, c10::kBFloat16},
+    {TD_FLOAT64, c10::kDouble},  {TD_INT64, c10::kLong},    {TD_INT32, c10::kInt},
+    {TD_UINT8, c10::kByte},      {TD_INT8, c10::kChar},     {TD_BOOLT, c10::kBool},
+};
+
+c10::ScalarType to_scalar_type(int32_t dt) {
+  for (const auto &e : kDTypes) {
+    if (e.td == dt) return e.st;
+  }
+  throw std::invalid_argument("unsupported input dtype code " + std::to_string(dt));
+}
+
+int32_t from_scalar_type(c10::ScalarType st) {
+  for (const auto &e : kDTypes) {
+    if (e.st == st) return e.td;
+  }
+  throw std::invalid_argument(std::string("unsupported output dtype ") + c10::toString(st));
+}
+
+void noop_deleter(void *) {}
+
+// Span is the memory of one input tensor built over caller memory.
+struct Span {
+  const char *begin, *end;
+};
+
+// Builder turns the pre-order input nodes into IValues.
+struct Builder {
+  const td_node *nodes;
+  int n;
+  int pos = 0;
+  c10::Device device;
+  std::vector<Span> borrowed;
+
+  const td_node &next() {
+    if (pos >= n) throw std::invalid_argument("malformed input tree: ran out of nodes");
+    return nodes[pos++];
+  }
+
+  at::Tensor tensor(const td_node &nd) {
+    if (nd.tensor != nullptr) {
+      return nd.tensor->t.device() == device ? nd.tensor->t : nd.tensor->t.to(device);
+    }
+    if (nd.ndim < 0 || (nd.ndim > 0 && nd.shape == nullptr)) {
+      throw std::invalid_argument("malformed tensor input: bad shape");
+    }
+    std::vector<int64_t> shape(nd.shape, nd.shape + nd.ndim);
+    auto opts = at::TensorOptions().dtype(to_scalar_type(nd.dtype)).device(c10::kCPU);
+    int64_t numel = 1;
+    for (auto d : shape) numel *= d;
+    at::Tensor t;
+    if (numel == 0 || nd.data == nullptr) {
+      t = at::empty(shape, opts);
+    } else {
+      t = torch::from_blob(nd.data, shape, noop_deleter, opts);
+      const char *p = static_cast<const char *>(nd.data);
+      borrowed.push_back({p, p + t.nbytes()});
+    }
+    return device.is_cpu() ? t : t.to(device);
+  }
+
+  c10::IValue value() {
+    const td_node &nd = next();
+    switch (nd.kind) {
+      case TD_NONE:
+        return c10::IValue();
+      case TD_BOOL:
+        return c10::IValue(nd.i != 0);
+      case TD_INT:
+        return c10::IValue(nd.i);
+      case TD_DOUBLE:
+        return c10::IValue(nd.d);
+      case TD_STRING:
+        return c10::IValue(std::string(nd.str, static_cast<size_t>(nd.str_len)));
+      case TD_TENSOR:
+        return c10::IValue(tensor(nd));
+      case TD_TUPLE: {
+        std::vector<c10::IValue> items;
+        items.reserve(nd.n_children);
+        for (int k = 0; k < nd.n_children; k++) items.push_back(value());
+        return c10::ivalue::Tuple::create(std::move(items));
+      }
+      case TD_LIST:
+        return list(nd.n_children);
+      case TD_DICT:
+        return dict(nd.n_children);
+    }
+    throw std::invalid_argument("malformed input tree: unknown kind " + std::to_string(nd.kind));
+  }
+
+  // list builds a typed list: TorchScript checks List[T] arguments by their element type,
+  // so a list of tensors must be a c10::List<Tensor>, not a generic one.
+  c10::IValue list(int count) {
+    std::vector<c10::IValue> items;
+    items.reserve(count);
+    for (int k = 0; k < count; k++) items.push_back(value());
+    c10::TypePtr elem = items.empty() ? c10::TensorType::get() : unify(items);
+    c10::impl::GenericList out(elem);
+    out.reserve(items.size());
+    for (auto &it : items) out.push_back(std::move(it));
+    return c10::IValue(std::move(out));
+  }
+
+  c10::IValue dict(int count) {
+    if (count % 2 != 0) throw std::invalid_argument("malformed input tree: odd dict children");
+    std::vector<c10::IValue> keys, vals;
+    for (int k = 0; k < count / 2; k++) {
+      keys.push_back(value());
+      vals.push_back(value());
+    }
+    c10::TypePtr kt = keys.empty() ? c10::StringType::get() : unify(keys);
+    c10::TypePtr vt = vals.empty() ? c10::TensorType::get() : unify(vals);
+    c10::impl::GenericDict out(kt, vt);
+    for (size_t k = 0; k < keys.size(); k++) out.insert_or_assign(keys[k], vals[k]);
+    return c10::IValue(std::move(out));
+  }
+
+  // unify finds the element type of a list or dict. A tensor's IValue type is refined with
+  // its dtype and shape, but containers are invariant in TorchScript, so List[Tensor]
+  // needs the plain Tensor type.
+  static c10::TypePtr unify(const std::vector<c10::IValue> &items) {
+    auto general = [](c10::TypePtr t) -> c10::TypePtr {
+      return t->kind() == c10::TypeKind::TensorType ? c10::TensorType::get() : t;
+    };
+    c10::TypePtr t = general(items[0].type());
+    for (size_t k = 1; k < items.size(); k++) {
+      auto u = c10::unifyTypes(t, general(items[k].type()));
+      if (!u) {
+        throw std::invalid_argument("list or dict mixes element types " + t->repr_str() +
+                                    " and " + items[k].type()->repr_str());
+      }
+      t = *u;
+    }
+    return t;
+  }
+};
+
+// Flattener writes an output IValue into a td_result in pre-order.
+struct Flattener {
+  td_result *r;
+  const std::vector<Span> &borrowed;
+
+  bool aliases_input(const at::Tensor &t) const {
+    if (!t.has_storage() || !t.device().is_cpu()) return false;
+    const char *p = static_cast<const char *>(t.storage().data());
+    for (const auto &s : borrowed) {
+      if (p >= s.begin && p < s.end) return true;
+    }
+    return false;
+  }
+
+  void value(const c10::IValue &v) {
+    td_node nd{};
+    if (v.isNone()) {
+      nd.kind = TD_NONE;
+      r->nodes.push_back(nd);
+    } else if (v.isBool()) {
+      nd.kind = TD_BOOL;
+      nd.i = v.toBool() ? 1 : 0;
+      r->nodes.push_back(nd);
+    } else if (v.isInt()) {
+      nd.kind = TD_INT;
+      nd.i = v.toInt();
+      r->nodes.push_back(nd);
+    } else if (v.isDouble()) {
+      nd.kind = TD_DOUBLE;
+      nd.d = v.toDouble();
+      r->nodes.push_back(nd);
+    } else if (v.isString()) {
+      r->strings.push_back(v.toStringRef());
+      nd.kind = TD_STRING;
+      nd.str = r->strings.back().data();
+      nd.str_len = static_cast<int64_t>(r->strings.back().size());
+      r->nodes.push_back(nd);
+    } else if (v.isTensor()) {
+      tensor(v.toTensor());
+    } else if (v.isTuple()) {
+      const auto &elems = v.toTupleRef().elements();
+      nd.kind = TD_TUPLE;
+      nd.n_children = static_cast<int32_t>(elems.size());
+      r->nodes.push_back(nd);
+      for (const auto &e : elems) value(e);
+    } else if (v.isList()) {
+      auto l = v.toListRef();
+      nd.kind = TD_LIST;
+      nd.n_children = static_cast<int32_t>(l.size());
+      r->nodes.push_back(nd);
+      for (const auto &e : l) value(e);
+    } else if (v.isGenericDict()) {
+      auto d = v.toGenericDict();
+      nd.kind = TD_DICT;
+      nd.n_children = static_cast<int32_t>(2 * d.size());
+      r->nodes.push_back(nd);
+      for (const auto &e : d) {
+        value(e.key());
+        value(e.value());
+      }
+    } else {
+      throw std::invalid_argument("unsupported output type " + v.type()->repr_str());
+    }
+  }
+
+  void tensor(at::Tensor t) {
+    // A storage inside the caller's input memory, which is unpinned once the call
+    // returns: copy it out.
+    if (aliases_input(t)) t = t.clone();
+    if (t.device().is_cpu() && !t.is_contiguous()) t = t.contiguous();
+    td_node nd{};
+    nd.kind = TD_TENSOR;
+    nd.dtype = from_scalar_type(t.scalar_type());
+    nd.ndim = static_cast<int32_t>(t.dim());
+    r->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+    nd.shape = r->shapes.back().data();
+    nd.data = t.device().is_cpu() ? t.data_ptr() : nullptr;
+    nd.tensor = new td_tensor{std::move(t)};
+    r->nodes.push_back(nd);
+  }
+};
+
+void free_result_tensors(td_result *r) {
+  for (auto &nd : r->nodes) {
+    if (nd.kind == TD_TENSOR) delete nd.tensor;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+td_error td_module_load(const char *path, const char *device, int flags, td_module **out) {
+  *out = nullptr;
+  return guard([&] {
+    c10::Device dev(device == nullptr || *device == '\0' ? "cpu" : device);
+    if (dev.is_cuda()) {
+      if (!at::hasCUDA()) {
+        throw std::runtime_error(std::string("device ") + device +
+                                 ": CUDA is not available in this LibTorch build or on this machine");
+      }
+      if (dev.has_index() && dev.index() >= static_cast<int>(at::getNumGPUs())) {
+        throw std::runtime_error(std::string("device ") + device + ": only " +
+                                 std::to_string(at::getNumGPUs()) + " CUDA device(s) present");
+      }
+      if (!dev.has_index()) dev = c10::Device(c10::kCUDA, 0);
+    } else if (!dev.is_cpu()) {
+      throw std::runtime_error(std::string("device ") + device + ": only cpu and cuda are supported");
+    }
+    auto m = std::make_unique<td_module>();
+    m->device = dev;
+    m->module = torch::jit::load(path, dev);
+    m->module.eval();
+    if (flags & (TD_LOAD_FREEZE | TD_LOAD_OPTIMIZE)) {
+      // freeze keeps only forward unless told otherwise; keep every method.
+      std::vector<std::string> keep;
+      for (const auto &meth : m->module.get_methods()) {
+        if (meth.name() != "forward") keep.push_back(meth.name());
+      }
+      m->module = torch::jit::freeze(m->module, keep);
+      if (flags & TD_LOAD_OPTIMIZE) m->module = torch::jit::optimize_for_inference(m->module, keep);
+    }
+    *out = m.release();
+  });
+}
+
+void td_module_free(td_module *m) { delete m; }
+
+td_error td_module_run(td_module *m, const char *method, const td_node *nodes, int n_nodes,
+                       td_result **out) {
+  *out = nullptr;
+  auto r = std::make_unique<td_result>();
+  td_error err = guard([&] {
+    // InferenceMode is thread-local, so it is set here, on the calling thread, every call.
+    c10::InferenceMode guard_mode;
+    std::string name = method == nullptr || *method == '\0' ? "forward" : method;
+    auto fn = m->module.find_method(name);
+    if (!fn) throw std::invalid_argument("model has no method '" + name + "'");
+    Builder b{nodes, n_nodes, 0, m->device};
+    std::vector<c10::IValue> args;
+    while (b.pos < n_nodes) args.push_back(b.value());
+    c10::IValue res = (*fn)(std::move(args));
+    Flattener{r.get(), b.borrowed}.value(res);
+  });
+  if (err != nullptr) {
+    free_result_tensors(r.get());
+    return err;
+  }
+  *out = r.release();
+  return nullptr;
+}
+
+td_error td_module_schema(td_module *m, const char *method, char **out) {
+  *out = nullptr;
+  return guard([&] {
+    auto fn = m->module.find_method(method);
+    if (!fn) throw std::invalid_argument(std::string("model has no method '") + method + "'");
+    std::ostringstream os;
+    os << fn->function().getSchema();
+    *out = dup(os.str());
+  });
+}
+
+char *td_module_device(td_module *m) { return dup(m->device.str()); }
+
+const td_node *td_result_nodes(td_result *r, int *n) {
+  *n = static_cast<int>(r->nodes.size());
+  return r->nodes.data();
+}
+
+void td_result_free(td_result *r) { delete r; }
+
+void td_tensor_free(td_tensor *t) { delete t; }
+
+td_error td_tensor_to_cpu(td_tensor *t, td_tensor **out, void **data) {
+  *out = nullptr;
+  *data = nullptr;
+  return guard([&] {
+    at::Tensor c = t->t.to(c10::kCPU).contiguous();
+    *data = c.data_ptr();
+    *out = new td_tensor{std::move(c)};
+  });
+}
+
+void td_set_num_threads(int n) {
+  try {
+    at::set_num_threads(n);
+  } catch (...) {
+  }
+}
+
+int td_get_num_threads(void) { return at::get_num_threads(); }
+
+td_error td_set_num_interop_threads(int n) {
+  return guard([&] { at::set_num_interop_threads(n); });
+}
+
+int td_cuda_is_available(void) {
+  try {
+    return at::hasCUDA() && at::getNumGPUs() > 0 ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+int td_cuda_device_count(void) {
+  try {
+    return at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+#define TD_STR2(x) #x
+#define TD_STR(x) TD_STR2(x)
+const char *td_version(void) {
+  return TD_STR(TORCH_VERSION_MAJOR) "." TD_STR(TORCH_VERSION_MINOR) "." TD_STR(TORCH_VERSION_PATCH);
+}
+
+void td_error_free(char *e) { std::free(e); }
+
+}  // extern "C"

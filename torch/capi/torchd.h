@@ -1,0 +1,142 @@
+/*
+ * torchd.h: the C ABI of libtorchd_c, a small library over LibTorch's TorchScript runtime.
+ *
+ * The Go package github.com/torchd/torchd/torch links only this ABI, so the same Go binary
+ * runs on a CPU or a CUDA build of the library, chosen by the library path at run time.
+ *
+ * Conventions
+ *   - Every function that can fail returns a td_error: NULL on success, otherwise a
+ *     malloc'd NUL-terminated message that the caller frees with td_error_free.
+ *     No C++ exception ever crosses this boundary.
+ *   - Handles (td_module*, td_tensor*, td_result*) are owned by the caller and freed with
+ *     their *_free function. Freeing NULL is a no-op.
+ *   - Pointers passed *in* are borrowed for the duration of the call only, except the data
+ *     pointers of input tensors, see td_module_run.
+ */
+#ifndef TORCHD_H
+#define TORCHD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef char *td_error;
+typedef struct td_module td_module;
+typedef struct td_tensor td_tensor;
+typedef struct td_result td_result;
+
+/* Value kinds of a td_node. */
+enum {
+  TD_NONE = 0,
+  TD_BOOL = 1,
+  TD_INT = 2,
+  TD_DOUBLE = 3,
+  TD_STRING = 4,
+  TD_TENSOR = 5,
+  TD_TUPLE = 6,
+  TD_LIST = 7,
+  TD_DICT = 8,
+};
+
+/* Element types; the values are the project's own, not c10::ScalarType's. */
+enum {
+  TD_FLOAT32 = 1,
+  TD_FLOAT16 = 2,
+  TD_BFLOAT16 = 3,
+  TD_FLOAT64 = 4,
+  TD_INT64 = 5,
+  TD_INT32 = 6,
+  TD_UINT8 = 7,
+  TD_INT8 = 8,
+  TD_BOOLT = 9,
+};
+
+/* Flags for td_module_load. */
+enum {
+  TD_LOAD_FREEZE = 1,   /* torch::jit::freeze after eval() */
+  TD_LOAD_OPTIMIZE = 2, /* torch::jit::optimize_for_inference (implies freeze) */
+};
+
+/*
+ * td_node is one value of a tree flattened in pre-order: a container (tuple, list, dict)
+ * is followed by its n_children children (a dict's children alternate key, value).
+ * The same layout carries inputs into td_module_run and outputs out of td_result_nodes.
+ */
+typedef struct td_node {
+  int32_t kind;       /* TD_NONE .. TD_DICT */
+  int32_t n_children; /* tuple/list: items; dict: 2 x pairs */
+  int64_t i;          /* TD_BOOL (0/1) and TD_INT */
+  double d;           /* TD_DOUBLE */
+  const char *str;    /* TD_STRING: bytes, not NUL-terminated */
+  int64_t str_len;
+  /* TD_TENSOR. On input either tensor (a native handle, borrowed) or data is set.
+   * On output tensor is a new handle owned by the caller, and data points at its
+   * contiguous CPU elements (NULL when the tensor lives on another device). */
+  td_tensor *tensor;
+  void *data;
+  int32_t dtype;
+  int32_t ndim;
+  const int64_t *shape;
+} td_node;
+
+/* Wraps torch::jit::load on device ("cpu", "cuda", "cuda:N"), then eval() and the
+ * TD_LOAD_* flags. On success *out is a new module. */
+td_error td_module_load(const char *path, const char *device, int flags, td_module **out);
+
+/* Frees a module. It must not be running. */
+void td_module_free(td_module *m);
+
+/* Runs method ("forward" or any other method) on the arguments in nodes[0..n_nodes):
+ * each top-level node is one positional argument. Runs under c10::InferenceMode.
+ *
+ * Input tensors given by data are wrapped with torch::from_blob without copying; the
+ * caller keeps that memory alive and unmoved (pinned) until the call returns. CPU inputs
+ * are moved to the module's device. An output that shares storage with such an input is
+ * cloned, so a result never points into caller memory.
+ * On success *out is a new result. */
+td_error td_module_run(td_module *m, const char *method, const td_node *nodes, int n_nodes,
+                       td_result **out);
+
+/* Returns in *out the schema of method as a malloc'd string, e.g.
+ * "forward(__torch__.Net self, Tensor x) -> Tensor". Free with td_error_free. */
+td_error td_module_schema(td_module *m, const char *method, char **out);
+
+/* Returns the module's device as a malloc'd string ("cpu", "cuda:0"). */
+char *td_module_device(td_module *m);
+
+/* The flattened output of td_module_run: n nodes in pre-order. The nodes and the strings
+ * and shapes they point to live until td_result_free. Tensor handles in the nodes are
+ * owned by the caller and outlive the result. */
+const td_node *td_result_nodes(td_result *r, int *n);
+void td_result_free(td_result *r);
+
+/* Frees a tensor handle. */
+void td_tensor_free(td_tensor *t);
+
+/* Copies t to the CPU as a contiguous tensor: *out is a new handle and *data points at its
+ * elements. */
+td_error td_tensor_to_cpu(td_tensor *t, td_tensor **out, void **data);
+
+/* Intra-op and inter-op thread pools. Inter-op can be set once, before any parallel work. */
+void td_set_num_threads(int n);
+int td_get_num_threads(void);
+td_error td_set_num_interop_threads(int n);
+
+/* CUDA availability of the LibTorch this library was built against. */
+int td_cuda_is_available(void);
+int td_cuda_device_count(void);
+
+/* The LibTorch version, e.g. "1.13.1". Static; do not free. */
+const char *td_version(void);
+
+/* Frees an error or a string returned by this library. */
+void td_error_free(char *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TORCHD_H */

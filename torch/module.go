@@ -1,0 +1,148 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "torchd.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Module is a loaded TorchScript module in eval mode. Run is safe from several goroutines
+// at once; Close waits for running calls.
+type Module struct {
+	mu      sync.RWMutex // Run holds it shared, Close exclusively
+	h       *C.td_module
+	device  string
+	cleanup runtime.Cleanup
+}
+
+type loadOptions struct {
+	device string
+	flags  C.int
+}
+
+// LoadOption configures Load.
+type LoadOption func(*loadOptions)
+
+// WithDevice loads the module onto device: "cpu" (the default), "cuda" or "cuda:N".
+// Inputs on the CPU are moved there by Run; outputs stay there (see Tensor.ToCPU).
+func WithDevice(device string) LoadOption { return func(o *loadOptions) { o.device = device } }
+
+// WithFreeze applies torch.jit.freeze, inlining parameters and attributes as constants.
+// Every method is kept.
+func WithFreeze() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_FREEZE } }
+
+// WithOptimize applies torch.jit.optimize_for_inference, which implies freezing.
+func WithOptimize() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_OPTIMIZE } }
+
+// Load reads a TorchScript module saved by torch.jit.save.
+func Load(path string, opts ...LoadOption) (*Module, error) {
+	o := loadOptions{device: "cpu"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	// LibTorch reports a missing file as a stream failure; say it plainly.
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("torch: load %s: %w", path, err)
+	}
+	cpath, freePath := cstring(path)
+	defer freePath()
+	cdev, freeDev := cstring(o.device)
+	defer freeDev()
+	var h *C.td_module
+	if err := statusError("load "+path, C.td_module_load(cpath, cdev, o.flags, &h)); err != nil {
+		return nil, err
+	}
+	dev := C.td_module_device(h)
+	m := &Module{h: h, device: C.GoString(dev)}
+	C.td_error_free(dev)
+	m.cleanup = runtime.AddCleanup(m, func(h *C.td_module) { C.td_module_free(h) }, h)
+	return m, nil
+}
+
+// Device returns the device the module runs on, e.g. "cpu" or "cuda:0".
+func (m *Module) Device() string { return m.device }
+
+// Forward runs the module's forward method.
+func (m *Module) Forward(args ...any) (any, error) { return m.Run("forward", args...) }
+
+// Run runs method with positional args (see Tuple for the Go types of values) under
+// InferenceMode. Tensors in the result are owned by the caller: close them with
+// Tensor.Close or CloseValue. Go-backed input tensors are pinned for the call only, and
+// a result never aliases them.
+func (m *Module) Run(method string, args ...any) (any, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.h == nil {
+		return nil, ErrClosed
+	}
+	e := encoder{shapeOff: map[int]int{}, strOff: map[int]int{}}
+	defer e.pinner.Unpin()
+	if err := e.values(args); err != nil {
+		return nil, err
+	}
+	e.finish()
+	var nodes *C.td_node
+	if len(e.nodes) > 0 {
+		nodes = &e.nodes[0]
+	}
+	cm, freeMethod := cstring(method)
+	defer freeMethod()
+	var res *C.td_result
+	if err := statusError(method, C.td_module_run(m.h, cm, nodes, C.int(len(e.nodes)), &res)); err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(e.tensors)
+	defer C.td_result_free(res)
+	var n C.int
+	p := C.td_result_nodes(res, &n)
+	d := decoder{nodes: unsafe.Slice(p, int(n))}
+	v, err := d.value()
+	if err != nil {
+		// Free the handles not yet taken over by Go tensors.
+		for i := d.pos; i < len(d.nodes); i++ {
+			if d.nodes[i].kind == C.TD_TENSOR && d.nodes[i].tensor != nil {
+				C.td_tensor_free(d.nodes[i].tensor)
+			}
+		}
+		return nil, err
+	}
+	return v, nil
+}
+
+// Schema returns method's TorchScript schema, e.g. "forward(__torch__.Net self, Tensor x) -> Tensor".
+func (m *Module) Schema(method string) (string, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.h == nil {
+		return "", ErrClosed
+	}
+	cm, freeMethod := cstring(method)
+	defer freeMethod()
+	var out *C.char
+	if err := statusError("schema "+method, C.td_module_schema(m.h, cm, &out)); err != nil {
+		return "", err
+	}
+	s := C.GoString(out)
+	C.td_error_free(out)
+	return s, nil
+}
+
+// Close frees the module after running calls finish. It is idempotent.
+func (m *Module) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h != nil {
+		m.cleanup.Stop()
+		C.td_module_free(m.h)
+		m.h = nil
+	}
+	return nil
+}

@@ -1,0 +1,66 @@
+package torch
+
+// The library is looked up next to the binary first ($ORIGIN: bin/torchd beside
+// bin/libtorchd_c.so), then in the source tree's bin/ so `go test` works after `make lib`.
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/capi
+#cgo LDFLAGS: -L${SRCDIR}/../bin -ltorchd_c -Wl,-rpath,$ORIGIN -Wl,-rpath,${SRCDIR}/../bin
+#include <stdlib.h>
+#include "torchd.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"unsafe"
+)
+
+// Error is an error raised inside LibTorch; Msg is LibTorch's message without its C++
+// backtrace.
+type Error struct {
+	Op  string
+	Msg string
+}
+
+func (e *Error) Error() string { return "torch: " + e.Op + ": " + e.Msg }
+
+// ErrClosed is returned by calls on a closed Module or Tensor.
+var ErrClosed = errors.New("torch: use of closed object")
+
+// statusError turns a td_error into a Go error, freeing it. It is the only place where
+// native errors cross into Go.
+func statusError(op string, e C.td_error) error {
+	if e == nil {
+		return nil
+	}
+	msg := C.GoString(e)
+	C.td_error_free(e)
+	return &Error{Op: op, Msg: msg}
+}
+
+// SetNumThreads sets LibTorch's intra-op threads for the calling OS thread's pool and the
+// default for new ones.
+func SetNumThreads(n int) { C.td_set_num_threads(C.int(n)) }
+
+// NumThreads returns LibTorch's intra-op thread count as seen from the calling OS thread.
+func NumThreads() int { return int(C.td_get_num_threads()) }
+
+// SetNumInteropThreads sets the inter-op pool size; it fails once any parallel work has run.
+func SetNumInteropThreads(n int) error {
+	return statusError("set inter-op threads", C.td_set_num_interop_threads(C.int(n)))
+}
+
+// CUDAAvailable reports whether the loaded library was built with CUDA and sees a device.
+func CUDAAvailable() bool { return C.td_cuda_is_available() != 0 }
+
+// CUDADeviceCount returns the number of CUDA devices visible to LibTorch.
+func CUDADeviceCount() int { return int(C.td_cuda_device_count()) }
+
+// Version returns the LibTorch version the library was built against.
+func Version() string { return C.GoString(C.td_version()) }
+
+func cstring(s string) (*C.char, func()) {
+	p := C.CString(s)
+	return p, func() { C.free(unsafe.Pointer(p)) }
+}
