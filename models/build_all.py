@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio.
+"""Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow.
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
@@ -9,13 +9,14 @@ and torch settings cannot leak into another's outputs.
 Usage: /usr/bin/python3 models/build_all.py --out DIR [--force]
 """
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["resnet18", "digits", "multiio"]
+MODELS = ["resnet18", "digits", "multiio", "slow"]
 
 
 def oldest_output(path):
@@ -47,6 +48,9 @@ def main():
     parser.add_argument("--out", required=True, help="output root")
     parser.add_argument("--force", action="store_true", help="rebuild up-to-date models too")
     args = parser.parse_args()
+    if importlib.util.find_spec("torch") is None:
+        sys.exit(f"build_all: {sys.executable} has no torch; run with /usr/bin/python3, "
+                 "which has Debian's python3-torch (the python3 first on PATH does not)")
     os.makedirs(args.out, exist_ok=True)
 
     start = time.monotonic()

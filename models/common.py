@@ -9,13 +9,8 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 
-try:
-    import torch
-except ImportError as e:
-    # The pyenv python3 first on PATH has no torch; Debian's does.
-    sys.exit(f"{e}: run the model scripts with /usr/bin/python3 (Debian's python3-torch)")
+import torch
 
 # Matches CI's 2 cores. Debian's torch would otherwise start with 1 intra-op thread, and
 # float reductions may split differently with another count, changing last bits of outputs.

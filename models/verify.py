@@ -21,8 +21,14 @@ import multiio
 RTOL, ATOL = 1e-5, 1e-6
 
 
+def expect(ok, what):
+    if not ok:
+        raise AssertionError(what)
+
+
 def load(d, name):
     path = os.path.join(d, name)
+    expect(os.path.isfile(path), f"{path}: missing")
     if name.endswith(".npy"):
         return np.load(path)
     if name.endswith(".json"):
@@ -31,11 +37,6 @@ def load(d, name):
     if name.endswith(".pt"):
         return torch.jit.load(path)
     return Image.open(path)
-
-
-def expect(ok, what):
-    if not ok:
-        raise AssertionError(what)
 
 
 def expect_close(got, want, what):

@@ -150,6 +150,11 @@ def make_images(out):
         cases.append(case("webp_lossy_400x300", "lossy.webp"))
         save(p, "lossless.webp", lossless=True)
         cases.append(case("webp_lossless_400x300", "lossless.webp"))
+        # Odd sizes exercise the edges of libwebp's chroma upsampling.
+        save(photo(401, 301, 17), "odd.webp", quality=90)
+        cases.append(case("webp_lossy_401x301", "odd.webp"))
+        save(rgba, "alpha.webp", quality=90)
+        cases.append(case("webp_lossy_alpha_257x199", "alpha.webp"))
     return cases
 
 

@@ -10,6 +10,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"strings"
 
 	"golang.org/x/image/bmp"
 	"golang.org/x/image/webp"
@@ -96,7 +97,11 @@ func corrupt(format string, err error) error {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s is truncated", ErrCorrupt, format)
 	}
-	return fmt.Errorf("%w: %s: %v", ErrCorrupt, format, err)
+	msg := err.Error()
+	if !strings.HasPrefix(msg, format) {
+		msg = format + ": " + msg
+	}
+	return fmt.Errorf("%w: %s", ErrCorrupt, msg)
 }
 
 // checkPixels is the decompression-bomb guard, run on header dimensions.
@@ -109,20 +114,20 @@ func (t Transform) checkPixels(format string, w, h int) error {
 
 // decode turns img into a raster, refusing oversized images before any pixel
 // is decoded.
-func (t Transform) decode(img []byte) (*raster, error) {
+func (t Transform) decode(img []byte) (raster, error) {
 	format, err := sniff(img)
 	if err != nil {
-		return nil, err
+		return raster{}, err
 	}
 	if format == "jpeg" && !t.PureGoJPEG {
 		return t.decodeTurbo(img)
 	}
 	cfg, err := goDecodeConfig(format, img)
 	if err != nil {
-		return nil, err
+		return raster{}, err
 	}
 	if err := t.checkPixels(format, cfg.Width, cfg.Height); err != nil {
-		return nil, err
+		return raster{}, err
 	}
 	r := bytes.NewReader(img)
 	var m image.Image
@@ -139,7 +144,7 @@ func (t Transform) decode(img []byte) (*raster, error) {
 		m, err = webp.Decode(r)
 	}
 	if err != nil {
-		return nil, corrupt(format, err)
+		return raster{}, corrupt(format, err)
 	}
 	switch m := m.(type) {
 	case *image.YCbCr:
@@ -161,7 +166,7 @@ func (t Transform) decode(img []byte) (*raster, error) {
 // the rest stays black). Alpha is dropped without compositing, as PIL's
 // convert("RGB") does. Each concrete type the decoders return gets its own
 // loop over the raw pixels; only unknown types go through color.Color.
-func fromImage(m image.Image, w, h int) *raster {
+func fromImage(m image.Image, w, h int) raster {
 	b := m.Bounds().Intersect(image.Rect(0, 0, w, h))
 	c := 3
 	switch m.(type) {

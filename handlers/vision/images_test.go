@@ -20,7 +20,7 @@ func pattern(w, h int) *image.RGBA {
 			seed ^= seed << 13
 			seed ^= seed >> 17
 			seed ^= seed << 5
-			noise := int(seed%32) - 16
+			noise := int(seed%16) - 8
 			r := 255 * x / w
 			g := 255 * y / h
 			b := 128
@@ -83,5 +83,29 @@ func bombJPEG(w, h uint16) []byte {
 			break
 		}
 	}
+	return b
+}
+
+// bombBMP is a 24-bit BMP header claiming w×h, and no pixels.
+func bombBMP(w, h uint32) []byte {
+	b := make([]byte, 54)
+	copy(b, "BM")
+	binary.LittleEndian.PutUint32(b[10:], 54) // pixel data offset
+	binary.LittleEndian.PutUint32(b[14:], 40) // BITMAPINFOHEADER
+	binary.LittleEndian.PutUint32(b[18:], w)
+	binary.LittleEndian.PutUint32(b[22:], h)
+	binary.LittleEndian.PutUint16(b[26:], 1)  // planes
+	binary.LittleEndian.PutUint16(b[28:], 24) // bits per pixel
+	return b
+}
+
+// bombWebP is a lossless WebP header claiming w×h (at most 16384 each).
+func bombWebP(w, h uint32) []byte {
+	vp8l := []byte{0x2f, 0, 0, 0, 0}
+	binary.LittleEndian.PutUint32(vp8l[1:], (w-1)|(h-1)<<14)
+	b := []byte("RIFF\x00\x00\x00\x00WEBPVP8L")
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(vp8l)))
+	b = append(b, vp8l...)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-8))
 	return b
 }

@@ -45,9 +45,9 @@ func (p *slicePool[T]) get(n int) *[]T {
 func (p *slicePool[T]) put(b *[]T) { p.p.Put(b) }
 
 // newRaster returns a w×h raster with c channels and uninitialized pixels.
-func newRaster(w, h, c int) *raster {
+func newRaster(w, h, c int) raster {
 	buf := pixPool.get(w * h * c)
-	return &raster{pix: *buf, w: w, h: h, c: c, scale: 1, fullW: w, fullH: h, buf: buf}
+	return raster{pix: *buf, w: w, h: h, c: c, scale: 1, fullW: w, fullH: h, buf: buf}
 }
 
 func (r *raster) release() {
@@ -109,7 +109,7 @@ func clipByte(v int) byte {
 
 // orient returns r turned upright for an EXIF orientation (1–8), releasing r,
 // or r itself for 1 and unknown values. It is PIL's ImageOps.exif_transpose.
-func (r *raster) orient(o int) *raster {
+func (r raster) orient(o int) raster {
 	if o < 2 || o > 8 {
 		return r
 	}

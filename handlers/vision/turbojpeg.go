@@ -8,6 +8,19 @@ package vision
 /*
 #cgo LDFLAGS: -lturbojpeg
 #include <turbojpeg.h>
+
+typedef struct {
+	int rc, width, height, subsamp, colorspace;
+} tjd_header;
+
+// tjd_read_header wraps tjDecompressHeader3, returning the results by value
+// so that Go passes no pointers to its own memory (which would move them to
+// the heap). rc is tjDecompressHeader3's return code: 0, or -1 on error.
+static tjd_header tjd_read_header(tjhandle h, const unsigned char *buf, unsigned long n) {
+	tjd_header r;
+	r.rc = tjDecompressHeader3(h, buf, n, &r.width, &r.height, &r.subsamp, &r.colorspace);
+	return r;
+}
 */
 import "C"
 
@@ -41,14 +54,14 @@ func turboHeader(img []byte) (jpegHeader, error) {
 }
 
 func readTurboHeader(h C.tjhandle, img []byte) (jpegHeader, error) {
-	var w, ht, subsamp, cs C.int
-	if C.tjDecompressHeader3(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)), &w, &ht, &subsamp, &cs) != 0 {
+	r := C.tjd_read_header(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)))
+	if r.rc != 0 {
 		return jpegHeader{}, turboError(h, "header")
 	}
-	if w <= 0 || ht <= 0 {
-		return jpegHeader{}, fmt.Errorf("%w: jpeg header says %dx%d", ErrCorrupt, w, ht)
+	if r.width <= 0 || r.height <= 0 {
+		return jpegHeader{}, fmt.Errorf("%w: jpeg header says %dx%d", ErrCorrupt, r.width, r.height)
 	}
-	return jpegHeader{w: int(w), h: int(ht), colorspace: cs}, nil
+	return jpegHeader{w: int(r.width), h: int(r.height), colorspace: r.colorspace}, nil
 }
 
 // dctScales are the reductions worth asking libjpeg-turbo for: 1/2, 1/4 and
@@ -92,18 +105,18 @@ func (t Transform) jpegScale(w, h int) int {
 
 // decodeTurbo decodes a JPEG with libjpeg-turbo, at reduced size when the
 // transform allows, and turns it upright.
-func (t Transform) decodeTurbo(img []byte) (*raster, error) {
+func (t Transform) decodeTurbo(img []byte) (raster, error) {
 	h := C.tjInitDecompress()
 	if h == nil {
-		return nil, errors.New("vision: tjInitDecompress failed")
+		return raster{}, errors.New("vision: tjInitDecompress failed")
 	}
 	defer C.tjDestroy(h)
 	hdr, err := readTurboHeader(h, img)
 	if err != nil {
-		return nil, err
+		return raster{}, err
 	}
 	if err := t.checkPixels("jpeg", hdr.w, hdr.h); err != nil {
-		return nil, err
+		return raster{}, err
 	}
 	orientation := jpegOrientation(img)
 	uw, uh := hdr.w, hdr.h
@@ -134,11 +147,11 @@ func (t Transform) decodeTurbo(img []byte) (*raster, error) {
 		truncated := strings.Contains(strings.ToLower(msg), "premature end")
 		if truncated {
 			r.release()
-			return nil, fmt.Errorf("%w: jpeg is truncated (%s)", ErrCorrupt, msg)
+			return raster{}, fmt.Errorf("%w: jpeg is truncated (%s)", ErrCorrupt, msg)
 		}
 		if C.tjGetErrorCode(h) == C.TJERR_FATAL {
 			r.release()
-			return nil, fmt.Errorf("%w: jpeg: %s", ErrCorrupt, msg)
+			return raster{}, fmt.Errorf("%w: jpeg: %s", ErrCorrupt, msg)
 		}
 	}
 	if c == 4 {

@@ -16,13 +16,16 @@ import (
 	"fmt"
 )
 
-// Errors for bad input. Apply and DecodeConfig wrap them with detail; each
-// means the client sent an image the server cannot use (HTTP 400).
+// ErrBadImage is wrapped by every error about the image itself, as opposed
+// to the Transform or dst: the client's fault, HTTP 400. The errors below
+// say which fault; Apply and DecodeConfig wrap them with detail.
+var ErrBadImage = errors.New("vision: bad image")
+
 var (
-	ErrEmpty       = errors.New("vision: empty image")
-	ErrUnsupported = errors.New("vision: unsupported image format")
-	ErrTooLarge    = errors.New("vision: image too large")
-	ErrCorrupt     = errors.New("vision: corrupt or truncated image")
+	ErrEmpty       = fmt.Errorf("%w: empty", ErrBadImage)
+	ErrUnsupported = fmt.Errorf("%w: unsupported format", ErrBadImage)
+	ErrTooLarge    = fmt.Errorf("%w: too large", ErrBadImage)
+	ErrCorrupt     = fmt.Errorf("%w: corrupt or truncated", ErrBadImage)
 )
 
 // DefaultMaxPixels is the decompression-bomb limit used when
@@ -109,7 +112,7 @@ func (t Transform) maxPixels() int {
 }
 
 // validate reports configuration mistakes. They are the server's, not the
-// client's, so the errors do not wrap the input sentinels.
+// client's, so the errors do not wrap ErrBadImage.
 func (t Transform) validate() error {
 	c, h, w := t.OutputShape()
 	switch {
@@ -134,8 +137,8 @@ func (t Transform) validate() error {
 
 // Apply decodes img and writes the transformed tensor into dst, channel-major
 // (CHW), which must have length c*h*w from OutputShape. Errors about the image
-// wrap ErrEmpty, ErrUnsupported, ErrTooLarge or ErrCorrupt. Apply is safe for
-// concurrent use.
+// wrap ErrBadImage and one of ErrEmpty, ErrUnsupported, ErrTooLarge or
+// ErrCorrupt. Apply is safe for concurrent use.
 func (t Transform) Apply(img []byte, dst []float32) error {
 	if err := t.validate(); err != nil {
 		return err
@@ -152,6 +155,6 @@ func (t Transform) Apply(img []byte, dst []float32) error {
 	if t.Gray && src.c == 3 {
 		src.toGray()
 	}
-	t.resampleInto(src, dst)
+	t.resampleInto(&src, dst)
 	return nil
 }

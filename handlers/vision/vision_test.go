@@ -102,24 +102,32 @@ func diff(got, want []float32) (mean, maxd float64) {
 	return sum / float64(len(got)), maxd
 }
 
-// Tolerances on the mean absolute difference from torchvision, in normalized
-// units (one 8-bit step is about 0.017 after dividing by the ImageNet std).
-// Filled in from measurements; see the comments at each.
+// Bounds on the mean absolute difference from torchvision, in normalized
+// units: one 8-bit step is 1/255/std, about 0.017 with the ImageNet std. The
+// measured values on Debian bookworm (libjpeg-turbo 2.1.5, libwebp 1.2.4,
+// Pillow 9.4, torchvision 0.14) are in the comments.
 const (
-	// Lossless formats, and JPEG decoded at full size by libjpeg-turbo (the
-	// same code PIL's libjpeg runs), give torchvision's tensor exactly.
-	tolExact = 0.0
+	// PNG, GIF, BMP, WebP (lossy and lossless) and JPEG decoded at full
+	// size by libjpeg-turbo, which runs the same IDCT and upsampling as
+	// PIL's libjpeg: measured 0, the tensors are identical.
+	tolExact = 1e-6
+	// JPEG decoded at 1/4 or 1/8 size in the DCT domain before the
+	// bilinear resize: measured 0.018–0.020 (max 0.67, under 40 levels of
+	// 255, at sharp edges). The cost of skipping most of the IDCT work.
+	tolDCTScaled = 0.025
+	// JPEG decoded by image/jpeg, whose IDCT and nearest-neighbour chroma
+	// differ from libjpeg: measured 0.0002 (gray) to 0.028 (320x240 upscaled).
+	tolGoJPEG = 0.035
 )
 
-// tolerance returns the bound for a case decoded one way.
-func tolerance(c refCase, variant string) float64 {
+// tolerance returns the bound for decoding c with variant; scaled says
+// whether the transform picked DCT-domain downscaling for it.
+func tolerance(variant string, scaled bool) float64 {
 	switch {
-	case strings.HasPrefix(c.Name, "jpeg") && variant == "gojpeg":
-		return 1
-	case strings.HasPrefix(c.Name, "jpeg") && variant == "turbojpeg":
-		return 1
-	case strings.HasPrefix(c.Name, "webp_lossy"):
-		return 1
+	case variant == "gojpeg":
+		return tolGoJPEG
+	case variant == "turbojpeg" && scaled:
+		return tolDCTScaled
 	}
 	return tolExact
 }
@@ -152,9 +160,17 @@ func TestMatchesTorchvision(t *testing.T) {
 				if err := tr.Apply(img, got); err != nil {
 					t.Fatal(err)
 				}
+				scale := 1
+				if v == "turbojpeg" {
+					_, w, h, err := DecodeConfig(img)
+					if err != nil {
+						t.Fatal(err)
+					}
+					scale = tr.jpegScale(w, h)
+				}
 				mean, maxd := diff(got, want)
-				tol := tolerance(c, v)
-				t.Logf("mean |diff| %.6f (bound %.4f), max %.4f", mean, tol, maxd)
+				tol := tolerance(v, scale > 1)
+				t.Logf("DCT scale 1/%d: mean |diff| %.6f (bound %g), max %.4f", scale, mean, tol, maxd)
 				if mean > tol {
 					t.Errorf("mean |diff| from torchvision %.6f > %.4f", mean, tol)
 				}
@@ -207,17 +223,89 @@ func TestErrors(t *testing.T) {
 		{"jpeg garbage", append([]byte("\xff\xd8\xff\xe0"), make([]byte, 100)...), ErrCorrupt},
 		{"png bomb", bombPNG(50000, 50000), ErrTooLarge},
 		{"jpeg bomb", bombJPEG(65000, 65000), ErrTooLarge},
+		{"gif bomb", []byte("GIF89a\xff\xff\xff\xff\x00\x00\x00;"), ErrTooLarge},
+		{"bmp bomb", bombBMP(100000, 100000), ErrTooLarge},
+		{"webp bomb", bombWebP(16384, 16384), ErrTooLarge},
+		{"png zero size", bombPNG(0, 10), ErrCorrupt},
 	}
 	for _, tt := range tests {
 		for _, pureGo := range []bool{false, true} {
 			tr := def
 			tr.PureGoJPEG = pureGo
 			err := tr.Apply(tt.img, dst)
-			if !errors.Is(err, tt.want) {
+			if !errors.Is(err, tt.want) || !errors.Is(err, ErrBadImage) {
 				t.Errorf("%s (pure Go %v): got %v, want %v", tt.name, pureGo, err, tt.want)
 				continue
 			}
 			t.Logf("%s: %v", tt.name, err)
 		}
 	}
+}
+
+func TestMaxPixels(t *testing.T) {
+	img := encodePNG(t, 64, 48)
+	tr := DefaultTransform()
+	tr.MaxPixels = 64*48 - 1
+	dst := make([]float32, 3*224*224)
+	if err := tr.Apply(img, dst); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("64x48 with MaxPixels %d: %v, want ErrTooLarge", tr.MaxPixels, err)
+	}
+	tr.MaxPixels = 64 * 48
+	if err := tr.Apply(img, dst); err != nil {
+		t.Errorf("64x48 with MaxPixels %d: %v", tr.MaxPixels, err)
+	}
+}
+
+// TestConfigErrors checks that server-side mistakes are not reported as bad
+// images, so that they do not turn into HTTP 400s.
+func TestConfigErrors(t *testing.T) {
+	img := encodePNG(t, 64, 48)
+	for name, f := range map[string]func() error{
+		"short dst": func() error { return DefaultTransform().Apply(img, make([]float32, 10)) },
+		"no size":   func() error { return Transform{Resize: 256}.Apply(img, nil) },
+		"mean for RGB": func() error {
+			return Transform{CropW: 8, Gray: true, Mean: []float32{1, 2, 3}}.Apply(img, make([]float32, 64))
+		},
+	} {
+		err := f()
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if errors.Is(err, ErrBadImage) {
+			t.Errorf("%s: %v is ErrBadImage", name, err)
+		}
+	}
+}
+
+// TestConcurrentApply runs Apply from several goroutines over mixed sizes
+// and formats, checking that pooled buffers are never shared; run with -race.
+func TestConcurrentApply(t *testing.T) {
+	imgs := [][]byte{encodeJPEG(t, 640, 480), encodePNG(t, 300, 200), encodeJPEG(t, 1200, 900), encodePNG(t, 50, 70)}
+	tr := DefaultTransform()
+	want := make([][]float32, len(imgs))
+	for i, img := range imgs {
+		want[i] = make([]float32, 3*224*224)
+		if err := tr.Apply(img, want[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			got := make([]float32, 3*224*224)
+			for n := range 12 {
+				i := (g + n) % len(imgs)
+				if err := tr.Apply(imgs[i], got); err != nil {
+					t.Error(err)
+					return
+				}
+				if m, _ := diff(got, want[i]); m != 0 {
+					t.Errorf("image %d differs when run concurrently: mean %g", i, m)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

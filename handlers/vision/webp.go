@@ -11,7 +11,7 @@ import "image"
 
 // webpToRGB converts lossy WebP planes to an RGB raster as libwebp's
 // EmitFancyRGB and UpsampleRgbLinePair do. Alpha, if any, is dropped.
-func webpToRGB(m *image.YCbCr) *raster {
+func webpToRGB(m *image.YCbCr) raster {
 	w, h := m.Rect.Dx(), m.Rect.Dy()
 	r := newRaster(w, h, 3)
 	crows := (h + 1) / 2

@@ -1,0 +1,410 @@
+package daemon_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// top1 returns the first key of a TorchServe top-k object, which is in descending order.
+func top1(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	t, err := dec.Token()
+	if err != nil {
+		return ""
+	}
+	s, _ := t.(string)
+	return s
+}
+
+// Register the digits archive through the management API, send every held-out PNG through
+// HTTP concurrently, and reach the accuracy Python measured.
+func TestDigitsAccuracyOverHTTP(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits.mar&batch_size=16&max_batch_delay=5&initial_workers=2&synchronous=true")
+	imgs, labels := heldOut(t)
+	var correct atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				r := do(t, "POST", s.inf+"/predictions/digits", "image/png", imgs[i])
+				if r.status != 200 {
+					t.Errorf("image %d: %d %s", i, r.status, r.body)
+					continue
+				}
+				if top1(r.body) == labels[i] {
+					correct.Add(1)
+				}
+			}
+		}()
+	}
+	for i := range imgs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	acc := float64(correct.Load()) / float64(len(imgs))
+	t.Logf("held-out accuracy through HTTP: %.4f over %d PNGs", acc, len(imgs))
+	if acc < 0.95 {
+		t.Fatalf("accuracy %.4f < 0.95", acc)
+	}
+}
+
+// Distinct inputs sent concurrently each get their own answer: the batched responses equal
+// the one-by-one responses for the same inputs, within 1e-5, and batches larger than 1 form.
+func TestConcurrentResponsesMatchTheirInputs(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits_tensor.mar&batch_size=16&max_batch_delay=20&initial_workers=1")
+	// Distinct inputs: each request is a different constant image.
+	n := 64
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		v := float64(i)/float64(n)*2 - 1
+		row := strings.Repeat(strconv.FormatFloat(v, 'f', 6, 64)+",", 28*28)
+		bodies[i] = []byte(fmt.Sprintf(`{"data": [%s], "shape": [1, 1, 28, 28]}`, strings.TrimSuffix(row, ",")))
+	}
+	alone := make([][]float64, n)
+	for i, b := range bodies {
+		alone[i] = tensorData(t, do(t, "POST", s.inf+"/predictions/digits_tensor", "application/json", b))
+	}
+	batched := make([][]float64, n)
+	var wg sync.WaitGroup
+	for i, b := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batched[i] = tensorData(t, do(t, "POST", s.inf+"/predictions/digits_tensor", "application/json", b))
+		}()
+	}
+	wg.Wait()
+	for i := range bodies {
+		if len(alone[i]) != 10 || len(batched[i]) != 10 {
+			t.Fatalf("request %d: %d and %d values", i, len(alone[i]), len(batched[i]))
+		}
+		for k := range alone[i] {
+			if math.Abs(alone[i][k]-batched[i][k]) > 1e-5 {
+				t.Fatalf("request %d: batched output %v differs from its one-by-one output %v", i, batched[i], alone[i])
+			}
+		}
+		if i > 0 && alone[i][0] == alone[i-1][0] {
+			t.Fatalf("requests %d and %d got identical outputs; inputs were meant to differ", i-1, i)
+		}
+	}
+	var desc []struct {
+		Batching struct {
+			Batches       int64   `json:"batches"`
+			MeanBatchSize float64 `json:"meanBatchSize"`
+		} `json:"batching"`
+	}
+	do(t, "GET", s.mgmt+"/models/digits_tensor", "", nil).json(t, &desc)
+	t.Logf("batches %d, mean batch size %.2f", desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize)
+	if desc[0].Batching.MeanBatchSize <= 1.05 {
+		t.Fatalf("no batching under concurrent load: mean batch size %.2f", desc[0].Batching.MeanBatchSize)
+	}
+}
+
+func tensorData(t testing.TB, r response) []float64 {
+	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var out struct {
+		DType string    `json:"dtype"`
+		Shape []int64   `json:"shape"`
+		Data  []float64 `json:"data"`
+	}
+	r.json(t, &out)
+	if out.DType != "float32" || len(out.Shape) != 2 || out.Shape[0] != 1 {
+		t.Fatalf("tensor response %s", r.body)
+	}
+	return out.Data
+}
+
+var abFailed = regexp.MustCompile(`Failed requests:\s+(\d+)`)
+var abComplete = regexp.MustCompile(`Complete requests:\s+(\d+)`)
+
+func requireAB(t *testing.T) string {
+	p, err := exec.LookPath("ab")
+	if err != nil {
+		t.Skip("ab (apache2-utils) is not installed; `make setup` installs it")
+	}
+	return p
+}
+
+// Scale up and down in the middle of an ab run: no request fails.
+func TestScaleDuringLoad(t *testing.T) {
+	ab := requireAB(t)
+	s := startServer(t)
+	s.register(t, "url=digits.mar&batch_size=8&max_batch_delay=2&initial_workers=1")
+	img, _ := heldOut(t)
+	f := t.TempDir() + "/img.png"
+	os.WriteFile(f, img[0][:], 0o644)
+	cmd := exec.Command(ab, "-k", "-n", "6000", "-c", "16", "-T", "image/png", "-p", f, s.inf+"/predictions/digits")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{3, 1, 2, 0, 2} {
+		time.Sleep(150 * time.Millisecond)
+		if n == 0 {
+			continue // never leave the model without workers mid-run
+		}
+		r := do(t, "PUT", fmt.Sprintf("%s/models/digits?min_worker=%d&synchronous=true", s.mgmt, n), "", nil)
+		if r.status != 200 {
+			t.Fatalf("scale to %d: %d %s", n, r.status, r.body)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("ab: %v\n%s", err, out.String())
+	}
+	m := abFailed.FindStringSubmatch(out.String())
+	c := abComplete.FindStringSubmatch(out.String())
+	if m == nil || c == nil || m[1] != "0" || c[1] != "6000" || strings.Contains(out.String(), "Non-2xx") {
+		t.Fatalf("requests failed while scaling:\n%s", out.String())
+	}
+	var desc []struct {
+		Workers []struct{ Status string } `json:"workers"`
+	}
+	do(t, "GET", s.mgmt+"/models/digits", "", nil).json(t, &desc)
+	if len(desc[0].Workers) != 2 {
+		t.Fatalf("workers after scaling: %d, want 2", len(desc[0].Workers))
+	}
+}
+
+// A full queue answers 503 with Retry-After at once, and every accepted request is answered.
+func TestQueueFull(t *testing.T) {
+	s := startServer(t, "--job-queue-size", "2", "--batch-size", "1")
+	s.register(t, "url=slow.mar&initial_workers=1")
+	// One request occupies the worker for ~600 ms, two fill the queue.
+	var wg sync.WaitGroup
+	accepted := make([]response, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			accepted[i] = do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[600, 0]]`))
+		}()
+		time.Sleep(60 * time.Millisecond)
+	}
+	time.Sleep(60 * time.Millisecond)
+	start := time.Now()
+	r := do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 0]]`))
+	took := time.Since(start)
+	errorShape(t, r, 503, "ServiceUnavailableException", "queue is full")
+	if r.header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+	t.Logf("503 answered in %v", took)
+	wg.Wait()
+	for i, a := range accepted {
+		if a.status != 200 {
+			t.Errorf("accepted request %d: %d %s", i, a.status, a.body)
+		}
+	}
+}
+
+// SIGTERM during load: every request the server accepted is answered. The server counts the
+// prediction requests it handled (its access log); the client counts the responses it got.
+func TestSIGTERMDropsNothing(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits.mar&batch_size=8&max_batch_delay=5&initial_workers=1")
+	imgs, _ := heldOut(t)
+	var answered, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	tr := &http.Transport{DisableKeepAlives: true}
+	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; ; i += 8 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := c.Post(s.inf+"/predictions/digits", "image/png", bytes.NewReader(imgs[i%len(imgs)]))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					answered.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	start := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("torchd did not exit within 30 s of SIGTERM")
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	close(stop)
+	wg.Wait()
+	if s.exitErr != nil {
+		t.Fatalf("exit status: %v\n%s", s.exitErr, s.Log())
+	}
+	handled := int64(strings.Count(s.Log(), "path=/predictions/digits status=200"))
+	t.Logf("server handled %d, client got %d answers, %d requests refused after the listener closed", handled, answered.Load(), failed.Load())
+	if handled == 0 || handled != answered.Load() {
+		t.Fatalf("server handled %d predictions but the client got %d answers", handled, answered.Load())
+	}
+}
+
+// Every status code of the inference API, with TorchServe's JSON shape.
+func TestInferenceStatusCodes(t *testing.T) {
+	s := startServer(t, "--max-request-size", "200000")
+	s.register(t, "url=digits.mar&initial_workers=1")
+	s.register(t, "url=slow.mar&initial_workers=1&response_timeout=1")
+	png, _ := heldOut(t)
+
+	var ping struct{ Status string }
+	r := do(t, "GET", s.inf+"/ping", "", nil)
+	r.json(t, &ping)
+	if r.status != 200 || ping.Status != "Healthy" {
+		t.Fatalf("ping: %d %s", r.status, r.body)
+	}
+	r = do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0])
+	if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+	var probs map[string]float64
+	r.json(t, &probs)
+	if len(probs) != 3 {
+		t.Fatalf("top_k 3 expected: %s", r.body)
+	}
+	// Version in the path.
+	if r := do(t, "POST", s.inf+"/predictions/digits/1.0", "image/png", png[0]); r.status != 200 {
+		t.Fatalf("predict v1.0: %d %s", r.status, r.body)
+	}
+	// Multipart with two files: two images, a JSON array of two answers.
+	var mp bytes.Buffer
+	w := multipart.NewWriter(&mp)
+	for i := range 2 {
+		fw, _ := w.CreateFormFile("data", fmt.Sprintf("%d.png", i))
+		fw.Write(png[i])
+	}
+	w.Close()
+	r = do(t, "POST", s.inf+"/predictions/digits", w.FormDataContentType(), mp.Bytes())
+	var two []map[string]float64
+	r.json(t, &two)
+	if r.status != 200 || len(two) != 2 {
+		t.Fatalf("multipart: %d %s", r.status, r.body)
+	}
+
+	errorShape(t, do(t, "POST", s.inf+"/predictions/nope", "image/png", png[0]), 404, "ModelNotFoundException", "Model not found: nope")
+	errorShape(t, do(t, "POST", s.inf+"/predictions/digits/9.9", "image/png", png[0]), 404, "ModelVersionNotFoundException", "9.9")
+	errorShape(t, do(t, "GET", s.inf+"/nothing/here", "", nil), 404, "ResourceNotFoundException", "not found")
+	errorShape(t, do(t, "DELETE", s.inf+"/ping", "", nil), 405, "MethodNotAllowedException", "not allowed")
+	errorShape(t, do(t, "POST", s.inf+"/predictions/digits", "image/png", []byte("not an image")), 400, "BadRequestException", "")
+	errorShape(t, do(t, "POST", s.inf+"/predictions/digits", "image/png", nil), 400, "BadRequestException", "empty")
+	errorShape(t, do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0][:len(png[0])/2]), 400, "BadRequestException", "")
+	errorShape(t, oversized(t, s.inf+"/predictions/digits", 300000), 413, "", "max_request_size")
+	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 2, 3]]`)), 400, "BadRequestException", "shape")
+	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`{"data": [1, 2], "shape": [5]}`)), 400, "BadRequestException", "needs 5 values")
+	errorShape(t, do(t, "POST", s.inf+"/explanations/digits", "image/png", png[0]), 501, "", "does not explain")
+	// The model raises: 500 with LibTorch's message.
+	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, -1]]`)), 500, "InternalServerException", "negative input")
+	// SageMaker-style routes.
+	if r := do(t, "POST", s.inf+"/models/slow/invoke", "application/json", []byte(`[[1, 0]]`)); r.status != 200 {
+		t.Fatalf("invoke: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.inf+"/invocations?model_name=slow", "application/json", []byte(`[[1, 0]]`)); r.status != 200 {
+		t.Fatalf("invocations: %d %s", r.status, r.body)
+	}
+	errorShape(t, do(t, "POST", s.inf+"/invocations", "application/json", []byte(`[[1, 0]]`)), 400, "BadRequestException", "model_name is required")
+	// Longer than response_timeout (1 s): 504. Last, as it keeps the slow worker busy.
+	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[2500, 0]]`)), 504, "", "response_timeout")
+	// No workers: 503 with Retry-After.
+	if r := do(t, "PUT", s.mgmt+"/models/digits?min_worker=0&synchronous=true", "", nil); r.status != 200 {
+		t.Fatalf("scale to 0: %d %s", r.status, r.body)
+	}
+	r = do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0])
+	errorShape(t, r, 503, "ServiceUnavailableException", "no worker")
+	if r.header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+}
+
+// One bad request in a batch fails alone; its neighbours get their answers.
+func TestBadRequestFailsAlone(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=slow.mar&batch_size=8&max_batch_delay=200&initial_workers=1")
+	var wg sync.WaitGroup
+	results := make([]response, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			flag := 0
+			if i == 3 {
+				flag = -1
+			}
+			results[i] = do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(fmt.Sprintf(`[[%d, %d]]`, i, flag)))
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if i == 3 {
+			errorShape(t, r, 500, "InternalServerException", "negative input")
+			continue
+		}
+		got := tensorData(t, r)
+		if got[0] != float64(2*i) {
+			t.Errorf("request %d got %v, want its own input doubled", i, got)
+		}
+	}
+}
+
+// oversized announces a body of size bytes but sends only 1 KiB of it: torchd must answer
+// 413 from the Content-Length alone, without reading the body.
+func oversized(t testing.TB, url string, size int) response {
+	t.Helper()
+	u := strings.TrimPrefix(url, "http://")
+	host, path, _ := strings.Cut(u, "/")
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n", path, host, size)
+	c.Write(make([]byte, 1024))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the 413: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}

@@ -1,0 +1,287 @@
+package daemon_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+)
+
+// The end-to-end tests run the real torchd binary on free ports against archives built
+// from the model zoo (models/out, made by `make models`), and talk to it over HTTP.
+var (
+	torchdBin string
+	store     string
+	zooDir    = filepath.Join("..", "models", "out")
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "torchd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	torchdBin = filepath.Join(tmp, "torchd")
+	build := exec.Command("go", "build", "-o", torchdBin, "../cmd/torchd")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building torchd:", err)
+		return 1
+	}
+	store = filepath.Join(tmp, "store")
+	if err := buildStore(store); err != nil {
+		fmt.Fprintln(os.Stderr, "building the model store (run `make models` first):", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// buildStore writes the zoo's archives with the archive package, as `make archives` does
+// with `torchd archive`. Version 2.0 of digits goes to v2/digits.mar.
+func buildStore(dir string) error {
+	for _, a := range []struct{ name, zoo, config, version, sub string }{
+		{"digits", "digits", "digits", "1.0", ""},
+		{"digits", "digits", "digits", "2.0", "v2"},
+		{"digits_tensor", "digits", "digits_tensor", "1.0", ""},
+		{"resnet18", "resnet18", "resnet18", "1.0", ""},
+		{"slow", "slow", "slow", "1.0", ""},
+	} {
+		export := filepath.Join(dir, a.sub)
+		if err := os.MkdirAll(export, 0o755); err != nil {
+			return err
+		}
+		var extra []string
+		if labels := filepath.Join(zooDir, a.zoo, "index_to_name.json"); fileExists(labels) {
+			extra = append(extra, labels)
+		}
+		_, err := archive.Write(archive.WriteOptions{
+			ModelName: a.name, Version: a.version,
+			SerializedFile: filepath.Join(zooDir, a.zoo, "model.pt"),
+			ExtraFiles:     extra,
+			ConfigFile:     filepath.Join("..", "models", "configs", a.config+".toml"),
+			ExportPath:     export,
+		})
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", a.name, a.version, err)
+		}
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// server is a running torchd process.
+type server struct {
+	t                  testing.TB
+	cmd                *exec.Cmd
+	inf, mgmt, metrics string
+	mu                 sync.Mutex
+	log                bytes.Buffer
+	exited             chan struct{}
+	exitErr            error
+}
+
+var listenRE = regexp.MustCompile(`msg=listening api=(\w+) addr=(\S+)`)
+
+// startServer runs torchd serve on free ports with the e2e store and extra args, and waits
+// for it to listen (and, with models, to report healthy).
+func startServer(t testing.TB, args ...string) *server {
+	t.Helper()
+	all := append([]string{"serve", "--model-store", store,
+		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"}, args...)
+	s := &server{t: t, exited: make(chan struct{})}
+	s.cmd = exec.Command(torchdBin, all...)
+	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=")
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 3)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.log.WriteString(line + "\n")
+			s.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				addrs <- [2]string{m[1], m[2]}
+			}
+		}
+	}()
+	go func() {
+		s.exitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(s.stop)
+	deadline := time.After(30 * time.Second)
+	for s.inf == "" || s.mgmt == "" || s.metrics == "" {
+		select {
+		case a := <-addrs:
+			switch a[0] {
+			case "inference":
+				s.inf = "http://" + a[1]
+			case "management":
+				s.mgmt = "http://" + a[1]
+			case "metrics":
+				s.metrics = "http://" + a[1]
+			}
+		case <-s.exited:
+			t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
+		case <-deadline:
+			t.Fatalf("torchd did not listen within 30 s\n%s", s.Log())
+		}
+	}
+	return s
+}
+
+// Log returns what the server has logged so far.
+func (s *server) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+func (s *server) stop() {
+	select {
+	case <-s.exited:
+		return
+	default:
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+}
+
+// waitHealthy polls /ping until it answers 200.
+func (s *server) waitHealthy(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.inf + "/ping")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("not healthy within 60 s\n%s", s.Log())
+}
+
+// response is a finished HTTP exchange.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("status %d body %q: %v", r.status, r.body, err)
+	}
+}
+
+var client = &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+func do(t testing.TB, method, url, contentType string, body []byte) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// register registers an archive of the store synchronously and fails the test on an error.
+func (s *server) register(t testing.TB, query string) {
+	t.Helper()
+	r := do(t, "POST", s.mgmt+"/models?"+query, "", nil)
+	if r.status != 200 {
+		t.Fatalf("register %s: %d %s", query, r.status, r.body)
+	}
+}
+
+// errorShape asserts TorchServe's error body for status.
+func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	var e struct {
+		Code    int    `json:"code"`
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	r.json(t, &e)
+	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
+		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
+	}
+}
+
+// heldOut returns the digits held-out PNGs and their labels.
+func heldOut(t testing.TB) ([][]byte, []string) {
+	t.Helper()
+	dir := filepath.Join(zooDir, "digits", "heldout")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imgs [][]byte
+	var labels []string
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".png") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		imgs = append(imgs, b)
+		labels = append(labels, strings.TrimSuffix(strings.SplitN(e.Name(), "_", 2)[1], ".png"))
+	}
+	return imgs, labels
+}

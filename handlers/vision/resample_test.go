@@ -1,0 +1,124 @@
+package vision
+
+import (
+	"bytes"
+	"image"
+	"image/png"
+	"testing"
+)
+
+func TestResizedSize(t *testing.T) {
+	def := DefaultTransform()
+	tests := []struct {
+		t            Transform
+		w, h         int
+		wantW, wantH int
+	}{
+		{def, 640, 480, 341, 256},   // int(256*640/480) = int(341.33)
+		{def, 1920, 1080, 455, 256}, // int(455.11)
+		{def, 300, 500, 256, 426},   // int(426.67): truncated, not rounded
+		{def, 100, 80, 320, 256},
+		{def, 256, 256, 256, 256},
+		{Transform{Width: 28, Height: 28}, 640, 480, 28, 28},
+		{Transform{CropW: 224}, 640, 480, 640, 480},
+	}
+	for _, tt := range tests {
+		if w, h := tt.t.resizedSize(tt.w, tt.h); w != tt.wantW || h != tt.wantH {
+			t.Errorf("resizedSize(%d, %d) = %d, %d; want %d, %d", tt.w, tt.h, w, h, tt.wantW, tt.wantH)
+		}
+	}
+}
+
+func TestCropOrigin(t *testing.T) {
+	tests := []struct{ size, crop, want int }{
+		{256, 224, 16},
+		{455, 224, 116}, // round(115.5) = 116: half to even
+		{341, 224, 58},  // round(58.5) = 58: half to even
+		{426, 224, 101},
+		{224, 224, 0},
+		{100, 224, -62}, // padded by (224-100)//2 on the left
+		{101, 224, -61},
+	}
+	for _, tt := range tests {
+		if got := cropOrigin(tt.size, tt.crop); got != tt.want {
+			t.Errorf("cropOrigin(%d, %d) = %d, want %d", tt.size, tt.crop, got, tt.want)
+		}
+	}
+}
+
+func TestJPEGScale(t *testing.T) {
+	def := DefaultTransform()
+	tests := []struct {
+		t    Transform
+		w, h int
+		want int
+	}{
+		{def, 640, 480, 1},                     // 1/2 would be 240 < 256
+		{def, 1024, 768, 2},                    // 384x512... 512x384 >= 341x256
+		{def, 1920, 1080, 4},                   // 480x270 >= 455x256
+		{def, 1080, 1920, 4},                   // portrait, as after EXIF rotation
+		{def, 2600, 2100, 8},                   // 325x262 >= 321x256
+		{def, 2048, 2047, 4},                   // 1/8 would be 255.9 rows
+		{Transform{CropW: 224}, 4000, 3000, 1}, // no resize: nothing to gain
+		{Transform{Width: 28, Height: 28}, 640, 480, 8},
+		{Transform{Width: 28, Height: 28}, 200, 480, 4},
+	}
+	for _, tt := range tests {
+		if got := tt.t.jpegScale(tt.w, tt.h); got != tt.want {
+			t.Errorf("jpegScale(%d, %d) = 1/%d, want 1/%d", tt.w, tt.h, got, tt.want)
+		}
+	}
+}
+
+// TestIdentity checks that a 28x28 gray image resized to 28x28, as for a
+// digit classifier, is passed through untouched and only normalized.
+func TestIdentity(t *testing.T) {
+	m := image.NewGray(image.Rect(0, 0, 28, 28))
+	for i := range m.Pix {
+		m.Pix[i] = byte(i * 13)
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, m); err != nil {
+		t.Fatal(err)
+	}
+	tr := Transform{Width: 28, Height: 28, Gray: true, Mean: []float32{0.1307}, Std: []float32{0.3081}}
+	dst := make([]float32, 28*28)
+	if err := tr.Apply(buf.Bytes(), dst); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range m.Pix {
+		if want := (float32(v)/255 - 0.1307) / 0.3081; dst[i] != want {
+			t.Fatalf("pixel %d: got %v, want %v", i, dst[i], want)
+		}
+	}
+}
+
+func TestOutputShapeAndValidate(t *testing.T) {
+	tests := []struct {
+		t       Transform
+		c, h, w int
+		valid   bool
+	}{
+		{DefaultTransform(), 3, 224, 224, true},
+		{Transform{Resize: 256, CropW: 200}, 3, 200, 200, true}, // square shorthand
+		{Transform{Resize: 256, CropW: 200, CropH: 100}, 3, 100, 200, true},
+		{Transform{Width: 28, Height: 28, Gray: true}, 1, 28, 28, true},
+		{Transform{Width: 64, Height: 32, CropW: 16}, 3, 16, 16, true},
+		{Transform{}, 3, 0, 0, false},            // no fixed size
+		{Transform{Resize: 256}, 3, 0, 0, false}, // no fixed size
+		{Transform{Width: 28}, 3, 0, 0, false},   // half an exact size
+		{Transform{Resize: 256, Width: 28, Height: 28}, 3, 28, 28, false},
+		{Transform{CropW: 224, Gray: true, Mean: []float32{0.5, 0.5, 0.5}, Std: []float32{1, 1, 1}}, 1, 224, 224, false},
+		{Transform{CropW: 224, Mean: []float32{0, 0, 0}, Std: []float32{1, 0, 1}}, 3, 224, 224, false},
+		{Transform{CropW: -1}, 3, 0, 0, false},
+	}
+	for _, tt := range tests {
+		c, h, w := tt.t.OutputShape()
+		if c != tt.c || h != tt.h || w != tt.w {
+			t.Errorf("%+v: OutputShape = %d, %d, %d; want %d, %d, %d", tt.t, c, h, w, tt.c, tt.h, tt.w)
+		}
+		if err := tt.t.validate(); (err == nil) != tt.valid {
+			t.Errorf("%+v: validate = %v, want valid %v", tt.t, err, tt.valid)
+		}
+	}
+}
