@@ -181,7 +181,7 @@ func (x *extractor) file(name string, r io.Reader, declared int64) error {
 // bomb costs one buffer of decompression, not the disk.
 func (x *extractor) copy(w io.Writer, r io.Reader) error {
 	if x.buf == nil {
-		x.buf = make([]byte, 256<<10)
+		x.buf = make([]byte, 64<<10)
 	}
 	var n int64
 	for {

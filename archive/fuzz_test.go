@@ -1,6 +1,7 @@
 package archive
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,19 +53,21 @@ func FuzzOpen(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s.data, s.tgz)
 	}
-	limits := Limits{MaxTotalBytes: 8 << 20, MaxFileBytes: 4 << 20, MaxFiles: 64}
+	limits := Limits{MaxTotalBytes: 2 << 20, MaxFileBytes: 1 << 20, MaxFiles: 64}
+	// One directory per worker process, reused: Open's own MkdirTemp and
+	// RemoveAll already cost most of an execution.
+	dir := f.TempDir()
+	tmp := filepath.Join(dir, "extract")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, tgz bool) {
-		dir := t.TempDir()
 		name := "m.mar"
 		if tgz {
 			name = "m.tar.gz"
 		}
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		tmp := filepath.Join(dir, "extract")
-		if err := os.Mkdir(tmp, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		m, err := Open(p, WithTempDir(tmp), WithLimits(limits))
@@ -102,6 +105,44 @@ func FuzzOpen(f *testing.F) {
 		if left := dirEntries(t, tmp); len(left) != 0 {
 			t.Fatalf("Close left %q", left)
 		}
+	})
+}
+
+// FuzzParseModelConfig feeds arbitrary text to the TOML and YAML config
+// parsers, which must not panic and must report failures as *ConfigError.
+//
+//	go test -run='^$' -fuzz=FuzzParseModelConfig -fuzztime=10s ./archive/
+func FuzzParseModelConfig(f *testing.F) {
+	f.Add([]byte(exampleTOML), false)
+	f.Add([]byte("batch_size = \"8\"\n[[inputs]]\nname = 1\n"), false)
+	f.Add([]byte(tsFiles[2].data), true)
+	f.Add([]byte("handler:\n  top_k: 3\nminWorkers: -1\n"), true)
+	f.Fuzz(func(t *testing.T, data []byte, yaml bool) {
+		name := ConfigTOML
+		if yaml {
+			name = ConfigYAML
+		}
+		c, err := ParseModelConfig(name, data)
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.File != name {
+				t.Fatalf("error %v is not a *ConfigError for %s", err, name)
+			}
+			return
+		}
+		if c.Handler != "" && !IsHandlerName(c.Handler) {
+			t.Fatalf("accepted handler %q", c.Handler)
+		}
+		if c.BatchSize < 0 || c.MinWorkers < 0 || c.MaxWorkers < 0 || c.JobQueueSize < 0 || c.Threads < 0 ||
+			c.ResponseTimeout < 0 || c.StartupTimeout < 0 || (c.MaxBatchDelay != nil && *c.MaxBatchDelay < 0) {
+			t.Fatalf("accepted a negative value: %+v", c)
+		}
+		for _, s := range append(c.Inputs, c.Outputs...) {
+			if s.Name == "" || !validDType(s.DType) {
+				t.Fatalf("accepted tensor spec %+v", s)
+			}
+		}
+		c.WithDefaults()
 	})
 }
 

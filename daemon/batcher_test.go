@@ -1,0 +1,106 @@
+package daemon
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func newJob(enqueued time.Time) *job {
+	return &job{enqueued: enqueued, done: make(chan jobResult, 1)}
+}
+
+// A full batch goes at once, however long the delay.
+func TestBatchGoesWhenFull(t *testing.T) {
+	b := NewBatcher(10, 4, time.Hour)
+	for range 6 {
+		if err := b.Submit(newJob(time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan []*job)
+	go func() { done <- b.next(nil) }()
+	select {
+	case batch := <-done:
+		if len(batch) != 4 {
+			t.Fatalf("batch of %d, want 4", len(batch))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a full batch waited for its delay")
+	}
+	if b.Pending() != 2 {
+		t.Fatalf("%d pending, want 2", b.Pending())
+	}
+}
+
+// The delay counts from the oldest request's arrival: a request that already waited longer
+// than the delay goes with what is queued, without waiting for more.
+func TestDelayCountsFromOldest(t *testing.T) {
+	b := NewBatcher(10, 8, 50*time.Millisecond)
+	b.Submit(newJob(time.Now().Add(-time.Second)))
+	b.Submit(newJob(time.Now()))
+	batch := b.next(nil)
+	if len(batch) != 2 {
+		t.Fatalf("batch of %d, want the 2 queued", len(batch))
+	}
+}
+
+// With time left, the batch waits for requests that arrive during the delay.
+func TestBatchWaitsForLateArrivals(t *testing.T) {
+	b := NewBatcher(10, 3, 5*time.Second)
+	b.Submit(newJob(time.Now()))
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		b.Submit(newJob(time.Now()))
+		b.Submit(newJob(time.Now()))
+	}()
+	if batch := b.next(nil); len(batch) != 3 {
+		t.Fatalf("batch of %d, want 3", len(batch))
+	}
+}
+
+func TestQueueBound(t *testing.T) {
+	b := NewBatcher(2, 1, 0)
+	b.Submit(newJob(time.Now()))
+	b.Submit(newJob(time.Now()))
+	if err := b.Submit(newJob(time.Now())); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("third submit into a queue of 2: %v", err)
+	}
+	b2 := NewBatcher(2, 1, 0)
+	b2.closed.Store(true)
+	if err := b2.Submit(newJob(time.Now())); err == nil {
+		t.Fatal("a closed batcher accepted a request")
+	}
+}
+
+// Requests past their deadline or whose client left are answered and never batched.
+func TestDroppedBeforeInference(t *testing.T) {
+	b := NewBatcher(10, 8, 0)
+	expired := newJob(time.Now())
+	expired.deadline = time.Now().Add(-time.Millisecond)
+	gone := newJob(time.Now())
+	gone.gone = func() bool { return true }
+	ok := newJob(time.Now())
+	b.Submit(expired)
+	b.Submit(gone)
+	b.Submit(ok)
+	batch := b.next(nil)
+	if len(batch) != 1 || batch[0] != ok {
+		t.Fatalf("batch %v, want only the live request", batch)
+	}
+	if r := <-expired.done; !errors.Is(r.err, errExpired) {
+		t.Errorf("expired: %v", r.err)
+	}
+	if r := <-gone.done; !errors.Is(r.err, errClientGone) {
+		t.Errorf("gone: %v", r.err)
+	}
+}
+
+func TestNextStops(t *testing.T) {
+	b := NewBatcher(10, 8, 0)
+	stop := make(chan struct{})
+	close(stop)
+	if batch := b.next(stop); batch != nil {
+		t.Fatalf("stopped next returned %v", batch)
+	}
+}

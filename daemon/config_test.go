@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeTOML(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "torchd.toml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigDefaults(t *testing.T) {
+	c, err := LoadConfig(nil, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.InferenceAddress != "127.0.0.1:8080" || c.ManagementAddress != "127.0.0.1:8081" || c.MetricsAddress != "127.0.0.1:8082" {
+		t.Errorf("addresses %q %q %q", c.InferenceAddress, c.ManagementAddress, c.MetricsAddress)
+	}
+	if c.MaxRequestSize != 6553500 || c.Model.BatchSize != 1 || c.Model.MaxBatchDelay != 100*time.Millisecond ||
+		c.Model.JobQueueSize != 100 || c.Model.ResponseTimeout != 120*time.Second || c.Model.MinWorkers != 1 {
+		t.Errorf("defaults %+v", c)
+	}
+	if len(c.ModelSet) != 0 {
+		t.Errorf("nothing was set, got %v", c.ModelSet)
+	}
+}
+
+// flags > environment > torchd.toml > defaults, and the docker-run variables.
+func TestConfigPrecedence(t *testing.T) {
+	file := writeTOML(t, "batch_size = 4\nmax_batch_delay = 7\nworkers = 3\njob_queue_size = 50\nmodel_store = \"/from/file\"\nallowed_urls = [\"file://.*\", \"https://models\\\\.example/.*\"]\n")
+	env := map[string]string{"TORCHD_CONFIG": file, "BATCH_SIZE": "32", "WORKERS": "2", "LINGER_MS": "10", "TORCHD_JOB_QUEUE_SIZE": "60"}
+	c, err := LoadConfig([]string{"--job-queue-size", "70"}, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Model.BatchSize != 32 || c.Model.MinWorkers != 2 || c.Model.MaxBatchDelay != 10*time.Millisecond {
+		t.Errorf("environment should beat the file: %+v", c.Model)
+	}
+	if c.Model.JobQueueSize != 70 {
+		t.Errorf("flag should beat environment: %d", c.Model.JobQueueSize)
+	}
+	if c.ModelStore != "/from/file" || len(c.AllowedURLs) != 2 {
+		t.Errorf("file values: %q %v", c.ModelStore, c.AllowedURLs)
+	}
+	// TORCHD_BATCH_SIZE is an alias; BATCH_SIZE, listed first, wins when both are set.
+	env["TORCHD_BATCH_SIZE"] = "5"
+	c, _ = LoadConfig(nil, envOf(env))
+	if c.Model.BatchSize != 32 {
+		t.Errorf("BATCH_SIZE over TORCHD_BATCH_SIZE: %d", c.Model.BatchSize)
+	}
+	for _, k := range []string{"batch_size", "workers", "max_batch_delay", "job_queue_size"} {
+		if !c.ModelSet[k] {
+			t.Errorf("%s not recorded as set", k)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--batch-size", "0"}, nil, "flag --batch-size: want an integer ≥ 1"},
+		{nil, map[string]string{"WORKERS": "many"}, "environment variable WORKERS"},
+		{nil, map[string]string{"LINGER_MS": "-3"}, "LINGER_MS"},
+		{[]string{"--device", "tpu"}, nil, "want cpu, cuda or cuda:N"},
+		{[]string{"--profile", "heap"}, nil, "want one of"},
+		{nil, map[string]string{"TORCHD_CONFIG": "/absent/torchd.toml"}, "config /absent/torchd.toml"},
+		{[]string{"--config", writeTOML(t, "batch_sise = 3\n")}, nil, `unknown key "batch_sise"`},
+		{[]string{"--config", writeTOML(t, "batch_size = [")}, nil, "config"},
+		{[]string{"--config", writeTOML(t, "access_log = \"perhaps\"\n")}, nil, "key access_log: want true or false"},
+		{[]string{"extra"}, nil, "unexpected arguments"},
+	}
+	for _, c := range cases {
+		_, err := LoadConfig(c.args, envOf(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: error %v, want it to contain %q", c.args, c.env, err, c.want)
+		}
+	}
+}
+
+// The per-model precedence: registration > server settings that were set > archive > defaults.
+func TestResolveModelSettings(t *testing.T) {
+	c, _ := LoadConfig(nil, envOf(map[string]string{"BATCH_SIZE": "32"}))
+	delay := 3 * time.Millisecond
+	ac := archive.ModelConfig{BatchSize: 8, MaxBatchDelay: &delay, MinWorkers: 2, JobQueueSize: 10, Freeze: true}
+	s := resolveModelSettings(c, ac, RegisterRequest{})
+	if s.BatchSize != 32 || s.MaxBatchDelay != delay || s.MinWorkers != 2 || s.JobQueueSize != 10 || !s.Freeze {
+		t.Errorf("env over archive over defaults: %+v", s)
+	}
+	w := 0
+	d := time.Duration(0)
+	s = resolveModelSettings(c, ac, RegisterRequest{BatchSize: 4, InitialWorkers: &w, MaxBatchDelay: &d, ResponseTimeout: time.Second})
+	if s.BatchSize != 4 || s.MinWorkers != 0 || s.MaxBatchDelay != 0 || s.ResponseTimeout != time.Second {
+		t.Errorf("registration over everything: %+v", s)
+	}
+}
