@@ -51,7 +51,7 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 func (d *Daemon) Start() error {
 	apis := []struct {
 		name, addr string
-		h      fasthttp.RequestHandler
+		h          fasthttp.RequestHandler
 	}{
 		{"inference", d.cfg.InferenceAddress, d.inferenceRouter().serve},
 		{"management", d.cfg.ManagementAddress, d.managementRouter().serve},
@@ -290,4 +290,3 @@ func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	d.metrics.WritePrometheus(ctx)
 }
-

@@ -51,7 +51,7 @@ func (r *Registry) storePath(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(store, filepath.Clean("/" + name))
+	p := filepath.Join(store, filepath.Clean("/"+name))
 	if _, err := os.Stat(p); err != nil {
 		return "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
 	}

@@ -145,7 +145,7 @@ func TestDTypes(t *testing.T) {
 func TestFromBytesUnaligned(t *testing.T) {
 	m := loadMultiIO(t)
 	buf := make([]byte, 13)
-	b := buf[1:13] // misaligned for float32
+	b := buf[1:13]                                                     // misaligned for float32
 	copy(b, []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40}) // 1, 2, 3
 	x, err := torch.FromBytes(torch.Float32, b, 3)
 	if err != nil {
@@ -185,7 +185,10 @@ func TestErrors(t *testing.T) {
 		{"wrong arity", func() error { _, err := r18.Forward(); return err }, "argument"},
 		{"too many args", func() error { _, err := m.Run("identity", mustTensor(t, img[:3]), mustTensor(t, img[:3])); return err }, "argument"},
 		{"wrong argument type", func() error { _, err := m.Run("identity", "a string"); return err }, "Expected a value of type 'Tensor'"},
-		{"wrong dtype", func() error { _, err := r18.Forward(mustTensor(t, make([]int64, 3*224*224), 1, 3, 224, 224)); return err }, ""},
+		{"wrong dtype", func() error {
+			_, err := r18.Forward(mustTensor(t, make([]int64, 3*224*224), 1, 3, 224, 224))
+			return err
+		}, ""},
 		{"wrong shape", func() error { _, err := r18.Forward(mustTensor(t, img[:3*224], 1, 3, 224)); return err }, ""},
 		{"wrong channels", func() error { _, err := r18.Forward(mustTensor(t, img[:224*224], 1, 1, 224, 224)); return err }, "channels"},
 		{"unknown method", func() error { _, err := m.Run("nope"); return err }, "has no method 'nope'"},
@@ -196,7 +199,10 @@ func TestErrors(t *testing.T) {
 		{"missing file", func() error { _, err := torch.Load(filepath.Join(dir, "absent.pt")); return err }, "no such file"},
 		{"corrupt file", func() error { _, err := torch.Load(corrupt); return err }, ""},
 		{"truncated file", func() error { _, err := torch.Load(truncated); return err }, ""},
-		{"bad device", func() error { _, err := torch.Load(zoo(t, "multiio", "model.pt"), torch.WithDevice("tpu:0")); return err }, ""},
+		{"bad device", func() error {
+			_, err := torch.Load(zoo(t, "multiio", "model.pt"), torch.WithDevice("tpu:0"))
+			return err
+		}, ""},
 		{"shape mismatch", func() error { _, err := torch.NewTensor([]float32{1, 2, 3}, 2, 2); return err }, "needs 4 elements"},
 		{"negative shape", func() error { _, err := torch.NewTensor([]float32{}, -1); return err }, "negative"},
 		{"bytes mismatch", func() error { _, err := torch.FromBytes(torch.Float32, make([]byte, 7), 2); return err }, "needs 8 bytes"},

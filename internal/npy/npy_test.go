@@ -66,7 +66,9 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
-func replace(s, old, new string) string { return string(bytes.Replace([]byte(s), []byte(old), []byte(new), 1)) }
+func replace(s, old, new string) string {
+	return string(bytes.Replace([]byte(s), []byte(old), []byte(new), 1))
+}
 
 func FuzzDecode(f *testing.F) {
 	f.Add(append([]byte(numpyHeader), make([]byte, 12)...))
