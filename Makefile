@@ -28,7 +28,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: all setup lib build models archives run test test-go test-fuzz bench bench-smoke vet fmt clean
+.PHONY: all setup lib build models archives run test fuzz bench bench-binding vet clean
 
 all: build
 
@@ -49,16 +49,31 @@ $(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h
 	g++ -std=c++17 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
 	g++ -shared -o $@ build/torchd.o -Wl,--no-undefined $(TORCH_LDFLAGS) $(TORCH_LIBS)
 
-build: lib
-	$(GO) build -o $(BIN)/torchd ./cmd/torchd
+build: $(BIN)/torchd
 
 models: $(MODELS_OUT)/.done
 $(MODELS_OUT)/.done: $(wildcard models/*.py)
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
 
-run: setup build models
-	$(BIN)/torchd version
+# The zoo's archives, built with torchd's own archiver. digits_tensor is the digits CNN
+# behind the tensor handler; slow is the controllable test model.
+ARCHIVES := resnet18:resnet18 digits:digits digits_tensor:digits slow:slow
+archives: $(STORE)/.done
+$(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
+	@mkdir -p $(STORE)
+	@for a in $(ARCHIVES); do name=$${a%%:*}; zoo=$${a##*:}; \
+	  extra=""; [ -f $(MODELS_OUT)/$$zoo/index_to_name.json ] && extra="--extra-files $(MODELS_OUT)/$$zoo/index_to_name.json"; \
+	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/model.pt \
+	    --config-file models/configs/$$name.toml $$extra --export-path $(STORE) --force || exit 1; done
+	@touch $@
+
+$(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive torch internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
+	$(GO) build -o $(BIN)/torchd ./cmd/torchd
+
+# Serves the zoo on :8080 (inference), :8081 (management) and :8082 (metrics).
+run: setup build models archives
+	$(BIN)/torchd serve --model-store $(STORE) --models all
 
 vet:
 	$(GO) vet ./...
@@ -69,10 +84,22 @@ vet:
 test: setup lib models vet
 	$(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
+	$(MAKE) fuzz FUZZTIME=10s
 
-bench: setup lib models
-	$(GO) test -run='^$$' -bench=. -benchtime=20x -count=5 ./torch/ | tee build/bench-torch.txt
-	$(PYTHON) torch/testdata/bench_python.py --models $(MODELS_OUT) | tee build/bench-python.txt
+# Each fuzz target for a bounded time; the seed corpora under testdata/fuzz are committed.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply
+fuzz:
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+	  $(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; done
+
+# Go binding against Python on the same TorchScript file, interleaved rounds in one run.
+bench-binding: setup lib models
+	@mkdir -p build
+	$(PYTHON) torch/testdata/compare_python.py --rounds 3 | tee build/bench-binding.md
+
+bench: bench-binding
 
 clean:
 	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so build

@@ -111,6 +111,7 @@ func TestOpenMalicious(t *testing.T) {
 		{name: "not gzip", file: "m.tar.gz", data: []byte("this is not a gzip stream"), want: ErrCorrupt},
 		{name: "missing manifest in .mar", file: "m.mar", data: makeZip(t, zipEntry{name: "model.pt"}), want: ErrMissingManifest},
 		{name: "missing manifest and config in .tar.gz", file: "m.tar.gz", data: makeTarGz(t, tarEntry{name: "m/model.pt"}), want: ErrMissingManifest},
+		{name: "manifest alone in a .tar.gz", file: "m.tar.gz", data: makeTarGz(t, tarEntry{name: ManifestPath, data: manifest}), want: ErrMissingFile},
 		{name: "manifest names a missing file", file: "m.mar", data: makeZip(t, zipEntry{name: ManifestPath, data: manifest}), want: ErrMissingFile},
 		{name: "manifest names a missing config", file: "m.mar", data: makeZip(t, zipEntry{name: "model.pt"},
 			zipEntry{name: ManifestPath, data: manifestJSON(`{"modelName":"m","serializedFile":"model.pt","handler":"tensor","configFile":"model-config.yaml"}`)}), want: ErrMissingFile},

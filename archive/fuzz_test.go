@@ -3,6 +3,7 @@ package archive
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,7 +32,7 @@ func fuzzSeeds(tb testing.TB) []fuzzSeed {
 			zipEntry{name: "model-config.yaml", data: "batchSize: 2\n"}, zipEntry{name: LabelsFile, data: `{"0": "a"}`},
 			zipEntry{name: ManifestPath, data: manifest}), false},
 		{"mar-zip-slip", makeZip(tb, zipEntry{name: "../evil", data: "x"}), false},
-		{"mar-symlink", makeZip(tb, zipEntry{name: "model.pt", data: "weights/model.pt", mode: 0o777 | 1<<27}), false},
+		{"mar-symlink", makeZip(tb, zipEntry{name: "model.pt", data: "weights/model.pt", mode: 0o777 | fs.ModeSymlink}), false},
 		{"mar-duplicate", makeZip(tb, zipEntry{name: "a", data: "1"}, zipEntry{name: "a", data: "2"}), false},
 		{"tgz-torchserve", makeTarGz(tb, tsTar...), true},
 		{"tgz-flat-toml", makeTarGz(tb, tarEntry{name: "./", typ: '5'}, tarEntry{name: "./model.pt", data: fakeTorchScript},

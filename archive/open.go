@@ -177,10 +177,11 @@ func (m *Model) extract(src string, size int64, o openOptions) (err error) {
 	return nil
 }
 
-// singleDir returns dir's only entry if that is a directory, else dir.
+// singleDir returns dir's only entry if that is a directory (other than
+// MAR-INF, which belongs to dir itself), else dir.
 func singleDir(dir string) string {
 	entries, err := os.ReadDir(dir)
-	if err == nil && len(entries) == 1 && entries[0].IsDir() {
+	if err == nil && len(entries) == 1 && entries[0].IsDir() && entries[0].Name() != "MAR-INF" {
 		return filepath.Join(dir, entries[0].Name())
 	}
 	return dir

@@ -90,9 +90,12 @@ func Write(o WriteOptions) (string, error) {
 	if fi, err := os.Stat(o.ExportPath); err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("export path %q is not a directory", o.ExportPath)
 	}
-	out := filepath.Join(o.ExportPath, o.ModelName+map[Format]string{FormatTGZ: ".tar.gz", FormatNoArchive: ""}[o.Format])
-	if o.Format == FormatDefault || o.Format == FormatZipStore {
+	out := filepath.Join(o.ExportPath, o.ModelName)
+	switch o.Format {
+	case FormatDefault, FormatZipStore:
 		out += ".mar"
+	case FormatTGZ:
+		out += ".tar.gz"
 	}
 	if _, err := os.Lstat(out); err == nil && !o.Force {
 		return "", fmt.Errorf("%s: %w", out, ErrExists)

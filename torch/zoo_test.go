@@ -50,11 +50,23 @@ func npyTensor(t testing.TB, path string) *torch.Tensor {
 	return x
 }
 
+// testDevice is where the reference tests run: TORCHD_TEST_DEVICE (e.g. cuda:0), else cpu.
+func testDevice() string {
+	if d := os.Getenv("TORCHD_TEST_DEVICE"); d != "" {
+		return d
+	}
+	return "cpu"
+}
+
 func float32s(t testing.TB, v any) []float32 {
 	t.Helper()
 	x, ok := v.(*torch.Tensor)
 	if !ok {
 		t.Fatalf("got %T, want *torch.Tensor", v)
+	}
+	x, err := x.ToCPU()
+	if err != nil {
+		t.Fatal(err)
 	}
 	d, err := torch.Data[float32](x)
 	if err != nil {
@@ -88,7 +100,7 @@ func sameShape(a, b []int64) bool {
 
 // checkReference runs model on ref_input.npy and compares with ref_output.npy.
 func checkReference(t *testing.T, name string, tol float64, opts ...torch.LoadOption) {
-	m, err := torch.Load(zoo(t, name, "model.pt"), opts...)
+	m, err := torch.Load(zoo(t, name, "model.pt"), append(opts, torch.WithDevice(testDevice()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
