@@ -15,9 +15,11 @@ typedef struct {
 
 // tjd_read_header wraps tjDecompressHeader3, returning the results by value
 // so that Go passes no pointers to its own memory (which would move them to
-// the heap). rc is tjDecompressHeader3's return code: 0, or -1 on error.
+// the heap). rc is tjDecompressHeader3's return code: 0, or -1 on error. The
+// sizes are zeroed first because it can succeed without setting them (on a
+// stream with tables but no frame).
 static tjd_header tjd_read_header(tjhandle h, const unsigned char *buf, unsigned long n) {
-	tjd_header r;
+	tjd_header r = {0, 0, 0, 0, 0};
 	r.rc = tjDecompressHeader3(h, buf, n, &r.width, &r.height, &r.subsamp, &r.colorspace);
 	return r;
 }
@@ -59,7 +61,7 @@ func readTurboHeader(h C.tjhandle, img []byte) (jpegHeader, error) {
 		return jpegHeader{}, turboError(h, "header")
 	}
 	if r.width <= 0 || r.height <= 0 {
-		return jpegHeader{}, fmt.Errorf("%w: jpeg header says %dx%d", ErrCorrupt, r.width, r.height)
+		return jpegHeader{}, fmt.Errorf("%w: jpeg has no usable frame header (size %dx%d)", ErrCorrupt, r.width, r.height)
 	}
 	return jpegHeader{w: int(r.width), h: int(r.height), colorspace: r.colorspace}, nil
 }
