@@ -96,6 +96,7 @@ fuzz:
 
 # Go binding against Python on the same TorchScript file, interleaved rounds in one run.
 bench-binding: setup lib models
+	$(PYTHON) torch/testdata/compare_python.py --pinned --rounds 6 | tee build/bench-pinned.md
 	@mkdir -p build
 	$(PYTHON) torch/testdata/compare_python.py --rounds 3 | tee build/bench-binding.md
 

@@ -2,6 +2,8 @@ package torch_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"runtime"
 	"testing"
 
@@ -9,12 +11,16 @@ import (
 )
 
 // BenchmarkResNet18Forward measures forward throughput at batch 1 and 32 with 2 intra-op
-// threads on a locked OS thread, as a daemon worker runs it. testdata/bench_python.py
+// threads (TORCHD_BENCH_THREADS) on a locked OS thread, as a daemon worker runs it. testdata/bench_python.py
 // measures the same forward from /usr/bin/python3; `make bench-binding` runs both.
 func BenchmarkResNet18Forward(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	torch.SetNumThreads(2)
+	threads := 2
+	if n, err := strconv.Atoi(os.Getenv("TORCHD_BENCH_THREADS")); err == nil && n > 0 {
+		threads = n
+	}
+	torch.SetNumThreads(threads)
 	m, err := torch.Load(zoo(b, "resnet18", "model.pt"))
 	if err != nil {
 		b.Fatal(err)

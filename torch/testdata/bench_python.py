@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The Python side of BenchmarkResNet18Forward: the same TorchScript file, the same input,
-2 intra-op threads, under inference_mode. Prints one line per batch size in Go's benchmark
+the same intra-op threads (2 by default), under inference_mode. Prints one line per batch size in Go's benchmark
 format so benchstat-style tools and the Makefile can read both."""
 import argparse
 import statistics
@@ -11,9 +11,10 @@ import torch
 ap = argparse.ArgumentParser()
 ap.add_argument("--models", default="models/out")
 ap.add_argument("--iters", type=int, default=20)
+ap.add_argument("--threads", type=int, default=2)
 args = ap.parse_args()
 
-torch.set_num_threads(2)
+torch.set_num_threads(args.threads)
 m = torch.jit.load(f"{args.models}/resnet18/model.pt").eval()
 for bs in (1, 32):
     n = bs * 3 * 224 * 224
