@@ -63,7 +63,8 @@ archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)
 	@for a in $(ARCHIVES); do name=$${a%%:*}; zoo=$${a##*:}; \
-	  extra=""; [ -f $(MODELS_OUT)/$$zoo/index_to_name.json ] && extra="--extra-files $(MODELS_OUT)/$$zoo/index_to_name.json"; \
+	  extra=$$(for f in index_to_name.json vocab.txt vocab.json; do [ -f $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
+	  extra=$${extra%,}; [ -n "$$extra" ] && extra="--extra-files $$extra"; \
 	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/model.pt \
 	    --config-file models/configs/$$name.toml $$extra --export-path $(STORE) --force || exit 1; done
 	@touch $@
@@ -96,8 +97,8 @@ fuzz:
 
 # Go binding against Python on the same TorchScript file, interleaved rounds in one run.
 bench-binding: setup lib models
-	$(PYTHON) torch/testdata/compare_python.py --pinned --rounds 6 | tee build/bench-pinned.md
 	@mkdir -p build
+	$(PYTHON) torch/testdata/compare_python.py --pinned --rounds 6 | tee build/bench-pinned.md
 	$(PYTHON) torch/testdata/compare_python.py --rounds 3 | tee build/bench-binding.md
 
 bench: bench-binding

@@ -54,23 +54,34 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// buildStore writes the zoo's archives with the archive package, as `make archives` does
-// with `torchd archive`. Version 2.0 of digits goes to v2/digits.mar.
+// storeArchive is one archive of the e2e model store: model name, its models/out directory,
+// its models/configs file, version, and a sub-directory of the store ("" for the root).
+type storeArchive struct{ name, zoo, config, version, sub string }
+
+// storeArchives are built into the store by TestMain. Test files for other handlers add
+// theirs in an init function.
+var storeArchives = []storeArchive{
+	{"digits", "digits", "digits", "1.0", ""},
+	{"digits", "digits", "digits", "2.0", "v2"},
+	{"digits_tensor", "digits", "digits_tensor", "1.0", ""},
+	{"resnet18", "resnet18", "resnet18", "1.0", ""},
+	{"slow", "slow", "slow", "1.0", ""},
+}
+
+// buildStore writes the archives with the archive package, as `make archives` does with
+// `torchd archive`. Extra files are every file of models/out/<zoo> that the archive needs:
+// index_to_name.json and vocabularies.
 func buildStore(dir string) error {
-	for _, a := range []struct{ name, zoo, config, version, sub string }{
-		{"digits", "digits", "digits", "1.0", ""},
-		{"digits", "digits", "digits", "2.0", "v2"},
-		{"digits_tensor", "digits", "digits_tensor", "1.0", ""},
-		{"resnet18", "resnet18", "resnet18", "1.0", ""},
-		{"slow", "slow", "slow", "1.0", ""},
-	} {
+	for _, a := range storeArchives {
 		export := filepath.Join(dir, a.sub)
 		if err := os.MkdirAll(export, 0o755); err != nil {
 			return err
 		}
 		var extra []string
-		if labels := filepath.Join(zooDir, a.zoo, "index_to_name.json"); fileExists(labels) {
-			extra = append(extra, labels)
+		for _, f := range []string{"index_to_name.json", "vocab.txt", "vocab.json"} {
+			if p := filepath.Join(zooDir, a.zoo, f); fileExists(p) {
+				extra = append(extra, p)
+			}
 		}
 		_, err := archive.Write(archive.WriteOptions{
 			ModelName: a.name, Version: a.version,
