@@ -274,6 +274,9 @@ func TestSIGTERMDropsNothing(t *testing.T) {
 	if s.exitErr != nil {
 		t.Fatalf("exit status: %v\n%s", s.exitErr, s.Log())
 	}
+	if left := s.tmpEntries(t); len(left) > 0 {
+		t.Errorf("extracted archives left behind after shutdown: %v", left)
+	}
 	handled := int64(strings.Count(s.Log(), "path=/predictions/digits status=200"))
 	t.Logf("server handled %d, client got %d answers, %d requests refused after the listener closed", handled, answered.Load(), failed.Load())
 	if handled == 0 || handled != answered.Load() {

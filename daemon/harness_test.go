@@ -111,6 +111,20 @@ type server struct {
 	log                bytes.Buffer
 	exited             chan struct{}
 	exitErr            error
+	tmp                string // the server's TMPDIR
+}
+
+// tmpEntries lists what the server has in its TMPDIR.
+func (s *server) tmpEntries(t testing.TB) []string {
+	entries, err := os.ReadDir(s.tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
 
 var listenRE = regexp.MustCompile(`msg=listening api=(\w+) addr=(\S+)`)
@@ -121,9 +135,10 @@ func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
 	all := append([]string{"serve", "--model-store", store,
 		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"}, args...)
-	s := &server{t: t, exited: make(chan struct{})}
+	s := &server{t: t, exited: make(chan struct{}), tmp: t.TempDir()}
 	s.cmd = exec.Command(torchdBin, all...)
-	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=")
+	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
+	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

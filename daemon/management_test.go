@@ -87,7 +87,11 @@ func TestManagementAPI(t *testing.T) {
 	errorShape(t, do(t, "DELETE", m+"/models/digits", "", nil), 403, "", "Cannot remove default version for model digits")
 	expectStatus(t, do(t, "PUT", m+"/models/digits/2.0/set-default", "", nil), 200, `Default version successfully updated for model "digits" to "2.0"`)
 	errorShape(t, do(t, "PUT", m+"/models/digits/7.0/set-default", "", nil), 404, "ModelVersionNotFoundException", "")
+	before := len(s.tmpEntries(t))
 	expectStatus(t, do(t, "DELETE", m+"/models/digits/1.0", "", nil), 200, `Model "digits" unregistered`)
+	if after := len(s.tmpEntries(t)); after != before-1 {
+		t.Errorf("unregistering left its extraction directory: %d entries before, %d after", before, after)
+	}
 	errorShape(t, do(t, "DELETE", m+"/models/digits/1.0", "", nil), 404, "ModelVersionNotFoundException", "")
 	errorShape(t, do(t, "DELETE", m+"/models/nope", "", nil), 404, "ModelNotFoundException", "")
 	errorShape(t, do(t, "PATCH", m+"/models/digits", "", nil), 405, "MethodNotAllowedException", "")
