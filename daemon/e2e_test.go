@@ -325,6 +325,15 @@ func TestInferenceStatusCodes(t *testing.T) {
 		t.Fatalf("multipart: %d %s", r.status, r.body)
 	}
 
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	do(t, "OPTIONS", s.inf+"/", "", nil).json(t, &doc)
+	if doc.OpenAPI != "3.0.1" || doc.Paths["/predictions/{model_name}"]["post"] == nil {
+		t.Fatalf("OPTIONS / is not the OpenAPI document: %+v", doc)
+	}
+	errorShape(t, do(t, "GET", s.inf+"/", "", nil), 405, "MethodNotAllowedException", "")
 	errorShape(t, do(t, "POST", s.inf+"/predictions/nope", "image/png", png[0]), 404, "ModelNotFoundException", "Model not found: nope")
 	errorShape(t, do(t, "POST", s.inf+"/predictions/digits/9.9", "image/png", png[0]), 404, "ModelVersionNotFoundException", "9.9")
 	errorShape(t, do(t, "GET", s.inf+"/nothing/here", "", nil), 404, "ResourceNotFoundException", "not found")

@@ -16,7 +16,7 @@ import (
 )
 
 func (d *Daemon) inferenceRouter() *router {
-	return newRouter("inference", []*route{
+	return withDescription("inference", []*route{
 		{method: "GET", pattern: "/ping", summary: "Health: 200 once every start-up model is warm, else 500", handle: d.ping},
 		{method: "POST", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
 		{method: "POST", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},

@@ -12,7 +12,7 @@ import (
 )
 
 func (d *Daemon) managementRouter() *router {
-	return newRouter("management", []*route{
+	return withDescription("management", []*route{
 		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers, synchronous, response_timeout", handle: d.register},
 		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
 		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},

@@ -1,8 +1,11 @@
 package daemon_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/torchd/torchd/archive"
@@ -163,4 +166,32 @@ func TestStartupModels(t *testing.T) {
 		}
 	}
 	t.Fatal("ping healthy although a start-up model failed")
+}
+
+// Registration by http URL obeys allowed_urls, downloads into a temporary file that is
+// removed once the archive is extracted, and reports failed downloads.
+func TestRegisterByURL(t *testing.T) {
+	files := http.FileServer(http.Dir(store))
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		files.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	s := startServer(t, "--allowed-urls", `http://127\.0\.0\.1:\d+/.*`)
+	expectStatus(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/digits.mar&initial_workers=1", "", nil),
+		200, `Model "digits" Version: 1.0 registered with 1 initial workers`)
+	if hits.Load() != 1 {
+		t.Fatalf("%d downloads, want 1", hits.Load())
+	}
+	png, _ := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 200 {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+	// Only the extraction directory stays; the downloaded copy is gone.
+	if left := s.tmpEntries(t); len(left) != 1 {
+		t.Errorf("TMPDIR holds %v, want only the extraction directory", left)
+	}
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/absent.mar", "", nil), 400, "DownloadArchiveException", "Failed to download archive from")
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url=http://localhost:1/digits.mar", "", nil), 400, "ModelException", "not allowed")
 }

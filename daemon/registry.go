@@ -176,10 +176,11 @@ func (r *Registry) Healthy() bool {
 // an archive or handler torchd cannot serve, and 500 when the model fails to load or warm up;
 // a failed registration leaves nothing behind.
 func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
-	path, err := r.resolveURL(req.URL)
+	path, cleanup, err := r.resolveURL(req.URL)
 	if err != nil {
 		return nil, err
 	}
+	defer cleanup()
 	var opts []archive.Option
 	if req.Handler != "" {
 		opts = append(opts, archive.WithHandler(req.Handler))

@@ -19,27 +19,34 @@ const (
 	downloadTimeout  = 10 * time.Minute
 )
 
-// resolveURL maps a registration url to a local path. A plain name or relative path is looked
+// resolveURL maps a registration url to a local path, and returns what removes a downloaded
+// copy once the archive is opened (extracted), a no-op otherwise. A plain name or relative path is looked
 // up in the model store and may not leave it; file:// and http(s):// URLs must match
 // allowed_urls, whose default allows the model store only.
-func (r *Registry) resolveURL(raw string) (string, error) {
+func (r *Registry) resolveURL(raw string) (string, func(), error) {
+	none := func() {}
 	if raw == "" {
-		return "", apiErr(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
+		return "", none, apiErr(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		return r.storePath(raw)
+		p, err := r.storePath(raw)
+		return p, none, err
 	}
 	if !r.allowed(raw) {
-		return "", apiErr(http.StatusBadRequest, "ModelException", "url %s is not allowed: it must be in the model store or match allowed_urls", raw)
+		return "", none, apiErr(http.StatusBadRequest, "ModelException", "url %s is not allowed: it must be in the model store or match allowed_urls", raw)
 	}
 	switch u.Scheme {
 	case "file":
-		return u.Path, nil
+		return u.Path, none, nil
 	case "http", "https":
-		return r.download(raw, u)
+		p, err := r.download(raw, u)
+		if err != nil {
+			return "", none, err
+		}
+		return p, func() { os.RemoveAll(filepath.Dir(p)) }, nil
 	}
-	return "", apiErr(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
+	return "", none, apiErr(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
 }
 
 func (r *Registry) storePath(name string) (string, error) {
