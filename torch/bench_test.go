@@ -3,8 +3,8 @@ package torch_test
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/torchd/torchd/torch"
