@@ -101,55 +101,13 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		writeError(ctx, status, "BadRequestException", err.Error())
 		return outcome{status: status}
 	}
-	timeout := v.Settings.ResponseTimeout
-	j := &job{sample: sample, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
-	if timeout > 0 {
-		j.deadline = arrived.Add(timeout)
-	}
-	if v.pool.Count() == 0 {
-		ctx.Response.Header.Set("Retry-After", "1")
-		writeError(ctx, 503, "ServiceUnavailableException", fmt.Sprintf("Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name))
-		return outcome{status: 503}
-	}
-	if err := v.batcher.Submit(j); err != nil {
-		ctx.Response.Header.Set("Retry-After", "1")
-		writeError(ctx, 503, "ServiceUnavailableException", fmt.Sprintf("Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity()))
-		return outcome{status: 503}
-	}
-	var res jobResult
-	if timeout > 0 {
-		timer := time.NewTimer(time.Until(j.deadline))
-		select {
-		case res = <-j.done:
-			timer.Stop()
-		case <-timer.C:
-			writeError(ctx, 504, "RequestTimeoutException", fmt.Sprintf("model %s did not answer within response_timeout (%v)", v.Name, timeout))
-			return outcome{status: 504, queued: time.Since(j.enqueued)}
+	res, fail := d.runSample(ctx, v, sample, arrived, 0)
+	if fail != nil {
+		if fail.Status == 503 {
+			ctx.Response.Header.Set("Retry-After", "1")
 		}
-	} else {
-		res = <-j.done
-	}
-	if res.err != nil {
-		status := 500
-		switch {
-		case errors.Is(res.err, errExpired):
-			status = 504
-		case errors.Is(res.err, errClientGone):
-			status = 499
-		default:
-			var ae *APIError
-			if errors.As(res.err, &ae) {
-				writeAPIError(ctx, ae)
-				return outcome{status: ae.Status, queued: res.queued}
-			}
-			status = handlers.StatusOf(res.err, 500)
-		}
-		typ := "InternalServerException"
-		if status < 500 {
-			typ = "BadRequestException"
-		}
-		writeError(ctx, status, typ, res.err.Error())
-		return outcome{status: status, queued: res.queued}
+		writeError(ctx, fail.Status, fail.Type, fail.Msg)
+		return outcome{status: fail.Status, queued: res.queued}
 	}
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
@@ -169,6 +127,55 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	ctx.SetBody(resp.Body)
 	return outcome{status: status, queued: res.queued}
+}
+
+// runSample queues one preprocessed request on v's batcher and waits for its share of the
+// batch output. The deadline is the earlier of response_timeout and timeout (0: none) from
+// arrival. Failures come back as an APIError with the status to answer.
+func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
+	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
+		timeout = rt
+	}
+	j := &job{sample: sample, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
+	if timeout > 0 {
+		j.deadline = arrived.Add(timeout)
+	}
+	if v.pool.Count() == 0 {
+		return jobResult{}, apiErr(503, "ServiceUnavailableException", "Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name)
+	}
+	if err := v.batcher.Submit(j); err != nil {
+		return jobResult{}, apiErr(503, "ServiceUnavailableException", "Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity())
+	}
+	var res jobResult
+	if timeout > 0 {
+		timer := time.NewTimer(time.Until(j.deadline))
+		select {
+		case res = <-j.done:
+			timer.Stop()
+		case <-timer.C:
+			return jobResult{queued: time.Since(j.enqueued)}, apiErr(504, "RequestTimeoutException", "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
+		}
+	} else {
+		res = <-j.done
+	}
+	if res.err == nil {
+		return res, nil
+	}
+	var ae *APIError
+	switch {
+	case errors.Is(res.err, errExpired):
+		return res, apiErr(504, "RequestTimeoutException", "%v", res.err)
+	case errors.Is(res.err, errClientGone):
+		return res, apiErr(499, "ClientClosedRequest", "%v", res.err)
+	case errors.As(res.err, &ae):
+		return res, ae
+	}
+	status := handlers.StatusOf(res.err, 500)
+	typ := "InternalServerException"
+	if status < 500 {
+		typ = "BadRequestException"
+	}
+	return res, apiErr(status, typ, "%s", res.err.Error())
 }
 
 // requestPayloads reads the request's inputs: one per multipart field or file (several files
