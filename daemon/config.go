@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -311,14 +310,4 @@ func (c *Config) applyFile(path string, explicit bool) error {
 		}
 	}
 	return nil
-}
-
-// threadsFor returns the intra-op threads of each of a model's workers: the setting, or the
-// cores shared among the workers, so that workers × threads ≤ cores.
-func threadsFor(s ModelSettings) int {
-	if s.Threads > 0 {
-		return s.Threads
-	}
-	w := max(s.MinWorkers, 1)
-	return max(runtime.NumCPU()/w, 1)
 }

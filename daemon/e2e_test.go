@@ -420,3 +420,40 @@ func oversized(t testing.TB, url string, size int) response {
 	b, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
+
+// A queued request whose client disconnects never reaches the model.
+func TestDisconnectedClientDropped(t *testing.T) {
+	s := startServer(t, "--batch-size", "1")
+	s.register(t, "url=slow.mar&initial_workers=1")
+	busy := make(chan response)
+	go func() {
+		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[800, 0]]`))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	// A request that is queued behind the busy worker, then abandoned.
+	host := strings.TrimPrefix(s.inf, "http://")
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `[[1, 0]]`
+	fmt.Fprintf(c, "POST /predictions/slow HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, len(body), body)
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	if r := <-busy; r.status != 200 {
+		t.Fatalf("busy request: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 0]]`)); r.status != 200 {
+		t.Fatalf("after: %d %s", r.status, r.body)
+	}
+	var desc []struct {
+		Batching struct {
+			Requests int64 `json:"requests"`
+		} `json:"batching"`
+	}
+	do(t, "GET", s.mgmt+"/models/slow", "", nil).json(t, &desc)
+	// Warm-up does not go through the batcher: the two answered requests are all it ran.
+	if desc[0].Batching.Requests != 2 {
+		t.Fatalf("the model ran %d requests, want 2: the abandoned one was not dropped", desc[0].Batching.Requests)
+	}
+}

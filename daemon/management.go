@@ -270,7 +270,7 @@ func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 		JobQueueStatus: jobQueueStatus{RemainingCapacity: v.batcher.Capacity() - v.batcher.Pending(), PendingRequests: v.batcher.Pending()},
 		Batching: batchingStatus{
 			BatchSize: int(v.batcher.batchSize.Load()), MaxBatchDelay: float64(v.batcher.maxDelay.Load()) / 1e6,
-			Threads: threadsFor(s), Batches: v.batcher.batches.Load(), Requests: v.batcher.batchItems.Load(),
+			Threads: v.pool.Threads(), Batches: v.batcher.batches.Load(), Requests: v.batcher.batchItems.Load(),
 			MeanBatchSize: v.batcher.MeanBatchSize(),
 		},
 	}

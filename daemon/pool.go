@@ -20,10 +20,13 @@ type WorkerPool struct {
 	module  *torch.Module
 	handler handlers.Handler
 	batcher *Batcher
-	threads int
-	log     *slog.Logger
-	metrics *modelMetrics
-	warmup  []*handlers.Sample
+	// threads is the intra-op threads per worker; with autoThreads it follows the worker
+	// count (cores / workers), and each worker applies a change before its next batch.
+	threads     atomic.Int64
+	autoThreads bool
+	log         *slog.Logger
+	metrics     *modelMetrics
+	warmup      []*handlers.Sample
 
 	mu      sync.Mutex
 	workers []*worker
@@ -47,14 +50,27 @@ type WorkerInfo struct {
 	Status    string // READY, BUSY, WARMING
 }
 
-func newWorkerPool(name string, m *torch.Module, h handlers.Handler, b *Batcher, threads int, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
-	return &WorkerPool{name: name, module: m, handler: h, batcher: b, threads: threads, warmup: warmup, metrics: mm, log: log}
+// newWorkerPool returns a pool with no workers yet. threads 0 means cores / workers,
+// following the worker count as it scales.
+func newWorkerPool(name string, m *torch.Module, h handlers.Handler, b *Batcher, threads, workers int, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
+	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log}
+	if p.autoThreads {
+		threads = autoThreads(workers)
+	}
+	p.threads.Store(int64(threads))
+	return p
 }
+
+// autoThreads shares the cores among a model's workers, so that workers × threads ≤ cores.
+func autoThreads(workers int) int { return max(runtime.NumCPU()/max(workers, 1), 1) }
 
 // Scale sets the number of workers to n. With wait it returns once the new workers are warm
 // or the stopped ones have finished their batch.
 func (p *WorkerPool) Scale(n int, wait bool) {
 	p.mu.Lock()
+	if p.autoThreads {
+		p.threads.Store(int64(autoThreads(n)))
+	}
 	var started, stopped []*worker
 	for len(p.workers) < n {
 		w := &worker{id: p.nextID, started: time.Now(), stop: make(chan struct{}), ready: make(chan struct{}), exited: make(chan struct{})}
@@ -83,6 +99,9 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 		}
 	}
 }
+
+// Threads returns the intra-op threads each worker runs with.
+func (p *WorkerPool) Threads() int { return int(p.threads.Load()) }
 
 // Workers returns the live workers.
 func (p *WorkerPool) Workers() []WorkerInfo {
@@ -123,13 +142,18 @@ func (p *WorkerPool) run(w *worker) {
 	// The thread is never unlocked: when the goroutine ends, the thread ends with it, and
 	// so does its OpenMP pool.
 	runtime.LockOSThread()
-	torch.SetNumThreads(p.threads)
+	threads := p.threads.Load()
+	torch.SetNumThreads(int(threads))
 	p.warm()
 	close(w.ready)
 	for {
 		batch := p.batcher.next(w.stop)
 		if batch == nil {
 			return
+		}
+		if t := p.threads.Load(); t != threads {
+			threads = t
+			torch.SetNumThreads(int(threads))
 		}
 		w.busy.Store(true)
 		p.runBatch(batch)

@@ -326,7 +326,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "model %s version %s failed its warm-up forward: %v", name, version, err)
 		}
 	}
-	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, threadsFor(s), warmup, v.metrics, r.log)
+	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, s.Threads, s.MinWorkers, warmup, v.metrics, r.log)
 	wait := req.Synchronous || req.Startup
 	done := make(chan struct{})
 	go func() {
@@ -339,7 +339,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
-		"threads", threadsFor(s), "device", module.Device(), "load_time", time.Since(start).Round(time.Millisecond))
+		"threads", v.pool.Threads(), "device", module.Device(), "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
 }
 
