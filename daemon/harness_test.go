@@ -239,7 +239,7 @@ func (r response) json(t testing.TB, v any) {
 	}
 }
 
-var client = &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+var httpClient = &http.Client{Timeout: 120 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 
 func do(t testing.TB, method, url, contentType string, body []byte) response {
 	t.Helper()
@@ -250,7 +250,7 @@ func do(t testing.TB, method, url, contentType string, body []byte) response {
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := client.Do(req)
+	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

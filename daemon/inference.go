@@ -16,7 +16,7 @@ import (
 )
 
 func (d *Daemon) inferenceRouter() *router {
-	return withDescription("inference", []*route{
+	return withDescription("inference", append([]*route{
 		{method: "GET", pattern: "/ping", summary: "Health: 200 once every start-up model is warm, else 500", handle: d.ping},
 		{method: "POST", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
 		{method: "POST", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
@@ -26,7 +26,7 @@ func (d *Daemon) inferenceRouter() *router {
 		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
 		{method: "POST", pattern: "/invocations", summary: "SageMaker-style predict; ?model_name= or the only model", handle: d.invocations},
 		{method: "POST", pattern: "/models/{model_name}/invoke", summary: "SageMaker-style predict", handle: d.predictRoute},
-	})
+	}, d.kserveRoutes()...))
 }
 
 func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ params) {

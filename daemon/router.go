@@ -13,7 +13,7 @@ type params []string
 // route tables, so the document lists exactly what is served.
 type route struct {
 	method  string // "*" matches any method
-	pattern string // "/models/{model_name}/{model_version}"; a last "{x...}" takes the rest
+	pattern string // "/models/{model_name}/{model_version}"; "{x}:verb" ends in a verb; a last "{x...}" takes the rest
 	summary string
 	handle  func(ctx *fasthttp.RequestCtx, p params)
 	segs    []string
@@ -78,6 +78,16 @@ func match(pattern, segs []string) (params, bool) {
 			return nil, false
 		}
 		if strings.HasPrefix(ps, "{") {
+			// "{model_name}:predict" matches "digits:predict" (KServe v1's verbs).
+			if j := strings.Index(ps, "}:"); j >= 0 {
+				suffix := ps[j+1:]
+				v, ok := strings.CutSuffix(segs[i], suffix)
+				if !ok || v == "" {
+					return nil, false
+				}
+				p = append(p, v)
+				continue
+			}
 			if segs[i] == "" {
 				return nil, false
 			}

@@ -1,0 +1,540 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/oip"
+	"github.com/torchd/torchd/torch"
+	"github.com/valyala/fasthttp"
+)
+
+// The Open Inference Protocol (KServe v2, as Triton serves it) and KServe v1, on the
+// inference port. v2 infer takes tensors straight to the model: the handler's pre- and
+// postprocessing are bypassed, as in Triton.
+func (d *Daemon) kserveRoutes() []*route {
+	return []*route{
+		{method: "GET", pattern: "/v2", summary: "Server metadata", handle: d.v2Server},
+		{method: "GET", pattern: "/v2/health/live", summary: "Liveness: 200", handle: func(ctx *fasthttp.RequestCtx, _ params) { ctx.SetStatusCode(200) }},
+		{method: "GET", pattern: "/v2/health/ready", summary: "Readiness: 200 once start-up models are warm, else 400", handle: d.v2Ready},
+		{method: "GET", pattern: "/v2/models/{model_name}", summary: "Model metadata", handle: d.v2Metadata},
+		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}", summary: "Model metadata", handle: d.v2Metadata},
+		{method: "GET", pattern: "/v2/models/{model_name}/ready", summary: "Model readiness: 200 or 400", handle: d.v2ModelReady},
+		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}/ready", summary: "Model readiness: 200 or 400", handle: d.v2ModelReady},
+		{method: "GET", pattern: "/v2/models/{model_name}/config", summary: "Triton model configuration (the subset perf_analyzer reads)", handle: d.v2Config},
+		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}/config", summary: "Triton model configuration", handle: d.v2Config},
+		{method: "POST", pattern: "/v2/models/{model_name}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
+		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
+		{method: "POST", pattern: "/v1/models/{model_name}:predict", summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", handle: d.v1Predict},
+		{method: "GET", pattern: "/v1/models/{model_name}", summary: "KServe v1 model status", handle: d.v1Model},
+	}
+}
+
+// v2Version picks the version segment of the v2 routes (".../versions/{v}/...").
+func v2Version(p params) string {
+	if len(p) > 1 {
+		return p[1]
+	}
+	return ""
+}
+
+// v2Error answers {"error": msg} with Triton's status mapping.
+func v2Error(ctx *fasthttp.RequestCtx, status int, msg string) {
+	b, _ := json.Marshal(oip.ErrorResponse{Error: msg})
+	if status == 503 {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+func v2APIError(ctx *fasthttp.RequestCtx, err error) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		v2Error(ctx, ae.Status, ae.Msg)
+		return
+	}
+	if errors.Is(err, oip.ErrBadRequest) {
+		v2Error(ctx, 400, err.Error())
+		return
+	}
+	v2Error(ctx, 500, err.Error())
+}
+
+func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ params) {
+	// "statistics" is not advertised: torchd has no /stats in the exact schema
+	// perf_analyzer parses.
+	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: []string{"binary_tensor_data", "model_configuration", "schedule_policy"}})
+}
+
+func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
+	if d.startupDone() && d.Registry.Healthy() {
+		ctx.SetStatusCode(200)
+		return
+	}
+	ctx.SetStatusCode(400)
+}
+
+func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], v2Version(p))
+	if err != nil || !v.warm.Load() || v.pool.Count() == 0 {
+		ctx.SetStatusCode(400)
+		return
+	}
+	ctx.SetStatusCode(200)
+}
+
+// datatypes maps the protocol's datatypes to LibTorch's; UINT16/32/64 and BYTES have no
+// LibTorch 1.13 tensor type.
+var datatypes = map[string]torch.DType{
+	"BOOL": torch.Bool, "UINT8": torch.Uint8, "INT8": torch.Int8, "INT32": torch.Int32, "INT64": torch.Int64,
+	"FP16": torch.Float16, "BF16": torch.BFloat16, "FP32": torch.Float32, "FP64": torch.Float64,
+}
+
+func datatypeOf(dt torch.DType) string {
+	for k, v := range datatypes {
+		if v == dt {
+			return k
+		}
+	}
+	return "BYTES"
+}
+
+func datatypeOfName(dtype string) string {
+	dt, err := torch.ParseDType(dtype)
+	if err != nil {
+		return strings.ToUpper(dtype)
+	}
+	return datatypeOf(dt)
+}
+
+// signature is a model version's inputs and outputs: the archive's declared ones, or, where
+// none are declared, inputs named after forward's Tensor arguments with unknown shapes.
+func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
+	for _, s := range v.archive.Config.Inputs {
+		ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+	}
+	for _, s := range v.archive.Config.Outputs {
+		outs = append(outs, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+	}
+	if ins == nil {
+		ins = schemaInputs(v.module)
+	}
+	if outs == nil {
+		outs = []oip.MetadataTensor{{Name: "output__0", Datatype: "FP32", Shape: []int64{-1}}}
+	}
+	return ins, outs
+}
+
+var schemaArg = regexp.MustCompile(`Tensor\??\s+(\w+)`)
+
+// schemaInputs infers inputs from forward's TorchScript schema, e.g.
+// "forward(__torch__.Net self, Tensor x) -> Tensor". The schema carries no dtype or shape:
+// FP32 and an unknown shape are assumed.
+func schemaInputs(m *torch.Module) []oip.MetadataTensor {
+	s, err := m.Schema("forward")
+	if err != nil {
+		return nil
+	}
+	args, _, _ := strings.Cut(s, ") ->")
+	var out []oip.MetadataTensor
+	for _, a := range schemaArg.FindAllStringSubmatch(args, -1) {
+		out = append(out, oip.MetadataTensor{Name: a[1], Datatype: "FP32", Shape: []int64{-1}})
+	}
+	return out
+}
+
+func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], v2Version(p))
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	all, _, _ := d.Registry.Versions(p[0])
+	var versions []string
+	for _, x := range all {
+		versions = append(versions, x.Version)
+	}
+	ins, outs := v.signature()
+	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: "pytorch_libtorch", Inputs: ins, Outputs: outs})
+}
+
+// v2Config answers the Triton model configuration subset perf_analyzer reads. With
+// max_batch_size > 0, dims leave out the batch dimension, as Triton's do.
+func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], v2Version(p))
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	ins, outs := v.signature()
+	dims := func(ts []oip.MetadataTensor) []map[string]any {
+		out := make([]map[string]any, 0, len(ts))
+		for _, t := range ts {
+			shape := t.Shape
+			if len(shape) > 0 {
+				shape = shape[1:]
+			}
+			out = append(out, map[string]any{"name": t.Name, "data_type": "TYPE_" + t.Datatype, "dims": shape})
+		}
+		return out
+	}
+	writeCompactJSON(ctx, map[string]any{
+		"name": v.Name, "platform": "pytorch_libtorch", "backend": "pytorch",
+		"version_policy": map[string]any{"latest": map[string]int{"num_versions": 1}},
+		"max_batch_size": int(v.batcher.batchSize.Load()),
+		"input":          dims(ins), "output": dims(outs),
+		"dynamic_batching": map[string]any{
+			"preferred_batch_size":         []int{int(v.batcher.batchSize.Load())},
+			"max_queue_delay_microseconds": v.batcher.maxDelay.Load() / 1000,
+		},
+		"instance_group": []map[string]any{{"count": v.pool.Count(), "kind": kindOf(v)}},
+	})
+}
+
+func kindOf(v *ModelVersion) string {
+	if strings.HasPrefix(v.module.Device(), "cuda") {
+		return "KIND_GPU"
+	}
+	return "KIND_CPU"
+}
+
+// v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
+// with everyone else's requests, and answers JSON or binary outputs.
+func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
+	arrived := time.Now()
+	v, err := d.Registry.Get(p[0], v2Version(p))
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	status, queued := d.v2InferVersion(ctx, v, arrived)
+	v.metrics.observeRequest(status, time.Since(arrived), queued)
+}
+
+func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+	headerLen := -1
+	if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
+		n, err := strconv.Atoi(string(h))
+		if err != nil || n < 0 {
+			v2Error(ctx, 400, fmt.Sprintf("invalid %s header %q", oip.HeaderContentLength, h))
+			return 400, 0
+		}
+		headerLen = n
+	}
+	ins, outs := v.signature()
+	var req *oip.InferRequest
+	var tensors []oip.Tensor
+	var err error
+	if headerLen == 0 {
+		req, tensors, err = rawRequest(ctx.PostBody(), ins)
+	} else {
+		req, tensors, err = oip.DecodeRequest(ctx.PostBody(), headerLen, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+	}
+	if err != nil {
+		v2APIError(ctx, err)
+		return 400, 0
+	}
+	timeout, err := scheduleParams(req.Parameters)
+	if err != nil {
+		v2Error(ctx, 400, err.Error())
+		return 400, 0
+	}
+	sample, err := v2Sample(tensors, ins, v.archive.Config.Inputs != nil)
+	if err != nil {
+		v2Error(ctx, 400, err.Error())
+		return 400, 0
+	}
+	res, fail := d.runSample(ctx, v, sample, arrived, timeout)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return fail.Status, res.queued
+	}
+	resp, outTensors, binary, err := v2Response(v, req, res.out, outs, headerLen == 0)
+	if err != nil {
+		v2Error(ctx, 400, err.Error())
+		return 400, res.queued
+	}
+	body, hlen, err := oip.EncodeResponse(resp, outTensors, binary)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return 500, res.queued
+	}
+	if hlen >= 0 {
+		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
+		ctx.SetContentType("application/octet-stream")
+	} else {
+		ctx.SetContentType("application/json")
+	}
+	ctx.SetBody(body)
+	return 200, res.queued
+}
+
+// rawRequest reads a raw binary request (Inference-Header-Content-Length: 0): the body is
+// the data of a single-input model's input at batch 1, and every output comes back binary.
+func rawRequest(body []byte, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
+	if len(ins) != 1 {
+		return nil, nil, fmt.Errorf("%w: a raw binary request needs a model with exactly one input, this one has %d", oip.ErrBadRequest, len(ins))
+	}
+	in := ins[0]
+	shape := append([]int64(nil), in.Shape...)
+	if len(shape) > 0 && shape[0] < 0 {
+		shape[0] = 1
+	}
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return nil, nil, fmt.Errorf("%w: a raw binary request needs a fixed input shape; %s has %v", oip.ErrBadRequest, in.Name, in.Shape)
+		}
+		n *= d
+	}
+	size := oip.DatatypeSize(in.Datatype)
+	if size <= 0 || int64(len(body)) != n*int64(size) {
+		return nil, nil, fmt.Errorf("%w: raw input %s of %s %v needs %d bytes, got %d", oip.ErrBadRequest, in.Name, in.Datatype, shape, n*int64(max(size, 0)), len(body))
+	}
+	req := &oip.InferRequest{Inputs: []oip.RequestInput{{Name: in.Name, Shape: shape, Datatype: in.Datatype}}}
+	return req, []oip.Tensor{{Name: in.Name, Datatype: in.Datatype, Shape: shape, Data: body}}, nil
+}
+
+// scheduleParams honours the schedule policy parameters: timeout (µs) becomes the request's
+// deadline; priority levels are refused, as torchd's batcher has one queue.
+func scheduleParams(p oip.Parameters) (time.Duration, error) {
+	var timeout time.Duration
+	if t, ok := p["timeout"]; ok {
+		f, ok := t.(float64)
+		if !ok || f < 0 {
+			return 0, fmt.Errorf("parameter timeout must be a non-negative number of microseconds, got %v", t)
+		}
+		timeout = time.Duration(f) * time.Microsecond
+	}
+	if pr, ok := p["priority"]; ok {
+		if f, ok := pr.(float64); !ok || f != 0 {
+			return 0, fmt.Errorf("parameter priority %v is not supported: torchd has one priority level (send 0 or leave it out)", pr)
+		}
+	}
+	return timeout, nil
+}
+
+// v2Sample orders the request's tensors as the model's inputs and checks them against the
+// declared signature.
+func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*handlers.Sample, error) {
+	byName := map[string]oip.Tensor{}
+	for _, t := range tensors {
+		byName[t.Name] = t
+	}
+	ordered := tensors
+	if declared {
+		if len(tensors) != len(ins) {
+			return nil, fmt.Errorf("model takes %d inputs, request has %d", len(ins), len(tensors))
+		}
+		ordered = make([]oip.Tensor, len(ins))
+		for i, in := range ins {
+			t, ok := byName[in.Name]
+			if !ok {
+				return nil, fmt.Errorf("missing input %q", in.Name)
+			}
+			if t.Datatype != in.Datatype {
+				return nil, fmt.Errorf("input %q must be %s, got %s", in.Name, in.Datatype, t.Datatype)
+			}
+			if !shapeFits(t.Shape, in.Shape) {
+				return nil, fmt.Errorf("input %q must have shape %v (-1: any), got %v", in.Name, in.Shape, t.Shape)
+			}
+			ordered[i] = t
+		}
+	}
+	s := &handlers.Sample{}
+	for i, t := range ordered {
+		dt, ok := datatypes[t.Datatype]
+		if !ok {
+			return nil, fmt.Errorf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
+		}
+		if len(t.Shape) == 0 || t.Shape[0] < 1 {
+			return nil, fmt.Errorf("input %q: the first dimension is the batch and must be ≥ 1, got shape %v", t.Name, t.Shape)
+		}
+		if i == 0 {
+			s.Items = int(t.Shape[0])
+		} else if int(t.Shape[0]) != s.Items {
+			return nil, fmt.Errorf("inputs disagree on the batch size: %d and %d", s.Items, t.Shape[0])
+		}
+		s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	}
+	if len(s.Tensors) == 0 {
+		return nil, errors.New("the request has no inputs")
+	}
+	return s, nil
+}
+
+func shapeFits(got, want []int64) bool {
+	if len(want) == 0 {
+		return true
+	}
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range want {
+		if want[i] >= 0 && want[i] != got[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// v2Response names the outputs, keeps the requested ones, and decides which go binary.
+func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor, raw bool) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
+	resp := &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: req.ID}
+	var tensors []oip.Tensor
+	for i, t := range out {
+		name := "output__" + strconv.Itoa(i)
+		if i < len(decl) {
+			name = decl[i].Name
+		}
+		tensors = append(tensors, oip.Tensor{Name: name, Datatype: datatypeOf(t.DType), Shape: t.Shape, Data: t.Data})
+	}
+	allBinary := raw
+	if b, ok := req.Parameters["binary_data_output"].(bool); ok {
+		allBinary = allBinary || b
+	}
+	perOutput := map[string]bool{}
+	if len(req.Outputs) > 0 {
+		byName := map[string]oip.Tensor{}
+		for _, t := range tensors {
+			byName[t.Name] = t
+		}
+		var kept []oip.Tensor
+		for _, o := range req.Outputs {
+			t, ok := byName[o.Name]
+			if !ok {
+				return nil, nil, nil, fmt.Errorf("unknown output %q requested", o.Name)
+			}
+			if b, ok := o.Parameters["binary_data"].(bool); ok {
+				perOutput[o.Name] = b
+			}
+			kept = append(kept, t)
+		}
+		tensors = kept
+	}
+	for _, t := range tensors {
+		resp.Outputs = append(resp.Outputs, oip.ResponseOutput{Name: t.Name, Shape: t.Shape, Datatype: t.Datatype})
+	}
+	binary := func(name string) bool {
+		if b, ok := perOutput[name]; ok {
+			return b
+		}
+		return allBinary
+	}
+	return resp, tensors, binary, nil
+}
+
+// v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
+// JSON request of len(instances) items, and the answer comes back as {"predictions": [...]}.
+func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
+	arrived := time.Now()
+	v, err := d.Registry.Get(p[0], "")
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	var body struct {
+		Instances json.RawMessage `json:"instances"`
+	}
+	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
+		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
+		return
+	}
+	req := &handlers.Request{
+		Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
+		Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },
+	}
+	sample, err := v.handler.Preprocess(req)
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 400), err.Error())
+		return
+	}
+	res, fail := d.runSample(ctx, v, sample, arrived, 0)
+	v.metrics.observeRequest(200, time.Since(arrived), res.queued)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return
+	}
+	resp, err := v.handler.Postprocess(sample, res.out)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return
+	}
+	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
+}
+
+// v1Predictions turns a handler's JSON answer into one prediction per instance: an array is
+// already that; a tensor answer ({"dtype", "shape", "data"}) is split into nested rows; any
+// other object is the single prediction.
+func v1Predictions(body []byte, items int) any {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return []any{string(body)}
+	}
+	switch x := v.(type) {
+	case []any:
+		return x
+	case map[string]any:
+		if data, ok := x["data"].([]any); ok {
+			if shape, ok := x["shape"].([]any); ok && len(shape) > 0 {
+				dims := make([]int, len(shape))
+				for i, s := range shape {
+					n, _ := strconv.Atoi(fmt.Sprint(s))
+					dims[i] = n
+				}
+				return nest(data, dims)
+			}
+		}
+		return []any{x}
+	}
+	return []any{v}
+}
+
+// nest reshapes flat row-major data into nested lists of the given dims.
+func nest(data []any, dims []int) []any {
+	if len(dims) == 1 {
+		return data
+	}
+	stride := 1
+	for _, d := range dims[1:] {
+		stride *= d
+	}
+	out := make([]any, dims[0])
+	for i := range out {
+		if (i+1)*stride > len(data) {
+			return data
+		}
+		out[i] = nest(data[i*stride:(i+1)*stride], dims[1:])
+	}
+	return out
+}
+
+func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], "")
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.warm.Load() && v.pool.Count() > 0})
+}

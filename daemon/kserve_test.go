@@ -1,0 +1,230 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/client"
+	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/oip"
+)
+
+func readZooNpy(t *testing.T, parts ...string) npy.Array {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := npy.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func f32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Abs(float64(got[i]-want[i])) > tol {
+			t.Fatalf("%s[%d] = %v, want %v (±%g)", what, i, got[i], want[i], tol)
+		}
+	}
+}
+
+// The calls perf_analyzer makes before it sends load (server metadata, model metadata, model
+// config), then inference with binary inputs and outputs, replayed with torchd's own client;
+// outputs match Python's reference within 1e-5 in every encoding.
+func TestOpenInferenceProtocol(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits_tensor.mar&batch_size=8&max_batch_delay=2&initial_workers=1")
+	ctx := context.Background()
+	c := client.New(s.inf)
+
+	if live, err := c.ServerLive(ctx); err != nil || !live {
+		t.Fatalf("live: %v %v", live, err)
+	}
+	if ready, err := c.ServerReady(ctx); err != nil || !ready {
+		t.Fatalf("ready: %v %v", ready, err)
+	}
+	sm, err := c.ServerMetadata(ctx)
+	if err != nil || sm.Name != "torchd" || !strings.Contains(strings.Join(sm.Extensions, ","), "binary_tensor_data") {
+		t.Fatalf("server metadata: %+v %v", sm, err)
+	}
+	md, err := c.ModelMetadata(ctx, "digits_tensor", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if md.Platform != "pytorch_libtorch" || len(md.Inputs) != 1 || md.Inputs[0].Name != "input__0" || md.Inputs[0].Datatype != "FP32" ||
+		len(md.Inputs[0].Shape) != 4 || md.Outputs[0].Name != "output__0" {
+		t.Fatalf("model metadata: %+v", md)
+	}
+	cfg, err := c.ModelConfig(ctx, "digits_tensor", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg["max_batch_size"] != float64(8) {
+		t.Fatalf("config max_batch_size: %v", cfg["max_batch_size"])
+	}
+	in := cfg["input"].([]any)[0].(map[string]any)
+	if in["data_type"] != "TYPE_FP32" || len(in["dims"].([]any)) != 3 {
+		t.Fatalf("config input: %v", in)
+	}
+	if ready, err := c.ModelReady(ctx, "digits_tensor", ""); err != nil || !ready {
+		t.Fatalf("model ready: %v %v", ready, err)
+	}
+	if ready, _ := c.ModelReady(ctx, "nope", ""); ready {
+		t.Fatal("unknown model reported ready")
+	}
+
+	x := readZooNpy(t, "digits", "ref_input.npy")
+	want := f32s(readZooNpy(t, "digits", "ref_output.npy").Data)
+	input := oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data}
+	for _, opts := range []client.InferOptions{
+		{},
+		{Binary: true},
+		{Binary: true, BinaryOutputs: true},
+		{BinaryOutputs: true, Compress: "gzip"},
+		{Binary: true, Compress: "deflate", Outputs: []string{"output__0"}},
+	} {
+		resp, outs, err := c.Infer(ctx, "digits_tensor", "", []oip.Tensor{input}, opts)
+		if err != nil {
+			t.Fatalf("%+v: %v", opts, err)
+		}
+		if resp.ModelName != "digits_tensor" || len(outs) != 1 || outs[0].Datatype != "FP32" || outs[0].Shape[0] != 4 || outs[0].Shape[1] != 10 {
+			t.Fatalf("%+v: response %+v outputs %+v", opts, resp, outs)
+		}
+		closeTo(t, "infer output", f32s(outs[0].Data), want, 1e-5)
+	}
+
+	// A raw binary request: Inference-Header-Content-Length 0, one item's data, binary out.
+	one := x.Data[:28*28*4]
+	req, _ := http.NewRequest("POST", s.inf+"/v2/models/digits_tensor/infer", bytes.NewReader(one))
+	req.Header.Set(oip.HeaderContentLength, "0")
+	req.Header.Set("Content-Type", "application/octet-stream")
+	raw, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body bytes.Buffer
+	body.ReadFrom(raw.Body)
+	raw.Body.Close()
+	hl, err := strconv.Atoi(raw.Header.Get(oip.HeaderContentLength))
+	if raw.StatusCode != 200 || err != nil {
+		t.Fatalf("raw request: %d %s", raw.StatusCode, body.Bytes())
+	}
+	_, outs, err := oip.DecodeResponse(body.Bytes(), hl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "raw output", f32s(outs[0].Data), want[:10], 1e-5)
+
+	// Errors: {"error": ...} with Triton's status codes.
+	v2err := func(status int, path, body, part string) {
+		t.Helper()
+		r := do(t, "POST", s.inf+path, "application/json", []byte(body))
+		var e oip.ErrorResponse
+		if r.status != status || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, part) {
+			t.Fatalf("%s %s: %d %s, want %d with %q", path, body, r.status, r.body, status, part)
+		}
+	}
+	v2err(404, "/v2/models/nope/infer", `{"inputs": []}`, "nope")
+	v2err(400, "/v2/models/digits_tensor/infer", `{"inputs": [{"name": "input__0", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}`, "shape")
+	v2err(400, "/v2/models/digits_tensor/infer", `{"inputs": [{"name": "input__0", "shape": [1, 1, 28, 28], "datatype": "INT32", "data": [`+strings.Repeat("1,", 783)+`1]}]}`, "FP32")
+	v2err(400, "/v2/models/digits_tensor/infer", `{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}`, "input__0")
+	v2err(400, "/v2/models/digits_tensor/infer", `{"inputs": [`, "")
+	v2err(400, "/v2/models/digits_tensor/infer", `{"parameters": {"priority": 2}, "inputs": [{"name": "input__0", "shape": [1], "datatype": "FP32", "data": [1]}]}`, "priority")
+	v2err(400, "/v2/models/digits_tensor/infer", `{"inputs": [{"name": "input__0", "shape": [1, 1, 28, 28], "datatype": "FP32", "data": [1]}], "outputs": [{"name": "nope"}]}`, "")
+
+	var cerr *client.Error
+	if _, _, err := c.Infer(ctx, "nope", "", []oip.Tensor{input}, client.InferOptions{}); !errors.As(err, &cerr) || cerr.Status != 404 {
+		t.Fatalf("client error for an unknown model: %v", err)
+	}
+}
+
+// KServe v1 goes through the model's handler: instances in, predictions out.
+func TestKServeV1(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits_tensor.mar&initial_workers=1")
+	x := readZooNpy(t, "digits", "ref_input.npy")
+	want := f32s(readZooNpy(t, "digits", "ref_output.npy").Data)
+	vals := f32s(x.Data[:2*28*28*4])
+	inst := make([][][][]float32, 2)
+	for i := range inst {
+		inst[i] = [][][]float32{make([][]float32, 28)}
+		for r := range 28 {
+			inst[i][0][r] = vals[i*784+r*28 : i*784+r*28+28]
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"instances": inst})
+	r := do(t, "POST", s.inf+"/v1/models/digits_tensor:predict", "application/json", b)
+	var out struct {
+		Predictions [][]float32 `json:"predictions"`
+	}
+	r.json(t, &out)
+	if r.status != 200 || len(out.Predictions) != 2 {
+		t.Fatalf("v1 predict: %d %s", r.status, r.body)
+	}
+	closeTo(t, "v1 prediction", append(out.Predictions[0], out.Predictions[1]...), want[:20], 1e-5)
+
+	var st struct {
+		Name  string `json:"name"`
+		Ready bool   `json:"ready"`
+	}
+	do(t, "GET", s.inf+"/v1/models/digits_tensor", "", nil).json(t, &st)
+	if st.Name != "digits_tensor" || !st.Ready {
+		t.Fatalf("v1 model: %+v", st)
+	}
+	if r := do(t, "POST", s.inf+"/v1/models/digits_tensor:predict", "application/json", []byte(`{"inputs": 1}`)); r.status != 400 {
+		t.Fatalf("v1 without instances: %d %s", r.status, r.body)
+	}
+}
+
+// The protocol's timeout parameter (µs) is a deadline: a request still queued when it
+// passes is answered 504 and never reaches the model.
+func TestV2TimeoutParameter(t *testing.T) {
+	s := startServer(t, "--batch-size", "1")
+	s.register(t, "url=slow.mar&initial_workers=1")
+	busy := make(chan response)
+	go func() {
+		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[700, 0]]`))
+	}()
+	time.Sleep(150 * time.Millisecond)
+	r := do(t, "POST", s.inf+"/v2/models/slow/infer", "application/json",
+		[]byte(`{"parameters": {"timeout": 100000}, "inputs": [{"name": "input__0", "shape": [1, 2], "datatype": "FP32", "data": [1, 0]}]}`))
+	var e oip.ErrorResponse
+	if r.status != 504 || json.Unmarshal(r.body, &e) != nil || e.Error == "" {
+		t.Fatalf("expired request: %d %s", r.status, r.body)
+	}
+	<-busy
+	var desc []struct {
+		Batching struct {
+			Requests int64 `json:"requests"`
+		} `json:"batching"`
+	}
+	do(t, "GET", s.mgmt+"/models/slow", "", nil).json(t, &desc)
+	if desc[0].Batching.Requests != 1 {
+		t.Fatalf("the model ran %d requests; the expired one should not have run", desc[0].Batching.Requests)
+	}
+}
