@@ -179,8 +179,7 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, sample *ha
 }
 
 // requestPayloads reads the request's inputs: one per multipart field or file (several files
-// are several inputs, batched together), else the raw body with its content type. The
-// payloads alias the request, which outlives the handler call.
+// are several inputs, batched together), else the raw body with its content type.
 func requestPayloads(ctx *fasthttp.RequestCtx) (*handlers.Request, error) {
 	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }}
 	ct := string(ctx.Request.Header.ContentType())
@@ -216,7 +215,10 @@ func requestPayloads(ctx *fasthttp.RequestCtx) (*handlers.Request, error) {
 		}
 		return req, nil
 	}
-	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: ctx.PostBody()}}
+	// The body is taken from fasthttp, which would otherwise reuse its buffer for the next
+	// request on the connection while a handler's tensor may still point into it (a
+	// request answered 504 can still be in a running batch).
+	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: ctx.Request.SwapBody(nil)}}
 	return req, nil
 }
 

@@ -244,10 +244,18 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	var req *oip.InferRequest
 	var tensors []oip.Tensor
 	var err error
-	if headerLen == 0 {
-		req, tensors, err = rawRequest(ctx.PostBody(), ins)
+	// Binary tensors point into the body: take it from fasthttp, which would otherwise reuse
+	// the buffer while a batch that outlived a 504 still reads it.
+	body := ctx.Request.SwapBody(nil)
+	enc := string(ctx.Request.Header.Peek("Content-Encoding"))
+	if oip.IsRaw(headerLen) {
+		if len(ins) != 1 {
+			v2Error(ctx, 400, fmt.Sprintf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins)))
+			return 400, 0
+		}
+		req, tensors, err = oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
 	} else {
-		req, tensors, err = oip.DecodeRequest(ctx.PostBody(), headerLen, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+		req, tensors, err = oip.DecodeRequest(body, headerLen, enc, d.cfg.MaxRequestSize)
 	}
 	if err != nil {
 		v2APIError(ctx, err)
@@ -268,7 +276,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		v2Error(ctx, fail.Status, fail.Msg)
 		return fail.Status, res.queued
 	}
-	resp, outTensors, binary, err := v2Response(v, req, res.out, outs, headerLen == 0)
+	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
 		return 400, res.queued
@@ -286,32 +294,6 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	ctx.SetBody(body)
 	return 200, res.queued
-}
-
-// rawRequest reads a raw binary request (Inference-Header-Content-Length: 0): the body is
-// the data of a single-input model's input at batch 1, and every output comes back binary.
-func rawRequest(body []byte, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
-	if len(ins) != 1 {
-		return nil, nil, fmt.Errorf("%w: a raw binary request needs a model with exactly one input, this one has %d", oip.ErrBadRequest, len(ins))
-	}
-	in := ins[0]
-	shape := append([]int64(nil), in.Shape...)
-	if len(shape) > 0 && shape[0] < 0 {
-		shape[0] = 1
-	}
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return nil, nil, fmt.Errorf("%w: a raw binary request needs a fixed input shape; %s has %v", oip.ErrBadRequest, in.Name, in.Shape)
-		}
-		n *= d
-	}
-	size := oip.DatatypeSize(in.Datatype)
-	if size <= 0 || int64(len(body)) != n*int64(size) {
-		return nil, nil, fmt.Errorf("%w: raw input %s of %s %v needs %d bytes, got %d", oip.ErrBadRequest, in.Name, in.Datatype, shape, n*int64(max(size, 0)), len(body))
-	}
-	req := &oip.InferRequest{Inputs: []oip.RequestInput{{Name: in.Name, Shape: shape, Datatype: in.Datatype}}}
-	return req, []oip.Tensor{{Name: in.Name, Datatype: in.Datatype, Shape: shape, Data: body}}, nil
 }
 
 // scheduleParams honours the schedule policy parameters: timeout (µs) becomes the request's
@@ -398,7 +380,7 @@ func shapeFits(got, want []int64) bool {
 }
 
 // v2Response names the outputs, keeps the requested ones, and decides which go binary.
-func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor, raw bool) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
+func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
 	resp := &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: req.ID}
 	var tensors []oip.Tensor
 	for i, t := range out {
@@ -408,11 +390,6 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 		}
 		tensors = append(tensors, oip.Tensor{Name: name, Datatype: datatypeOf(t.DType), Shape: t.Shape, Data: t.Data})
 	}
-	allBinary := raw
-	if b, ok := req.Parameters["binary_data_output"].(bool); ok {
-		allBinary = allBinary || b
-	}
-	perOutput := map[string]bool{}
 	if len(req.Outputs) > 0 {
 		byName := map[string]oip.Tensor{}
 		for _, t := range tensors {
@@ -424,9 +401,6 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 			if !ok {
 				return nil, nil, nil, fmt.Errorf("unknown output %q requested", o.Name)
 			}
-			if b, ok := o.Parameters["binary_data"].(bool); ok {
-				perOutput[o.Name] = b
-			}
 			kept = append(kept, t)
 		}
 		tensors = kept
@@ -434,13 +408,7 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 	for _, t := range tensors {
 		resp.Outputs = append(resp.Outputs, oip.ResponseOutput{Name: t.Name, Shape: t.Shape, Datatype: t.Datatype})
 	}
-	binary := func(name string) bool {
-		if b, ok := perOutput[name]; ok {
-			return b
-		}
-		return allBinary
-	}
-	return resp, tensors, binary, nil
+	return resp, tensors, req.WantsBinary, nil
 }
 
 // v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
