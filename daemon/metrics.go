@@ -22,6 +22,17 @@ type Metrics struct {
 	models   map[string]*modelMetrics // by name + "\x00" + version
 }
 
+// Buckets of the histograms: seconds from 100 µs to 30 s, and batch sizes in powers of two.
+var (
+	secondBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	batchBuckets  = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+)
+
+func init() {
+	// # HELP and # TYPE lines, so that histograms parse as histograms.
+	metrics.ExposeMetadata(true)
+}
+
 func newMetrics() *Metrics {
 	h, _ := os.Hostname()
 	return &Metrics{set: metrics.NewSet(), hostname: h, models: map[string]*modelMetrics{}}
@@ -31,12 +42,12 @@ func newMetrics() *Metrics {
 type modelMetrics struct {
 	set           *metrics.Set
 	labels        string
-	queueTime     *metrics.Histogram
-	inferenceTime *metrics.Histogram
-	latency       *metrics.Histogram
-	batchSize     *metrics.Histogram
-	preprocess    *metrics.Histogram
-	postprocess   *metrics.Histogram
+	queueTime     *metrics.PrometheusHistogram
+	inferenceTime *metrics.PrometheusHistogram
+	latency       *metrics.PrometheusHistogram
+	batchSize     *metrics.PrometheusHistogram
+	preprocess    *metrics.PrometheusHistogram
+	postprocess   *metrics.PrometheusHistogram
 	// TorchServe's names, so that existing dashboards keep working.
 	tsRequests  *metrics.Counter
 	tsLatencyUS *metrics.FloatCounter
@@ -58,12 +69,12 @@ func (m *Metrics) model(name, version string, pending func() int) *modelMetrics 
 	mm := &modelMetrics{
 		set:           m.set,
 		labels:        l,
-		queueTime:     m.set.GetOrCreateHistogram("torchd_queue_seconds{" + l + "}"),
-		inferenceTime: m.set.GetOrCreateHistogram("torchd_inference_seconds{" + l + "}"),
-		latency:       m.set.GetOrCreateHistogram("torchd_request_seconds{" + l + "}"),
-		batchSize:     m.set.GetOrCreateHistogram("torchd_batch_size{" + l + "}"),
-		preprocess:    m.set.GetOrCreateHistogram("torchd_preprocess_seconds{" + l + "}"),
-		postprocess:   m.set.GetOrCreateHistogram("torchd_postprocess_seconds{" + l + "}"),
+		queueTime:     m.set.GetOrCreatePrometheusHistogramExt("torchd_queue_seconds{"+l+"}", secondBuckets),
+		inferenceTime: m.set.GetOrCreatePrometheusHistogramExt("torchd_inference_seconds{"+l+"}", secondBuckets),
+		latency:       m.set.GetOrCreatePrometheusHistogramExt("torchd_request_seconds{"+l+"}", secondBuckets),
+		batchSize:     m.set.GetOrCreatePrometheusHistogramExt("torchd_batch_size{"+l+"}", batchBuckets),
+		preprocess:    m.set.GetOrCreatePrometheusHistogramExt("torchd_preprocess_seconds{"+l+"}", secondBuckets),
+		postprocess:   m.set.GetOrCreatePrometheusHistogramExt("torchd_postprocess_seconds{"+l+"}", secondBuckets),
 		tsRequests:    m.set.GetOrCreateCounter("ts_inference_requests_total{" + ts + "}"),
 		tsLatencyUS:   m.set.GetOrCreateFloatCounter("ts_inference_latency_microseconds{" + ts + "}"),
 		tsQueueUS:     m.set.GetOrCreateFloatCounter("ts_queue_latency_microseconds{" + ts + "}"),
