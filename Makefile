@@ -28,7 +28,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: all setup lib build models archives run test fuzz bench bench-binding vet clean
+.PHONY: all setup lib build models archives run test fuzz bench bench-binding perf-analyzer vet clean
 
 all: build
 
@@ -102,6 +102,10 @@ bench-binding: setup lib models
 	$(PYTHON) torch/testdata/compare_python.py --rounds 3 | tee build/bench-binding.md
 
 bench: bench-binding
+
+# Triton's perf_analyzer against torchd's Open Inference Protocol (downloads it with pip).
+perf-analyzer: build archives
+	bench/perf_analyzer.sh digits_tensor 1:16:4
 
 clean:
 	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so build
