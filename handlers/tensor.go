@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -220,23 +221,11 @@ func flatten(v any, depth int, out *[]any) ([]int64, error) {
 		}
 		if i == 0 {
 			inner = s
-		} else if !equalShape(s, inner) {
+		} else if !slices.Equal(s, inner) {
 			return nil, BadInput("ragged JSON tensor: item %d has shape %v, item 0 has %v", i, s, inner)
 		}
 	}
 	return append([]int64{int64(len(list))}, inner...), nil
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func putJSONElem(b []byte, dt torch.DType, e any) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -47,7 +48,7 @@ func parseData(raw []byte, shape []int64, n int64, datatype string) ([]byte, err
 		depth++
 	}
 	if depth > 1 {
-		if depth != len(shape) || !equalDims(p.dims, shape) {
+		if depth != len(shape) || !slices.Equal(p.dims, shape) {
 			return nil, fmt.Errorf("data is nested as %v but the shape is %v; send it flat or nested as the shape", p.dims[:depth], shape)
 		}
 	}
@@ -55,18 +56,6 @@ func parseData(raw []byte, shape []int64, n int64, datatype string) ([]byte, err
 		return nil, fmt.Errorf("data has %d elements but shape %v needs %d", p.n, shape, n)
 	}
 	return p.out, nil
-}
-
-func equalDims(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 type dataParser struct {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +64,7 @@ func TestNonContiguousOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer torch.CloseValue(out)
-	if s := out.(*torch.Tensor).Shape(); !sameShape(s, []int64{3, 2}) {
+	if s := out.(*torch.Tensor).Shape(); !slices.Equal(s, []int64{3, 2}) {
 		t.Fatalf("shape %v", s)
 	}
 	if got := float32s(t, out); maxAbsDiff(got, []float32{1, 4, 2, 5, 3, 6}) != 0 {

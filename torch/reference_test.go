@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -338,7 +339,7 @@ func compareContainer(got any, w map[string]any, path string) error {
 	if !ok {
 		return fmt.Errorf("%s: got %T, want tensor", path, got)
 	}
-	if g.DType() != jt.dtype || !sameShape(g.Shape(), jt.shape) {
+	if g.DType() != jt.dtype || !slices.Equal(g.Shape(), jt.shape) {
 		return fmt.Errorf("%s: got %v %v, want %v %v", path, g.DType(), g.Shape(), jt.dtype, jt.shape)
 	}
 	b := g.Bytes()

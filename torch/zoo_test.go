@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/torchd/torchd/internal/npy"
@@ -86,18 +87,6 @@ func maxAbsDiff(a, b []float32) float64 {
 	return m
 }
 
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // checkReference runs model on ref_input.npy and compares with ref_output.npy.
 func checkReference(t *testing.T, name string, tol float64, opts ...torch.LoadOption) {
 	m, err := torch.Load(zoo(t, name, "model.pt"), append(opts, torch.WithDevice(testDevice()))...)
@@ -113,7 +102,7 @@ func checkReference(t *testing.T, name string, tol float64, opts ...torch.LoadOp
 	}
 	defer torch.CloseValue(out)
 	got := float32s(t, out)
-	if !sameShape(out.(*torch.Tensor).Shape(), want.Shape) {
+	if !slices.Equal(out.(*torch.Tensor).Shape(), want.Shape) {
 		t.Fatalf("shape %v, want %v", out.(*torch.Tensor).Shape(), want.Shape)
 	}
 	wantF := npyFloat32s(want)
