@@ -1,0 +1,240 @@
+package handlers
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/torchd/torchd/handlers/vision"
+	"github.com/torchd/torchd/torch"
+)
+
+func init() { Register("image_captioner", newImageCaptioner) }
+
+// ImageCaptioner serves encoder-decoder captioners: image bytes → exact resize, Normalize →
+// the model's scripted generate(images, max_length) → token ids → {"caption": "..."}.
+//
+// The model decodes the whole batch itself, so generate must return int64 ids [N, T]: each
+// row the caption's tokens, then the end token, then padding. Options (model-config.toml
+// [options]): width and height (the model's input size; required), mean and std (ImageNet's),
+// vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32).
+type ImageCaptioner struct {
+	transform vision.Transform
+	vocab     captionVocab
+	maxLen    int
+	h, w      int
+}
+
+// captionVocab is the vocabulary file: {"itos": ["<pad>", "<bos>", "<eos>", "a", ...],
+// "pad": 0, "bos": 1, "eos": 2}, itos[id] being the word of token id. Pointers tell a
+// missing key from id 0.
+type captionVocab struct {
+	ITOS []string `json:"itos"`
+	PAD  *int64   `json:"pad"`
+	BOS  *int64   `json:"bos"`
+	EOS  *int64   `json:"eos"`
+}
+
+func newImageCaptioner(ctx Context) (Handler, error) {
+	cfg := ctx.Config
+	var err error
+	get := func(key string, def int) int {
+		if err != nil {
+			return def
+		}
+		var v int
+		v, err = cfg.IntOption(key, def)
+		return v
+	}
+	w, h := get("width", 0), get("height", 0)
+	maxLen := get("max_length", 32)
+	if err != nil {
+		return nil, err
+	}
+	if w < 1 || h < 1 {
+		return nil, fmt.Errorf("%s: options width and height must be set to the model's input size, got %dx%d", cfg.File, w, h)
+	}
+	if maxLen < 1 {
+		return nil, fmt.Errorf("%s: option max_length must be ≥ 1, got %d", cfg.File, maxLen)
+	}
+	def := vision.DefaultTransform()
+	mean, err := cfg.FloatsOption("mean", floats64(def.Mean))
+	if err != nil {
+		return nil, err
+	}
+	std, err := cfg.FloatsOption("std", floats64(def.Std))
+	if err != nil {
+		return nil, err
+	}
+	if len(mean) != 3 || len(std) != 3 {
+		return nil, fmt.Errorf("%s: options mean and std need 3 values (RGB), got %d and %d", cfg.File, len(mean), len(std))
+	}
+	// Checked here so that a config at odds with itself fails registration, not every request.
+	if len(cfg.Inputs) > 0 {
+		in := cfg.Inputs[0]
+		want := []int64{-1, 3, int64(h), int64(w)}
+		if len(cfg.Inputs) != 1 || in.DType != "float32" || in.Shape != nil && !slices.Equal(in.Shape, want) {
+			return nil, fmt.Errorf("%s: the captioner takes one float32 input of shape %v; the config declares %d inputs, the first %s %v", cfg.File, want, len(cfg.Inputs), in.DType, in.Shape)
+		}
+	}
+	name, err := cfg.StringOption("vocab", "vocab.json")
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := readCaptionVocab(ctx.Dir, name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
+	}
+	t := vision.Transform{Width: w, Height: h, Mean: floats32(mean), Std: floats32(std)}
+	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, h: h, w: w}, nil
+}
+
+// readCaptionVocab reads and checks the vocabulary file name of the archive in dir. The file
+// is opened through os.OpenInRoot: the name comes from an untrusted archive.
+func readCaptionVocab(dir, name string) (captionVocab, error) {
+	var v captionVocab
+	f, err := os.OpenInRoot(dir, name)
+	if err != nil {
+		return v, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return v, err
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(v.ITOS) == 0 {
+		return v, fmt.Errorf(`%s: "itos" must list the words by token id`, name)
+	}
+	for _, k := range []struct {
+		key string
+		id  *int64
+	}{{"pad", v.PAD}, {"bos", v.BOS}, {"eos", v.EOS}} {
+		if k.id == nil || *k.id < 0 || *k.id >= int64(len(v.ITOS)) {
+			return v, fmt.Errorf("%s: %q must be a token id in [0, %d)", name, k.key, len(v.ITOS))
+		}
+	}
+	return v, nil
+}
+
+// Preprocess decodes every image of the request into one [N, 3, H, W] tensor.
+func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) {
+	images, err := imagePayloads(r)
+	if err != nil {
+		return nil, err
+	}
+	per := 3 * c.h * c.w
+	buf := make([]float32, per*len(images))
+	for i, img := range images {
+		if err := c.transform.Apply(img, buf[i*per:(i+1)*per]); err != nil {
+			if len(images) > 1 {
+				return nil, BadInput("image %d: %v", i, err)
+			}
+			return nil, BadInput("%v", err)
+		}
+	}
+	return &Sample{Items: len(images), Tensors: []Tensor{{
+		DType: torch.Float32, Shape: []int64{int64(len(images)), 3, int64(c.h), int64(c.w)}, Data: float32Bytes(buf),
+	}}}, nil
+}
+
+// WarmupSample is a black image of the model's input shape.
+func (c *ImageCaptioner) WarmupSample() *Sample {
+	buf := make([]float32, 3*c.h*c.w)
+	return &Sample{Items: 1, Tensors: []Tensor{{DType: torch.Float32, Shape: []int64{1, 3, int64(c.h), int64(c.w)}, Data: float32Bytes(buf)}}}
+}
+
+// Infer runs the batch through generate, not forward: the decoding loop is the model's, so
+// one call captions every image of the batch.
+func (c *ImageCaptioner) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+	rowBytes := 3 * c.h * c.w * 4
+	total := 0
+	for _, s := range batch {
+		if len(s.Tensors) != 1 || len(s.Tensors[0].Data) != s.Items*rowBytes {
+			return nil, fmt.Errorf("image_captioner: a sample is not %d images of 3×%d×%d", s.Items, c.h, c.w)
+		}
+		total += s.Items
+	}
+	if total == 0 {
+		return make([][]Tensor, len(batch)), nil
+	}
+	data := batch[0].Tensors[0].Data
+	if len(batch) > 1 {
+		bp := batchBuffers.Get().(*[]byte)
+		defer batchBuffers.Put(bp)
+		*bp = (*bp)[:0]
+		for _, s := range batch {
+			*bp = append(*bp, s.Tensors[0].Data...)
+		}
+		data = *bp
+	}
+	x, err := torch.FromBytes(torch.Float32, data, int64(total), 3, int64(c.h), int64(c.w))
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.Run("generate", x, int64(c.maxLen))
+	if err != nil {
+		return nil, err
+	}
+	defer torch.CloseValue(out)
+	ids, ok := out.(*torch.Tensor)
+	if !ok || ids.DType() != torch.Int64 || len(ids.Shape()) != 2 {
+		return nil, fmt.Errorf("image_captioner: generate must return int64 token ids [N, T], got %v", out)
+	}
+	return Split([]*torch.Tensor{ids}, batch, total)
+}
+
+type caption struct {
+	Caption string `json:"caption"`
+}
+
+// Postprocess returns {"caption": "..."} per image; several images give a JSON array.
+func (c *ImageCaptioner) Postprocess(s *Sample, out []Tensor) (*Response, error) {
+	if len(out) != 1 || out[0].DType != torch.Int64 || len(out[0].Shape) != 2 || out[0].Shape[0] != int64(s.Items) {
+		return nil, errors.New("image_captioner: the model must return int64 token ids of shape [N, T]")
+	}
+	steps := int(out[0].Shape[1])
+	caps := make([]caption, s.Items)
+	for i := range caps {
+		text, err := c.vocab.words(out[0].Data[8*i*steps : 8*(i+1)*steps])
+		if err != nil {
+			return nil, err
+		}
+		caps[i].Caption = text
+	}
+	var v any = caps
+	if s.Items == 1 {
+		v = caps[0]
+	}
+	body, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return &Response{ContentType: "application/json", Body: append(body, '\n')}, nil
+}
+
+// words turns one row of little-endian int64 ids into text: up to the end token, without
+// start or padding tokens, joined by spaces.
+func (v captionVocab) words(row []byte) (string, error) {
+	var words []string
+	for off := 0; off+8 <= len(row); off += 8 {
+		id := int64(binary.LittleEndian.Uint64(row[off:]))
+		switch {
+		case id == *v.EOS:
+			return strings.Join(words, " "), nil
+		case id == *v.PAD || id == *v.BOS:
+		case id < 0 || id >= int64(len(v.ITOS)):
+			return "", fmt.Errorf("image_captioner: the model returned token id %d; the vocabulary has %d", id, len(v.ITOS))
+		default:
+			words = append(words, v.ITOS[id])
+		}
+	}
+	return strings.Join(words, " "), nil
+}
