@@ -125,31 +125,10 @@ func readCaptionVocab(dir, name string) (captionVocab, error) {
 }
 
 // Preprocess decodes every image of the request into one [N, 3, H, W] tensor.
-func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) {
-	images, err := imagePayloads(r)
-	if err != nil {
-		return nil, err
-	}
-	per := 3 * c.h * c.w
-	buf := make([]float32, per*len(images))
-	for i, img := range images {
-		if err := c.transform.Apply(img, buf[i*per:(i+1)*per]); err != nil {
-			if len(images) > 1 {
-				return nil, BadInput("image %d: %v", i, err)
-			}
-			return nil, BadInput("%v", err)
-		}
-	}
-	return &Sample{Items: len(images), Tensors: []Tensor{{
-		DType: torch.Float32, Shape: []int64{int64(len(images)), 3, int64(c.h), int64(c.w)}, Data: float32Bytes(buf),
-	}}}, nil
-}
+func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) { return imageSample(r, c.transform) }
 
 // WarmupSample is a black image of the model's input shape.
-func (c *ImageCaptioner) WarmupSample() *Sample {
-	buf := make([]float32, 3*c.h*c.w)
-	return &Sample{Items: 1, Tensors: []Tensor{{DType: torch.Float32, Shape: []int64{1, 3, int64(c.h), int64(c.w)}, Data: float32Bytes(buf)}}}
-}
+func (c *ImageCaptioner) WarmupSample() *Sample { return blankImage(c.transform) }
 
 // Infer runs the batch through generate, not forward: the decoding loop is the model's, so
 // one call captions every image of the batch.

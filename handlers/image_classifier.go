@@ -28,7 +28,6 @@ type ImageClassifier struct {
 	transform vision.Transform
 	topK      int
 	labels    map[int]string
-	c, h, w   int
 }
 
 func newImageClassifier(ctx Context) (Handler, error) {
@@ -93,7 +92,7 @@ func newImageClassifier(ctx Context) (Handler, error) {
 	if h == 0 || w == 0 {
 		return nil, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
 	}
-	return &ImageClassifier{transform: t, topK: topK, labels: ctx.Labels, c: c, h: h, w: w}, nil
+	return &ImageClassifier{transform: t, topK: topK, labels: ctx.Labels}, nil
 }
 
 func floats64(f []float32) []float64 {
@@ -123,14 +122,24 @@ func float32Bytes(f []float32) []byte {
 
 // Preprocess decodes every image of the request into one [N, C, H, W] tensor.
 func (ic *ImageClassifier) Preprocess(r *Request) (*Sample, error) {
+	return imageSample(r, ic.transform)
+}
+
+// WarmupSample is a black image of the model's input shape.
+func (ic *ImageClassifier) WarmupSample() *Sample { return blankImage(ic.transform) }
+
+// imageSample decodes and transforms every image of the request into one [N, C, H, W]
+// float32 tensor; it is the preprocessing of every image handler.
+func imageSample(r *Request, t vision.Transform) (*Sample, error) {
 	images, err := imagePayloads(r)
 	if err != nil {
 		return nil, err
 	}
-	per := ic.c * ic.h * ic.w
+	c, h, w := t.OutputShape()
+	per := c * h * w
 	buf := make([]float32, per*len(images))
 	for i, img := range images {
-		if err := ic.transform.Apply(img, buf[i*per:(i+1)*per]); err != nil {
+		if err := t.Apply(img, buf[i*per:(i+1)*per]); err != nil {
 			if len(images) > 1 {
 				return nil, BadInput("image %d: %v", i, err)
 			}
@@ -138,14 +147,15 @@ func (ic *ImageClassifier) Preprocess(r *Request) (*Sample, error) {
 		}
 	}
 	return &Sample{Items: len(images), Tensors: []Tensor{{
-		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(ic.c), int64(ic.h), int64(ic.w)}, Data: float32Bytes(buf),
+		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(c), int64(h), int64(w)}, Data: float32Bytes(buf),
 	}}}, nil
 }
 
-// WarmupSample is a black image of the model's input shape.
-func (ic *ImageClassifier) WarmupSample() *Sample {
-	buf := make([]float32, ic.c*ic.h*ic.w)
-	return &Sample{Items: 1, Tensors: []Tensor{{DType: torch.Float32, Shape: []int64{1, int64(ic.c), int64(ic.h), int64(ic.w)}, Data: float32Bytes(buf)}}}
+// blankImage is a black image of t's output shape, for warm-up.
+func blankImage(t vision.Transform) *Sample {
+	c, h, w := t.OutputShape()
+	buf := make([]float32, c*h*w)
+	return &Sample{Items: 1, Tensors: []Tensor{{DType: torch.Float32, Shape: []int64{1, int64(c), int64(h), int64(w)}, Data: float32Bytes(buf)}}}
 }
 
 // imagePayloads returns the request's images: raw bytes, multipart files, base64 strings in
