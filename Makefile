@@ -58,7 +58,7 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py)
 
 # The zoo's archives, built with torchd's own archiver. digits_tensor is the digits CNN
 # behind the tensor handler; slow is the controllable test model.
-ARCHIVES := resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner
+ARCHIVES := resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)

@@ -67,7 +67,7 @@
 //	top_k = 5
 //	color = "rgb"
 //	label_file = "classes.txt"   # read by archive into Model.Labels; default index_to_name.json
-//	vocabulary = "vocab.txt"     # a file of the archive; handlers find it with Model.Path
+//	vocab = "vocab.txt"          # a file of the archive; handlers find it with Model.Path
 //	max_length = 128
 //
 //	[[inputs]]                   # the declared signature; optional

@@ -1,0 +1,261 @@
+// Package text turns text into token ids for BERT-style models, exactly as
+// google-research/bert's tokenization.py does: its BasicTokenizer (control characters dropped,
+// whitespace normalized, optional lower-casing and accent stripping, punctuation and CJK
+// characters split off), then greedy longest-match-first WordPiece over a vocab.txt, then
+// [CLS] … [SEP]. It knows strings and ids, nothing of tensors, models or HTTP.
+package text
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// Options configure a WordPiece. The zero value keeps case and does not truncate.
+type Options struct {
+	// Lowercase lower-cases and strips accents before splitting, as BERT's uncased models
+	// were trained (BERT's do_lower_case).
+	Lowercase bool
+	// MaxLength bounds what Encode returns, [CLS] and [SEP] included; 0 means no bound.
+	MaxLength int
+}
+
+// WordPiece is a tokenizer over one vocabulary. It is safe for concurrent use.
+type WordPiece struct {
+	opts   Options
+	ids    map[string]int64
+	tokens []string // by id
+	// longest is the byte length of the longest token: no longer candidate can match, which
+	// bounds the greedy search on long words.
+	longest            int
+	unk, cls, sep, pad int64
+}
+
+// maxWordRunes is BERT's max_input_chars_per_word: a longer word is one [UNK].
+const maxWordRunes = 100
+
+// Load reads a BERT vocab.txt.
+func Load(vocabPath string, opts Options) (*WordPiece, error) {
+	f, err := os.Open(vocabPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	w, err := Read(f, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", vocabPath, err)
+	}
+	return w, nil
+}
+
+// Read reads a vocabulary in BERT's vocab.txt format: one token per line, its id the line
+// number from 0, surrounding whitespace trimmed. It must hold [UNK], [CLS], [SEP] and [PAD].
+func Read(r io.Reader, opts Options) (*WordPiece, error) {
+	if opts.MaxLength < 0 || opts.MaxLength == 1 {
+		return nil, fmt.Errorf("max length %d leaves no room for [CLS] and [SEP]", opts.MaxLength)
+	}
+	w := &WordPiece{opts: opts, ids: map[string]int64{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		tok := strings.TrimSpace(sc.Text())
+		// A repeated token takes its last line's id, as BERT's load_vocab gives it.
+		w.ids[tok] = int64(len(w.tokens))
+		w.tokens = append(w.tokens, tok)
+		w.longest = max(w.longest, len(tok))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		tok string
+		id  *int64
+	}{{"[UNK]", &w.unk}, {"[CLS]", &w.cls}, {"[SEP]", &w.sep}, {"[PAD]", &w.pad}} {
+		id, ok := w.ids[s.tok]
+		if !ok {
+			return nil, fmt.Errorf("the vocabulary (%d tokens) has no %s token", len(w.tokens), s.tok)
+		}
+		*s.id = id
+	}
+	return w, nil
+}
+
+// Encode returns text's ids as BERT models take them: [CLS], text's pieces, [SEP], with the
+// pieces cut to leave MaxLength ids in all.
+func (w *WordPiece) Encode(text string) []int64 {
+	limit := -1
+	if w.opts.MaxLength > 0 {
+		limit = w.opts.MaxLength - 2
+	}
+	ids := make([]int64, 1, 32)
+	ids[0] = w.cls
+	ids = w.appendText(ids, text, limit)
+	return append(ids, w.sep)
+}
+
+// Tokenize returns text's pieces, without [CLS] and [SEP] and untruncated, e.g. "un",
+// "##want", "##ed" for "unwanted".
+func (w *WordPiece) Tokenize(text string) []string {
+	ids := w.appendText(nil, text, -1)
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = w.tokens[id]
+	}
+	return out
+}
+
+// Batch pads seqs with [PAD] to the longest one and returns them row-major, with their
+// attention mask (1 for a token, 0 for padding): both are [len(seqs), width].
+func (w *WordPiece) Batch(seqs [][]int64) (ids, mask []int64, width int) {
+	for _, s := range seqs {
+		width = max(width, len(s))
+	}
+	ids = make([]int64, len(seqs)*width)
+	mask = make([]int64, len(seqs)*width)
+	for i, s := range seqs {
+		row := ids[i*width : (i+1)*width]
+		copy(row, s)
+		for j := len(s); j < width; j++ {
+			row[j] = w.pad
+		}
+		m := mask[i*width : i*width+len(s)]
+		for j := range m {
+			m[j] = 1
+		}
+	}
+	return ids, mask, width
+}
+
+// scratch holds the buffers one tokenization reuses; pooled because Encode runs once per
+// request.
+type scratch struct{ field, lower, norm, piece []byte }
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// appendText appends at most limit (-1: all) of text's piece ids to ids. It stops reading
+// text once the limit is reached, so a huge request costs no more than a short one.
+func (w *WordPiece) appendText(ids []int64, text string, limit int) []int64 {
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	start := len(ids)
+	// A field is a run of text between whitespace, BERT's whitespace-split token: it is
+	// lower-cased as a whole (final sigma depends on its neighbours), then split at
+	// punctuation.
+	field, ascii := sc.field[:0], true
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		i += size
+		cjk := false
+		switch {
+		case r == 0 || r == utf8.RuneError || isControl(r):
+			// Invalid UTF-8 decodes as U+FFFD, which BERT drops as it drops U+FFFD itself.
+			continue
+		case isWhitespace(r):
+		case isCJK(r):
+			cjk = true
+		default:
+			field = utf8.AppendRune(field, r)
+			ascii = ascii && r < utf8.RuneSelf
+			continue
+		}
+		// Whitespace ends a field; a CJK character ends one and is one.
+		if len(field) > 0 {
+			ids = w.appendField(ids, field, ascii, sc)
+			field, ascii = field[:0], true
+		}
+		if cjk {
+			ids = w.appendField(ids, utf8.AppendRune(field, r), false, sc)
+		}
+		if limit >= 0 && len(ids)-start >= limit {
+			break
+		}
+	}
+	if len(field) > 0 && (limit < 0 || len(ids)-start < limit) {
+		ids = w.appendField(ids, field, ascii, sc)
+	}
+	sc.field = field[:0]
+	if limit >= 0 && len(ids)-start > limit {
+		ids = ids[:start+limit]
+	}
+	return ids
+}
+
+// appendField appends the pieces of one whitespace-delimited field, which it may modify.
+func (w *WordPiece) appendField(ids []int64, field []byte, ascii bool, sc *scratch) []int64 {
+	word := field
+	if w.opts.Lowercase {
+		if ascii {
+			for i, c := range field {
+				if 'A' <= c && c <= 'Z' {
+					field[i] = c + 'a' - 'A'
+				}
+			}
+		} else {
+			sc.lower = appendLower(sc.lower[:0], field)
+			sc.norm = appendStripAccents(sc.norm[:0], sc.lower)
+			word = sc.norm
+		}
+	}
+	// Each punctuation character is a word of its own and ends the word before it.
+	begin := 0
+	for i := 0; i < len(word); {
+		r, size := utf8.DecodeRune(word[i:])
+		if isPunct(r) {
+			ids = w.appendWord(ids, word[begin:i], sc)
+			ids = w.appendWord(ids, word[i:i+size], sc)
+			begin = i + size
+		}
+		i += size
+	}
+	return w.appendWord(ids, word[begin:], sc)
+}
+
+// appendWord appends word's WordPiece ids: greedily the longest vocabulary entry from the
+// start, then the longest "##" continuation from where it ended, and so on; one [UNK] for the
+// whole word if some position matches nothing or the word is over 100 characters.
+func (w *WordPiece) appendWord(ids []int64, word []byte, sc *scratch) []int64 {
+	if len(word) == 0 {
+		return ids
+	}
+	if utf8.RuneCount(word) > maxWordRunes {
+		return append(ids, w.unk)
+	}
+	first := len(ids)
+	piece := append(sc.piece[:0], "##"...)
+	defer func() { sc.piece = piece }()
+	for start := 0; start < len(word); {
+		end := len(word)
+		if end-start > w.longest {
+			end = start + w.longest
+			for end > start && !utf8.RuneStart(word[end]) {
+				end--
+			}
+		}
+		found := false
+		for end > start {
+			var id int64
+			// string(b) in a map index does not allocate.
+			if start == 0 {
+				id, found = w.ids[string(word[:end])]
+			} else {
+				piece = append(piece[:2], word[start:end]...)
+				id, found = w.ids[string(piece)]
+			}
+			if found {
+				ids = append(ids, id)
+				break
+			}
+			_, n := utf8.DecodeLastRune(word[start:end])
+			end -= n
+		}
+		if !found {
+			return append(ids[:first], w.unk)
+		}
+		start = end
+	}
+	return ids
+}

@@ -1,0 +1,246 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/torchd/torchd/handlers/text"
+	"github.com/torchd/torchd/torch"
+)
+
+func init() { Register("text_classifier", newTextClassifier) }
+
+// TextClassifier is TorchServe's text_classifier for BERT-style models: UTF-8 text →
+// WordPiece ids ([CLS] … [SEP]) → forward(input_ids, attention_mask), both int64 [N, L]
+// padded to the batch's longest text → softmax → {label: probability}, all classes by
+// default, most probable first.
+//
+// Options (model-config.toml [options]): vocab ("vocab.txt", a file of the archive),
+// max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
+// take), lowercase (true: an uncased model), top_k (all classes).
+type TextClassifier struct {
+	tok    *text.WordPiece
+	topK   int // 0: all classes
+	labels map[int]string
+}
+
+func newTextClassifier(ctx Context) (Handler, error) {
+	cfg := ctx.Config
+	vocab, err := cfg.StringOption("vocab", "vocab.txt")
+	if err != nil {
+		return nil, err
+	}
+	maxLength, err := cfg.IntOption("max_length", 128)
+	if err != nil {
+		return nil, err
+	}
+	lowercase, err := cfg.BoolOption("lowercase", true)
+	if err != nil {
+		return nil, err
+	}
+	topK, err := cfg.IntOption("top_k", 0)
+	if err != nil {
+		return nil, err
+	}
+	if maxLength < 2 {
+		return nil, fmt.Errorf("%s: option max_length must be ≥ 2 ([CLS] and [SEP]), got %d", cfg.File, maxLength)
+	}
+	if topK < 0 {
+		return nil, fmt.Errorf("%s: option top_k must be ≥ 1 (or 0 for all classes), got %d", cfg.File, topK)
+	}
+	// The archive is untrusted: OpenInRoot refuses a vocab option that leaves it, by ".." or
+	// through a link.
+	f, err := os.OpenInRoot(ctx.Dir, vocab)
+	if err != nil {
+		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
+	}
+	defer f.Close()
+	tok, err := text.Read(f, text.Options{Lowercase: lowercase, MaxLength: maxLength})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", vocab, err)
+	}
+	return &TextClassifier{tok: tok, topK: topK, labels: ctx.Labels}, nil
+}
+
+// textState is a sample's token ids, one sequence per text; Infer pads them.
+type textState struct{ ids [][]int64 }
+
+// Preprocess reads the request's texts and tokenizes each: a raw body or form field is one
+// text; JSON may be a string, {"text": ...} or {"data": ...}, or a list of these, one item
+// per text.
+func (tc *TextClassifier) Preprocess(r *Request) (*Sample, error) {
+	var texts []string
+	for _, p := range r.Inputs {
+		if !utf8.Valid(p.Data) {
+			return nil, BadInput("input %q is not valid UTF-8", p.Name)
+		}
+		if isJSON(p) {
+			t, err := jsonTexts(p.Data)
+			if err != nil {
+				return nil, err
+			}
+			texts = append(texts, t...)
+		} else {
+			texts = append(texts, string(p.Data))
+		}
+	}
+	if len(texts) == 0 {
+		return nil, BadInput("the request has no text")
+	}
+	st := textState{ids: make([][]int64, len(texts))}
+	for i, t := range texts {
+		if strings.TrimSpace(t) == "" {
+			if len(texts) > 1 {
+				return nil, BadInput("text %d is empty", i)
+			}
+			return nil, BadInput("the text is empty")
+		}
+		st.ids[i] = tc.tok.Encode(t)
+	}
+	return &Sample{Items: len(texts), State: st}, nil
+}
+
+func jsonTexts(b []byte) ([]string, error) {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, BadInput("invalid JSON body: %v", err)
+	}
+	var texts []string
+	var collect func(v any, depth int) error
+	collect = func(v any, depth int) error {
+		if depth > 2 {
+			return BadInput(`JSON text input nests too deep: send a string, {"text": ...} or a list of them`)
+		}
+		switch x := v.(type) {
+		case string:
+			texts = append(texts, x)
+		case []any:
+			for _, e := range x {
+				if err := collect(e, depth+1); err != nil {
+					return err
+				}
+			}
+		case map[string]any:
+			for _, k := range []string{"text", "data", "body", "instances"} {
+				if e, ok := x[k]; ok {
+					return collect(e, depth+1)
+				}
+			}
+			return BadInput(`JSON text input needs "text" or "data"`)
+		default:
+			return BadInput("JSON text input must hold strings, got %T", v)
+		}
+		return nil
+	}
+	if err := collect(v, 0); err != nil {
+		return nil, err
+	}
+	return texts, nil
+}
+
+// WarmupSample is one short sentence.
+func (tc *TextClassifier) WarmupSample() *Sample {
+	return &Sample{Items: 1, State: textState{ids: [][]int64{tc.tok.Encode("a short sentence to warm up.")}}}
+}
+
+// Infer pads the batch's sequences to its longest and runs forward(input_ids,
+// attention_mask) once. The mask is what keeps padding from changing a text's logits.
+func (tc *TextClassifier) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+	var seqs [][]int64
+	for _, s := range batch {
+		ids, err := sampleSequences(s)
+		if err != nil {
+			return nil, err
+		}
+		seqs = append(seqs, ids...)
+	}
+	ids, mask, width := tc.tok.Batch(seqs)
+	n := int64(len(seqs))
+	idsT, err := torch.NewTensor(ids, n, int64(width))
+	if err != nil {
+		return nil, err
+	}
+	maskT, err := torch.NewTensor(mask, n, int64(width))
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.Forward(idsT, maskT)
+	if err != nil {
+		return nil, err
+	}
+	defer torch.CloseValue(out)
+	logits, ok := out.(*torch.Tensor)
+	if !ok {
+		return nil, fmt.Errorf("text_classifier: the model returned %T, want a tensor of logits", out)
+	}
+	return Split([]*torch.Tensor{logits}, batch, len(seqs))
+}
+
+// sampleSequences returns a sample's token ids: Preprocess's, or, for a request of tensors
+// (the Open Inference Protocol, which skips Preprocess), the ids its attention mask keeps,
+// so that they are padded anew with the rest of the batch.
+func sampleSequences(s *Sample) ([][]int64, error) {
+	if st, ok := s.State.(textState); ok && len(st.ids) == s.Items {
+		return st.ids, nil
+	}
+	if len(s.Tensors) != 2 {
+		return nil, BadInput("text_classifier takes text, or the tensors input_ids and attention_mask; got %d tensors", len(s.Tensors))
+	}
+	ids, mask := s.Tensors[0], s.Tensors[1]
+	if ids.DType != torch.Int64 || mask.DType != torch.Int64 || len(ids.Shape) != 2 || !slices.Equal(ids.Shape, mask.Shape) ||
+		ids.Shape[0] != int64(s.Items) || int64(len(ids.Data)) != 8*ids.Numel() || len(mask.Data) != len(ids.Data) {
+		return nil, BadInput("input_ids and attention_mask must both be int64 [N, L], got %v %v and %v %v", ids.DType, ids.Shape, mask.DType, mask.Shape)
+	}
+	width := int(ids.Shape[1])
+	seqs := make([][]int64, s.Items)
+	for i := range seqs {
+		for j := range width {
+			off := 8 * (i*width + j)
+			if binary.LittleEndian.Uint64(mask.Data[off:]) != 0 {
+				seqs[i] = append(seqs[i], int64(binary.LittleEndian.Uint64(ids.Data[off:])))
+			}
+		}
+	}
+	return seqs, nil
+}
+
+// Postprocess returns, per text, every class (or the top_k) as an ordered {label:
+// probability} object; several texts give a JSON array of them.
+func (tc *TextClassifier) Postprocess(s *Sample, out []Tensor) (*Response, error) {
+	if len(out) == 0 || out[0].DType != torch.Float32 || len(out[0].Shape) != 2 {
+		return nil, errors.New("text_classifier: the model must return float32 logits of shape [N, classes]")
+	}
+	classes := int(out[0].Shape[1])
+	k := tc.topK
+	if k == 0 {
+		k = classes
+	}
+	logits := out[0].Data
+	var body bytes.Buffer
+	if s.Items > 1 {
+		body.WriteString("[\n")
+	}
+	for i := range s.Items {
+		row := make([]float64, classes)
+		for c := range row {
+			row[c] = float64(math.Float32frombits(binary.LittleEndian.Uint32(logits[4*(i*classes+c):])))
+		}
+		if i > 0 {
+			body.WriteString(",\n")
+		}
+		writeTopK(&body, softmax(row), k, tc.labels)
+	}
+	if s.Items > 1 {
+		body.WriteString("\n]")
+	}
+	body.WriteByte('\n')
+	return &Response{ContentType: "application/json", Body: body.Bytes()}, nil
+}
