@@ -89,7 +89,8 @@ test: setup lib models vet
 
 # Each fuzz target for a bounded time; the seed corpora under testdata/fuzz are committed.
 FUZZTIME ?= 60s
-FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply
+FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply \
+                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
