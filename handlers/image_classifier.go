@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -243,10 +242,20 @@ func jsonImages(b []byte) ([][]byte, error) {
 // Postprocess returns, per image, the top-k classes as an ordered {label: probability}
 // object, TorchServe's shape; several images give a JSON array of them.
 func (ic *ImageClassifier) Postprocess(s *Sample, out []Tensor) (*Response, error) {
+	return topKResponse("image_classifier", s, out, ic.topK, ic.labels)
+}
+
+// topKResponse turns float32 logits [N, classes] into, per item, the top k classes after
+// softmax as an ordered {label: probability} object (k 0: every class); several items give a
+// JSON array of them. It is the postprocessing of every classifier.
+func topKResponse(handler string, s *Sample, out []Tensor, k int, labels map[int]string) (*Response, error) {
 	if len(out) == 0 || out[0].DType != torch.Float32 || len(out[0].Shape) != 2 {
-		return nil, errors.New("image_classifier: the model must return float32 logits of shape [N, classes]")
+		return nil, fmt.Errorf("%s: the model must return float32 logits of shape [N, classes]", handler)
 	}
 	classes := int(out[0].Shape[1])
+	if k == 0 {
+		k = classes
+	}
 	logits := out[0].Data
 	var body bytes.Buffer
 	if s.Items > 1 {
@@ -254,13 +263,13 @@ func (ic *ImageClassifier) Postprocess(s *Sample, out []Tensor) (*Response, erro
 	}
 	for i := range s.Items {
 		row := make([]float64, classes)
-		for k := range row {
-			row[k] = float64(math.Float32frombits(binary.LittleEndian.Uint32(logits[4*(i*classes+k):])))
+		for c := range row {
+			row[c] = float64(math.Float32frombits(binary.LittleEndian.Uint32(logits[4*(i*classes+c):])))
 		}
 		if i > 0 {
 			body.WriteString(",\n")
 		}
-		writeTopK(&body, softmax(row), ic.topK, ic.labels)
+		writeTopK(&body, softmax(row), k, labels)
 	}
 	if s.Items > 1 {
 		body.WriteString("\n]")

@@ -1,12 +1,9 @@
 package handlers
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strings"
@@ -215,32 +212,5 @@ func sampleSequences(s *Sample) ([][]int64, error) {
 // Postprocess returns, per text, every class (or the top_k) as an ordered {label:
 // probability} object; several texts give a JSON array of them.
 func (tc *TextClassifier) Postprocess(s *Sample, out []Tensor) (*Response, error) {
-	if len(out) == 0 || out[0].DType != torch.Float32 || len(out[0].Shape) != 2 {
-		return nil, errors.New("text_classifier: the model must return float32 logits of shape [N, classes]")
-	}
-	classes := int(out[0].Shape[1])
-	k := tc.topK
-	if k == 0 {
-		k = classes
-	}
-	logits := out[0].Data
-	var body bytes.Buffer
-	if s.Items > 1 {
-		body.WriteString("[\n")
-	}
-	for i := range s.Items {
-		row := make([]float64, classes)
-		for c := range row {
-			row[c] = float64(math.Float32frombits(binary.LittleEndian.Uint32(logits[4*(i*classes+c):])))
-		}
-		if i > 0 {
-			body.WriteString(",\n")
-		}
-		writeTopK(&body, softmax(row), k, tc.labels)
-	}
-	if s.Items > 1 {
-		body.WriteString("\n]")
-	}
-	body.WriteByte('\n')
-	return &Response{ContentType: "application/json", Body: body.Bytes()}, nil
+	return topKResponse("text_classifier", s, out, tc.topK, tc.labels)
 }
