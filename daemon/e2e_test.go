@@ -68,8 +68,9 @@ func TestDigitsAccuracyOverHTTP(t *testing.T) {
 	wg.Wait()
 	acc := float64(correct.Load()) / float64(len(imgs))
 	t.Logf("held-out accuracy through HTTP: %.4f over %d PNGs", acc, len(imgs))
-	if acc < 0.95 {
-		t.Fatalf("accuracy %.4f < 0.95", acc)
+	// 0.95 is the daemon issue's bar, 0.97 the handlers issue's and Python's.
+	if acc < 0.97 {
+		t.Fatalf("accuracy %.4f < 0.97", acc)
 	}
 }
 
