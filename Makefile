@@ -51,7 +51,8 @@ $(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h
 
 build: $(BIN)/torchd
 
-models: $(MODELS_OUT)/.done
+# The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
+models: $(STORE)/.done
 $(MODELS_OUT)/.done: $(wildcard models/*.py)
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
