@@ -98,16 +98,8 @@ func TestCaptionerOverHTTP(t *testing.T) {
 		t.Fatalf("exact match %.4f < 0.90", acc)
 	}
 
-	var desc []struct {
-		Batching struct {
-			Batches       int64   `json:"batches"`
-			MeanBatchSize float64 `json:"meanBatchSize"`
-		} `json:"batching"`
-	}
-	do(t, "GET", s.mgmt+"/models/captioner", "", nil).json(t, &desc)
-	t.Logf("batches %d, mean batch size %.2f", desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize)
-	if desc[0].Batching.MeanBatchSize <= 1.05 {
-		t.Fatalf("no batching under concurrent load: mean batch size %.2f", desc[0].Batching.MeanBatchSize)
+	if _, mean := s.batching(t, "captioner"); mean <= 1.05 {
+		t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
 	}
 
 	// One at a time, each request is a batch of its own.

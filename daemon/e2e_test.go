@@ -43,29 +43,16 @@ func TestDigitsAccuracyOverHTTP(t *testing.T) {
 	s.register(t, "url=digits.mar&batch_size=16&max_batch_delay=5&initial_workers=2&synchronous=true")
 	imgs, labels := heldOut(t)
 	var correct atomic.Int64
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				r := do(t, "POST", s.inf+"/predictions/digits", "image/png", imgs[i])
-				if r.status != 200 {
-					t.Errorf("image %d: %d %s", i, r.status, r.body)
-					continue
-				}
-				if top1(r.body) == labels[i] {
-					correct.Add(1)
-				}
-			}
-		}()
-	}
-	for i := range imgs {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	forEach(len(imgs), 16, func(i int) {
+		r := do(t, "POST", s.inf+"/predictions/digits", "image/png", imgs[i])
+		if r.status != 200 {
+			t.Errorf("image %d: %d %s", i, r.status, r.body)
+			return
+		}
+		if top1(r.body) == labels[i] {
+			correct.Add(1)
+		}
+	})
 	acc := float64(correct.Load()) / float64(len(imgs))
 	t.Logf("held-out accuracy through HTTP: %.4f over %d PNGs", acc, len(imgs))
 	// 0.95 is the daemon issue's bar, 0.97 the handlers issue's and Python's.
@@ -114,16 +101,8 @@ func TestConcurrentResponsesMatchTheirInputs(t *testing.T) {
 			t.Fatalf("requests %d and %d got identical outputs; inputs were meant to differ", i-1, i)
 		}
 	}
-	var desc []struct {
-		Batching struct {
-			Batches       int64   `json:"batches"`
-			MeanBatchSize float64 `json:"meanBatchSize"`
-		} `json:"batching"`
-	}
-	do(t, "GET", s.mgmt+"/models/digits_tensor", "", nil).json(t, &desc)
-	t.Logf("batches %d, mean batch size %.2f", desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize)
-	if desc[0].Batching.MeanBatchSize <= 1.05 {
-		t.Fatalf("no batching under concurrent load: mean batch size %.2f", desc[0].Batching.MeanBatchSize)
+	if _, mean := s.batching(t, "digits_tensor"); mean <= 1.05 {
+		t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
 	}
 }
 

@@ -311,3 +311,38 @@ func heldOut(t testing.TB) ([][]byte, []string) {
 	}
 	return imgs, labels
 }
+
+// forEach calls f(i) for every i in [0, n) from workers goroutines, so that requests arrive
+// concurrently and batches form.
+func forEach(n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				f(i)
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// batching returns a model's dispatched batches and mean batch size, from describe.
+func (s *server) batching(t testing.TB, model string) (batches int64, mean float64) {
+	t.Helper()
+	var desc []struct {
+		Batching struct {
+			Batches       int64   `json:"batches"`
+			MeanBatchSize float64 `json:"meanBatchSize"`
+		} `json:"batching"`
+	}
+	do(t, "GET", s.mgmt+"/models/"+model, "", nil).json(t, &desc)
+	t.Logf("%s: batches %d, mean batch size %.2f", model, desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize)
+	return desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize
+}

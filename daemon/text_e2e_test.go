@@ -6,7 +6,6 @@ import (
 	"mime/multipart"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -46,41 +45,22 @@ func TestTextClassifierAccuracyOverHTTP(t *testing.T) {
 	s.register(t, "url=textcls.mar&batch_size=16&max_batch_delay=5&initial_workers=2&synchronous=true")
 	texts, labels := textHeldOut(t)
 	var correct atomic.Int64
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				r := do(t, "POST", s.inf+"/predictions/textcls", "text/plain; charset=utf-8", []byte(texts[i]))
-				if r.status != 200 {
-					t.Errorf("sentence %d: %d %s", i, r.status, r.body)
-					continue
-				}
-				if top1(r.body) == labels[i] {
-					correct.Add(1)
-				}
-			}
-		}()
-	}
-	for i := range texts {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	forEach(len(texts), 16, func(i int) {
+		r := do(t, "POST", s.inf+"/predictions/textcls", "text/plain; charset=utf-8", []byte(texts[i]))
+		if r.status != 200 {
+			t.Errorf("sentence %d: %d %s", i, r.status, r.body)
+			return
+		}
+		if top1(r.body) == labels[i] {
+			correct.Add(1)
+		}
+	})
 	acc := float64(correct.Load()) / float64(len(texts))
 	t.Logf("held-out accuracy through HTTP: %.4f over %d sentences", acc, len(texts))
 	if acc < 0.95 {
 		t.Fatalf("accuracy %.4f < 0.95", acc)
 	}
-	var desc []struct {
-		Batching struct {
-			MeanBatchSize float64 `json:"meanBatchSize"`
-		} `json:"batching"`
-	}
-	do(t, "GET", s.mgmt+"/models/textcls", "", nil).json(t, &desc)
-	t.Logf("mean batch size %.2f", desc[0].Batching.MeanBatchSize)
+	s.batching(t, "textcls")
 }
 
 // The request forms: a JSON list is several texts and answers an array, in order; a
