@@ -30,6 +30,7 @@ type Config struct {
 	ProfilePath       string
 	LogFormat         string // text|json
 	AccessLog         bool
+	EnableMetrics     bool
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
 	// (see ModelSet) override the archive's own config; registration parameters override
@@ -120,8 +121,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// settings is the one list of every configuration key. The README's table is generated
-// from it by `torchd serve --help-config`.
+// settings is the one list of every configuration key. TestREADMEListsEverySetting keeps
+// the README's table in step with it.
 var settings = []setting{
 	{key: "inference_address", def: "127.0.0.1:8080", help: "inference API (TorchServe and KServe protocols)",
 		apply: strSetting(func(c *Config) *string { return &c.InferenceAddress })},
@@ -145,6 +146,8 @@ var settings = []setting{
 		apply: durSetting(func(c *Config) *time.Duration { return &c.IdleTimeout }, time.Second)},
 	{key: "shutdown_timeout", def: "30s", help: "how long a graceful stop waits for accepted requests",
 		apply: durSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
+	{key: "enable_metrics_api", def: "true", help: "serve metrics on metrics_address; false also skips every metric update on the request path",
+		apply: boolSetting(func(c *Config) *bool { return &c.EnableMetrics })},
 	{key: "profile", def: "", help: "write a pprof profile on exit: cpu, mem, block or mutex",
 		apply: strSetting(func(c *Config) *string { return &c.Profile }, "", "cpu", "mem", "block", "mutex")},
 	{key: "profile_path", def: ".", help: "directory for --profile output",

@@ -95,7 +95,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	t0 := time.Now()
 	sample, err := v.handler.Preprocess(req)
-	v.metrics.preprocess.UpdateDuration(t0)
+	v.metrics.observePreprocess(t0)
 	if err != nil {
 		status := handlers.StatusOf(err, 400)
 		writeError(ctx, status, "BadRequestException", err.Error())
@@ -111,7 +111,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
-	v.metrics.postprocess.UpdateDuration(t1)
+	v.metrics.observePostprocess(t1)
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
 		writeError(ctx, status, "InternalServerException", err.Error())

@@ -228,3 +228,73 @@ func TestV2TimeoutParameter(t *testing.T) {
 		t.Fatalf("the model ran %d requests; the expired one should not have run", desc[0].Batching.Requests)
 	}
 }
+
+func init() {
+	storeArchives = append(storeArchives, storeArchive{"digits_tensor", "digits", "digits_tensor", "2.0", "v2"})
+}
+
+// Every v2 route with a /versions/{v} segment, for two versions of one model: metadata,
+// readiness, config and inference (JSON and binary) reach the version named, the health
+// routes answer with empty bodies, and an unknown version is 404 with {"error"}.
+func TestV2VersionedRoutes(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits_tensor.mar&initial_workers=1")
+	s.register(t, "url=v2/digits_tensor.mar&initial_workers=1")
+	ctx := context.Background()
+	c := client.New(s.inf)
+
+	for _, path := range []string{"/v2/health/live", "/v2/health/ready"} {
+		if r := do(t, "GET", s.inf+path, "", nil); r.status != 200 || len(r.body) != 0 {
+			t.Fatalf("%s: %d %q, want 200 with an empty body", path, r.status, r.body)
+		}
+	}
+	md, err := c.ModelMetadata(ctx, "digits_tensor", "")
+	if err != nil || strings.Join(md.Versions, ",") != "1.0,2.0" {
+		t.Fatalf("metadata versions: %+v %v", md, err)
+	}
+	x := readZooNpy(t, "digits", "ref_input.npy")
+	want := f32s(readZooNpy(t, "digits", "ref_output.npy").Data)
+	input := oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data}
+	for _, ver := range []string{"1.0", "2.0"} {
+		md, err := c.ModelMetadata(ctx, "digits_tensor", ver)
+		if err != nil || md.Name != "digits_tensor" || md.Inputs[0].Name != "input__0" {
+			t.Fatalf("metadata of %s: %+v %v", ver, md, err)
+		}
+		if ready, err := c.ModelReady(ctx, "digits_tensor", ver); err != nil || !ready {
+			t.Fatalf("ready %s: %v %v", ver, ready, err)
+		}
+		if r := do(t, "GET", s.inf+"/v2/models/digits_tensor/versions/"+ver+"/ready", "", nil); r.status != 200 || len(r.body) != 0 {
+			t.Fatalf("ready %s: %d %q", ver, r.status, r.body)
+		}
+		cfg, err := c.ModelConfig(ctx, "digits_tensor", ver)
+		if err != nil || cfg["name"] != "digits_tensor" || cfg["max_batch_size"] == nil {
+			t.Fatalf("config of %s: %v %v", ver, cfg, err)
+		}
+		for _, opts := range []client.InferOptions{{}, {Binary: true, BinaryOutputs: true}} {
+			resp, outs, err := c.Infer(ctx, "digits_tensor", ver, []oip.Tensor{input}, opts)
+			if err != nil {
+				t.Fatalf("infer %s %+v: %v", ver, opts, err)
+			}
+			if resp.ModelVersion != ver {
+				t.Fatalf("infer %s answered by version %q", ver, resp.ModelVersion)
+			}
+			closeTo(t, "versioned infer", f32s(outs[0].Data), want, 1e-5)
+		}
+	}
+	for _, path := range []string{"", "/ready", "/config"} {
+		r := do(t, "GET", s.inf+"/v2/models/digits_tensor/versions/9.9"+path, "", nil)
+		var e oip.ErrorResponse
+		if path == "/ready" {
+			if r.status != 400 && r.status != 404 {
+				t.Fatalf("ready of an unknown version: %d %s", r.status, r.body)
+			}
+			continue
+		}
+		if r.status != 404 || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, "9.9") {
+			t.Fatalf("GET versions/9.9%s: %d %s, want 404 naming the version", path, r.status, r.body)
+		}
+	}
+	if _, _, err := c.Infer(ctx, "digits_tensor", "9.9", []oip.Tensor{input}, client.InferOptions{Binary: true}); err == nil {
+		t.Fatal("infer on an unknown version succeeded")
+	}
+}

@@ -20,6 +20,9 @@ type Metrics struct {
 	hostname string
 	mu       sync.Mutex
 	models   map[string]*modelMetrics // by name + "\x00" + version
+	// off (enable_metrics_api = false) makes model return nil: a nil *modelMetrics records
+	// nothing, so the request path makes no metric updates at all.
+	off bool
 }
 
 // Buckets of the histograms: seconds from 100 µs to 30 s, and batch sizes in powers of two.
@@ -33,9 +36,9 @@ func init() {
 	metrics.ExposeMetadata(true)
 }
 
-func newMetrics() *Metrics {
+func newMetrics(enabled bool) *Metrics {
 	h, _ := os.Hostname()
-	return &Metrics{set: metrics.NewSet(), hostname: h, models: map[string]*modelMetrics{}}
+	return &Metrics{set: metrics.NewSet(), hostname: h, models: map[string]*modelMetrics{}, off: !enabled}
 }
 
 // modelMetrics are one model version's series. Updating them costs a few atomic adds.
@@ -58,6 +61,9 @@ type modelMetrics struct {
 }
 
 func (m *Metrics) model(name, version string, pending func() int) *modelMetrics {
+	if m.off {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := name + "\x00" + version
@@ -85,12 +91,38 @@ func (m *Metrics) model(name, version string, pending func() int) *modelMetrics 
 	return mm
 }
 
+// The observe methods do nothing on a nil receiver (metrics off).
+
+func (mm *modelMetrics) setWorkers(n int) {
+	if mm != nil {
+		mm.workers.Store(int64(n))
+	}
+}
+
+func (mm *modelMetrics) observePreprocess(start time.Time) {
+	if mm != nil {
+		mm.preprocess.UpdateDuration(start)
+	}
+}
+
+func (mm *modelMetrics) observePostprocess(start time.Time) {
+	if mm != nil {
+		mm.postprocess.UpdateDuration(start)
+	}
+}
+
 func (mm *modelMetrics) observeBatch(size int, d time.Duration) {
+	if mm == nil {
+		return
+	}
 	mm.batchSize.Update(float64(size))
 	mm.inferenceTime.Update(d.Seconds())
 }
 
 func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
+	if mm == nil {
+		return
+	}
 	c, ok := mm.codes.Load(code)
 	if !ok {
 		c, _ = mm.codes.LoadOrStore(code, mm.set.GetOrCreateCounter("torchd_requests_total{"+mm.labels+`,code="`+strconv.Itoa(code)+`"}`))

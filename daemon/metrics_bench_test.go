@@ -10,7 +10,7 @@ import (
 // TorchServe counters) plus one batch's share. Compare with a request's own cost in
 // docs/benchmarks.md.
 func BenchmarkMetricsPerRequest(b *testing.B) {
-	m := newMetrics()
+	m := newMetrics(true)
 	mm := m.model("bench", "1.0", func() int { return 0 })
 	start := time.Now()
 	b.ReportAllocs()

@@ -86,9 +86,7 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 		close(w.stop)
 		stopped = append(stopped, w)
 	}
-	if p.metrics != nil {
-		p.metrics.workers.Store(int64(len(p.workers)))
-	}
+	p.metrics.setWorkers(len(p.workers))
 	p.mu.Unlock()
 	if wait {
 		for _, w := range started {
@@ -184,9 +182,7 @@ func (p *WorkerPool) runBatch(batch []*job) {
 	start := time.Now()
 	outs, err := p.infer(samples)
 	elapsed := time.Since(start)
-	if p.metrics != nil {
-		p.metrics.observeBatch(len(batch), elapsed)
-	}
+	p.metrics.observeBatch(len(batch), elapsed)
 	if err == nil {
 		for i, j := range batch {
 			j.finish(jobResult{out: outs[i], queued: dispatched.Sub(j.enqueued), inference: elapsed, batchSize: len(batch)})

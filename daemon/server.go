@@ -42,7 +42,7 @@ var pid = os.Getpid()
 
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
-	m := newMetrics()
+	m := newMetrics(cfg.EnableMetrics)
 	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: NewRegistry(cfg, m, log), startupCh: make(chan struct{})}
 }
 
@@ -56,6 +56,9 @@ func (d *Daemon) Start() error {
 		{"inference", d.cfg.InferenceAddress, d.inferenceRouter().serve},
 		{"management", d.cfg.ManagementAddress, d.managementRouter().serve},
 		{"metrics", d.cfg.MetricsAddress, d.serveMetrics},
+	}
+	if !d.cfg.EnableMetrics {
+		apis = apis[:2]
 	}
 	for _, a := range apis {
 		ln, err := net.Listen("tcp", a.addr)
@@ -105,9 +108,13 @@ func (d *Daemon) closeListeners() {
 	}
 }
 
-// Addrs returns the bound addresses of the inference, management and metrics APIs.
+// Addrs returns the bound addresses of the inference, management and metrics APIs; metrics
+// is "" when enable_metrics_api is false.
 func (d *Daemon) Addrs() (inference, management, metrics string) {
-	return d.listeners[0].Addr().String(), d.listeners[1].Addr().String(), d.listeners[2].Addr().String()
+	if len(d.listeners) > 2 {
+		metrics = d.listeners[2].Addr().String()
+	}
+	return d.listeners[0].Addr().String(), d.listeners[1].Addr().String(), metrics
 }
 
 // WaitStartup waits until every start-up model has loaded or failed.
