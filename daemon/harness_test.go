@@ -243,6 +243,12 @@ var httpClient = &http.Client{Timeout: 120 * time.Second, Transport: &http.Trans
 
 func do(t testing.TB, method, url, contentType string, body []byte) response {
 	t.Helper()
+	return send(t, must(t, method, url, contentType, body))
+}
+
+// must builds a request, for tests that set headers before send.
+func must(t testing.TB, method, url, contentType string, body []byte) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -250,9 +256,14 @@ func do(t testing.TB, method, url, contentType string, body []byte) response {
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return req
+}
+
+func send(t testing.TB, req *http.Request) response {
+	t.Helper()
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

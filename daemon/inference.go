@@ -7,6 +7,7 @@ import (
 	"mime/multipart"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -129,10 +130,35 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	return outcome{status: status, queued: res.queued}
 }
 
+// HeaderRequestTimeout carries a request's own deadline, counted from its arrival: a number
+// of milliseconds ("250") or a Go duration ("1.5s"). A request whose deadline passes while it
+// is queued is answered 504 and never reaches the model.
+const HeaderRequestTimeout = "X-Request-Timeout"
+
+func parseRequestTimeout(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < 1e12 {
+		return time.Duration(ms * float64(time.Millisecond)), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("header %s must be a positive number of milliseconds or a duration like 1.5s, got %q", HeaderRequestTimeout, v)
+}
+
 // runSample queues one preprocessed request on v's batcher and waits for its share of the
-// batch output. The deadline is the earlier of response_timeout and timeout (0: none) from
-// arrival. Failures come back as an APIError with the status to answer.
+// batch output. The deadline is the earliest of response_timeout, timeout (0: none) and the
+// X-Request-Timeout header, from arrival. Failures come back as an APIError with the status to answer.
 func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
+	if h := ctx.Request.Header.Peek(HeaderRequestTimeout); len(h) > 0 {
+		ht, err := parseRequestTimeout(string(h))
+		if err != nil {
+			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
+		}
+		if timeout <= 0 || ht < timeout {
+			timeout = ht
+		}
+	}
 	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}

@@ -57,6 +57,7 @@ type modelMetrics struct {
 	tsQueueUS   *metrics.FloatCounter
 
 	workers atomic.Int64
+	stuck   atomic.Int64
 	codes   sync.Map // status code → *metrics.Counter
 }
 
@@ -87,6 +88,7 @@ func (m *Metrics) model(name, version string, pending func() int) *modelMetrics 
 	}
 	m.set.GetOrCreateGauge("torchd_queue_depth{"+l+"}", func() float64 { return float64(pending()) })
 	m.set.GetOrCreateGauge("torchd_workers{"+l+"}", func() float64 { return float64(mm.workers.Load()) })
+	m.set.GetOrCreateGauge("torchd_stuck_workers{"+l+"}", func() float64 { return float64(mm.stuck.Load()) })
 	m.models[key] = mm
 	return mm
 }
@@ -96,6 +98,12 @@ func (m *Metrics) model(name, version string, pending func() int) *modelMetrics 
 func (mm *modelMetrics) setWorkers(n int) {
 	if mm != nil {
 		mm.workers.Store(int64(n))
+	}
+}
+
+func (mm *modelMetrics) setStuck(n int) {
+	if mm != nil {
+		mm.stuck.Store(int64(n))
 	}
 }
 

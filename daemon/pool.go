@@ -28,11 +28,22 @@ type WorkerPool struct {
 	metrics     *modelMetrics
 	warmup      []*handlers.Sample
 
+	// stuckAfter is how long a forward may run before its worker is declared stuck and
+	// replaced (the model's response_timeout; 0: never).
+	stuckAfter time.Duration
+	watchStop  chan struct{}
+
 	mu      sync.Mutex
 	workers []*worker
+	stuck   []*worker // abandoned in a forward; they exit when it returns
 	nextID  int
 	wg      sync.WaitGroup
 }
+
+// maxStuck bounds the threads one model may leave behind in hung forwards. Past it, stuck
+// workers are no longer replaced: the model answers 503 (no worker) until one returns,
+// rather than piling up threads that each hold a core.
+const maxStuck = 4
 
 type worker struct {
 	id      int
@@ -41,24 +52,99 @@ type worker struct {
 	ready   chan struct{} // closed after the worker's warm-up
 	exited  chan struct{} // closed when the worker has returned
 	busy    atomic.Bool
+	// batchStart is when the batch in hand started (UnixNano; 0: idle).
+	batchStart atomic.Int64
+	// abandoned is set when the watchdog replaced this worker; it exits after its batch.
+	abandoned atomic.Bool
 }
 
 // WorkerInfo describes a worker for the management API.
 type WorkerInfo struct {
 	ID        int
 	StartTime time.Time
-	Status    string // READY, BUSY, WARMING
+	Status    string // READY, BUSY, WARMING, or STUCK (replaced; its thread is still in a forward)
 }
 
 // newWorkerPool returns a pool with no workers yet. threads 0 means cores / workers,
 // following the worker count as it scales.
-func newWorkerPool(name string, m *torch.Module, h handlers.Handler, b *Batcher, threads, workers int, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
-	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log}
+func newWorkerPool(name string, m *torch.Module, h handlers.Handler, b *Batcher, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
+	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
+		stuckAfter: stuckAfter, watchStop: make(chan struct{})}
 	if p.autoThreads {
 		threads = autoThreads(workers)
 	}
 	p.threads.Store(int64(threads))
+	if stuckAfter > 0 {
+		go p.watch()
+	}
 	return p
+}
+
+// watch is the pool's watchdog. A forward cannot be interrupted: LibTorch has no
+// cancellation, and a thread cannot be killed without taking the process with it. So a
+// worker whose forward runs past stuckAfter is abandoned instead: it leaves the pool, a new
+// worker takes its place, and the old thread exits as soon as its forward returns. Its
+// requests were already answered 504 by their own deadlines. Abandoned workers are listed
+// as STUCK in describe and counted in torchd_stuck_workers.
+func (p *WorkerPool) watch() {
+	tick := time.NewTicker(min(max(p.stuckAfter/4, 10*time.Millisecond), time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.watchStop:
+			return
+		case now := <-tick.C:
+			p.replaceStuck(now)
+		}
+	}
+}
+
+func (p *WorkerPool) replaceStuck(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 0; i < len(p.workers); i++ {
+		w := p.workers[i]
+		start := w.batchStart.Load()
+		if start == 0 || now.Sub(time.Unix(0, start)) < p.stuckAfter {
+			continue
+		}
+		if len(p.stuck) >= maxStuck {
+			p.log.Error("worker stuck in a forward, not replaced: too many stuck workers", "model", p.name, "worker", w.id, "stuck", len(p.stuck))
+			continue
+		}
+		w.abandoned.Store(true)
+		p.workers = append(p.workers[:i], p.workers[i+1:]...)
+		i--
+		p.stuck = append(p.stuck, w)
+		p.metrics.setStuck(len(p.stuck))
+		p.log.Error("worker stuck in a forward past response_timeout; replacing it", "model", p.name, "worker", w.id,
+			"running", now.Sub(time.Unix(0, start)).Round(time.Millisecond), "response_timeout", p.stuckAfter)
+		p.startWorker()
+	}
+}
+
+// unstick removes w from the stuck list once its forward has returned.
+func (p *WorkerPool) unstick(w *worker) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, s := range p.stuck {
+		if s == w {
+			p.stuck = append(p.stuck[:i], p.stuck[i+1:]...)
+			break
+		}
+	}
+	p.metrics.setStuck(len(p.stuck))
+	p.log.Warn("stuck worker's forward returned; its thread exits", "model", p.name, "worker", w.id)
+}
+
+// startWorker adds one worker; p.mu is held.
+func (p *WorkerPool) startWorker() *worker {
+	w := &worker{id: p.nextID, started: time.Now(), stop: make(chan struct{}), ready: make(chan struct{}), exited: make(chan struct{})}
+	p.nextID++
+	p.workers = append(p.workers, w)
+	p.wg.Add(1)
+	go p.run(w)
+	return w
 }
 
 // autoThreads shares the cores among a model's workers, so that workers × threads ≤ cores.
@@ -73,12 +159,7 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 	}
 	var started, stopped []*worker
 	for len(p.workers) < n {
-		w := &worker{id: p.nextID, started: time.Now(), stop: make(chan struct{}), ready: make(chan struct{}), exited: make(chan struct{})}
-		p.nextID++
-		p.workers = append(p.workers, w)
-		started = append(started, w)
-		p.wg.Add(1)
-		go p.run(w)
+		started = append(started, p.startWorker())
 	}
 	for len(p.workers) > n {
 		w := p.workers[len(p.workers)-1]
@@ -101,11 +182,14 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 // Threads returns the intra-op threads each worker runs with.
 func (p *WorkerPool) Threads() int { return int(p.threads.Load()) }
 
-// Workers returns the live workers.
+// Workers returns the live workers, then the stuck ones.
 func (p *WorkerPool) Workers() []WorkerInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]WorkerInfo, len(p.workers))
+	out := make([]WorkerInfo, len(p.workers), len(p.workers)+len(p.stuck))
+	for _, w := range p.stuck {
+		out = append(out, WorkerInfo{ID: w.id, StartTime: w.started, Status: "STUCK"})
+	}
 	for i, w := range p.workers {
 		status := "READY"
 		select {
@@ -128,8 +212,12 @@ func (p *WorkerPool) Count() int {
 	return len(p.workers)
 }
 
-// Stop stops every worker and waits for them.
+// Stop stops every worker and waits for them, stuck ones included: a model is not freed
+// while a forward still runs on it.
 func (p *WorkerPool) Stop() {
+	if p.stuckAfter > 0 {
+		close(p.watchStop)
+	}
 	p.Scale(0, false)
 	p.wg.Wait()
 }
@@ -154,8 +242,14 @@ func (p *WorkerPool) run(w *worker) {
 			torch.SetNumThreads(int(threads))
 		}
 		w.busy.Store(true)
+		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch)
+		w.batchStart.Store(0)
 		w.busy.Store(false)
+		if w.abandoned.Load() {
+			p.unstick(w)
+			return
+		}
 	}
 }
 

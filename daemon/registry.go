@@ -326,7 +326,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "model %s version %s failed its warm-up forward: %v", name, version, err)
 		}
 	}
-	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, s.Threads, s.MinWorkers, warmup, v.metrics, r.log)
+	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	wait := req.Synchronous || req.Startup
 	done := make(chan struct{})
 	go func() {
