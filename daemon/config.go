@@ -31,6 +31,8 @@ type Config struct {
 	LogFormat         string // text|json
 	AccessLog         bool
 	EnableMetrics     bool
+	TokenAuth         bool
+	KeyFile           string
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
 	// (see ModelSet) override the archive's own config; registration parameters override
@@ -148,6 +150,10 @@ var settings = []setting{
 		apply: durSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
 	{key: "enable_metrics_api", def: "true", help: "serve metrics on metrics_address; false also skips every metric update on the request path",
 		apply: boolSetting(func(c *Config) *bool { return &c.EnableMetrics })},
+	{key: "enable_token_authorization", def: "false", help: "require Authorization: Bearer keys from key_file on the inference and management APIs",
+		apply: boolSetting(func(c *Config) *bool { return &c.TokenAuth })},
+	{key: "key_file", def: "key_file.json", help: "the keys (management, inference, API); created with random keys if absent",
+		apply: strSetting(func(c *Config) *string { return &c.KeyFile })},
 	{key: "profile", def: "", help: "write a pprof profile on exit: cpu, mem, block or mutex",
 		apply: strSetting(func(c *Config) *string { return &c.Profile }, "", "cpu", "mem", "block", "mutex")},
 	{key: "profile_path", def: ".", help: "directory for --profile output",
@@ -217,9 +223,11 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	configPath := fs.String("config", "", "torchd.toml path (env TORCHD_CONFIG)")
-	flagVals := map[string]*string{}
+	flagVals := map[string]*flagValue{}
 	for _, s := range settings {
-		flagVals[s.key] = fs.String(flagName(s.key), "", fmt.Sprintf("%s (env %s, default %q)", s.help, strings.Join(s.env, " or "), s.def))
+		v := &flagValue{boolean: s.def == "true" || s.def == "false"}
+		flagVals[s.key] = v
+		fs.Var(v, flagName(s.key), fmt.Sprintf("%s (env %s, default %q)", s.help, strings.Join(s.env, " or "), s.def))
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -253,7 +261,7 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 	}
 	for _, s := range settings {
 		if flagsSet[flagName(s.key)] {
-			if err := c.set(s, *flagVals[s.key], "flag --"+flagName(s.key)); err != nil {
+			if err := c.set(s, flagVals[s.key].v, "flag --"+flagName(s.key)); err != nil {
 				return nil, err
 			}
 		}
@@ -263,6 +271,17 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// flagValue holds a flag's text until the precedence is applied; boolean settings may be
+// given as a bare --flag.
+type flagValue struct {
+	v       string
+	boolean bool
+}
+
+func (f *flagValue) String() string     { return f.v }
+func (f *flagValue) Set(v string) error { f.v = v; return nil }
+func (f *flagValue) IsBoolFlag() bool   { return f.boolean }
 
 func (c *Config) set(s setting, v, source string) error {
 	if err := s.apply(c, v); err != nil {

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -356,4 +357,15 @@ func (s *server) batching(t testing.TB, model string) (batches int64, mean float
 	do(t, "GET", s.mgmt+"/models/"+model, "", nil).json(t, &desc)
 	t.Logf("%s: batches %d, mean batch size %.2f", model, desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize)
 	return desc[0].Batching.Batches, desc[0].Batching.MeanBatchSize
+}
+
+// runTorchd runs the binary to completion (at most 60 s) and returns what it printed.
+func runTorchd(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, torchdBin, args...)
+	cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -22,6 +22,7 @@ func (d *Daemon) managementRouter() *router {
 		{method: "DELETE", pattern: "/models/{model_name}", summary: "Unregister the default version", handle: d.unregister},
 		{method: "DELETE", pattern: "/models/{model_name}/{model_version}", summary: "Unregister a version", handle: d.unregister},
 		{method: "PUT", pattern: "/models/{model_name}/{model_version}/set-default", summary: "Make a version the default", handle: d.setDefault},
+		{method: "GET", pattern: "/token", summary: "Rotate a key (token authorization): type=management|inference, authorized by the API key", handle: d.token},
 		{method: "GET", pattern: "/debug/pprof/{profile...}", summary: "Go pprof profiles", handle: func(ctx *fasthttp.RequestCtx, _ params) { pprofhandler.PprofHandler(ctx) }},
 	})
 }

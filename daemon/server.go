@@ -28,6 +28,7 @@ type Daemon struct {
 	log      *slog.Logger
 	Registry *Registry
 	metrics  *Metrics
+	keys     *keyring // nil: token authorization off
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -49,12 +50,20 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 // Start binds the three ports, serves them, and starts loading the start-up models in
 // parallel. /ping reports healthy once they are all warm.
 func (d *Daemon) Start() error {
+	if d.cfg.TokenAuth {
+		k, created, err := loadKeyring(d.cfg.KeyFile)
+		if err != nil {
+			return err
+		}
+		d.keys = k
+		d.log.Info("token authorization on", "key_file", d.cfg.KeyFile, "created", created)
+	}
 	apis := []struct {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.inferenceRouter().serve},
-		{"management", d.cfg.ManagementAddress, d.managementRouter().serve},
+		{"inference", d.cfg.InferenceAddress, d.authorize("inference", d.inferenceRouter().serve, healthPath)},
+		{"management", d.cfg.ManagementAddress, d.authorize("management", d.managementRouter().serve, noPath)},
 		{"metrics", d.cfg.MetricsAddress, d.serveMetrics},
 	}
 	if !d.cfg.EnableMetrics {
@@ -90,8 +99,8 @@ func (d *Daemon) Start() error {
 		}()
 		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String())
 	}
-	if d.cfg.ManagementAddress != "" && !isLoopback(d.listeners[1].Addr()) {
-		d.log.Warn("the management API is bound to a non-loopback address; anyone who can reach it can register models, which are code", "addr", d.listeners[1].Addr().String())
+	if !isLoopback(d.listeners[1].Addr()) && d.keys == nil {
+		d.log.Warn("the management API is exposed beyond localhost without token authorization: anyone who can reach it can register models, which are code; set enable_token_authorization = true", "addr", d.listeners[1].Addr().String())
 	}
 	d.loadStartupModels()
 	return nil
