@@ -32,6 +32,8 @@ type Config struct {
 	AccessLog         bool
 	EnableMetrics     bool
 	TokenAuth         bool
+	CertificateFile   string
+	PrivateKeyFile    string
 	KeyFile           string
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
@@ -154,6 +156,10 @@ var settings = []setting{
 		apply: boolSetting(func(c *Config) *bool { return &c.TokenAuth })},
 	{key: "key_file", def: "key_file.json", help: "the keys (management, inference, API); created with random keys if absent",
 		apply: strSetting(func(c *Config) *string { return &c.KeyFile })},
+	{key: "certificate_file", def: "", help: "PEM certificate: with private_key_file, all three APIs serve HTTPS only",
+		apply: strSetting(func(c *Config) *string { return &c.CertificateFile })},
+	{key: "private_key_file", def: "", help: "PEM private key of certificate_file",
+		apply: strSetting(func(c *Config) *string { return &c.PrivateKeyFile })},
 	{key: "profile", def: "", help: "write a pprof profile on exit: cpu, mem, block or mutex",
 		apply: strSetting(func(c *Config) *string { return &c.Profile }, "", "cpu", "mem", "block", "mutex")},
 	{key: "profile_path", def: ".", help: "directory for --profile output",
@@ -265,6 +271,9 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 				return nil, err
 			}
 		}
+	}
+	if (c.CertificateFile == "") != (c.PrivateKeyFile == "") {
+		return nil, fmt.Errorf("TLS needs both certificate_file and private_key_file")
 	}
 	if c.Model.MaxWorkers < c.Model.MinWorkers {
 		c.Model.MaxWorkers = c.Model.MinWorkers

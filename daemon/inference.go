@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -265,6 +266,9 @@ func readFile(fh *multipart.FileHeader) ([]byte, error) {
 // that reads end-of-file. The worker calls it just before a request joins a batch, so
 // requests whose client left never reach the model.
 func clientGone(c net.Conn) func() bool {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn() // a closed TCP connection reads end-of-file under TLS too
+	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil

@@ -8,6 +8,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +59,14 @@ func (d *Daemon) Start() error {
 		d.keys = k
 		d.log.Info("token authorization on", "key_file", d.cfg.KeyFile, "created", created)
 	}
+	var tlsCfg *tls.Config
+	if d.cfg.CertificateFile != "" {
+		cert, err := tls.LoadX509KeyPair(d.cfg.CertificateFile, d.cfg.PrivateKeyFile)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	apis := []struct {
 		name, addr string
 		h          fasthttp.RequestHandler
@@ -90,6 +99,9 @@ func (d *Daemon) Start() error {
 			CloseOnShutdown:      true,
 		}
 		d.servers = append(d.servers, srv)
+		if tlsCfg != nil {
+			ln = tls.NewListener(ln, tlsCfg)
+		}
 		d.serveWG.Add(1)
 		go func() {
 			defer d.serveWG.Done()
@@ -97,7 +109,7 @@ func (d *Daemon) Start() error {
 				d.log.Error("server stopped", "api", a.name, "err", err)
 			}
 		}()
-		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String())
+		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String(), "tls", tlsCfg != nil)
 	}
 	if !isLoopback(d.listeners[1].Addr()) && d.keys == nil {
 		d.log.Warn("the management API is exposed beyond localhost without token authorization: anyone who can reach it can register models, which are code; set enable_token_authorization = true", "addr", d.listeners[1].Addr().String())
