@@ -90,10 +90,14 @@ type outcome struct {
 }
 
 func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
-	req, err := requestPayloads(ctx)
+	req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
 	if err != nil {
-		writeError(ctx, 400, "BadRequestException", err.Error())
-		return outcome{status: 400}
+		status, typ := 400, "BadRequestException"
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			status, typ = 413, "RequestEntityTooLargeException"
+		}
+		writeError(ctx, status, typ, err.Error())
+		return outcome{status: status}
 	}
 	t0 := time.Now()
 	sample, err := v.handler.Preprocess(req)
@@ -206,12 +210,17 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, sample *ha
 }
 
 // requestPayloads reads the request's inputs: one per multipart field or file (several files
-// are several inputs, batched together), else the raw body with its content type.
-func requestPayloads(ctx *fasthttp.RequestCtx) (*handlers.Request, error) {
+// are several inputs, batched together), else the raw body with its content type. A gzipped
+// multipart body may decompress to at most maxBody bytes (ErrBodyTooLarge beyond).
+func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, error) {
 	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }}
 	ct := string(ctx.Request.Header.ContentType())
 	if strings.HasPrefix(ct, "multipart/form-data") {
-		form, err := ctx.MultipartForm()
+		// fasthttp gunzips a multipart body whole, without a limit unless given one.
+		form, err := ctx.MultipartFormWithLimit(maxBody)
+		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+			return nil, fmt.Errorf("multipart body decompresses to more than max_request_size (%d bytes): %w", maxBody, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("malformed multipart body: %v", err)
 		}
