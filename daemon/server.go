@@ -97,6 +97,9 @@ func (d *Daemon) Start() error {
 			NoDefaultContentType: true,
 			ErrorHandler:         d.connError,
 			CloseOnShutdown:      true,
+			// Parse errors then leave the request's bytes out of their messages, which
+			// connError sends back: they are noise to the client and may hold its keys.
+			SecureErrorLogMessage: true,
 		}
 		d.servers = append(d.servers, srv)
 		if tlsCfg != nil {
@@ -254,6 +257,8 @@ func (d *Daemon) connError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
 	case isTimeout(err):
 		writeError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
+	case errors.As(err, new(*fasthttp.ErrSmallBuffer)):
+		writeError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
 	default:
 		writeError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
 	}
