@@ -32,6 +32,8 @@ type Config struct {
 	AccessLog         bool
 	EnableMetrics     bool
 	TokenAuth         bool
+	EnableSnapshots   bool
+	SnapshotFile      string
 	CertificateFile   string
 	PrivateKeyFile    string
 	KeyFile           string
@@ -160,6 +162,10 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.CertificateFile })},
 	{key: "private_key_file", def: "", help: "PEM private key of certificate_file",
 		apply: strSetting(func(c *Config) *string { return &c.PrivateKeyFile })},
+	{key: "enable_snapshots", def: "true", help: "record API-registered models in snapshot_file and register them again at start-up",
+		apply: boolSetting(func(c *Config) *bool { return &c.EnableSnapshots })},
+	{key: "snapshot_file", def: "torchd-snapshot.json", help: "where the snapshot of API registrations lives",
+		apply: strSetting(func(c *Config) *string { return &c.SnapshotFile })},
 	{key: "profile", def: "", help: "write a pprof profile on exit: cpu, mem, block or mutex",
 		apply: strSetting(func(c *Config) *string { return &c.Profile }, "", "cpu", "mem", "block", "mutex")},
 	{key: "profile_path", def: ".", help: "directory for --profile output",

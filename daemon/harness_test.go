@@ -139,7 +139,9 @@ func startServer(t testing.TB, args ...string) *server {
 	s := &server{t: t, exited: make(chan struct{}), tmp: t.TempDir()}
 	s.cmd = exec.Command(torchdBin, all...)
 	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
-	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp)
+	// The snapshot goes to a file of the test's own (a flag in args overrides it).
+	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp,
+		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"))
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +367,8 @@ func runTorchd(t testing.TB, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, torchdBin, args...)
-	cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+t.TempDir())
+	cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+t.TempDir(),
+		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"))
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

@@ -130,11 +130,13 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 		writeAPIError(ctx, err)
 		return
 	}
+	req.Persist = true
 	v, err := d.Registry.Register(req)
 	if err != nil {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.saveSnapshot()
 	switch {
 	case v.Settings.MinWorkers == 0:
 		writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" Version: %s registered with 0 initial workers. Use scale workers API to add workers for the model.", v.Name, v.Version))
@@ -320,6 +322,7 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.saveSnapshot()
 	if !sync {
 		writeStatus(ctx, 202, "Processing worker updates...")
 		return
@@ -336,6 +339,7 @@ func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.saveSnapshot()
 	writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 
@@ -344,5 +348,6 @@ func (d *Daemon) setDefault(ctx *fasthttp.RequestCtx, p params) {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.saveSnapshot()
 	writeStatus(ctx, 200, fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", p[0], p[1]))
 }

@@ -36,6 +36,10 @@ type ModelVersion struct {
 	HandlerName   string
 	Settings      ModelSettings
 	Startup       bool // loaded at start-up rather than through the API
+	// persist records the version in the snapshot (registered through the API, or restored
+	// from the snapshot); handlerArg is the handler given at registration, if any.
+	persist    bool
+	handlerArg string
 
 	archive *archive.Model
 	module  *torch.Module
@@ -100,6 +104,8 @@ type RegisterRequest struct {
 	Synchronous     bool
 	ResponseTimeout time.Duration
 	Startup         bool
+	Persist         bool // record in the snapshot
+	MaxWorkers      int  // 0: unset
 }
 
 // Get returns a model version; version "" is the default one.
@@ -279,6 +285,9 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if req.ResponseTimeout > 0 {
 		s.ResponseTimeout = req.ResponseTimeout
 	}
+	if req.MaxWorkers > 0 {
+		s.MaxWorkers = req.MaxWorkers
+	}
 	if s.MaxWorkers < s.MinWorkers {
 		s.MaxWorkers = s.MinWorkers
 	}
@@ -309,6 +318,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	v := &ModelVersion{
 		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
+		persist: req.Persist, handlerArg: req.Handler,
 		archive: am, module: module, handler: h,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 	}

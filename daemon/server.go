@@ -30,6 +30,7 @@ type Daemon struct {
 	Registry *Registry
 	metrics  *Metrics
 	keys     *keyring // nil: token authorization off
+	snapMu   sync.Mutex
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -182,6 +183,12 @@ func (d *Daemon) loadStartupModels() {
 	defer func() {
 		go func() { d.startupWG.Wait(); close(d.startupCh) }()
 	}()
+	if snap, err := d.readSnapshot(); err != nil {
+		d.log.Error("snapshot not read; starting without it", "err", err)
+	} else if len(snap) > 0 {
+		d.log.Info("restoring models from the snapshot", "file", d.cfg.SnapshotFile, "versions", len(snap))
+		d.restoreSnapshot(snap)
+	}
 	specs, err := d.startupSpecs()
 	if err != nil {
 		d.log.Error("start-up models", "err", err)

@@ -1,0 +1,145 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Snapshots bring back the models registered through the management API after a restart,
+// as TorchServe's config snapshots do. After every change made through the API (register,
+// unregister, scale, set-default) torchd rewrites snapshot_file atomically with each such
+// model version's registration and current settings; at start-up it registers them again,
+// and /ping waits for them as for the start-up models. Models named by the models setting
+// are not recorded: the setting brings them back itself. enable_snapshots = false switches
+// both the writing and the reading off.
+
+type snapshotFile struct {
+	Saved  string          `json:"saved"`
+	Models []snapshotModel `json:"models"`
+}
+
+type snapshotModel struct {
+	Name            string  `json:"name"`
+	Version         string  `json:"version"`
+	URL             string  `json:"url"`
+	Handler         string  `json:"handler,omitempty"`
+	Default         bool    `json:"default"`
+	BatchSize       int     `json:"batch_size"`
+	MaxBatchDelayMS float64 `json:"max_batch_delay_ms"`
+	Workers         int     `json:"workers"`
+	MaxWorkers      int     `json:"max_workers"`
+	ResponseTimeout float64 `json:"response_timeout_s"`
+}
+
+// saveSnapshot writes the API-registered models. It is called after each change through the
+// management API; failures are logged, never fatal.
+func (d *Daemon) saveSnapshot() {
+	if !d.cfg.EnableSnapshots {
+		return
+	}
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	snap := snapshotFile{Saved: time.Now().UTC().Format(time.RFC3339), Models: []snapshotModel{}}
+	r := d.Registry
+	r.mu.RLock()
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.pool == nil || !v.persist {
+				continue
+			}
+			s := v.Settings
+			snap.Models = append(snap.Models, snapshotModel{
+				Name: v.Name, Version: v.Version, URL: v.URL, Handler: v.handlerArg, Default: e.defaultVersion == v.Version,
+				BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
+				Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
+			})
+		}
+	}
+	r.mu.RUnlock()
+	sort.Slice(snap.Models, func(i, j int) bool {
+		a, b := snap.Models[i], snap.Models[j]
+		return a.Name < b.Name || a.Name == b.Name && a.Version < b.Version
+	})
+	if err := writeFileAtomic(d.cfg.SnapshotFile, snap); err != nil {
+		d.log.Error("snapshot not written", "file", d.cfg.SnapshotFile, "err", err)
+	}
+}
+
+func writeFileAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// readSnapshot returns the snapshot's models, grouped by name with the default version last
+// so that registering them in order leaves the right default; none when there is no file.
+func (d *Daemon) readSnapshot() ([]snapshotModel, error) {
+	if !d.cfg.EnableSnapshots {
+		return nil, nil
+	}
+	b, err := os.ReadFile(d.cfg.SnapshotFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var snap snapshotFile
+	if err := json.Unmarshal(b, &snap); err != nil {
+		return nil, fmt.Errorf("snapshot %s: %v", d.cfg.SnapshotFile, err)
+	}
+	return snap.Models, nil
+}
+
+// restoreSnapshot registers a snapshot's models again, each model's versions in order on one
+// goroutine and the models in parallel. A model that fails is logged and left out; the
+// next snapshot no longer lists it.
+func (d *Daemon) restoreSnapshot(models []snapshotModel) {
+	byName := map[string][]snapshotModel{}
+	for _, m := range models {
+		byName[m.Name] = append(byName[m.Name], m)
+	}
+	for name, versions := range byName {
+		d.startupWG.Add(1)
+		go func() {
+			defer d.startupWG.Done()
+			def := ""
+			for _, m := range versions {
+				delay := time.Duration(m.MaxBatchDelayMS * float64(time.Millisecond))
+				workers := m.Workers
+				req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, BatchSize: m.BatchSize, MaxBatchDelay: &delay,
+					InitialWorkers: &workers, ResponseTimeout: time.Duration(m.ResponseTimeout * float64(time.Second)),
+					Synchronous: true, Startup: true, Persist: true, MaxWorkers: m.MaxWorkers}
+				if _, err := d.Registry.Register(req); err != nil {
+					d.log.Error("model from the snapshot failed to load", "model", name, "version", m.Version, "url", m.URL, "err", err)
+					continue
+				}
+				if m.Default {
+					def = m.Version
+				}
+			}
+			if def != "" {
+				if err := d.Registry.SetDefault(name, def); err != nil {
+					d.log.Error("snapshot default version", "model", name, "err", err)
+				}
+			}
+			d.log.Info("model restored from the snapshot", "model", name, "versions", len(versions))
+		}()
+	}
+}
