@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"strings"
+	"unicode/utf8"
 )
 
 // DecodeRequest parses an infer request body. headerLen is the Inference-Header-Content-Length value, or -1 when the header is absent (pure JSON).
@@ -43,8 +45,12 @@ func DecodeRequest(body []byte, headerLen int, contentEncoding string, maxBody i
 		Inputs     []wireTensor    `json:"inputs"`
 		Outputs    []RequestOutput `json:"outputs"`
 	}
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD, in names and BYTES data too.
+	if !utf8.Valid(header) {
+		return nil, nil, errorf(ErrBadRequest, "request header is not valid UTF-8 (JSON must be)")
+	}
 	if err := json.Unmarshal(header, &w); err != nil {
-		return nil, nil, errorf(ErrBadRequest, "invalid JSON in request header: %v", err)
+		return nil, nil, errorf(ErrBadRequest, "invalid JSON in request header: %s", jsonProblem(err))
 	}
 	if len(w.Inputs) == 0 {
 		return nil, nil, errorf(ErrBadRequest, "request has no inputs")
@@ -181,7 +187,7 @@ func DecodeResponse(body []byte, headerLen int) (*InferResponse, []Tensor, error
 		Outputs      []wireTensor `json:"outputs"`
 	}
 	if err := json.Unmarshal(header, &w); err != nil {
-		return nil, nil, errorf(ErrBadResponse, "invalid JSON in response header: %v", err)
+		return nil, nil, errorf(ErrBadResponse, "invalid JSON in response header: %s", jsonProblem(err))
 	}
 	ts, err := decodeTensors("output", w.Outputs, rest, ErrBadResponse)
 	if err != nil {
@@ -193,6 +199,50 @@ func DecodeResponse(body []byte, headerLen int) (*InferResponse, []Tensor, error
 		resp.Outputs[i] = ResponseOutput{Name: o.Name, Shape: o.Shape, Datatype: o.Datatype, Parameters: o.Parameters}
 	}
 	return resp, ts, nil
+}
+
+// jsonProblem says what is wrong with a header in the protocol's terms: a type mismatch names
+// the field and the JSON kinds, not the Go types it was decoding into.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil {
+		return err.Error()
+	}
+	// Value is a JSON kind ("array"), or "number 1.5" for a number that does not fit.
+	got := article(te.Value) + " " + te.Value
+	if n, ok := strings.CutPrefix(te.Value, "number "); ok {
+		got = n
+	}
+	if te.Field == "" {
+		return fmt.Sprintf("the header must be %s, got %s", jsonKind(te.Type), got)
+	}
+	return fmt.Sprintf("field %q must be %s, got %s", te.Field, jsonKind(te.Type), got)
+}
+
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("an integer (%v)", t)
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "a JSON value"
+}
+
+func article(kind string) string {
+	if kind != "" && strings.ContainsRune("aeiou", rune(kind[0])) {
+		return "an"
+	}
+	return "a"
 }
 
 // wireTensor is an input or output as decoded from JSON. Data stays raw so that numbers are

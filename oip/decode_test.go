@@ -161,6 +161,13 @@ func TestMalformedRequests(t *testing.T) {
 		{"binary_data_output not bool", []byte(`{"parameters":{"binary_data_output":"yes"},"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[1]}]}`), -1, "binary_data_output must be a bool"},
 		{"FP16 as JSON", jsonInput("FP16", "[1]", "[1]"), -1, "FP16 cannot be JSON data"},
 		{"negative header length", jsonInput("INT8", "[1]", "[1]"), -2, "negative"},
+		{"array header", []byte(`[1]`), -1, "the header must be an object, got an array"},
+		{"string shape", []byte(`{"inputs":[{"name":"x","datatype":"INT8","shape":["1"],"data":[1]}]}`), -1, `field "inputs.shape" must be an integer (int64), got a string`},
+		{"fractional shape", []byte(`{"inputs":[{"name":"x","datatype":"INT8","shape":[1.5],"data":[1]}]}`), -1, "got 1.5"},
+		{"nested 10,000 deep", []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), -1, "must be an object, got an array"},
+		{"nested 100,000 deep", []byte(strings.Repeat("[", 100000) + strings.Repeat("]", 100000)), -1, "exceeded max depth"},
+		{"invalid UTF-8 in a name", []byte("{\"inputs\":[{\"name\":\"x\xff\",\"datatype\":\"INT8\",\"shape\":[1],\"data\":[1]}]}"), -1, "not valid UTF-8"},
+		{"invalid UTF-8 in BYTES data", []byte("{\"inputs\":[{\"name\":\"x\",\"datatype\":\"BYTES\",\"shape\":[1],\"data\":[\"caf\xe9\"]}]}"), -1, "not valid UTF-8"},
 	}
 	b, h := bin(`{"inputs":[{"name":"x","datatype":"INT8","shape":[4],"parameters":{"binary_data_size":4}}]}`, 1, 2, 3)
 	cases = append(cases, tc{"binary_data_size beyond the body", b, h, "binary_data_size is 4 but only 3 bytes of binary data remain"})
