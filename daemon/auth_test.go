@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchd/torchd/oip"
 )
@@ -118,7 +119,9 @@ func TestTokenAuthorization(t *testing.T) {
 // Management bound beyond localhost without token authorization: torchd warns at start-up.
 func TestExposedManagementWarns(t *testing.T) {
 	s := startServer(t, "--management-address", "0.0.0.0:0")
-	if !strings.Contains(s.Log(), "exposed beyond localhost without token authorization") {
-		t.Fatalf("no warning for an exposed management API:\n%s", s.Log())
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.Log(), "exposed beyond localhost without token authorization"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning for an exposed management API:\n%s", s.Log())
+		}
 	}
 }

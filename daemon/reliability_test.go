@@ -61,7 +61,7 @@ func TestStuckWorkerReplaced(t *testing.T) {
 	labels := map[string]string{"model": "slow", "version": "1.0"}
 
 	start := time.Now()
-	r := do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[20000, 0]]`))
+	r := do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[6000, 0]]`))
 	errorShape(t, r, 504, "RequestTimeoutException", "did not answer within its timeout")
 	t.Logf("hung request answered %d after %v", r.status, time.Since(start).Round(time.Millisecond))
 
@@ -114,7 +114,7 @@ func TestRequestTimeoutHeader(t *testing.T) {
 	s.register(t, "url=slow.mar&initial_workers=1")
 	busy := make(chan response)
 	go func() {
-		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[3000, 0]]`))
+		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1500, 0]]`))
 	}()
 	time.Sleep(150 * time.Millisecond)
 	post := func(timeout string) response {

@@ -39,14 +39,21 @@ class Slow(torch.nn.Module):
 
 
 def calibrate():
-    """Loop iterations per millisecond of the scripted loop on this machine."""
+    """Loop iterations per millisecond of the scripted loop on this machine, at its fastest.
+
+    The best of several timings: a calibration taken while the machine is busy would make
+    the model run several times faster than its nominal milliseconds once the machine is
+    quiet, and the tests rely on "at least this long"."""
     m = torch.jit.script(Slow(1000))
     x = torch.tensor([[50.0, 0.0]])
     m(x)
-    t = time.perf_counter()
     m(x)
-    ms = (time.perf_counter() - t) * 1e3
-    return max(int(1000 * 50 / ms), 1)
+    best = float("inf")
+    for _ in range(9):
+        t = time.perf_counter()
+        m(x)
+        best = min(best, (time.perf_counter() - t) * 1e3)
+    return max(int(1000 * 50 / best), 1)
 
 
 def main():
