@@ -22,11 +22,13 @@ func init() { Register("image_captioner", newImageCaptioner) }
 // The model decodes the whole batch itself, so generate must return int64 ids [N, T]: each
 // row the caption's tokens, then the end token, then padding. Options (model-config.toml
 // [options]): width and height (the model's input size; required), mean and std (ImageNet's),
-// vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32).
+// vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32),
+// max_images (64, per request).
 type ImageCaptioner struct {
 	transform vision.Transform
 	vocab     captionVocab
 	maxLen    int
+	maxImages int
 	h, w      int
 }
 
@@ -53,8 +55,12 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 	}
 	w, h := get("width", 0), get("height", 0)
 	maxLen := get("max_length", 32)
+	maxImages := get("max_images", defaultMaxImages)
 	if err != nil {
 		return nil, err
+	}
+	if maxImages < 1 {
+		return nil, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", cfg.File, maxImages)
 	}
 	if w < 1 || h < 1 {
 		return nil, fmt.Errorf("%s: options width and height must be set to the model's input size, got %dx%d", cfg.File, w, h)
@@ -91,7 +97,7 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
 	}
 	t := vision.Transform{Width: w, Height: h, Mean: floats32(mean), Std: floats32(std)}
-	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, h: h, w: w}, nil
+	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, maxImages: maxImages, h: h, w: w}, nil
 }
 
 // readCaptionVocab reads and checks the vocabulary file name of the archive in dir. The file
@@ -125,7 +131,9 @@ func readCaptionVocab(dir, name string) (captionVocab, error) {
 }
 
 // Preprocess decodes every image of the request into one [N, 3, H, W] tensor.
-func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) { return imageSample(r, c.transform) }
+func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) {
+	return imageSample(r, c.transform, c.maxImages)
+}
 
 // WarmupSample is a black image of the model's input shape.
 func (c *ImageCaptioner) WarmupSample() *Sample { return blankImage(c.transform) }

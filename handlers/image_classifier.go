@@ -22,10 +22,11 @@ func init() { Register("image_classifier", newImageClassifier) }
 //
 // Options (model-config.toml [options]): resize (256), crop_size (224), width and height
 // (exact resize instead of resize+crop), mean and std (ImageNet's), color ("rgb" or "gray"),
-// top_k (5), max_pixels (40 M).
+// top_k (5), max_pixels (40 M, per image), max_images (64, per request).
 type ImageClassifier struct {
 	transform vision.Transform
 	topK      int
+	maxImages int
 	labels    map[int]string
 }
 
@@ -47,8 +48,12 @@ func newImageClassifier(ctx Context) (Handler, error) {
 	t.Width, t.Height = get("width", 0), get("height", 0)
 	t.MaxPixels = get("max_pixels", 0)
 	topK := get("top_k", 5)
+	maxImages := get("max_images", defaultMaxImages)
 	if err != nil {
 		return nil, err
+	}
+	if maxImages < 1 {
+		return nil, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", cfg.File, maxImages)
 	}
 	if t.Width > 0 || t.Height > 0 {
 		t.Resize, t.CropW, t.CropH = 0, 0, 0
@@ -91,7 +96,7 @@ func newImageClassifier(ctx Context) (Handler, error) {
 	if h == 0 || w == 0 {
 		return nil, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
 	}
-	return &ImageClassifier{transform: t, topK: topK, labels: ctx.Labels}, nil
+	return &ImageClassifier{transform: t, topK: topK, maxImages: maxImages, labels: ctx.Labels}, nil
 }
 
 func floats64(f []float32) []float64 {
@@ -121,18 +126,26 @@ func float32Bytes(f []float32) []byte {
 
 // Preprocess decodes every image of the request into one [N, C, H, W] tensor.
 func (ic *ImageClassifier) Preprocess(r *Request) (*Sample, error) {
-	return imageSample(r, ic.transform)
+	return imageSample(r, ic.transform, ic.maxImages)
 }
 
 // WarmupSample is a black image of the model's input shape.
 func (ic *ImageClassifier) WarmupSample() *Sample { return blankImage(ic.transform) }
 
-// imageSample decodes and transforms every image of the request into one [N, C, H, W]
-// float32 tensor; it is the preprocessing of every image handler.
-func imageSample(r *Request, t vision.Transform) (*Sample, error) {
+// defaultMaxImages is the max_images option's default. The limit exists because a request
+// of many tiny images is a decompression bomb of its own: a 67-byte PNG becomes a 600 KB
+// tensor for ResNet-18, so a 6 MB request of them would allocate tens of gigabytes.
+const defaultMaxImages = 64
+
+// imageSample decodes and transforms every image of the request, at most maxImages, into one
+// [N, C, H, W] float32 tensor; it is the preprocessing of every image handler.
+func imageSample(r *Request, t vision.Transform, maxImages int) (*Sample, error) {
 	images, err := imagePayloads(r)
 	if err != nil {
 		return nil, err
+	}
+	if len(images) > maxImages {
+		return nil, BadInput("the request has %d images; this model takes at most %d per request (max_images): send them in several requests, which are batched together", len(images), maxImages)
 	}
 	c, h, w := t.OutputShape()
 	per := c * h * w

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -24,7 +25,9 @@ func init() { Register("tensor", newTensorHandler) }
 // lists, or {"data": [...], "shape": [...], "dtype": "float32"}. One request is one item; a
 // request whose rank equals the declared input's may carry several items in its leading
 // dimension. Out: the model's first output for this request, as .npy when the request was
-// .npy or asks for it (Accept: application/x-npy), else JSON {"data", "shape", "dtype"}.
+// .npy or asks for it (Accept: application/x-npy), else JSON {"data", "shape", "dtype"}; an
+// output holding a NaN or an infinity, which JSON numbers cannot carry, goes as .npy too.
+// JSON values must fit the dtype: 1e300 is no float32, 300 no uint8, 2.5 no int64.
 type TensorHandler struct {
 	spec *archive.TensorSpec // the declared input, when the archive declares one
 }
@@ -124,11 +127,23 @@ func (h *TensorHandler) Postprocess(s *Sample, out []Tensor) (*Response, error) 
 		return &Response{ContentType: "application/x-npy", Body: b}, nil
 	}
 	b, err := encodeJSONTensor(o)
+	if errors.Is(err, errNotJSON) {
+		// NaN and infinities have no JSON number: answer .npy, as the Open Inference
+		// Protocol answers such outputs binary, rather than JSON no parser reads.
+		b, err = npy.Encode(npy.Array{DType: o.DType.String(), Shape: o.Shape, Data: o.Data})
+		if err != nil {
+			return nil, err
+		}
+		return &Response{ContentType: "application/x-npy", Body: b}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &Response{ContentType: "application/json", Body: b}, nil
 }
+
+// errNotJSON is encodeJSONTensor's answer to a NaN or an infinity.
+var errNotJSON = errors.New("tensor handler: the output holds a NaN or an infinity, which JSON cannot carry")
 
 // decodeJSONTensor reads nested lists, or {"data", "shape", "dtype"} with flat or nested data.
 func decodeJSONTensor(b []byte) (Tensor, error) {
@@ -228,34 +243,86 @@ func flatten(v any, depth int, out *[]any) ([]int64, error) {
 	return append([]int64{int64(len(list))}, inner...), nil
 }
 
+// intRanges are the values each integer dtype (and bool) holds.
+var intRanges = map[torch.DType][2]int64{
+	torch.Int64: {math.MinInt64, math.MaxInt64}, torch.Int32: {math.MinInt32, math.MaxInt32},
+	torch.Int8: {math.MinInt8, math.MaxInt8}, torch.Uint8: {0, math.MaxUint8}, torch.Bool: {0, 1},
+}
+
+// putJSONElem stores one JSON value as dt. A value dt cannot hold is refused rather than
+// wrapped or rounded to infinity: 1e300 as float32 would reach the model as +Inf, and 300 as
+// uint8 as 44.
 func putJSONElem(b []byte, dt torch.DType, e any) error {
-	var f float64
+	var s string
 	switch x := e.(type) {
 	case json.Number:
-		var err error
-		if f, err = x.Float64(); err != nil {
-			return err
-		}
+		s = string(x)
 	case bool:
+		s = "0"
 		if x {
-			f = 1
+			s = "1"
 		}
 	default:
-		return fmt.Errorf("want a number, got %T", e)
+		return fmt.Errorf("want a number, got %s", jsonKind(e))
 	}
 	switch dt {
-	case torch.Float32:
-		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(f)))
-	case torch.Float64:
-		binary.LittleEndian.PutUint64(b, math.Float64bits(f))
+	case torch.Float32, torch.Float64:
+		bits := 64
+		if dt == torch.Float32 {
+			bits = 32
+		}
+		f, err := strconv.ParseFloat(s, bits)
+		if err != nil {
+			return fmt.Errorf("%.30s is out of range for %v", s, dt)
+		}
+		if dt == torch.Float32 {
+			binary.LittleEndian.PutUint32(b, math.Float32bits(float32(f)))
+		} else {
+			binary.LittleEndian.PutUint64(b, math.Float64bits(f))
+		}
+		return nil
+	}
+	r, ok := intRanges[dt]
+	if !ok {
+		return fmt.Errorf("dtype %v cannot be sent as JSON; send .npy", dt)
+	}
+	lo, hi := r[0], r[1]
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		// 2.0 and 1e3 are whole numbers too; 2.5 is not.
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
+			return fmt.Errorf("%.30s is not %v (an integer in [%d, %d])", s, dt, lo, hi)
+		}
+		v = int64(f)
+	}
+	if v < lo || v > hi {
+		return fmt.Errorf("%.30s is out of range for %v [%d, %d]", s, dt, lo, hi)
+	}
+	switch dt {
 	case torch.Int64:
-		binary.LittleEndian.PutUint64(b, uint64(int64(f)))
+		binary.LittleEndian.PutUint64(b, uint64(v))
 	case torch.Int32:
-		binary.LittleEndian.PutUint32(b, uint32(int32(f)))
-	case torch.Uint8, torch.Int8, torch.Bool:
-		b[0] = byte(int64(f))
+		binary.LittleEndian.PutUint32(b, uint32(int32(v)))
+	default:
+		b[0] = byte(v)
 	}
 	return nil
+}
+
+// jsonKind names a decoded JSON value's kind for messages.
+func jsonKind(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 func encodeJSONTensor(t Tensor) ([]byte, error) {
@@ -277,9 +344,17 @@ func encodeJSONTensor(t Tensor) ([]byte, error) {
 		e := t.Data[i:]
 		switch t.DType {
 		case torch.Float32:
-			b.WriteString(strconv.FormatFloat(float64(math.Float32frombits(binary.LittleEndian.Uint32(e))), 'g', -1, 32))
+			f := float64(math.Float32frombits(binary.LittleEndian.Uint32(e)))
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, errNotJSON
+			}
+			b.WriteString(strconv.FormatFloat(f, 'g', -1, 32))
 		case torch.Float64:
-			b.WriteString(strconv.FormatFloat(math.Float64frombits(binary.LittleEndian.Uint64(e)), 'g', -1, 64))
+			f := math.Float64frombits(binary.LittleEndian.Uint64(e))
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil, errNotJSON
+			}
+			b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
 		case torch.Int64:
 			b.WriteString(strconv.FormatInt(int64(binary.LittleEndian.Uint64(e)), 10))
 		case torch.Int32:

@@ -153,7 +153,7 @@ func (tc *TextClassifier) WarmupSample() *Sample {
 func (tc *TextClassifier) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
 	var seqs [][]int64
 	for _, s := range batch {
-		ids, err := sampleSequences(s)
+		ids, err := tc.sampleSequences(s)
 		if err != nil {
 			return nil, err
 		}
@@ -183,8 +183,9 @@ func (tc *TextClassifier) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, e
 
 // sampleSequences returns a sample's token ids: Preprocess's, or, for a request of tensors
 // (the Open Inference Protocol, which skips Preprocess), the ids its attention mask keeps,
-// so that they are padded anew with the rest of the batch.
-func sampleSequences(s *Sample) ([][]int64, error) {
+// so that they are padded anew with the rest of the batch. Those ids are checked against the
+// vocabulary: out of it, the model's embedding would fail with a 500 for the client's error.
+func (tc *TextClassifier) sampleSequences(s *Sample) ([][]int64, error) {
 	if st, ok := s.State.(textState); ok && len(st.ids) == s.Items {
 		return st.ids, nil
 	}
@@ -204,6 +205,9 @@ func sampleSequences(s *Sample) ([][]int64, error) {
 			if binary.LittleEndian.Uint64(mask.Data[off:]) != 0 {
 				seqs[i] = append(seqs[i], int64(binary.LittleEndian.Uint64(ids.Data[off:])))
 			}
+		}
+		if err := tc.tok.Check(seqs[i]); err != nil {
+			return nil, BadInput("input_ids row %d: %v", i, err)
 		}
 	}
 	return seqs, nil

@@ -108,6 +108,20 @@ func (w *WordPiece) Tokenize(text string) []string {
 	return out
 }
 
+// Check reports ids that did not come from Encode and that a model built for this
+// vocabulary cannot take: an id outside the vocabulary, or more ids than MaxLength.
+func (w *WordPiece) Check(ids []int64) error {
+	if w.opts.MaxLength > 0 && len(ids) > w.opts.MaxLength {
+		return fmt.Errorf("%d ids exceed the maximum length of %d", len(ids), w.opts.MaxLength)
+	}
+	for i, id := range ids {
+		if id < 0 || id >= int64(len(w.tokens)) {
+			return fmt.Errorf("id %d at position %d is outside the vocabulary of %d tokens", id, i, len(w.tokens))
+		}
+	}
+	return nil
+}
+
 // Batch pads seqs with [PAD] to the longest one and returns them row-major, with their
 // attention mask (1 for a token, 0 for padding): both are [len(seqs), width].
 func (w *WordPiece) Batch(seqs [][]int64) (ids, mask []int64, width int) {
