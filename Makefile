@@ -28,7 +28,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: all setup lib build models archives run test fuzz bench bench-binding perf-analyzer vet clean
+.PHONY: all setup lib build models archives run test fuzz bench bench-binding perf-analyzer soak vet clean
 
 all: build
 
@@ -106,6 +106,16 @@ bench-binding: setup lib models
 	$(PYTHON) torch/testdata/compare_python.py --rounds 3 | tee build/bench-binding.md
 
 bench: bench-binding
+
+# Soak: mixed load on three models (one per handler) for SOAK, sampled every 10 s; fails if
+# RSS, goroutines, open fds or queue depth grow without bound (daemon/soak_test.go). Not part
+# of make test. Samples go to build/soak/soak.csv; TORCHD_SOAK_PLOT=docs/soak.png also draws
+# them with gnuplot. The go test timeout is SOAK + 5m: Go sums a duration such as 10m5m.
+SOAK ?= 10m
+soak: setup lib models
+	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gnuplot-nox; }
+	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK)5m -v ./daemon/
 
 # Triton's perf_analyzer against torchd's Open Inference Protocol (downloads it with pip).
 perf-analyzer: build archives
