@@ -50,6 +50,8 @@ type Batcher struct {
 	maxDelay  atomic.Int64 // time.Duration
 	// closed is set when the model is unregistered; Submit then refuses.
 	closed atomic.Bool
+	// reserved counts requests admitted but not yet queued (being decoded and preprocessed).
+	reserved atomic.Int64
 
 	batches    atomic.Int64 // batches dispatched
 	batchItems atomic.Int64 // requests dispatched in them
@@ -66,6 +68,28 @@ func NewBatcher(queueSize, batchSize int, maxDelay time.Duration) *Batcher {
 func (b *Batcher) SetBatching(batchSize int, maxDelay time.Duration) {
 	b.batchSize.Store(int64(max(batchSize, 1)))
 	b.maxDelay.Store(int64(maxDelay))
+}
+
+// reservation is a request's place in the queue, taken before its body is decoded and
+// preprocessed: past capacity a request is refused for the price of its headers, instead of
+// after a decode whose result would be thrown away. Submit turns it into a queue entry;
+// release gives it back on every other path. Both are idempotent.
+type reservation struct{ b *Batcher }
+
+// reserve takes a place if the queued and the admitted requests leave one.
+func (b *Batcher) reserve() (*reservation, bool) {
+	if b.reserved.Add(1)+int64(len(b.queue)) > int64(cap(b.queue)) {
+		b.reserved.Add(-1)
+		return nil, false
+	}
+	return &reservation{b}, true
+}
+
+func (r *reservation) release() {
+	if r != nil && r.b != nil {
+		r.b.reserved.Add(-1)
+		r.b = nil
+	}
 }
 
 // Submit queues j without blocking.

@@ -90,6 +90,13 @@ type outcome struct {
 }
 
 func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
+	rsv, fail := admit(v)
+	if fail != nil {
+		ctx.Response.Header.Set("Retry-After", "1")
+		writeError(ctx, fail.Status, fail.Type, fail.Msg)
+		return outcome{status: fail.Status}
+	}
+	defer rsv.release()
 	req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
 	if err != nil {
 		status, typ := 400, "BadRequestException"
@@ -107,7 +114,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		writeError(ctx, status, "BadRequestException", err.Error())
 		return outcome{status: status}
 	}
-	res, fail := d.runSample(ctx, v, sample, arrived, 0)
+	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
 	if fail != nil {
 		if fail.Status == 503 {
 			ctx.Response.Header.Set("Retry-After", "1")
@@ -135,6 +142,20 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	return outcome{status: status, queued: res.queued}
 }
 
+// admit reserves the request's place in v's queue before its body is decoded; a full queue
+// is 503 at once.
+func admit(v *ModelVersion) (*reservation, *APIError) {
+	rsv, ok := v.batcher.reserve()
+	if !ok {
+		return nil, queueFull(v)
+	}
+	return rsv, nil
+}
+
+func queueFull(v *ModelVersion) *APIError {
+	return apiErr(503, "ServiceUnavailableException", "Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity())
+}
+
 // HeaderRequestTimeout carries a request's own deadline, counted from its arrival: a number
 // of milliseconds ("250") or a Go duration ("1.5s"). A request whose deadline passes while it
 // is queued is answered 504 and never reaches the model.
@@ -154,7 +175,8 @@ func parseRequestTimeout(v string) (time.Duration, error) {
 // runSample queues one preprocessed request on v's batcher and waits for its share of the
 // batch output. The deadline is the earliest of response_timeout, timeout (0: none) and the
 // X-Request-Timeout header, from arrival. Failures come back as an APIError with the status to answer.
-func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
+func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
+	defer rsv.release()
 	if h := ctx.Request.Header.Peek(HeaderRequestTimeout); len(h) > 0 {
 		ht, err := parseRequestTimeout(string(h))
 		if err != nil {
@@ -174,8 +196,10 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, sample *ha
 	if v.pool.Count() == 0 {
 		return jobResult{}, apiErr(503, "ServiceUnavailableException", "Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name)
 	}
-	if err := v.batcher.Submit(j); err != nil {
-		return jobResult{}, apiErr(503, "ServiceUnavailableException", "Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity())
+	err := v.batcher.Submit(j)
+	rsv.release()
+	if err != nil {
+		return jobResult{}, queueFull(v)
 	}
 	var res jobResult
 	if timeout > 0 {

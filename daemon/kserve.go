@@ -231,6 +231,12 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
 }
 
 func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+	rsv, fail := admit(v)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return fail.Status, 0
+	}
+	defer rsv.release()
 	headerLen := -1
 	if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
 		n, err := strconv.Atoi(string(h))
@@ -271,7 +277,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		v2Error(ctx, 400, err.Error())
 		return 400, 0
 	}
-	res, fail := d.runSample(ctx, v, sample, arrived, timeout)
+	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return fail.Status, res.queued
@@ -431,12 +437,18 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 		Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
 		Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },
 	}
+	rsv, fail := admit(v)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return
+	}
+	defer rsv.release()
 	sample, err := v.handler.Preprocess(req)
 	if err != nil {
 		v2Error(ctx, handlers.StatusOf(err, 400), err.Error())
 		return
 	}
-	res, fail := d.runSample(ctx, v, sample, arrived, 0)
+	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
 	v.metrics.observeRequest(200, time.Since(arrived), res.queued)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)

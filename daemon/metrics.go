@@ -149,4 +149,5 @@ func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
 func (m *Metrics) WritePrometheus(w io.Writer) {
 	m.set.WritePrometheus(w)
 	metrics.WriteProcessMetrics(w)
+	metrics.WriteFDMetrics(w) // process_open_fds and process_max_fds
 }
