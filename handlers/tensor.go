@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -44,9 +43,6 @@ func newTensorHandler(ctx Context) (Handler, error) {
 }
 
 type tensorState struct{ npy bool }
-
-// maxJSONElements bounds a JSON tensor; a larger one should be sent as .npy.
-const maxJSONElements = 1 << 24
 
 // Preprocess decodes and validates the request's tensor.
 func (h *TensorHandler) Preprocess(r *Request) (*Sample, error) {
@@ -144,186 +140,6 @@ func (h *TensorHandler) Postprocess(s *Sample, out []Tensor) (*Response, error) 
 
 // errNotJSON is encodeJSONTensor's answer to a NaN or an infinity.
 var errNotJSON = errors.New("tensor handler: the output holds a NaN or an infinity, which JSON cannot carry")
-
-// decodeJSONTensor reads nested lists, or {"data", "shape", "dtype"} with flat or nested data.
-func decodeJSONTensor(b []byte) (Tensor, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return Tensor{}, BadInput("invalid JSON: %v", err)
-	}
-	dtype := torch.Float32
-	var shape []int64
-	if obj, ok := v.(map[string]any); ok {
-		data, ok := obj["data"]
-		if !ok {
-			return Tensor{}, BadInput(`a JSON tensor object needs "data" (and optionally "shape", "dtype")`)
-		}
-		if s, ok := obj["dtype"].(string); ok {
-			dt, err := torch.ParseDType(s)
-			if err != nil {
-				return Tensor{}, BadInput("%v", err)
-			}
-			if dt == torch.Float16 || dt == torch.BFloat16 {
-				return Tensor{}, BadInput("dtype %s cannot travel as JSON numbers; send .npy", s)
-			}
-			dtype = dt
-		}
-		if raw, ok := obj["shape"]; ok {
-			list, ok := raw.([]any)
-			if !ok {
-				return Tensor{}, BadInput(`"shape" must be a list of integers`)
-			}
-			for _, e := range list {
-				n, err := strconv.ParseInt(fmt.Sprint(e), 10, 64)
-				if err != nil || n < 0 {
-					return Tensor{}, BadInput(`"shape" must be a list of non-negative integers, got %v`, e)
-				}
-				shape = append(shape, n)
-			}
-		}
-		v = data
-	}
-	var flat []any
-	nested, err := flatten(v, 0, &flat)
-	if err != nil {
-		return Tensor{}, err
-	}
-	if shape == nil {
-		shape = nested
-	} else {
-		n := int64(1)
-		for _, d := range shape {
-			if d != 0 && n > maxJSONElements/d {
-				return Tensor{}, BadInput("shape %v is too large for JSON; send .npy", shape)
-			}
-			n *= d
-		}
-		if n != int64(len(flat)) {
-			return Tensor{}, BadInput("shape %v needs %d values, data has %d", shape, n, len(flat))
-		}
-	}
-	size := dtype.Size()
-	data := make([]byte, size*len(flat))
-	for i, e := range flat {
-		if err := putJSONElem(data[i*size:], dtype, e); err != nil {
-			return Tensor{}, BadInput("data[%d]: %v", i, err)
-		}
-	}
-	return Tensor{DType: dtype, Shape: shape, Data: data}, nil
-}
-
-// flatten appends v's leaves in row-major order and returns its nested shape; ragged lists
-// are errors.
-func flatten(v any, depth int, out *[]any) ([]int64, error) {
-	if depth > 32 {
-		return nil, BadInput("JSON tensor nested deeper than 32 levels")
-	}
-	list, ok := v.([]any)
-	if !ok {
-		if len(*out) >= maxJSONElements {
-			return nil, BadInput("JSON tensor has more than %d values; send .npy", maxJSONElements)
-		}
-		*out = append(*out, v)
-		return []int64{}, nil
-	}
-	var inner []int64
-	for i, e := range list {
-		s, err := flatten(e, depth+1, out)
-		if err != nil {
-			return nil, err
-		}
-		if i == 0 {
-			inner = s
-		} else if !slices.Equal(s, inner) {
-			return nil, BadInput("ragged JSON tensor: item %d has shape %v, item 0 has %v", i, s, inner)
-		}
-	}
-	return append([]int64{int64(len(list))}, inner...), nil
-}
-
-// intRanges are the values each integer dtype (and bool) holds.
-var intRanges = map[torch.DType][2]int64{
-	torch.Int64: {math.MinInt64, math.MaxInt64}, torch.Int32: {math.MinInt32, math.MaxInt32},
-	torch.Int8: {math.MinInt8, math.MaxInt8}, torch.Uint8: {0, math.MaxUint8}, torch.Bool: {0, 1},
-}
-
-// putJSONElem stores one JSON value as dt. A value dt cannot hold is refused rather than
-// wrapped or rounded to infinity: 1e300 as float32 would reach the model as +Inf, and 300 as
-// uint8 as 44.
-func putJSONElem(b []byte, dt torch.DType, e any) error {
-	var s string
-	switch x := e.(type) {
-	case json.Number:
-		s = string(x)
-	case bool:
-		s = "0"
-		if x {
-			s = "1"
-		}
-	default:
-		return fmt.Errorf("want a number, got %s", jsonKind(e))
-	}
-	switch dt {
-	case torch.Float32, torch.Float64:
-		bits := 64
-		if dt == torch.Float32 {
-			bits = 32
-		}
-		f, err := strconv.ParseFloat(s, bits)
-		if err != nil {
-			return fmt.Errorf("%.30s is out of range for %v", s, dt)
-		}
-		if dt == torch.Float32 {
-			binary.LittleEndian.PutUint32(b, math.Float32bits(float32(f)))
-		} else {
-			binary.LittleEndian.PutUint64(b, math.Float64bits(f))
-		}
-		return nil
-	}
-	r, ok := intRanges[dt]
-	if !ok {
-		return fmt.Errorf("dtype %v cannot be sent as JSON; send .npy", dt)
-	}
-	lo, hi := r[0], r[1]
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		// 2.0 and 1e3 are whole numbers too; 2.5 is not.
-		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
-			return fmt.Errorf("%.30s is not %v (an integer in [%d, %d])", s, dt, lo, hi)
-		}
-		v = int64(f)
-	}
-	if v < lo || v > hi {
-		return fmt.Errorf("%.30s is out of range for %v [%d, %d]", s, dt, lo, hi)
-	}
-	switch dt {
-	case torch.Int64:
-		binary.LittleEndian.PutUint64(b, uint64(v))
-	case torch.Int32:
-		binary.LittleEndian.PutUint32(b, uint32(int32(v)))
-	default:
-		b[0] = byte(v)
-	}
-	return nil
-}
-
-// jsonKind names a decoded JSON value's kind for messages.
-func jsonKind(v any) string {
-	switch v.(type) {
-	case string:
-		return "a string"
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "a list"
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("%T", v)
-}
 
 func encodeJSONTensor(t Tensor) ([]byte, error) {
 	var b bytes.Buffer
