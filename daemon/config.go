@@ -22,6 +22,8 @@ type Config struct {
 	Models            string // "", "all", or "name=archive,..." loaded at start
 	MaxRequestSize    int
 	AllowedURLs       []string // regexps a registration URL must match; empty: the model store only
+	MaxDownloadSize   int64
+	DownloadTimeout   time.Duration
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
@@ -144,6 +146,17 @@ var settings = []setting{
 		apply: intSetting(func(c *Config) *int { return &c.MaxRequestSize }, 1)},
 	{key: "allowed_urls", def: "", help: "comma-separated regexps that registration URLs may match; empty: the model store only",
 		apply: func(c *Config, v string) error { c.AllowedURLs = splitList(v); return nil }},
+	{key: "max_download_size", def: "4294967296", help: "largest archive a registration by http(s) URL may download, in bytes",
+		apply: func(c *Config, v string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("want a positive number of bytes, got %q", v)
+			}
+			c.MaxDownloadSize = n
+			return nil
+		}},
+	{key: "download_timeout", def: "10m", help: "time a registration by http(s) URL may spend downloading",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.DownloadTimeout }, time.Second)},
 	{key: "read_timeout", def: "60s", help: "time to read a whole request, headers and body",
 		apply: durSetting(func(c *Config) *time.Duration { return &c.ReadTimeout }, time.Second)},
 	{key: "write_timeout", def: "180s", help: "time to write a response",

@@ -1,12 +1,15 @@
 package daemon_test
 
 import (
+	"bytes"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/torchd/torchd/archive"
 )
@@ -194,4 +197,51 @@ func TestRegisterByURL(t *testing.T) {
 	}
 	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/absent.mar", "", nil), 400, "DownloadArchiveException", "Failed to download archive from")
 	errorShape(t, do(t, "POST", s.mgmt+"/models?url=http://localhost:1/digits.mar", "", nil), 400, "ModelException", "not allowed")
+}
+
+// Registration by URL is size- and time-limited: an archive over max_download_size is
+// refused (from its Content-Length, and while streaming when the server sends none), a
+// download slower than download_timeout is cut, and nothing is left behind; path tricks
+// cannot leave the model store.
+func TestDownloadLimits(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 4096)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big.mar":
+			w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+			w.Write(big)
+		case "/chunked.mar": // no Content-Length: the limit applies while streaming
+			for range 4 {
+				w.Write(big)
+				w.(http.Flusher).Flush()
+			}
+		case "/slow.mar":
+			w.Header().Set("Content-Length", "50")
+			for range 50 {
+				w.Write([]byte("y"))
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}))
+	defer srv.Close()
+	s := startServer(t, "--allowed-urls", `http://127\.0\.0\.1:\d+/.*`, "--max-download-size", "1024", "--download-timeout", "500ms")
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/big.mar", "", nil), 400, "DownloadArchiveException", "Content-Length 4096 is over max_download_size (1024 bytes)")
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/chunked.mar", "", nil), 400, "DownloadArchiveException", "larger than max_download_size (1024 bytes)")
+	start := time.Now()
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/slow.mar", "", nil), 400, "DownloadArchiveException", "download_timeout (500ms) passed")
+	t.Logf("slow download cut after %v", time.Since(start).Round(time.Millisecond))
+	for _, u := range []string{"../digits.mar", "v2/../../digits.mar", "%2e%2e/digits.mar"} {
+		r := do(t, "POST", s.mgmt+"/models?url="+u, "", nil)
+		if r.status != 404 {
+			t.Errorf("url %s: %d %s, want 404", u, r.status, r.body)
+		}
+	}
+	if left := s.tmpEntries(t); len(left) != 0 {
+		t.Errorf("failed downloads left %v behind", left)
+	}
 }

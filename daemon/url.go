@@ -10,13 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
-)
-
-// Download limits for registration by http(s) URL.
-const (
-	maxDownloadBytes = 4 << 30
-	downloadTimeout  = 10 * time.Minute
 )
 
 // resolveURL maps a registration url to a local path, and returns what removes a downloaded
@@ -77,7 +70,7 @@ func (r *Registry) allowed(raw string) bool {
 // download fetches an archive into the model store's download directory, size- and
 // time-limited, keeping the URL's file name (its extension tells the format).
 func (r *Registry) download(raw string, u *url.URL) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), downloadTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DownloadTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
@@ -104,11 +97,23 @@ func (r *Registry) download(raw string, u *url.URL) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	n, err := io.Copy(f, io.LimitReader(resp.Body, maxDownloadBytes+1))
-	f.Close()
-	if err != nil || n > maxDownloadBytes {
+	limit := r.cfg.MaxDownloadSize
+	if resp.ContentLength > limit {
+		f.Close()
 		os.RemoveAll(dir)
-		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %s", raw, fmt.Sprint(err, " or larger than ", maxDownloadBytes, " bytes"))
+		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: its Content-Length %d is over max_download_size (%d bytes)", raw, resp.ContentLength, limit)
+	}
+	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
+	f.Close()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		err = fmt.Errorf("download_timeout (%v) passed after %d bytes", r.cfg.DownloadTimeout, n)
+	case err == nil && n > limit:
+		err = fmt.Errorf("larger than max_download_size (%d bytes)", limit)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
 	}
 	return p, nil
 }
