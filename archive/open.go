@@ -146,7 +146,9 @@ func (m *Model) extract(src string, size int64, o openOptions) (err error) {
 		return err
 	}
 	defer f.Close()
-	tmp, err := os.MkdirTemp(o.tempDir, "torchd-model-*") // 0700: no other user reads an unchecked archive
+	// 0700: no other user reads an unchecked archive. The pid in the name lets a later
+	// process remove what this one leaves behind if it is killed (daemon's SweepTemp).
+	tmp, err := os.MkdirTemp(o.tempDir, fmt.Sprintf("torchd-%d-model-*", os.Getpid()))
 	if err != nil {
 		return err
 	}

@@ -134,9 +134,15 @@ var listenRE = regexp.MustCompile(`msg=listening api=(\w+) addr=(\S+)`)
 // for it to listen (and, with models, to report healthy).
 func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
+	return startServerIn(t, t.TempDir(), args...)
+}
+
+// startServerIn is startServer with the server's TMPDIR given.
+func startServerIn(t testing.TB, tmp string, args ...string) *server {
+	t.Helper()
 	all := append([]string{"serve", "--model-store", store,
 		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"}, args...)
-	s := &server{t: t, exited: make(chan struct{}), tmp: t.TempDir()}
+	s := &server{t: t, exited: make(chan struct{}), tmp: tmp}
 	s.cmd = exec.Command(torchdBin, all...)
 	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
 	// The snapshot goes to a file of the test's own (a flag in args overrides it).

@@ -52,6 +52,9 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 // Start binds the three ports, serves them, and starts loading the start-up models in
 // parallel. /ping reports healthy once they are all warm.
 func (d *Daemon) Start() error {
+	if removed := SweepTemp(); len(removed) > 0 {
+		d.log.Warn("removed what killed torchd processes left in TMPDIR", "dirs", len(removed), "first", removed[0])
+	}
 	if d.cfg.TokenAuth {
 		k, created, err := loadKeyring(d.cfg.KeyFile)
 		if err != nil {

@@ -84,7 +84,7 @@ func (r *Registry) download(raw string, u *url.URL) (string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: HTTP %d", raw, resp.StatusCode)
 	}
-	dir, err := os.MkdirTemp("", "torchd-download-")
+	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-download-*", os.Getpid()))
 	if err != nil {
 		return "", err
 	}
