@@ -424,3 +424,40 @@ func TestKilledProcessRestart(t *testing.T) {
 		t.Fatalf("after the restart: %d %s", r.status, r.body)
 	}
 }
+
+// LibTorch exceptions under load: 16 clients send 800 requests to a model that raises on one
+// in five (a negative second column), batched by 8. Each raising request is answered 500
+// with the script's message; every other one gets its own output; the daemon stays up and
+// its metrics count both.
+func TestModelExceptionsUnderLoad(t *testing.T) {
+	s := startServer(t, "--access-log=false")
+	s.register(t, "url=slow.mar&batch_size=8&max_batch_delay=5&initial_workers=1")
+	const n = 800
+	results := make([]response, n)
+	forEach(n, 16, func(i int) {
+		flag := 0
+		if i%5 == 0 {
+			flag = -1
+		}
+		results[i] = do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(fmt.Sprintf(`[[0, %d.%d]]`, flag, i)))
+	})
+	bad := 0
+	for i, r := range results {
+		if i%5 == 0 {
+			errorShape(t, r, 500, "InternalServerException", "negative input")
+			bad++
+			continue
+		}
+		if got := tensorData(t, r); len(got) != 2 || got[1] != 2*float64(i)/math.Pow(10, float64(len(strconv.Itoa(i)))) {
+			t.Fatalf("request %d: got %v", i, got)
+		}
+	}
+	labels := func(code string) map[string]string { return map[string]string{"model": "slow", "version": "1.0", "code": code} }
+	if ok, failed := s.scrape(t, "torchd_requests_total", labels("200")), s.scrape(t, "torchd_requests_total", labels("500")); int(ok) != n-bad || int(failed) != bad {
+		t.Fatalf("metrics count %v answered and %v failed, want %d and %d", ok, failed, n-bad, bad)
+	}
+	batches, mean := s.batching(t, "slow")
+	if batches == 0 || mean <= 1 {
+		t.Fatalf("no batching under load (%d batches, mean %.2f): the test did not mix good and bad requests in batches", batches, mean)
+	}
+}
