@@ -198,7 +198,12 @@ func TestQueueFull(t *testing.T) {
 	if r.header.Get("Retry-After") == "" {
 		t.Errorf("503 without Retry-After")
 	}
-	t.Logf("503 answered in %v", took)
+	// The server's own time for the 503, from its access log: no decode, no queue.
+	served := regexp.MustCompile(`path=/predictions/slow status=503 latency=(\S+)`).FindStringSubmatch(s.Log())
+	t.Logf("503 answered in %v at the client; the server's access log: %v", took, served)
+	if served == nil {
+		t.Error("no access log line for the 503")
+	}
 	wg.Wait()
 	for i, a := range accepted {
 		if a.status != 200 {
