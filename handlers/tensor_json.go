@@ -54,7 +54,7 @@ func decodeJSONTensor(b []byte) (Tensor, error) {
 		}
 		if rawShape, ok := obj["shape"]; ok {
 			var list []json.Number
-			if err := json.Unmarshal(rawShape, &list); err != nil {
+			if err := json.Unmarshal(rawShape, &list); err != nil || list == nil {
 				return Tensor{}, BadInput(`"shape" must be a list of non-negative integers`)
 			}
 			for _, e := range list {
@@ -65,7 +65,7 @@ func decodeJSONTensor(b []byte) (Tensor, error) {
 				shape = append(shape, n)
 			}
 			if shape == nil {
-				shape = []int64{}
+				shape = []int64{} // "shape": [] is a scalar
 			}
 		}
 		raw = data

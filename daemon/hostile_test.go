@@ -1,0 +1,959 @@
+package daemon_test
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/jpeg"
+	"image/png"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/oip"
+	"golang.org/x/image/bmp"
+)
+
+// The hostile-input tests send what a careless or malicious client might, and check three
+// things each time: the answer is a 4xx with a message that says what was wrong, the daemon
+// is still up, and good requests sent at the same time, to the same models and often in the
+// same batches, get their right answers. docs/reliability.md tabulates what they observe.
+
+// hostileModels are the models TestHostileInput serves, each with batching on.
+const hostileModels = "digits=digits.mar,digits_tensor=digits_tensor.mar,resnet18=resnet18.mar,textcls=textcls.mar,captioner=captioner.mar"
+
+// goodRequest is a request whose right answer is known: key reduces a response to what must
+// not change (a top-1 class, a caption, rounded tensor values).
+type goodRequest struct {
+	name, path, contentType string
+	header                  map[string]string
+	body                    []byte
+	key                     func(response) string
+	want                    string
+}
+
+func (g *goodRequest) send(c *http.Client, base string) (response, error) {
+	req, err := http.NewRequest("POST", base+g.path, bytes.NewReader(g.body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", g.contentType)
+	for k, v := range g.header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+// check sends g and says what is wrong with the answer, or "".
+func (g *goodRequest) check(c *http.Client, base string) string {
+	r, err := g.send(c, base)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s: %v", g.name, err)
+	case r.status != 200:
+		return fmt.Sprintf("%s: %d %.200s", g.name, r.status, r.body)
+	case g.key(r) != g.want:
+		return fmt.Sprintf("%s: answer %q, alone it was %q", g.name, g.key(r), g.want)
+	}
+	return ""
+}
+
+func topKey(r response) string { return top1(r.body) }
+
+func captionKey(r response) string {
+	var c struct{ Caption string }
+	json.Unmarshal(r.body, &c)
+	return c.Caption
+}
+
+// roundedKey prints float32 values to 3 decimals: batched and alone agree within 1e-5.
+func roundedKey(vals []float32) string {
+	var b strings.Builder
+	for _, v := range vals {
+		fmt.Fprintf(&b, "%.3f ", v)
+	}
+	return b.String()
+}
+
+func npyKey(r response) string {
+	a, err := npy.Decode(r.body)
+	if err != nil {
+		return "not .npy: " + err.Error()
+	}
+	return roundedKey(f32s(a.Data))
+}
+
+func v2Key(r response) string {
+	var out oip.InferResponse
+	var data struct {
+		Outputs []struct{ Data []float32 } `json:"outputs"`
+	}
+	if json.Unmarshal(r.body, &out) != nil || json.Unmarshal(r.body, &data) != nil || len(data.Outputs) != 1 {
+		return "bad v2 response"
+	}
+	return roundedKey(data.Outputs[0].Data)
+}
+
+// goodRequests builds one known-answer request per model and kind of input, and records
+// each one's answer sent alone, before any hostile input.
+func goodRequests(t *testing.T, s *server) []*goodRequest {
+	t.Helper()
+	imgs, _ := heldOut(t)
+	x := readZooNpy(t, "digits", "ref_input.npy")
+	row := x.Data[:784*4]
+	one, err := npy.Encode(npy.Array{DType: "float32", Shape: []int64{1, 1, 28, 28}, Data: row})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2body, _ := json.Marshal(map[string]any{"inputs": []any{map[string]any{
+		"name": "input__0", "datatype": "FP32", "shape": []int{1, 1, 28, 28}, "data": f32s(row)}}})
+	resnet, err := os.ReadFile(filepath.Join(zooDir, "resnet18", "sample_224.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scene, err := os.ReadFile(filepath.Join(zooDir, "captioner", "sample.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goods := []*goodRequest{
+		{name: "digits PNG 0", path: "/predictions/digits", contentType: "image/png", body: imgs[0], key: topKey},
+		{name: "digits PNG 1", path: "/predictions/digits", contentType: "image/png", body: imgs[1], key: topKey},
+		{name: "digits PNG 2", path: "/predictions/digits", contentType: "image/png", body: imgs[2], key: topKey},
+		{name: "digits_tensor .npy", path: "/predictions/digits_tensor", contentType: "application/x-npy", body: one, key: npyKey},
+		{name: "digits_tensor v2 JSON", path: "/v2/models/digits_tensor/infer", contentType: "application/json", body: v2body, key: v2Key},
+		{name: "textcls positive", path: "/predictions/textcls", contentType: "text/plain", body: []byte("What a wonderful film!"), key: topKey},
+		{name: "textcls negative", path: "/predictions/textcls", contentType: "text/plain", body: []byte("the coffee was not good"), key: topKey},
+		{name: "resnet18 PNG", path: "/predictions/resnet18", contentType: "image/png", body: resnet, key: topKey},
+		{name: "captioner PNG", path: "/predictions/captioner", contentType: "image/png", body: scene, key: captionKey},
+	}
+	for _, g := range goods {
+		r, err := g.send(httpClient, s.inf)
+		if err != nil || r.status != 200 {
+			t.Fatalf("%s alone: %v %d %s", g.name, err, r.status, r.body)
+		}
+		g.want = g.key(r)
+		if g.want == "" {
+			t.Fatalf("%s alone: no answer in %s", g.name, r.body)
+		}
+	}
+	if goods[5].want != "positive" || goods[6].want != "negative" {
+		t.Fatalf("textcls alone: %q and %q", goods[5].want, goods[6].want)
+	}
+	return goods
+}
+
+// goodTraffic sends goods round and round from a few goroutines until stop, checking every
+// answer: the "nothing else is affected" half of the hostile-input tests.
+type goodTraffic struct {
+	ok       atomic.Int64
+	mu       sync.Mutex
+	failures []string
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func startGoodTraffic(s *server, goods []*goodRequest, workers int) *goodTraffic {
+	g := &goodTraffic{stop: make(chan struct{})}
+	for w := range workers {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-g.stop:
+					return
+				default:
+				}
+				if msg := goods[i%len(goods)].check(httpClient, s.inf); msg != "" {
+					g.fail(msg)
+				} else {
+					g.ok.Add(1)
+				}
+			}
+		}()
+	}
+	return g
+}
+
+func (g *goodTraffic) fail(msg string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.failures = append(g.failures, msg)
+}
+
+// finish stops the traffic and fails t for every good request that did not get its answer.
+func (g *goodTraffic) finish(t *testing.T) {
+	t.Helper()
+	close(g.stop)
+	g.wg.Wait()
+	t.Logf("good requests answered right during the hostile inputs: %d", g.ok.Load())
+	for _, f := range g.failures {
+		t.Errorf("good request failed: %s", f)
+	}
+	if g.ok.Load() == 0 {
+		t.Error("no good request was answered")
+	}
+}
+
+// withNeighbours sends bad once while n good requests to the same model are in flight, so
+// that they share its batches, and checks every good answer.
+func withNeighbours(t *testing.T, s *server, good *goodRequest, n int, bad func() response) response {
+	t.Helper()
+	var r response
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := range n + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == n/2 {
+				r = bad()
+				return
+			}
+			if msg := good.check(httpClient, s.inf); msg != "" {
+				errs <- msg
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Errorf("batch neighbour of a hostile input: %s", msg)
+	}
+	return r
+}
+
+// tsError returns TorchServe's {"code", "type", "message"}; code is 0 when the body is not
+// that shape.
+func tsError(r response) (code int, message string) {
+	var e struct {
+		Code    int    `json:"code"`
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(r.body, &e) != nil || e.Code != r.status || e.Type == "" {
+		return 0, ""
+	}
+	return e.Code, e.Message
+}
+
+// wantTS checks a TorchServe route's error: status, the JSON shape, and part of the message.
+func wantTS(t *testing.T, what string, r response, status int, part string) {
+	t.Helper()
+	code, msg := tsError(r)
+	if r.status != status || code != status || !strings.Contains(msg, part) {
+		t.Errorf("%s: %d %.300s, want %d with a message containing %q", what, r.status, r.body, status, part)
+	}
+}
+
+// wantV2 checks a /v2 route's error: status, {"error": ...} and part of it.
+func wantV2(t *testing.T, what string, r response, status int, part string) {
+	t.Helper()
+	var e oip.ErrorResponse
+	if r.status != status || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, part) {
+		t.Errorf("%s: %d %.300s, want %d with an error containing %q", what, r.status, r.body, status, part)
+	}
+}
+
+// post sends body without failing the test on a transport error (the caller may be a
+// goroutine); a transport error comes back as status 0 with the error as the body.
+func post(url, contentType string, body []byte, header ...string) response {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return response{body: []byte(err.Error())}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// timed runs f and logs how long the answer took, for docs/reliability.md.
+func timed(t *testing.T, what string, f func() response) response {
+	t.Helper()
+	start := time.Now()
+	r := f()
+	t.Logf("%s: %d in %v", what, r.status, time.Since(start).Round(100*time.Microsecond))
+	return r
+}
+
+// Images.
+
+func pngOf(t testing.TB, w, h int) []byte {
+	var b bytes.Buffer
+	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// bombPNG is a valid PNG signature and IHDR declaring w×h, then a tiny IDAT: the header of
+// a decompression bomb, which must be refused before a pixel is decoded.
+func bombPNG(w, h uint32) []byte {
+	chunk := func(typ string, data []byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
+		b = append(b, typ...)
+		b = append(b, data...)
+		return binary.BigEndian.AppendUint32(b, crc32IEEE(append([]byte(typ), data...)))
+	}
+	ihdr := binary.BigEndian.AppendUint32(nil, w)
+	ihdr = binary.BigEndian.AppendUint32(ihdr, h)
+	ihdr = append(ihdr, 8, 2, 0, 0, 0) // 8-bit RGB
+	b := []byte("\x89PNG\r\n\x1a\n")
+	b = append(b, chunk("IHDR", ihdr)...)
+	b = append(b, chunk("IDAT", []byte{0x78, 0x9c, 0x63, 0, 0, 0, 1, 0, 1})...)
+	return append(b, chunk("IEND", nil)...)
+}
+
+func crc32IEEE(b []byte) uint32 {
+	crc := ^uint32(0)
+	for _, c := range b {
+		crc ^= uint32(c)
+		for range 8 {
+			crc = crc>>1 ^ 0xedb88320&-(crc&1)
+		}
+	}
+	return ^crc
+}
+
+// bombJPEG is a small real JPEG whose frame header (SOF0) is rewritten to declare w×h.
+func bombJPEG(t testing.TB, w, h uint16) []byte {
+	var b bytes.Buffer
+	img := image.NewRGBA(image.Rect(0, 0, 16, 16))
+	if err := jpeg.Encode(&b, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	j := b.Bytes()
+	i := bytes.Index(j, []byte{0xff, 0xc0})
+	if i < 0 {
+		t.Fatal("no SOF0 in Go's JPEG")
+	}
+	binary.BigEndian.PutUint16(j[i+5:], h)
+	binary.BigEndian.PutUint16(j[i+7:], w)
+	return j
+}
+
+// bombGIF is a 1×1 GIF whose logical screen is rewritten to w×h.
+func bombGIF(t testing.TB, w, h uint16) []byte {
+	var b bytes.Buffer
+	img := image.NewPaletted(image.Rect(0, 0, 1, 1), color.Palette{color.Black, color.White})
+	if err := gif.Encode(&b, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	g := b.Bytes()
+	binary.LittleEndian.PutUint16(g[6:], w)
+	binary.LittleEndian.PutUint16(g[8:], h)
+	return g
+}
+
+// bombBMP is a 1×1 BMP whose info header is rewritten to w×h.
+func bombBMP(t testing.TB, w, h int32) []byte {
+	var b bytes.Buffer
+	if err := bmp.Encode(&b, image.NewRGBA(image.Rect(0, 0, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	m := b.Bytes()
+	binary.LittleEndian.PutUint32(m[18:], uint32(w))
+	binary.LittleEndian.PutUint32(m[22:], uint32(h))
+	return m
+}
+
+func multipartBody(boundary string, parts ...[]byte) []byte {
+	var b bytes.Buffer
+	for i, p := range parts {
+		fmt.Fprintf(&b, "--%s\r\nContent-Disposition: form-data; name=\"data\"; filename=\"%d.png\"\r\nContent-Type: image/png\r\n\r\n", boundary, i)
+		b.Write(p)
+		b.WriteString("\r\n")
+	}
+	fmt.Fprintf(&b, "--%s--\r\n", boundary)
+	return b.Bytes()
+}
+
+func gzipped(t testing.TB, b []byte) []byte {
+	var out bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&out, gzip.BestCompression)
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+func npyWithHeader(shape string, data []byte) []byte {
+	h := "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }"
+	h += strings.Repeat(" ", (64-(10+len(h)+1)%64)%64) + "\n"
+	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(h)), byte(len(h)>>8))
+	return append(append(b, h...), data...)
+}
+
+func repeatJSON(v string, n int) string {
+	return "[" + strings.TrimSuffix(strings.Repeat(v+",", n), ",") + "]"
+}
+
+// Hostile and broken payloads, each answered 4xx with a message that says what was wrong,
+// while good requests to every model run alongside and keep getting their right answers.
+func TestHostileInput(t *testing.T) {
+	s := startServer(t, "--models", hostileModels, "--batch-size", "8", "--max-batch-delay", "50")
+	s.waitHealthy(t)
+	goods := goodRequests(t, s)
+	traffic := startGoodTraffic(s, goods, 2)
+	inf := s.inf
+
+	t.Run("MalformedMultipart", func(t *testing.T) {
+		png := pngOf(t, 8, 8)
+		good := multipartBody("XB", png)
+		url := inf + "/predictions/digits"
+		for _, c := range []struct {
+			name, ct string
+			body     []byte
+			status   int
+			part     string
+		}{
+			{"no boundary parameter", "multipart/form-data", good, 400, "malformed multipart body"},
+			{"boundary that never appears", "multipart/form-data; boundary=ZZ", good, 400, "multipart"},
+			{"truncated before the closing boundary", "multipart/form-data; boundary=XB", good[:len(good)-10], 400, "unexpected EOF"},
+			{"part header without a colon", "multipart/form-data; boundary=XB", []byte("--XB\r\nno header here\r\n\r\nabc\r\n--XB--\r\n"), 400, "malformed MIME header"},
+			{"no parts", "multipart/form-data; boundary=XB", []byte("--XB--\r\n"), 400, "no fields"},
+			{"not multipart at all", "multipart/form-data; boundary=XB", bytes.Repeat([]byte("garbage "), 100), 400, "multipart"},
+			{"part that is not an image", "multipart/form-data; boundary=XB", multipartBody("XB", []byte("text")), 400, "unsupported format"},
+		} {
+			wantTS(t, c.name, post(url, c.ct, c.body), c.status, c.part)
+		}
+		// A gzipped multipart body is decompressed by the server: a bomb of 200 MiB of
+		// zeros in a 200 KB request stops at max_request_size.
+		bomb := gzipped(t, multipartBody("XB", append(png, make([]byte, 200<<20)...)))
+		r := timed(t, fmt.Sprintf("gzip multipart bomb (%d bytes → 200 MiB)", len(bomb)), func() response {
+			return post(url, "multipart/form-data; boundary=XB", bomb, "Content-Encoding", "gzip")
+		})
+		wantTS(t, "gzip multipart bomb", r, 413, "decompresses to more than max_request_size")
+		wantTS(t, "gzip multipart that is not gzip", post(url, "multipart/form-data; boundary=XB", good, "Content-Encoding", "gzip"), 400, "gzip")
+		if r := post(url, "multipart/form-data; boundary=XB", gzipped(t, good), "Content-Encoding", "gzip"); r.status != 200 {
+			t.Errorf("a small gzipped multipart: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("DeepJSON", func(t *testing.T) {
+		for _, depth := range []int{10_000, 100_000} {
+			deep := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))
+			name := fmt.Sprintf("nested %d deep", depth)
+			tooDeep := "exceeded max depth" // encoding/json's limit is 10,000
+			pick := func(within string) string {
+				if depth > 10_000 {
+					return tooDeep
+				}
+				return within
+			}
+			wantTS(t, name+" tensor", post(inf+"/predictions/digits_tensor", "application/json", deep), 400, pick("deeper than 32"))
+			wantTS(t, name+" text", post(inf+"/predictions/textcls", "application/json", deep), 400, pick("nests too deep"))
+			wantTS(t, name+" image", post(inf+"/predictions/digits", "application/json", deep), 400, pick("no image"))
+			wantV2(t, name+" v2", post(inf+"/v2/models/digits_tensor/infer", "application/json", deep), 400, pick("must be an object, got an array"))
+			v1 := append(append([]byte(`{"instances": `), deep[:len(deep)-2]...), '}')
+			wantV2(t, name+" v1", post(inf+"/v1/models/textcls:predict", "application/json", v1), 400, "")
+		}
+	})
+
+	t.Run("HugeJSONArrays", func(t *testing.T) {
+		// 3 M zeros, 6 MB: under max_request_size, a million times what the model takes.
+		zeros := []byte(repeatJSON("0", 3_000_000))
+		r := timed(t, "6 MB JSON array to the tensor handler", func() response {
+			return post(inf+"/predictions/digits_tensor", "application/json", zeros)
+		})
+		wantTS(t, "huge array, tensor", r, 400, "must have shape [-1 1 28 28]")
+		v2 := []byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": ` + string(zeros) + `}]}`)
+		r = timed(t, "6 MB JSON array to v2", func() response { return post(inf+"/v2/models/digits_tensor/infer", "application/json", v2) })
+		wantV2(t, "huge array, v2", r, 400, "")
+		r = timed(t, "6 MB JSON array to the text classifier", func() response {
+			return post(inf+"/predictions/textcls", "application/json", zeros)
+		})
+		wantTS(t, "huge array, text", r, 400, "must hold strings")
+		wantTS(t, "huge array, image", post(inf+"/predictions/digits", "application/json", zeros), 400, "base64 strings")
+	})
+
+	t.Run("ShapeOverflow", func(t *testing.T) {
+		huge := "[4294967296, 4294967296, 4294967296]"
+		wantTS(t, "JSON tensor", post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": [1], "shape": `+huge+`}`)), 400, "too large")
+		wantTS(t, "JSON tensor, a dimension past int64", post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": [1], "shape": [99999999999999999999]}`)), 400, "non-negative integers")
+		wantTS(t, ".npy", post(inf+"/predictions/digits_tensor", "application/x-npy", npyWithHeader("(4294967296, 4294967296, 4294967296)", nil)), 400, "too large")
+		wantV2(t, "v2 JSON", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+			[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": `+huge+`, "data": [1]}]}`)), 400, "too many elements")
+		hdr := `{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": ` + huge + `, "parameters": {"binary_data_size": 4}}]}`
+		wantV2(t, "v2 binary", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", append([]byte(hdr), 0, 0, 0, 0),
+			oip.HeaderContentLength, fmt.Sprint(len(hdr))), 400, "too many elements")
+		wantV2(t, "v2 negative dimension", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+			[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, -1, 28, 28], "data": [1]}]}`)), 400, "negative")
+	})
+
+	t.Run("DeclaredSizeLargerThanData", func(t *testing.T) {
+		wantTS(t, "JSON tensor", post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": [1, 2, 3], "shape": [1000, 1, 28, 28]}`)), 400, "needs 784000 values, data has 3")
+		wantTS(t, ".npy shape", post(inf+"/predictions/digits_tensor", "application/x-npy", npyWithHeader("(1000, 1, 28, 28)", make([]byte, 3136))), 400, "needs 3136000 data bytes, got 3136")
+		wantTS(t, ".npy header length", post(inf+"/predictions/digits_tensor", "application/x-npy", []byte("\x93NUMPY\x01\x00\xff\xff{}")), 400, "header length 65535 exceeds the data")
+		wantTS(t, ".npy 2.0 header length", post(inf+"/predictions/digits_tensor", "application/x-npy", []byte("\x93NUMPY\x02\x00\xff\xff\xff\xff{}")), 400, "header length 4294967295 exceeds the data")
+		wantV2(t, "v2 JSON", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+			[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1000, 1, 28, 28], "data": [1]}]}`)), 400, "needs 784000 elements")
+		v2bin := func(bds string, data int) []byte {
+			h := `{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, 1, 28, 28], "parameters": {"binary_data_size": ` + bds + `}}]}`
+			return append([]byte(h), make([]byte, data)...)
+		}
+		hl := func(b []byte) string { return fmt.Sprint(bytes.IndexByte(b, 0)) }
+		b := v2bin("1000000000000", 3136)
+		wantV2(t, "v2 binary_data_size 1e12", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, hl(b)), 400, "binary_data_size is 1000000000000 but only 3136 bytes")
+		b = v2bin("3136", 100)
+		wantV2(t, "v2 binary_data_size past the body", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, hl(b)), 400, "only 100 bytes")
+		b = v2bin("3136", 3136)
+		wantV2(t, "v2 header length past the body", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, "99999999999"), 400, "but the body has only")
+		wantV2(t, "v2 header length past int64", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, "99999999999999999999999"), 400, "invalid Inference-Header-Content-Length")
+	})
+
+	t.Run("ImageBombs", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			img  []byte
+		}{
+			{"PNG 50000x50000", bombPNG(50000, 50000)},
+			{"JPEG 50000x50000", bombJPEG(t, 50000, 50000)},
+			{"GIF 50000x50000", bombGIF(t, 50000, 50000)},
+			{"BMP 50000x50000", bombBMP(t, 50000, 50000)},
+		} {
+			for _, model := range []string{"digits", "resnet18", "captioner"} {
+				r := timed(t, c.name+" to "+model, func() response { return post(inf+"/predictions/"+model, "image/png", c.img) })
+				wantTS(t, c.name+" to "+model, r, 400, "50000x50000, over the limit of 40000000 pixels")
+			}
+		}
+		b64 := base64.StdEncoding.EncodeToString(bombPNG(50000, 50000))
+		wantTS(t, "PNG bomb as base64 JSON", post(inf+"/predictions/resnet18", "application/json", []byte(`{"data": "`+b64+`"}`)), 400, "over the limit")
+		wantTS(t, "PNG bomb in multipart, second of two", post(inf+"/predictions/resnet18", "multipart/form-data; boundary=XB",
+			multipartBody("XB", pngOf(t, 8, 8), bombPNG(50000, 50000))), 400, "image 1: vision: bad image: too large")
+		// Many tiny images: 67 bytes each, 600 KB each as a ResNet tensor.
+		tiny := base64.StdEncoding.EncodeToString(pngOf(t, 1, 1))
+		many := []byte(repeatJSON(`"`+tiny+`"`, 60_000))
+		r := timed(t, fmt.Sprintf("60,000 tiny PNGs in one %d-byte request to resnet18", len(many)), func() response {
+			return post(inf+"/predictions/resnet18", "application/json", many)
+		})
+		wantTS(t, "60,000 tiny images", r, 400, "the request has 60000 images; this model takes at most 64")
+	})
+
+	t.Run("TruncatedAndCorruptImages", func(t *testing.T) {
+		png := pngOf(t, 8, 8)
+		corrupt := bytes.Clone(png)
+		corrupt[len(corrupt)-20] ^= 0xff // inside IDAT: the zlib checksum fails
+		var jb bytes.Buffer
+		jpeg.Encode(&jb, image.NewRGBA(image.Rect(0, 0, 64, 64)), nil)
+		j := jb.Bytes()
+		for _, c := range []struct {
+			name string
+			img  []byte
+			part string
+		}{
+			{"truncated PNG", png[:len(png)-20], "truncated"},
+			{"PNG with a corrupt IDAT", corrupt, "corrupt"},
+			{"PNG signature only", png[:8], "truncated"},
+			{"truncated JPEG", j[:len(j)/2], "corrupt or truncated"},
+			{"JPEG markers only", []byte("\xff\xd8\xff\xd9"), "corrupt or truncated"},
+			{"TIFF", []byte("II*\x00\x08\x00\x00\x00"), "TIFF"},
+			{"random bytes", []byte("\x00\x01\x02garbage"), "unrecognised leading bytes"},
+			{"empty", nil, "empty"},
+		} {
+			wantTS(t, c.name, post(inf+"/predictions/digits", "image/png", c.img), 400, c.part)
+		}
+	})
+
+	t.Run("InvalidUTF8", func(t *testing.T) {
+		url := inf + "/predictions/textcls"
+		wantTS(t, "raw text", post(url, "text/plain", []byte("caf\xe9 was great")), 400, "not valid UTF-8")
+		wantTS(t, "JSON string", post(url, "application/json", []byte("{\"text\": \"caf\xe9\"}")), 400, "not valid UTF-8")
+		wantTS(t, "multipart field", post(url, "multipart/form-data; boundary=XB",
+			[]byte("--XB\r\nContent-Disposition: form-data; name=\"t\"\r\n\r\ncaf\xe9 ok\r\n--XB--\r\n")), 400, `input "t" is not valid UTF-8`)
+		wantTS(t, "overlong encoding", post(url, "text/plain", []byte("\xc0\xaf")), 400, "not valid UTF-8")
+		wantTS(t, "lone surrogate", post(url, "text/plain", []byte("\xed\xa0\x80")), 400, "not valid UTF-8")
+		v2 := inf + "/v2/models/textcls/infer"
+		wantV2(t, "v2 BYTES in JSON", post(v2, "application/json",
+			[]byte("{\"inputs\": [{\"name\": \"input_ids\", \"datatype\": \"BYTES\", \"shape\": [1], \"data\": [\"caf\xe9\"]}]}")), 400, "not valid UTF-8")
+		wantV2(t, "v2 input name", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+			[]byte("{\"inputs\": [{\"name\": \"in\xff\", \"datatype\": \"FP32\", \"shape\": [1], \"data\": [1]}]}")), 400, "not valid UTF-8")
+		hdr := `{"inputs": [{"name": "input_ids", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 8}}, ` +
+			`{"name": "attention_mask", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 8}}]}`
+		body := append([]byte(hdr), 4, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc, 4, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc)
+		wantV2(t, "v2 binary BYTES", post(v2, "application/octet-stream", body, oip.HeaderContentLength, fmt.Sprint(len(hdr))), 400, `input "input_ids" must be INT64, got BYTES`)
+	})
+
+	t.Run("BatchNeighbours", func(t *testing.T) {
+		// Each bad request reaches the model's batch; the good ones in flight with it, to the
+		// same model, still get their own answers.
+		textPos := goods[5]
+		ids := func(vals ...int) []byte {
+			b, _ := json.Marshal(map[string]any{"inputs": []any{
+				map[string]any{"name": "input_ids", "datatype": "INT64", "shape": []int{1, len(vals)}, "data": vals},
+				map[string]any{"name": "attention_mask", "datatype": "INT64", "shape": []int{1, len(vals)}, "data": slicesOf(1, len(vals))},
+			}})
+			return b
+		}
+		for round := range 3 {
+			r := withNeighbours(t, s, textPos, 7, func() response {
+				return post(inf+"/v2/models/textcls/infer", "application/json", ids(2, 1_000_000, 3))
+			})
+			wantV2(t, fmt.Sprintf("round %d: token id outside the vocabulary", round), r, 400, "id 1000000 at position 1 is outside the vocabulary")
+			r = withNeighbours(t, s, textPos, 7, func() response {
+				return post(inf+"/v2/models/textcls/infer", "application/json", ids(slicesOf(5, 500)...))
+			})
+			wantV2(t, fmt.Sprintf("round %d: 500 token ids", round), r, 400, "500 ids exceed the maximum length of 64")
+		}
+		// 3e38 is a float32, but the CNN overflows on it: the NaN outputs come back as .npy,
+		// and the neighbours' outputs stay finite and their own.
+		big := []byte(`{"data": ` + repeatJSON("3e38", 784) + `, "shape": [1, 1, 28, 28]}`)
+		r := withNeighbours(t, s, goods[3], 7, func() response { return post(inf+"/predictions/digits_tensor", "application/json", big) })
+		if a, err := npy.Decode(r.body); r.status != 200 || r.header.Get("Content-Type") != "application/x-npy" || err != nil || !math.IsNaN(float64(f32s(a.Data)[0])) {
+			t.Errorf("NaN outputs: %d %s %q", r.status, r.header.Get("Content-Type"), r.body)
+		}
+		r = withNeighbours(t, s, goods[3], 7, func() response {
+			return post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": `+repeatJSON("1e300", 784)+`, "shape": [1, 1, 28, 28]}`))
+		})
+		wantTS(t, "1e300 as float32", r, 400, "1e300 is out of range for float32")
+		r = withNeighbours(t, s, goods[0], 7, func() response { return post(inf+"/predictions/digits", "image/png", bombPNG(50000, 50000)) })
+		wantTS(t, "PNG bomb among digits", r, 400, "over the limit")
+		if _, mean := s.batching(t, "textcls"); mean <= 1 {
+			t.Errorf("textcls formed no batches larger than 1 (mean %.2f): the neighbours did not share batches", mean)
+		}
+	})
+
+	traffic.finish(t)
+	if r := do(t, "GET", inf+"/ping", "", nil); r.status != 200 {
+		t.Fatalf("ping after the hostile inputs: %d %s", r.status, r.body)
+	}
+	select {
+	case <-s.exited:
+		t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
+	default:
+	}
+	if strings.Contains(s.Log(), "panic") {
+		t.Fatalf("the server log has a panic:\n%s", s.Log())
+	}
+}
+
+func slicesOf(v, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+// rawResult is what a raw connection got back.
+type rawResult struct {
+	responses []response
+	elapsed   time.Duration // from the first write to the last response or the close
+	closed    bool          // the server closed the connection (EOF or reset)
+}
+
+// rawExchange dials addr ("http://host:port"), runs write on the connection in its own
+// goroutine (it may trickle), and reads responses until the server closes the connection
+// or wait passes.
+func rawExchange(t *testing.T, addr string, wait time.Duration, write func(c net.Conn)) rawResult {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(addr, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	go write(c)
+	c.SetReadDeadline(start.Add(wait))
+	br := bufio.NewReader(c)
+	var res rawResult
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			var ne net.Error
+			res.closed = !(errors.As(err, &ne) && ne.Timeout())
+			break
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res.responses = append(res.responses, response{status: resp.StatusCode, header: resp.Header, body: b})
+		res.elapsed = time.Since(start)
+		if err != nil {
+			break
+		}
+	}
+	if res.closed {
+		res.elapsed = time.Since(start)
+	}
+	return res
+}
+
+// trickle writes b one byte every interval until it is written or the connection fails.
+func trickle(b []byte, interval time.Duration) func(net.Conn) {
+	return func(c net.Conn) {
+		for i := range b {
+			if _, err := c.Write(b[i : i+1]); err != nil {
+				return
+			}
+			time.Sleep(interval)
+		}
+	}
+}
+
+func writeAll(b []byte) func(net.Conn) {
+	return func(c net.Conn) {
+		c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		c.Write(b)
+	}
+}
+
+// Protocol abuse on a server with 1 s read, write and idle timeouts: slow clients are cut
+// off at the timeout with a 408, bodies over max_request_size are refused from their
+// Content-Length alone, lying lengths desynchronize nothing, and clients that behave keep
+// getting answers throughout.
+func TestProtocolAbuse(t *testing.T) {
+	s := startServer(t, "--models", "slow=slow.mar", "--read-timeout", "1s", "--write-timeout", "1s", "--idle-timeout", "1s",
+		"--max-request-size", "100000")
+	s.waitHealthy(t)
+	host := strings.TrimPrefix(s.inf, "http://")
+	// No keep-alive: a pooled connection the server closes at its 1 s idle timeout would
+	// fail a POST for a reason that is not the test's.
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	good := &goodRequest{name: "slow [[1, 0]]", path: "/predictions/slow", contentType: "application/json", body: []byte(`[[1, 0]]`),
+		key: func(r response) string { return string(r.body) }}
+	r, err := good.send(client, s.inf)
+	if err != nil || r.status != 200 {
+		t.Fatalf("good request: %v %d %s", err, r.status, r.body)
+	}
+	good.want = string(r.body)
+	// Good requests from two clients for the whole test.
+	var ok atomic.Int64
+	var failures sync.Map
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if msg := good.check(client, s.inf); msg != "" {
+					failures.Store(msg, true)
+				} else {
+					ok.Add(1)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	head := "POST /predictions/slow HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n"
+
+	// The slow ones run in parallel: each takes about the 1 s timeout.
+	t.Run("Slow", func(t *testing.T) {
+		t.Run("SlowlorisHeaders", func(t *testing.T) {
+			t.Parallel()
+			// 50 connections, each sending a header byte every 100 ms: never finished.
+			var wg sync.WaitGroup
+			results := make([]rawResult, 50)
+			for i := range results {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i] = rawExchange(t, s.inf, 10*time.Second, trickle([]byte(head+strings.Repeat("X-Slow: a\r\n", 100)), 100*time.Millisecond))
+				}()
+			}
+			// Meanwhile a good request is answered at once.
+			time.Sleep(300 * time.Millisecond)
+			start := time.Now()
+			if msg := good.check(client, s.inf); msg != "" {
+				t.Errorf("good request during the slowloris: %s", msg)
+			}
+			t.Logf("a good request during 50 slowloris connections: answered in %v", time.Since(start).Round(time.Millisecond))
+			wg.Wait()
+			var longest time.Duration
+			for i, r := range results {
+				if len(r.responses) != 1 || !r.closed {
+					t.Fatalf("slowloris %d: %d responses, closed %v", i, len(r.responses), r.closed)
+				}
+				wantTS(t, "slowloris headers", r.responses[0], 408, "timed out reading the request")
+				longest = max(longest, r.elapsed)
+			}
+			t.Logf("50 slowloris connections (headers): all 408 and closed, the last after %v", longest.Round(time.Millisecond))
+		})
+		t.Run("SlowlorisBody", func(t *testing.T) {
+			t.Parallel()
+			r := rawExchange(t, s.inf, 10*time.Second, trickle([]byte(head+"Content-Length: 100\r\n\r\n"+strings.Repeat(" ", 99)+"[[1, 0]]"), 100*time.Millisecond))
+			if len(r.responses) != 1 || !r.closed {
+				t.Fatalf("%d responses, closed %v", len(r.responses), r.closed)
+			}
+			wantTS(t, "slowloris body", r.responses[0], 408, "timed out reading the request")
+			t.Logf("slowloris body (a byte every 100 ms): 408 and closed after %v", r.elapsed.Round(time.Millisecond))
+		})
+		t.Run("ContentLengthLongerThanBody", func(t *testing.T) {
+			t.Parallel()
+			r := rawExchange(t, s.inf, 10*time.Second, writeAll([]byte(head+"Content-Length: 1000\r\n\r\n[[1, 0]]")))
+			if len(r.responses) != 1 || !r.closed {
+				t.Fatalf("%d responses, closed %v", len(r.responses), r.closed)
+			}
+			wantTS(t, "Content-Length 1000, 8 bytes sent", r.responses[0], 408, "timed out reading the request")
+			t.Logf("Content-Length 1000 with 8 bytes sent: 408 and closed after %v", r.elapsed.Round(time.Millisecond))
+		})
+		t.Run("IdleConnection", func(t *testing.T) {
+			t.Parallel()
+			r := rawExchange(t, s.inf, 10*time.Second, func(net.Conn) {})
+			if !r.closed {
+				t.Fatal("a connection that sends nothing was not closed")
+			}
+			t.Logf("a connection that sends nothing: %d responses, closed after %v", len(r.responses), r.elapsed.Round(time.Millisecond))
+			// After one request on a keep-alive connection, idle_timeout closes it quietly.
+			r = rawExchange(t, s.inf, 10*time.Second, writeAll([]byte(head+"Content-Length: 8\r\n\r\n[[1, 0]]")))
+			if len(r.responses) != 1 || r.responses[0].status != 200 || !r.closed {
+				t.Fatalf("keep-alive then idle: %d responses, closed %v", len(r.responses), r.closed)
+			}
+			t.Logf("a keep-alive connection left idle after one request: closed after %v", r.elapsed.Round(time.Millisecond))
+		})
+		t.Run("SlowReader", func(t *testing.T) {
+			t.Parallel()
+			// 2,000 pipelined requests for the API description (about 18 KB each), and
+			// nothing read for 3 s: the server blocks writing, and the 1 s write timeout
+			// ends the connection instead of holding it for ever.
+			c, err := net.Dial("tcp", host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if tc, ok := c.(*net.TCPConn); ok {
+				tc.SetReadBuffer(4096)
+			}
+			go writeAll(bytes.Repeat([]byte("GET /api-description HTTP/1.1\r\nHost: "+host+"\r\n\r\n"), 2000))(c)
+			time.Sleep(3 * time.Second)
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			n, err := io.Copy(io.Discard, c)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("after %d bytes the connection was still open: no write timeout", n)
+			}
+			if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("reading: %v", err)
+			}
+			desc := do(t, "GET", s.inf+"/api-description", "", nil)
+			if total := int64(2000 * len(desc.body)); n >= total {
+				t.Fatalf("all %d bytes were delivered: the slow reader was not cut off", n)
+			}
+			t.Logf("slow reader: cut off after %d bytes (%.1f of 2000 responses), err %v", n, float64(n)/float64(len(desc.body)), err)
+		})
+	})
+
+	t.Run("BodyOverMaxRequestSize", func(t *testing.T) {
+		for _, c := range []struct {
+			name, path, extra string
+		}{
+			{"Content-Length 1 TiB", "/predictions/slow", ""},
+			{"Content-Length 1 TiB to v2", "/v2/models/slow/infer", ""},
+			{"Content-Length 1 TiB with Expect: 100-continue", "/predictions/slow", "Expect: 100-continue\r\n"},
+		} {
+			// Headers only: the body is never sent, and the 413 must come anyway.
+			r := rawExchange(t, s.inf, 5*time.Second, writeAll([]byte(strings.Replace(head, "/predictions/slow", c.path, 1)+c.extra+"Content-Length: 1099511627776\r\n\r\n")))
+			last := len(r.responses) - 1
+			if last < 0 || !r.closed {
+				t.Fatalf("%s: %d responses, closed %v", c.name, len(r.responses), r.closed)
+			}
+			wantTS(t, c.name, r.responses[last], 413, "request body exceeds max_request_size (100000 bytes)")
+			t.Logf("%s, no body sent: %d after %v, then closed", c.name, r.responses[last].status, r.elapsed.Round(100*time.Microsecond))
+		}
+		// Chunked: the size is only known while reading; the limit still holds.
+		r := rawExchange(t, s.inf, 5*time.Second, writeAll([]byte(head+"Transfer-Encoding: chunked\r\n\r\nffffffffff\r\n[[1, 0]]")))
+		if len(r.responses) != 1 {
+			t.Fatalf("chunked: %d responses", len(r.responses))
+		}
+		wantTS(t, "chunk of 1 TiB", r.responses[0], 413, "max_request_size")
+	})
+
+	t.Run("ContentLengthShorterThanBody", func(t *testing.T) {
+		// The first 8 bytes are the request; the rest is read as the next request, which
+		// is no HTTP: 400, and the connection closes.
+		r := rawExchange(t, s.inf, 5*time.Second, writeAll([]byte(head+"Content-Length: 8\r\n\r\n[[1, 0]]GARBAGE AFTER THE BODY\r\n\r\n")))
+		if len(r.responses) != 2 || !r.closed {
+			t.Fatalf("%d responses, closed %v", len(r.responses), r.closed)
+		}
+		if r.responses[0].status != 200 || string(r.responses[0].body) != good.want {
+			t.Errorf("the request within Content-Length: %d %s", r.responses[0].status, r.responses[0].body)
+		}
+		wantTS(t, "the bytes after Content-Length", r.responses[1], 400, "malformed request")
+	})
+
+	t.Run("MalformedFraming", func(t *testing.T) {
+		for _, c := range []struct {
+			name, req string
+			status    int
+			part      string
+		}{
+			{"Content-Length past int64", head + "Content-Length: 99999999999999999999999\r\n\r\n", 400, "cannot parse Content-Length"},
+			{"negative Content-Length", head + "Content-Length: -5\r\n\r\nabc", 400, "cannot parse Content-Length"},
+			{"two Content-Lengths", head + "Content-Length: 8\r\nContent-Length: 9\r\n\r\n[[1, 0]]", 400, "duplicate Content-Length"},
+			{"bad chunk size", head + "Transfer-Encoding: chunked\r\n\r\nzz\r\n[[1, 0]]\r\n0\r\n\r\n", 400, "malformed request"},
+			{"unknown Transfer-Encoding", head + "Transfer-Encoding: gzip, chunked\r\n\r\n", 400, "unsupported Transfer-Encoding"},
+			{"100 KB header", head + "X-Big: " + strings.Repeat("a", 100_000) + "\r\n\r\n", 431, "exceed 4096 bytes"},
+			{"NUL in the path", "POST /predictions/sl\x00ow HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 400, "invalid requestURI"},
+			{"no Host", "POST /predictions/slow HTTP/1.1\r\nContent-Length: 8\r\n\r\n[[1, 0]]", 400, "missing required Host header"},
+			{"no HTTP version", "GET /ping\r\n\r\n", 400, "malformed request"},
+		} {
+			r := rawExchange(t, s.inf, 5*time.Second, writeAll([]byte(c.req)))
+			if len(r.responses) != 1 || !r.closed {
+				t.Errorf("%s: %d responses, closed %v", c.name, len(r.responses), r.closed)
+				continue
+			}
+			wantTS(t, c.name, r.responses[0], c.status, c.part)
+			if bytes.Contains(r.responses[0].body, []byte("POST /predictions")) {
+				t.Errorf("%s: the error echoes the request: %s", c.name, r.responses[0].body)
+			}
+		}
+		// Content-Length and Transfer-Encoding together: the body is read chunked, as
+		// RFC 9112 says, and the next request on the connection is read where it starts.
+		both := head + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n[[1, 0]]\r\n0\r\n\r\n" + head + "Content-Length: 8\r\nConnection: close\r\n\r\n[[1, 0]]"
+		r := rawExchange(t, s.inf, 5*time.Second, writeAll([]byte(both)))
+		if len(r.responses) != 2 || r.responses[0].status != 200 || r.responses[1].status != 200 {
+			t.Errorf("Content-Length with Transfer-Encoding: %d responses %+v", len(r.responses), r.responses)
+		}
+	})
+
+	close(stop)
+	wg.Wait()
+	failures.Range(func(k, _ any) bool {
+		t.Errorf("good request failed: %s", k)
+		return true
+	})
+	t.Logf("good requests answered right during the protocol abuse: %d", ok.Load())
+	if ok.Load() == 0 {
+		t.Error("no good request was answered")
+	}
+	select {
+	case <-s.exited:
+		t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
+	default:
+	}
+}
