@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,6 +35,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	// Fuzzing (-fuzz, in the coordinator and in every worker process) runs no end-to-end
+	// test: skip building torchd and the model store.
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return m.Run()
+	}
 	tmp, err := os.MkdirTemp("", "torchd-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
