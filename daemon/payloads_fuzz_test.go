@@ -18,8 +18,9 @@ const fuzzMaxBody = 1 << 16
 
 // payloadsOf reads a request with this Content-Type, Content-Encoding and body as the
 // server does (fasthttp's reader, which pre-parses multipart forms, then requestPayloads).
-// ok is false when fasthttp refuses the request before any handler would run.
-func payloadsOf(contentType, encoding string, body []byte) (ctx *fasthttp.RequestCtx, payloads [][]byte, names []string, err error, ok bool) {
+// ok is false when fasthttp refuses the request before any handler would run; read is the
+// body as fasthttp read it (a Content-Type holding a line break can end the headers early).
+func payloadsOf(contentType, encoding string, body []byte) (ctx *fasthttp.RequestCtx, read []byte, payloads [][]byte, names []string, err error, ok bool) {
 	var raw bytes.Buffer
 	fmt.Fprintf(&raw, "POST /predictions/m HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\n", contentType, len(body))
 	if encoding != "" {
@@ -29,17 +30,18 @@ func payloadsOf(contentType, encoding string, body []byte) (ctx *fasthttp.Reques
 	raw.Write(body)
 	ctx = new(fasthttp.RequestCtx)
 	if ctx.Request.ReadLimitBody(bufio.NewReader(&raw), fuzzMaxBody) != nil {
-		return ctx, nil, nil, nil, false
+		return ctx, nil, nil, nil, nil, false
 	}
+	read = bytes.Clone(ctx.Request.Body())
 	req, err := requestPayloads(ctx, fuzzMaxBody)
 	if err != nil {
-		return ctx, nil, nil, err, true
+		return ctx, read, nil, nil, err, true
 	}
 	for _, p := range req.Inputs {
 		payloads = append(payloads, p.Data)
 		names = append(names, p.Name)
 	}
-	return ctx, payloads, names, nil, true
+	return ctx, read, payloads, names, nil, true
 }
 
 // FuzzRequestPayloads feeds the inference API's request decoding (raw bodies, multipart
@@ -55,7 +57,7 @@ func FuzzRequestPayloads(f *testing.F) {
 		f.Add(s.contentType, s.encoding, s.body)
 	}
 	f.Fuzz(func(t *testing.T, contentType, encoding string, body []byte) {
-		ctx, payloads, names, err, ok := payloadsOf(contentType, encoding, body)
+		ctx, read, payloads, names, err, ok := payloadsOf(contentType, encoding, body)
 		defer ctx.Request.RemoveMultipartFormFiles()
 		if !ok {
 			return
@@ -67,8 +69,8 @@ func FuzzRequestPayloads(f *testing.F) {
 			return
 		}
 		multipart := strings.HasPrefix(string(ctx.Request.Header.ContentType()), "multipart/form-data")
-		if !multipart && (len(payloads) != 1 || !bytes.Equal(payloads[0], body)) {
-			t.Fatalf("a raw body became %d inputs", len(payloads))
+		if !multipart && (len(payloads) != 1 || !bytes.Equal(payloads[0], read)) {
+			t.Fatalf("a raw body of %d bytes became %d inputs", len(read), len(payloads))
 		}
 		if len(payloads) == 0 {
 			t.Fatal("success with no input")
@@ -138,7 +140,7 @@ func TestRequestPayloadsGzipBomb(t *testing.T) {
 		if s.name != "multipart-gzip-bomb" {
 			continue
 		}
-		_, _, _, err, ok := payloadsOf(s.contentType, s.encoding, s.body)
+		_, _, _, _, err, ok := payloadsOf(s.contentType, s.encoding, s.body)
 		if !ok || !errors.Is(err, fasthttp.ErrBodyTooLarge) || !strings.Contains(err.Error(), "decompresses to more than max_request_size") {
 			t.Fatalf("gzip bomb: %v (read %v)", err, ok)
 		}
