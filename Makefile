@@ -28,7 +28,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: all setup lib build models archives run test fuzz bench bench-binding perf-analyzer soak vet clean
+.PHONY: all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean
 
 all: build
 
@@ -105,7 +105,22 @@ bench-binding: setup lib models
 	$(PYTHON) torch/testdata/compare_python.py --pinned --rounds 6 | tee build/bench-pinned.md
 	$(PYTHON) torch/testdata/compare_python.py --rounds 3 | tee build/bench-binding.md
 
-bench: bench-binding
+# torchd against its in-process ceiling and its peers (a Tornado batching service, FastAPI,
+# TorchServe and MMS from pip), in one run on this machine (bench/harness): writes its section
+# of docs/benchmarks.md and docs/bench-*.png, in about 20 minutes. bench-smoke runs every
+# step once, briefly, into build/bench-smoke/: it checks that the harness works, not speed.
+BENCH_APT := python3-tornado python3-fastapi python3-uvicorn python3-uvloop python3-httptools \
+             gnuplot-nox apache2-utils wrk python3-venv
+bench-setup: setup
+	@if dpkg -s $(BENCH_APT) >/dev/null 2>&1; then echo "bench-setup: packages present"; else \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BENCH_APT); fi
+
+bench: bench-setup lib build models
+	bench/peers/install.sh
+	$(GO) run ./bench/harness
+
+bench-smoke: bench-setup lib build models
+	BENCH_QUICK=1 $(GO) run ./bench/harness
 
 # Soak: mixed load on three models (one per handler) for SOAK, sampled every 10 s; fails if
 # RSS, goroutines, open fds or queue depth grow without bound (daemon/soak_test.go). Not part

@@ -1,0 +1,345 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
+)
+
+func init() {
+	commands["bench-model"] = command{
+		summary: "measure a model in-process (preprocess, batched forward, postprocess; no HTTP, no queue)",
+		run:     runBenchModel,
+	}
+}
+
+// benchModelResult is what `torchd bench-model --json` prints; bench/harness reads it as the
+// machine's ceiling for the model.
+type benchModelResult struct {
+	Archive     string `json:"archive"`
+	Handler     string `json:"handler"`
+	Input       string `json:"input"`
+	InputBytes  int    `json:"input_bytes"`
+	Threads     int    `json:"threads"`
+	GOMAXPROCS  int    `json:"gomaxprocs"`
+	LibTorch    string `json:"libtorch"`
+	Rounds      int    `json:"rounds"`
+	PreprocessN int64  `json:"preprocess_ns"`  // median, one request on one goroutine
+	PostprocN   int64  `json:"postprocess_ns"` // median, one request on one goroutine
+	// SingleN is one request start to end on one goroutine: preprocess, forward of a batch
+	// of one, postprocess; the lowest latency the machine gives the model.
+	SingleN int64             `json:"single_ns"`
+	Batches []benchModelBatch `json:"batches"`
+	// Best is the highest Throughput over Batches: the ceiling.
+	Best benchModelBatch `json:"best"`
+}
+
+// benchModelBatch is one batch size's figures, each the median over rounds.
+type benchModelBatch struct {
+	Batch      int     `json:"batch"`
+	ForwardN   int64   `json:"forward_ns"` // handlers.Infer of the batch alone
+	CycleN     int64   `json:"cycle_ns"`   // preprocess B requests in parallel, Infer, postprocess in parallel
+	Throughput float64 `json:"throughput"` // requests per second: Batch / cycle
+}
+
+// runBenchModel measures what the server does for a request, without the server: the same
+// handler's Preprocess on as many goroutines as there are cores, one handlers.Infer on a
+// locked OS thread with the daemon's intra-op threads, and Postprocess, batch after batch.
+// It is the in-process ceiling that docs/benchmarks.md gives every HTTP figure against.
+func runBenchModel(args []string) error {
+	fs := flag.NewFlagSet("torchd bench-model", flag.ContinueOnError)
+	input := fs.String("input", "", "request body file, e.g. a JPEG or an .npy (required)")
+	contentType := fs.String("content-type", "", "the request's Content-Type (default: from the file's extension)")
+	batchList := fs.String("batch-sizes", "1,2,4,8,16,32", "comma-separated batch sizes")
+	threads := fs.Int("threads", 0, "intra-op threads for the forward; 0: the daemon's default with one worker (cores)")
+	minTime := fs.Duration("time", time.Second, "least time per batch size per round")
+	rounds := fs.Int("rounds", 3, "rounds; each figure is the median over rounds")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: torchd bench-model --input FILE [flags] ARCHIVE")
+		printFlags(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() != 1 || *input == "" {
+		fs.Usage()
+		return errors.New("need one archive and --input")
+	}
+	batches, err := parseInts(*batchList)
+	if err != nil {
+		return fmt.Errorf("--batch-sizes: %w", err)
+	}
+	if *threads <= 0 {
+		*threads = runtime.NumCPU()
+	}
+	*rounds = max(*rounds, 1)
+	body, err := os.ReadFile(*input)
+	if err != nil {
+		return err
+	}
+	if *contentType == "" {
+		*contentType = contentTypeOf(*input)
+	}
+
+	am, err := archive.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer am.Close()
+	m, err := torch.Load(am.SerializedPath())
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
+	if err != nil {
+		return err
+	}
+	b := &modelBench{h: h, m: m, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads}
+	go b.forwardThread()
+	defer close(b.fwd)
+
+	res := benchModelResult{
+		Archive: fs.Arg(0), Handler: am.Config.Handler, Input: *input, InputBytes: len(body),
+		Threads: *threads, GOMAXPROCS: runtime.GOMAXPROCS(0), LibTorch: torch.Version(), Rounds: *rounds,
+	}
+	// Warm-up: TorchScript's profiling executor settles after a few runs per shape.
+	for _, n := range batches {
+		for range 3 {
+			if _, err := b.cycle(n); err != nil {
+				return err
+			}
+		}
+	}
+	var pre, post, single []time.Duration
+	fwd := make([][]time.Duration, len(batches))
+	cyc := make([][]time.Duration, len(batches))
+	for range *rounds {
+		p, q, s, err := b.singles(*minTime)
+		if err != nil {
+			return err
+		}
+		pre, post, single = append(pre, p), append(post, q), append(single, s)
+		for i, n := range batches {
+			f, c, err := b.batchRound(n, *minTime)
+			if err != nil {
+				return err
+			}
+			fwd[i], cyc[i] = append(fwd[i], f), append(cyc[i], c)
+		}
+	}
+	res.PreprocessN, res.PostprocN, res.SingleN = int64(median(pre)), int64(median(post)), int64(median(single))
+	for i, n := range batches {
+		c := median(cyc[i])
+		bb := benchModelBatch{Batch: n, ForwardN: int64(median(fwd[i])), CycleN: int64(c), Throughput: float64(n) / c.Seconds()}
+		res.Batches = append(res.Batches, bb)
+		if bb.Throughput > res.Best.Throughput {
+			res.Best = bb
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	printBenchModel(res)
+	return nil
+}
+
+// modelBench holds one model and one request body. Forwards run on one locked OS thread,
+// as on a daemon worker, because LibTorch's thread settings belong to the calling thread.
+type modelBench struct {
+	h           handlers.Handler
+	m           *torch.Module
+	body        []byte
+	contentType string
+	threads     int
+	fwd         chan func()
+}
+
+func (b *modelBench) forwardThread() {
+	runtime.LockOSThread()
+	torch.SetNumThreads(b.threads)
+	for f := range b.fwd {
+		f()
+	}
+}
+
+func (b *modelBench) request() *handlers.Request {
+	return &handlers.Request{
+		Inputs: []handlers.Payload{{Name: "body", ContentType: b.contentType, Data: b.body}},
+		Header: func(name string) string {
+			if strings.EqualFold(name, "Content-Type") {
+				return b.contentType
+			}
+			return ""
+		},
+	}
+}
+
+func (b *modelBench) infer(batch []*handlers.Sample) (outs [][]handlers.Tensor, d time.Duration, err error) {
+	done := make(chan struct{})
+	b.fwd <- func() {
+		start := time.Now()
+		outs, err = handlers.Infer(b.h, b.m, batch)
+		d = time.Since(start)
+		close(done)
+	}
+	<-done
+	return outs, d, err
+}
+
+// parallel runs f(i) for i in [0, n) on up to GOMAXPROCS goroutines, as the server's request
+// goroutines would.
+func parallel(n int, f func(i int) error) error {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				if err := f(i); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// cycle serves n requests as one batch and returns the forward's time.
+func (b *modelBench) cycle(n int) (time.Duration, error) {
+	samples := make([]*handlers.Sample, n)
+	if err := parallel(n, func(i int) error {
+		s, err := b.h.Preprocess(b.request())
+		samples[i] = s
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	outs, d, err := b.infer(samples)
+	if err != nil {
+		return 0, err
+	}
+	return d, parallel(n, func(i int) error {
+		_, err := b.h.Postprocess(samples[i], outs[i])
+		return err
+	})
+}
+
+// batchRound repeats cycles of n for at least minTime and returns the median forward and
+// the median whole cycle.
+func (b *modelBench) batchRound(n int, minTime time.Duration) (fwd, cyc time.Duration, err error) {
+	var fs, cs []time.Duration
+	start := time.Now()
+	for len(cs) < 3 || time.Since(start) < minTime {
+		t0 := time.Now()
+		f, err := b.cycle(n)
+		if err != nil {
+			return 0, 0, err
+		}
+		cs = append(cs, time.Since(t0))
+		fs = append(fs, f)
+	}
+	return median(fs), median(cs), nil
+}
+
+// singles times one request at a time, on one goroutine, for at least minTime: the
+// medians of its preprocess, its postprocess and the whole request.
+func (b *modelBench) singles(minTime time.Duration) (pre, post, whole time.Duration, err error) {
+	var ps, qs, ws []time.Duration
+	start := time.Now()
+	for len(ws) < 5 || time.Since(start) < minTime {
+		t0 := time.Now()
+		s, err := b.h.Preprocess(b.request())
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		t1 := time.Now()
+		outs, _, err := b.infer([]*handlers.Sample{s})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		t2 := time.Now()
+		if _, err := b.h.Postprocess(s, outs[0]); err != nil {
+			return 0, 0, 0, err
+		}
+		t3 := time.Now()
+		ps, qs, ws = append(ps, t1.Sub(t0)), append(qs, t3.Sub(t2)), append(ws, t3.Sub(t0))
+	}
+	return median(ps), median(qs), median(ws), nil
+}
+
+func printBenchModel(r benchModelResult) {
+	fmt.Printf("%s (%s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, LibTorch %s, median of %d rounds\n",
+		r.Archive, r.Handler, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, r.LibTorch, r.Rounds)
+	fmt.Printf("one request: preprocess %v, postprocess %v, end to end %v\n",
+		time.Duration(r.PreprocessN), time.Duration(r.PostprocN), time.Duration(r.SingleN))
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "batch\tforward\tcycle\treq/s\t")
+	for _, b := range r.Batches {
+		fmt.Fprintf(tw, "%d\t%v\t%v\t%.1f\t\n", b.Batch, time.Duration(b.ForwardN), time.Duration(b.CycleN), b.Throughput)
+	}
+	tw.Flush()
+	fmt.Printf("ceiling: %.1f req/s at batch %d\n", r.Best.Throughput, r.Best.Batch)
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// contentTypeOf guesses a request's Content-Type from its file name, as curl users set it.
+func contentTypeOf(name string) string {
+	switch n := strings.ToLower(name); {
+	case strings.HasSuffix(n, ".jpg"), strings.HasSuffix(n, ".jpeg"):
+		return "image/jpeg"
+	case strings.HasSuffix(n, ".png"):
+		return "image/png"
+	case strings.HasSuffix(n, ".npy"):
+		return "application/x-npy"
+	case strings.HasSuffix(n, ".json"):
+		return "application/json"
+	}
+	return "application/octet-stream"
+}
