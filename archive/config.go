@@ -52,13 +52,20 @@ type ModelConfig struct {
 	// IntOption.
 	Options map[string]any
 
-	BatchSize       int            // requests per forward; default 1
-	MaxBatchDelay   *time.Duration // longest wait to fill a batch; default 100ms; files give ms
-	MinWorkers      int            // default 1
-	MaxWorkers      int            // default MinWorkers
-	JobQueueSize    int            // queued requests before 503; default 100
-	ResponseTimeout time.Duration  // per batch; default 120s; files give seconds
-	StartupTimeout  time.Duration  // per model load; default 120s; files give seconds
+	BatchSize     int            // requests per forward; default 1
+	MaxBatchDelay *time.Duration // longest wait to fill a batch; default 100ms; files give ms
+	MinWorkers    int            // default 1
+	MaxWorkers    int            // default MinWorkers
+	JobQueueSize  int            // queued requests before 503; default 100
+
+	// Self-tuning batching: "auto" in the file for batch_size, max_batch_delay or
+	// min_workers leaves the value to the daemon, which measures the model and adapts
+	// while serving; LatencyTarget (latency_target_ms) is the p99 it holds. 0: none.
+	BatchSizeAuto, MaxBatchDelayAuto, WorkersAuto bool
+	LatencyTarget                                 time.Duration
+
+	ResponseTimeout time.Duration // per batch; default 120s; files give seconds
+	StartupTimeout  time.Duration // per model load; default 120s; files give seconds
 
 	// Device is "cpu", "cuda" (GPUs round-robin, or DeviceIDs) or "cuda:N".
 	// "" leaves the choice to the daemon, even after WithDefaults.

@@ -41,7 +41,7 @@ func ParseModelConfig(name string, data []byte) (ModelConfig, error) {
 var tomlKeys = []string{
 	"handler", "serialized_file", "batch_size", "max_batch_delay", "min_workers", "max_workers",
 	"job_queue_size", "response_timeout", "startup_timeout", "device", "device_ids", "threads",
-	"freeze", "options", "inputs", "outputs",
+	"freeze", "options", "inputs", "outputs", "latency_target_ms",
 }
 
 func parseTOML(file string, data []byte) (ModelConfig, error) {
@@ -73,15 +73,24 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 		}
 		c.SerializedFile = s
 	}
-	if n, ok := f.integer("batch_size", 1, maxCount); ok {
+	if f.auto("batch_size") {
+		c.BatchSizeAuto = true
+	} else if n, ok := f.integer("batch_size", 1, maxCount); ok {
 		c.BatchSize = int(n)
 	}
-	if n, ok := f.integer("max_batch_delay", 0, maxUnits); ok {
+	if f.auto("max_batch_delay") {
+		c.MaxBatchDelayAuto = true
+	} else if n, ok := f.integer("max_batch_delay", 0, maxUnits); ok {
 		d := time.Duration(n) * time.Millisecond
 		c.MaxBatchDelay = &d
 	}
-	if n, ok := f.integer("min_workers", 1, maxCount); ok {
+	if f.auto("min_workers") {
+		c.WorkersAuto = true
+	} else if n, ok := f.integer("min_workers", 1, maxCount); ok {
 		c.MinWorkers = int(n)
+	}
+	if n, ok := f.integer("latency_target_ms", 1, maxUnits); ok {
+		c.LatencyTarget = time.Duration(n) * time.Millisecond
 	}
 	if n, ok := f.integer("max_workers", 1, maxCount); ok {
 		c.MaxWorkers = int(n)
@@ -250,6 +259,16 @@ func (f *fields) get(key string) (any, bool) {
 		f.used[key] = true
 	}
 	return v, ok
+}
+
+// auto reports (and consumes) a key whose value is the string "auto": the daemon then
+// chooses the value itself (self-tuning batching).
+func (f *fields) auto(key string) bool {
+	if v, ok := f.m[key]; ok && v == "auto" {
+		f.used[key] = true
+		return true
+	}
+	return false
 }
 
 func (f *fields) str(key string) (string, bool) {

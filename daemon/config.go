@@ -33,12 +33,15 @@ type Config struct {
 	LogFormat         string // text|json
 	AccessLog         bool
 	EnableMetrics     bool
+	CacheDir          string
 	TokenAuth         bool
 	EnableSnapshots   bool
 	SnapshotFile      string
 	CertificateFile   string
 	PrivateKeyFile    string
 	KeyFile           string
+	EnableUI          bool     // the web page on the inference port (daemon/webui.go)
+	ManagementOrigins []string // browser origins allowed to call the management API (CORS); empty: none
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
 	// (see ModelSet) override the archive's own config; registration parameters override
@@ -59,6 +62,11 @@ type ModelSettings struct {
 	Device          string
 	Threads         int // intra-op threads per worker; 0: cores / workers
 	Freeze          bool
+
+	// Self-tuning batching (autotune.go): the daemon picks the batch size, the delay or
+	// the workers itself; LatencyTarget is the p99 it holds (0: none).
+	AutoBatch, AutoDelay, AutoWorkers bool
+	LatencyTarget                     time.Duration
 }
 
 // setting is one configuration key: its name in torchd.toml, its environment variables
@@ -79,6 +87,21 @@ func intSetting(dst func(*Config) *int, min int) func(*Config, string) error {
 			return fmt.Errorf("want an integer ≥ %d, got %q", min, v)
 		}
 		*dst(c) = n
+		return nil
+	}
+}
+
+// autoSetting accepts "auto" (setting the flag) or a value for next (clearing it).
+func autoSetting(flag func(*Config) *bool, next func(*Config, string) error) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		if strings.TrimSpace(v) == "auto" {
+			*flag(c) = true
+			return nil
+		}
+		if err := next(c, v); err != nil {
+			return fmt.Errorf(`%v, or "auto"`, err)
+		}
+		*flag(c) = false
 		return nil
 	}
 }
@@ -187,13 +210,21 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.LogFormat }, "text", "json")},
 	{key: "access_log", def: "true", help: "one log line per request: method, path, status, latency",
 		apply: boolSetting(func(c *Config) *bool { return &c.AccessLog })},
+	{key: "enable_ui", def: "true", help: "serve the web page on the inference port at / (browsers) and /ui/",
+		apply: boolSetting(func(c *Config) *bool { return &c.EnableUI })},
+	{key: "management_allowed_origins", def: "", help: "comma-separated browser origins (scheme://host:port) that may call the management API (CORS), so the web page can show management actions; empty: none",
+		apply: func(c *Config, v string) error { c.ManagementOrigins = splitList(v); return nil }},
 
-	{key: "batch_size", env: []string{"BATCH_SIZE"}, def: "1", model: true, help: "largest batch per forward",
-		apply: intSetting(func(c *Config) *int { return &c.Model.BatchSize }, 1)},
-	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: "ms a batch waits to fill, from its oldest request",
-		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.MaxBatchDelay }, time.Millisecond)},
-	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: "workers per model (min_workers); each runs batched forwards on a locked OS thread",
-		apply: intSetting(func(c *Config) *int { return &c.Model.MinWorkers }, 0)},
+	{key: "batch_size", env: []string{"BATCH_SIZE"}, def: "1", model: true, help: `largest batch per forward, or "auto"`,
+		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoBatch }, intSetting(func(c *Config) *int { return &c.Model.BatchSize }, 1))},
+	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: `ms a batch waits to fill, from its oldest request, or "auto"`,
+		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoDelay }, durSetting(func(c *Config) *time.Duration { return &c.Model.MaxBatchDelay }, time.Millisecond))},
+	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards on a locked OS thread`,
+		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoWorkers }, intSetting(func(c *Config) *int { return &c.Model.MinWorkers }, 0))},
+	{key: "latency_target_ms", def: "0", model: true, help: "p99 latency objective for auto batching, in ms; 0: none (lowest latency at the offered load)",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.LatencyTarget }, time.Millisecond)},
+	{key: "cache_dir", def: "", help: "where measured batching curves are cached; empty: the user cache directory/torchd",
+		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: intSetting(func(c *Config) *int { return &c.Model.MaxWorkers }, 0)},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",

@@ -154,7 +154,7 @@ func startServerIn(t testing.TB, tmp string, args ...string) *server {
 	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
 	// The snapshot goes to a file of the test's own (a flag in args overrides it).
 	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp,
-		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"))
+		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"), "TORCHD_CACHE_DIR="+filepath.Join(t.TempDir(), "cache"))
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func (d *Daemon) inferenceRouter() *router {
 		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
 		{method: "POST", pattern: "/invocations", summary: "SageMaker-style predict; ?model_name= or the only model", handle: d.invocations},
 		{method: "POST", pattern: "/models/{model_name}/invoke", summary: "SageMaker-style predict", handle: d.predictRoute},
-	}, d.kserveRoutes()...))
+	}, append(d.kserveRoutes(), d.uiRoutes()...)...))
 }
 
 func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ params) {
@@ -81,7 +81,9 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 		return
 	}
 	code := d.predictVersion(ctx, v, arrived)
-	v.metrics.observeRequest(code.status, time.Since(arrived), code.queued)
+	took := time.Since(arrived)
+	v.metrics.observeRequest(code.status, took, code.queued)
+	v.observe(took)
 }
 
 type outcome struct {

@@ -227,7 +227,9 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
 		return
 	}
 	status, queued := d.v2InferVersion(ctx, v, arrived)
-	v.metrics.observeRequest(status, time.Since(arrived), queued)
+	took := time.Since(arrived)
+	v.metrics.observeRequest(status, took, queued)
+	v.observe(took)
 }
 
 func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
@@ -426,12 +428,19 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
+	status, queued := d.v1PredictVersion(ctx, v, arrived)
+	took := time.Since(arrived)
+	v.metrics.observeRequest(status, took, queued)
+	v.observe(took)
+}
+
+func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
 		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
-		return
+		return 400, 0
 	}
 	req := &handlers.Request{
 		Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
@@ -440,26 +449,26 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 	rsv, fail := admit(v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return
+		return fail.Status, 0
 	}
 	defer rsv.release()
 	sample, err := v.handler.Preprocess(req)
 	if err != nil {
 		v2Error(ctx, handlers.StatusOf(err, 400), err.Error())
-		return
+		return handlers.StatusOf(err, 400), 0
 	}
 	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
-	v.metrics.observeRequest(200, time.Since(arrived), res.queued)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return
+		return fail.Status, res.queued
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return
+		return 500, res.queued
 	}
 	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
+	return 200, res.queued
 }
 
 // v1Predictions turns a handler's JSON answer into one prediction per instance: an array is

@@ -13,7 +13,7 @@ import (
 
 func (d *Daemon) managementRouter() *router {
 	return withDescription("management", []*route{
-		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers, synchronous, response_timeout", handle: d.register},
+		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, synchronous, response_timeout", handle: d.register},
 		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
 		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},
 		{method: "GET", pattern: "/models/{model_name}/{model_version}", summary: "Describe a version, or every version with 'all'", handle: d.describe},
@@ -102,23 +102,35 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 		return
 	}
 	var set bool
-	if req.BatchSize, _, err = a.int("batch_size", 1); err != nil {
-		writeAPIError(ctx, err)
-		return
+	isAuto := func(key string) bool { v, _ := a.str(key); return v == "auto" }
+	req.BatchSizeAuto, req.DelayAuto, req.WorkersAuto = isAuto("batch_size"), isAuto("max_batch_delay"), isAuto("initial_workers")
+	if !req.BatchSizeAuto {
+		if req.BatchSize, _, err = a.int("batch_size", 1); err != nil {
+			writeAPIError(ctx, err)
+			return
+		}
 	}
-	var delay, workers, timeout int
-	if delay, set, err = a.int("max_batch_delay", 0); err != nil {
+	var delay, workers, timeout, target int
+	if req.DelayAuto {
+	} else if delay, set, err = a.int("max_batch_delay", 0); err != nil {
 		writeAPIError(ctx, err)
 		return
 	} else if set {
 		dd := time.Duration(delay) * time.Millisecond
 		req.MaxBatchDelay = &dd
 	}
-	if workers, set, err = a.int("initial_workers", 0); err != nil {
+	if req.WorkersAuto {
+	} else if workers, set, err = a.int("initial_workers", 0); err != nil {
 		writeAPIError(ctx, err)
 		return
 	} else if set {
 		req.InitialWorkers = &workers
+	}
+	if target, set, err = a.int("latency_target_ms", 1); err != nil {
+		writeAPIError(ctx, err)
+		return
+	} else if set {
+		req.LatencyTarget = time.Duration(target) * time.Millisecond
 	}
 	if timeout, set, err = a.int("response_timeout", 1); err != nil {
 		writeAPIError(ctx, err)
@@ -213,6 +225,7 @@ type describeModel struct {
 	ParallelLevel        int              `json:"parallelLevel"`
 	DeviceType           string           `json:"deviceType"`
 	LoadedAtStartup      bool             `json:"loadedAtStartup"`
+	AutoBatching         *autoStatus      `json:"autoBatching,omitempty"`
 	Handler              string           `json:"handler"`
 	Workers              []describeWorker `json:"workers"`
 	JobQueueStatus       jobQueueStatus   `json:"jobQueueStatus"`
@@ -276,6 +289,9 @@ func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 			Threads: v.pool.Threads(), Batches: v.batcher.batches.Load(), Requests: v.batcher.batchItems.Load(),
 			MeanBatchSize: v.batcher.MeanBatchSize(),
 		},
+	}
+	if v.tuner != nil {
+		m.AutoBatching = v.tuner.status()
 	}
 	for _, w := range v.pool.Workers() {
 		m.Workers = append(m.Workers, describeWorker{

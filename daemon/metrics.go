@@ -61,7 +61,7 @@ type modelMetrics struct {
 	codes   sync.Map // status code → *metrics.Counter
 }
 
-func (m *Metrics) model(name, version string, pending func() int) *modelMetrics {
+func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	if m.off {
 		return nil
 	}
@@ -86,7 +86,9 @@ func (m *Metrics) model(name, version string, pending func() int) *modelMetrics 
 		tsLatencyUS:   m.set.GetOrCreateFloatCounter("ts_inference_latency_microseconds{" + ts + "}"),
 		tsQueueUS:     m.set.GetOrCreateFloatCounter("ts_queue_latency_microseconds{" + ts + "}"),
 	}
-	m.set.GetOrCreateGauge("torchd_queue_depth{"+l+"}", func() float64 { return float64(pending()) })
+	m.set.GetOrCreateGauge("torchd_queue_depth{"+l+"}", func() float64 { return float64(b.Pending()) })
+	m.set.GetOrCreateGauge("torchd_batch_size_limit{"+l+"}", func() float64 { return float64(b.batchSize.Load()) })
+	m.set.GetOrCreateGauge("torchd_batch_delay_seconds{"+l+"}", func() float64 { return time.Duration(b.maxDelay.Load()).Seconds() })
 	m.set.GetOrCreateGauge("torchd_workers{"+l+"}", func() float64 { return float64(mm.workers.Load()) })
 	m.set.GetOrCreateGauge("torchd_stuck_workers{"+l+"}", func() float64 { return float64(mm.stuck.Load()) })
 	m.models[key] = mm

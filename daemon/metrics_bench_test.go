@@ -11,7 +11,7 @@ import (
 // docs/benchmarks.md.
 func BenchmarkMetricsPerRequest(b *testing.B) {
 	m := newMetrics(true)
-	mm := m.model("bench", "1.0", func() int { return 0 })
+	mm := m.model("bench", "1.0", NewBatcher(1, 1, 0))
 	start := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -48,6 +48,14 @@ type ModelVersion struct {
 	pool    *WorkerPool
 	metrics *modelMetrics
 	warm    atomic.Bool
+	tuner   *tuner // nil unless batching is automatic
+}
+
+// observe records an answered request's latency for the auto-batching tuner.
+func (v *ModelVersion) observe(d time.Duration) {
+	if v.tuner != nil {
+		v.tuner.record(d)
+	}
 }
 
 // Pending returns the queued requests.
@@ -55,6 +63,9 @@ func (v *ModelVersion) Pending() int { return v.batcher.Pending() }
 
 // close stops the workers and frees the module and the extracted archive.
 func (v *ModelVersion) close() {
+	if v.tuner != nil {
+		close(v.tuner.stop)
+	}
 	v.batcher.closed.Store(true)
 	v.pool.Stop()
 	// Requests still queued when the last worker stopped are answered, not dropped.
@@ -106,6 +117,10 @@ type RegisterRequest struct {
 	Startup         bool
 	Persist         bool // record in the snapshot
 	MaxWorkers      int  // 0: unset
+	// "auto" at registration for batch_size, max_batch_delay, initial_workers, and the
+	// latency_target_ms parameter.
+	BatchSizeAuto, DelayAuto, WorkersAuto bool
+	LatencyTarget                         time.Duration
 }
 
 // Get returns a model version; version "" is the default one.
@@ -253,11 +268,35 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 		}
 		return arch
 	}
-	s.BatchSize = pickInt("batch_size", cfg.Model.BatchSize, ac.BatchSize)
-	if !set["max_batch_delay"] && ac.MaxBatchDelay != nil {
-		s.MaxBatchDelay = *ac.MaxBatchDelay
+	// batch_size, max_batch_delay and workers may each be "auto"; whichever source wins
+	// decides between a number and auto, so a manual setting always beats a lower "auto".
+	if !set["batch_size"] {
+		switch {
+		case ac.BatchSizeAuto:
+			s.AutoBatch = true
+		case ac.BatchSize > 0:
+			s.BatchSize, s.AutoBatch = ac.BatchSize, false
+		}
 	}
-	s.MinWorkers = pickInt("workers", cfg.Model.MinWorkers, ac.MinWorkers)
+	if !set["max_batch_delay"] {
+		switch {
+		case ac.MaxBatchDelayAuto:
+			s.AutoDelay = true
+		case ac.MaxBatchDelay != nil:
+			s.MaxBatchDelay, s.AutoDelay = *ac.MaxBatchDelay, false
+		}
+	}
+	if !set["workers"] {
+		switch {
+		case ac.WorkersAuto:
+			s.AutoWorkers = true
+		case ac.MinWorkers > 0:
+			s.MinWorkers, s.AutoWorkers = ac.MinWorkers, false
+		}
+	}
+	if !set["latency_target_ms"] && ac.LatencyTarget > 0 {
+		s.LatencyTarget = ac.LatencyTarget
+	}
 	s.MaxWorkers = pickInt("max_workers", cfg.Model.MaxWorkers, ac.MaxWorkers)
 	s.JobQueueSize = pickInt("job_queue_size", cfg.Model.JobQueueSize, ac.JobQueueSize)
 	s.Threads = pickInt("threads", cfg.Model.Threads, ac.Threads)
@@ -273,14 +312,26 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if !set["freeze"] && ac.Freeze {
 		s.Freeze = true
 	}
-	if req.BatchSize > 0 {
-		s.BatchSize = req.BatchSize
+	switch {
+	case req.BatchSize > 0:
+		s.BatchSize, s.AutoBatch = req.BatchSize, false
+	case req.BatchSizeAuto:
+		s.AutoBatch = true
 	}
-	if req.MaxBatchDelay != nil {
-		s.MaxBatchDelay = *req.MaxBatchDelay
+	switch {
+	case req.MaxBatchDelay != nil:
+		s.MaxBatchDelay, s.AutoDelay = *req.MaxBatchDelay, false
+	case req.DelayAuto:
+		s.AutoDelay = true
 	}
-	if req.InitialWorkers != nil {
-		s.MinWorkers = *req.InitialWorkers
+	switch {
+	case req.InitialWorkers != nil:
+		s.MinWorkers, s.AutoWorkers = *req.InitialWorkers, false
+	case req.WorkersAuto:
+		s.AutoWorkers = true
+	}
+	if req.LatencyTarget > 0 {
+		s.LatencyTarget = req.LatencyTarget
 	}
 	if req.ResponseTimeout > 0 {
 		s.ResponseTimeout = req.ResponseTimeout
@@ -322,7 +373,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		archive: am, module: module, handler: h,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 	}
-	v.metrics = r.metrics.model(name, version, v.batcher.Pending)
+	v.metrics = r.metrics.model(name, version, v.batcher)
 	warmup, err := warmupSamples(h, am.Config)
 	if err != nil {
 		module.Close()
@@ -336,6 +387,17 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "model %s version %s failed its warm-up forward: %v", name, version, err)
 		}
 	}
+	tn, err := r.setupAuto(name, &s, h, module, am.SerializedPath(), warmup)
+	if err != nil {
+		module.Close()
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "%v", err)
+	}
+	if tn != nil {
+		v.Settings = s
+		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
+		tn.b = v.batcher
+		v.tuner = tn
+	}
 	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	wait := req.Synchronous || req.Startup
 	done := make(chan struct{})
@@ -343,6 +405,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		v.pool.Scale(s.MinWorkers, true)
 		v.warm.Store(true)
 		close(done)
+		if v.tuner != nil {
+			v.tuner.run()
+		}
 	}()
 	if wait {
 		<-done
@@ -446,6 +511,11 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	r.mu.Lock()
 	v.Settings.MinWorkers, v.Settings.MaxWorkers = minWorkers, maxWorkers
 	r.mu.Unlock()
+	if v.tuner != nil {
+		v.tuner.mu.Lock()
+		v.tuner.workers = minWorkers
+		v.tuner.mu.Unlock()
+	}
 	v.pool.Scale(minWorkers, wait)
 	return v, nil
 }

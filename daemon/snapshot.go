@@ -34,6 +34,10 @@ type snapshotModel struct {
 	Workers         int     `json:"workers"`
 	MaxWorkers      int     `json:"max_workers"`
 	ResponseTimeout float64 `json:"response_timeout_s"`
+	AutoBatch       bool    `json:"auto_batch_size,omitempty"`
+	AutoDelay       bool    `json:"auto_max_batch_delay,omitempty"`
+	AutoWorkers     bool    `json:"auto_workers,omitempty"`
+	LatencyTargetMS float64 `json:"latency_target_ms,omitempty"`
 }
 
 // saveSnapshot writes the API-registered models. It is called after each change through the
@@ -57,6 +61,8 @@ func (d *Daemon) saveSnapshot() {
 				Name: v.Name, Version: v.Version, URL: v.URL, Handler: v.handlerArg, Default: e.defaultVersion == v.Version,
 				BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
 				Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
+				AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
+				LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
 			})
 		}
 	}
@@ -125,7 +131,19 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 				workers := m.Workers
 				req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, BatchSize: m.BatchSize, MaxBatchDelay: &delay,
 					InitialWorkers: &workers, ResponseTimeout: time.Duration(m.ResponseTimeout * float64(time.Second)),
-					Synchronous: true, Startup: true, Persist: true, MaxWorkers: m.MaxWorkers}
+					Synchronous: true, Startup: true, Persist: true, MaxWorkers: m.MaxWorkers,
+					BatchSizeAuto: m.AutoBatch, DelayAuto: m.AutoDelay, WorkersAuto: m.AutoWorkers,
+					LatencyTarget: time.Duration(m.LatencyTargetMS * float64(time.Millisecond))}
+				// A setting that was automatic is automatic again, not frozen at its value.
+				if m.AutoBatch {
+					req.BatchSize = 0
+				}
+				if m.AutoDelay {
+					req.MaxBatchDelay = nil
+				}
+				if m.AutoWorkers {
+					req.InitialWorkers = nil
+				}
 				if _, err := d.Registry.Register(req); err != nil {
 					d.log.Error("model from the snapshot failed to load", "model", name, "version", m.Version, "url", m.URL, "err", err)
 					continue

@@ -1,0 +1,154 @@
+package daemon_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/internal/npy"
+)
+
+type autoDescribe struct {
+	BatchSize     int `json:"batchSize"`
+	MaxBatchDelay int `json:"maxBatchDelay"`
+	AutoBatching  *struct {
+		BatchSize   int      `json:"batchSize"`
+		Auto        []string `json:"auto"`
+		Changes     int      `json:"changes"`
+		CurveSource string   `json:"curveSource"`
+		Curve       []struct {
+			Batch     int     `json:"batch"`
+			ForwardMS float64 `json:"forwardMs"`
+		} `json:"curve"`
+	} `json:"autoBatching"`
+	Batching struct {
+		Batches  int64 `json:"batches"`
+		Requests int64 `json:"requests"`
+	} `json:"batching"`
+}
+
+func (s *server) autoDescribe(t *testing.T, model string) autoDescribe {
+	t.Helper()
+	var d []autoDescribe
+	do(t, "GET", s.mgmt+"/models/"+model, "", nil).json(t, &d)
+	return d[0]
+}
+
+// batch_size = "auto": the curve is measured at registration, cached for the next
+// registration of the same model, shown in describe and the metrics; a manual batch size
+// at registration wins over the server's "auto"; answers stay correct.
+func TestAutoBatching(t *testing.T) {
+	s := startServer(t, "--batch-size", "auto", "--max-batch-delay", "auto", "--access-log=false")
+	s.register(t, "url=digits_tensor.mar&initial_workers=1")
+	d := s.autoDescribe(t, "digits_tensor")
+	a := d.AutoBatching
+	if a == nil || len(a.Curve) < 2 || a.CurveSource != "measured" || a.BatchSize < 1 || d.BatchSize != a.BatchSize ||
+		!slices.Equal(a.Auto, []string{"batch_size", "max_batch_delay"}) || d.MaxBatchDelay != 0 {
+		t.Fatalf("describe: %+v %+v", d, a)
+	}
+	if got := s.scrape(t, "torchd_batch_size_limit", map[string]string{"model": "digits_tensor", "version": "1.0"}); int(got) != a.BatchSize {
+		t.Fatalf("torchd_batch_size_limit %v, describe %d", got, a.BatchSize)
+	}
+	if !strings.Contains(s.Log(), `msg="auto batching curve" model=digits_tensor source=measured`) {
+		t.Fatalf("no log line for the curve:\n%s", s.Log())
+	}
+	t.Logf("curve %+v → batch limit %d", a.Curve, a.BatchSize)
+
+	// Correct answers under concurrency with automatic batching.
+	body, _ := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
+	decode := func(r response) []float32 {
+		a, err := npy.Decode(r.body)
+		if r.status != 200 || err != nil {
+			t.Fatalf("answer %d %v", r.status, err)
+		}
+		return f32s(a.Data)
+	}
+	want := decode(do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body))
+	forEach(64, 16, func(int) {
+		// Batched arithmetic may differ from a lone forward in the last bits.
+		closeTo(t, "auto-batched answer", decode(do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body)), want, 1e-5)
+	})
+
+	// The second registration of the same file reads the cached curve.
+	expectStatus(t, do(t, "DELETE", s.mgmt+"/models/digits_tensor", "", nil), 200, `Model "digits_tensor" unregistered`)
+	s.register(t, "url=digits_tensor.mar&initial_workers=1")
+	if a := s.autoDescribe(t, "digits_tensor").AutoBatching; a == nil || a.CurveSource != "cache" {
+		t.Fatalf("second registration: %+v", a)
+	}
+	// Manual settings win: batch_size=3 at registration over the server's "auto".
+	s.register(t, "url=digits.mar&initial_workers=1&batch_size=3")
+	if d := s.autoDescribe(t, "digits"); d.BatchSize != 3 || d.AutoBatching == nil || slices.Contains(d.AutoBatching.Auto, "batch_size") {
+		t.Fatalf("manual batch size: %+v %+v", d, d.AutoBatching)
+	}
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url=slow.mar&batch_size=lots", "", nil), 400, "BadRequestException", "batch_size")
+}
+
+// A load shift, c=1 → c=64 → c=1, with automatic batching and no latency target: at c=1
+// every request runs alone at once (no linger), at c=64 batches form from the first second,
+// and the settings never move (nothing to oscillate). Throughput per 500 ms is logged.
+func TestAutoBatchingLoadShift(t *testing.T) {
+	s := startServer(t, "--access-log=false")
+	s.register(t, "url=digits_tensor.mar&initial_workers=1&batch_size=auto&max_batch_delay=auto")
+	body, _ := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
+	phase := func(clients int, d time.Duration) (perWindow []int64, batches, requests int64) {
+		before := s.autoDescribe(t, "digits_tensor").Batching
+		var done atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if r := do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body); r.status != 200 {
+						t.Errorf("%d %s", r.status, r.body)
+						return
+					}
+					done.Add(1)
+				}
+			}()
+		}
+		var last int64
+		for range int(d / (500 * time.Millisecond)) {
+			time.Sleep(500 * time.Millisecond)
+			n := done.Load()
+			perWindow = append(perWindow, n-last)
+			last = n
+		}
+		close(stop)
+		wg.Wait()
+		after := s.autoDescribe(t, "digits_tensor").Batching
+		return perWindow, after.Batches - before.Batches, after.Requests - before.Requests
+	}
+	w1, b1, r1 := phase(1, 2*time.Second)
+	w64, b64, r64 := phase(64, 3*time.Second)
+	w1b, b1b, r1b := phase(1, 2*time.Second)
+	t.Logf("per 500 ms: c=1 %v (mean batch %.2f), c=64 %v (mean batch %.2f), c=1 again %v (mean batch %.2f)",
+		w1, float64(r1)/float64(b1), w64, float64(r64)/float64(b64), w1b, float64(r1b)/float64(b1b))
+	if b1 != r1 || b1b != r1b {
+		t.Errorf("at c=1 requests waited for company: %d requests in %d batches, then %d in %d", r1, b1, r1b, b1b)
+	}
+	if float64(r64)/float64(b64) < 2 {
+		t.Errorf("no batching at c=64: mean batch %.2f", float64(r64)/float64(b64))
+	}
+	// Recovery: the first second at c=64 already runs at half the phase's median rate or
+	// more (the bound is loose because this machine's noise is not).
+	sorted := slices.Clone(w64)
+	slices.Sort(sorted)
+	if median := sorted[len(sorted)/2]; float64(w64[0]+w64[1]) < 0.5*2*float64(median) {
+		t.Errorf("c=64 throughput took more than a second to recover: %v (median %d per 500 ms)", w64, median)
+	}
+	if a := s.autoDescribe(t, "digits_tensor").AutoBatching; a.Changes != 0 {
+		t.Errorf("the settings moved %d times without a latency target", a.Changes)
+	}
+}
