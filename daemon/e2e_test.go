@@ -410,11 +410,7 @@ func oversized(t testing.TB, url string, size int) response {
 func TestDisconnectedClientDropped(t *testing.T) {
 	s := startServer(t, "--batch-size", "1")
 	s.register(t, "url=slow.mar&initial_workers=1")
-	busy := make(chan response)
-	go func() {
-		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[800, 0]]`))
-	}()
-	time.Sleep(200 * time.Millisecond)
+	busy := s.occupySlow(t, 800)
 	// A request that is queued behind the busy worker, then abandoned.
 	host := strings.TrimPrefix(s.inf, "http://")
 	c, err := net.Dial("tcp", host)

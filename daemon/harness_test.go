@@ -385,3 +385,15 @@ func runTorchd(t testing.TB, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// occupySlow keeps the slow model's only worker busy for about ms milliseconds: it sends
+// that request and returns once the request has had time to start; its answer comes on the
+// channel.
+func (s *server) occupySlow(t testing.TB, ms int) <-chan response {
+	busy := make(chan response, 1)
+	go func() {
+		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(fmt.Sprintf("[[%d, 0]]", ms)))
+	}()
+	time.Sleep(200 * time.Millisecond)
+	return busy
+}

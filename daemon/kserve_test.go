@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/torchd/torchd/client"
 	"github.com/torchd/torchd/internal/npy"
@@ -206,11 +205,7 @@ func TestKServeV1(t *testing.T) {
 func TestV2TimeoutParameter(t *testing.T) {
 	s := startServer(t, "--batch-size", "1")
 	s.register(t, "url=slow.mar&initial_workers=1")
-	busy := make(chan response)
-	go func() {
-		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[700, 0]]`))
-	}()
-	time.Sleep(150 * time.Millisecond)
+	busy := s.occupySlow(t, 700)
 	r := do(t, "POST", s.inf+"/v2/models/slow/infer", "application/json",
 		[]byte(`{"parameters": {"timeout": 100000}, "inputs": [{"name": "input__0", "shape": [1, 2], "datatype": "FP32", "data": [1, 0]}]}`))
 	var e oip.ErrorResponse

@@ -133,11 +133,7 @@ func TestStuckWorkerReplaced(t *testing.T) {
 func TestRequestTimeoutHeader(t *testing.T) {
 	s := startServer(t, "--batch-size", "1")
 	s.register(t, "url=slow.mar&initial_workers=1")
-	busy := make(chan response)
-	go func() {
-		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1500, 0]]`))
-	}()
-	time.Sleep(150 * time.Millisecond)
+	busy := s.occupySlow(t, 1500)
 	post := func(timeout string) response {
 		req := must(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 0]]`))
 		req.Header.Set("X-Request-Timeout", timeout)
@@ -461,7 +457,9 @@ func TestModelExceptionsUnderLoad(t *testing.T) {
 			t.Fatalf("request %d: got %v", i, got)
 		}
 	}
-	labels := func(code string) map[string]string { return map[string]string{"model": "slow", "version": "1.0", "code": code} }
+	labels := func(code string) map[string]string {
+		return map[string]string{"model": "slow", "version": "1.0", "code": code}
+	}
 	if ok, failed := s.scrape(t, "torchd_requests_total", labels("200")), s.scrape(t, "torchd_requests_total", labels("500")); int(ok) != n-bad || int(failed) != bad {
 		t.Fatalf("metrics count %v answered and %v failed, want %d and %d", ok, failed, n-bad, bad)
 	}
