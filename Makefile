@@ -15,7 +15,8 @@ MODELS_OUT := models/out
 STORE      := model-store
 SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS   := libtorch-dev python3-torch python3-torchvision python3-sklearn python3-pil \
-              python3-numpy libopenblas0-openmp libturbojpeg0-dev apache2-utils wrk curl g++ make
+              python3-numpy libopenblas0-openmp libturbojpeg0-dev apache2-utils wrk curl g++ make \
+              chromium chromium-driver
 
 ifeq ($(LIBTORCH),/usr)
   TORCH_CFLAGS  := -I/usr/include/torch/csrc/api/include

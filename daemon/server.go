@@ -31,6 +31,7 @@ type Daemon struct {
 	metrics  *Metrics
 	keys     *keyring // nil: token authorization off
 	snapMu   sync.Mutex
+	uiStats  uiStats // the web page's live view (webui_stats.go)
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -75,8 +76,8 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.authorize("inference", d.inferenceRouter().serve, healthPath)},
-		{"management", d.cfg.ManagementAddress, d.authorize("management", d.managementRouter().serve, noPath)},
+		{"inference", d.cfg.InferenceAddress, d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath))},
+		{"management", d.cfg.ManagementAddress, d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath))},
 		{"metrics", d.cfg.MetricsAddress, d.serveMetrics},
 	}
 	if !d.cfg.EnableMetrics {

@@ -1,0 +1,303 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"math"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The web page's live view. A sampler reads, every statsInterval, counters the daemon keeps
+// anyway: the batcher's dispatched batches and requests, its queue, and the request-latency
+// histogram of the metrics set. It keeps statsPoints points per model version in a ring. The
+// request path does no extra work for it: no counter, lock or allocation is added there.
+//
+// The sampler starts with the first /ui/api/stats request and stops by itself once nobody
+// has asked for statsIdle, so a server whose page is not open pays nothing; the history
+// starts when the page is first opened.
+
+const (
+	statsInterval = 2 * time.Second
+	statsPoints   = 150 // 5 minutes
+	statsIdle     = 10 * time.Minute
+)
+
+// uiStats is the sampler's state; the zero value is ready.
+type uiStats struct {
+	mu       sync.Mutex
+	running  bool
+	lastRead time.Time
+	series   map[*ModelVersion]*statsSeries
+	buf      bytes.Buffer // the metrics text, reused
+}
+
+// statsSeries is one model version's ring of points, and the counters of its last sample.
+type statsSeries struct {
+	name, version string
+	points        [statsPoints]statsPoint
+	n, next       int // points held; where the next one goes
+
+	prev       statsCounters
+	havePrev   bool
+	prevSample time.Time
+}
+
+// statsPoint is one interval. Latencies are NaN without requests or without metrics; batch
+// is NaN without batches.
+type statsPoint struct {
+	at                          time.Time
+	rps, p50, p99, queue, batch float64
+}
+
+// statsCounters are the cumulative counters a point is the difference of.
+type statsCounters struct {
+	batches, items int64
+	latency        histogramCounts // nil: metrics off
+}
+
+// histogramCounts are a Prometheus histogram's cumulative bucket counts; the last bucket is
+// +Inf, so it is the total.
+type histogramCounts struct {
+	le     []float64
+	counts []float64
+}
+
+// uiStatsRoute answers the live view's JSON, starting the sampler if it is not running.
+func (d *Daemon) uiStatsRoute(ctx *fasthttp.RequestCtx, _ params) {
+	st := &d.uiStats
+	st.mu.Lock()
+	st.lastRead = time.Now()
+	if !st.running {
+		st.running = true
+		go d.sampleStats(st)
+	}
+	resp := st.snapshot()
+	st.mu.Unlock()
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	writeJSON(ctx, 200, resp)
+}
+
+// sampleStats samples every statsInterval until nobody has read the stats for statsIdle.
+func (d *Daemon) sampleStats(st *uiStats) {
+	tick := time.NewTicker(statsInterval)
+	defer tick.Stop()
+	d.sampleOnce(st, time.Now())
+	for now := range tick.C {
+		st.mu.Lock()
+		idle := now.Sub(st.lastRead) > statsIdle
+		if idle {
+			st.running = false
+			st.series = nil
+		}
+		st.mu.Unlock()
+		if idle {
+			return
+		}
+		d.sampleOnce(st, now)
+	}
+}
+
+// sampleOnce adds a point to every registered version's series, and drops the series of
+// versions that are gone.
+func (d *Daemon) sampleOnce(st *uiStats, now time.Time) {
+	versions := d.allVersions()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var latency map[string]histogramCounts
+	if !d.metrics.off {
+		st.buf.Reset()
+		d.metrics.set.WritePrometheus(&st.buf)
+		latency = parseHistograms(st.buf.Bytes(), "torchd_request_seconds")
+	}
+	if st.series == nil {
+		st.series = map[*ModelVersion]*statsSeries{}
+	}
+	live := map[*ModelVersion]bool{}
+	for _, v := range versions {
+		live[v] = true
+		s := st.series[v]
+		if s == nil {
+			s = &statsSeries{name: v.Name, version: v.Version}
+			st.series[v] = s
+		}
+		c := statsCounters{batches: v.batcher.batches.Load(), items: v.batcher.batchItems.Load()}
+		if latency != nil && v.metrics != nil {
+			c.latency = latency[v.metrics.labels]
+		}
+		s.add(now, c, float64(v.batcher.Pending()))
+	}
+	for v := range st.series {
+		if !live[v] {
+			delete(st.series, v)
+		}
+	}
+}
+
+// allVersions returns every loaded version.
+func (d *Daemon) allVersions() []*ModelVersion {
+	r := d.Registry
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []*ModelVersion
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.pool != nil {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// add appends the point between the previous counters and c. The first sample only sets
+// the baseline.
+func (s *statsSeries) add(now time.Time, c statsCounters, queue float64) {
+	defer func() { s.prev, s.havePrev, s.prevSample = c, true, now }()
+	if !s.havePrev {
+		return
+	}
+	dt := now.Sub(s.prevSample).Seconds()
+	if dt <= 0 {
+		return
+	}
+	p := statsPoint{at: now, queue: queue, p50: math.NaN(), p99: math.NaN(), batch: math.NaN()}
+	if db := c.batches - s.prev.batches; db > 0 {
+		p.batch = float64(c.items-s.prev.items) / float64(db)
+	}
+	if c.latency.counts != nil && len(c.latency.counts) == len(s.prev.latency.counts) {
+		delta := c.latency.minus(s.prev.latency)
+		total := delta.counts[len(delta.counts)-1]
+		p.rps = total / dt
+		if total > 0 {
+			p.p50 = delta.quantile(0.5) * 1000
+			p.p99 = delta.quantile(0.99) * 1000
+		}
+	} else {
+		// Metrics off: requests that reached a batch.
+		p.rps = float64(c.items-s.prev.items) / dt
+	}
+	s.points[s.next] = p
+	s.next = (s.next + 1) % statsPoints
+	s.n = min(s.n+1, statsPoints)
+}
+
+func (h histogramCounts) minus(o histogramCounts) histogramCounts {
+	out := histogramCounts{le: h.le, counts: make([]float64, len(h.counts))}
+	for i := range h.counts {
+		out.counts[i] = max(h.counts[i]-o.counts[i], 0)
+	}
+	return out
+}
+
+// quantile estimates the q-quantile as Prometheus's histogram_quantile does: linearly within
+// the bucket where it falls; in the +Inf bucket, the largest finite bound.
+func (h histogramCounts) quantile(q float64) float64 {
+	total := h.counts[len(h.counts)-1]
+	if total == 0 {
+		return math.NaN()
+	}
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank && c > below {
+			if math.IsInf(h.le[i], 1) {
+				return lower
+			}
+			return lower + (h.le[i]-lower)*(rank-below)/(c-below)
+		}
+		if !math.IsInf(h.le[i], 1) {
+			lower = h.le[i]
+		}
+		below = c
+	}
+	return lower
+}
+
+// parseHistograms reads a histogram's cumulative buckets, per label set, from the Prometheus
+// text format: name_bucket{labels,le="x"} count. Labels are the key, without le.
+func parseHistograms(text []byte, name string) map[string]histogramCounts {
+	prefix := []byte(name + "_bucket{")
+	out := map[string]histogramCounts{}
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.HasPrefix(line, prefix) {
+			continue
+		}
+		rest := line[len(prefix):]
+		i := bytes.LastIndex(rest, []byte(`le="`))
+		j := bytes.LastIndex(rest, []byte(`"} `))
+		if i < 0 || j < i {
+			continue
+		}
+		labels := string(bytes.TrimSuffix(rest[:i], []byte(",")))
+		le, err1 := strconv.ParseFloat(string(rest[i+4:j]), 64)
+		count, err2 := strconv.ParseFloat(string(bytes.TrimSpace(rest[j+3:])), 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		h := out[labels]
+		h.le = append(h.le, le)
+		h.counts = append(h.counts, count)
+		out[labels] = h
+	}
+	return out
+}
+
+// statsResponse is the live view's JSON: per model version, one array per quantity, oldest
+// point first; null where a point has no value.
+type statsResponse struct {
+	IntervalSeconds float64       `json:"intervalSeconds"`
+	Points          int           `json:"points"`
+	Models          []statsColumn `json:"models"`
+}
+
+type statsColumn struct {
+	Name    string     `json:"name"`
+	Version string     `json:"version"`
+	Time    []int64    `json:"t"` // Unix ms
+	RPS     []*float64 `json:"rps"`
+	P50     []*float64 `json:"p50Ms"`
+	P99     []*float64 `json:"p99Ms"`
+	Queue   []*float64 `json:"queue"`
+	Batch   []*float64 `json:"batch"`
+}
+
+// snapshot copies the series into the response; st.mu is held.
+func (st *uiStats) snapshot() statsResponse {
+	resp := statsResponse{IntervalSeconds: statsInterval.Seconds(), Points: statsPoints, Models: []statsColumn{}}
+	for _, s := range st.series {
+		c := statsColumn{Name: s.name, Version: s.version}
+		start := (s.next - s.n + statsPoints) % statsPoints
+		for k := range s.n {
+			p := s.points[(start+k)%statsPoints]
+			c.Time = append(c.Time, p.at.UnixMilli())
+			c.RPS = append(c.RPS, num(p.rps))
+			c.P50 = append(c.P50, num(p.p50))
+			c.P99 = append(c.P99, num(p.p99))
+			c.Queue = append(c.Queue, num(p.queue))
+			c.Batch = append(c.Batch, num(p.batch))
+		}
+		resp.Models = append(resp.Models, c)
+	}
+	sort.Slice(resp.Models, func(i, j int) bool {
+		a, b := resp.Models[i], resp.Models[j]
+		return a.Name < b.Name || a.Name == b.Name && a.Version < b.Version
+	})
+	return resp
+}
+
+// num rounds for the page, and turns NaN into null.
+func num(f float64) *float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	r := math.Round(f*1000) / 1000
+	return &r
+}
