@@ -94,7 +94,7 @@ test: setup lib models vet
 # with "context deadline exceeded" when its time ran out while a worker was still busy.
 FUZZTIME ?= 60s
 FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply \
-                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads
+                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
