@@ -193,3 +193,30 @@ func TestTextClassifierChecksTensorIDs(t *testing.T) {
 		t.Fatalf("[CLS] [SEP]: %v", err)
 	}
 }
+
+// A JSON list for the text and image handlers is decoded item by item: a huge list of the
+// wrong kind is refused at its first item, and a broken list is still invalid JSON.
+func TestJSONListsItemByItem(t *testing.T) {
+	huge := []byte(repeatNumbers(3_000_000))
+	_, err := jsonTexts(huge)
+	wantBadInput(t, "3 M numbers as texts", err, "must hold strings")
+	_, err = jsonImages(huge)
+	wantBadInput(t, "3 M numbers as images", err, "must hold base64 strings")
+	for _, c := range []struct{ body, part string }{
+		{`[`, "unexpected end of JSON input"},
+		{`["a",`, "unexpected end of JSON input"},
+		{`["a"] x`, "data after the list"},
+		{`["a" "b"]`, "invalid JSON body"},
+		{`["a", ["b", ["c"]]]`, "nests too deep"},
+	} {
+		_, err := jsonTexts([]byte(c.body))
+		wantBadInput(t, c.body, err, c.part)
+	}
+	if texts, err := jsonTexts([]byte(` [ "a", ["b"], {"text": "c"} ] `)); err != nil || strings.Join(texts, ",") != "a,b,c" {
+		t.Fatalf("texts %q, %v", texts, err)
+	}
+}
+
+func repeatNumbers(n int) string {
+	return "[" + strings.TrimSuffix(strings.Repeat("0,", n), ",") + "]"
+}

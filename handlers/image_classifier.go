@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -201,6 +203,39 @@ func imagePayloads(r *Request) ([][]byte, error) {
 	return out, nil
 }
 
+// eachJSONItem calls f with b's JSON value, or, when b is a list, with each of its items in
+// turn (inList true). A huge list of the wrong kind is then refused at its first item,
+// instead of after all of it is decoded: 3 M numbers took over a second before.
+func eachJSONItem(b []byte, f func(v any, inList bool) error) error {
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '[' {
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			return BadInput("invalid JSON body: %v", err)
+		}
+		return f(v, false)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.Token() // the list's '['
+	for dec.More() {
+		var v any
+		if err := dec.Decode(&v); errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return BadInput("invalid JSON body: unexpected end of JSON input")
+		} else if err != nil {
+			return BadInput("invalid JSON body: %v", err)
+		}
+		if err := f(v, true); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return BadInput("invalid JSON body: unexpected end of JSON input")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return BadInput("invalid JSON body: data after the list")
+	}
+	return nil
+}
+
 func isJSON(p Payload) bool {
 	if bytes.HasPrefix([]byte(p.ContentType), []byte("application/json")) {
 		return true
@@ -210,10 +245,6 @@ func isJSON(p Payload) bool {
 }
 
 func jsonImages(b []byte) ([][]byte, error) {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, BadInput("invalid JSON body: %v", err)
-	}
 	var strs []string
 	var collect func(v any) error
 	collect = func(v any) error {
@@ -238,7 +269,7 @@ func jsonImages(b []byte) ([][]byte, error) {
 		}
 		return nil
 	}
-	if err := collect(v); err != nil {
+	if err := eachJSONItem(b, func(v any, _ bool) error { return collect(v) }); err != nil {
 		return nil, err
 	}
 	out := make([][]byte, len(strs))

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -106,10 +105,6 @@ func (tc *TextClassifier) Preprocess(r *Request) (*Sample, error) {
 }
 
 func jsonTexts(b []byte) ([]string, error) {
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, BadInput("invalid JSON body: %v", err)
-	}
 	var texts []string
 	var collect func(v any, depth int) error
 	collect = func(v any, depth int) error {
@@ -137,7 +132,13 @@ func jsonTexts(b []byte) ([]string, error) {
 		}
 		return nil
 	}
-	if err := collect(v, 0); err != nil {
+	err := eachJSONItem(b, func(v any, inList bool) error {
+		if inList {
+			return collect(v, 1)
+		}
+		return collect(v, 0)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return texts, nil
