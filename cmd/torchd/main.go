@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"syscall"
 )
 
 // command is one subcommand; each lives in a file of its own and registers itself in init.
@@ -20,6 +21,7 @@ type command struct {
 var commands = map[string]command{}
 
 func main() {
+	passiveOpenMP()
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
 		if len(os.Args) < 2 {
@@ -49,4 +51,26 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-12s %s\n", n, commands[n].summary)
 	}
+}
+
+// passiveOpenMP restarts the process once with OMP_WAIT_POLICY=PASSIVE unless the variable
+// is set. LibTorch and OpenBLAS run on GNU OpenMP, whose threads spin while they wait at a
+// barrier. In a server the same cores also run the HTTP goroutines (and, on shared machines,
+// other processes), and spinning threads take the cores from them: digits PNG at c=32 on the
+// 2-core VM, in interleaved rounds, ran at a median 3,116 requests/s with the default policy
+// and 4,427 with PASSIVE, and under heavy outside load 404–524 against 4,221–5,116
+// (docs/openmp.md). libgomp reads the variable once, when the process loads it, before main
+// runs, so setting it needs a fresh exec. OMP_WAIT_POLICY=ACTIVE in the environment keeps
+// spinning.
+func passiveOpenMP() {
+	if os.Getenv("OMP_WAIT_POLICY") != "" {
+		return
+	}
+	os.Setenv("OMP_WAIT_POLICY", "PASSIVE")
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	// On success Exec does not return; on failure torchd runs on with the default policy.
+	_ = syscall.Exec(exe, os.Args, os.Environ())
 }
