@@ -151,6 +151,17 @@ func (t Transform) Apply(img []byte, dst []float32) error {
 	if len(dst) != c*h*w {
 		return fmt.Errorf("vision: dst has length %d, want %d (%dx%dx%d)", len(dst), c*h*w, c, h, w)
 	}
+	// The header first, to hold the image's pixels in the process's DecodeBudget until
+	// its tensor is written.
+	format, w, h, err := DecodeConfig(img)
+	if err != nil {
+		return err
+	}
+	if err := t.checkPixels(format, w, h); err != nil {
+		return err
+	}
+	release := decoding.acquire(int64(w) * int64(h))
+	defer release()
 	src, err := t.decode(img)
 	if err != nil {
 		return err
