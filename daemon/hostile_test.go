@@ -494,7 +494,10 @@ func TestHostileInput(t *testing.T) {
 			return post(inf+"/predictions/textcls", "application/json", zeros)
 		})
 		wantTS(t, "huge array, text", r, 400, "must hold strings")
-		wantTS(t, "huge array, image", post(inf+"/predictions/digits", "application/json", zeros), 400, "base64 strings")
+		r = timed(t, "6 MB JSON array to the image classifier", func() response {
+			return post(inf+"/predictions/digits", "application/json", zeros)
+		})
+		wantTS(t, "huge array, image", r, 400, "base64 strings")
 	})
 
 	t.Run("ShapeOverflow", func(t *testing.T) {
