@@ -83,9 +83,12 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
 # Tests use the zoo in models/out; they run once plainly and the binding once more under
-# cgocheck2, which checks every Go pointer that crosses into C.
+# cgocheck2, which checks every Go pointer that crosses into C. deploy/validate is its own
+# module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
+# strictly into the upstream types.
 test: setup lib models vet
 	$(GO) test -count=1 ./...
+	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 	$(MAKE) fuzz FUZZTIME=50000x
 
