@@ -15,9 +15,13 @@ import (
 // BenchmarkServeMetrics is the whole request path, in one process, with metrics on and off
 // (enable_metrics_api): digits_tensor with an .npy body from keep-alive clients, batching
 // off (batch_size 1), so each request makes every metric update once. The two
-// sub-benchmarks run alternately with -count, so compare them with benchstat:
+// sub-benchmarks should be compared over interleaved runs with benchstat; one intra-op
+// thread and OMP_WAIT_POLICY=PASSIVE (which the torchd binary sets for itself) keep
+// OpenMP's spinning out of a measurement of the request path:
 //
-//	go test -run '^$' -bench ServeMetrics -count 8 ./daemon/ | tee m.txt && benchstat m.txt
+//	go test -c -o /tmp/d.test ./daemon/ && cd daemon && for i in $(seq 8); do
+//	  OMP_WAIT_POLICY=PASSIVE /tmp/d.test -test.run '^$' -test.bench ServeMetrics -test.benchtime 4000x | grep ^Bench
+//	done > m.txt && benchstat m.txt
 func BenchmarkServeMetrics(b *testing.B) {
 	body, err := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
 	if err != nil {
@@ -27,7 +31,7 @@ func BenchmarkServeMetrics(b *testing.B) {
 		b.Run(fmt.Sprintf("metrics=%v", on), func(b *testing.B) {
 			cfg, err := daemon.LoadConfig([]string{"--model-store", store, "--models", "digits_tensor=digits_tensor.mar",
 				"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-				"--access-log=false", fmt.Sprintf("--enable-metrics-api=%v", on), "--batch-size", "1", "--workers", "1"},
+				"--access-log=false", fmt.Sprintf("--enable-metrics-api=%v", on), "--batch-size", "1", "--workers", "1", "--threads", "1"},
 				func(string) string { return "" })
 			if err != nil {
 				b.Fatal(err)
