@@ -23,9 +23,10 @@ func init() { Register("text_classifier", newTextClassifier) }
 // max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
 // take), lowercase (true: an uncased model), top_k (all classes).
 type TextClassifier struct {
-	tok    *text.WordPiece
-	topK   int // 0: all classes
-	labels map[int]string
+	tok      *text.WordPiece
+	topK     int // 0: all classes
+	maxTexts int
+	labels   map[int]string
 }
 
 func newTextClassifier(ctx Context) (Handler, error) {
@@ -52,6 +53,13 @@ func newTextClassifier(ctx Context) (Handler, error) {
 	if topK < 0 {
 		return nil, fmt.Errorf("%s: option top_k must be ≥ 1 (or 0 for all classes), got %d", cfg.File, topK)
 	}
+	maxTexts, err := cfg.IntOption("max_texts", defaultMaxTexts)
+	if err != nil {
+		return nil, err
+	}
+	if maxTexts < 1 {
+		return nil, fmt.Errorf("%s: option max_texts must be ≥ 1, got %d", cfg.File, maxTexts)
+	}
 	// The archive is untrusted: OpenInRoot refuses a vocab option that leaves it, by ".." or
 	// through a link.
 	f, err := os.OpenInRoot(ctx.Dir, vocab)
@@ -63,8 +71,12 @@ func newTextClassifier(ctx Context) (Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", vocab, err)
 	}
-	return &TextClassifier{tok: tok, topK: topK, labels: ctx.Labels}, nil
+	return &TextClassifier{tok: tok, topK: topK, maxTexts: maxTexts, labels: ctx.Labels}, nil
 }
+
+// defaultMaxTexts is the max_texts option's default: one request's texts all run in one
+// batch on one worker, so their number is capped as images' are (max_images).
+const defaultMaxTexts = 256
 
 // textState is a sample's token ids, one sequence per text; Infer pads them.
 type textState struct{ ids [][]int64 }
@@ -90,6 +102,9 @@ func (tc *TextClassifier) Preprocess(r *Request) (*Sample, error) {
 	}
 	if len(texts) == 0 {
 		return nil, BadInput("the request has no text")
+	}
+	if len(texts) > tc.maxTexts {
+		return nil, BadInput("the request has %d texts, over max_texts (%d): send them in several requests", len(texts), tc.maxTexts)
 	}
 	st := textState{ids: make([][]int64, len(texts))}
 	for i, t := range texts {

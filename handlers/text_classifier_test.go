@@ -345,3 +345,19 @@ func TestTextClassifierPostprocess(t *testing.T) {
 		t.Fatal("int64 logits accepted")
 	}
 }
+
+// A request of more texts than max_texts is refused before any is tokenized.
+func TestMaxTexts(t *testing.T) {
+	tc := newTestTextClassifier(t, map[string]any{"max_texts": int64(3)})
+	three := []byte(`["a", "b", "c"]`)
+	if s, err := tc.Preprocess(&Request{Inputs: []Payload{{ContentType: "application/json", Data: three}}}); err != nil || s.Items != 3 {
+		t.Fatalf("3 texts: %v", err)
+	}
+	_, err := tc.Preprocess(&Request{Inputs: []Payload{{ContentType: "application/json", Data: []byte(`["a", "b", "c", "d"]`)}}})
+	if err == nil || StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "over max_texts (3)") {
+		t.Fatalf("4 texts: %v", err)
+	}
+	if tc := newTestTextClassifier(t, nil); tc.maxTexts != defaultMaxTexts {
+		t.Fatalf("default max_texts %d", tc.maxTexts)
+	}
+}
