@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,8 +27,9 @@ import (
 // TestWebPageInChromium serves digits and the captioner, opens the page, uploads a held-out
 // digit and a held-out scene through the file input, and reads the top-1 digit and the
 // caption off the page. It also checks that the management actions appear when the
-// management port allows the page's origin, that every control has a label, and that the
-// live view shows the requests.
+// management port allows the page's origin, that every control has a label, that the live
+// view shows the requests, and that with token authorization the page asks for the
+// inference key and works with it.
 func TestWebPageInChromium(t *testing.T) {
 	chromium, driver := browserBinaries(t)
 	port := freePort(t)
@@ -82,6 +84,25 @@ func TestWebPageInChromium(t *testing.T) {
 		t.Errorf("controls without a label:\n%s", unlabeled)
 	}
 
+	// Keyboard: Tab from the top goes through the skip link, the model select and the file
+	// input (hidden visually, not from the keyboard), among the rest.
+	b.js(`document.body.tabIndex = -1; document.body.focus(); document.body.removeAttribute("tabindex"); return ""`)
+	var order []string
+	for range 30 {
+		b.post("/actions", map[string]any{"actions": []any{map[string]any{"type": "key", "id": "keyboard",
+			"actions": []any{map[string]any{"type": "keyDown", "value": "\uE004"}, map[string]any{"type": "keyUp", "value": "\uE004"}}}}})
+		order = append(order, b.js(`const e = document.activeElement; return e.id || e.getAttribute("aria-label") || e.textContent.trim()`))
+	}
+	b.call("DELETE", "/actions", nil)
+	for _, want := range []string{"Skip to “Try a model”", "Try digits 1.0", "register-url", "try-model", "file-input"} {
+		if !slices.Contains(order, want) {
+			t.Errorf("Tab does not reach %q; it goes %q", want, order)
+		}
+	}
+	if order[0] != "Skip to “Try a model”" {
+		t.Errorf("the first Tab stop is %q", order[0])
+	}
+
 	// Some load, then the live view shows it: a non-zero request rate for digits.
 	img, _ := os.ReadFile(digit)
 	forEach(64, 8, func(int) { do(t, "POST", s.inf+"/predictions/digits", "image/png", img) })
@@ -95,6 +116,30 @@ func TestWebPageInChromium(t *testing.T) {
 	height, _ := strconv.Atoi(b.js(`return String(document.documentElement.scrollHeight + outerHeight - innerHeight)`))
 	b.post("/window/rect", map[string]any{"width": 1280, "height": height})
 	b.screenshot(filepath.Join(shots, "page.png"))
+
+	// With token authorization the page loads without a key, asks for the inference key,
+	// keeps it for the tab and sends it: the prediction works, and with no management key
+	// (and no allowed origin) the management actions stay hidden.
+	keyFile := filepath.Join(t.TempDir(), "keys.json")
+	sk := startServer(t, "--enable-token-authorization", "--key-file", keyFile, "--models", "digits=digits.mar")
+	sk.waitHealthy(t)
+	k := readKeys(t, keyFile)
+	b.post("/url", map[string]any{"url": sk.inf + "/"})
+	b.waitJS(`return !document.querySelector("#keys").hidden`)
+	b.sendKeys("#inference-key", k.Inference.Key)
+	b.click(`#keys-form button[type=submit]`)
+	b.waitJS(`return document.querySelector('#models tr[data-model="digits/1.0"] .state')?.textContent === "READY"`)
+	b.click(`button[data-try="digits/1.0"]`)
+	b.sendKeys("#file-input", digit)
+	if got := b.waitJS(`return document.querySelector('#topk li[data-rank="1"]')?.dataset.label`); got != label {
+		t.Errorf("with token authorization, top-1 on the page: %q, want %q", got, label)
+	}
+	if b.js(`return String(document.querySelector("#management").hidden && !document.querySelector("button[aria-label^=Unregister]"))`) != "true" {
+		t.Error("management actions shown without an allowed origin")
+	}
+	// The live view, fetched with the key too, draws the request just made.
+	b.waitJS(`return document.querySelector('#live article[data-model="digits/1.0"] figure[data-metric="rps"] svg polyline') !== null`)
+	b.screenshot(filepath.Join(shots, "token-authorization.png"))
 }
 
 // demoLoad sends a load that rises and falls to both models for d, so that page.png shows

@@ -273,7 +273,8 @@ type statsColumn struct {
 func (st *uiStats) snapshot() statsResponse {
 	resp := statsResponse{IntervalSeconds: statsInterval.Seconds(), Points: statsPoints, Models: []statsColumn{}}
 	for _, s := range st.series {
-		c := statsColumn{Name: s.name, Version: s.version}
+		c := statsColumn{Name: s.name, Version: s.version, Time: make([]int64, 0, s.n), RPS: make([]*float64, 0, s.n),
+			P50: make([]*float64, 0, s.n), P99: make([]*float64, 0, s.n), Queue: make([]*float64, 0, s.n), Batch: make([]*float64, 0, s.n)}
 		start := (s.next - s.n + statsPoints) % statsPoints
 		for k := range s.n {
 			p := s.points[(start+k)%statsPoints]

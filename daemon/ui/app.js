@@ -299,8 +299,14 @@ function setUpForms() {
 
 // probeManagement asks the management API for one model, with a short timeout. Only if the
 // browser may read the answer (CORS) and the key is accepted are the actions shown.
-async function probeManagement() {
+let probed = { at: 0, what: "" };
+async function probeManagement(force) {
   const m = state.info && state.info.management;
+  // Again only when something changed, or every 30 s: each probe is a request to the
+  // management API.
+  const what = JSON.stringify([m, keyStore.get("management")]);
+  if (!force && what === probed.what && Date.now() - probed.at < 30000) return;
+  probed = { at: Date.now(), what };
   let base = "";
   let why = "Registering, scaling and unregistering are on the management API.";
   if (m) {
@@ -384,9 +390,9 @@ async function refreshStats() {
   // The x axis spans the points held, from one minute up to the whole window, so that a
   // page opened a moment ago does not draw a sliver at the right edge.
   const now = Date.now();
-  const oldest = Math.min(now, ...stats.models.map((s) => s.t[0] || now));
+  const oldest = Math.min(now, ...stats.models.map((s) => (s.t && s.t[0]) || now));
   const span = Math.max(60000, Math.min(stats.intervalSeconds * 1000 * stats.points, now - oldest));
-  const cards = stats.models.map((s) => {
+  const cards = stats.models.filter((s) => s.t && s.t.length).map((s) => {
     const grid = el("div", { class: "charts" });
     for (const c of charts) grid.append(chart(s, c, now - span, span));
     return el("article", { class: "model-live", "data-model": `${s.name}/${s.version}` },
@@ -433,9 +439,9 @@ function chart(s, c, start, span) {
   });
   flush();
   return el("figure", { "data-metric": c.key },
-    el("figcaption", {}, el("span", {}, c.title + " ", el("small", { text: values.some((v) => v !== null) ? `peak ${fmt(peak)}` : "" })),
-      el("b", { text: fmt(latest) + (latest === null ? "" : c.unit) })),
-    svg);
+    el("figcaption", {}, el("span", { text: c.title }), el("b", { text: fmt(latest) + (latest === null ? "" : c.unit) })),
+    svg,
+    el("small", { class: "peak", text: values.some((v) => v !== null) ? `peak ${fmt(peak)}${c.unit}` : "" }));
 }
 
 // --- start ---------------------------------------------------------------------------------
