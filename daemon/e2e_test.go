@@ -199,7 +199,11 @@ func TestQueueFull(t *testing.T) {
 		t.Errorf("503 without Retry-After")
 	}
 	// The server's own time for the 503, from its access log: no decode, no queue.
-	served := regexp.MustCompile(`path=/predictions/slow status=503 latency=(\S+)`).FindStringSubmatch(s.Log())
+	// The line is written after the answer is sent: wait for it.
+	var served []string
+	for deadline := time.Now().Add(5 * time.Second); served == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		served = regexp.MustCompile(`path=/predictions/slow status=503 latency=(\S+)`).FindStringSubmatch(s.Log())
+	}
 	t.Logf("503 answered in %v at the client; the server's access log: %v", took, served)
 	if served == nil {
 		t.Error("no access log line for the 503")
