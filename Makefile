@@ -29,7 +29,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean
+.PHONY: all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -135,6 +135,16 @@ soak: setup lib models
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gnuplot-nox; }
 	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK)5m -v ./daemon/
+
+# Scale-out and fail-over on this machine (deploy/scaletest, docs/scale-out.md): three torchd
+# replicas, each in its own network namespace under a 1-CPU cgroup limit, behind nginx, driven
+# by ab; kills one, drains another. Needs root (ip netns, cgroups); about three minutes, so
+# not part of make test. Results in build/scale/. SCALE_ARGS passes flags (-h lists them).
+scale-test: setup build archives
+	@command -v nginx >/dev/null && command -v ip >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nginx iproute2; }
+	$(GO) build -o $(BIN)/scaletest ./deploy/scaletest
+	$(SUDO) $(BIN)/scaletest $(SCALE_ARGS)
 
 # Triton's perf_analyzer against torchd's Open Inference Protocol (downloads it with pip).
 perf-analyzer: build archives
