@@ -21,13 +21,22 @@ type abResult struct {
 	P99, MaxMS  int
 	CPUSeconds  float64 // ab's own CPU time
 	Concurrency int
+	KeepAlive   bool
 }
 
 // runAB posts body (a file) to url with keep-alive at concurrency c, for n requests, or for
 // d if d > 0 (then n only bounds it). -r keeps ab going on socket errors, so that failures
 // are counted instead of ending the run.
 func runAB(url, body, contentType string, c, n int, d time.Duration) (*abResult, string, error) {
-	args := []string{"-k", "-r", "-q", "-s", "60", "-c", strconv.Itoa(c)}
+	return runABWith(true, url, body, contentType, c, n, d)
+}
+
+// runABWith is runAB with or without keep-alive.
+func runABWith(keepAlive bool, url, body, contentType string, c, n int, d time.Duration) (*abResult, string, error) {
+	args := []string{"-r", "-q", "-s", "60", "-c", strconv.Itoa(c)}
+	if keepAlive {
+		args = append(args, "-k")
+	}
 	if d > 0 {
 		args = append(args, "-t", strconv.Itoa(int(d.Seconds())))
 	}
@@ -38,7 +47,7 @@ func runAB(url, body, contentType string, c, n int, d time.Duration) (*abResult,
 	if err != nil {
 		return nil, text, fmt.Errorf("ab %s: %v\n%s", strings.Join(args, " "), err, text)
 	}
-	r := &abResult{Concurrency: c}
+	r := &abResult{Concurrency: c, KeepAlive: keepAlive}
 	r.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	num := func(pattern string) float64 {
 		m := regexp.MustCompile(`(?m)^` + pattern + `\s+([0-9.]+)`).FindStringSubmatch(text)

@@ -270,6 +270,17 @@ func (e *env) measure(res *results) error {
 		{"digits", o.image, o.concurrency, o.duration},
 		{"resnet18", o.resnetImage, 16, max(o.duration, 8*time.Second)},
 	} {
+		if w.model == "resnet18" {
+			// One request at a time on one replica: preprocessing and the forward without
+			// queueing or contention, the per-image costs the capacity estimate starts from.
+			s, err := e.scaleRun(w.model, w.image, 1, w.d, 1, 0)
+			if err != nil {
+				return err
+			}
+			res.Unloaded = s
+			log.Printf("resnet18, c=1, 1 replica: %.1f req/s, p50 %d ms, preprocess %.1f ms, forward %.1f ms/img at batch %.1f, torchd CPU %.1f ms/req",
+				s.AB.RPS, s.AB.P50, s.PreprocessMS, s.ForwardMSPerImage, s.MeanBatch, s.TorchdCPUPerRequestUS/1e3)
+		}
 		if _, _, err := runAB(e.poolURL(o.replicas, "/predictions/"+w.model), w.image, "image/png", w.c, 10000000, 2*time.Second); err != nil {
 			return err
 		}
@@ -293,6 +304,7 @@ func (e *env) scaleRun(model, image string, c int, d time.Duration, k, round int
 	s := &scaleRun{Model: model, Replicas: k, Round: round, Concurrency: c, Shares: map[string]int{}, Statuses: map[int]int{}}
 	cpu0 := e.cpuSnapshot()
 	thr0 := e.throttleSnapshot()
+	st0 := e.modelSums(model)
 	off := e.lb.logOffset()
 	ab, text, err := runAB(e.poolURL(k, "/predictions/"+model), image, "image/png", c, 10000000, d)
 	if err != nil {
@@ -301,7 +313,24 @@ func (e *env) scaleRun(model, image string, c int, d time.Duration, k, round int
 	os.WriteFile(filepath.Join(o.out, fmt.Sprintf("ab-%s-%d-round-%d.txt", model, k, round)), []byte(text), 0o644)
 	cpu1 := e.cpuSnapshot()
 	thr1 := e.throttleSnapshot()
+	st1 := e.modelSums(model)
 	s.AB = ab
+	delta := func(name string) float64 { return st1[name] - st0[name] }
+	if n := delta("torchd_batch_size_count"); n > 0 {
+		s.MeanBatch = delta("torchd_batch_size_sum") / n
+		s.ForwardMSPerImage = delta("torchd_inference_seconds_sum") / delta("torchd_batch_size_sum") * 1e3
+	}
+	if n := delta("torchd_preprocess_seconds_count"); n > 0 {
+		s.PreprocessMS = delta("torchd_preprocess_seconds_sum") / n * 1e3
+	}
+	if n := delta("torchd_queue_seconds_count"); n > 0 {
+		s.QueueMS = delta("torchd_queue_seconds_sum") / n * 1e3
+	}
+	for _, r := range e.replicas {
+		if m, err := r.metrics(); err == nil {
+			s.RSSMiB = append(s.RSSMiB, m["process_resident_memory_bytes"]/(1<<20))
+		}
+	}
 	var torchdCPU float64
 	for i := range e.replicas {
 		s.ReplicaCPU = append(s.ReplicaCPU, cpu1.replicas[i]-cpu0.replicas[i])
@@ -324,6 +353,23 @@ func (e *env) scaleRun(model, image string, c int, d time.Duration, k, round int
 		}
 	}
 	return s, nil
+}
+
+// modelSums adds up a model's histogram sums and counts over the running replicas.
+func (e *env) modelSums(model string) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range e.replicas {
+		m, err := r.metrics()
+		if err != nil {
+			continue
+		}
+		for _, h := range []string{"torchd_batch_size", "torchd_inference_seconds", "torchd_preprocess_seconds", "torchd_queue_seconds"} {
+			for _, suffix := range []string{"_sum", "_count"} {
+				out[h+suffix] += sumSeries(m, h+suffix, `model="`+model+`"`)
+			}
+		}
+	}
+	return out
 }
 
 type cpuSnap struct {
@@ -477,8 +523,12 @@ func (e *env) failover(victim *replica, sig syscall.Signal, n, slow int, deregis
 		err  error
 	}
 	abDone := make(chan abOut, 1)
+	// Taking the victim out of the pool reloads nginx, whose old worker then closes its idle
+	// keep-alive connections from ab: a client-side race that removing a pod from a
+	// Service's endpoints does not cause. That run's clients open a connection per request.
+	keepAlive := deregister == 0
 	go func() {
-		r, text, err := runAB(e.poolURL(k, "/predictions/digits"), o.image, "image/png", o.concurrency, n, 0)
+		r, text, err := runABWith(keepAlive, e.poolURL(k, "/predictions/digits"), o.image, "image/png", o.concurrency, n, 0)
 		abDone <- abOut{r, text, err}
 	}()
 	deadline := time.Now().Add(2 * time.Minute)
@@ -576,7 +626,7 @@ func (e *env) failover(victim *replica, sig syscall.Signal, n, slow int, deregis
 	if out.err != nil {
 		return nil, out.err
 	}
-	os.WriteFile(filepath.Join(o.out, fmt.Sprintf("ab-%s.txt", strings.ToLower(strings.ReplaceAll(sig.String(), " ", "-")))), []byte(out.text), 0o644)
+	os.WriteFile(filepath.Join(o.out, fmt.Sprintf("ab-failover-%s-%s.txt", f.Victim, strings.ReplaceAll(sig.String(), " ", "-"))), []byte(out.text), 0o644)
 	f.AB = out.r
 	lines, err := e.lb.linesSince(off, e.ports[k-1])
 	if err != nil {

@@ -22,6 +22,7 @@ type results struct {
 	ReadySeconds        []float64 // start to /ping 200, per replica
 	Direct              *abResult // replica 1 without the load balancer
 	Scaling             []*scaleRun
+	Unloaded            *scaleRun // ResNet-18, one replica, one request at a time
 	Kill                *failover
 	RestartReadySeconds float64
 	Term                *failover
@@ -39,6 +40,11 @@ type scaleRun struct {
 	TorchdCPUPerRequestUS float64 // CPU time per answered request: all replicas together
 	NginxCPUPerRequestUS  float64
 	ABCPUPerRequestUS     float64
+	MeanBatch             float64        // images per forward
+	ForwardMSPerImage     float64        // forward time / images
+	PreprocessMS          float64        // decode and transform, per request, in its goroutine
+	QueueMS               float64        // mean time in the model's queue
+	RSSMiB                []float64      // resident memory of each replica after the run
 	Shares                map[string]int // 200 answers per replica, from nginx's log
 	Statuses              map[int]int    // 499: requests ab abandoned when its time ran out
 	ReplicaCPU            []float64      // CPU seconds each replica used during the run
@@ -149,7 +155,7 @@ func (res *results) markdown() string {
 			}
 			if first {
 				p("## Throughput: %s (ab -k -c %d through nginx)\n\n", model, s.Concurrency)
-				p("| Replicas | Round | req/s | p50 ms | p99 ms | 200s per replica | replica CPU s | throttled s | CPU µs/req torchd | nginx | ab |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+				p("| Replicas | Round | req/s | p50 ms | p99 ms | 200s per replica | replica CPU s | throttled s | CPU µs/req torchd | nginx | ab | batch | forward ms/img | preprocess ms | queue ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 				first = false
 			}
 			byK[s.Replicas] = append(byK[s.Replicas], s.AB.RPS)
@@ -157,18 +163,23 @@ func (res *results) markdown() string {
 			for _, k := range sortedKeys(s.Shares) {
 				shares = append(shares, fmt.Sprintf("%s: %d", strings.TrimPrefix(k, "replica-"), s.Shares[k]))
 			}
-			p("| %d | %d | %.1f | %d | %d | %s | %s | %s | %.0f | %.0f | %.0f |\n", s.Replicas, s.Round, s.AB.RPS, s.AB.P50, s.AB.P99,
+			p("| %d | %d | %.1f | %d | %d | %s | %s | %s | %.0f | %.0f | %.0f | %.1f | %.2f | %.2f | %.1f |\n", s.Replicas, s.Round, s.AB.RPS, s.AB.P50, s.AB.P99,
 				strings.Join(shares, ", "), floats(s.ReplicaCPU[:s.Replicas], 1), floats(s.ThrottledSeconds[:s.Replicas], 1),
-				s.TorchdCPUPerRequestUS, s.NginxCPUPerRequestUS, s.ABCPUPerRequestUS)
+				s.TorchdCPUPerRequestUS, s.NginxCPUPerRequestUS, s.ABCPUPerRequestUS, s.MeanBatch, s.ForwardMSPerImage, s.PreprocessMS, s.QueueMS)
 		}
 		if first {
 			continue
 		}
+		p("\nResident memory per replica after the last run: %s MiB.\n", floats(res.Scaling[len(res.Scaling)-1].RSSMiB, 0))
 		p("\nMedian req/s by replicas:")
 		for k := 1; k <= len(byK); k++ {
 			p(" %d → %.1f (×%.2f);", k, median(byK[k]), median(byK[k])/median(byK[1]))
 		}
 		p("\n\n")
+	}
+	if u := res.Unloaded; u != nil {
+		p("ResNet-18 one request at a time (c=1, one replica): %.1f req/s, p50 %d ms; preprocess %.1f ms, forward %.1f ms per image (batch %.1f); torchd CPU %.1f ms per request.\n\n",
+			u.AB.RPS, u.AB.P50, u.PreprocessMS, u.ForwardMSPerImage, u.MeanBatch, u.TorchdCPUPerRequestUS/1e3)
 	}
 	for _, f := range []*failover{res.Kill, res.Term, res.Deregistered} {
 		if f == nil {
@@ -178,7 +189,7 @@ func (res *results) markdown() string {
 		if f.DeregisteredFirst > 0 {
 			p("Taken out of nginx's upstream (reload) %g s before the signal, as Kubernetes removes a terminating pod from the endpoints during preStop.\n\n", f.DeregisteredFirst)
 		}
-		p("- ab: complete %d, failed %d, non-2xx %d, %.0f req/s, p99 %d ms, longest %d ms\n", f.AB.Complete, f.AB.Failed, f.AB.Non2xx, f.AB.RPS, f.AB.P99, f.AB.MaxMS)
+		p("- ab (keep-alive %v): complete %d, failed %d, non-2xx %d, %.0f req/s, p99 %d ms, longest %d ms\n", f.AB.KeepAlive, f.AB.Complete, f.AB.Failed, f.AB.Non2xx, f.AB.RPS, f.AB.P99, f.AB.MaxMS)
 		p("- accepted %d, lost %d; nginx statuses %v; answered by %v\n", f.Accepted, f.Lost, f.Statuses, f.ByReplica)
 		p("- retried by nginx: %d (upstream statuses %v; %d first tried elsewhere than %s); error log: %v\n", f.Retried, f.RetriedUpstreamStatus, f.RetriedFromOthers, f.Victim, f.NginxErrors)
 		p("- %s answered %.0f digits requests in this run before the signal\n", f.Victim, f.VictimAnsweredBefore)
