@@ -38,6 +38,7 @@ func (h *harness) ceiling(ctx context.Context, w workload, batches, rounds, t st
 		"--batch-sizes", batches, "--threads", strconv.Itoa(h.cfg.threads), "--rounds", rounds, "--time", t, w.Archive}
 	cmd := exec.CommandContext(ctx, h.cfg.torchd, args...)
 	cmd.Dir = h.cfg.root
+	cmd.Env = h.cfg.serverEnv()
 	out, err := cmd.Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {

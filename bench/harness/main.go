@@ -61,14 +61,21 @@ type config struct {
 	doc           string // the markdown file the section goes into
 	torchd        string
 	python        string
-	threads       int // intra-op threads of every server's model worker
-	coldRuns      int
+	threads       int // intra-op threads of torchd's and the Python peers' model worker; workers of TorchServe and MMS
+	// ompWait is OMP_WAIT_POLICY for every server and the ceiling ("" leaves libgomp's
+	// default). PASSIVE, because on this shared 2-vCPU VM a forward whose OpenMP threads
+	// spin while another tenant holds a core runs up to 10× slower (docs/benchmarks.md).
+	ompWait  string
+	coldRuns int
 	// The batching torchd, TorchServe and MMS serve with. resnet18's batch size is tuned by
 	// the sweep unless BENCH_RESNET_BATCH sets it.
 	resnetBatch, digitsBatch, delayMS int
 	resnetTuned                       bool
-	sweep                             map[string][]int // workload → batch sizes
-	sweepConc                         int
+	// torchdWorkers is torchd's workers per model: 1 (with every core as intra-op threads)
+	// unless the sweep found 2 workers of one thread each faster.
+	torchdWorkers map[string]int
+	sweep         map[string][]int // workload → batch sizes
+	sweepConc     int
 }
 
 func envInt(k string, def int) int {
@@ -86,9 +93,14 @@ func loadConfig() (*config, error) {
 	c := &config{
 		quick: os.Getenv("BENCH_QUICK") == "1", root: root, scale: 1,
 		torchd: filepath.Join(root, "bin", "torchd"), python: "/usr/bin/python3", threads: runtime.NumCPU(),
-		resnetBatch: envInt("BENCH_RESNET_BATCH", 8), digitsBatch: envInt("BENCH_DIGITS_BATCH", 32), delayMS: envInt("BENCH_DELAY_MS", 1),
-		resnetTuned: os.Getenv("BENCH_RESNET_BATCH") == "",
-		sweepConc:   64,
+		resnetBatch: envInt("BENCH_RESNET_BATCH", 8), digitsBatch: envInt("BENCH_DIGITS_BATCH", 32), delayMS: envInt("BENCH_DELAY_MS", 0),
+		resnetTuned:   os.Getenv("BENCH_RESNET_BATCH") == "",
+		sweepConc:     64,
+		ompWait:       "PASSIVE",
+		torchdWorkers: map[string]int{"resnet18": 1, "digits": 1, "digits_tensor": 1},
+	}
+	if v, ok := os.LookupEnv("BENCH_OMP_WAIT_POLICY"); ok {
+		c.ompWait = v
 	}
 	if s, err := strconv.ParseFloat(os.Getenv("BENCH_SCALE"), 64); err == nil && s > 0 {
 		c.scale = s
@@ -124,6 +136,20 @@ func loadConfig() (*config, error) {
 	return c, nil
 }
 
+// serverEnv is the environment every server and `torchd bench-model` run in.
+func (c *config) serverEnv() []string {
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "OMP_WAIT_POLICY=") {
+			env = append(env, e)
+		}
+	}
+	if c.ompWait != "" {
+		env = append(env, "OMP_WAIT_POLICY="+c.ompWait)
+	}
+	return env
+}
+
 func (c *config) workloads() []workload {
 	sec := func(s float64) time.Duration { return time.Duration(s * c.scale * float64(time.Second)) }
 	resnet := func(conc int) time.Duration {
@@ -141,7 +167,7 @@ func (c *config) workloads() []workload {
 	ws := []workload{
 		{Name: "resnet18-640", Title: "resnet18, 640×480 JPEG", Model: "resnet18", Archive: "model-store/resnet18.mar",
 			File: "models/out/resnet18/sample_640x480.jpg", ContentType: "image/jpeg", Conc: []int{1, 8, 16, 64, 256},
-			Duration: resnet, Quick: 8, Batches: "1,2,4,8,16,32"},
+			Duration: resnet, Quick: 8, Batches: "1,2,4,8,16"},
 		{Name: "resnet18-1080", Title: "resnet18, 1920×1080 JPEG", Model: "resnet18", Archive: "model-store/resnet18.mar",
 			File: "models/out/resnet18/sample_1920x1080.jpg", ContentType: "image/jpeg", Conc: []int{1, 8, 16, 64, 256},
 			Duration: resnet, Quick: 8, Batches: "1,4,8,16"},
@@ -190,8 +216,17 @@ type results struct {
 	Runs              map[string][]run         // pointKey.String() → runs
 	Sweep             map[string]map[int][]run // workload → batch size → runs (torchd)
 	Batching          map[string]string        // model → "batch_size=…, max_batch_delay=…"
+	TorchdWorkers     map[string]int           // model → torchd's workers
+	WorkerSweep       map[string]workerRun     // workload → torchd with 2 workers at the best batch size
 	Errors            []string
 	StolenSeconds     float64
+}
+
+// workerRun is torchd with several single-threaded workers, against one with all threads.
+type workerRun struct {
+	Batch, Workers int
+	Run            run
+	OneWorkerRPS   float64
 }
 
 type serverInfo struct {
@@ -225,7 +260,8 @@ func main() {
 	defer cancel()
 	h := &harness{cfg: cfg, res: &results{
 		Unavailable: map[string]string{}, Ceilings: map[string]*ceiling{}, Probes: map[string][]*ceiling{}, Runs: map[string][]run{},
-		Sweep: map[string]map[int][]run{}, Batching: map[string]string{},
+		Sweep: map[string]map[int][]run{}, Batching: map[string]string{}, TorchdWorkers: map[string]int{},
+		WorkerSweep: map[string]workerRun{},
 	}}
 	start := time.Now()
 	err = h.run(ctx)
@@ -264,6 +300,19 @@ func (h *harness) run(ctx context.Context) error {
 		return err
 	}
 	if err := h.batchSweep(ctx); err != nil {
+		return err
+	}
+	// A fresh torchd for the measurements, so that its peak RSS is that of the settings it
+	// is measured with, not of the sweep's largest batches (LibTorch's freed buffers stay in
+	// the C heap).
+	log.Print("restarting torchd with the tuned settings")
+	h.servers[0].stop(20 * time.Second)
+	td, err := newTorchd(cfg)
+	if err != nil {
+		return err
+	}
+	h.servers[0] = td
+	if err := td.waitPing(ctx, time.Minute); err != nil {
 		return err
 	}
 	if err := h.registerAll(); err != nil {
@@ -339,7 +388,7 @@ func (h *harness) coldStart(ctx context.Context) error {
 		}
 		s := &server{Name: "torchd-cold", base: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), logPath: filepath.Join(h.cfg.work, "logs", "cold-start.log")}
 		t0 := time.Now()
-		err = s.start(h.cfg.root, os.Environ(), h.cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--model-store", "model-store",
+		err = s.start(h.cfg.root, h.cfg.serverEnv(), h.cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--model-store", "model-store",
 			"--models", "resnet18=resnet18.mar,digits=digits.mar",
 			"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
@@ -372,7 +421,7 @@ func (h *harness) ceilings(ctx context.Context) error {
 			if h.cfg.quick {
 				out[i], errs[i] = h.ceiling(ctx, w, w.Batches, "1", "20ms")
 			} else {
-				out[i], errs[i] = h.ceiling(ctx, w, w.Batches, "3", "700ms")
+				out[i], errs[i] = h.ceiling(ctx, w, w.Batches, "3", "500ms")
 			}
 		}
 		if h.cfg.quick {
@@ -398,8 +447,13 @@ func (h *harness) ceilings(ctx context.Context) error {
 func (h *harness) probeBatches(w workload, c int) string {
 	switch {
 	case w.Name == "resnet18-640" && c == 64:
+		// The best batch size of the ceiling measured at the start, and the one torchd
+		// serves with: the probe's ceiling is the better of the two.
 		if ce := h.res.Ceilings[w.Name]; ce != nil {
-			return strconv.Itoa(ce.Best.Batch)
+			if ce.Best.Batch == h.cfg.resnetBatch {
+				return strconv.Itoa(ce.Best.Batch)
+			}
+			return fmt.Sprintf("%d,%d", min(ce.Best.Batch, h.cfg.resnetBatch), max(ce.Best.Batch, h.cfg.resnetBatch))
 		}
 	case (w.Name == "resnet18-640" || w.Name == "digits-tensor") && c == 1:
 		return "1"
@@ -483,7 +537,7 @@ func (h *harness) batchSweep(ctx context.Context) error {
 		h.res.Sweep[w.Name] = map[int][]run{}
 		best, bestRPS := 0, 0.0
 		for _, b := range sizes {
-			if err := td.register(w.Model, b, cfg.delayMS); err != nil {
+			if err := td.register(w.Model, b, cfg.delayMS, 1); err != nil {
 				return err
 			}
 			log.Printf("sweep %s: batch_size=%d, c=%d", w.Name, b, cfg.sweepConc)
@@ -497,8 +551,29 @@ func (h *harness) batchSweep(ctx context.Context) error {
 				best, bestRPS = b, r.RPS
 			}
 		}
-		if w.Model == "resnet18" && cfg.resnetTuned && best > 0 {
+		if best == 0 {
+			continue
+		}
+		if w.Model == "resnet18" && cfg.resnetTuned {
 			cfg.resnetBatch = best
+		}
+		// The other way to share 2 cores: 2 workers of 1 intra-op thread each.
+		workers := max(cfg.threads, 2)
+		if err := td.register(w.Model, best, cfg.delayMS, workers); err != nil {
+			return err
+		}
+		log.Printf("sweep %s: batch_size=%d, %d workers, c=%d", w.Name, best, workers, cfg.sweepConc)
+		r, err := h.measure(ctx, td, w, cfg.sweepConc, 0, true)
+		if err != nil {
+			h.fail("sweep %s %d workers: %v", w.Name, workers, err)
+			continue
+		}
+		h.res.WorkerSweep[w.Name] = workerRun{Batch: best, Workers: workers, Run: r, OneWorkerRPS: bestRPS}
+		if r.RPS > bestRPS {
+			cfg.torchdWorkers[w.Model] = workers
+			if w.Model == "digits" {
+				cfg.torchdWorkers["digits_tensor"] = workers
+			}
 		}
 	}
 	return nil
@@ -511,26 +586,38 @@ func (h *harness) registerAll() error {
 	batch := map[string]int{"resnet18": cfg.resnetBatch, "digits": cfg.digitsBatch, "digits_tensor": cfg.digitsBatch}
 	for _, m := range []string{"resnet18", "digits", "digits_tensor"} {
 		h.res.Batching[m] = fmt.Sprintf("batch_size=%d, max_batch_delay=%d ms", batch[m], cfg.delayMS)
+		h.res.TorchdWorkers[m] = cfg.torchdWorkers[m]
 	}
-	var live []*server
+	// The servers load in parallel: TorchServe and MMS start a Python worker per model.
+	errs := make([]error, len(h.servers))
+	var wg sync.WaitGroup
 	for i, s := range h.servers {
-		var err error
-		for _, m := range []string{"resnet18", "digits", "digits_tensor"} {
-			if err = s.register(m, batch[m], cfg.delayMS); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			for _, w := range cfg.workloads() {
-				if err = s.predict(w); err != nil {
-					break
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, m := range []string{"resnet18", "digits", "digits_tensor"} {
+				workers := 0
+				if i == 0 {
+					workers = cfg.torchdWorkers[m]
+				}
+				if errs[i] = s.register(m, batch[m], cfg.delayMS, workers); errs[i] != nil {
+					return
 				}
 			}
-		}
-		if err != nil {
-			if i == 0 {
-				return err
+			for _, w := range cfg.workloads() {
+				if errs[i] = s.predict(w); errs[i] != nil {
+					return
+				}
 			}
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil {
+		return errs[0]
+	}
+	live := h.servers[:1]
+	for i, s := range h.servers[1:] {
+		if err := errs[i+1]; err != nil {
 			h.res.Unavailable[s.Name] = err.Error()
 			s.stop(10 * time.Second)
 			continue

@@ -371,7 +371,9 @@ func renderSection(cfg *config, r *results) string {
 		p("\nNot measured: %s.\n", strings.Join(un, "; "))
 	}
 	p("\nBatching of torchd, TorchServe and MMS: resnet18 %s (the best of the batch size sweep below), digits and digits_tensor %s."+
-		" The Python batching baseline always batches up to 64 requests for up to 1 ms.\n\n", r.Batching["resnet18"], r.Batching["digits"])
+		" torchd's workers: %s (the faster of 1 worker with %d intra-op threads and %d workers of 1, in the sweep)."+
+		" The Python batching baseline always batches up to 64 requests for up to 1 ms. Every server runs with `OMP_WAIT_POLICY=%s`"+
+		" (see the note below the tables).\n\n", r.Batching["resnet18"], r.Batching["digits"], workersText(r.TorchdWorkers), cfg.threads, max(cfg.threads, 2), ompText(cfg.ompWait))
 
 	p("### Targets\n\nMedians, same machine, same run.\n\n| target | wanted | measured | |\n|---|---|---|---|\n")
 	for _, t := range r.targets(cfg) {
@@ -467,6 +469,15 @@ func renderSection(cfg *config, r *results) string {
 		}
 	}
 
+	for _, name := range sortedKeys(r.WorkerSweep) {
+		wr := r.WorkerSweep[name]
+		p("\n%s at batch %d, c=%d: %d workers × 1 thread %s req/s (p99 %s ms) against 1 worker × %d threads %s req/s.", name, wr.Batch, cfg.sweepConc,
+			wr.Workers, rps(wr.Run.RPS), ms(wr.Run.P99), cfg.threads, rps(wr.OneWorkerRPS))
+	}
+	if len(r.WorkerSweep) > 0 {
+		p("\n")
+	}
+
 	p("\n### Plots\n\n")
 	rel := func(f string) string {
 		if x, err := filepath.Rel(filepath.Dir(cfg.doc), f); err == nil {
@@ -491,6 +502,21 @@ func renderSection(cfg *config, r *results) string {
 	}
 	p("\nRaw figures of every run: `build/bench/data/results.json` (not committed).\n%s\n", endMarker)
 	return b.String()
+}
+
+func workersText(w map[string]int) string {
+	var parts []string
+	for _, m := range sortedKeys(w) {
+		parts = append(parts, fmt.Sprintf("%s %d", m, w[m]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ompText(v string) string {
+	if v == "" {
+		return "unset (libgomp's default)"
+	}
+	return v
 }
 
 func ceilingLibTorch(r *results) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -26,6 +27,8 @@ type server struct {
 	Config string // how it is set up, for the docs
 	// Secondary peers run fewer rounds (config.secondaryRuns) to keep make bench in budget.
 	Secondary bool
+	// workers is initial_workers at registration, for servers with a management API.
+	workers int
 
 	base    string // inference API, http://127.0.0.1:port
 	mgmt    string // management API; "" for the Python peers, which load everything at start
@@ -125,8 +128,9 @@ func (s *server) pollPing(ctx context.Context, timeout, every time.Duration) err
 }
 
 // register (re)registers a model through the TorchServe management API that torchd,
-// TorchServe and MMS share, with one worker and the given batching, and waits for it.
-func (s *server) register(model string, batch, delayMS int) error {
+// TorchServe and MMS share, with the given batching and workers (0: the server's default),
+// and waits for it.
+func (s *server) register(model string, batch, delayMS, workers int) error {
 	if s.mgmt == "" {
 		return nil
 	}
@@ -139,7 +143,10 @@ func (s *server) register(model string, batch, delayMS int) error {
 	q.Set("url", model+".mar")
 	q.Set("batch_size", strconv.Itoa(batch))
 	q.Set("max_batch_delay", strconv.Itoa(delayMS))
-	q.Set("initial_workers", "1")
+	if workers == 0 {
+		workers = max(s.workers, 1)
+	}
+	q.Set("initial_workers", strconv.Itoa(workers))
 	q.Set("synchronous", "true")
 	c := http.Client{Timeout: 5 * time.Minute}
 	resp, err := c.Post(s.mgmt+"/models?"+q.Encode(), "", nil)
@@ -220,14 +227,15 @@ func newTorchd(cfg *config) (*server, error) {
 	s := &server{
 		Name:  "torchd",
 		Label: "torchd (this repository)",
-		Config: "`bin/torchd serve --access-log=false --enable-snapshots=false --job-queue-size 1024`; each model registered with " +
-			"`initial_workers=1` (2 intra-op threads) and the batching given below",
+		Config: "`bin/torchd serve --access-log=false --enable-snapshots=false --job-queue-size 1024`; each model registered " +
+			"through the management API with the workers and batching given below (intra-op threads: cores / workers, torchd's default)",
 		base:    fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		mgmt:    fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		metrics: fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
 		logPath: filepath.Join(cfg.work, "logs", "torchd.log"),
 	}
-	err = s.start(cfg.root, os.Environ(), cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024",
+	s.workers = 1
+	err = s.start(cfg.root, cfg.serverEnv(), cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024",
 		"--model-store", "model-store",
 		"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
@@ -257,7 +265,7 @@ func newPythonPeer(cfg *config, name string) (*server, error) {
 	default:
 		return nil, fmt.Errorf("unknown Python peer %q", name)
 	}
-	err = s.start(cfg.root, os.Environ(), cfg.python, script, "--port", strconv.Itoa(port), "--threads", strconv.Itoa(cfg.threads))
+	err = s.start(cfg.root, cfg.serverEnv(), cfg.python, script, "--port", strconv.Itoa(port), "--threads", strconv.Itoa(cfg.threads))
 	return s, err
 }
 
@@ -300,7 +308,7 @@ func (p javaPeer) version(root string) string {
 }
 
 func newJavaPeer(cfg *config, p javaPeer) (*server, error) {
-	ports, err := freePorts(3)
+	ports, err := freeLowPorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -311,10 +319,11 @@ func newJavaPeer(cfg *config, p javaPeer) (*server, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	// One worker per model, as torchd; a queue large enough for c=256; no token (TorchServe
-	// 0.12 enforces one by default); TorchServe's once-a-minute system metrics script off.
+	// A queue large enough for c=256; no token (TorchServe 0.12 enforces one by default);
+	// TorchServe's once-a-minute system metrics script off. Workers are registered as their
+	// default: one per core, each a Python process with torch's own thread count.
 	props := fmt.Sprintf("inference_address=http://127.0.0.1:%d\nmanagement_address=http://127.0.0.1:%d\n"+
-		"model_store=%s\njob_queue_size=1024\ndefault_workers_per_model=1\n",
+		"model_store=%s\njob_queue_size=1024\n",
 		ports[0], ports[1], filepath.Join(cfg.root, p.store))
 	if p.name == "torchserve" {
 		props += fmt.Sprintf("metrics_address=http://127.0.0.1:%d\ndisable_token_authorization=true\n"+
@@ -328,30 +337,56 @@ func newJavaPeer(cfg *config, p javaPeer) (*server, error) {
 		Name:      p.name,
 		Label:     p.label + " " + ver,
 		Secondary: p.secondary,
+		workers:   cfg.threads,
 		Config: fmt.Sprintf("`%s --start --foreground %s config.properties` from pip (%s) in a venv over Debian's torch; "+
 			"`bench/peers/install.sh` archives the same model.pt files with its own archiver and a handler with the same "+
-			"transforms (`bench/%s/`); default netty threads, one worker per model (a Python process, torch's default 2 threads), "+
-			"`job_queue_size=1024`, the same batching as torchd", p.launcher, p.configFlag, ver, map[string]string{"torchserve": "torchserve", "mms": "mms"}[p.name]),
+			"transforms (`bench/%s/`); its defaults (netty threads, and %d workers per model: one per core, each a Python "+
+			"process with torch's default of 1 intra-op thread here), `job_queue_size=1024`, the same batching as torchd",
+			p.launcher, p.configFlag, ver, p.name, cfg.threads),
 		base:    fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		mgmt:    fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		logPath: filepath.Join(cfg.work, "logs", p.name+".log"),
 	}
 	venvBin := filepath.Join(cfg.root, p.venv, "bin")
 	var env []string
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "TS_CONFIG_FILE=") && !strings.HasPrefix(e, "PATH=") {
+	for _, e := range cfg.serverEnv() {
+		if !strings.HasPrefix(e, "TS_CONFIG_FILE=") && !strings.HasPrefix(e, "PATH=") && !strings.HasPrefix(e, "TMPDIR=") {
 			env = append(env, e)
 		}
 	}
 	// The workers are started as "python" from PATH: the venv's, which has the server's
 	// Python package and sees Debian's torch.
-	env = append(env, "PATH="+venvBin+":"+os.Getenv("PATH"), "LOG_LOCATION="+filepath.Join(dir, "logs"), "METRICS_LOCATION="+filepath.Join(dir, "logs"))
+	// Both keep their pid file as $TMPDIR/.model_server.pid and refuse to start while it
+	// names a live process: each gets a TMPDIR of its own so that they run side by side.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	env = append(env, "PATH="+venvBin+":"+os.Getenv("PATH"), "TMPDIR="+tmp,
+		"LOG_LOCATION="+filepath.Join(dir, "logs"), "METRICS_LOCATION="+filepath.Join(dir, "logs"))
 	args := []string{"--start", "--foreground", p.configFlag, "config.properties"}
 	if p.name == "torchserve" {
 		args = append(args, "--ncs")
 	}
 	err = s.start(dir, env, filepath.Join(venvBin, p.launcher), args...)
 	return s, err
+}
+
+// freeLowPorts finds free ports below 32768: MMS refuses larger ones ("Invalid port number").
+func freeLowPorts(n int) ([]int, error) {
+	var out []int
+	for p := 20000 + rand.IntN(10000); len(out) < n && p < 32768; p++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		out = append(out, p)
+	}
+	if len(out) < n {
+		return nil, errors.New("no free port below 32768")
+	}
+	return out, nil
 }
 
 func freePorts(n int) ([]int, error) {
@@ -369,5 +404,3 @@ func freePorts(n int) ([]int, error) {
 	}
 	return out, nil
 }
-
-var errSkipped = errors.New("skipped")

@@ -20,6 +20,7 @@ class Service:
         threads = os.environ.get("BENCH_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
+        print(f"bench: {name}: torch intra-op threads {torch.get_num_threads()}", flush=True)
         zoo.OUT = os.path.dirname(props["model_dir"])  # zoo.Model reads OUT/<zoo>/model.pt
         sub = os.path.basename(props["model_dir"])
         if name == "resnet18":

@@ -40,6 +40,7 @@ class ZooHandler(BaseHandler):
         threads = os.environ.get("BENCH_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
+        print(f"bench: {name}: torch intra-op threads {torch.get_num_threads()}", flush=True)
 
     def preprocess(self, data):
         xs = []
