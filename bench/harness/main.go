@@ -212,6 +212,7 @@ type results struct {
 	Ceilings          map[string]*ceiling
 	Probes            map[string][]*ceiling // probeKey → the in-process probes run between rounds
 	ColdStart         []float64             // seconds
+	ColdStartStored   []float64             // seconds, with resnet18.mar uncompressed
 	ColdStartErr      string
 	Runs              map[string][]run         // pointKey.String() → runs
 	Sweep             map[string]map[int][]run // workload → batch size → runs (torchd)
@@ -379,33 +380,73 @@ func (h *harness) preflight() error {
 }
 
 // coldStart times `torchd serve --models resnet18.mar,digits.mar` from exec to the first
-// 200 on /ping, which torchd answers only once both models are loaded and warm.
+// 200 on /ping, which torchd answers only once both models are loaded and warm. Each round
+// also times the same start with resnet18 archived uncompressed (zip-store), which shows
+// what decompressing the archive costs.
 func (h *harness) coldStart(ctx context.Context) error {
+	stored := filepath.Join(h.cfg.work, "store-stored")
+	if err := h.storedArchives(stored); err != nil {
+		h.fail("zip-store archives for the cold start: %v", err)
+		stored = ""
+	}
 	for i := range h.cfg.coldRuns {
-		ports, err := freePorts(3)
-		if err != nil {
-			return err
-		}
-		s := &server{Name: "torchd-cold", base: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), logPath: filepath.Join(h.cfg.work, "logs", "cold-start.log")}
-		t0 := time.Now()
-		err = s.start(h.cfg.root, h.cfg.serverEnv(), h.cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--model-store", "model-store",
-			"--models", "resnet18=resnet18.mar,digits=digits.mar",
-			"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
-			"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-			"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
-		if err != nil {
-			return err
-		}
-		err = s.waitPingFast(ctx, 60*time.Second)
-		d := time.Since(t0)
-		s.stop(10 * time.Second)
+		d, err := h.coldStartOnce(ctx, "model-store")
 		if err != nil {
 			return err
 		}
 		log.Printf("cold start %d: %v", i+1, d.Round(time.Millisecond))
 		h.res.ColdStart = append(h.res.ColdStart, d.Seconds())
+		if stored == "" {
+			continue
+		}
+		if d, err = h.coldStartOnce(ctx, stored); err != nil {
+			return err
+		}
+		log.Printf("cold start %d, uncompressed archive: %v", i+1, d.Round(time.Millisecond))
+		h.res.ColdStartStored = append(h.res.ColdStartStored, d.Seconds())
 	}
 	return nil
+}
+
+func (h *harness) coldStartOnce(ctx context.Context, store string) (time.Duration, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return 0, err
+	}
+	s := &server{Name: "torchd-cold", base: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), logPath: filepath.Join(h.cfg.work, "logs", "cold-start.log")}
+	t0 := time.Now()
+	err = s.start(h.cfg.root, h.cfg.serverEnv(), h.cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--model-store", store,
+		"--models", "resnet18=resnet18.mar,digits=digits.mar",
+		"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	if err != nil {
+		return 0, err
+	}
+	err = s.waitPingFast(ctx, 60*time.Second)
+	d := time.Since(t0)
+	s.stop(10 * time.Second)
+	return d, err
+}
+
+// storedArchives writes resnet18.mar as the Makefile does but uncompressed, next to a copy
+// of digits.mar.
+func (h *harness) storedArchives(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command(h.cfg.torchd, "archive", "--model-name", "resnet18", "--version", "1.0",
+		"--serialized-file", "models/out/resnet18/model.pt", "--config-file", "models/configs/resnet18.toml",
+		"--extra-files", "models/out/resnet18/index_to_name.json", "--export-path", dir, "--archive-format", "zip-store", "--force")
+	cmd.Dir = h.cfg.root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, lastLines(string(out), 2))
+	}
+	b, err := os.ReadFile(filepath.Join(h.cfg.root, "model-store", "digits.mar"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "digits.mar"), b, 0o644)
 }
 
 // ceilings measures every workload's in-process ceiling before any server starts; the smoke
