@@ -362,12 +362,12 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 		return nil, fmt.Errorf("model %s: auto batching needs a warm-up input (declare [[inputs]] in the archive's config)", name)
 	}
 	sample := warmup[0]
-	cores := runtime.NumCPU()
+	n := cores()
 	threads := s.Threads
 	if threads == 0 {
 		threads = autoThreads(s.MinWorkers)
 		if s.AutoWorkers {
-			threads = cores
+			threads = n
 		}
 	}
 	maxBatch := min(curveMaxBatch, s.JobQueueSize)
@@ -388,7 +388,7 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 			return nil, fmt.Errorf("model %s: measuring the batching curve: %v", name, err)
 		}
 		c = *mc
-		if s.AutoWorkers && cores > 1 {
+		if s.AutoWorkers && n > 1 {
 			// One worker with every core, or a worker per core with one thread each.
 			b := c.bestBatch()
 			one, err := measureCurve(h, m, sample, 1, b, 0)
@@ -404,12 +404,12 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 	t := &tuner{name: name, log: r.log, curve: &c, source: source, target: s.LatencyTarget, stop: make(chan struct{})}
 	t.auto.batch, t.auto.delay = s.AutoBatch, s.AutoDelay
 	if s.AutoWorkers {
-		s.MinWorkers, s.Threads = 1, cores
+		s.MinWorkers, s.Threads = 1, n
 		b := c.bestBatch()
 		if c.SingleThreadMS > 0 {
-			perCore := float64(cores) * float64(b) / (c.SingleThreadMS / 1e3)
+			perCore := float64(n) * float64(b) / (c.SingleThreadMS / 1e3)
 			if perCore > 1.1*float64(b)/c.forward(b).Seconds() {
-				s.MinWorkers, s.Threads = cores, 1
+				s.MinWorkers, s.Threads = n, 1
 			}
 		}
 		if s.MaxWorkers < s.MinWorkers {

@@ -148,7 +148,11 @@ func (p *WorkerPool) startWorker() *worker {
 }
 
 // autoThreads shares the cores among a model's workers, so that workers × threads ≤ cores.
-func autoThreads(workers int) int { return max(runtime.NumCPU()/max(workers, 1), 1) }
+// The cores are GOMAXPROCS, which since Go 1.25 follows a container's CPU limit: a 2-CPU pod
+// on a 64-core node gets 2, not 64.
+func autoThreads(workers int) int { return max(cores()/max(workers, 1), 1) }
+
+func cores() int { return runtime.GOMAXPROCS(0) }
 
 // Scale sets the number of workers to n. With wait it returns once the new workers are warm
 // or the stopped ones have finished their batch.
