@@ -265,6 +265,14 @@ func main() {
 		WorkerSweep: map[string]workerRun{},
 	}}
 	start := time.Now()
+	if os.Getenv("BENCH_REPORT_ONLY") == "1" {
+		// Redraw the docs and plots from the last run's results.json, measuring nothing.
+		if err := h.reportOnly(); err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("rewrote %s from %s", cfg.doc, filepath.Join(cfg.work, "results.json"))
+		return
+	}
 	err = h.run(ctx)
 	for _, s := range h.servers {
 		s.stop(20 * time.Second)
@@ -345,6 +353,17 @@ func (h *harness) run(ctx context.Context) error {
 		return h.checkSmoke()
 	}
 	return nil
+}
+
+func (h *harness) reportOnly() error {
+	b, err := os.ReadFile(filepath.Join(h.cfg.work, "results.json"))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, h.res); err != nil {
+		return err
+	}
+	return writeReport(h.cfg, h.res)
 }
 
 func (h *harness) fail(format string, args ...any) {

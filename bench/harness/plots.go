@@ -54,7 +54,7 @@ func writePlots(cfg *config, r *results) error {
 	}
 	var scripts []string
 	head := func(out string, w, h int) string {
-		return fmt.Sprintf("set terminal pngcairo noenhanced size %d,%d font \"Sans,10\"\nset output %q\nset grid\nset key top left\n", w, h, out)
+		return fmt.Sprintf("set terminal pngcairo noenhanced size %d,%d font \"Sans,10\"\nset output %q\nset grid\nset key below horizontal\n", w, h, out)
 	}
 
 	// Sorted response times: one PNG per concurrency, one panel per workload.

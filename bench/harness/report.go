@@ -329,7 +329,7 @@ func renderSection(cfg *config, r *results) string {
 		" this task: every figure is CPU-only.\n\n",
 		m.Cores, m.CPU, m.MemGiB, m.OS, m.Kernel, m.Go, m.LoadAvg, r.StolenSeconds, m.AB, m.Wrk, m.Python, ceilingLibTorch(r))
 	p("**Method.** Every server runs at the same time on the same 2 cores, loads the same TorchScript files"+
-		" (`models/out/*/model.pt`) with one model worker, and takes its turn point by point: at each concurrency, each"+
+		" (`models/out/*/model.pt`), and takes its turn point by point: at each concurrency, each"+
 		" round runs every server once, in an order that rotates every round, so the shared host's drift falls on all"+
 		" of them alike. Figures are medians over rounds (%d for torchd and the main peers, %d for the servers marked *secondary*);"+
 		" errors are summed; peak RSS is the largest resident memory of the server's whole process tree (JVM and Python"+
