@@ -85,12 +85,14 @@ vet:
 # Tests use the zoo in models/out; they run once plainly and the binding once more under
 # cgocheck2, which checks every Go pointer that crosses into C. deploy/validate is its own
 # module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
-# strictly into the upstream types.
+# strictly into the upstream types. bench-smoke runs the benchmark harness once, briefly
+# (30-50 s): it checks that the harness works, not the speed.
 test: setup lib models vet
 	$(GO) test -count=1 ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 	$(MAKE) fuzz FUZZTIME=50000x
+	$(MAKE) bench-smoke
 
 # Each fuzz target for a bounded time; the seed corpora under testdata/fuzz are committed.
 # make test bounds the runs by executions, not seconds: a run bounded by time failed once

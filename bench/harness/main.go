@@ -244,6 +244,7 @@ func (k pointKey) String() string {
 }
 
 type harness struct {
+	stolen0 float64 // /proc/stat's steal at the start
 	cfg     *config
 	res     *results
 	servers []*server
@@ -295,33 +296,37 @@ func (h *harness) run(ctx context.Context) error {
 	}
 	h.res.Started = time.Now()
 	h.res.Machine = describeMachine(cfg)
-	stolen0 := stolenSeconds()
+	h.stolen0 = stolenSeconds()
 
 	log.Printf("cold start: %d runs", cfg.coldRuns)
 	if err := h.coldStart(ctx); err != nil {
 		h.res.ColdStartErr = err.Error()
 		h.fail("cold start: %v", err)
 	}
-	if err := h.ceilings(ctx); err != nil {
-		return err
-	}
-	if err := h.startServers(ctx); err != nil {
-		return err
+	if cfg.quick {
+		// The smoke run checks that the steps work, not their figures: the servers start
+		// while the ceilings run.
+		started := make(chan error, 1)
+		go func() { started <- h.startServers(ctx) }()
+		errC := h.ceilings(ctx)
+		if err := <-started; err != nil {
+			return err
+		}
+		if errC != nil {
+			return errC
+		}
+	} else {
+		if err := h.ceilings(ctx); err != nil {
+			return err
+		}
+		if err := h.startServers(ctx); err != nil {
+			return err
+		}
 	}
 	if err := h.batchSweep(ctx); err != nil {
 		return err
 	}
-	// A fresh torchd for the measurements, so that its peak RSS is that of the settings it
-	// is measured with, not of the sweep's largest batches (LibTorch's freed buffers stay in
-	// the C heap).
-	log.Print("restarting torchd with the tuned settings")
-	h.servers[0].stop(20 * time.Second)
-	td, err := newTorchd(cfg)
-	if err != nil {
-		return err
-	}
-	h.servers[0] = td
-	if err := td.waitPing(ctx, time.Minute); err != nil {
+	if err := h.restartTorchd(ctx); err != nil {
 		return err
 	}
 	if err := h.registerAll(); err != nil {
@@ -330,10 +335,34 @@ func (h *harness) run(ctx context.Context) error {
 	if err := h.matrix(ctx); err != nil {
 		return err
 	}
+	return h.finish()
+}
+
+// restartTorchd gives the measurements a fresh torchd, so that its peak RSS is that of the
+// settings it is measured with, not of the sweep's largest batches (LibTorch's freed buffers
+// stay in the C heap). The smoke run keeps the one it has.
+func (h *harness) restartTorchd(ctx context.Context) error {
+	if h.cfg.quick {
+		return nil
+	}
+	cfg := h.cfg
+	log.Print("restarting torchd with the tuned settings")
+	h.servers[0].stop(20 * time.Second)
+	td, err := newTorchd(cfg)
+	if err != nil {
+		return err
+	}
+	h.servers[0] = td
+	return td.waitPing(ctx, time.Minute)
+}
+
+// finish stops the servers and writes results.json, the docs and the plots.
+func (h *harness) finish() error {
+	cfg := h.cfg
 	for _, s := range h.servers {
 		s.stop(20 * time.Second)
 	}
-	h.res.StolenSeconds = stolenSeconds() - stolen0
+	h.res.StolenSeconds = stolenSeconds() - h.stolen0
 	h.res.Finished = time.Now()
 	for _, s := range h.servers {
 		runs := cfg.runs
