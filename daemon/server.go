@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -204,6 +205,12 @@ func (d *Daemon) loadStartupModels() {
 			defer d.startupWG.Done()
 			req := RegisterRequest{URL: s.url, Name: s.name, Startup: true, Synchronous: true}
 			if _, err := d.Registry.Register(req); err != nil {
+				var ae *APIError
+				if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+					// Registered through the API before a restart, and back from the snapshot.
+					d.log.Info("start-up model already loaded from the snapshot", "url", s.url, "msg", ae.Msg)
+					return
+				}
 				d.log.Error("start-up model failed to load", "url", s.url, "err", err)
 				d.Registry.failStartup(s.name, err)
 			}

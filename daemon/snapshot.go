@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -145,6 +146,11 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 					req.InitialWorkers = nil
 				}
 				if _, err := d.Registry.Register(req); err != nil {
+					var ae *APIError
+					if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+						d.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)
+						continue
+					}
 					d.log.Error("model from the snapshot failed to load", "model", name, "version", m.Version, "url", m.URL, "err", err)
 					continue
 				}

@@ -88,6 +88,14 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatalf("snapshot after the restart: %+v", got)
 	}
 
+	// A start that names a snapshot model in --models too: one copy, and healthy.
+	s2b := startServer(t, "--snapshot-file", snap, "--models", "digits=digits.mar,digits_tensor=digits_tensor.mar")
+	s2b.waitHealthy(t)
+	if l := s2b.Log(); !strings.Contains(l, "start-up model already loaded from the snapshot") && !strings.Contains(l, "model from the snapshot already loaded by the models setting") {
+		t.Fatalf("the overlap of --models and the snapshot was not reported:\n%s", s2b.Log())
+	}
+	s2b.stop()
+
 	s3 := startServer(t, append(args, "--enable-snapshots=false")...)
 	s3.waitHealthy(t)
 	if r := do(t, "GET", s3.mgmt+"/models/digits", "", nil); r.status != 404 {
