@@ -1,8 +1,9 @@
 // Command torchd is the torchd model server and its tools.
 //
-//	torchd serve      run the inference, management and metrics servers
-//	torchd archive    build and inspect model archives
-//	torchd version    print the versions of torchd and LibTorch
+//	torchd serve        run the inference, management and metrics servers
+//	torchd archive      build and inspect model archives
+//	torchd bench-model  a model's preprocess and batched forward in-process: the ceiling
+//	torchd version      print the versions of torchd and LibTorch
 package main
 
 import (
