@@ -22,7 +22,9 @@ type command struct {
 var commands = map[string]command{}
 
 func main() {
-	passiveOpenMP()
+	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "bench-model") {
+		passiveOpenMP()
+	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
 		if len(os.Args) < 2 {
