@@ -29,7 +29,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: bench-auto all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -126,6 +126,11 @@ bench-setup: setup
 bench: bench-setup lib build models
 	bench/peers/install.sh
 	$(GO) run ./bench/harness
+
+# Self-tuning batching against a sweep of fixed settings, one server, rotating rounds
+# (bench/autobatch, about 8 minutes): writes docs/autobatch.md.
+bench-auto: setup build archives
+	$(GO) run ./bench/autobatch -rounds 3 -seconds 3
 
 bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness
