@@ -220,13 +220,19 @@ func kindOf(v *ModelVersion) string {
 // v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
 // with everyone else's requests, and answers JSON or binary outputs.
 func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
+	d.serveKServe(ctx, p[0], v2Version(p), d.v2InferVersion)
+}
+
+// serveKServe resolves the model version of a KServe inference request, serves it with
+// serve, and records its status and latency.
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, *ModelVersion, time.Time) (int, time.Duration)) {
 	arrived := time.Now()
-	v, err := d.Registry.Get(p[0], v2Version(p))
+	v, err := d.Registry.Get(name, version)
 	if err != nil {
 		v2APIError(ctx, err)
 		return
 	}
-	status, queued := d.v2InferVersion(ctx, v, arrived)
+	status, queued := serve(ctx, v, arrived)
 	took := time.Since(arrived)
 	v.metrics.observeRequest(status, took, queued)
 	v.observe(took)
@@ -422,16 +428,7 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 // v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
 // JSON request of len(instances) items, and the answer comes back as {"predictions": [...]}.
 func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
-	arrived := time.Now()
-	v, err := d.Registry.Get(p[0], "")
-	if err != nil {
-		v2APIError(ctx, err)
-		return
-	}
-	status, queued := d.v1PredictVersion(ctx, v, arrived)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(status, took, queued)
-	v.observe(took)
+	d.serveKServe(ctx, p[0], "", d.v1PredictVersion)
 }
 
 func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
