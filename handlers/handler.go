@@ -161,3 +161,19 @@ func Names() []string {
 	sort.Strings(names)
 	return names
 }
+
+// intOptions reads several integer options in a row: after the first error every get
+// returns its default, and err reports that first error.
+type intOptions struct {
+	cfg *archive.ModelConfig
+	err error
+}
+
+func (o *intOptions) get(key string, def int) int {
+	if o.err != nil {
+		return def
+	}
+	v, err := o.cfg.IntOption(key, def)
+	o.err = err
+	return v
+}

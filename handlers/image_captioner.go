@@ -44,20 +44,13 @@ type captionVocab struct {
 
 func newImageCaptioner(ctx Context) (Handler, error) {
 	cfg := ctx.Config
-	var err error
-	get := func(key string, def int) int {
-		if err != nil {
-			return def
-		}
-		var v int
-		v, err = cfg.IntOption(key, def)
-		return v
-	}
+	opts := intOptions{cfg: &cfg}
+	get := opts.get
 	w, h := get("width", 0), get("height", 0)
 	maxLen := get("max_length", 32)
 	maxImages := get("max_images", defaultMaxImages)
-	if err != nil {
-		return nil, err
+	if opts.err != nil {
+		return nil, opts.err
 	}
 	if maxImages < 1 {
 		return nil, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", cfg.File, maxImages)

@@ -35,15 +35,8 @@ type ImageClassifier struct {
 func newImageClassifier(ctx Context) (Handler, error) {
 	cfg := ctx.Config
 	t := vision.DefaultTransform()
-	var err error
-	get := func(key string, def int) int {
-		if err != nil {
-			return def
-		}
-		var v int
-		v, err = cfg.IntOption(key, def)
-		return v
-	}
+	opts := intOptions{cfg: &cfg}
+	get := opts.get
 	t.Resize = get("resize", t.Resize)
 	crop := get("crop_size", get("image_size", t.CropW))
 	t.CropW, t.CropH = crop, crop
@@ -51,8 +44,8 @@ func newImageClassifier(ctx Context) (Handler, error) {
 	t.MaxPixels = get("max_pixels", 0)
 	topK := get("top_k", 5)
 	maxImages := get("max_images", defaultMaxImages)
-	if err != nil {
-		return nil, err
+	if opts.err != nil {
+		return nil, opts.err
 	}
 	if maxImages < 1 {
 		return nil, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", cfg.File, maxImages)
