@@ -115,22 +115,25 @@ bench-binding: setup lib models
 
 # torchd against its in-process ceiling and its peers (a Tornado batching service, FastAPI,
 # TorchServe and MMS from pip), in one run on this machine (bench/harness): writes its section
-# of docs/benchmarks.md and docs/bench-*.png, in about 20 minutes. bench-smoke runs every
-# step once, briefly, into build/bench-smoke/: it checks that the harness works, not speed.
+# of docs/benchmarks.md and docs/bench-*.png, in about 20 minutes, then the auto-batching
+# column (bench-auto, about 15 minutes more). bench-smoke runs every step of the harness
+# once, briefly, into build/bench-smoke/: it checks that the harness works, not speed.
 BENCH_APT := python3-tornado python3-fastapi python3-uvicorn python3-uvloop python3-httptools \
              gnuplot-nox apache2-utils wrk python3-venv
 bench-setup: setup
 	@if dpkg -s $(BENCH_APT) >/dev/null 2>&1; then echo "bench-setup: packages present"; else \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BENCH_APT); fi
 
-bench: bench-setup lib build models
+bench: bench-setup lib build models archives
 	bench/peers/install.sh
 	$(GO) run ./bench/harness
+	$(GO) run ./bench/autobatch -rounds 3
 
-# Self-tuning batching against a sweep of fixed settings, one server, rotating rounds
-# (bench/autobatch, about 8 minutes): writes docs/autobatch.md.
+# Self-tuning batching ("auto", with and without a p99 target) against a sweep of fixed
+# settings at the harness's concurrencies, one server, rotating rounds (bench/autobatch,
+# about 15 minutes): writes docs/autobatch.md.
 bench-auto: setup build archives
-	$(GO) run ./bench/autobatch -rounds 3 -seconds 3
+	$(GO) run ./bench/autobatch -rounds 3
 
 bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness

@@ -28,20 +28,24 @@ import (
 // would break the latency target, at max_batch, or when the measuring budget is spent. The
 // curve is cached per model file, device, threads and input shape.
 //
-// From the curve: without a latency target the batch limit is the smallest batch within 3%
-// of the best measured throughput; with one, the largest batch whose forward fits twice in
-// the target (a request may wait for the batch in flight, then run in its own).
+// From the curve: the starting batch limit is the smallest batch within 10% of the best
+// measured throughput (the knee); the tuner may move it up to a cap (twice the largest measured batch,
+// and with a latency target the largest whose forward fits twice in the target).
 //
 // While serving, batches are formed greedily: a free worker takes what is queued, up to the
 // limit, so at low load a request runs alone at once (the lowest latency at the offered
-// load) and under load batches grow with the queue (the highest throughput). With one worker
-// the delay is 0: waiting could only add latency, since requests that arrive during a forward
-// queue anyway. With several workers, an idle worker would split the arrivals into small
-// batches, so the delay becomes the time the queue takes to fill the batch at the measured
-// arrival rate, at most a forward's time divided by the workers. With a latency target, the
-// limit follows the measured p99 each second: ×3/4 when p99 is over the target, +1/4 when it
-// is under 60% of the target and batches are full; in between it holds, so a steady load
-// settles instead of oscillating.
+// load) and under load batches grow with the queue. With one worker the delay is 0: waiting
+// could only add latency, since requests that arrive during a forward queue anyway. With
+// several workers, an idle worker would split the arrivals into small batches, so the delay
+// becomes the time the queue takes to fill the batch at the measured arrival rate, at most
+// a forward's time divided by the workers.
+//
+// The forward alone does not say which limit serves best: per-batch costs (dispatch,
+// concatenation, waking the requests) favour bigger batches, and the overlap of the HTTP
+// work with the forward favours batches smaller than the queue. So under load the limit is
+// tuned on what is served: the tuner tries the neighbouring limit for a window and keeps it
+// only if it served measurably more, or, with a latency target, if it keeps p99 within the
+// target (see tuner).
 
 const (
 	curveBudget   = 5 * time.Second // the most a curve measurement may take
@@ -85,33 +89,39 @@ func (c *curve) forward(b int) time.Duration {
 	return time.Duration(last.ForwardMS * float64(b) / float64(last.Batch) * float64(time.Millisecond))
 }
 
-// bestBatch is the smallest batch within 3% of the best throughput.
+// bestBatch is the smallest batch within 10% of the best throughput: the knee of the curve.
+// Past it a bigger batch buys little in the forward and costs the overlap of HTTP work with
+// the forward under load; the tuner moves from there by what is served.
 func (c *curve) bestBatch() int {
 	top := 0.0
 	for _, p := range c.Points {
 		top = math.Max(top, p.PerSecond)
 	}
 	for _, p := range c.Points {
-		if p.PerSecond >= 0.97*top {
+		if p.PerSecond >= 0.9*top {
 			return p.Batch
 		}
 	}
 	return 1
 }
 
-// limitFor is the batch limit for a latency target (0: none).
-func (c *curve) limitFor(target time.Duration) int {
-	best := c.bestBatch()
-	if target <= 0 {
-		return best
-	}
-	limit := 1
-	for _, p := range c.Points {
-		if 2*time.Duration(p.ForwardMS*float64(time.Millisecond)) <= target {
-			limit = p.Batch
+// limits are the batch limit to start from and the most the tuner may probe up to.
+// The cap is twice the largest measured batch (the curve stops where its throughput stops
+// growing, but serving has per-batch costs the forward alone does not show), at most
+// maxBatch, and with a latency target the largest batch of the ladder whose forward fits
+// twice in the target (a request may wait for the batch in flight, then run in its own).
+// The start is the knee of the curve (bestBatch), under the cap.
+func (c *curve) limits(target time.Duration, maxBatch int) (start, limit int) {
+	limit = 1
+	if n := len(c.Points); n > 0 {
+		for b := 1; b <= min(maxBatch, 2*c.Points[n-1].Batch); b *= 2 {
+			if target > 0 && 2*c.forward(b) > target {
+				break
+			}
+			limit = b
 		}
 	}
-	return limit
+	return min(c.bestBatch(), limit), limit
 }
 
 // measureCurve times the forward of 1, 2, 4, … copies of sample on a locked OS thread
@@ -130,14 +140,17 @@ func measureCurve(h handlers.Handler, m *torch.Module, sample *handlers.Sample, 
 			// Two forwards at the new shape for TorchScript's profiling executor (it
 			// profiles one run and optimizes on the next), then the fastest of three timed
 			// ones: the minimum is what the model costs; noise only ever adds to it.
+			// A fast model gets more timed forwards (up to 30 ms of them, at most 50): a
+			// minimum over many is what a sub-millisecond forward costs.
 			best := time.Duration(math.MaxInt64)
-			for i := range 5 {
+			var spent time.Duration
+			for i := 0; i < 5 || (spent < 30*time.Millisecond && i < 52); i++ {
 				t0 := time.Now()
 				if _, err = handlers.Infer(h, m, batch); err != nil {
 					return
 				}
-				if d := time.Since(t0); i >= 2 && d < best {
-					best = d
+				if d := time.Since(t0); i >= 2 {
+					best, spent = min(best, d), spent+d
 				}
 			}
 			pt := curvePoint{Batch: b, ForwardMS: float64(best) / float64(time.Millisecond), PerSecond: float64(b) / best.Seconds()}
@@ -212,6 +225,17 @@ func cacheDir(cfg *Config) string {
 }
 
 // tuner adapts one model version's batching while it serves.
+//
+// It works in measuring windows (window: several forwards' time, 0.4–4 s). The batch limit
+// moves only through probes: with the load busy enough for the limit to matter, the tuner
+// serves one window at a neighbouring limit (double or half), one more at the current limit,
+// and adopts the neighbour only if it served ≥ 5% more than the mean of the two windows at
+// the current limit around it (interleaving cancels drifts of a shared machine) — or, with a
+// latency target, if it brings p99 within the target, or closer to it when neither limit
+// meets it. A probe that does not pay doubles the wait before the next one (up to
+// maxBackoff windows) and turns the direction; a change of load (served rate ±30%) or a p99
+// over the target resets the wait. So a steady load settles on one limit and probes rarely,
+// and a change of load is followed within a few windows.
 type tuner struct {
 	name    string
 	log     *slog.Logger
@@ -230,8 +254,60 @@ type tuner struct {
 	limit   int
 	delay   time.Duration
 	changes int
+	probes  int
 	lastP99 time.Duration
+	history []autoChange // the latest changes, oldest first
 	stop    chan struct{}
+
+	// The probe state.
+	phase   int // steady, probing (a window at cand), returning (a window back at limit)
+	cand    int
+	before  window // the window at limit just before the probe
+	trial   window // the window at cand
+	wait    int    // windows until the next probe
+	backoff int    // the wait after a probe that did not pay, in windows
+	down    bool   // the next probe's direction
+	settled window // the load windows are compared with, to notice a change
+	shifts  int    // windows in a row away from settled
+	won     bool   // the last probe of cand won once; the next one confirms it
+	wasOver bool   // the last window's p99 was over the target
+}
+
+const (
+	phaseSteady = iota
+	phaseProbing
+	phaseReturning
+
+	probeGain   = 1.05 // a neighbour must serve this much more to be adopted
+	maxBackoff  = 32   // windows
+	minWindow   = 300 * time.Millisecond
+	maxWindow   = 4 * time.Second
+	historySize = 16
+	rateShift   = 2.0 // a load change: the served rate ×2 or ÷2,
+	meanShift   = 1.5 // or the mean batch ×1.5 or ÷1.5, for two windows in a row
+	voidShift   = 1.6 // a probe is void when the windows around it differ by this
+	minBatches  = 3   // a window with fewer batches is not judged
+	minAnswered = 10  // nor one with fewer answered requests
+)
+
+// shifted reports whether x moved by more than a factor tol from ref.
+func shifted(x, ref, tol float64) bool { return x > tol*ref || x*tol < ref }
+
+// window is what one measuring window saw.
+type window struct {
+	rate    float64       // requests dispatched per second
+	mean    float64       // mean batch
+	p99     time.Duration // of the requests answered in it
+	n       int           // requests answered in it
+	batches int64
+}
+
+// autoChange is one change of the automatic settings, for describe.
+type autoChange struct {
+	At        time.Time `json:"at"`
+	BatchSize int       `json:"batchSize"`
+	DelayMS   float64   `json:"maxBatchDelayMs"`
+	Reason    string    `json:"reason"`
 }
 
 // record notes one answered request's latency; a few atomic operations.
@@ -258,66 +334,208 @@ func (t *tuner) p99(from uint64) (time.Duration, int) {
 	return time.Duration(v[(len(v)*99+99)/100-1]), n
 }
 
-// run adapts the limit and delay every tuneInterval until stop closes.
+// windowLen is a window's length at the current limit: eight forwards, within bounds.
+func (t *tuner) windowLen() time.Duration {
+	return min(maxWindow, max(minWindow, 8*t.curve.forward(max(t.limit, t.cand))))
+}
+
+// run measures windows and adapts the settings after each until stop closes. After a
+// change it lets the batches formed under the old settings finish before measuring.
 func (t *tuner) run() {
-	tick := time.NewTicker(tuneInterval)
+	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	from := t.next.Load()
-	items, batches := t.b.batchItems.Load(), t.b.batches.Load()
+	var at time.Time
+	var from uint64
+	var items, batches int64
+	begin := func(now time.Time) {
+		at, from, items, batches = now, t.next.Load(), t.b.batchItems.Load(), t.b.batches.Load()
+	}
+	begin(time.Now())
+	var settleUntil time.Time
 	for {
+		var now time.Time
 		select {
 		case <-t.stop:
 			return
-		case <-tick.C:
+		case now = <-tick.C:
+		}
+		if now.Before(settleUntil) {
+			begin(now)
+			continue
+		}
+		t.mu.Lock()
+		length := t.windowLen()
+		t.mu.Unlock()
+		if now.Sub(at) < length {
+			continue
 		}
 		p99, n := t.p99(from)
-		from = t.next.Load()
-		ni, nb := t.b.batchItems.Load(), t.b.batches.Load()
-		dItems, dBatches := ni-items, nb-batches
-		items, batches = ni, nb
-		t.step(p99, n, float64(dItems)/tuneInterval.Seconds(), dItems, dBatches)
+		di, db := t.b.batchItems.Load()-items, t.b.batches.Load()-batches
+		w := window{rate: float64(di) / now.Sub(at).Seconds(), p99: p99, n: n, batches: db}
+		if db > 0 {
+			w.mean = float64(di) / float64(db)
+		}
+		begin(now)
+		if settle := t.step(w); settle > 0 {
+			settleUntil = now.Add(settle)
+		}
 	}
 }
 
-// step is one adaptation from a window's p99 (over n requests), arrival rate and batches.
-func (t *tuner) step(p99 time.Duration, n int, rate float64, items, batches int64) {
+// step adapts the settings after one window; it returns how long to let the change settle
+// (0: nothing changed).
+func (t *tuner) step(w window) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lastP99 = p99
-	limit, delay, reason := t.limit, t.delay, ""
-	if t.auto.batch && t.target > 0 && n >= 20 {
-		mean := 0.0
-		if batches > 0 {
-			mean = float64(items) / float64(batches)
+	old := t.b.batchSize.Load()
+	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "phase", t.phase, "rate", math.Round(w.rate), "mean_batch", math.Round(w.mean*10)/10, "p99", w.p99)
+	if w.batches < minBatches || w.n < minAnswered {
+		// Too little load to judge anything (idle, or the load stopped): a probe under way
+		// is void and is tried again when the load is back.
+		if t.phase != phaseSteady {
+			t.phase, t.wait, t.won = phaseSteady, 1, false
+			t.b.SetBatching(t.limit, t.delay)
+			return t.settleTime(int(old))
 		}
-		switch {
-		case p99 > t.target && limit > 1:
-			limit, reason = max(1, limit*3/4), "p99 over the target"
-		case p99 < t.target*6/10 && mean >= 0.9*float64(limit) && limit < t.maxCap:
-			limit, reason = min(t.maxCap, limit+max(1, limit/4)), "p99 well under the target with full batches"
-		}
+		return 0
 	}
+	t.lastP99 = w.p99
+	switch t.phase {
+	case phaseProbing:
+		t.trial = w
+		t.phase = phaseReturning
+		t.b.SetBatching(t.limit, t.delay)
+		return t.settleTime(t.cand)
+	case phaseReturning:
+		t.phase = phaseSteady
+		if shifted(w.rate, t.before.rate, voidShift) {
+			// The load changed during the probe: it says nothing; try again later.
+			t.wait, t.won = max(1, t.backoff), false
+			return 0
+		}
+		t.probes++
+		ok, why := t.better(t.trial, t.before, w)
+		if ok && !t.won {
+			// One win may be noise: the same probe again at once, adopted if it wins twice.
+			t.won, t.wait = true, 0
+			t.log.Debug("auto batching probe won once", "model", t.name, "batch_size", t.limit, "tried", t.cand, "detail", why)
+			return 0
+		}
+		t.won = false
+		if ok {
+			from := t.limit
+			t.limit = t.cand
+			t.backoff = 1
+			t.settled = window{}
+			t.apply(fmt.Sprintf("probe: %s at batch %d than at %d", why, t.cand, from))
+			t.wait = 0
+			return t.settleTime(from)
+		}
+		t.log.Debug("auto batching probe declined", "model", t.name, "batch_size", t.limit, "tried", t.cand, "detail", why)
+		t.backoff = min(maxBackoff, max(1, 2*t.backoff))
+		t.wait = t.backoff
+		t.down = !t.down
+		return 0
+	}
+	over := t.target > 0 && w.n >= 20 && w.p99 > t.target
+	switch {
+	case over && !t.wasOver:
+		// The target just broke: try a smaller batch at once.
+		t.backoff, t.wait, t.down = 1, 0, true
+	case t.settled.rate == 0:
+		t.backoff, t.wait, t.settled = 1, min(t.wait, 1), w
+	case shifted(w.rate, t.settled.rate, rateShift) || shifted(w.mean, t.settled.mean, meanShift):
+		// The load changed, if it stays changed for two windows (one may be noise): look
+		// again soon.
+		if t.shifts++; t.shifts >= 2 {
+			t.backoff, t.wait, t.settled, t.shifts = 1, min(t.wait, 1), w, 0
+		}
+	default:
+		// The load as before: follow its drift slowly.
+		t.shifts = 0
+		t.settled.rate += (w.rate - t.settled.rate) / 4
+		t.settled.mean += (w.mean - t.settled.mean) / 4
+	}
+	t.wasOver = over
+	// The delay, with several workers: the time the queue takes to fill a batch at the
+	// arrival rate, at most a forward shared among the workers; changes under 25% are noise.
 	if t.auto.delay && t.workers > 1 {
 		d := time.Duration(0)
-		if rate > 0 {
-			d = min(time.Duration(float64(limit)/rate*float64(time.Second)), t.curve.forward(limit)/time.Duration(t.workers))
+		if w.rate > 0 {
+			d = min(time.Duration(float64(t.limit)/w.rate*float64(time.Second)), t.curve.forward(t.limit)/time.Duration(t.workers))
 		}
-		// Hysteresis: a change under 25% is noise.
-		if diff := math.Abs(float64(d - delay)); diff > 0.25*float64(max(d, delay)) {
-			delay = d
-			if reason == "" {
-				reason = fmt.Sprintf("arrival rate %.0f/s", rate)
-			}
+		if diff := math.Abs(float64(d - t.delay)); diff > 0.25*float64(max(d, t.delay)) {
+			t.delay = d
+			t.apply(fmt.Sprintf("arrival rate %.0f/s", w.rate))
 		}
 	}
-	if limit == t.limit && delay == t.delay {
-		return
+	if !t.auto.batch || w.batches == 0 {
+		return 0
 	}
-	t.limit, t.delay = limit, delay
+	if t.wait > 0 {
+		t.wait--
+		return 0
+	}
+	// A probe, if the load makes the limit matter: batches near the limit for a bigger one,
+	// batches of two or more for a smaller one.
+	up := min(t.maxCap, 2*t.limit)
+	upOK := up > t.limit && w.mean >= 0.75*float64(t.limit) && !over
+	// Down halves the batches served, which may be smaller than the limit.
+	dn := max(1, min(t.limit, int(math.Round(w.mean)))/2)
+	dnOK := dn < t.limit && w.mean >= 2
+	switch {
+	case t.won:
+		// The confirmation of a won probe: the same candidate.
+	case t.down && dnOK, !upOK && dnOK:
+		t.cand, t.down = dn, true
+	case upOK:
+		t.cand, t.down = up, false
+	default:
+		t.wait = t.backoff
+		return 0
+	}
+	t.before = w
+	t.phase = phaseProbing
+	t.b.SetBatching(t.cand, t.delay)
+	return t.settleTime(int(old))
+}
+
+// better decides a probe: the trial window against the windows before and after it at the
+// current limit.
+func (t *tuner) better(trial, before, after window) (bool, string) {
+	base := (before.rate + after.rate) / 2
+	gain := fmt.Sprintf("%.0f/s served vs %.0f/s", trial.rate, base)
+	if t.target <= 0 {
+		return trial.rate >= probeGain*base, gain
+	}
+	p99 := max(before.p99, after.p99)
+	lat := fmt.Sprintf("p99 %v vs %v (target %v)", trial.p99.Round(time.Microsecond), p99.Round(time.Microsecond), t.target)
+	switch inB, inA := trial.p99 <= t.target, p99 <= t.target; {
+	case inB && !inA:
+		return true, lat
+	case inB && inA:
+		return trial.rate >= probeGain*base, gain + ", " + lat
+	case !inB && !inA:
+		return trial.p99 < p99*9/10, lat
+	}
+	return false, lat
+}
+
+// settleTime is how long batches formed under a limit of b may still be running.
+func (t *tuner) settleTime(b int) time.Duration {
+	return max(50*time.Millisecond, 2*t.curve.forward(b))
+}
+
+// apply sets the batcher to the tuner's settings, counts the change and logs it.
+func (t *tuner) apply(reason string) {
 	t.changes++
-	t.b.SetBatching(limit, delay)
-	t.log.Info("auto batching", "model", t.name, "batch_size", limit, "max_batch_delay", delay.Round(time.Microsecond),
-		"p99", p99.Round(time.Microsecond), "target", t.target, "reason", reason)
+	t.b.SetBatching(t.limit, t.delay)
+	t.history = append(t.history, autoChange{At: time.Now().UTC(), BatchSize: t.limit, DelayMS: float64(t.delay) / 1e6, Reason: reason})
+	if len(t.history) > historySize {
+		t.history = t.history[len(t.history)-historySize:]
+	}
+	t.log.Info("auto batching", "model", t.name, "batch_size", t.limit, "max_batch_delay", t.delay.Round(time.Microsecond),
+		"p99", t.lastP99.Round(time.Microsecond), "target", t.target, "reason", reason)
 }
 
 // autoStatus is describe's view of the tuner.
@@ -328,6 +546,9 @@ type autoStatus struct {
 	LastP99MS       float64      `json:"lastP99Ms"`
 	Auto            []string     `json:"auto"`
 	Changes         int          `json:"changes"`
+	Probes          int          `json:"probes"`
+	MaxBatchSize    int          `json:"maxBatchSize"`
+	History         []autoChange `json:"history"`
 	Curve           []curvePoint `json:"curve"`
 	CurveSource     string       `json:"curveSource"`
 	CurveSeconds    float64      `json:"curveMeasureSeconds"`
@@ -346,8 +567,8 @@ func (t *tuner) status() *autoStatus {
 	}
 	return &autoStatus{
 		BatchSize: t.limit, MaxBatchDelayMS: float64(t.delay) / 1e6, LatencyTargetMS: float64(t.target) / 1e6,
-		LastP99MS: float64(t.lastP99) / 1e6, Auto: auto, Changes: t.changes, Curve: t.curve.Points,
-		CurveSource: t.source, CurveSeconds: t.curve.Took, Workers: t.workers,
+		LastP99MS: float64(t.lastP99) / 1e6, Auto: auto, Changes: t.changes, Probes: t.probes, MaxBatchSize: t.maxCap,
+		History: slices.Clone(t.history), Curve: t.curve.Points, CurveSource: t.source, CurveSeconds: t.curve.Took, Workers: t.workers,
 	}
 }
 
@@ -418,8 +639,7 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 	}
 	t.workers = s.MinWorkers
 	if s.AutoBatch {
-		t.maxCap = c.limitFor(s.LatencyTarget)
-		s.BatchSize = t.maxCap
+		s.BatchSize, t.maxCap = c.limits(s.LatencyTarget, maxBatch)
 	} else {
 		t.maxCap = s.BatchSize
 	}

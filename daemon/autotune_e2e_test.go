@@ -17,10 +17,17 @@ type autoDescribe struct {
 	BatchSize     int `json:"batchSize"`
 	MaxBatchDelay int `json:"maxBatchDelay"`
 	AutoBatching  *struct {
-		BatchSize   int      `json:"batchSize"`
-		Auto        []string `json:"auto"`
-		Changes     int      `json:"changes"`
-		CurveSource string   `json:"curveSource"`
+		BatchSize int      `json:"batchSize"`
+		Auto      []string `json:"auto"`
+		Changes   int      `json:"changes"`
+		Probes    int      `json:"probes"`
+		MaxBatch  int      `json:"maxBatchSize"`
+		History   []struct {
+			At        time.Time `json:"at"`
+			BatchSize int       `json:"batchSize"`
+			Reason    string    `json:"reason"`
+		} `json:"history"`
+		CurveSource string `json:"curveSource"`
 		Curve       []struct {
 			Batch     int     `json:"batch"`
 			ForwardMS float64 `json:"forwardMs"`
@@ -89,14 +96,22 @@ func TestAutoBatching(t *testing.T) {
 }
 
 // A load shift, c=1 → c=64 → c=1, with automatic batching and no latency target: at c=1
-// every request runs alone at once (no linger), at c=64 batches form from the first second,
-// and the settings never move (nothing to oscillate). Throughput per 500 ms is logged.
+// every request runs alone at once (no linger) and nothing is probed; at c=64 batches form
+// from the first second and the tuner moves the limit by probes; the limit never goes back
+// and forth (at most one reversal of direction over the whole test). Throughput per 500 ms
+// and every change are logged.
 func TestAutoBatchingLoadShift(t *testing.T) {
 	s := startServer(t, "--access-log=false")
 	s.register(t, "url=digits_tensor.mar&initial_workers=1&batch_size=auto&max_batch_delay=auto")
 	body, _ := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
-	phase := func(clients int, d time.Duration) (perWindow []int64, batches, requests int64) {
-		before := s.autoDescribe(t, "digits_tensor").Batching
+	type phaseResult struct {
+		perWindow            []int64
+		batches, requests    int64
+		changes, probes      int
+		startLimit, endLimit int
+	}
+	phase := func(clients int, d time.Duration) phaseResult {
+		before := s.autoDescribe(t, "digits_tensor")
 		var done atomic.Int64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -118,37 +133,65 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 				}
 			}()
 		}
+		var r phaseResult
 		var last int64
 		for range int(d / (500 * time.Millisecond)) {
 			time.Sleep(500 * time.Millisecond)
 			n := done.Load()
-			perWindow = append(perWindow, n-last)
+			r.perWindow = append(r.perWindow, n-last)
 			last = n
 		}
 		close(stop)
 		wg.Wait()
-		after := s.autoDescribe(t, "digits_tensor").Batching
-		return perWindow, after.Batches - before.Batches, after.Requests - before.Requests
+		after := s.autoDescribe(t, "digits_tensor")
+		r.batches, r.requests = after.Batching.Batches-before.Batching.Batches, after.Batching.Requests-before.Batching.Requests
+		r.changes, r.probes = after.AutoBatching.Changes-before.AutoBatching.Changes, after.AutoBatching.Probes-before.AutoBatching.Probes
+		r.startLimit, r.endLimit = before.AutoBatching.BatchSize, after.AutoBatching.BatchSize
+		return r
 	}
-	w1, b1, r1 := phase(1, 2*time.Second)
-	w64, b64, r64 := phase(64, 3*time.Second)
-	w1b, b1b, r1b := phase(1, 2*time.Second)
-	t.Logf("per 500 ms: c=1 %v (mean batch %.2f), c=64 %v (mean batch %.2f), c=1 again %v (mean batch %.2f)",
-		w1, float64(r1)/float64(b1), w64, float64(r64)/float64(b64), w1b, float64(r1b)/float64(b1b))
-	if b1 != r1 || b1b != r1b {
-		t.Errorf("at c=1 requests waited for company: %d requests in %d batches, then %d in %d", r1, b1, r1b, b1b)
+	p1 := phase(1, 2*time.Second)
+	p64 := phase(64, 6*time.Second)
+	p1b := phase(1, 2*time.Second)
+	for _, p := range []struct {
+		name string
+		r    phaseResult
+	}{{"c=1", p1}, {"c=64", p64}, {"c=1 again", p1b}} {
+		t.Logf("%s: per 500 ms %v, mean batch %.2f, limit %d → %d, %d probes, %d changes", p.name, p.r.perWindow,
+			float64(p.r.requests)/float64(p.r.batches), p.r.startLimit, p.r.endLimit, p.r.probes, p.r.changes)
 	}
-	if float64(r64)/float64(b64) < 2 {
-		t.Errorf("no batching at c=64: mean batch %.2f", float64(r64)/float64(b64))
+	if p1.batches != p1.requests || p1b.batches != p1b.requests {
+		t.Errorf("at c=1 requests waited for company: %d requests in %d batches, then %d in %d", p1.requests, p1.batches, p1b.requests, p1b.batches)
+	}
+	if p1.changes+p1.probes+p1b.changes+p1b.probes != 0 {
+		t.Errorf("the tuner moved at c=1: %+v, %+v", p1, p1b)
+	}
+	if float64(p64.requests)/float64(p64.batches) < 2 {
+		t.Errorf("no batching at c=64: mean batch %.2f", float64(p64.requests)/float64(p64.batches))
 	}
 	// Recovery: the first second at c=64 already runs at half the phase's median rate or
 	// more (the bound is loose because this machine's noise is not).
+	w64 := p64.perWindow
 	sorted := slices.Clone(w64)
 	slices.Sort(sorted)
 	if median := sorted[len(sorted)/2]; float64(w64[0]+w64[1]) < 0.5*2*float64(median) {
 		t.Errorf("c=64 throughput took more than a second to recover: %v (median %d per 500 ms)", w64, median)
 	}
-	if a := s.autoDescribe(t, "digits_tensor").AutoBatching; a.Changes != 0 {
-		t.Errorf("the settings moved %d times without a latency target", a.Changes)
+	a := s.autoDescribe(t, "digits_tensor").AutoBatching
+	limits := []int{p1.startLimit}
+	for _, h := range a.History {
+		t.Logf("change at %s: batch %d (%s)", h.At.Format("15:04:05.000"), h.BatchSize, h.Reason)
+		limits = append(limits, h.BatchSize)
+		if h.BatchSize < 1 || h.BatchSize > a.MaxBatch {
+			t.Errorf("limit %d outside 1..%d", h.BatchSize, a.MaxBatch)
+		}
+	}
+	reversals := 0
+	for i := 2; i < len(limits); i++ {
+		if (limits[i]-limits[i-1])*(limits[i-1]-limits[i-2]) < 0 {
+			reversals++
+		}
+	}
+	if reversals > 1 {
+		t.Errorf("the limit went back and forth: %v", limits)
 	}
 }

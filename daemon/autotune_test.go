@@ -3,6 +3,7 @@ package daemon
 import (
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -20,17 +21,24 @@ func testCurve(ms ...float64) *curve {
 func TestCurveChoices(t *testing.T) {
 	// 1→10 ms, 2→12, 4→16, 8→30, 16→60: throughput 100, 167, 250, 267, 267 per second.
 	c := testCurve(10, 12, 16, 30, 60)
-	if b := c.bestBatch(); b != 8 {
-		t.Errorf("bestBatch %d, want 8 (the smallest within 3%% of the best)", b)
+	if b := c.bestBatch(); b != 4 {
+		t.Errorf("bestBatch %d, want 4 (the smallest within 10%% of the best)", b)
 	}
-	if b := c.limitFor(0); b != 8 {
-		t.Errorf("limit without a target %d, want 8", b)
-	}
-	if b := c.limitFor(40 * time.Millisecond); b != 4 {
-		t.Errorf("limit for a 40 ms target %d, want 4 (2 × 16 ms ≤ 40 ms < 2 × 30 ms)", b)
-	}
-	if b := c.limitFor(5 * time.Millisecond); b != 1 {
-		t.Errorf("limit for an unreachable target %d, want 1", b)
+	for _, tc := range []struct {
+		target           time.Duration
+		maxBatch         int
+		start, maxBatch2 int
+	}{
+		{0, 64, 4, 32},                      // twice the largest measured batch
+		{0, 20, 4, 16},                      // the queue's bound
+		{40 * time.Millisecond, 64, 4, 4},   // 2 × 16 ms ≤ 40 ms < 2 × 30 ms
+		{130 * time.Millisecond, 64, 4, 16}, // 2 × 60 ms fits, 2 × 120 ms (extrapolated) does not
+		{20 * time.Millisecond, 64, 1, 1},   // 2 × 10 ms fits, 2 × 12 ms does not
+		{5 * time.Millisecond, 64, 1, 1},    // unreachable: batches of 1
+	} {
+		if s, l := c.limits(tc.target, tc.maxBatch); s != tc.start || l != tc.maxBatch2 {
+			t.Errorf("limits(%v, %d) = %d, %d; want %d, %d", tc.target, tc.maxBatch, s, l, tc.start, tc.maxBatch2)
+		}
 	}
 	if d := c.forward(6); d != 23*time.Millisecond {
 		t.Errorf("forward(6) = %v, want 23ms (interpolated)", d)
@@ -53,66 +61,166 @@ func newTestTuner(target time.Duration, workers, limit, maxCap int) *tuner {
 	return t
 }
 
-// The limit follows p99 with a dead band: over the target it shrinks by a quarter, under 60%
-// of it with full batches it grows by a quarter up to the curve's cap, and in between it
-// holds, so a steady load does not oscillate.
-func TestTunerSteps(t *testing.T) {
-	tn := newTestTuner(100*time.Millisecond, 1, 16, 16)
-	tn.step(150*time.Millisecond, 100, 500, 500, 32) // over target
-	if tn.limit != 12 {
-		t.Fatalf("after p99 over target: limit %d, want 12", tn.limit)
+// load is a simulated server for the tuner: what a window at a batch limit serves, with
+// multiplicative noise of ±noise drawn from a fixed seed.
+type load struct {
+	rate    func(limit int) float64       // requests/s served
+	p99     func(limit int) time.Duration // 0: 1 ms
+	queue   int                           // requests waiting: batches are min(limit, queue)
+	noise   float64
+	rnd     *rand.Rand
+	windows int
+}
+
+// run feeds the tuner n windows, each measured at the limit the batcher holds then, and
+// returns the limits the windows ran at.
+func (l *load) run(tn *tuner, n int) []int {
+	if l.rnd == nil {
+		l.rnd = rand.New(rand.NewPCG(1, 2))
 	}
-	tn.step(120*time.Millisecond, 100, 500, 500, 42)
-	if tn.limit != 9 {
-		t.Fatalf("limit %d, want 9", tn.limit)
+	var seen []int
+	for range n {
+		lim := int(tn.b.batchSize.Load())
+		seen = append(seen, lim)
+		w := window{rate: l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100, p99: time.Millisecond}
+		if l.p99 != nil {
+			w.p99 = l.p99(lim)
+		}
+		tn.step(w)
+		l.windows++
 	}
-	for range 20 { // steady, inside the band: no change
-		tn.step(80*time.Millisecond, 100, 500, 500, 56)
+	return seen
+}
+
+func table(m map[int]float64) func(int) float64 { return func(l int) float64 { return m[l] } }
+
+// Under a steady load the tuner climbs to the limit that serves most, then stays there,
+// probing ever more rarely; with ±2% noise it never adopts a worse limit.
+func TestTunerClimbsAndSettles(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	l := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64, noise: 0.02}
+	l.run(tn, 20)
+	if tn.limit != 32 || tn.changes != 2 {
+		t.Fatalf("after 20 windows: limit %d after %d changes (history %+v), want 32 after 2 (8→16→32)", tn.limit, tn.changes, tn.history)
 	}
-	if tn.limit != 9 || tn.changes != 2 {
-		t.Fatalf("steady load moved the limit: %d after %d changes", tn.limit, tn.changes)
+	seen := l.run(tn, 400)
+	if tn.limit != 32 || tn.changes != 2 {
+		t.Fatalf("steady load moved the limit: %d after %d changes (%+v)", tn.limit, tn.changes, tn.history)
 	}
-	tn.step(40*time.Millisecond, 100, 500, 450, 50) // under 60%, batches full (9 each)
-	if tn.limit != 11 {
-		t.Fatalf("after p99 well under target with full batches: %d, want 11", tn.limit)
+	off := 0
+	for _, s := range seen[200:] {
+		if s != 32 {
+			off++
+		}
 	}
-	tn.step(40*time.Millisecond, 100, 500, 100, 50) // under, but batches of 2: no growth
-	if tn.limit != 11 {
-		t.Fatalf("grew with half-empty batches: %d", tn.limit)
+	// Backing off to one probe in 32 windows: two windows in 33 off the limit at most.
+	if off > 200*2/33+2 {
+		t.Fatalf("%d of the last 200 windows ran at a probe's limit", off)
 	}
-	for range 10 {
-		tn.step(10*time.Millisecond, 100, 5000, 5000, 5000/int64(tn.limit))
+	t.Logf("%d probes in %d windows; the last 200 windows: %d at a probe's limit", tn.probes, l.windows, off)
+}
+
+// A flat curve with ±4% noise: changes stay rare (a 5% gain over two interleaved windows is
+// needed), and none go back and forth more than once.
+func TestTunerNoiseDoesNotOscillate(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	l := &load{rate: func(int) float64 { return 5000 }, queue: 64, noise: 0.04}
+	l.run(tn, 600)
+	if tn.changes > 4 {
+		t.Fatalf("%d changes on a flat curve: %+v", tn.changes, tn.history)
 	}
+	t.Logf("flat curve, ±4%% noise: %d probes, %d changes in 600 windows", tn.probes, tn.changes)
+
+	// Windows that vary by ±25% (this VM's windows do) are not load changes: the probes
+	// stay backed off.
+	tn = newTestTuner(0, 1, 8, 64)
+	l = &load{rate: func(int) float64 { return 5000 }, queue: 64, noise: 0.25}
+	l.run(tn, 600)
+	if tn.probes > 40 {
+		t.Fatalf("%d probes in 600 noisy windows: noise taken for load changes", tn.probes)
+	}
+	t.Logf("flat curve, ±25%% noise: %d probes, %d changes in 600 windows", tn.probes, tn.changes)
+}
+
+// The load shifts: at c=1 (batches of 1) nothing is probed and nothing changes; back under
+// load, the tuner probes again within a few windows.
+func TestTunerLoadShift(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	sat := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64}
+	sat.run(tn, 100)
+	changes, probes := tn.changes, tn.probes
+	idle := &load{rate: func(int) float64 { return 900 }, queue: 1}
+	idle.run(tn, 100)
+	if tn.changes != changes || tn.probes != probes {
+		t.Fatalf("at c=1: %d changes, %d probes", tn.changes-changes, tn.probes-probes)
+	}
+	// c=16: the best limit is now 8 (batches bigger than half the queue stall the pipeline).
+	mid := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8200, 16: 7000, 32: 6900, 64: 6900}), queue: 16}
+	seen := mid.run(tn, 16)
+	if tn.limit != 8 {
+		t.Fatalf("after 16 windows at c=16: limit %d (windows at %v, history %+v)", tn.limit, seen, tn.history)
+	}
+	t.Logf("c=16 after c=1: windows at %v", seen)
+
+	// The load stops in the middle of a probe: the probe is void, the limit comes back, and
+	// idle windows change nothing.
+	for tn.phase != phaseProbing {
+		mid.rate = table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 7000, 16: 8000, 32: 6900, 64: 6900})
+		mid.run(tn, 1)
+	}
+	limit, changes := tn.limit, tn.changes
+	for range 50 {
+		tn.step(window{})
+	}
+	if tn.phase != phaseSteady || tn.b.batchSize.Load() != int64(limit) || tn.changes != changes {
+		t.Fatalf("after the load stopped mid-probe: phase %d, batcher at %d, limit %d, %d changes", tn.phase, tn.b.batchSize.Load(), limit, tn.changes-changes)
+	}
+}
+
+// With a latency target the limit keeps p99 within it: a broken target makes the tuner try
+// a smaller batch at once and keep it if p99 fits; a bigger batch that would break the
+// target is never adopted, however much it serves.
+func TestTunerLatencyTarget(t *testing.T) {
+	tn := newTestTuner(40*time.Millisecond, 1, 32, 32)
+	l := &load{rate: table(map[int]float64{1: 1000, 2: 2000, 4: 4000, 8: 6000, 16: 7000, 32: 8000}), queue: 64,
+		p99: func(lim int) time.Duration { return time.Duration(2*lim) * time.Millisecond }}
+	seen := l.run(tn, 200)
 	if tn.limit != 16 {
-		t.Fatalf("limit %d, want the curve's cap 16", tn.limit)
+		t.Fatalf("limit %d, want 16 (p99 32 ms ≤ 40 ms; 32 → 64 ms): %+v", tn.limit, tn.history)
 	}
-	tn.step(500*time.Millisecond, 5, 5, 5, 5) // too few requests to judge
-	if tn.limit != 16 {
-		t.Fatalf("moved on 5 requests: %d", tn.limit)
+	// Unreachable: p99 over the target at every limit, lower with smaller batches; the
+	// tuner goes down while it helps by 10% or more.
+	un := newTestTuner(time.Millisecond, 1, 16, 16)
+	l2 := &load{rate: table(map[int]float64{1: 1000, 2: 2000, 4: 4000, 8: 6000, 16: 7000}), queue: 64,
+		p99: func(lim int) time.Duration { return time.Duration(20+lim) * time.Millisecond }}
+	l2.run(un, 200)
+	if un.limit != 4 {
+		t.Fatalf("unreachable target: limit %d, want 4 (22 ms at 2 is not 10%% under 24 ms): %+v", un.limit, un.history)
 	}
-	if got := tn.b.batchSize.Load(); got != 16 {
-		t.Fatalf("batcher limit %d, want 16", got)
-	}
+	t.Logf("windows at %v", seen[:20])
 }
 
 // One worker never lingers; several linger for the time the queue takes to fill a batch at
 // the arrival rate, at most a forward's time shared among the workers, with hysteresis.
 func TestTunerDelay(t *testing.T) {
+	w := func(rate float64) window {
+		return window{rate: rate, mean: 1, n: 100, batches: 100, p99: time.Millisecond}
+	}
 	one := newTestTuner(0, 1, 8, 8)
-	one.step(time.Millisecond, 100, 1000, 1000, 125)
+	one.step(w(1000))
 	if one.delay != 0 {
 		t.Fatalf("one worker lingers %v", one.delay)
 	}
 	two := newTestTuner(0, 2, 8, 8)
-	two.step(time.Millisecond, 100, 1000, 1000, 125) // 8 requests take 8 ms to arrive; forward(8)/2 = 15 ms
+	two.step(w(1000)) // 8 requests take 8 ms to arrive; forward(8)/2 = 15 ms
 	if two.delay != 8*time.Millisecond {
 		t.Fatalf("two workers at 1000/s: delay %v, want 8ms", two.delay)
 	}
-	two.step(time.Millisecond, 100, 900, 900, 112) // 8.9 ms: within 25%, held
+	two.step(w(900)) // 8.9 ms: within 25%, held
 	if two.delay != 8*time.Millisecond {
 		t.Fatalf("delay moved on a 10%% change: %v", two.delay)
 	}
-	two.step(time.Millisecond, 100, 100, 100, 50) // 80 ms to fill, capped at 15 ms
+	two.step(w(100)) // 80 ms to fill, capped at 15 ms
 	if two.delay != 15*time.Millisecond {
 		t.Fatalf("two workers at 100/s: delay %v, want 15ms (forward(8)/2)", two.delay)
 	}

@@ -22,9 +22,18 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	var h slog.Handler = slog.NewTextHandler(os.Stderr, nil)
+	// TORCHD_LOG_LEVEL=debug adds the auto-batching tuner's declined probes.
+	opts := &slog.HandlerOptions{}
+	if lv := os.Getenv("TORCHD_LOG_LEVEL"); lv != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(lv)); err != nil {
+			return fmt.Errorf("TORCHD_LOG_LEVEL: %v", err)
+		}
+		opts.Level = l
+	}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if cfg.LogFormat == "json" {
-		h = slog.NewJSONHandler(os.Stderr, nil)
+		h = slog.NewJSONHandler(os.Stderr, opts)
 	}
 	log := slog.New(h)
 	if cfg.Profile != "" {
