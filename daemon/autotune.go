@@ -226,16 +226,17 @@ func cacheDir(cfg *Config) string {
 
 // tuner adapts one model version's batching while it serves.
 //
-// It works in measuring windows (window: several forwards' time, 0.4–4 s). The batch limit
-// moves only through probes: with the load busy enough for the limit to matter, the tuner
-// serves one window at a neighbouring limit (double or half), one more at the current limit,
-// and adopts the neighbour only if it served ≥ 5% more than the mean of the two windows at
-// the current limit around it (interleaving cancels drifts of a shared machine) — or, with a
-// latency target, if it brings p99 within the target, or closer to it when neither limit
-// meets it. A probe that does not pay doubles the wait before the next one (up to
-// maxBackoff windows) and turns the direction; a change of load (served rate ±30%) or a p99
-// over the target resets the wait. So a steady load settles on one limit and probes rarely,
-// and a change of load is followed within a few windows.
+// It works in measuring windows (eight forwards' time, 0.3–4 s). The batch limit moves only
+// through probes: with the load busy enough for the limit to matter, the tuner serves one
+// window at a neighbouring limit (double, or half the batches being served), then one more
+// at the current limit, and counts a win if the neighbour served ≥ 5% more than the mean of
+// the two windows at the current limit around it (interleaving cancels the drift of a shared
+// machine) — or, with a latency target, if it brings p99 within the target, or 10% closer
+// when neither limit meets it. Two wins in a row adopt the neighbour. A probe that does not
+// pay doubles the wait before the next one (up to maxBackoff windows) and turns the
+// direction; a change of load (served rate ×2 or mean batch ×1.5 for two windows) or a p99
+// newly over the target resets the wait. So a steady load settles on one limit and probes
+// rarely, and a change of load is followed within a few windows.
 type tuner struct {
 	name    string
 	log     *slog.Logger
