@@ -111,6 +111,9 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 		startLimit, endLimit int
 	}
 	phase := func(clients int, d time.Duration) phaseResult {
+		// A probe that measured the previous phase's load may conclude just after it
+		// ends: let it, so that each phase counts only its own decisions.
+		time.Sleep(time.Second)
 		before := s.autoDescribe(t, "digits_tensor")
 		var done atomic.Int64
 		stop := make(chan struct{})
