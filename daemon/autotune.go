@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -248,8 +249,9 @@ type tuner struct {
 	auto    struct{ batch, delay bool }
 	maxCap  int
 
-	lat  [1024]atomic.Int64 // recent request latencies (ns), a ring
-	next atomic.Uint64
+	lat    [1024]atomic.Int64 // recent request latencies (ns), a ring
+	next   atomic.Uint64
+	latSum atomic.Int64 // of every answered request's latency (ns): Little's law gives the load
 
 	mu      sync.Mutex
 	limit   int
@@ -263,16 +265,36 @@ type tuner struct {
 	// The probe state.
 	phase   int // steady, probing (a window at cand), returning (a window back at limit)
 	cand    int
-	before  window // the window at limit just before the probe
-	trial   window // the window at cand
-	wait    int    // windows until the next probe
-	backoff int    // the wait after a probe that did not pay, in windows
-	down    bool   // the next probe's direction
-	settled window // the load windows are compared with, to notice a change
-	shifts  int    // windows in a row away from settled
-	won     bool   // the last probe of cand won once; the next one confirms it
-	wasOver bool   // the last window's p99 was over the target
+	candDly time.Duration // the delay of the probe
+	before  window        // the window at limit just before the probe
+	trial   window        // the window at cand
+	wait    int           // windows until the next probe
+	backoff int           // the wait after a probe that did not pay, in windows
+	dir     int           // the next probe's direction: up, down or linger
+	linger  bool          // with one worker: batches wait to fill (the delay follows the arrival rate)
+	settled window        // the load windows are compared with, to notice a change
+	shifts  int           // windows in a row away from settled
+	won     bool          // the last probe of cand won once; the next one confirms it
+	wasOver bool          // the last window's p99 was over the target
+	// levels remembers, per load level, the settings the probes left there and their
+	// backoff: a load seen before gets its settings back at once instead of probing again.
+	levels map[int]levelMemory
 }
+
+// levelMemory is what the tuner learned at one load level.
+type levelMemory struct {
+	limit   int
+	linger  bool
+	backoff int
+}
+
+// The probe directions, tried in turn after a probe that did not pay.
+const (
+	dirUp = iota
+	dirDown
+	dirLinger // the delay toggled: lingering for a full batch, or not
+	dirs
+)
 
 const (
 	phaseSteady = iota
@@ -285,7 +307,7 @@ const (
 	maxWindow   = 4 * time.Second
 	historySize = 16
 	rateShift   = 2.0 // a load change: the served rate ×2 or ÷2,
-	meanShift   = 1.5 // or the mean batch ×1.5 or ÷1.5, for two windows in a row
+	meanShift   = 1.5 // or the mean batch or the requests in the server ×1.5 or ÷1.5, two windows in a row
 	voidShift   = 1.6 // a probe is void when the windows around it differ by this
 	minBatches  = 3   // a window with fewer batches is not judged
 	minAnswered = 10  // nor one with fewer answered requests
@@ -301,7 +323,11 @@ type window struct {
 	p99     time.Duration // of the requests answered in it
 	n       int           // requests answered in it
 	batches int64
+	load    float64 // mean requests in the server (Little's law: latency summed / window time)
 }
+
+// level is a window's load level: its requests in the server in half octaves.
+func (w window) level() int { return int(math.Round(2 * math.Log2(max(w.load, 1)))) }
 
 // autoChange is one change of the automatic settings, for describe.
 type autoChange struct {
@@ -315,6 +341,7 @@ type autoChange struct {
 func (t *tuner) record(d time.Duration) {
 	i := t.next.Add(1) - 1
 	t.lat[i%uint64(len(t.lat))].Store(int64(d))
+	t.latSum.Add(int64(d))
 }
 
 // p99 of the latencies recorded since from (at most the ring's size), and how many.
@@ -347,9 +374,9 @@ func (t *tuner) run() {
 	defer tick.Stop()
 	var at time.Time
 	var from uint64
-	var items, batches int64
+	var items, batches, sum int64
 	begin := func(now time.Time) {
-		at, from, items, batches = now, t.next.Load(), t.b.batchItems.Load(), t.b.batches.Load()
+		at, from, items, batches, sum = now, t.next.Load(), t.b.batchItems.Load(), t.b.batches.Load(), t.latSum.Load()
 	}
 	begin(time.Now())
 	var settleUntil time.Time
@@ -372,7 +399,8 @@ func (t *tuner) run() {
 		}
 		p99, n := t.p99(from)
 		di, db := t.b.batchItems.Load()-items, t.b.batches.Load()-batches
-		w := window{rate: float64(di) / now.Sub(at).Seconds(), p99: p99, n: n, batches: db}
+		secs := now.Sub(at).Seconds()
+		w := window{rate: float64(di) / secs, p99: p99, n: n, batches: db, load: float64(t.latSum.Load()-sum) / 1e9 / secs}
 		if db > 0 {
 			w.mean = float64(di) / float64(db)
 		}
@@ -389,7 +417,8 @@ func (t *tuner) step(w window) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.b.batchSize.Load()
-	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "phase", t.phase, "rate", math.Round(w.rate), "mean_batch", math.Round(w.mean*10)/10, "p99", w.p99)
+	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "delay", time.Duration(t.b.maxDelay.Load()).Round(time.Microsecond),
+		"phase", t.phase, "rate", math.Round(w.rate), "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "p99", w.p99)
 	if w.batches < minBatches || w.n < minAnswered {
 		// Too little load to judge anything (idle, or the load stopped): a probe under way
 		// is void and is tried again when the load is back.
@@ -419,48 +448,75 @@ func (t *tuner) step(w window) time.Duration {
 		if ok && !t.won {
 			// One win may be noise: the same probe again at once, adopted if it wins twice.
 			t.won, t.wait = true, 0
-			t.log.Debug("auto batching probe won once", "model", t.name, "batch_size", t.limit, "tried", t.cand, "detail", why)
+			t.log.Debug("auto batching probe won once", "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
 			return 0
 		}
 		t.won = false
 		if ok {
-			from := t.limit
-			t.limit = t.cand
+			from, fromLimit := t.setting(), t.limit
+			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1
 			t.backoff = 1
+			t.remember(t.before)
 			t.settled = window{}
-			t.apply(fmt.Sprintf("probe: %s at batch %d than at %d", why, t.cand, from))
+			t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
 			t.wait = 0
-			return t.settleTime(from)
+			return t.settleTime(fromLimit)
 		}
-		t.log.Debug("auto batching probe declined", "model", t.name, "batch_size", t.limit, "tried", t.cand, "detail", why)
+		t.log.Debug("auto batching probe declined", "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
 		t.backoff = min(maxBackoff, max(1, 2*t.backoff))
 		t.wait = t.backoff
-		t.down = !t.down
+		t.dir = (t.dir + 1) % dirs
+		t.remember(t.before)
 		return 0
 	}
 	over := t.target > 0 && w.n >= 20 && w.p99 > t.target
+	var settle time.Duration
 	switch {
 	case over && !t.wasOver:
 		// The target just broke: try a smaller batch at once.
-		t.backoff, t.wait, t.down = 1, 0, true
+		t.backoff, t.wait, t.dir = 1, 0, dirDown
 	case t.settled.rate == 0:
 		t.backoff, t.wait, t.settled = 1, min(t.wait, 1), w
-	case shifted(w.rate, t.settled.rate, rateShift) || shifted(w.mean, t.settled.mean, meanShift):
+	case shifted(w.rate, t.settled.rate, rateShift) || shifted(w.mean, t.settled.mean, meanShift) || shifted(w.load, t.settled.load, meanShift):
 		// The load changed, if it stays changed for two windows (one may be noise): look
-		// again soon.
+		// again soon, or, at a load level seen before, take back what was learned there.
 		if t.shifts++; t.shifts >= 2 {
 			t.backoff, t.wait, t.settled, t.shifts = 1, min(t.wait, 1), w, 0
+			if m, ok := t.levels[w.level()]; ok {
+				t.backoff, t.wait = m.backoff, m.backoff
+				if m.limit != t.limit || m.linger != t.linger {
+					from := t.limit
+					t.limit, t.linger, t.delay = m.limit, m.linger, 0
+					if t.linger {
+						t.delay = t.lingerFor(t.limit, w.rate)
+					}
+					t.apply(fmt.Sprintf("load seen before (%.1f requests in the server): %s", w.load, t.setting()))
+					settle = t.settleTime(from)
+				}
+			}
 		}
 	default:
 		// The load as before: follow its drift slowly.
 		t.shifts = 0
 		t.settled.rate += (w.rate - t.settled.rate) / 4
 		t.settled.mean += (w.mean - t.settled.mean) / 4
+		t.settled.load += (w.load - t.settled.load) / 4
 	}
 	t.wasOver = over
-	// The delay, with several workers: the time the queue takes to fill a batch at the
-	// arrival rate, at most a forward shared among the workers; changes under 25% are noise.
-	if t.auto.delay && t.workers > 1 {
+	switch {
+	case t.linger && w.mean < 2:
+		// Batches of one wait their whole delay for nobody: stop lingering.
+		t.linger, t.delay = false, 0
+		t.apply(fmt.Sprintf("batches of %.1f: no lingering", w.mean))
+	case t.linger:
+		// Lingering follows the arrival rate; changes under 25% are noise.
+		if d := t.lingerFor(t.limit, w.rate); math.Abs(float64(d-t.delay)) > 0.25*float64(max(d, t.delay)) {
+			t.delay = d
+			t.b.SetBatching(t.limit, t.delay)
+		}
+	case t.auto.delay && t.workers > 1:
+		// With several workers: the time the queue takes to fill a batch at the arrival
+		// rate, at most a forward shared among the workers; changes under 25% are noise.
 		d := time.Duration(0)
 		if w.rate > 0 {
 			d = min(time.Duration(float64(t.limit)/w.rate*float64(time.Second)), t.curve.forward(t.limit)/time.Duration(t.workers))
@@ -470,35 +526,81 @@ func (t *tuner) step(w window) time.Duration {
 			t.apply(fmt.Sprintf("arrival rate %.0f/s", w.rate))
 		}
 	}
-	if !t.auto.batch || w.batches == 0 {
-		return 0
+	if !t.auto.batch && !(t.auto.delay && t.workers == 1) || settle > 0 {
+		return settle
 	}
 	if t.wait > 0 {
 		t.wait--
 		return 0
 	}
-	// A probe, if the load makes the limit matter: batches near the limit for a bigger one,
-	// batches of two or more for a smaller one.
-	up := min(t.maxCap, 2*t.limit)
-	upOK := up > t.limit && w.mean >= 0.75*float64(t.limit) && !over
-	// Down halves the batches served, which may be smaller than the limit.
-	dn := max(1, min(t.limit, int(math.Round(w.mean)))/2)
-	dnOK := dn < t.limit && w.mean >= 2
-	switch {
-	case t.won:
+	if t.won {
 		// The confirmation of a won probe: the same candidate.
-	case t.down && dnOK, !upOK && dnOK:
-		t.cand, t.down = dn, true
-	case upOK:
-		t.cand, t.down = up, false
-	default:
-		t.wait = t.backoff
-		return 0
+		t.before, t.phase = w, phaseProbing
+		t.b.SetBatching(t.cand, t.candDly)
+		return t.settleTime(int(old))
 	}
-	t.before = w
-	t.phase = phaseProbing
-	t.b.SetBatching(t.cand, t.delay)
-	return t.settleTime(int(old))
+	// A probe, if the load makes the setting matter: batches near the limit for a bigger
+	// one, batches of two or more for a smaller one (half the batches served, which may be
+	// smaller than the limit), and, with one worker, batches of two or more that do not fill
+	// the limit for lingering (or no longer lingering): waiting for a full batch costs
+	// latency but can serve more when the forward has a fixed cost.
+	for k := range dirs {
+		d := (t.dir + k) % dirs
+		cand, dly, ok := t.limit, t.delay, false
+		switch d {
+		case dirUp:
+			cand = min(t.maxCap, 2*t.limit)
+			ok = t.auto.batch && cand > t.limit && w.mean >= 0.75*float64(t.limit) && !over
+		case dirDown:
+			cand = max(1, min(t.limit, int(math.Round(w.mean)))/2)
+			ok = t.auto.batch && cand < t.limit && w.mean >= 2
+		case dirLinger:
+			dly = 0
+			if !t.linger {
+				dly = t.lingerFor(t.limit, w.rate)
+			}
+			ok = t.auto.delay && t.workers == 1 && w.mean >= 2 && w.mean < 0.9*float64(t.limit) && dly != t.delay
+		}
+		if !ok {
+			continue
+		}
+		if t.linger && d != dirLinger {
+			dly = t.lingerFor(cand, w.rate)
+		}
+		t.dir, t.cand, t.candDly = d, cand, dly
+		t.before, t.phase = w, phaseProbing
+		t.b.SetBatching(t.cand, t.candDly)
+		return t.settleTime(int(old))
+	}
+	t.wait = t.backoff
+	return 0
+}
+
+// lingerFor is the delay that lets a batch of b fill at the arrival rate, at most two
+// forwards of it.
+func (t *tuner) lingerFor(b int, rate float64) time.Duration {
+	d := 2 * t.curve.forward(b)
+	if rate > 0 {
+		d = min(d, time.Duration(float64(b)/rate*float64(time.Second)))
+	}
+	return max(d, 50*time.Microsecond)
+}
+
+// remember notes the settings and backoff at the load level of w.
+func (t *tuner) remember(w window) {
+	if t.levels == nil {
+		t.levels = map[int]levelMemory{}
+	}
+	t.levels[w.level()] = levelMemory{limit: t.limit, linger: t.linger, backoff: t.backoff}
+}
+
+func (t *tuner) setting() string { return settingName(t.limit, t.delay) }
+
+func settingName(limit int, delay time.Duration) string {
+	if delay > 0 {
+		return fmt.Sprintf("batch %d, linger %v", limit, delay.Round(10*time.Microsecond))
+	}
+	return fmt.Sprintf("batch %d", limit)
 }
 
 // better decides a probe: the trial window against the windows before and after it at the
@@ -539,6 +641,14 @@ func (t *tuner) apply(reason string) {
 		"p99", t.lastP99.Round(time.Microsecond), "target", t.target, "reason", reason)
 }
 
+// loadLevel is one remembered load level, for describe.
+type loadLevel struct {
+	InServer  float64 `json:"requestsInServer"` // the level's lower bound
+	BatchSize int     `json:"batchSize"`
+	Linger    bool    `json:"linger"`
+	Backoff   int     `json:"probeBackoffWindows"`
+}
+
 // autoStatus is describe's view of the tuner.
 type autoStatus struct {
 	BatchSize       int          `json:"batchSize"`
@@ -549,6 +659,8 @@ type autoStatus struct {
 	Changes         int          `json:"changes"`
 	Probes          int          `json:"probes"`
 	MaxBatchSize    int          `json:"maxBatchSize"`
+	Linger          bool         `json:"linger"`
+	LoadLevels      []loadLevel  `json:"loadLevels"`
 	History         []autoChange `json:"history"`
 	Curve           []curvePoint `json:"curve"`
 	CurveSource     string       `json:"curveSource"`
@@ -566,7 +678,13 @@ func (t *tuner) status() *autoStatus {
 	if t.auto.delay {
 		auto = append(auto, "max_batch_delay")
 	}
+	levels := []loadLevel{}
+	for l, m := range t.levels {
+		levels = append(levels, loadLevel{InServer: math.Round(math.Pow(2, (float64(l)-0.5)/2)*10) / 10, BatchSize: m.limit, Linger: m.linger, Backoff: m.backoff})
+	}
+	slices.SortFunc(levels, func(a, b loadLevel) int { return cmp.Compare(a.InServer, b.InServer) })
 	return &autoStatus{
+		Linger: t.linger, LoadLevels: levels,
 		BatchSize: t.limit, MaxBatchDelayMS: float64(t.delay) / 1e6, LatencyTargetMS: float64(t.target) / 1e6,
 		LastP99MS: float64(t.lastP99) / 1e6, Auto: auto, Changes: t.changes, Probes: t.probes, MaxBatchSize: t.maxCap,
 		History: slices.Clone(t.history), Curve: t.curve.Points, CurveSource: t.source, CurveSeconds: t.curve.Took, Workers: t.workers,

@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,6 +66,7 @@ func newTestTuner(target time.Duration, workers, limit, maxCap int) *tuner {
 // multiplicative noise of ±noise drawn from a fixed seed.
 type load struct {
 	rate    func(limit int) float64       // requests/s served
+	linger  float64                       // the rate's factor when batches linger (0: 1)
 	p99     func(limit int) time.Duration // 0: 1 ms
 	queue   int                           // requests waiting: batches are min(limit, queue)
 	noise   float64
@@ -82,7 +84,13 @@ func (l *load) run(tn *tuner, n int) []int {
 	for range n {
 		lim := int(tn.b.batchSize.Load())
 		seen = append(seen, lim)
-		w := window{rate: l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100, p99: time.Millisecond}
+		f := 1.0
+		if l.linger > 0 && tn.b.maxDelay.Load() > 0 {
+			f = l.linger
+		}
+		// In a closed loop the requests in the server are about the clients (the queue).
+		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
+			p99: time.Millisecond, load: float64(l.queue)}
 		if l.p99 != nil {
 			w.p99 = l.p99(lim)
 		}
@@ -241,5 +249,72 @@ func TestTunerP99(t *testing.T) {
 	}
 	if _, n := tn.p99(tn.next.Load()); n != 0 {
 		t.Fatalf("an empty window has %d", n)
+	}
+}
+
+// One worker, batches that do not fill the limit, and a load where waiting for a full batch
+// serves 15% more (a closed loop whose clients answer in bursts): the tuner adopts lingering,
+// with a delay that lets the batch fill at the arrival rate, and drops it at once when the
+// batches become single requests. Where lingering serves less it is never adopted.
+func TestTunerLinger(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 8)
+	l := &load{rate: func(int) float64 { return 4000 }, queue: 6, linger: 1.15}
+	l.run(tn, 40)
+	if !tn.linger || tn.delay != 2*time.Millisecond || tn.limit != 8 {
+		// 8 requests at 4000/s take 2 ms; two forwards of 8 take 60 ms.
+		t.Fatalf("linger %v, delay %v, limit %d (history %+v), want lingering 2ms at 8", tn.linger, tn.delay, tn.limit, tn.history)
+	}
+	if time.Duration(tn.b.maxDelay.Load()) != tn.delay {
+		t.Fatalf("batcher delay %v", time.Duration(tn.b.maxDelay.Load()))
+	}
+	changes := tn.changes
+	l.run(tn, 40) // steady: stays
+	if !tn.linger || tn.changes != changes {
+		t.Fatalf("steady load: linger %v after %d more changes (%+v)", tn.linger, tn.changes-changes, tn.history)
+	}
+	one := &load{rate: func(int) float64 { return 400 }, queue: 1}
+	one.run(tn, 1)
+	if tn.linger || tn.delay != 0 || tn.b.maxDelay.Load() != 0 {
+		t.Fatalf("batches of one still linger %v", tn.delay)
+	}
+
+	no := newTestTuner(0, 1, 8, 8)
+	bad := &load{rate: func(int) float64 { return 4000 }, queue: 6, linger: 0.8, noise: 0.04}
+	bad.run(no, 300)
+	if no.linger || no.changes != 0 {
+		t.Fatalf("lingering that serves less adopted: %+v", no.history)
+	}
+	t.Logf("lingering that serves 20%% less: %d probes in 300 windows, none adopted", no.probes)
+}
+
+// A load level seen before gets the settings learned there back at once, without probing:
+// c=64 (best 32), c=16 (best 8), c=64 again, c=16 again.
+func TestTunerRemembersLoadLevels(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	sat := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64}
+	mid := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8200, 16: 7000, 32: 6900, 64: 6900}), queue: 16}
+	sat.run(tn, 60)
+	mid.run(tn, 60)
+	if tn.limit != 8 {
+		t.Fatalf("c=16: limit %d (%+v)", tn.limit, tn.history)
+	}
+	for _, tc := range []struct {
+		l    *load
+		want int
+	}{{sat, 32}, {mid, 8}, {sat, 32}} {
+		probes := tn.probes
+		seen := tc.l.run(tn, 8)
+		// Two windows to see the change, then the remembered limit.
+		for i, s := range seen[3:] {
+			if s != tc.want {
+				t.Fatalf("back at queue %d: window %d at %d (windows %v), want %d", tc.l.queue, i+3, s, seen, tc.want)
+			}
+		}
+		if tn.probes != probes {
+			t.Fatalf("back at queue %d: %d probes", tc.l.queue, tn.probes-probes)
+		}
+		if last := tn.history[len(tn.history)-1].Reason; !strings.HasPrefix(last, "load seen before") {
+			t.Fatalf("reason %q", last)
+		}
 	}
 }
