@@ -14,6 +14,7 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -64,9 +65,9 @@ func main() {
 	// The concurrencies of the benchmark harness (bench/harness) for these workloads.
 	models := []*model{
 		{name: "digits_tensor", archive: "digits_tensor.mar", file: "models/out/digits/sample_tensor.npy", ctype: "application/x-npy",
-			batches: []int{1, 8, 32}, delays: []int{0, 5}, concs: []int{1, 8, 16, 64, 256}, seconds: 4, target: 15 * time.Millisecond},
+			batches: []int{1, 8, 32}, delays: []int{0, 5}, concs: []int{1, 8, 16, 64, 256}, seconds: 6, target: 15 * time.Millisecond},
 		{name: "resnet18", archive: "resnet18.mar", file: "models/out/resnet18/sample_640x480.jpg", ctype: "image/jpeg",
-			batches: []int{1, 4, 8, 16}, delays: []int{0}, concs: []int{1, 8, 16, 64, 256}, seconds: 5, target: time.Second},
+			batches: []int{1, 4, 8, 16}, delays: []int{0}, concs: []int{1, 8, 16, 64, 256}, seconds: 10, target: time.Second},
 	}
 	if *concs != "" {
 		var cs []int
@@ -179,8 +180,9 @@ func main() {
 
 func targetLabel(m *model) string { return fmt.Sprintf("auto, p99 target %v", m.target) }
 
+// ab runs one point; ab reads -t in whole seconds.
 func ab(inf string, v *variant, c int, seconds float64) point {
-	out, err := exec.Command("ab", "-k", "-q", "-c", strconv.Itoa(c), "-t", fmt.Sprint(seconds), "-n", "10000000", "-s", "120",
+	out, err := exec.Command("ab", "-k", "-q", "-c", strconv.Itoa(c), "-t", strconv.Itoa(max(1, int(math.Round(seconds)))), "-n", "10000000", "-s", "120",
 		"-T", v.model.ctype, "-p", v.model.file, fmt.Sprintf("http://%s/predictions/%s", inf, v.name)).CombinedOutput()
 	m, p := rps.FindSubmatch(out), p99Re.FindSubmatch(out)
 	if err != nil || m == nil || p == nil {
@@ -255,6 +257,23 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			}
 			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
 				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, at.rps, at.p99, inL, in.rps, ratio, tv)
+		}
+		// At c=1 every setting without a delay runs batches of one: the same work, so their
+		// spread is the noise floor of these comparisons.
+		if r := res[m.name][m.concs[0]]; m.concs[0] == 1 {
+			lo, hi := 0.0, 0.0
+			for l, xs := range r {
+				if strings.HasSuffix(l, "delay 0 ms") {
+					x := median(xs).rps
+					if lo == 0 || x < lo {
+						lo = x
+					}
+					hi = max(hi, x)
+				}
+			}
+			if hi > 0 {
+				fmt.Fprintf(&b, "\nNoise floor: at c=1 the fixed settings without a delay all run batches of one (the same work); their medians span %.1f–%.1f req/s, a ratio of %.2f.\n", lo, hi, lo/hi)
+			}
 		}
 		fmt.Fprintf(&b, "\nEvery variant (median req/s / p99 ms):\n\n| c |")
 		var labels []string
