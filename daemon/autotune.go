@@ -35,11 +35,12 @@ import (
 //
 // While serving, batches are formed greedily: a free worker takes what is queued, up to the
 // limit, so at low load a request runs alone at once (the lowest latency at the offered
-// load) and under load batches grow with the queue. With one worker the delay is 0: waiting
-// could only add latency, since requests that arrive during a forward queue anyway. With
-// several workers, an idle worker would split the arrivals into small batches, so the delay
-// becomes the time the queue takes to fill the batch at the measured arrival rate, at most
-// a forward's time divided by the workers.
+// load) and under load batches grow with the queue. With one worker the delay starts at 0
+// (requests that arrive during a forward queue anyway), and lingering is one of the probes:
+// in a closed loop whose clients answer in bursts, waiting for the stragglers fills the
+// batch. With several workers, an idle worker would split the arrivals into small batches,
+// so the delay becomes the time the queue takes to fill the batch at the measured arrival
+// rate, at most a forward's time divided by the workers.
 //
 // The forward alone does not say which limit serves best: per-batch costs (dispatch,
 // concatenation, waking the requests) favour bigger batches, and the overlap of the HTTP
@@ -227,17 +228,19 @@ func cacheDir(cfg *Config) string {
 
 // tuner adapts one model version's batching while it serves.
 //
-// It works in measuring windows (eight forwards' time, 0.3–4 s). The batch limit moves only
-// through probes: with the load busy enough for the limit to matter, the tuner serves one
-// window at a neighbouring limit (double, or half the batches being served), then one more
-// at the current limit, and counts a win if the neighbour served ≥ 5% more than the mean of
+// It works in measuring windows (eight forwards' time, 0.3–4 s). The settings move only
+// through probes: with the load busy enough for them to matter, the tuner serves one window
+// at a neighbouring setting (double the limit, half the batches being served, or with one
+// worker lingering turned on or off), then one more at the current setting, and counts a win if the neighbour served ≥ 5% more than the mean of
 // the two windows at the current limit around it (interleaving cancels the drift of a shared
 // machine) — or, with a latency target, if it brings p99 within the target, or 10% closer
 // when neither limit meets it. Two wins in a row adopt the neighbour. A probe that does not
-// pay doubles the wait before the next one (up to maxBackoff windows) and turns the
-// direction; a change of load (served rate ×2 or mean batch ×1.5 for two windows) or a p99
-// newly over the target resets the wait. So a steady load settles on one limit and probes
-// rarely, and a change of load is followed within a few windows.
+// pay doubles the wait before the next one (up to maxBackoff windows) and turns to the next
+// direction; a change of load (served rate ×2, or mean batch or requests in the server ×1.5,
+// for two windows) or a p99 newly over the target resets the wait. So a steady load settles
+// on one setting and probes rarely, and a change of load is followed within a few windows.
+// What the probes leave at a load level is remembered: when the load comes back to it, its
+// settings return at once.
 type tuner struct {
 	name    string
 	log     *slog.Logger
@@ -274,11 +277,27 @@ type tuner struct {
 	linger  bool          // with one worker: batches wait to fill (the delay follows the arrival rate)
 	settled window        // the load windows are compared with, to notice a change
 	shifts  int           // windows in a row away from settled
-	won     bool          // the last probe of cand won once; the next one confirms it
+	again   bool          // the next probe repeats cand (a first win on latency, or undecided)
+	// The evidence of the probes at the current settings and load, per neighbour, and the
+	// served rate's noise from window to window (an EWMA of squared log differences).
+	evidence map[probeKey]evidence
+	noiseVar float64
+	noiseN   int
+	prevRate float64 // the last steady window's rate, at the current settings
 	wasOver bool          // the last window's p99 was over the target
 	// levels remembers, per load level, the settings the probes left there and their
 	// backoff: a load seen before gets its settings back at once instead of probing again.
 	levels map[int]levelMemory
+}
+
+type probeKey struct {
+	limit  int
+	linger bool
+}
+
+type evidence struct {
+	n   int
+	sum float64 // of the probes' log gains
 }
 
 // levelMemory is what the tuner learned at one load level.
@@ -302,6 +321,7 @@ const (
 	phaseReturning
 
 	probeGain   = 1.05 // a neighbour must serve this much more to be adopted
+	maxEvidence = 8    // probes of one neighbour before it is declined undecided
 	maxBackoff  = 32   // windows
 	minWindow   = 300 * time.Millisecond
 	maxWindow   = 4 * time.Second
@@ -423,7 +443,7 @@ func (t *tuner) step(w window) time.Duration {
 		// Too little load to judge anything (idle, or the load stopped): a probe under way
 		// is void and is tried again when the load is back.
 		if t.phase != phaseSteady {
-			t.phase, t.wait, t.won = phaseSteady, 1, false
+			t.phase, t.wait, t.again = phaseSteady, 1, false
 			t.b.SetBatching(t.limit, t.delay)
 			return t.settleTime(int(old))
 		}
@@ -440,33 +460,72 @@ func (t *tuner) step(w window) time.Duration {
 		t.phase = phaseSteady
 		if shifted(w.rate, t.before.rate, voidShift) {
 			// The load changed during the probe: it says nothing; try again later.
-			t.wait, t.won = max(1, t.backoff), false
+			t.wait, t.again = max(1, t.backoff), false
 			return 0
 		}
 		t.probes++
-		ok, why := t.better(t.trial, t.before, w)
-		if ok && !t.won {
-			// One win may be noise: the same probe again at once, adopted if it wins twice.
-			t.won, t.wait = true, 0
-			t.log.Debug("auto batching probe won once", "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
-			return 0
+		t.noise(t.before.rate, w.rate)
+		t.prevRate = w.rate
+		byRate, ok, r, why := t.better(t.trial, t.before, w)
+		verdict := "declined"
+		if byRate {
+			// Served rates are noisy (±15% from one window to the next on this machine):
+			// the evidence of every probe of this neighbour at this load adds up, and the
+			// neighbour is adopted when its mean gain is ≥ 5% and twice its standard error,
+			// declined when it is clearly under 5% (or still undecided after maxEvidence
+			// probes), and otherwise probed again after one window.
+			k := probeKey{t.cand, t.candDly > 0}
+			if t.evidence == nil {
+				t.evidence = map[probeKey]evidence{}
+			}
+			e := t.evidence[k]
+			e.n++
+			e.sum += r
+			if e.n > 2*maxEvidence { // old evidence fades
+				e.n, e.sum = e.n/2, e.sum/2
+			}
+			t.evidence[k] = e
+			mean, se := e.sum/float64(e.n), t.sigma()/math.Sqrt(float64(e.n))
+			why = fmt.Sprintf("%s (mean gain %+.1f%% ± %.1f%% over %d probes)", why, 100*math.Expm1(mean), 200*se, e.n)
+			switch {
+			case e.n >= 2 && mean >= max(math.Log(probeGain), 2*se):
+				ok, verdict = true, ""
+			case mean+2*se < math.Log(probeGain) || e.n >= maxEvidence:
+				ok = false
+			default:
+				ok, verdict = false, "undecided"
+			}
+		} else if ok && !t.again {
+			// One win on latency may be noise: the same probe again at once, adopted if it
+			// wins twice.
+			verdict = "won once"
+		} else if ok {
+			verdict = ""
 		}
-		t.won = false
-		if ok {
+		switch verdict {
+		case "":
+			t.again = false
 			from, fromLimit := t.setting(), t.limit
 			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1
 			t.backoff = 1
 			t.remember(t.before)
-			t.settled = window{}
+			t.forget()
 			t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
 			t.wait = 0
 			return t.settleTime(fromLimit)
+		case "won once", "undecided":
+			t.again, t.wait = true, 0
+			if verdict == "undecided" {
+				t.wait = 1
+			}
+		default:
+			t.again = false
+			t.backoff = min(maxBackoff, max(1, 2*t.backoff))
+			t.wait = t.backoff
+			t.dir = (t.dir + 1) % dirs
+			t.remember(t.before)
 		}
-		t.log.Debug("auto batching probe declined", "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
-		t.backoff = min(maxBackoff, max(1, 2*t.backoff))
-		t.wait = t.backoff
-		t.dir = (t.dir + 1) % dirs
-		t.remember(t.before)
+		t.log.Debug("auto batching probe "+verdict, "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
 		return 0
 	}
 	over := t.target > 0 && w.n >= 20 && w.p99 > t.target
@@ -480,7 +539,9 @@ func (t *tuner) step(w window) time.Duration {
 	case shifted(w.rate, t.settled.rate, rateShift) || shifted(w.mean, t.settled.mean, meanShift) || shifted(w.load, t.settled.load, meanShift):
 		// The load changed, if it stays changed for two windows (one may be noise): look
 		// again soon, or, at a load level seen before, take back what was learned there.
+		t.prevRate = 0
 		if t.shifts++; t.shifts >= 2 {
+			t.forget()
 			t.backoff, t.wait, t.settled, t.shifts = 1, min(t.wait, 1), w, 0
 			if m, ok := t.levels[w.level()]; ok {
 				t.backoff, t.wait = m.backoff, m.backoff
@@ -496,18 +557,24 @@ func (t *tuner) step(w window) time.Duration {
 			}
 		}
 	default:
-		// The load as before: follow its drift slowly.
+		// The load as before: follow its drift slowly, and learn the noise of the rate.
 		t.shifts = 0
+		if t.prevRate > 0 {
+			t.noise(t.prevRate, w.rate)
+		}
+		t.prevRate = w.rate
 		t.settled.rate += (w.rate - t.settled.rate) / 4
 		t.settled.mean += (w.mean - t.settled.mean) / 4
 		t.settled.load += (w.load - t.settled.load) / 4
 	}
 	t.wasOver = over
 	switch {
-	case t.linger && w.mean < 2:
-		// Batches of one wait their whole delay for nobody: stop lingering.
+	case t.linger && (w.mean < 2 || w.load < 0.75*float64(t.limit)):
+		// The load can no longer fill the batches (at worst single requests wait their
+		// whole delay for nobody): stop lingering; a probe may turn it on again.
 		t.linger, t.delay = false, 0
-		t.apply(fmt.Sprintf("batches of %.1f: no lingering", w.mean))
+		t.forget()
+		t.apply(fmt.Sprintf("%.1f requests in the server, batches of %.1f: no lingering for %d", w.load, w.mean, t.limit))
 	case t.linger:
 		// Lingering follows the arrival rate; changes under 25% are noise.
 		if d := t.lingerFor(t.limit, w.rate); math.Abs(float64(d-t.delay)) > 0.25*float64(max(d, t.delay)) {
@@ -533,8 +600,8 @@ func (t *tuner) step(w window) time.Duration {
 		t.wait--
 		return 0
 	}
-	if t.won {
-		// The confirmation of a won probe: the same candidate.
+	if t.again {
+		// The same candidate again.
 		t.before, t.phase = w, phaseProbing
 		t.b.SetBatching(t.cand, t.candDly)
 		return t.settleTime(int(old))
@@ -555,9 +622,12 @@ func (t *tuner) step(w window) time.Duration {
 			cand = max(1, min(t.limit, int(math.Round(w.mean)))/2)
 			ok = t.auto.batch && cand < t.limit && w.mean >= 2
 		case dirLinger:
+			// Lingering waits for a batch of the requests in the server (rounded to a
+			// power of two), not for a limit that the load does not fill.
 			dly = 0
 			if !t.linger {
-				dly = t.lingerFor(t.limit, w.rate)
+				cand = min(t.limit, 1<<int(math.Round(math.Log2(max(w.load, w.mean, 1)))))
+				dly = t.lingerFor(cand, w.rate)
 			}
 			ok = t.auto.delay && t.workers == 1 && w.mean >= 2 && w.mean < 0.9*float64(t.limit) && dly != t.delay
 		}
@@ -605,23 +675,60 @@ func settingName(limit int, delay time.Duration) string {
 
 // better decides a probe: the trial window against the windows before and after it at the
 // current limit.
-func (t *tuner) better(trial, before, after window) (bool, string) {
+//
+// Without a target, and with one when both meet it, it is decided on the served rate: byRate,
+// with r the log of the trial's rate over the mean of the two around it (the caller weighs
+// it with the other probes of the same neighbour). Otherwise p99 decides (ok): into the
+// target wins, breaking it loses, and when neither meets it 10% closer wins.
+func (t *tuner) better(trial, before, after window) (byRate, ok bool, r float64, why string) {
 	base := (before.rate + after.rate) / 2
 	gain := fmt.Sprintf("%.0f/s served vs %.0f/s", trial.rate, base)
+	if base > 0 && trial.rate > 0 {
+		r = math.Log(trial.rate / base)
+	} else {
+		r = -1
+	}
 	if t.target <= 0 {
-		return trial.rate >= probeGain*base, gain
+		return true, false, r, gain
 	}
 	p99 := max(before.p99, after.p99)
 	lat := fmt.Sprintf("p99 %v vs %v (target %v)", trial.p99.Round(time.Microsecond), p99.Round(time.Microsecond), t.target)
 	switch inB, inA := trial.p99 <= t.target, p99 <= t.target; {
 	case inB && !inA:
-		return true, lat
+		return false, true, r, lat
 	case inB && inA:
-		return trial.rate >= probeGain*base, gain + ", " + lat
+		return true, false, r, gain + ", " + lat
 	case !inB && !inA:
-		return trial.p99 < p99*9/10, lat
+		return false, trial.p99 < p99*9/10, r, lat
 	}
-	return false, lat
+	return false, false, r, lat
+}
+
+// noise updates the estimate of the served rate's noise from two windows at the same
+// settings.
+func (t *tuner) noise(a, b float64) {
+	if a <= 0 || b <= 0 {
+		return
+	}
+	d := math.Log(b / a)
+	t.noiseVar += (d*d - t.noiseVar) / 8
+	t.noiseN++
+}
+
+// sigma is the standard deviation of one probe's log gain: a window's noise (half the
+// variance of the difference of two) for the trial and a mean of two for the base.
+func (t *tuner) sigma() float64 {
+	w := 0.10 // until measured
+	if t.noiseN >= 4 {
+		w = min(0.5, max(0.02, math.Sqrt(t.noiseVar/2)))
+	}
+	return w * math.Sqrt(1.5)
+}
+
+// forget drops the probes' evidence: the settings or the load changed.
+func (t *tuner) forget() {
+	clear(t.evidence)
+	t.again, t.settled, t.prevRate = false, window{}, 0
 }
 
 // settleTime is how long batches formed under a limit of b may still be running.
