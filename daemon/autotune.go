@@ -284,7 +284,7 @@ type tuner struct {
 	noiseVar float64
 	noiseN   int
 	prevRate float64 // the last steady window's rate, at the current settings
-	wasOver bool          // the last window's p99 was over the target
+	wasOver  bool    // the last window's p99 was over the target
 	// levels remembers, per load level, the settings the probes left there and their
 	// backoff: a load seen before gets its settings back at once instead of probing again.
 	levels map[int]levelMemory
