@@ -231,16 +231,19 @@ func cacheDir(cfg *Config) string {
 // It works in measuring windows (eight forwards' time, 0.3–4 s). The settings move only
 // through probes: with the load busy enough for them to matter, the tuner serves one window
 // at a neighbouring setting (double the limit, half the batches being served, or with one
-// worker lingering turned on or off), then one more at the current setting, and counts a win if the neighbour served ≥ 5% more than the mean of
-// the two windows at the current limit around it (interleaving cancels the drift of a shared
-// machine) — or, with a latency target, if it brings p99 within the target, or 10% closer
-// when neither limit meets it. Two wins in a row adopt the neighbour. A probe that does not
-// pay doubles the wait before the next one (up to maxBackoff windows) and turns to the next
-// direction; a change of load (served rate ×2, or mean batch or requests in the server ×1.5,
-// for two windows) or a p99 newly over the target resets the wait. So a steady load settles
-// on one setting and probes rarely, and a change of load is followed within a few windows.
-// What the probes leave at a load level is remembered: when the load comes back to it, its
-// settings return at once.
+// worker lingering turned on or off), then one more at the current setting; the probe's
+// gain is the neighbour's served rate over the mean of the two windows around it
+// (interleaving cancels the drift of a shared machine). Windows are noisy, so the gains of
+// the probes of one neighbour at one load add up, weighed against the window-to-window
+// noise the tuner measures as it serves: a mean gain ≥ 5% and two standard errors adopts the
+// neighbour. With a latency target, p99 decides unless both settings meet the target: into
+// the target wins, breaking it loses, and 10% closer wins when neither meets it (twice in a
+// row). A declined neighbour doubles the wait before the next probe (up to maxBackoff
+// windows) and turns to the next direction; a change of load (served rate ×2, or mean batch
+// or requests in the server ×1.5, for two windows) or a p99 newly over the target resets
+// the wait. So a steady load settles on one setting and probes rarely, and a change of load
+// is followed within a few windows. What the probes leave at a load level is remembered:
+// when the load comes back to it, its settings return at once.
 type tuner struct {
 	name    string
 	log     *slog.Logger
@@ -569,9 +572,12 @@ func (t *tuner) step(w window) time.Duration {
 	}
 	t.wasOver = over
 	switch {
-	case t.linger && (w.mean < 2 || w.load < 0.75*float64(t.limit)):
+	case t.linger && (w.mean < 2 || w.load < 0.75*float64(t.limit) && w.mean < 0.75*float64(t.limit)):
 		// The load can no longer fill the batches (at worst single requests wait their
-		// whole delay for nobody): stop lingering; a probe may turn it on again.
+		// whole delay for nobody): stop lingering; a probe may turn it on again. Both the
+		// batches and the requests in the server say so: a window in which the load
+		// stopped part of the way has few requests in the server on average, but the
+		// batches it served were full.
 		t.linger, t.delay = false, 0
 		t.forget()
 		t.apply(fmt.Sprintf("%.1f requests in the server, batches of %.1f: no lingering for %d", w.load, w.mean, t.limit))

@@ -272,6 +272,18 @@ func TestTunerLinger(t *testing.T) {
 	if !tn.linger || tn.changes != changes {
 		t.Fatalf("steady load: linger %v after %d more changes (%+v)", tn.linger, tn.changes-changes, tn.history)
 	}
+	// A window in which the load stopped part of the way: few requests in the server on
+	// average, but full batches. Still lingering.
+	tn.step(window{rate: 1000, mean: 7.9, load: 2, n: 100, batches: 20, p99: time.Millisecond})
+	if !tn.linger {
+		t.Fatalf("a window cut short stopped the lingering: %+v", tn.history)
+	}
+	// Four clients for a batch of eight: stop.
+	tn.step(window{rate: 4000, mean: 4, load: 4, n: 100, batches: 20, p99: time.Millisecond})
+	if tn.linger || tn.delay != 0 {
+		t.Fatalf("half-full batches still linger %v", tn.delay)
+	}
+	tn.linger, tn.delay = true, 2*time.Millisecond
 	one := &load{rate: func(int) float64 { return 400 }, queue: 1}
 	one.run(tn, 1)
 	if tn.linger || tn.delay != 0 || tn.b.maxDelay.Load() != 0 {
