@@ -521,6 +521,7 @@ func (t *tuner) step(w window) time.Duration {
 			if verdict == "undecided" {
 				t.wait = 1
 			}
+			t.remember(t.before)
 		default:
 			t.again = false
 			t.backoff = min(maxBackoff, max(1, 2*t.backoff))
