@@ -288,6 +288,8 @@ type tuner struct {
 	noiseN   int
 	prevRate float64 // the last steady window's rate, at the current settings
 	wasOver  bool    // the last window's p99 was over the target
+	paused   bool    // the last window had too little load to judge
+	resumed  bool    // the load is back after a pause: the next window decides at once
 	// levels remembers, per load level, the settings the probes left there and their
 	// backoff: a load seen before gets its settings back at once instead of probing again.
 	levels map[int]levelMemory
@@ -445,11 +447,17 @@ func (t *tuner) step(w window) time.Duration {
 	if w.batches < minBatches || w.n < minAnswered {
 		// Too little load to judge anything (idle, or the load stopped): a probe under way
 		// is void and is tried again when the load is back.
+		t.paused = true
 		if t.phase != phaseSteady {
 			t.phase, t.wait, t.again = phaseSteady, 1, false
 			t.b.SetBatching(t.limit, t.delay)
 			return t.settleTime(int(old))
 		}
+		return 0
+	}
+	if t.paused {
+		// The load is back after a pause: this window may have begun before it did.
+		t.paused, t.resumed, t.prevRate = false, true, 0
 		return 0
 	}
 	t.lastP99 = w.p99
@@ -538,27 +546,23 @@ func (t *tuner) step(w window) time.Duration {
 	case over && !t.wasOver:
 		// The target just broke: try a smaller batch at once.
 		t.backoff, t.wait, t.dir = 1, 0, dirDown
+	case t.resumed && t.settled.rate > 0 && !t.shiftedFrom(w):
+		// Back after a pause to the load before it: go on as before.
+		t.resumed = false
+	case t.resumed:
+		// The first whole window after a pause, at a new load: a load that starts after a
+		// pause is a change without a second window to confirm it, and a slow model's probe
+		// then fits in the first seconds of the load.
+		t.resumed = false
+		settle = t.loadChanged(w, 0)
 	case t.settled.rate == 0:
 		t.backoff, t.wait, t.settled = 1, min(t.wait, 1), w
-	case shifted(w.rate, t.settled.rate, rateShift) || shifted(w.mean, t.settled.mean, meanShift) || shifted(w.load, t.settled.load, meanShift):
+	case t.shiftedFrom(w):
 		// The load changed, if it stays changed for two windows (one may be noise): look
 		// again soon, or, at a load level seen before, take back what was learned there.
 		t.prevRate = 0
 		if t.shifts++; t.shifts >= 2 {
-			t.forget()
-			t.backoff, t.wait, t.settled, t.shifts = 1, min(t.wait, 1), w, 0
-			if m, ok := t.levels[w.level()]; ok {
-				t.backoff, t.wait = m.backoff, m.backoff
-				if m.limit != t.limit || m.linger != t.linger {
-					from := t.limit
-					t.limit, t.linger, t.delay = m.limit, m.linger, 0
-					if t.linger {
-						t.delay = t.lingerFor(t.limit, w.rate)
-					}
-					t.apply(fmt.Sprintf("load seen before (%.1f requests in the server): %s", w.load, t.setting()))
-					settle = t.settleTime(from)
-				}
-			}
+			settle = t.loadChanged(w, min(t.wait, 1))
 		}
 	default:
 		// The load as before: follow its drift slowly, and learn the noise of the rate.
@@ -651,6 +655,35 @@ func (t *tuner) step(w window) time.Duration {
 	}
 	t.wait = t.backoff
 	return 0
+}
+
+// shiftedFrom reports whether w's load differs from the settled one: served rate ×2, or
+// mean batch or requests in the server ×1.5.
+func (t *tuner) shiftedFrom(w window) bool {
+	return shifted(w.rate, t.settled.rate, rateShift) || shifted(w.mean, t.settled.mean, meanShift) || shifted(w.load, t.settled.load, meanShift)
+}
+
+// loadChanged starts over at a new load w: the evidence is dropped, the next probe comes
+// after wait windows, and at a load level seen before its settings come back (and its
+// backoff). It returns the time to let a change of settings settle.
+func (t *tuner) loadChanged(w window, wait int) time.Duration {
+	t.forget()
+	t.backoff, t.wait, t.settled, t.shifts = 1, wait, w, 0
+	m, ok := t.levels[w.level()]
+	if !ok {
+		return 0
+	}
+	t.backoff, t.wait = m.backoff, m.backoff
+	if m.limit == t.limit && m.linger == t.linger {
+		return 0
+	}
+	from := t.limit
+	t.limit, t.linger, t.delay = m.limit, m.linger, 0
+	if t.linger {
+		t.delay = t.lingerFor(t.limit, w.rate)
+	}
+	t.apply(fmt.Sprintf("load seen before (%.1f requests in the server): %s", w.load, t.setting()))
+	return t.settleTime(from)
 }
 
 // lingerFor is the delay that lets a batch of b fill at the arrival rate, at most two

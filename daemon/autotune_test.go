@@ -361,3 +361,28 @@ func TestTunerNoisyGain(t *testing.T) {
 		t.Fatalf("the 15%% gain found with %d of 8 seeds", found)
 	}
 }
+
+// A load that starts after a pause is judged at once: its first window (which may have begun
+// before the load) is skipped, the second starts a probe, without the two windows that
+// confirm a change under continuous load. A pause followed by the same load changes nothing.
+func TestTunerResumesAfterPause(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	sat := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64}
+	sat.run(tn, 100)
+	probes, limit := tn.probes, tn.limit
+	for range 5 {
+		tn.step(window{})
+	}
+	sat.run(tn, 2)
+	if tn.phase != phaseSteady || tn.probes != probes || tn.limit != limit {
+		t.Fatalf("the same load after a pause: phase %d, %d probes, limit %d → %d", tn.phase, tn.probes-probes, limit, tn.limit)
+	}
+	for range 5 {
+		tn.step(window{})
+	}
+	mid := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8200, 16: 7000, 32: 6900, 64: 6900}), queue: 16}
+	mid.run(tn, 2)
+	if tn.phase != phaseProbing {
+		t.Fatalf("two windows into a new load after a pause: phase %d, want a probe under way", tn.phase)
+	}
+}

@@ -2,7 +2,7 @@
 // "auto") with a sweep of fixed settings, model by model and concurrency by concurrency, in
 // one run on one server (issue 9):
 //
-//	make bench-auto                      # or: go run ./bench/autobatch -rounds 5 [-scale 0.5] [-c 1,64]
+//	make bench-auto                      # or: go run ./bench/autobatch -rounds 5 [-scale 0.5] [-c 1,64] [-models resnet18]
 //
 // Every variant is the same archive registered under its own name, so all of them are loaded
 // side by side in one torchd and take turns: at each concurrency, each round runs every
@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ func main() {
 	scale := flag.Float64("scale", 1, "multiplies every model's seconds of load per point")
 	rounds := flag.Int("rounds", 5, "rounds per concurrency")
 	concs := flag.String("c", "", "concurrencies (default: the harness's, per model)")
+	only := flag.String("models", "", "comma-separated models to run (default: all)")
 	out := flag.String("out", "docs/autobatch.md", "the report")
 	flag.Parse()
 
@@ -81,6 +83,18 @@ func main() {
 		for _, m := range models {
 			m.concs = cs
 		}
+	}
+	if *only != "" {
+		var keep []*model
+		for _, m := range models {
+			if slices.Contains(strings.Split(*only, ","), m.name) {
+				keep = append(keep, m)
+			}
+		}
+		if len(keep) == 0 {
+			fatal("-models %q: none of digits_tensor, resnet18", *only)
+		}
+		models = keep
 	}
 	for _, m := range models {
 		m.seconds *= *scale
