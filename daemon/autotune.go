@@ -255,9 +255,9 @@ type tuner struct {
 	auto    struct{ batch, delay bool }
 	maxCap  int
 
-	lat    [1024]atomic.Int64 // recent request latencies (ns), a ring
-	next   atomic.Uint64
-	latSum atomic.Int64 // of every answered request's latency (ns): Little's law gives the load
+	lat      [1024]atomic.Int64 // recent request latencies (ns), a ring
+	next     atomic.Uint64
+	inServer atomic.Int64 // requests between arrival and answer, sampled every tick: the load
 
 	mu      sync.Mutex
 	limit   int
@@ -348,7 +348,7 @@ type window struct {
 	p99     time.Duration // of the requests answered in it
 	n       int           // requests answered in it
 	batches int64
-	load    float64 // mean requests in the server (Little's law: latency summed / window time)
+	load    float64 // mean requests in the server (sampled every tick)
 }
 
 // level is a window's load level: its requests in the server in half octaves.
@@ -362,11 +362,14 @@ type autoChange struct {
 	Reason    string    `json:"reason"`
 }
 
+// enter counts a request in; record counts it out.
+func (t *tuner) enter() { t.inServer.Add(1) }
+
 // record notes one answered request's latency; a few atomic operations.
 func (t *tuner) record(d time.Duration) {
 	i := t.next.Add(1) - 1
 	t.lat[i%uint64(len(t.lat))].Store(int64(d))
-	t.latSum.Add(int64(d))
+	t.inServer.Add(-1)
 }
 
 // p99 of the latencies recorded since from (at most the ring's size), and how many.
@@ -399,9 +402,9 @@ func (t *tuner) run() {
 	defer tick.Stop()
 	var at time.Time
 	var from uint64
-	var items, batches, sum int64
+	var items, batches, sum, samples int64
 	begin := func(now time.Time) {
-		at, from, items, batches, sum = now, t.next.Load(), t.b.batchItems.Load(), t.b.batches.Load(), t.latSum.Load()
+		at, from, items, batches, sum, samples = now, t.next.Load(), t.b.batchItems.Load(), t.b.batches.Load(), 0, 0
 	}
 	begin(time.Now())
 	var settleUntil time.Time
@@ -412,6 +415,7 @@ func (t *tuner) run() {
 			return
 		case now = <-tick.C:
 		}
+		sum, samples = sum+t.inServer.Load(), samples+1
 		if now.Before(settleUntil) {
 			begin(now)
 			continue
@@ -425,7 +429,7 @@ func (t *tuner) run() {
 		p99, n := t.p99(from)
 		di, db := t.b.batchItems.Load()-items, t.b.batches.Load()-batches
 		secs := now.Sub(at).Seconds()
-		w := window{rate: float64(di) / secs, p99: p99, n: n, batches: db, load: float64(t.latSum.Load()-sum) / 1e9 / secs}
+		w := window{rate: float64(di) / secs, p99: p99, n: n, batches: db, load: max(0, float64(sum)/float64(max(samples, 1)))}
 		if db > 0 {
 			w.mean = float64(di) / float64(db)
 		}

@@ -80,6 +80,7 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 		writeAPIError(ctx, err)
 		return
 	}
+	v.enter()
 	code := d.predictVersion(ctx, v, arrived)
 	took := time.Since(arrived)
 	v.metrics.observeRequest(code.status, took, code.queued)

@@ -232,6 +232,7 @@ func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, ser
 		v2APIError(ctx, err)
 		return
 	}
+	v.enter()
 	status, queued := serve(ctx, v, arrived)
 	took := time.Since(arrived)
 	v.metrics.observeRequest(status, took, queued)

@@ -51,6 +51,13 @@ type ModelVersion struct {
 	tuner   *tuner // nil unless batching is automatic
 }
 
+// enter counts a request in for the auto-batching tuner; observe counts it out.
+func (v *ModelVersion) enter() {
+	if v.tuner != nil {
+		v.tuner.enter()
+	}
+}
+
 // observe records an answered request's latency for the auto-batching tuner.
 func (v *ModelVersion) observe(d time.Duration) {
 	if v.tuner != nil {
