@@ -52,7 +52,6 @@ import (
 const (
 	curveBudget   = 5 * time.Second // the most a curve measurement may take
 	curveMaxBatch = 64
-	tuneInterval  = time.Second
 )
 
 // curvePoint is one measured batch size: its forward time and throughput.
@@ -504,11 +503,11 @@ func (t *tuner) step(w window) time.Duration {
 			why = fmt.Sprintf("%s (mean gain %+.1f%% ± %.1f%% over %d probes)", why, 100*math.Expm1(mean), 200*se, e.n)
 			switch {
 			case e.n >= 2 && mean >= max(math.Log(probeGain), 2*se):
-				ok, verdict = true, ""
+				verdict = ""
 			case mean+2*se < math.Log(probeGain) || e.n >= maxEvidence:
-				ok = false
+				// declined
 			default:
-				ok, verdict = false, "undecided"
+				verdict = "undecided"
 			}
 		} else if ok && !t.again {
 			// One win on latency may be noise: the same probe again at once, adopted if it
@@ -533,14 +532,13 @@ func (t *tuner) step(w window) time.Duration {
 			if verdict == "undecided" {
 				t.wait = 1
 			}
-			t.remember(t.before)
 		default:
 			t.again = false
 			t.backoff = min(maxBackoff, max(1, 2*t.backoff))
 			t.wait = t.backoff
 			t.dir = (t.dir + 1) % dirs
-			t.remember(t.before)
 		}
+		t.remember(t.before)
 		t.log.Debug("auto batching probe "+verdict, "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
 		return 0
 	}
