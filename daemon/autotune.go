@@ -29,8 +29,11 @@ import (
 // would break the latency target, at max_batch, or when the measuring budget is spent. The
 // curve is cached per model file, device, threads and input shape.
 //
-// From the curve: the starting batch limit is the smallest batch within 10% of the best
-// measured throughput (the knee); the tuner may move it up to a cap (twice the largest measured batch,
+// From the curve: the starting batch limit of one worker is the largest batch within 10% of
+// the best measured throughput (the end of the plateau: per-batch serving costs the forward
+// alone does not show favour the bigger batch, and with one worker a limit above the queue
+// changes nothing); with several workers it is the smallest (the knee), since their batches
+// fill by lingering. The tuner may move it up to a cap (twice the largest measured batch,
 // and with a latency target the largest whose forward fits twice in the target).
 //
 // While serving, batches are formed greedily: a free worker takes what is queued, up to the
@@ -94,16 +97,25 @@ func (c *curve) forward(b int) time.Duration {
 // Past it a bigger batch buys little in the forward and costs the overlap of HTTP work with
 // the forward under load; the tuner moves from there by what is served.
 func (c *curve) bestBatch() int {
+	if b := c.plateau(); len(b) > 0 {
+		return b[0]
+	}
+	return 1
+}
+
+// plateau lists the measured batches within 10% of the best throughput, smallest first.
+func (c *curve) plateau() []int {
 	top := 0.0
 	for _, p := range c.Points {
 		top = math.Max(top, p.PerSecond)
 	}
+	var b []int
 	for _, p := range c.Points {
 		if p.PerSecond >= 0.9*top {
-			return p.Batch
+			b = append(b, p.Batch)
 		}
 	}
-	return 1
+	return b
 }
 
 // limits are the batch limit to start from and the most the tuner may probe up to.
@@ -111,8 +123,10 @@ func (c *curve) bestBatch() int {
 // growing, but serving has per-batch costs the forward alone does not show), at most
 // maxBatch, and with a latency target the largest batch of the ladder whose forward fits
 // twice in the target (a request may wait for the batch in flight, then run in its own).
-// The start is the knee of the curve (bestBatch), under the cap.
-func (c *curve) limits(target time.Duration, maxBatch int) (start, limit int) {
+// The start is the largest batch of the plateau under the cap for one worker (in serving,
+// digits_tensor and resnet18 both served as much or more at the plateau's end as at its
+// knee: docs/autobatch.md), and the knee for several.
+func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
 		for b := 1; b <= min(maxBatch, 2*c.Points[n-1].Batch); b *= 2 {
@@ -122,7 +136,16 @@ func (c *curve) limits(target time.Duration, maxBatch int) (start, limit int) {
 			limit = b
 		}
 	}
-	return min(c.bestBatch(), limit), limit
+	start = limit // the whole plateau is above the cap
+	if p := c.plateau(); len(p) > 0 && p[0] <= limit {
+		start = p[0]
+		for _, b := range p {
+			if workers == 1 && b <= limit {
+				start = b
+			}
+		}
+	}
+	return start, limit
 }
 
 // measureCurve times the forward of 1, 2, 4, … copies of sample on a locked OS thread
@@ -907,7 +930,7 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 	}
 	t.workers = s.MinWorkers
 	if s.AutoBatch {
-		s.BatchSize, t.maxCap = c.limits(s.LatencyTarget, maxBatch)
+		s.BatchSize, t.maxCap = c.limits(s.LatencyTarget, maxBatch, t.workers)
 	} else {
 		t.maxCap = s.BatchSize
 	}

@@ -28,17 +28,21 @@ func TestCurveChoices(t *testing.T) {
 	for _, tc := range []struct {
 		target           time.Duration
 		maxBatch         int
+		workers          int
 		start, maxBatch2 int
 	}{
-		{0, 64, 4, 32},                      // twice the largest measured batch
-		{0, 20, 4, 16},                      // the queue's bound
-		{40 * time.Millisecond, 64, 4, 4},   // 2 × 16 ms ≤ 40 ms < 2 × 30 ms
-		{130 * time.Millisecond, 64, 4, 16}, // 2 × 60 ms fits, 2 × 120 ms (extrapolated) does not
-		{20 * time.Millisecond, 64, 1, 1},   // 2 × 10 ms fits, 2 × 12 ms does not
-		{5 * time.Millisecond, 64, 1, 1},    // unreachable: batches of 1
+		{0, 64, 1, 16, 32},                      // the plateau's end; twice the largest measured batch
+		{0, 64, 2, 4, 32},                       // several workers: the knee
+		{0, 20, 1, 16, 16},                      // the queue's bound
+		{0, 12, 1, 8, 8},                        // the plateau's end under the cap
+		{40 * time.Millisecond, 64, 1, 4, 4},    // 2 × 16 ms ≤ 40 ms < 2 × 30 ms
+		{130 * time.Millisecond, 64, 1, 16, 16}, // 2 × 60 ms fits, 2 × 120 ms (extrapolated) does not
+		{20 * time.Millisecond, 64, 1, 1, 1},    // 2 × 10 ms fits, 2 × 12 ms does not
+		{30 * time.Millisecond, 64, 1, 2, 2},    // the plateau above the cap: the cap
+		{5 * time.Millisecond, 64, 1, 1, 1},     // unreachable: batches of 1
 	} {
-		if s, l := c.limits(tc.target, tc.maxBatch); s != tc.start || l != tc.maxBatch2 {
-			t.Errorf("limits(%v, %d) = %d, %d; want %d, %d", tc.target, tc.maxBatch, s, l, tc.start, tc.maxBatch2)
+		if s, l := c.limits(tc.target, tc.maxBatch, tc.workers); s != tc.start || l != tc.maxBatch2 {
+			t.Errorf("limits(%v, %d, %d workers) = %d, %d; want %d, %d", tc.target, tc.maxBatch, tc.workers, s, l, tc.start, tc.maxBatch2)
 		}
 	}
 	if d := c.forward(6); d != 23*time.Millisecond {
