@@ -371,7 +371,12 @@ type window struct {
 	n       int           // requests answered in it
 	batches int64
 	load    float64 // mean requests in the server (sampled every tick)
+	end     float64 // requests in the server at its last tick
 }
+
+// cut reports a window in which the load stopped before its end: the requests in the
+// server fell to under a quarter of their mean. Its rate says nothing of the setting.
+func (w window) cut() bool { return w.load >= 2 && w.end < w.load/4 }
 
 // level is a window's load level: its requests in the server in half octaves.
 func (w window) level() int { return int(math.Round(2 * math.Log2(max(w.load, 1)))) }
@@ -412,9 +417,14 @@ func (t *tuner) p99(from uint64) (time.Duration, int) {
 	return time.Duration(v[(len(v)*99+99)/100-1]), n
 }
 
-// windowLen is a window's length at the current limit: eight forwards, within bounds.
+// windowLen is a window's length at the limit it measures (the probe's while probing):
+// eight forwards, within bounds.
 func (t *tuner) windowLen() time.Duration {
-	return min(maxWindow, max(minWindow, 8*t.curve.forward(max(t.limit, t.cand))))
+	b := t.limit
+	if t.phase == phaseProbing {
+		b = t.cand
+	}
+	return min(maxWindow, max(minWindow, 8*t.curve.forward(b)))
 }
 
 // run measures windows and adapts the settings after each until stop closes. After a
@@ -437,7 +447,8 @@ func (t *tuner) run() {
 			return
 		case now = <-tick.C:
 		}
-		sum, samples = sum+t.inServer.Load(), samples+1
+		in := t.inServer.Load()
+		sum, samples = sum+in, samples+1
 		if now.Before(settleUntil) {
 			begin(now)
 			continue
@@ -451,7 +462,7 @@ func (t *tuner) run() {
 		p99, n := t.p99(from)
 		di, db := t.b.batchItems.Load()-items, t.b.batches.Load()-batches
 		secs := now.Sub(at).Seconds()
-		w := window{rate: float64(di) / secs, p99: p99, n: n, batches: db, load: max(0, float64(sum)/float64(max(samples, 1)))}
+		w := window{rate: float64(di) / secs, p99: p99, n: n, batches: db, load: max(0, float64(sum)/float64(max(samples, 1))), end: float64(max(0, in))}
 		if db > 0 {
 			w.mean = float64(di) / float64(db)
 		}
@@ -469,12 +480,14 @@ func (t *tuner) step(w window) time.Duration {
 	defer t.mu.Unlock()
 	old := t.b.batchSize.Load()
 	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "delay", time.Duration(t.b.maxDelay.Load()).Round(time.Microsecond),
-		"phase", t.phase, "rate", math.Round(w.rate), "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "p99", w.p99)
-	if w.batches < minBatches || w.n < minAnswered {
-		// Too little load to judge anything (idle, or the load stopped): a probe under way
-		// is void and is tried again when the load is back.
+		"phase", t.phase, "rate", math.Round(w.rate), "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99)
+	if w.batches < minBatches || w.n < minAnswered || w.cut() {
+		// Too little load to judge anything (idle, or the load stopped): a probe's trial
+		// under way is void and is tried again when the load is back. A probe waiting for
+		// its window back at the current setting keeps its trial: the load's next whole
+		// window decides it (if the load is the same; see phaseReturning).
 		t.paused = true
-		if t.phase != phaseSteady {
+		if t.phase == phaseProbing {
 			t.phase, t.wait, t.again = phaseSteady, 1, false
 			t.b.SetBatching(t.limit, t.delay)
 			return t.settleTime(int(old))
@@ -495,6 +508,11 @@ func (t *tuner) step(w window) time.Duration {
 		return t.settleTime(t.cand)
 	case phaseReturning:
 		t.phase = phaseSteady
+		if t.resumed && t.shiftedFrom(w) {
+			// Back after a pause at another load: the probe is void, and the load is new.
+			t.again = false
+			break
+		}
 		if shifted(w.rate, t.before.rate, voidShift) {
 			// The load changed during the probe: it says nothing; try again later.
 			t.wait, t.again = max(1, t.backoff), false

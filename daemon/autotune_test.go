@@ -94,7 +94,7 @@ func (l *load) run(tn *tuner, n int) []int {
 		}
 		// In a closed loop the requests in the server are about the clients (the queue).
 		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
-			p99: time.Millisecond, load: float64(l.queue)}
+			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue)}
 		if l.p99 != nil {
 			w.p99 = l.p99(lim)
 		}
@@ -278,12 +278,12 @@ func TestTunerLinger(t *testing.T) {
 	}
 	// A window in which the load stopped part of the way: few requests in the server on
 	// average, but full batches. Still lingering.
-	tn.step(window{rate: 1000, mean: 7.9, load: 2, n: 100, batches: 20, p99: time.Millisecond})
+	tn.step(window{rate: 1000, mean: 7.9, load: 2, end: 1, n: 100, batches: 20, p99: time.Millisecond})
 	if !tn.linger {
 		t.Fatalf("a window cut short stopped the lingering: %+v", tn.history)
 	}
 	// Four clients for a batch of eight: stop.
-	tn.step(window{rate: 4000, mean: 4, load: 4, n: 100, batches: 20, p99: time.Millisecond})
+	tn.step(window{rate: 4000, mean: 4, load: 4, end: 4, n: 100, batches: 20, p99: time.Millisecond})
 	if tn.linger || tn.delay != 0 {
 		t.Fatalf("half-full batches still linger %v", tn.delay)
 	}
@@ -388,5 +388,72 @@ func TestTunerResumesAfterPause(t *testing.T) {
 	mid.run(tn, 2)
 	if tn.phase != phaseProbing {
 		t.Fatalf("two windows into a new load after a pause: phase %d, want a probe under way", tn.phase)
+	}
+}
+
+// A probe and the load stopping: a trial window in which the load stopped (the requests in
+// the server fell to under a quarter of their mean by its end) is void; a probe whose
+// window back at the current setting comes after a pause is decided by the load's next
+// whole window if the load is the same, and is void if it is not.
+func TestTunerProbeAcrossPause(t *testing.T) {
+	sat := func() *load {
+		return &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64}
+	}
+	untilProbe := func(tn *tuner, l *load) {
+		for i := 0; tn.phase != phaseProbing; i++ {
+			if i > 100 {
+				t.Fatal("no probe in 100 windows")
+			}
+			l.run(tn, 1)
+		}
+	}
+	full := window{rate: 9000, mean: 16, n: 1000, batches: 100, p99: time.Millisecond, load: 64, end: 64}
+
+	// The trial is cut: void.
+	tn := newTestTuner(0, 1, 8, 64)
+	untilProbe(tn, sat())
+	probes, limit := tn.probes, tn.limit
+	cut := full
+	cut.end = 3
+	tn.step(cut)
+	if tn.phase != phaseSteady || tn.probes != probes || tn.limit != limit || int(tn.b.batchSize.Load()) != limit || len(tn.evidence) != 0 {
+		t.Fatalf("a cut trial: phase %d, %d probes, limit %d → %d (batcher %d), evidence %v",
+			tn.phase, tn.probes-probes, limit, tn.limit, tn.b.batchSize.Load(), tn.evidence)
+	}
+
+	// A pause between the trial and the window back: the same load decides the probe.
+	tn = newTestTuner(0, 1, 8, 64)
+	l := sat()
+	untilProbe(tn, l)
+	probes = tn.probes
+	l.run(tn, 1) // the trial
+	if tn.phase != phaseReturning {
+		t.Fatalf("after the trial: phase %d", tn.phase)
+	}
+	for range 5 {
+		tn.step(window{})
+	}
+	l.run(tn, 1) // skipped: it may have begun before the load
+	if tn.phase != phaseReturning || tn.probes != probes {
+		t.Fatalf("first window after the pause: phase %d, %d probes", tn.phase, tn.probes-probes)
+	}
+	l.run(tn, 1)
+	if tn.probes != probes+1 {
+		t.Fatalf("the same load after the pause did not decide the probe: %d probes", tn.probes-probes)
+	}
+
+	// The same, but the load after the pause is another: void.
+	tn = newTestTuner(0, 1, 8, 64)
+	l = sat()
+	untilProbe(tn, l)
+	probes = tn.probes
+	l.run(tn, 1)
+	for range 5 {
+		tn.step(window{})
+	}
+	other := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 7000, 32: 6900, 64: 6900}), queue: 8}
+	other.run(tn, 2)
+	if tn.probes != probes || len(tn.evidence) != 0 {
+		t.Fatalf("another load after the pause decided the probe: %d probes, evidence %v", tn.probes-probes, tn.evidence)
 	}
 }
