@@ -45,6 +45,16 @@ func TestCurveChoices(t *testing.T) {
 			t.Errorf("limits(%v, %d, %d workers) = %d, %d; want %d, %d", tc.target, tc.maxBatch, tc.workers, s, l, tc.start, tc.maxBatch2)
 		}
 	}
+	// A noisy curve whose throughput dips past its best and rises again (digits_tensor's
+	// did: 13,882 items/s at 8, 11,003 at 16, 12,269 at 64): one worker starts at the
+	// largest batch within 20% of the best, several at the knee.
+	d := testCurve(10, 12, 16, 8000.0/300, 16000.0/250, 32000.0/260)
+	if s, l := d.limits(0, 64, 1); s != 32 || l != 64 {
+		t.Errorf("dipping curve, one worker: limits %d, %d; want 32, 64", s, l)
+	}
+	if s, l := d.limits(0, 64, 2); s != 8 || l != 64 {
+		t.Errorf("dipping curve, two workers: limits %d, %d; want 8, 64", s, l)
+	}
 	if d := c.forward(6); d != 23*time.Millisecond {
 		t.Errorf("forward(6) = %v, want 23ms (interpolated)", d)
 	}
