@@ -30,11 +30,11 @@ import (
 // curve is cached per model file, device, threads and input shape.
 //
 // From the curve: the starting batch limit of one worker is the largest batch within 20% of
-// the best measured throughput (the end of the plateau: per-batch serving costs the forward
-// alone does not show favour the bigger batch, and with one worker a limit above the queue
-// changes nothing); with several workers it is the knee (the smallest within 10%), since their batches
-// fill by lingering. The tuner may move it up to a cap (twice the largest measured batch,
-// and with a latency target the largest whose forward fits twice in the target).
+// the best measured throughput (per-batch serving costs the forward alone does not show
+// favour the bigger batch, and with one worker a limit above the queue changes nothing);
+// with several workers it is the knee (the smallest within 10%), since their batches fill
+// by lingering. The tuner may move it up to a cap (twice the largest measured batch, and
+// with a latency target the largest whose forward fits twice in the target).
 //
 // While serving, batches are formed greedily: a free worker takes what is queued, up to the
 // limit, so at low load a request runs alone at once (the lowest latency at the offered
@@ -129,9 +129,9 @@ func (c *curve) plateau(frac float64) []int {
 // growing, but serving has per-batch costs the forward alone does not show), at most
 // maxBatch, and with a latency target the largest batch of the ladder whose forward fits
 // twice in the target (a request may wait for the batch in flight, then run in its own).
-// The start is the largest batch within startFrac of the best under the cap for one worker (in serving,
-// digits_tensor and resnet18 both served as much or more at the plateau's end as at its
-// knee: docs/autobatch.md), and the knee for several.
+// The start, under the cap, is the largest batch within startFrac of the best for one
+// worker (in serving, digits_tensor and resnet18 mostly served as much or more at the
+// larger batches: docs/benchmarks.md), and the knee for several.
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
