@@ -808,7 +808,10 @@ func (t *tuner) noise(a, b float64) {
 func (t *tuner) sigma() float64 {
 	w := 0.10 // until measured
 	if t.noiseN >= 4 {
-		w = min(0.5, max(0.02, math.Sqrt(t.noiseVar/2)))
+		// The EWMA starts from 0: divided by its weight so far, it is not biased low while
+		// it has few samples (after 4 it holds 41% of the variance).
+		v := t.noiseVar / (1 - math.Pow(1-1.0/8, float64(t.noiseN)))
+		w = min(0.5, max(0.02, math.Sqrt(v/2)))
 	}
 	return w * math.Sqrt(1.5)
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -465,5 +466,18 @@ func TestTunerProbeAcrossPause(t *testing.T) {
 	other.run(tn, 2)
 	if tn.probes != probes || len(tn.evidence) != 0 {
 		t.Fatalf("another load after the pause decided the probe: %d probes, evidence %v", tn.probes-probes, tn.evidence)
+	}
+}
+
+// The measured noise is not biased low while it has few samples: four window pairs that
+// differ by 20% each give the same σ as forty.
+func TestTunerNoiseEstimate(t *testing.T) {
+	want := math.Sqrt(math.Pow(math.Log(1.2), 2)/2) * math.Sqrt(1.5)
+	tn := newTestTuner(0, 1, 8, 64)
+	for i := range 40 {
+		tn.noise(1000, 1200)
+		if got := tn.sigma(); i >= 3 && math.Abs(got-want) > 0.01*want {
+			t.Fatalf("after %d samples σ = %.4f, want %.4f", i+1, got, want)
+		}
 	}
 }
