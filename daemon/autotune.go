@@ -358,11 +358,12 @@ const (
 	minWindow   = 300 * time.Millisecond
 	maxWindow   = 4 * time.Second
 	historySize = 16
-	rateShift   = 2.0 // a load change: the served rate ×2 or ÷2,
-	meanShift   = 1.5 // or the mean batch or the requests in the server ×1.5 or ÷1.5, two windows in a row
-	voidShift   = 1.6 // a probe is void when the windows around it differ by this
-	minBatches  = 3   // a window with fewer batches is not judged
-	minAnswered = 10  // nor one with fewer answered requests
+	rateShift   = 2.0     // a load change: the served rate ×2 or ÷2,
+	meanShift   = 1.5     // or the mean batch or the requests in the server ×1.5 or ÷1.5, two windows in a row
+	voidShift   = 1.6     // a probe is void when the windows around it differ by this
+	minBatches  = 3       // a window with fewer batches is not judged
+	minAnswered = 10      // nor one with fewer answered requests
+	noiseWeight = 1.0 / 8 // of a new sample in the EWMA of the window noise
 )
 
 // shifted reports whether x moved by more than a factor tol from ref.
@@ -799,7 +800,7 @@ func (t *tuner) noise(a, b float64) {
 		return
 	}
 	d := math.Log(b / a)
-	t.noiseVar += (d*d - t.noiseVar) / 8
+	t.noiseVar += (d*d - t.noiseVar) * noiseWeight
 	t.noiseN++
 }
 
@@ -810,7 +811,7 @@ func (t *tuner) sigma() float64 {
 	if t.noiseN >= 4 {
 		// The EWMA starts from 0: divided by its weight so far, it is not biased low while
 		// it has few samples (after 4 it holds 41% of the variance).
-		v := t.noiseVar / (1 - math.Pow(1-1.0/8, float64(t.noiseN)))
+		v := t.noiseVar / (1 - math.Pow(1-noiseWeight, float64(t.noiseN)))
 		w = min(0.5, max(0.02, math.Sqrt(v/2)))
 	}
 	return w * math.Sqrt(1.5)
