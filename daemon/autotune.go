@@ -313,6 +313,7 @@ type tuner struct {
 	workers int
 	auto    struct{ batch, delay bool }
 	maxCap  int
+	start   int // the limit the curve chose: the prior at a load level not seen before
 
 	lat      [1024]atomic.Int64 // recent request latencies (ns), a ring
 	next     atomic.Uint64
@@ -769,18 +770,32 @@ func (t *tuner) shiftedFrom(w window) bool {
 func (t *tuner) loadChanged(w window, wait int) time.Duration {
 	t.forget()
 	t.backoff, t.wait, t.settled, t.shifts = 1, wait, w, 0
+	from := t.limit
 	m, ok := t.levels[w.level()]
 	if !ok {
+		// A load not seen before that keeps the curve's batch full (one in flight, one
+		// queued) starts from it without lingering, when the probes of a lighter load left
+		// a smaller one: the curve's batch is the best of the forward alone, and climbing
+		// back to it on noisy windows takes many probes.
+		if t.auto.batch && t.start > t.limit && w.load >= float64(2*t.start) && t.target <= 0 {
+			t.limit, t.linger = t.start, false
+			if t.auto.delay {
+				t.delay = 0
+			}
+			t.apply(fmt.Sprintf("new load (%.1f requests in the server) fills the curve's batch: %s", w.load, t.setting()))
+			return t.settleTime(from)
+		}
 		return 0
 	}
 	t.backoff, t.wait = m.backoff, m.backoff
 	if m.limit == t.limit && m.linger == t.linger {
 		return 0
 	}
-	from := t.limit
-	t.limit, t.linger, t.delay = m.limit, m.linger, 0
+	t.limit, t.linger = m.limit, m.linger
 	if t.linger {
 		t.delay = t.lingerFor(t.limit, w.rate)
+	} else if t.auto.delay {
+		t.delay = 0
 	}
 	t.apply(fmt.Sprintf("load seen before (%.1f requests in the server): %s", w.load, t.setting()))
 	return t.settleTime(from)
@@ -1018,7 +1033,7 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 			s.MaxBatchDelay = c.forward(s.BatchSize) / time.Duration(t.workers)
 		}
 	}
-	t.limit, t.delay = s.BatchSize, s.MaxBatchDelay
+	t.limit, t.delay, t.start = s.BatchSize, s.MaxBatchDelay, s.BatchSize
 	r.log.Info("auto batching curve", "model", name, "source", source, "threads", threads, "points", len(c.Points),
 		"measure_time", time.Duration(c.Took*float64(time.Second)).Round(time.Millisecond), "batch_size", s.BatchSize,
 		"max_batch_delay", s.MaxBatchDelay, "workers", s.MinWorkers, "target", s.LatencyTarget)

@@ -72,7 +72,7 @@ func TestCurveChoices(t *testing.T) {
 
 func newTestTuner(target time.Duration, workers, limit, maxCap int) *tuner {
 	t := &tuner{name: "m", log: slog.New(slog.NewTextHandler(io.Discard, nil)), b: NewBatcher(100, limit, 0),
-		curve: testCurve(10, 12, 16, 30, 60), target: target, workers: workers, maxCap: maxCap, limit: limit}
+		curve: testCurve(10, 12, 16, 30, 60), target: target, workers: workers, maxCap: maxCap, limit: limit, start: limit}
 	t.auto.batch, t.auto.delay = true, true
 	return t
 }
@@ -511,5 +511,34 @@ func TestTunerSaturatedUp(t *testing.T) {
 		t.Errorf("a 5%% worse bigger limit under a full queue: adopted by %d of 16 seeds", n)
 	} else {
 		t.Logf("a 5%% worse bigger limit, 64 in the server: adopted by %d of 16 seeds", n)
+	}
+}
+
+// A load not seen before that keeps the curve's batch full starts from it: the tuner began
+// at 32 (the curve's), learned 8 at c=16, and c=64 then gets 32 back at once, without
+// climbing to it probe by probe; a lighter new load does not.
+func TestTunerNewLoadStartsFromCurve(t *testing.T) {
+	tn := newTestTuner(0, 1, 32, 64)
+	mid := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8200, 16: 7000, 32: 6900, 64: 6900}), queue: 16}
+	mid.run(tn, 60)
+	if tn.limit != 8 {
+		t.Fatalf("c=16: limit %d (%+v)", tn.limit, tn.history)
+	}
+	sat := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64}
+	// Two windows to see the change, then 32 (and from there the probes go on).
+	seen := sat.run(tn, 6)
+	if seen[2] != 32 || seen[3] != 32 || tn.limit != 32 {
+		t.Fatalf("new load of 64: windows at %v, limit %d; want 32 from the third", seen, tn.limit)
+	}
+	if last := tn.history[len(tn.history)-1].Reason; !strings.HasPrefix(last, "new load") {
+		t.Fatalf("new load of 64: reason %q", last)
+	}
+	// 24 requests in the server do not hold two batches of 32: no jump.
+	tn = newTestTuner(0, 1, 32, 64)
+	mid.run(tn, 60)
+	changes := tn.changes
+	(&load{rate: mid.rate, queue: 24}).run(tn, 4)
+	if tn.changes != changes || tn.limit != 8 {
+		t.Fatalf("new load of 24: limit %d, history %+v", tn.limit, tn.history)
 	}
 }
