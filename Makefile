@@ -127,13 +127,13 @@ bench-setup: setup
 bench: bench-setup lib build models archives
 	bench/peers/install.sh
 	$(GO) run ./bench/harness
-	$(GO) run ./bench/autobatch -rounds 5
+	$(GO) run ./bench/autobatch -rounds 7
 
 # Self-tuning batching ("auto", with and without a p99 target) against a sweep of fixed
 # settings at the harness's concurrencies, one server, rotating rounds (bench/autobatch,
-# about 25 minutes): writes docs/autobatch.md.
+# about 38 minutes): writes docs/autobatch.md.
 bench-auto: setup build archives
-	$(GO) run ./bench/autobatch -rounds 5
+	$(GO) run ./bench/autobatch -rounds 7
 
 bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness

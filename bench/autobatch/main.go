@@ -2,7 +2,7 @@
 // "auto") with a sweep of fixed settings, model by model and concurrency by concurrency, in
 // one run on one server (issue 9):
 //
-//	make bench-auto                      # or: go run ./bench/autobatch -rounds 5 [-scale 0.5] [-c 1,64] [-models resnet18]
+//	make bench-auto                      # or: go run ./bench/autobatch -rounds 7 [-scale 0.5] [-c 1,64] [-models resnet18]
 //
 // Every variant is the same archive registered under its own name, so all of them are loaded
 // side by side in one torchd and take turns: at each concurrency, each round runs every
@@ -58,7 +58,7 @@ func main() {
 	bin := flag.String("torchd", "bin/torchd", "the torchd binary")
 	store := flag.String("store", "model-store", "the model store")
 	scale := flag.Float64("scale", 1, "multiplies every model's seconds of load per point")
-	rounds := flag.Int("rounds", 5, "rounds per concurrency")
+	rounds := flag.Int("rounds", 7, "rounds per concurrency")
 	concs := flag.String("c", "", "concurrencies (default: the harness's, per model)")
 	only := flag.String("models", "", "comma-separated models to run (default: all)")
 	out := flag.String("out", "docs/autobatch.md", "the report")
