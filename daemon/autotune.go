@@ -25,14 +25,13 @@ import (
 //
 // At load, torchd measures the model's forward time against batch size on its device and
 // thread setting, with the warm-up input replicated (1, 2, 4, … requests), in a bounded
-// number of forwards: it stops when throughput has stopped growing, when a forward alone
-// would break the latency target, at max_batch, or when the measuring budget is spent. The
-// curve is cached per model file, device, threads and input shape.
+// number of forwards: it stops at max_batch, when a forward alone would break the latency
+// target, when the measuring budget would be spent, or (a slow model) when throughput has
+// stopped growing; a cheap model gets interleaved passes (see measureCurve). The curve is
+// cached per model file, device, threads and input shape.
 //
-// From the curve: the starting batch limit of one worker is the largest batch within 20% of
-// the best measured throughput (per-batch serving costs the forward alone does not show
-// favour the bigger batch, and with one worker a limit above the queue changes nothing);
-// with several workers it is the knee (the smallest within 10%), since their batches fill
+// From the curve: the starting batch limit of one worker is the batch of the best measured
+// throughput (a smaller one if it ties within 3%); with several workers it is the knee (the smallest within 10%), since their batches fill
 // by lingering. The tuner may move it up to a cap (twice the largest measured batch, and
 // with a latency target the largest whose forward fits twice in the target).
 //
@@ -57,11 +56,12 @@ const (
 	curveCheap    = 500 * time.Millisecond // a first pass this short measures on to maxBatch
 	curveRefine   = time.Second            // more passes while the passes together fit in this
 	curveMaxBatch = 64
-	// startFrac bounds one worker's starting batch: the largest measured batch with at least
-	// this fraction of the best throughput. The curve's own noise is about this size (seen:
-	// resnet18 44.6 items/s at batch 2 and 36.9 at 4; digits_tensor 11,003 at 16 and 12,269
-	// at 64), and in serving both models did as well or better at the larger batches.
-	startFrac = 0.8
+	// startFrac sets one worker's starting batch: the smallest measured batch with at least
+	// this fraction of the best throughput, so the best itself unless a smaller batch ties
+	// with it within the curve's resolution (the same throughput at a lower latency). The
+	// rule was "the largest within 20%" for a while: resnet18 then started at 16 (34 items/s
+	// against 36 at 8), and in serving 16 served 10–20% less than 8 at c ≥ 64.
+	startFrac = 0.97
 )
 
 // curvePoint is one measured batch size: its forward time and throughput.
@@ -131,9 +131,8 @@ func (c *curve) plateau(frac float64) []int {
 // growing, but serving has per-batch costs the forward alone does not show), at most
 // maxBatch, and with a latency target the largest batch of the ladder whose forward fits
 // twice in the target (a request may wait for the batch in flight, then run in its own).
-// The start, under the cap, is the largest batch within startFrac of the best for one
-// worker (in serving, digits_tensor and resnet18 mostly served as much or more at the
-// larger batches: docs/benchmarks.md), and the knee for several.
+// The start, under the cap, is the best batch for one worker (the smallest within
+// startFrac of the best), and the knee for several.
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
@@ -145,12 +144,8 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 		}
 	}
 	start = c.bestBatch()
-	if workers == 1 {
-		for _, b := range c.plateau(startFrac) {
-			if b <= limit {
-				start = max(start, b)
-			}
-		}
+	if p := c.plateau(startFrac); workers == 1 && len(p) > 0 {
+		start = p[0]
 	}
 	return min(start, limit), limit
 }
@@ -589,7 +584,7 @@ func (t *tuner) step(w window) time.Duration {
 			switch {
 			case e.n >= 2 && mean >= max(gain, z*se):
 				verdict = ""
-			case mean+2*se < gain || e.n >= maxEvidence:
+			case mean+z*se < gain || e.n >= maxEvidence:
 				// declined
 			default:
 				verdict = "undecided"
@@ -750,9 +745,10 @@ func (t *tuner) step(w window) time.Duration {
 // wait (its requests are queued anyway), and it spreads the per-batch costs (the forward's
 // fixed part, dispatch, waking the requests) over more requests; in a closed loop the
 // latency is the clients over the served rate, so it falls as the rate rises. So it needs
-// less evidence than other probes: a mean gain of 2% and one standard error. A worse
-// neighbour is still declined (its gain must exceed one standard error), and a change back
-// down needs the full evidence, so the two thresholds cannot alternate.
+// less evidence than other probes: a mean gain of 2% and one standard error adopts it, and
+// one standard error under 2% declines it (a neighbour about as good is not probed on and
+// on). A worse neighbour is still declined, and a change back down needs the full evidence,
+// so the two thresholds cannot alternate.
 func (t *tuner) saturatedUp(after window) bool {
 	need := float64(t.cand + t.limit)
 	return t.cand > t.limit && t.target <= 0 && t.before.load >= need && after.load >= need

@@ -100,11 +100,11 @@ func main() {
 		m.seconds *= *scale
 	}
 
-	inf, mgmt := "127.0.0.1:18580", "127.0.0.1:18581"
+	inf, mgmt, metrics := "127.0.0.1:18580", "127.0.0.1:18581", "127.0.0.1:18582"
 	cache, _ := os.MkdirTemp("", "autobatch-cache-")
 	defer os.RemoveAll(cache)
 	cmd := exec.Command(*bin, "serve", "--model-store", *store, "--inference-address", inf, "--management-address", mgmt,
-		"--metrics-address", "127.0.0.1:18582", "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024")
+		"--metrics-address", metrics, "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024")
 	cmd.Env = append(os.Environ(), "TORCHD_CACHE_DIR="+cache)
 	logf, _ := os.Create(filepath.Join(os.TempDir(), "autobatch-torchd.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -166,8 +166,9 @@ func main() {
 				for i := range vs {
 					v := vs[(i+round)%len(vs)]
 					x := ab(inf, v, c, m.seconds)
+					d := drain(metrics, v.name)
 					results[m.name][c][v.label] = append(results[m.name][c][v.label], x)
-					fmt.Printf("%s c=%d round %d %-26s %8.1f req/s  p99 %6.0f ms\n", m.name, c, round+1, v.label, x.rps, x.p99)
+					fmt.Printf("%s c=%d round %d %-26s %8.1f req/s  p99 %6.0f ms  (drained in %.1f s)\n", m.name, c, round+1, v.label, x.rps, x.p99, d.Seconds())
 				}
 			}
 		}
@@ -190,6 +191,53 @@ func main() {
 		}
 	}
 	write(*out, models, results, *rounds, *scale, time.Since(start), curves.String())
+}
+
+// drain waits until the variant has answered every request it was sent: ab stops at its time
+// limit with up to c requests still in the server (256 resnet18 images are 10 s of work),
+// and the next variant's point must not share the machine with them. Idle is no answer
+// and an empty queue for 700 ms (longer than any forward of the sweep), at most a minute;
+// it returns how long the variant took to go idle.
+func drain(metrics, name string) time.Duration {
+	answered := func() (n, queued float64) {
+		r, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			fatal("metrics: %v", err)
+		}
+		defer r.Body.Close()
+		sc := bufio.NewScanner(r.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		label := `model="` + name + `"`
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.Contains(line, label) {
+				continue
+			}
+			f := strings.Fields(line)
+			x, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			switch {
+			case strings.HasPrefix(line, "torchd_requests_total{"):
+				n += x
+			case strings.HasPrefix(line, "torchd_queue_depth{"):
+				queued += x
+			}
+		}
+		return n, queued
+	}
+	start := time.Now()
+	last, _ := answered()
+	stable := start
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		n, q := answered()
+		if n != last || q > 0 {
+			last, stable = n, time.Now()
+		} else if time.Since(stable) >= 700*time.Millisecond {
+			return stable.Sub(start)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "autobatch: %s still busy a minute after its point\n", name)
+	return time.Since(start)
 }
 
 func targetLabel(m *model) string { return fmt.Sprintf("auto, p99 target %v", m.target) }
@@ -236,7 +284,7 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 	fmt.Fprintf(&b, "concurrency latency is concurrency / throughput and no batch setting can meet a tight target).\n")
 	fmt.Fprintf(&b, "\"held out\": the same comparison without the winner's curse (the best of several noisy medians is biased\n")
 	fmt.Fprintf(&b, "upwards): for each round the best fixed setting is chosen on the other rounds, auto is divided by that setting's\n")
-	fmt.Fprintf(&b, "figure in this round, and the column is the median of these ratios.\n\n")
+	fmt.Fprintf(&b, "figure in this round, and the column is the median of these ratios (in brackets: their range over the rounds).\n\n")
 	for _, m := range models {
 		tl := targetLabel(m)
 		fmt.Fprintf(&b, "## %s (%s, %g s per point)\n\n", m.name, m.ctype, m.seconds)
@@ -272,8 +320,12 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			} else {
 				inL = "none"
 			}
-			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %.2f | %.1f | %.0f | %s | %.1f | %s | %s |\n",
-				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, heldOut(r, tl), at.rps, at.p99, inL, in.rps, ratio, tv)
+			held := "–"
+			if h := heldOut(r, tl); len(h) > 0 {
+				held = fmt.Sprintf("%.2f (%.2f–%.2f)", h[len(h)/2], h[0], h[len(h)-1])
+			}
+			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
+				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, held, at.rps, at.p99, inL, in.rps, ratio, tv)
 		}
 		// At c=1 every setting without a delay runs batches of one: the same work, so their
 		// spread is the noise floor of these comparisons.
@@ -321,10 +373,10 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 
 // heldOut is auto against the best fixed setting without the winner's curse: for each
 // round, the setting with the best median over the other rounds is picked, and auto is
-// divided by that setting's figure in this round (measured next to auto's); the median of
-// these ratios. The best of several noisy medians is biased upwards: on this machine even
-// identical settings differ by 20% at c=1.
-func heldOut(r map[string][]point, targetLabel string) float64 {
+// divided by that setting's figure in this round (measured next to auto's); these ratios,
+// sorted (the report gives their median and range). The best of several noisy medians is
+// biased upwards: on this machine even identical settings differ by 20% at c=1.
+func heldOut(r map[string][]point, targetLabel string) []float64 {
 	auto := r["auto"]
 	var ratios []float64
 	for i := range auto {
@@ -342,11 +394,8 @@ func heldOut(r map[string][]point, targetLabel string) float64 {
 			ratios = append(ratios, auto[i].rps/r[bestL][i].rps)
 		}
 	}
-	if len(ratios) == 0 {
-		return 0
-	}
 	sort.Float64s(ratios)
-	return ratios[len(ratios)/2]
+	return ratios
 }
 
 func fatal(format string, args ...any) {
