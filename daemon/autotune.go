@@ -30,8 +30,8 @@ import (
 // stopped growing; a cheap model gets interleaved passes (see measureCurve). The curve is
 // cached per model file, device, threads and input shape.
 //
-// From the curve: the starting batch limit of one worker is the batch of the best measured
-// throughput (a smaller one if it ties within 3%); with several workers it is the knee (the smallest within 10%), since their batches fill
+// From the curve: the starting batch limit of one worker is the middle of the plateau (the
+// batches within 10% of the best throughput); with several workers it is the knee (the smallest within 10%), since their batches fill
 // by lingering. The tuner may move it up to a cap (twice the largest measured batch, and
 // with a latency target the largest whose forward fits twice in the target).
 //
@@ -56,12 +56,6 @@ const (
 	curveCheap    = 500 * time.Millisecond // a first pass this short measures on to maxBatch
 	curveRefine   = time.Second            // more passes while the passes together fit in this
 	curveMaxBatch = 64
-	// startFrac sets one worker's starting batch: the smallest measured batch with at least
-	// this fraction of the best throughput, so the best itself unless a smaller batch ties
-	// with it within the curve's resolution (the same throughput at a lower latency). The
-	// rule was "the largest within 20%" for a while: resnet18 then started at 16 (34 items/s
-	// against 36 at 8), and in serving 16 served 10–20% less than 8 at c ≥ 64.
-	startFrac = 0.97
 )
 
 // curvePoint is one measured batch size: its forward time and throughput.
@@ -131,8 +125,16 @@ func (c *curve) plateau(frac float64) []int {
 // growing, but serving has per-batch costs the forward alone does not show), at most
 // maxBatch, and with a latency target the largest batch of the ladder whose forward fits
 // twice in the target (a request may wait for the batch in flight, then run in its own).
-// The start, under the cap, is the best batch for one worker (the smallest within
-// startFrac of the best), and the knee for several.
+// The start, under the cap, is the middle of the plateau within 10% of the best for one
+// worker, and its knee for several.
+//
+// Why the middle: on a plateau the forward alone cannot tell the batches apart (its noise
+// is about 10% on this VM), and serving can at both ends. At the small end per-batch costs
+// outside the forward (dispatch, waking requests, the closed loop's bursts) lose: resnet18
+// started at 2 served 19.7 req/s at c=8 where 16 served 25.5. At the big end something the
+// forward alone does not show loses too: resnet18 at 16 served 9–19% less than at 8 at
+// c ≥ 64 (docs/benchmarks.md). The rules tried before were the knee, the largest batch
+// within 10%, 20% and 3% of the best, and the smallest within 3%.
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
@@ -144,8 +146,8 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 		}
 	}
 	start = c.bestBatch()
-	if p := c.plateau(startFrac); workers == 1 && len(p) > 0 {
-		start = p[0]
+	if p := c.plateau(0.9); workers == 1 && len(p) > 0 {
+		start = p[len(p)/2]
 	}
 	return min(start, limit), limit
 }
@@ -162,10 +164,11 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 // stopped growing twice: a cheap model is measured to maxBatch, since its throughput may dip
 // and rise again (digits_tensor's batch of 16 is slower per item than 8 and 32 on this
 // machine's oneDNN).
-// Then, while the passes together stay within curveRefine, more passes time every measured
-// size again, each size keeping its fastest: a disturbance of the machine (another process,
-// a model loading next to it) lasts a moment, and interleaved passes keep it from skewing
-// one size against the others. A slow model gets no second pass.
+// Then more passes time every measured size again, each size keeping its fastest: a
+// disturbance of the machine (another process, a model loading next to it) lasts a moment,
+// and interleaved passes keep it from skewing one size against the others. Passes go on
+// while they together stay within curveRefine; a slow model gets one more if it fits in the
+// budget (resnet18 on this VM: 2.8 s for the first pass, 1.7 s for the second).
 func measureCurve(h handlers.Handler, m *torch.Module, sample *handlers.Sample, threads, maxBatch int, target time.Duration) (*curve, error) {
 	c := &curve{Threads: threads}
 	var err error
@@ -208,8 +211,14 @@ func measureCurve(h handlers.Handler, m *torch.Module, sample *handlers.Sample, 
 				break
 			}
 		}
+		// A pass again costs four forwards of each size (more for a fast model, and the
+		// first pass's own length bounds that).
 		pass := time.Since(start)
-		for time.Since(start)+pass <= curveRefine {
+		var again time.Duration
+		for _, d := range best {
+			again += 4 * d
+		}
+		for n := 1; time.Since(start)+pass <= curveRefine || n == 1 && time.Since(start)+again <= curveBudget; n++ {
 			for i, batch := range batches {
 				d := timeBatch(batch, 1)
 				if err != nil {

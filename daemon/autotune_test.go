@@ -32,10 +32,10 @@ func TestCurveChoices(t *testing.T) {
 		workers          int
 		start, maxBatch2 int
 	}{
-		{0, 64, 1, 8, 32},                      // the best (8 and 16 tie); twice the largest measured batch
+		{0, 64, 1, 8, 32},                      // the plateau 4–16: its middle; twice the largest measured batch
 		{0, 64, 2, 4, 32},                      // several workers: the knee
 		{0, 20, 1, 8, 16},                      // the queue's bound
-		{0, 12, 1, 8, 8},                       // the best under the cap
+		{0, 12, 1, 8, 8},                       // the plateau's middle under the cap
 		{40 * time.Millisecond, 64, 1, 4, 4},   // 2 × 16 ms ≤ 40 ms < 2 × 30 ms
 		{130 * time.Millisecond, 64, 1, 8, 16}, // 2 × 60 ms fits, 2 × 120 ms (extrapolated) does not
 		{20 * time.Millisecond, 64, 1, 1, 1},   // 2 × 10 ms fits, 2 × 12 ms does not
@@ -53,16 +53,17 @@ func TestCurveChoices(t *testing.T) {
 	if s, l := d.limits(0, 64, 1); s != 32 || l != 64 {
 		t.Errorf("dipping curve, one worker: limits %d, %d; want 32, 64", s, l)
 	}
-	// A bigger batch 6% under the best is not started from (resnet18's curve: 36 items/s
-	// at 8, 34 at 16; in serving, 16 served 10–20% less than 8 at c ≥ 64), nor one 3% over
-	// it: of two batches within 3%, the smaller (the same throughput at a lower latency).
+	// A plateau from 2 to 16 (resnet18's curve on this VM is flat from 2 or 4 to 16 within
+	// its noise): one worker starts in its middle, 8. In serving, resnet18 started at 2
+	// served 19.7 req/s at c=8 where 16 served 25.5, and 16 served 9–19% less than 8 at
+	// c ≥ 64.
 	r := testCurve(40, 60, 120, 222, 470)
 	if s, _ := r.limits(0, 64, 1); s != 8 {
 		t.Errorf("resnet18-like curve %+v: start %d, want 8", r.Points, s)
 	}
 	r = testCurve(40, 60, 120, 222, 455)
 	if s, _ := r.limits(0, 64, 1); s != 8 {
-		t.Errorf("curve %+v: start %d, want 8 (within 3%% of the best)", r.Points, s)
+		t.Errorf("curve %+v: start %d, want 8 (the plateau's middle)", r.Points, s)
 	}
 	if s, l := d.limits(0, 64, 2); s != 32 || l != 64 {
 		t.Errorf("dipping curve, two workers: limits %d, %d; want 32, 64 (nothing else within 10%%)", s, l)
