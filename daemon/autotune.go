@@ -30,8 +30,8 @@ import (
 // stopped growing; a cheap model gets interleaved passes (see measureCurve). The curve is
 // cached per model file, device, threads and input shape.
 //
-// From the curve: the starting batch limit of one worker is the middle of the plateau (the
-// batches within 10% of the best throughput); with several workers it is the knee (the smallest within 10%), since their batches fill
+// From the curve: the starting batch limit of one worker is the largest batch within 20% of
+// the best measured throughput (see limits); with several workers it is the knee (the smallest within 10%), since their batches fill
 // by lingering. The tuner may move it up to a cap (twice the largest measured batch, and
 // with a latency target the largest whose forward fits twice in the target).
 //
@@ -52,6 +52,10 @@ import (
 // target (see tuner).
 
 const (
+	// startFrac bounds one worker's starting batch: the largest measured batch with at least
+	// this fraction of the best throughput (see limits).
+	startFrac = 0.8
+
 	curveBudget   = 5 * time.Second        // the most a curve measurement may take
 	curveCheap    = 500 * time.Millisecond // a first pass this short measures on to maxBatch
 	curveRefine   = time.Second            // more passes while the passes together fit in this
@@ -125,16 +129,15 @@ func (c *curve) plateau(frac float64) []int {
 // growing, but serving has per-batch costs the forward alone does not show), at most
 // maxBatch, and with a latency target the largest batch of the ladder whose forward fits
 // twice in the target (a request may wait for the batch in flight, then run in its own).
-// The start, under the cap, is the middle of the plateau within 10% of the best for one
-// worker, and its knee for several.
+// The start, under the cap, is the largest batch within startFrac of the best for one
+// worker, and the knee for several.
 //
-// Why the middle: on a plateau the forward alone cannot tell the batches apart (its noise
-// is about 10% on this VM), and serving can at both ends. At the small end per-batch costs
-// outside the forward (dispatch, waking requests, the closed loop's bursts) lose: resnet18
-// started at 2 served 19.7 req/s at c=8 where 16 served 25.5. At the big end something the
-// forward alone does not show loses too: resnet18 at 16 served 9–19% less than at 8 at
-// c ≥ 64 (docs/benchmarks.md). The rules tried before were the knee, the largest batch
-// within 10%, 20% and 3% of the best, and the smallest within 3%.
+// The forward alone cannot tell the batches of a plateau apart (its noise on this VM is
+// about 10%, more for a slow model measured in one pass), and serving can at both ends:
+// resnet18 started at 2 served 19.7 req/s at c=8 where fixed 16 served 25.5, and fixed 16
+// served 9–19% less than 8 at c ≥ 64. Of the rules measured in full bench runs (the knee;
+// the largest batch within 10%, 20%; the smallest within 3%; the middle of the plateau
+// within 10%: docs/benchmarks.md), the largest within 20% did best.
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
@@ -146,8 +149,12 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 		}
 	}
 	start = c.bestBatch()
-	if p := c.plateau(0.9); workers == 1 && len(p) > 0 {
-		start = p[len(p)/2]
+	if workers == 1 {
+		for _, b := range c.plateau(startFrac) {
+			if b <= limit {
+				start = max(start, b)
+			}
+		}
 	}
 	return min(start, limit), limit
 }
