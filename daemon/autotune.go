@@ -616,7 +616,7 @@ func (t *tuner) step(w window) time.Duration {
 		case "":
 			t.again = false
 			from, fromLimit := t.setting(), t.limit
-			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1
+			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1 && t.auto.delay
 			t.backoff = 1
 			t.remember(t.before)
 			t.forget()

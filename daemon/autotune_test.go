@@ -542,3 +542,30 @@ func TestTunerNewLoadStartsFromCurve(t *testing.T) {
 		t.Fatalf("new load of 24: limit %d, history %+v", tn.limit, tn.history)
 	}
 }
+
+// With batch_size alone automatic, a manual max_batch_delay survives: an adopted probe does
+// not turn it into lingering (which follows the arrival rate, and did retune it), and the
+// load-level paths (a remembered level, a new one that starts from the curve's batch) keep
+// it instead of setting 0.
+func TestTunerKeepsManualDelay(t *testing.T) {
+	tn := newTestTuner(0, 1, 32, 64)
+	tn.auto.delay = false
+	tn.delay = 5 * time.Millisecond
+	tn.b.SetBatching(32, tn.delay)
+	mid := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8200, 16: 7000, 32: 6900, 64: 6900}), queue: 16}
+	sat := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9000, 32: 10000, 64: 9400}), queue: 64}
+	mid.run(tn, 60)
+	sat.run(tn, 8) // new level: back to the curve's 32
+	mid.run(tn, 8) // remembered level: 8
+	if len(tn.history) < 2 {
+		t.Fatalf("no load-level changes: %+v", tn.history)
+	}
+	if tn.delay != 5*time.Millisecond || time.Duration(tn.b.maxDelay.Load()) != 5*time.Millisecond {
+		t.Fatalf("manual delay lost: tuner %v, batcher %v (history %+v)", tn.delay, time.Duration(tn.b.maxDelay.Load()), tn.history)
+	}
+	for _, h := range tn.history {
+		if h.DelayMS != 5 {
+			t.Fatalf("a change set the delay to %v ms: %+v", h.DelayMS, tn.history)
+		}
+	}
+}
