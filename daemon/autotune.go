@@ -31,9 +31,10 @@ import (
 // cached per model file, device, threads and input shape.
 //
 // From the curve: the starting batch limit of one worker is the largest batch within 20% of
-// the best measured throughput (see limits); with several workers it is the knee (the smallest within 10%), since their batches fill
-// by lingering. The tuner may move it up to a cap (twice the largest measured batch, and
-// with a latency target the largest whose forward fits twice in the target).
+// the best measured throughput (see limits); with several workers it is the knee (the
+// smallest within 10%), since their batches fill by lingering. The tuner may move it up to
+// a cap (twice the largest measured batch, and with a latency target the largest whose
+// forward fits twice in the target).
 //
 // While serving, batches are formed greedily: a free worker takes what is queued, up to the
 // limit, so at low load a request runs alone at once (the lowest latency at the offered
@@ -133,11 +134,11 @@ func (c *curve) plateau(frac float64) []int {
 // worker, and the knee for several.
 //
 // The forward alone cannot tell the batches of a plateau apart (its noise on this VM is
-// about 10%, more for a slow model measured in one pass), and serving can at both ends:
-// resnet18 started at 2 served 19.7 req/s at c=8 where fixed 16 served 25.5, and fixed 16
-// served 9–19% less than 8 at c ≥ 64. Of the rules measured in full bench runs (the knee;
-// the largest batch within 10%, 20%; the smallest within 3%; the middle of the plateau
-// within 10%: docs/benchmarks.md), the largest within 20% did best.
+// about 10%, more for a slow model measured in one or two passes), and serving can at both
+// ends: resnet18 started at 2 served 19.7 req/s at c=8 where fixed 16 served 25.5, and
+// fixed 16 served 9–19% less than 8 at c ≥ 64. Of the rules measured in full bench runs
+// (the knee; the largest batch within 10%, 20%; the smallest within 3%; the middle of the
+// plateau within 10%: docs/benchmarks.md), the largest within 20% did best.
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
@@ -306,14 +307,15 @@ func cacheDir(cfg *Config) string {
 // (interleaving cancels the drift of a shared machine). Windows are noisy, so the gains of
 // the probes of one neighbour at one load add up, weighed against the window-to-window
 // noise the tuner measures as it serves: a mean gain ≥ 5% and two standard errors adopts the
-// neighbour (2% and one for a bigger limit that the load keeps full: see saturatedUp). With a latency target, p99 decides unless both settings meet the target: into
-// the target wins, breaking it loses, and 10% closer wins when neither meets it (twice in a
-// row). A declined neighbour doubles the wait before the next probe (up to maxBackoff
-// windows) and turns to the next direction; a change of load (served rate ×2, or mean batch
-// or requests in the server ×1.5, for two windows) or a p99 newly over the target resets
-// the wait. So a steady load settles on one setting and probes rarely, and a change of load
-// is followed within a few windows. What the probes leave at a load level is remembered:
-// when the load comes back to it, its settings return at once.
+// neighbour (2% and one for a bigger limit that the load keeps full: see saturatedUp). With
+// a latency target, p99 decides unless both settings meet the target: into the target
+// wins, breaking it loses, and 10% closer wins when neither meets it (twice in a row). A
+// declined neighbour doubles the wait before the next probe (up to maxBackoff windows) and
+// turns to the next direction; a change of load (served rate ×2, or mean batch or requests
+// in the server ×1.5, for two windows) or a p99 newly over the target resets the wait. So
+// a steady load settles on one setting and probes rarely, and a change of load is followed
+// within a few windows. What the probes leave at a load level is remembered: when the load
+// comes back to it, its settings return at once.
 type tuner struct {
 	name    string
 	log     *slog.Logger

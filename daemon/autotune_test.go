@@ -486,8 +486,8 @@ func TestTunerNoiseEstimate(t *testing.T) {
 // besides the one in flight) is adopted on less evidence: a mean gain of 2% and one standard
 // error. A +4% neighbour, under ±15% window noise (this VM's), is found by most seeds within
 // 60 windows; the same neighbour with too few requests in the server to keep it full is held
-// to the full rule (5% and two standard errors), which finds it less often. A neighbour 5% worse is still
-// declined by nearly every seed.
+// to the full rule (5% and two standard errors), which finds it less often. A neighbour 5%
+// worse is still declined by nearly every seed.
 func TestTunerSaturatedUp(t *testing.T) {
 	adopted := func(rates map[int]float64, queue int) (n int) {
 		for seed := range uint64(16) {
