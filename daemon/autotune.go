@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/cpustat"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -327,6 +328,8 @@ type tuner struct {
 	auto    struct{ batch, delay bool }
 	maxCap  int
 	start   int // the limit the curve chose: the prior at a load level not seen before
+	// cpu reads the machine's CPU and stolen time (cpustat.Read; tests replace it).
+	cpu func() (total, steal uint64, ok bool)
 
 	lat      [1024]atomic.Int64 // recent request latencies (ns), a ring
 	next     atomic.Uint64
@@ -359,10 +362,10 @@ type tuner struct {
 	evidence map[probeKey]evidence
 	noiseVar float64
 	noiseN   int
-	prevRate float64 // the last steady window's rate, at the current settings
-	wasOver  bool    // the last window's p99 was over the target
-	paused   bool    // the last window had too little load to judge
-	resumed  bool    // the load is back after a pause: the next window decides at once
+	prev     window // the last steady window, at the current settings (rate 0: none)
+	wasOver  bool   // the last window's p99 was over the target
+	paused   bool   // the last window had too little load to judge
+	resumed  bool   // the load is back after a pause: the next window decides at once
 	// levels remembers, per load level, the settings the probes left there and their
 	// backoff: a load seen before gets its settings back at once instead of probing again.
 	levels map[int]levelMemory
@@ -407,7 +410,8 @@ const (
 	historySize   = 16
 	rateShift     = 2.0     // a load change: the served rate ×2 or ÷2,
 	meanShift     = 1.5     // or the mean batch or the requests in the server ×1.5 or ÷1.5, two windows in a row
-	voidShift     = 1.6     // a probe is void when the windows around it differ by this
+	voidShift     = 1.6     // a probe is void when the windows around it differ by this,
+	stealGap      = 0.04    // or when the stolen shares of its windows differ by this
 	minBatches    = 3       // a window with fewer batches is not judged
 	minAnswered   = 10      // nor one with fewer answered requests
 	noiseWeight   = 1.0 / 8 // of a new sample in the EWMA of the window noise
@@ -418,7 +422,8 @@ func shifted(x, ref, tol float64) bool { return x > tol*ref || x*tol < ref }
 
 // window is what one measuring window saw.
 type window struct {
-	rate    float64       // requests dispatched per second
+	rate    float64       // requests dispatched per second, corrected for stolen CPU time
+	steal   float64       // the share of the machine's CPU time stolen in it (see cpustat.StealShare)
 	mean    float64       // mean batch
 	p99     time.Duration // of the requests answered in it
 	n       int           // requests answered in it
@@ -430,6 +435,24 @@ type window struct {
 // cut reports a window in which the load stopped before its end: the requests in the
 // server fell to under a quarter of their mean. Its rate says nothing of the setting.
 func (w window) cut() bool { return w.load >= 2 && w.end < w.load/4 }
+
+// disturbed reports windows whose shares of stolen CPU time differ by more than stealGap.
+// Their rates cannot be compared: the correction for stolen time is partial (on the 2-core
+// development VM resnet18 served 50% of its rate with 27% of the CPU time stolen, and 60%
+// with 16%; corrected, 69% and 71%: the threads of a forward wait for each other, so a
+// stolen CPU stalls both), so windows are compared only when the hypervisor took about as
+// much in each.
+func disturbed(ws ...window) bool {
+	lo, hi := 1.0, 0.0
+	for _, w := range ws {
+		lo, hi = min(lo, w.steal), max(hi, w.steal)
+	}
+	return hi-lo > stealGap
+}
+
+// served is the window's rate as served, without the correction for stolen CPU time: the
+// arrival rate, for the delays that let batches fill.
+func (w window) served() float64 { return w.rate * (1 - w.steal) }
 
 // level is a window's load level: its requests in the server in half octaves.
 func (w window) level() int { return int(math.Round(2 * math.Log2(max(w.load, 1)))) }
@@ -485,13 +508,11 @@ func (t *tuner) windowLen() time.Duration {
 func (t *tuner) run() {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	var at time.Time
-	var from uint64
-	var items, batches, sum, samples int64
-	begin := func(now time.Time) {
-		at, from, items, batches, sum, samples = now, t.next.Load(), t.b.batchItems.Load(), t.b.batches.Load(), 0, 0
+	m := meter{t: t, cpu: t.cpu}
+	if m.cpu == nil {
+		m.cpu = cpustat.Read
 	}
-	begin(time.Now())
+	m.begin(time.Now())
 	var settleUntil time.Time
 	for {
 		var now time.Time
@@ -501,29 +522,77 @@ func (t *tuner) run() {
 		case now = <-tick.C:
 		}
 		in := t.inServer.Load()
-		sum, samples = sum+in, samples+1
+		m.tick(in)
 		if now.Before(settleUntil) {
-			begin(now)
+			m.begin(now)
 			continue
 		}
 		t.mu.Lock()
 		length := t.windowLen()
 		t.mu.Unlock()
-		if now.Sub(at) < length {
+		if now.Sub(m.at) < length {
 			continue
 		}
-		p99, n := t.p99(from)
-		di, db := t.b.batchItems.Load()-items, t.b.batches.Load()-batches
-		secs := now.Sub(at).Seconds()
-		w := window{rate: float64(di) / secs, p99: p99, n: n, batches: db, load: max(0, float64(sum)/float64(max(samples, 1))), end: float64(max(0, in))}
-		if db > 0 {
-			w.mean = float64(di) / float64(db)
-		}
-		begin(now)
+		w := m.window(now, in)
+		m.begin(now)
 		if settle := t.step(w); settle > 0 {
 			settleUntil = now.Add(settle)
 		}
 	}
+}
+
+// meter measures the tuner's windows, one at a time.
+//
+// A window's rate is measured over whole batches, from its first dispatch to its last (the
+// requests of the batches from the first to the one before the last, over that time):
+// counting the requests dispatched in the window would be off by up to a batch, ±12% in
+// eight forwards of one worker. It is then divided by the share of the machine's CPU time
+// that was not stolen (see cpustat.StealShare).
+type meter struct {
+	t   *tuner
+	cpu func() (total, steal uint64, ok bool)
+
+	at                           time.Time
+	from                         uint64 // the latency ring's position at the start
+	items, batches, sum, samples int64
+	first, prior                 dispatchMark // the window's first dispatch, and the one before it began
+	cpuTotal, cpuSteal           uint64
+}
+
+// begin starts a window at now.
+func (m *meter) begin(now time.Time) {
+	b := m.t.b
+	m.at, m.from, m.items, m.batches, m.sum, m.samples = now, m.t.next.Load(), b.batchItems.Load(), b.batches.Load(), 0, 0
+	m.first, m.prior = dispatchMark{}, b.last()
+	m.cpuTotal, m.cpuSteal, _ = m.cpu()
+}
+
+// tick samples the requests in the server, and notes the window's first dispatch.
+func (m *meter) tick(in int64) {
+	m.sum, m.samples = m.sum+in, m.samples+1
+	if d := m.t.b.last(); m.first.at.IsZero() && d.at.After(m.prior.at) {
+		m.first = d
+	}
+}
+
+// window ends the window at now, with in requests in the server.
+func (m *meter) window(now time.Time, in int64) window {
+	b := m.t.b
+	p99, n := m.t.p99(m.from)
+	di, db := b.batchItems.Load()-m.items, b.batches.Load()-m.batches
+	w := window{rate: float64(di) / now.Sub(m.at).Seconds(), p99: p99, n: n, batches: db,
+		load: max(0, float64(m.sum)/float64(max(m.samples, 1))), end: float64(max(0, in))}
+	if d := b.last(); !m.first.at.IsZero() && d.batches-m.first.batches >= 2 && d.at.After(m.first.at) {
+		w.rate = float64(d.before-m.first.before) / d.at.Sub(m.first.at).Seconds()
+	}
+	if db > 0 {
+		w.mean = float64(di) / float64(db)
+	}
+	if total, steal, ok := m.cpu(); ok && m.cpuTotal > 0 {
+		w.steal = cpustat.StealShare(m.cpuTotal, m.cpuSteal, total, steal)
+		w.rate /= 1 - w.steal
+	}
+	return w
 }
 
 // step adapts the settings after one window; it returns how long to let the change settle
@@ -533,7 +602,7 @@ func (t *tuner) step(w window) time.Duration {
 	defer t.mu.Unlock()
 	old := t.b.batchSize.Load()
 	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "delay", time.Duration(t.b.maxDelay.Load()).Round(time.Microsecond),
-		"phase", t.phase, "rate", math.Round(w.rate), "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99)
+		"phase", t.phase, "rate", math.Round(w.rate), "steal", math.Round(w.steal*1000)/1000, "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99)
 	if w.batches < minBatches || w.n < minAnswered || w.cut() {
 		// Too little load to judge anything (idle, or the load stopped): a probe's trial
 		// under way is void and is tried again when the load is back. A probe waiting for
@@ -549,7 +618,7 @@ func (t *tuner) step(w window) time.Duration {
 	}
 	if t.paused {
 		// The load is back after a pause: this window may have begun before it did.
-		t.paused, t.resumed, t.prevRate = false, true, 0
+		t.paused, t.resumed, t.prev = false, true, window{}
 		return 0
 	}
 	t.lastP99 = w.p99
@@ -571,9 +640,17 @@ func (t *tuner) step(w window) time.Duration {
 			t.wait, t.again = max(1, t.backoff), false
 			return 0
 		}
+		if disturbed(t.before, t.trial, w) {
+			// The hypervisor took more of the CPU in one of the three windows than in
+			// another: the same probe again, after a window.
+			t.wait, t.again, t.prev = 1, true, window{}
+			t.log.Debug("auto batching probe void: stolen CPU time", "model", t.name, "tried", settingName(t.cand, t.candDly),
+				"steal", fmt.Sprintf("%.3f/%.3f/%.3f", t.before.steal, t.trial.steal, w.steal))
+			return 0
+		}
 		t.probes++
 		t.noise(t.before.rate, w.rate)
-		t.prevRate = w.rate
+		t.prev = w
 		byRate, ok, r, why := t.better(t.trial, t.before, w)
 		verdict := "declined"
 		if byRate {
@@ -660,17 +737,17 @@ func (t *tuner) step(w window) time.Duration {
 	case t.shiftedFrom(w):
 		// The load changed, if it stays changed for two windows (one may be noise): look
 		// again soon, or, at a load level seen before, take back what was learned there.
-		t.prevRate = 0
+		t.prev = window{}
 		if t.shifts++; t.shifts >= 2 {
 			settle = t.loadChanged(w, min(t.wait, 1))
 		}
 	default:
 		// The load as before: follow its drift slowly, and learn the noise of the rate.
 		t.shifts = 0
-		if t.prevRate > 0 {
-			t.noise(t.prevRate, w.rate)
+		if t.prev.rate > 0 && !disturbed(t.prev, w) {
+			t.noise(t.prev.rate, w.rate)
 		}
-		t.prevRate = w.rate
+		t.prev = w
 		t.settled.rate += (w.rate - t.settled.rate) / 4
 		t.settled.mean += (w.mean - t.settled.mean) / 4
 		t.settled.load += (w.load - t.settled.load) / 4
@@ -688,7 +765,7 @@ func (t *tuner) step(w window) time.Duration {
 		t.apply(fmt.Sprintf("%.1f requests in the server, batches of %.1f: no lingering for %d", w.load, w.mean, t.limit))
 	case t.linger:
 		// Lingering follows the arrival rate; changes under 25% are noise.
-		if d := t.lingerFor(t.limit, w.rate); math.Abs(float64(d-t.delay)) > 0.25*float64(max(d, t.delay)) {
+		if d := t.lingerFor(t.limit, w.served()); math.Abs(float64(d-t.delay)) > 0.25*float64(max(d, t.delay)) {
 			t.delay = d
 			t.b.SetBatching(t.limit, t.delay)
 		}
@@ -697,11 +774,11 @@ func (t *tuner) step(w window) time.Duration {
 		// rate, at most a forward shared among the workers; changes under 25% are noise.
 		d := time.Duration(0)
 		if w.rate > 0 {
-			d = min(time.Duration(float64(t.limit)/w.rate*float64(time.Second)), t.curve.forward(t.limit)/time.Duration(t.workers))
+			d = min(time.Duration(float64(t.limit)/w.served()*float64(time.Second)), t.curve.forward(t.limit)/time.Duration(t.workers))
 		}
 		if diff := math.Abs(float64(d - t.delay)); diff > 0.25*float64(max(d, t.delay)) {
 			t.delay = d
-			t.apply(fmt.Sprintf("arrival rate %.0f/s", w.rate))
+			t.apply(fmt.Sprintf("arrival rate %.0f/s", w.served()))
 		}
 	}
 	if !t.auto.batch && !(t.auto.delay && t.workers == 1) || settle > 0 {
@@ -738,7 +815,7 @@ func (t *tuner) step(w window) time.Duration {
 			dly = 0
 			if !t.linger {
 				cand = min(t.limit, 1<<int(math.Round(math.Log2(max(w.load, w.mean, 1)))))
-				dly = t.lingerFor(cand, w.rate)
+				dly = t.lingerFor(cand, w.served())
 			}
 			ok = t.auto.delay && t.workers == 1 && w.mean >= 2 && w.mean < 0.9*float64(t.limit) && dly != t.delay
 		}
@@ -746,7 +823,7 @@ func (t *tuner) step(w window) time.Duration {
 			continue
 		}
 		if t.linger && d != dirLinger {
-			dly = t.lingerFor(cand, w.rate)
+			dly = t.lingerFor(cand, w.served())
 		}
 		t.dir, t.cand, t.candDly = d, cand, dly
 		t.before, t.phase = w, phaseProbing
@@ -807,7 +884,7 @@ func (t *tuner) loadChanged(w window, wait int) time.Duration {
 	}
 	t.limit, t.linger = m.limit, m.linger
 	if t.linger {
-		t.delay = t.lingerFor(t.limit, w.rate)
+		t.delay = t.lingerFor(t.limit, w.served())
 	} else if t.auto.delay {
 		t.delay = 0
 	}
@@ -851,7 +928,7 @@ func settingName(limit int, delay time.Duration) string {
 // target wins, breaking it loses, and when neither meets it 10% closer wins.
 func (t *tuner) better(trial, before, after window) (byRate, ok bool, r float64, why string) {
 	base := (before.rate + after.rate) / 2
-	gain := fmt.Sprintf("%.0f/s served vs %.0f/s", trial.rate, base)
+	gain := fmt.Sprintf("%.0f/s vs %.0f/s", trial.rate, base)
 	if base > 0 && trial.rate > 0 {
 		r = math.Log(trial.rate / base)
 	} else {
@@ -900,7 +977,7 @@ func (t *tuner) sigma() float64 {
 // forget drops the probes' evidence: the settings or the load changed.
 func (t *tuner) forget() {
 	clear(t.evidence)
-	t.again, t.settled, t.prevRate = false, window{}, 0
+	t.again, t.settled, t.prev = false, window{}, window{}
 }
 
 // settleTime is how long batches formed under a limit of b may still be running.

@@ -87,6 +87,12 @@ type load struct {
 	noise   float64
 	rnd     *rand.Rand
 	windows int
+	// The next stolenTrials probes' trial windows have stolen of the CPU time taken by the
+	// hypervisor, which costs twice that share of the rate (a forward's threads wait for
+	// each other); hidden: the window does not say so (no /proc/stat).
+	stolenTrials int
+	stolen       float64
+	hidden       bool
 }
 
 // run feeds the tuner n windows, each measured at the limit the batcher holds then, and
@@ -108,6 +114,14 @@ func (l *load) run(tn *tuner, n int) []int {
 			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue)}
 		if l.p99 != nil {
 			w.p99 = l.p99(lim)
+		}
+		if l.stolenTrials > 0 && tn.phase == phaseProbing {
+			l.stolenTrials--
+			w.rate *= 1 - 2*l.stolen
+			if !l.hidden {
+				w.steal = l.stolen
+				w.rate /= 1 - w.steal // as the meter corrects it
+			}
 		}
 		tn.step(w)
 		l.windows++
@@ -399,6 +413,25 @@ func TestTunerResumesAfterPause(t *testing.T) {
 	mid.run(tn, 2)
 	if tn.phase != phaseProbing {
 		t.Fatalf("two windows into a new load after a pause: phase %d, want a probe under way", tn.phase)
+	}
+}
+
+// Stolen CPU time: a probe whose trial window lost a fifth of the machine's CPU time to the
+// hypervisor (and 40% of its rate) is void and tried again, so a better neighbour is still
+// adopted; the same loss unseen declines it.
+func TestTunerStolenTime(t *testing.T) {
+	run := func(hidden bool) *tuner {
+		tn := newTestTuner(0, 1, 8, 64)
+		l := &load{rate: table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 9600, 32: 9600, 64: 9000}), queue: 64,
+			stolenTrials: 3, stolen: 0.2, hidden: hidden}
+		l.run(tn, 30)
+		return tn
+	}
+	if tn := run(false); tn.limit != 16 {
+		t.Errorf("seen: limit %d after 30 windows (history %+v), want 16", tn.limit, tn.history)
+	}
+	if tn := run(true); tn.limit != 8 || tn.backoff < 2 {
+		t.Errorf("unseen: limit %d, backoff %d after 30 windows, want 8 and a decline", tn.limit, tn.backoff)
 	}
 }
 

@@ -55,6 +55,23 @@ type Batcher struct {
 
 	batches    atomic.Int64 // batches dispatched
 	batchItems atomic.Int64 // requests dispatched in them
+
+	markMu sync.Mutex
+	mark   dispatchMark // the latest dispatch
+}
+
+// dispatchMark is a dispatch: its time, and the batches and requests dispatched before it.
+// Two marks give a rate over whole batches.
+type dispatchMark struct {
+	at              time.Time
+	batches, before int64
+}
+
+// last returns the latest dispatch's mark (zero before the first).
+func (b *Batcher) last() dispatchMark {
+	b.markMu.Lock()
+	defer b.markMu.Unlock()
+	return b.mark
 }
 
 // NewBatcher returns a batcher with a queue of queueSize requests.
@@ -184,7 +201,10 @@ func (b *Batcher) next(stop <-chan struct{}) []*job {
 			break
 		}
 	}
+	b.markMu.Lock()
+	b.mark = dispatchMark{time.Now(), b.batches.Load(), b.batchItems.Load()}
 	b.batches.Add(1)
 	b.batchItems.Add(int64(len(batch)))
+	b.markMu.Unlock()
 	return batch
 }

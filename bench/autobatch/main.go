@@ -26,6 +26,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/torchd/torchd/internal/cpustat"
 )
 
 type model struct {
@@ -51,8 +53,14 @@ var (
 	failed = regexp.MustCompile(`Non-2xx responses:\s+(\d+)`)
 )
 
-// point is one ab run: requests/s and p99 in ms.
-type point struct{ rps, p99 float64 }
+// point is one ab run: requests/s, p99 in ms, and the share of the machine's CPU time the
+// hypervisor stole during it.
+type point struct{ rps, p99, steal float64 }
+
+// served and corrected are a point's figures for the comparisons: requests/s as measured,
+// and divided by the share of CPU time that was not stolen (see cpustat.StealShare).
+func served(x point) float64    { return x.rps }
+func corrected(x point) float64 { return x.rps / (1 - x.steal) }
 
 func main() {
 	bin := flag.String("torchd", "bin/torchd", "the torchd binary")
@@ -244,6 +252,7 @@ func targetLabel(m *model) string { return fmt.Sprintf("auto, p99 target %v", m.
 
 // ab runs one point; ab reads -t in whole seconds.
 func ab(inf string, v *variant, c int, seconds float64) point {
+	t0, s0, _ := cpustat.Read()
 	out, err := exec.Command("ab", "-k", "-q", "-c", strconv.Itoa(c), "-t", strconv.Itoa(max(1, int(math.Round(seconds)))), "-n", "10000000", "-s", "120",
 		"-T", v.model.ctype, "-p", v.model.file, fmt.Sprintf("http://%s/predictions/%s", inf, v.name)).CombinedOutput()
 	m, p := rps.FindSubmatch(out), p99Re.FindSubmatch(out)
@@ -255,19 +264,25 @@ func ab(inf string, v *variant, c int, seconds float64) point {
 	}
 	x, _ := strconv.ParseFloat(string(m[1]), 64)
 	y, _ := strconv.ParseFloat(string(p[1]), 64)
-	return point{x, y}
+	t1, s1, _ := cpustat.Read()
+	return point{x, y, cpustat.StealShare(t0, s0, t1, s1)}
 }
 
-// median is the round with the median requests/s; its p99 is the median of the rounds' p99.
-func median(x []point) point {
+// median is the median of the rounds' requests/s, p99 and stolen share, each on its own.
+func median(x []point) point { return medianBy(x, served) }
+
+// medianBy is median with the requests/s figure f.
+func medianBy(x []point, f func(point) float64) point {
 	r := make([]float64, len(x))
 	p := make([]float64, len(x))
+	st := make([]float64, len(x))
 	for i, v := range x {
-		r[i], p[i] = v.rps, v.p99
+		r[i], p[i], st[i] = f(v), v.p99, v.steal
 	}
 	sort.Float64s(r)
 	sort.Float64s(p)
-	return point{r[len(r)/2], p[len(p)/2]}
+	sort.Float64s(st)
+	return point{r[len(r)/2], p[len(p)/2], st[len(st)/2]}
 }
 
 func write(path string, models []*model, res map[string]map[int]map[string][]point, rounds int, scale float64, took time.Duration, curves string) {
@@ -321,7 +336,7 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 				inL = "none"
 			}
 			held := "–"
-			if h := heldOut(r, tl); len(h) > 0 {
+			if h := heldOut(r, tl, served); len(h) > 0 {
 				held = fmt.Sprintf("%.2f (%.2f–%.2f)", h[len(h)/2], h[0], h[len(h)-1])
 			}
 			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
@@ -330,19 +345,52 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 		// At c=1 every setting without a delay runs batches of one: the same work, so their
 		// spread is the noise floor of these comparisons.
 		if r := res[m.name][m.concs[0]]; m.concs[0] == 1 {
-			lo, hi := 0.0, 0.0
-			for l, xs := range r {
-				if strings.HasSuffix(l, "delay 0 ms") {
-					x := median(xs).rps
-					if lo == 0 || x < lo {
-						lo = x
+			spread := func(f func(point) float64) (lo, hi float64) {
+				for l, xs := range r {
+					if strings.HasSuffix(l, "delay 0 ms") {
+						x := medianBy(xs, f).rps
+						if lo == 0 || x < lo {
+							lo = x
+						}
+						hi = max(hi, x)
 					}
-					hi = max(hi, x)
+				}
+				return lo, hi
+			}
+			if lo, hi := spread(served); hi > 0 {
+				clo, chi := spread(corrected)
+				fmt.Fprintf(&b, "\nNoise floor: at c=1 the fixed settings without a delay all run batches of one (the same work); their medians span %.1f–%.1f req/s, a ratio of %.2f (corrected for stolen time: %.2f).\n", lo, hi, lo/hi, clo/chi)
+			}
+		}
+		fmt.Fprintf(&b, "\nCorrected for stolen CPU time: each point's req/s divided by 1 − the share of the machine's CPU time the\n")
+		fmt.Fprintf(&b, "hypervisor stole while it ran (from /proc/stat), then the same comparisons:\n\n")
+		b.WriteString("| c | stolen: median (range) of the points | auto / best | best fixed | | held out |\n|---|---|---|---|---|---|\n")
+		for _, c := range m.concs {
+			r := res[m.name][c]
+			var st []float64
+			for _, xs := range r {
+				for _, x := range xs {
+					st = append(st, x.steal)
 				}
 			}
-			if hi > 0 {
-				fmt.Fprintf(&b, "\nNoise floor: at c=1 the fixed settings without a delay all run batches of one (the same work); their medians span %.1f–%.1f req/s, a ratio of %.2f.\n", lo, hi, lo/hi)
+			sort.Float64s(st)
+			auto := medianBy(r["auto"], corrected)
+			bestL, best := "", 0.0
+			for l, xs := range r {
+				if l != "auto" && l != tl {
+					if x := medianBy(xs, corrected).rps; x > best {
+						bestL, best = l, x
+					}
+				}
 			}
+			verdict, held := "pass", "–"
+			if auto.rps < 0.95*best {
+				verdict = "miss"
+			}
+			if h := heldOut(r, tl, corrected); len(h) > 0 {
+				held = fmt.Sprintf("%.2f (%.2f–%.2f)", h[len(h)/2], h[0], h[len(h)-1])
+			}
+			fmt.Fprintf(&b, "| %d | %.1f%% (%.1f–%.1f%%) | %.2f | %s | %s | %s |\n", c, 100*st[len(st)/2], 100*st[0], 100*st[len(st)-1], auto.rps/best, bestL, verdict, held)
 		}
 		fmt.Fprintf(&b, "\nEvery variant (median req/s / p99 ms):\n\n| c |")
 		var labels []string
@@ -376,7 +424,7 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 // divided by that setting's figure in this round (measured next to auto's); these ratios,
 // sorted (the report gives their median and range). The best of several noisy medians is
 // biased upwards: on this machine even identical settings differ by 20% at c=1.
-func heldOut(r map[string][]point, targetLabel string) []float64 {
+func heldOut(r map[string][]point, targetLabel string, f func(point) float64) []float64 {
 	auto := r["auto"]
 	var ratios []float64
 	for i := range auto {
@@ -386,12 +434,12 @@ func heldOut(r map[string][]point, targetLabel string) []float64 {
 				continue
 			}
 			others := append(append([]point{}, xs[:i]...), xs[i+1:]...)
-			if x := median(others).rps; x > best {
+			if x := medianBy(others, f).rps; x > best {
 				best, bestL = x, l
 			}
 		}
-		if bestL != "" && r[bestL][i].rps > 0 {
-			ratios = append(ratios, auto[i].rps/r[bestL][i].rps)
+		if bestL != "" && f(r[bestL][i]) > 0 {
+			ratios = append(ratios, f(auto[i])/f(r[bestL][i]))
 		}
 	}
 	sort.Float64s(ratios)

@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// The meter measures a window's rate over whole batches and corrects it for stolen CPU
+// time: batches of 8 every 100 ms are 80 requests/s, though a 750 ms window holds only 7
+// of them (a count would say 74.7/s).
+func TestMeterWholeBatches(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	readings := [][2]uint64{{1000, 100}, {1400, 200}} // a quarter of the CPU time stolen
+	tn.cpu = func() (uint64, uint64, bool) {
+		r := readings[0]
+		readings = readings[1:]
+		return r[0], r[1], true
+	}
+	b := tn.b
+	dispatch := func(at time.Time, n int64) {
+		b.markMu.Lock()
+		b.mark = dispatchMark{at, b.batches.Load(), b.batchItems.Load()}
+		b.batches.Add(1)
+		b.batchItems.Add(n)
+		b.markMu.Unlock()
+	}
+	t0 := time.Now()
+	dispatch(t0.Add(-10*time.Millisecond), 8) // before the window
+	m := meter{t: tn, cpu: tn.cpu}
+	m.begin(t0)
+	for i := range 7 {
+		dispatch(t0.Add(time.Duration(90+100*i)*time.Millisecond), 8)
+		m.tick(8)
+	}
+	w := m.window(t0.Add(750*time.Millisecond), 8)
+	if w.batches != 7 || w.mean != 8 || w.load != 8 {
+		t.Errorf("window: %d batches of %.1f, %.1f in the server; want 7 of 8, 8", w.batches, w.mean, w.load)
+	}
+	if math.Abs(w.served()-80) > 1e-6 || math.Abs(w.steal-0.25) > 1e-9 || math.Abs(w.rate-80/0.75) > 1e-6 {
+		t.Errorf("window: served %.2f/s, steal %.2f, rate %.2f/s; want 80, 0.25, %.2f", w.served(), w.steal, w.rate, 80/0.75)
+	}
+
+	// With fewer than two batches after its first dispatch, the count is all there is.
+	tn.cpu = func() (uint64, uint64, bool) { return 0, 0, false }
+	m = meter{t: tn, cpu: tn.cpu}
+	m.begin(t0)
+	dispatch(t0.Add(100*time.Millisecond), 8)
+	m.tick(1)
+	if w := m.window(t0.Add(500*time.Millisecond), 1); math.Abs(w.rate-16) > 1e-6 || w.steal != 0 {
+		t.Errorf("one batch: rate %.2f/s, steal %.2f; want 16 (8 in 0.5 s), 0", w.rate, w.steal)
+	}
+}
