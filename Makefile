@@ -130,8 +130,8 @@ bench: bench-setup lib build models archives
 	$(GO) run ./bench/autobatch -rounds 7
 
 # Self-tuning batching ("auto", with and without a p99 target) against a sweep of fixed
-# settings at the harness's concurrencies, one server, rotating rounds (bench/autobatch,
-# about 38 minutes): writes docs/autobatch.md.
+# settings at the harness's concurrencies, one server, shuffled rounds (bench/autobatch,
+# about 40–50 minutes, more when the host steals CPU time): writes docs/autobatch.md.
 bench-auto: setup build archives
 	$(GO) run ./bench/autobatch -rounds 7
 
