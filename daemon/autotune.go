@@ -508,10 +508,10 @@ func (t *tuner) windowLen() time.Duration {
 func (t *tuner) run() {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	m := meter{t: t, cpu: t.cpu}
-	if m.cpu == nil {
-		m.cpu = cpustat.Read
+	if t.cpu == nil {
+		t.cpu = cpustat.Read
 	}
+	m := meter{t: t}
 	m.begin(time.Now())
 	var settleUntil time.Time
 	for {
@@ -549,8 +549,7 @@ func (t *tuner) run() {
 // eight forwards of one worker. It is then divided by the share of the machine's CPU time
 // that was not stolen (see cpustat.StealShare).
 type meter struct {
-	t   *tuner
-	cpu func() (total, steal uint64, ok bool)
+	t *tuner
 
 	at                           time.Time
 	from                         uint64 // the latency ring's position at the start
@@ -564,7 +563,7 @@ func (m *meter) begin(now time.Time) {
 	b := m.t.b
 	m.at, m.from, m.items, m.batches, m.sum, m.samples = now, m.t.next.Load(), b.batchItems.Load(), b.batches.Load(), 0, 0
 	m.first, m.prior = dispatchMark{}, b.last()
-	m.cpuTotal, m.cpuSteal, _ = m.cpu()
+	m.cpuTotal, m.cpuSteal, _ = m.t.cpu()
 }
 
 // tick samples the requests in the server, and notes the window's first dispatch.
@@ -588,7 +587,7 @@ func (m *meter) window(now time.Time, in int64) window {
 	if db > 0 {
 		w.mean = float64(di) / float64(db)
 	}
-	if total, steal, ok := m.cpu(); ok && m.cpuTotal > 0 {
+	if total, steal, ok := m.t.cpu(); ok && m.cpuTotal > 0 {
 		w.steal = cpustat.StealShare(m.cpuTotal, m.cpuSteal, total, steal)
 		w.rate /= 1 - w.steal
 	}

@@ -27,7 +27,7 @@ func TestMeterWholeBatches(t *testing.T) {
 	}
 	t0 := time.Now()
 	dispatch(t0.Add(-10*time.Millisecond), 8) // before the window
-	m := meter{t: tn, cpu: tn.cpu}
+	m := meter{t: tn}
 	m.begin(t0)
 	for i := range 7 {
 		dispatch(t0.Add(time.Duration(90+100*i)*time.Millisecond), 8)
@@ -43,7 +43,7 @@ func TestMeterWholeBatches(t *testing.T) {
 
 	// With fewer than two batches after its first dispatch, the count is all there is.
 	tn.cpu = func() (uint64, uint64, bool) { return 0, 0, false }
-	m = meter{t: tn, cpu: tn.cpu}
+	m = meter{t: tn}
 	m.begin(t0)
 	dispatch(t0.Add(100*time.Millisecond), 8)
 	m.tick(1)
