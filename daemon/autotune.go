@@ -309,11 +309,13 @@ func cacheDir(cfg *Config) string {
 // the probes of one neighbour at one load add up, weighed against the window-to-window
 // noise the tuner measures as it serves: a mean gain ≥ 5% and two standard errors adopts the
 // neighbour (2% and one for a bigger limit that the load keeps full: see saturatedUp). With
-// a latency target, p99 decides unless both settings meet the target: into the target
-// wins, breaking it loses, and 10% closer wins when neither meets it (twice in a row). A
-// declined neighbour doubles the wait before the next probe (up to maxBackoff windows) and
-// turns to the next direction; a change of load (served rate ×2, or mean batch or requests
-// in the server ×1.5, for two windows) or a p99 newly over the target resets the wait. So
+// a latency target, p99 decides unless both settings meet the target, on evidence too: the
+// mean log p99 of the neighbour's trials and of the windows at the current settings, weighed
+// against p99's measured noise (see byLatency). A declined neighbour doubles the wait before
+// the next probe (up to maxBackoff windows) and turns to the next direction; a change of load
+// (served rate ×2, or mean batch or requests in the server ×1.5, for two windows) or the
+// current settings going over the target (their windows' mean p99, by a standard error)
+// resets the wait. So
 // a steady load settles on one setting and probes rarely, and a change of load is followed
 // within a few windows. What the probes leave at a load level is remembered: when the load
 // comes back to it, its settings return at once.
@@ -357,15 +359,17 @@ type tuner struct {
 	settled window        // the load windows are compared with, to notice a change
 	shifts  int           // windows in a row away from settled
 	again   bool          // the next probe repeats cand (a first win on latency, or undecided)
-	// The evidence of the probes at the current settings and load, per neighbour, and the
-	// served rate's noise from window to window (an EWMA of squared log differences).
-	evidence map[probeKey]evidence
-	noiseVar float64
-	noiseN   int
-	prev     window // the last steady window, at the current settings (rate 0: none)
-	wasOver  bool   // the last window's p99 was over the target
-	paused   bool   // the last window had too little load to judge
-	resumed  bool   // the load is back after a pause: the next window decides at once
+	// The evidence of the probes at the current settings and load, per neighbour; the p99
+	// of the windows at the current settings (with a target); and the served rate's and
+	// p99's noise from window to window.
+	evidence  map[probeKey]evidence
+	here      latency
+	rateNoise logNoise
+	latNoise  logNoise
+	prev      window // the last steady window, at the current settings (rate 0: none)
+	wasOver   bool   // the current settings were over the target at the last window
+	paused    bool   // the last window had too little load to judge
+	resumed   bool   // the load is back after a pause: the next window decides at once
 	// levels remembers, per load level, the settings the probes left there and their
 	// backoff: a load seen before gets its settings back at once instead of probing again.
 	levels map[int]levelMemory
@@ -377,8 +381,64 @@ type probeKey struct {
 }
 
 type evidence struct {
+	n      int
+	sum    float64 // of the probes' log gains (the trial's rate over the two windows' around it)
+	lat    float64 // of log(p99 / target) of the trials (with a target)
+	closer float64 // of log(the trial's p99 over the two windows' around it)
+}
+
+// add counts one probe; old evidence fades.
+func (e *evidence) add(r, lat, closer float64) {
+	e.n++
+	e.sum, e.lat, e.closer = e.sum+r, e.lat+lat, e.closer+closer
+	if e.n > 2*maxEvidence {
+		e.n, e.sum, e.lat, e.closer = e.n/2, e.sum/2, e.lat/2, e.closer/2
+	}
+}
+
+// latency is the p99 of the windows at one setting against the target: log(p99 / target)
+// summed; the latest windows count (older ones fade).
+type latency struct {
 	n   int
-	sum float64 // of the probes' log gains
+	sum float64
+}
+
+func (l *latency) add(x float64) {
+	l.n++
+	l.sum += x
+	if l.n > 2*maxEvidence {
+		l.n, l.sum = l.n/2, l.sum/2
+	}
+}
+
+func (l latency) mean() float64 { return l.sum / float64(max(l.n, 1)) }
+
+// logNoise is a quantity's noise from one window to the next: an EWMA of the squared log
+// ratios of two windows at the same settings.
+type logNoise struct {
+	v float64
+	n int
+}
+
+func (s *logNoise) add(a, b float64) {
+	if a <= 0 || b <= 0 {
+		return
+	}
+	d := math.Log(b / a)
+	s.v += (d*d - s.v) * noiseWeight
+	s.n++
+}
+
+// window is one window's standard deviation (half the variance of the difference of two),
+// within [lo, hi]; def until it has four samples. The EWMA starts from 0: divided by its
+// weight so far, it is not biased low while it has few samples (after 4 it holds 41% of the
+// variance).
+func (s *logNoise) window(def, lo, hi float64) float64 {
+	if s.n < 4 {
+		return def
+	}
+	v := s.v / (1 - math.Pow(1-noiseWeight, float64(s.n)))
+	return min(hi, max(lo, math.Sqrt(v/2)))
 }
 
 // levelMemory is what the tuner learned at one load level.
@@ -648,47 +708,25 @@ func (t *tuner) step(w window) time.Duration {
 			return 0
 		}
 		t.probes++
-		t.noise(t.before.rate, w.rate)
+		t.noise(t.before, w)
 		t.prev = w
-		byRate, ok, r, why := t.better(t.trial, t.before, w)
-		verdict := "declined"
-		if byRate {
-			// Served rates are noisy (±15% from one window to the next on this machine):
-			// the evidence of every probe of this neighbour at this load adds up, and the
-			// neighbour is adopted when its mean gain is ≥ 5% and twice its standard error,
-			// declined when it is clearly under 5% (or still undecided after maxEvidence
-			// probes), and otherwise probed again after one window.
-			k := probeKey{t.cand, t.candDly > 0}
-			if t.evidence == nil {
-				t.evidence = map[probeKey]evidence{}
-			}
-			e := t.evidence[k]
-			e.n++
-			e.sum += r
-			if e.n > 2*maxEvidence { // old evidence fades
-				e.n, e.sum = e.n/2, e.sum/2
-			}
-			t.evidence[k] = e
-			mean, se := e.sum/float64(e.n), t.sigma()/math.Sqrt(float64(e.n))
-			gain, z := math.Log(probeGain), 2.0
-			if t.saturatedUp(w) {
-				gain, z = math.Log(saturatedGain), 1
-			}
-			why = fmt.Sprintf("%s (mean gain %+.1f%% ± %.1f%% over %d probes)", why, 100*math.Expm1(mean), 200*se, e.n)
-			switch {
-			case e.n >= 2 && mean >= max(gain, z*se):
-				verdict = ""
-			case mean+z*se < gain || e.n >= maxEvidence:
-				// declined
-			default:
-				verdict = "undecided"
-			}
-		} else if ok && !t.again {
-			// One win on latency may be noise: the same probe again at once, adopted if it
-			// wins twice.
-			verdict = "won once"
-		} else if ok {
-			verdict = ""
+		t.hear(w)
+		// Windows are noisy (the served rate ±15% from one window to the next on this
+		// machine, p99 more): the evidence of every probe of this neighbour at this load adds
+		// up, weighed against the noise measured as the tuner serves.
+		k := probeKey{t.cand, t.candDly > 0}
+		if t.evidence == nil {
+			t.evidence = map[probeKey]evidence{}
+		}
+		e := t.evidence[k]
+		e.add(t.probeGains(t.trial, t.before, w))
+		t.evidence[k] = e
+		verdict, why := t.byRate(e, w)
+		if t.target > 0 {
+			verdict, why = t.byLatency(e, verdict, why)
+		}
+		if verdict == "undecided" && e.n >= maxEvidence {
+			verdict = "declined"
 		}
 		switch verdict {
 		case "":
@@ -701,11 +739,8 @@ func (t *tuner) step(w window) time.Duration {
 			t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
 			t.wait = 0
 			return t.settleTime(fromLimit)
-		case "won once", "undecided":
-			t.again, t.wait = true, 0
-			if verdict == "undecided" {
-				t.wait = 1
-			}
+		case "undecided":
+			t.again, t.wait = true, 1
 		default:
 			t.again = false
 			t.backoff = min(maxBackoff, max(1, 2*t.backoff))
@@ -716,11 +751,12 @@ func (t *tuner) step(w window) time.Duration {
 		t.log.Debug("auto batching probe "+verdict, "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
 		return 0
 	}
-	over := t.target > 0 && w.n >= 20 && w.p99 > t.target
+	t.hear(w)
+	over := t.over()
 	var settle time.Duration
 	switch {
 	case over && !t.wasOver:
-		// The target just broke: try a smaller batch at once.
+		// The target broke: try a smaller batch at once.
 		t.backoff, t.wait, t.dir = 1, 0, dirDown
 	case t.resumed && t.settled.rate > 0 && !t.shiftedFrom(w):
 		// Back after a pause to the load before it: go on as before.
@@ -744,7 +780,7 @@ func (t *tuner) step(w window) time.Duration {
 		// The load as before: follow its drift slowly, and learn the noise of the rate.
 		t.shifts = 0
 		if t.prev.rate > 0 && !disturbed(t.prev, w) {
-			t.noise(t.prev.rate, w.rate)
+			t.noise(t.prev, w)
 		}
 		t.prev = w
 		t.settled.rate += (w.rate - t.settled.rate) / 4
@@ -863,16 +899,24 @@ func (t *tuner) loadChanged(w window, wait int) time.Duration {
 	from := t.limit
 	m, ok := t.levels[w.level()]
 	if !ok {
-		// A load not seen before that keeps the curve's batch full (one in flight, one
-		// queued) starts from it without lingering, when the probes of a lighter load left
-		// a smaller one: the curve's batch is the best of the forward alone, and climbing
-		// back to it on noisy windows takes many probes.
-		if t.auto.batch && t.start > t.limit && w.load >= float64(2*t.start) && t.target <= 0 {
-			t.limit, t.linger = t.start, false
+		// A load not seen before starts, without lingering, from the largest batch of the
+		// curve's (halving from its start) that it keeps full, when the probes of a lighter
+		// load left a smaller limit: the curve's batch is the best of the forward alone, and
+		// climbing back to it on noisy windows takes many probes. Full: the requests in the
+		// server hold the batch in flight and half of the next one. (Twice the batch, the
+		// rule before, is more than a closed loop shows: at c=64 digits had 54 requests in
+		// the server, the rest on the way back to ab, so it stayed at 16 where fixed 32
+		// served 10% more.)
+		b := t.start
+		for b > 1 && w.load < 1.5*float64(b) {
+			b /= 2
+		}
+		if t.auto.batch && b > t.limit && t.target <= 0 {
+			t.limit, t.linger = b, false
 			if t.auto.delay {
 				t.delay = 0
 			}
-			t.apply(fmt.Sprintf("new load (%.1f requests in the server) fills the curve's batch: %s", w.load, t.setting()))
+			t.apply(fmt.Sprintf("new load (%.1f requests in the server) fills batches of %d: %s", w.load, b, t.setting()))
 			return t.settleTime(from)
 		}
 		return 0
@@ -918,65 +962,118 @@ func settingName(limit int, delay time.Duration) string {
 	return fmt.Sprintf("batch %d", limit)
 }
 
-// better decides a probe: the trial window against the windows before and after it at the
-// current limit.
-//
-// Without a target, and with one when both meet it, it is decided on the served rate: byRate,
-// with r the log of the trial's rate over the mean of the two around it (the caller weighs
-// it with the other probes of the same neighbour). Otherwise p99 decides (ok): into the
-// target wins, breaking it loses, and when neither meets it 10% closer wins.
-func (t *tuner) better(trial, before, after window) (byRate, ok bool, r float64, why string) {
-	base := (before.rate + after.rate) / 2
-	gain := fmt.Sprintf("%.0f/s vs %.0f/s", trial.rate, base)
-	if base > 0 && trial.rate > 0 {
+// probeGains are one probe's logs: the trial's served rate over the mean of the two windows
+// around it at the current settings; with a target, the trial's p99 over the target, and over
+// the geometric mean of the two windows' p99.
+func (t *tuner) probeGains(trial, before, after window) (r, lat, closer float64) {
+	r = -1
+	if base := (before.rate + after.rate) / 2; base > 0 && trial.rate > 0 {
 		r = math.Log(trial.rate / base)
-	} else {
-		r = -1
 	}
-	if t.target <= 0 {
-		return true, false, r, gain
+	if t.target > 0 && trial.p99 > 0 && before.p99 > 0 && after.p99 > 0 {
+		lat = math.Log(float64(trial.p99) / float64(t.target))
+		closer = math.Log(float64(trial.p99) / math.Sqrt(float64(before.p99)*float64(after.p99)))
 	}
-	p99 := max(before.p99, after.p99)
-	lat := fmt.Sprintf("p99 %v vs %v (target %v)", trial.p99.Round(time.Microsecond), p99.Round(time.Microsecond), t.target)
-	switch inB, inA := trial.p99 <= t.target, p99 <= t.target; {
-	case inB && !inA:
-		return false, true, r, lat
-	case inB && inA:
-		return true, false, r, gain + ", " + lat
-	case !inB && !inA:
-		return false, trial.p99 < p99*9/10, r, lat
-	}
-	return false, false, r, lat
+	return r, lat, closer
 }
 
-// noise updates the estimate of the served rate's noise from two windows at the same
-// settings.
-func (t *tuner) noise(a, b float64) {
-	if a <= 0 || b <= 0 {
-		return
+// byRate decides a probe on the served rate: the neighbour is adopted ("") when its mean gain
+// is ≥ 5% and twice its standard error (2% and once for a bigger limit that the load keeps
+// full: see saturatedUp), "declined" when it is clearly under that, and otherwise
+// "undecided" (probed again after one window, up to maxEvidence probes).
+func (t *tuner) byRate(e evidence, after window) (verdict, why string) {
+	mean, se := e.sum/float64(e.n), t.sigma()/math.Sqrt(float64(e.n))
+	gain, z := math.Log(probeGain), 2.0
+	if t.saturatedUp(after) {
+		gain, z = math.Log(saturatedGain), 1
 	}
-	d := math.Log(b / a)
-	t.noiseVar += (d*d - t.noiseVar) * noiseWeight
-	t.noiseN++
+	why = fmt.Sprintf("%.0f/s vs %.0f/s (mean gain %+.1f%% ± %.1f%% over %d probes)",
+		t.trial.rate, (t.before.rate+after.rate)/2, 100*math.Expm1(mean), 100*z*se, e.n)
+	switch {
+	case e.n >= 2 && mean >= max(gain, z*se):
+		return "", why
+	case mean+z*se < gain:
+		return "declined", why
+	}
+	return "undecided", why
 }
 
-// sigma is the standard deviation of one probe's log gain: a window's noise (half the
-// variance of the difference of two) for the trial and a mean of two for the base.
-func (t *tuner) sigma() float64 {
-	w := 0.10 // until measured
-	if t.noiseN >= 4 {
-		// The EWMA starts from 0: divided by its weight so far, it is not biased low while
-		// it has few samples (after 4 it holds 41% of the variance).
-		v := t.noiseVar / (1 - math.Pow(1-noiseWeight, float64(t.noiseN)))
-		w = min(0.5, max(0.02, math.Sqrt(v/2)))
+// byLatency decides a probe with a latency target, from the p99 of the neighbour's trial
+// windows and of the windows at the current settings since they were set, each as a mean of
+// log(p99 / target), with a standard error from p99's measured noise. A single window
+// decides nothing: near the target p99 is noisy (a stolen second doubles one window's tail),
+// and deciding on one or two windows moved digits back and forth between 8 and 16 four
+// times in four minutes.
+//   - The current settings meet the target (their mean): a neighbour whose mean is over it is
+//     declined; one the rate would adopt is adopted only once its mean is under the target by
+//     two standard errors (until then undecided: breaking the target costs more than the
+//     5% the rate gains); otherwise the rate decides.
+//   - They do not: a neighbour under the target by a standard error is adopted when the
+//     current settings are over it by one; failing that, a neighbour whose p99 is 10% under
+//     theirs (paired with the windows around each trial) by two standard errors is adopted,
+//     one not 10% under by a standard error is declined.
+func (t *tuner) byLatency(e evidence, rate, rateWhy string) (verdict, why string) {
+	sl := t.latSigma()
+	n := float64(e.n)
+	cm, cse := e.lat/n, sl/math.Sqrt(n)
+	hm, hse := t.here.mean(), sl/math.Sqrt(float64(max(t.here.n, 1)))
+	ms := func(x float64) time.Duration {
+		return time.Duration(math.Exp(x) * float64(t.target)).Round(10 * time.Microsecond)
 	}
-	return w * math.Sqrt(1.5)
+	why = fmt.Sprintf("p99 %v over %d trials vs %v over %d windows (target %v, ±%.0f%% a window)", ms(cm), e.n, ms(hm), t.here.n, t.target, 100*sl)
+	if hm <= 0 {
+		switch {
+		case cm > 0:
+			return "declined", why
+		case rate == "" && cm+2*cse > 0:
+			return "undecided", rateWhy + ", " + why
+		}
+		return rate, rateWhy + ", " + why
+	}
+	if e.n >= 2 && cm+cse <= 0 && t.here.n >= 2 && hm-hse > 0 {
+		return "", why + ": into the target"
+	}
+	d, dse := e.closer/n, sl*math.Sqrt(1.5/n)
+	why = fmt.Sprintf("%s, %+.0f%% ± %.0f%% paired", why, 100*math.Expm1(d), 200*dse)
+	switch {
+	case e.n >= 2 && t.here.n >= 2 && d+2*dse <= math.Log(0.9):
+		return "", why + ": closer to the target"
+	case d-dse > math.Log(0.9):
+		return "declined", why
+	}
+	return "undecided", why
 }
+
+// hear counts a window at the current settings into their p99 (with a target).
+func (t *tuner) hear(w window) {
+	if t.target > 0 && w.p99 > 0 {
+		t.here.add(math.Log(float64(w.p99) / float64(t.target)))
+	}
+}
+
+// over reports the current settings over the target: the mean of their windows' p99 over it
+// by a standard error, over two windows at least.
+func (t *tuner) over() bool {
+	return t.target > 0 && t.here.n >= 2 && t.here.mean()-t.latSigma()/math.Sqrt(float64(t.here.n)) > 0
+}
+
+// noise measures the window-to-window noise from two windows at the same settings.
+func (t *tuner) noise(a, b window) {
+	t.rateNoise.add(a.rate, b.rate)
+	t.latNoise.add(float64(a.p99), float64(b.p99))
+}
+
+// sigma is the standard deviation of one probe's log gain: a window's noise for the trial
+// and a mean of two for the base.
+func (t *tuner) sigma() float64 { return t.rateNoise.window(0.10, 0.02, 0.5) * math.Sqrt(1.5) }
+
+// latSigma is the standard deviation of one window's log p99.
+func (t *tuner) latSigma() float64 { return t.latNoise.window(0.25, 0.02, 1) }
 
 // forget drops the probes' evidence: the settings or the load changed.
 func (t *tuner) forget() {
 	clear(t.evidence)
-	t.again, t.settled, t.prev = false, window{}, window{}
+	t.again, t.settled, t.prev, t.here = false, window{}, window{}, latency{}
 }
 
 // settleTime is how long batches formed under a limit of b may still be running.
