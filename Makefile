@@ -29,7 +29,7 @@ endif
 # the CUDA backend, and cuda:0 then fails at run time.
 TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: bench-auto all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -134,6 +134,11 @@ bench: bench-setup lib build models archives
 # about 40–50 minutes, more when the host steals CPU time): writes docs/autobatch.md.
 bench-auto: setup build archives
 	$(GO) run ./bench/autobatch -rounds 7
+
+# The same variants in an open loop (Poisson arrivals at fixed rates, where a p99 target can
+# be judged; about 15 minutes): writes docs/autobatch-open.md.
+bench-open: setup build archives
+	$(GO) run ./bench/autobatch -open -rounds 3
 
 bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness

@@ -840,7 +840,10 @@ func (t *tuner) step(w window) time.Duration {
 		switch d {
 		case dirUp:
 			cand = min(t.maxCap, 2*t.limit)
-			ok = t.auto.batch && cand > t.limit && w.mean >= 0.75*float64(t.limit) && !over
+			// Over a target too: batches near the limit mean a queue, and a bigger batch
+			// may serve it sooner (at digits c=64, closed loop, batch 16 had p99 26 ms and
+			// fixed 32 15 ms); p99's evidence decides.
+			ok = t.auto.batch && cand > t.limit && w.mean >= 0.75*float64(t.limit)
 		case dirDown:
 			cand = max(1, min(t.limit, int(math.Round(w.mean)))/2)
 			ok = t.auto.batch && cand < t.limit && w.mean >= 2

@@ -239,6 +239,19 @@ func TestTunerLatencyTarget(t *testing.T) {
 		t.Fatalf("unreachable target: limit %d, want 4 (22 ms at 2 is not 10%% under 24 ms): %+v", un.limit, un.history)
 	}
 	t.Logf("windows at %v", seen[:20])
+
+	// A closed loop (64 clients): p99 is about the clients over the served rate, so a
+	// bigger batch that serves more brings p99 down. Over the target at 16, the tuner
+	// probes up as well as down, and 32 brings p99 into the target.
+	rates := map[int]float64{1: 1500, 2: 2500, 4: 3500, 8: 4500, 16: 5000, 32: 7500, 64: 7000}
+	cl := newTestTuner(15*time.Millisecond, 1, 16, 64)
+	cl.dir = dirDown // the first probe goes down (and is declined): up comes once 16 is known to be over
+	l3 := &load{rate: table(rates), queue: 64, noise: 0.05, p99Var: 0.2,
+		p99: func(lim int) time.Duration { return time.Duration(1.5 * 64 / rates[lim] * float64(time.Second)) }}
+	l3.run(cl, 200)
+	if cl.limit != 32 {
+		t.Fatalf("closed loop: limit %d, want 32 (p99 12.8 ms; 19.2 ms at 16): %+v", cl.limit, cl.history)
+	}
 }
 
 // Near the target p99 is noisy (a stolen second doubles one window's tail): one window over

@@ -8,6 +8,10 @@
 // side by side in one torchd and take turns: at each concurrency, each round runs every
 // variant once with `ab -k` for the same time, in an order shuffled every round (seeded). The
 // figure of a variant is its median requests/s over the rounds. It writes docs/autobatch.md.
+//
+// With -open (make bench-open) the load is an open loop instead (Poisson arrivals at each
+// model's rates, see open.go), where a latency target can be judged; it writes
+// docs/autobatch-open.md.
 package main
 
 import (
@@ -37,6 +41,7 @@ type model struct {
 	delays                     []int // ms
 	concs                      []int
 	seconds                    float64       // of load per point
+	rates                      []float64     // the open loop's offered rates (-open), requests/s
 	target                     time.Duration // the latency target of the "auto, target" variant
 }
 
@@ -72,14 +77,20 @@ func main() {
 	only := flag.String("models", "", "comma-separated models to run (default: all)")
 	out := flag.String("out", "docs/autobatch.md", "the report")
 	rerunSteal := flag.Float64("rerun-steal", 0.05, "run a point again (at most twice) when more than this share of the CPU time was stolen")
+	open := flag.Bool("open", false, "an open loop (Poisson arrivals at each model's rates) instead of ab's closed loop; the report goes to docs/autobatch-open.md unless -out is given")
 	flag.Parse()
+	if *open && !isFlagSet("out") {
+		*out = "docs/autobatch-open.md"
+	}
 
 	// The concurrencies of the benchmark harness (bench/harness) for these workloads.
 	models := []*model{
 		{name: "digits_tensor", archive: "digits_tensor.mar", file: "models/out/digits/sample_tensor.npy", ctype: "application/x-npy",
-			batches: []int{1, 8, 32}, delays: []int{0, 5}, concs: []int{1, 8, 16, 64, 256}, seconds: 4, target: 15 * time.Millisecond},
+			batches: []int{1, 8, 32}, delays: []int{0, 5}, concs: []int{1, 8, 16, 64, 256}, seconds: 4, target: 15 * time.Millisecond,
+			rates: []float64{500, 2000, 4000}},
 		{name: "resnet18", archive: "resnet18.mar", file: "models/out/resnet18/sample_640x480.jpg", ctype: "image/jpeg",
-			batches: []int{1, 4, 8, 16}, delays: []int{0}, concs: []int{1, 8, 16, 64, 256}, seconds: 6, target: time.Second},
+			batches: []int{1, 4, 8, 16}, delays: []int{0}, concs: []int{1, 8, 16, 64, 256}, seconds: 6, target: time.Second,
+			rates: []float64{5, 12, 18}},
 	}
 	if *concs != "" {
 		var cs []int
@@ -159,6 +170,11 @@ func main() {
 		r.Body.Close()
 	}
 	fmt.Printf("registered %d variants in %v\n", len(variants), time.Since(start).Round(time.Millisecond))
+	if *open {
+		res := openRun(inf, metrics, models, variants, *rounds)
+		writeOpen(*out, models, res, *rounds, *scale, time.Since(start), describe(mgmt, variants))
+		return
+	}
 
 	// results[model][conc][label] = per-round points
 	results := map[string]map[int]map[string][]point{}
@@ -197,6 +213,12 @@ func main() {
 			}
 		}
 	}
+	curves := describe(mgmt, variants)
+	write(*out, models, results, *rounds, *scale, *rerunSteal, reruns, time.Since(start), curves)
+}
+
+// describe is the describe output of every auto variant, for the report.
+func describe(mgmt string, variants []*variant) string {
 	var curves strings.Builder
 	for _, v := range variants {
 		if !v.auto {
@@ -214,7 +236,7 @@ func main() {
 			fmt.Fprintf(&curves, "<details><summary>describe %s after the run</summary>\n\n```json\n%s```\n</details>\n\n", v.name, b.String())
 		}
 	}
-	write(*out, models, results, *rounds, *scale, *rerunSteal, reruns, time.Since(start), curves.String())
+	return curves.String()
 }
 
 // drain waits until the variant has answered every request it was sent, so that the next
@@ -262,6 +284,11 @@ func drain(metrics, name string) time.Duration {
 	}
 	fmt.Fprintf(os.Stderr, "autobatch: %s still busy a minute after its point\n", name)
 	return time.Since(start)
+}
+
+func isFlagSet(name string) (set bool) {
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func targetLabel(m *model) string { return fmt.Sprintf("auto, p99 target %v", m.target) }
