@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -677,4 +678,21 @@ func TestTunerBurstsShorterThanAProbe(t *testing.T) {
 		t.Fatalf("%d of 40 bursts ended in a cut trial; limit %d (%+v)", cut, tn.limit, tn.history)
 	}
 	t.Logf("%d of 40 bursts ended in a cut trial, %d probes decided", cut, tn.probes)
+}
+
+// With a target that holds, an open loop near a small batch's capacity: a trial at a batch
+// that cannot keep up would build a queue that outlasts it, so it is not probed (the test
+// curve serves 100 items/s in batches of 1, 167 in batches of 2: under 2.5 × 150/s). Once
+// the target breaks, smaller batches are probed again.
+func TestTunerNoProbeThatCannotKeepUp(t *testing.T) {
+	tn := newTestTuner(100*time.Millisecond, 1, 16, 16)
+	tn.auto.delay = false
+	l := &load{rate: func(int) float64 { return 150 }, queue: 3, p99: func(int) time.Duration { return 20 * time.Millisecond }}
+	if seen := l.run(tn, 100); slices.Min(seen) < 16 {
+		t.Fatalf("probed a batch that cannot keep up: windows at %v", seen)
+	}
+	l.p99 = func(lim int) time.Duration { return time.Duration(10*lim) * time.Millisecond } // 160 ms at 16
+	if seen := l.run(tn, 20); slices.Min(seen) >= 16 {
+		t.Fatalf("over the target, no smaller batch probed: windows at %v", seen)
+	}
 }
