@@ -18,6 +18,7 @@ import (
 	"bufio"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -439,31 +440,35 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			}
 			fmt.Fprintf(&b, "| %d | %.1f%% (%.1f–%.1f%%) | %.2f | %s | %s | %s |\n", c, 100*st[len(st)/2], 100*st[0], 100*st[len(st)-1], auto.rps/best, bestL, verdict, held)
 		}
-		fmt.Fprintf(&b, "\nEvery variant (median req/s / p99 ms):\n\n| c |")
-		var labels []string
-		for l := range res[m.name][m.concs[0]] {
-			labels = append(labels, l)
-		}
-		sort.Strings(labels)
-		for _, l := range labels {
-			fmt.Fprintf(&b, " %s |", l)
-		}
-		fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("---|", len(labels)))
-		for _, c := range m.concs {
-			fmt.Fprintf(&b, "| %d |", c)
-			for _, l := range labels {
-				x := median(res[m.name][c][l])
-				fmt.Fprintf(&b, " %.1f / %.0f |", x.rps, x.p99)
-			}
-			b.WriteString("\n")
-		}
-		b.WriteString("\n")
+		variantTable(&b, "Every variant (median req/s / p99 ms):", "c", res[m.name][m.concs[0]], m.concs, func(c int, l string) string {
+			x := median(res[m.name][c][l])
+			return fmt.Sprintf("%.1f / %.0f", x.rps, x.p99)
+		})
 	}
 	b.WriteString(curves)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		fatal("%v", err)
 	}
 	fmt.Printf("wrote %s\n", path)
+}
+
+// variantTable writes a table of every variant: a row per load (a concurrency or a rate), a
+// column per label (the keys of first, sorted), and cell's figures in each.
+func variantTable[L int | float64, P any](b *strings.Builder, title, loadHead string, first map[string]P, loads []L, cell func(L, string) string) {
+	fmt.Fprintf(b, "\n%s\n\n| %s |", title, loadHead)
+	labels := slices.Sorted(maps.Keys(first))
+	for _, l := range labels {
+		fmt.Fprintf(b, " %s |", l)
+	}
+	fmt.Fprintf(b, "\n|---|%s\n", strings.Repeat("---|", len(labels)))
+	for _, x := range loads {
+		fmt.Fprintf(b, "| %v |", x)
+		for _, l := range labels {
+			fmt.Fprintf(b, " %s |", cell(x, l))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 }
 
 // heldOut is auto against the best fixed setting without the winner's curse: for each

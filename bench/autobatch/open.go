@@ -207,29 +207,15 @@ func writeOpen(path string, models []*model, res map[string]map[float64]map[stri
 			fmt.Fprintf(&b, "| %g | %.1f | %s | %s | %d of %d: %s | %s | %s | %s | %s |\n", rate, at.answered, msCell(at.p99), verdict,
 				len(within), len(r)-2, strings.Join(within, "; "), msCell(auto.p99), msCell(low), lowL, ratio)
 		}
-		fmt.Fprintf(&b, "\nEvery variant (median answered/s / p50 ms / p99 ms; failed requests in brackets when any):\n\n| offered/s |")
-		var labels []string
-		for l := range res[m.name][m.rates[0]] {
-			labels = append(labels, l)
-		}
-		sort.Strings(labels)
-		for _, l := range labels {
-			fmt.Fprintf(&b, " %s |", l)
-		}
-		fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("---|", len(labels)))
-		for _, rate := range m.rates {
-			fmt.Fprintf(&b, "| %g |", rate)
-			for _, l := range labels {
+		variantTable(&b, "Every variant (median answered/s / p50 ms / p99 ms; failed requests in brackets when any):", "offered/s",
+			res[m.name][m.rates[0]], m.rates, func(rate float64, l string) string {
 				x := openMedian(res[m.name][rate][l])
-				fmt.Fprintf(&b, " %.1f / %s / %s", x.answered, msCell(x.p50), msCell(x.p99))
+				c := fmt.Sprintf("%.1f / %s / %s", x.answered, msCell(x.p50), msCell(x.p99))
 				if x.failed > 0 {
-					fmt.Fprintf(&b, " (%d)", x.failed)
+					c += fmt.Sprintf(" (%d)", x.failed)
 				}
-				b.WriteString(" |")
-			}
-			b.WriteString("\n")
-		}
-		b.WriteString("\n")
+				return c
+			})
 	}
 	b.WriteString(curves)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
