@@ -682,7 +682,7 @@ func TestTunerBurstsShorterThanAProbe(t *testing.T) {
 
 // With a target that holds, an open loop near a small batch's capacity: a trial at a batch
 // that cannot keep up would build a queue that outlasts it, so it is not probed (the test
-// curve serves 100 items/s in batches of 1, 167 in batches of 2: under 2.5 × 150/s). Once
+// curve serves 100 items/s in batches of 1, 167 in batches of 2: under 4 × 150/s). Once
 // the target breaks, smaller batches are probed again.
 func TestTunerNoProbeThatCannotKeepUp(t *testing.T) {
 	tn := newTestTuner(100*time.Millisecond, 1, 16, 16)
