@@ -337,14 +337,15 @@ type tuner struct {
 	next     atomic.Uint64
 	inServer atomic.Int64 // requests between arrival and answer, sampled every tick: the load
 
-	mu      sync.Mutex
-	limit   int
-	delay   time.Duration
-	changes int
-	probes  int
-	lastP99 time.Duration
-	history []autoChange // the latest changes, oldest first
-	stop    chan struct{}
+	mu       sync.Mutex
+	limit    int
+	delay    time.Duration
+	changes  int
+	probes   int
+	overruns int // probes ended early: the requests in the server piled up (see overrun)
+	lastP99  time.Duration
+	history  []autoChange // the latest changes, oldest first
+	stop     chan struct{}
 
 	// The probe state.
 	phase   int // steady, probing (a window at cand), returning (a window back at limit)
@@ -483,6 +484,8 @@ const (
 	minAnswered   = 10      // nor one with fewer answered requests
 	noiseWeight   = 1.0 / 8 // of a new sample in the EWMA of the window noise
 	probeHeadroom = 4.0     // with a target, a smaller batch is probed only if the curve says it serves this times the rate
+	pileUp        = 4.0     // a trial ends early when the requests in the server pass this times the window before's,
+	pileUpMin     = 8       // and this many more (see overrun)
 )
 
 // shifted reports whether x moved by more than a factor tol from ref.
@@ -592,6 +595,11 @@ func (t *tuner) run() {
 		in := t.inServer.Load()
 		m.tick(in)
 		if now.Before(settleUntil) {
+			m.begin(now)
+			continue
+		}
+		if settle := t.overrun(in); settle > 0 {
+			settleUntil = now.Add(settle)
 			m.begin(now)
 			continue
 		}
@@ -755,10 +763,7 @@ func (t *tuner) step(w window) time.Duration {
 		case "undecided":
 			t.again, t.wait = true, 1
 		default:
-			t.again = false
-			t.backoff = min(maxBackoff, max(1, 2*t.backoff))
-			t.wait = t.backoff
-			t.dir = (t.dir + 1) % dirs
+			t.decline()
 		}
 		t.remember(t.before)
 		t.log.Debug("auto batching probe "+verdict, "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly), "detail", why)
@@ -888,6 +893,41 @@ func (t *tuner) step(w window) time.Duration {
 	}
 	t.wait = t.backoff
 	return 0
+}
+
+// decline ends a probe that did not pay: the wait before the next doubles, and the next
+// probe turns to the next direction.
+func (t *tuner) decline() {
+	t.again = false
+	t.backoff = min(maxBackoff, max(1, 2*t.backoff))
+	t.wait = t.backoff
+	t.dir = (t.dir + 1) % dirs
+}
+
+// overrun ends a probe's trial early, declined, when the requests in the server pile up
+// during it (past pileUp times those of the window before, or of a batch of the candidate,
+// and pileUpMin more): the candidate does not keep up with the arrivals. That happens only
+// in an open loop: in a closed loop the requests in the server cannot outnumber the clients,
+// whom the window before held. Left to the end of its window, such a trial builds a queue
+// that outlasts it: digits at 4000 requests/s offered, no target, settled at batch 32,
+// probed batches of 1 and 2 (the curve's forward alone would keep up), and the point's p99
+// was 38 ms where the fixed batch 32 had 12. Called on every tick of a window; it returns how
+// long to let the change back settle (0: nothing ended).
+func (t *tuner) overrun(in int64) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.phase != phaseProbing || float64(in) <= pileUp*max(t.before.load, float64(t.cand))+pileUpMin {
+		return 0
+	}
+	t.probes++
+	t.overruns++
+	t.phase = phaseSteady
+	t.b.SetBatching(t.limit, t.delay)
+	t.decline()
+	t.remember(t.before)
+	t.log.Debug("auto batching probe declined: requests piled up", "model", t.name, "setting", t.setting(), "tried", settingName(t.cand, t.candDly),
+		"in_server", in, "before", math.Round(t.before.load*10)/10)
+	return t.settleTime(t.cand)
 }
 
 // keepsUp reports whether batches of b keep up with rate requests/s with room to spare: the
@@ -1141,6 +1181,7 @@ type autoStatus struct {
 	Auto            []string     `json:"auto"`
 	Changes         int          `json:"changes"`
 	Probes          int          `json:"probes"`
+	ProbesPiledUp   int          `json:"probesEndedPiledUp"`
 	MaxBatchSize    int          `json:"maxBatchSize"`
 	Linger          bool         `json:"linger"`
 	LoadLevels      []loadLevel  `json:"loadLevels"`
@@ -1169,7 +1210,7 @@ func (t *tuner) status() *autoStatus {
 	return &autoStatus{
 		Linger: t.linger, LoadLevels: levels,
 		BatchSize: t.limit, MaxBatchDelayMS: float64(t.delay) / 1e6, LatencyTargetMS: float64(t.target) / 1e6,
-		LastP99MS: float64(t.lastP99) / 1e6, Auto: auto, Changes: t.changes, Probes: t.probes, MaxBatchSize: t.maxCap,
+		LastP99MS: float64(t.lastP99) / 1e6, Auto: auto, Changes: t.changes, Probes: t.probes, ProbesPiledUp: t.overruns, MaxBatchSize: t.maxCap,
 		History: slices.Clone(t.history), Curve: t.curve.Points, CurveSource: t.source, CurveSeconds: t.curve.Took, Workers: t.workers,
 	}
 }

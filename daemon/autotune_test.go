@@ -696,3 +696,39 @@ func TestTunerNoProbeThatCannotKeepUp(t *testing.T) {
 		t.Fatalf("over the target, no smaller batch probed: windows at %v", seen)
 	}
 }
+
+// A trial whose requests pile up in the server (an open loop the candidate cannot keep up
+// with) ends at once, declined: the batcher is back at the current setting, and the next
+// probe waits twice as long. Requests in the server within what the window before held (a
+// closed loop) end nothing.
+func TestTunerEndsTrialThatPilesUp(t *testing.T) {
+	tn := newTestTuner(0, 1, 16, 16)
+	tn.auto.delay = false
+	l := &load{rate: func(int) float64 { return 1000 }, queue: 6}
+	for range 20 {
+		if tn.phase == phaseProbing {
+			break
+		}
+		l.run(tn, 1)
+	}
+	if tn.phase != phaseProbing || tn.cand >= 16 {
+		t.Fatalf("no probe of a smaller batch in 20 windows: phase %d, cand %d", tn.phase, tn.cand)
+	}
+	backoff := tn.backoff
+	if d := tn.overrun(6 * 4); d != 0 || tn.phase != phaseProbing {
+		t.Fatalf("24 requests in the server (4 times the window before's) ended the trial")
+	}
+	d := tn.overrun(6*4 + pileUpMin + 1)
+	if d == 0 || tn.phase != phaseSteady || tn.b.batchSize.Load() != 16 {
+		t.Fatalf("piled-up trial not ended: settle %v, phase %d, batcher at %d", d, tn.phase, tn.b.batchSize.Load())
+	}
+	if tn.backoff != min(maxBackoff, 2*max(1, backoff)) || tn.wait != tn.backoff || tn.overruns != 1 {
+		t.Fatalf("after the piled-up trial: backoff %d (was %d), wait %d, overruns %d", tn.backoff, backoff, tn.wait, tn.overruns)
+	}
+	if st := tn.status(); st.ProbesPiledUp != 1 || st.BatchSize != 16 {
+		t.Fatalf("status: %+v", st)
+	}
+	if d := tn.overrun(1000); d != 0 {
+		t.Fatalf("overrun outside a trial ended something")
+	}
+}

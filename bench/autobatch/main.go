@@ -44,7 +44,23 @@ type model struct {
 	seconds                    float64       // of load per point
 	rates                      []float64     // the open loop's offered rates (-open), requests/s
 	target                     time.Duration // the latency target of the "auto, target" variant
+	// copyOf is the fixed setting (batch, delay in ms) registered twice: the spread of two
+	// identical settings is the noise floor of every comparison at that load.
+	copyOf [2]int
 }
+
+// copySuffix marks the label of the second registration of copyOf. Copies are not fixed
+// settings of the sweep: they are never the best one.
+const copySuffix = " (copy)"
+
+// swept reports whether label is one of the sweep's fixed settings (not auto, not the target
+// variant tl, not the copy).
+func swept(label, tl string) bool {
+	return label != "auto" && label != tl && !strings.HasSuffix(label, copySuffix)
+}
+
+// fixedLabel is the label of a fixed setting.
+func fixedLabel(b, d int) string { return fmt.Sprintf("batch %d, delay %d ms", b, d) }
 
 type variant struct {
 	model *model
@@ -78,6 +94,7 @@ func main() {
 	only := flag.String("models", "", "comma-separated models to run (default: all)")
 	out := flag.String("out", "docs/autobatch.md", "the report")
 	rerunSteal := flag.Float64("rerun-steal", 0.05, "run a point again (at most twice) when more than this share of the CPU time was stolen")
+	copies := flag.Bool("copy", true, "register one fixed setting per model twice, to measure the noise floor")
 	open := flag.Bool("open", false, "an open loop (Poisson arrivals at each model's rates) instead of ab's closed loop; the report goes to docs/autobatch-open.md unless -out is given")
 	flag.Parse()
 	if *open && !isFlagSet("out") {
@@ -88,10 +105,10 @@ func main() {
 	models := []*model{
 		{name: "digits_tensor", archive: "digits_tensor.mar", file: "models/out/digits/sample_tensor.npy", ctype: "application/x-npy",
 			batches: []int{1, 8, 32}, delays: []int{0, 5}, concs: []int{1, 8, 16, 64, 256}, seconds: 4, target: 15 * time.Millisecond,
-			rates: []float64{500, 2000, 4000}},
+			rates: []float64{500, 2000, 4000}, copyOf: [2]int{32, 0}},
 		{name: "resnet18", archive: "resnet18.mar", file: "models/out/resnet18/sample_640x480.jpg", ctype: "image/jpeg",
 			batches: []int{1, 4, 8, 16}, delays: []int{0}, concs: []int{1, 8, 16, 64, 256}, seconds: 6, target: time.Second,
-			rates: []float64{5, 12, 18}},
+			rates: []float64{5, 12, 18}, copyOf: [2]int{8, 0}},
 	}
 	if *concs != "" {
 		var cs []int
@@ -157,8 +174,13 @@ func main() {
 					continue
 				}
 				variants = append(variants, &variant{model: m, name: fmt.Sprintf("%s_b%d_d%d", m.name, b, d),
-					label: fmt.Sprintf("batch %d, delay %d ms", b, d), query: fmt.Sprintf("batch_size=%d&max_batch_delay=%d", b, d)})
+					label: fixedLabel(b, d), query: fmt.Sprintf("batch_size=%d&max_batch_delay=%d", b, d)})
 			}
+		}
+		if *copies {
+			b, d := m.copyOf[0], m.copyOf[1]
+			variants = append(variants, &variant{model: m, name: fmt.Sprintf("%s_b%d_d%d_copy", m.name, b, d),
+				label: fixedLabel(b, d) + copySuffix, query: fmt.Sprintf("batch_size=%d&max_batch_delay=%d", b, d)})
 		}
 	}
 	start := time.Now()
@@ -344,6 +366,9 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 	fmt.Fprintf(&b, "\"held out\": the same comparison without the winner's curse (the best of several noisy medians is biased\n")
 	fmt.Fprintf(&b, "upwards): for each round the best fixed setting is chosen on the other rounds, auto is divided by that setting's\n")
 	fmt.Fprintf(&b, "figure in this round, and the column is the median of these ratios (in brackets: their range over the rounds).\n")
+	fmt.Fprintf(&b, "\"two copies\": one fixed setting per model is registered twice (a second name, its own model copy and worker);\n")
+	fmt.Fprintf(&b, "the lower of the two medians over the higher is what identical settings differ by at that concurrency, the noise\n")
+	fmt.Fprintf(&b, "floor of every ratio in the row. The copy is not a setting of the sweep: it is never the best fixed one.\n")
 	fmt.Fprintf(&b, "Stolen CPU time: this VM's hypervisor takes 0–50%% of the CPU time in bursts of seconds, and a forward's threads\n")
 	fmt.Fprintf(&b, "wait for each other, so a point loses up to twice its stolen share (or far more). A point with more than %.0f%% of\n", 100*rerunSteal)
 	fmt.Fprintf(&b, "the machine's CPU time stolen (from /proc/stat) was run again, at most twice, keeping the least stolen run:\n")
@@ -351,14 +376,15 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 	for _, m := range models {
 		tl := targetLabel(m)
 		fmt.Fprintf(&b, "## %s (%s, %g s per point)\n\n", m.name, m.ctype, m.seconds)
-		fmt.Fprintf(&b, "| c | auto req/s | best fixed | its req/s | auto / best | | held out | auto, target %v: req/s | p99 ms | best fixed within %v | its req/s | ratio | |\n", m.target, m.target)
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| c | auto req/s | best fixed | its req/s | auto / best | | held out | two copies of %s: lower / higher | auto, target %v: req/s | p99 ms | best fixed within %v | its req/s | ratio | |\n",
+			fixedLabel(m.copyOf[0], m.copyOf[1]), m.target, m.target)
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range m.concs {
 			r := res[m.name][c]
 			auto, at := median(r["auto"]), median(r[tl])
 			bestL, best, inL, in := "", point{}, "", point{}
 			for l, xs := range r {
-				if l == "auto" || l == tl {
+				if !swept(l, tl) {
 					continue
 				}
 				x := median(xs)
@@ -387,8 +413,12 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			if h := heldOut(r, tl, served); len(h) > 0 {
 				held = fmt.Sprintf("%.2f (%.2f–%.2f)", h[len(h)/2], h[0], h[len(h)-1])
 			}
-			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
-				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, held, at.rps, at.p99, inL, in.rps, ratio, tv)
+			copies := "–"
+			if xs, ok := r[fixedLabel(m.copyOf[0], m.copyOf[1])+copySuffix]; ok {
+				copies = floor(median(r[fixedLabel(m.copyOf[0], m.copyOf[1])]).rps, median(xs).rps)
+			}
+			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %s | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
+				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, held, copies, at.rps, at.p99, inL, in.rps, ratio, tv)
 		}
 		// At c=1 every setting without a delay runs batches of one: the same work, so their
 		// spread is the noise floor of these comparisons.
@@ -425,7 +455,7 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			auto := medianBy(r["auto"], corrected)
 			bestL, best := "", 0.0
 			for l, xs := range r {
-				if l != "auto" && l != tl {
+				if swept(l, tl) {
 					if x := medianBy(xs, corrected).rps; x > best {
 						bestL, best = l, x
 					}
@@ -482,7 +512,7 @@ func heldOut(r map[string][]point, targetLabel string, f func(point) float64) []
 	for i := range auto {
 		bestL, best := "", 0.0
 		for l, xs := range r {
-			if l == "auto" || l == targetLabel || len(xs) != len(auto) {
+			if !swept(l, targetLabel) || len(xs) != len(auto) {
 				continue
 			}
 			others := append(append([]point{}, xs[:i]...), xs[i+1:]...)
@@ -496,6 +526,15 @@ func heldOut(r map[string][]point, targetLabel string, f func(point) float64) []
 	}
 	sort.Float64s(ratios)
 	return ratios
+}
+
+// floor is the ratio of the lower of two identical settings' figures to the higher: the
+// noise floor of a comparison ("–" when one is missing or infinite).
+func floor(a, b float64) string {
+	if a <= 0 || b <= 0 || math.IsInf(a, 1) || math.IsInf(b, 1) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", min(a, b)/max(a, b))
 }
 
 func fatal(format string, args ...any) {

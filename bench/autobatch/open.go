@@ -168,22 +168,24 @@ func writeOpen(path string, models []*model, res map[string]map[float64]map[stri
 	fmt.Fprintf(&b, "every variant once per rate in an order shuffled every round; figures are medians of the %d rounds.\n", rounds)
 	fmt.Fprintf(&b, "Targets: `auto` with a p99 target keeps p99 within it wherever a fixed setting does (the rate is offered, so\n")
 	fmt.Fprintf(&b, "throughput is the rate for every setting that keeps up); `auto` without a target: the lowest latency at the offered\n")
-	fmt.Fprintf(&b, "load, compared here with the fixed setting of the lowest p99.\n\n")
+	fmt.Fprintf(&b, "load, compared here with the fixed setting of the lowest p99. \"two copies\": one fixed setting per model is\n")
+	fmt.Fprintf(&b, "registered twice; the lower of their median p99s over the higher is the noise floor of the p99 comparisons.\n\n")
 	for _, m := range models {
 		tl := targetLabel(m)
 		tms := float64(m.target) / 1e6
 		fmt.Fprintf(&b, "## %s (%s, %g s per point, target %v)\n\n", m.name, m.ctype, 2*m.seconds, m.target)
-		b.WriteString("| offered/s | auto, target: answered/s | p99 ms | | fixed settings within the target | auto: p99 ms | lowest fixed p99 ms | its setting | auto / lowest |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| offered/s | auto, target: answered/s | p99 ms | | fixed settings within the target | auto: p99 ms | lowest fixed p99 ms | its setting | auto / lowest | two copies of %s: p99 lower / higher |\n", fixedLabel(m.copyOf[0], m.copyOf[1]))
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, rate := range m.rates {
 			r := res[m.name][rate]
 			at, auto := openMedian(r[tl]), openMedian(r["auto"])
 			var within []string
-			lowL, low := "", math.Inf(1)
+			lowL, low, n := "", math.Inf(1), 0
 			for l, xs := range r {
-				if l == "auto" || l == tl {
+				if !swept(l, tl) {
 					continue
 				}
+				n++
 				x := openMedian(xs)
 				if x.p99 <= tms && x.failed == 0 {
 					within = append(within, l)
@@ -204,8 +206,12 @@ func writeOpen(path string, models []*model, res map[string]map[float64]map[stri
 			if !math.IsInf(low, 1) && !math.IsInf(auto.p99, 1) {
 				ratio = fmt.Sprintf("%.2f", auto.p99/low)
 			}
-			fmt.Fprintf(&b, "| %g | %.1f | %s | %s | %d of %d: %s | %s | %s | %s | %s |\n", rate, at.answered, msCell(at.p99), verdict,
-				len(within), len(r)-2, strings.Join(within, "; "), msCell(auto.p99), msCell(low), lowL, ratio)
+			copies := "–"
+			if c, ok := r[fixedLabel(m.copyOf[0], m.copyOf[1])+copySuffix]; ok {
+				copies = floor(openMedian(r[fixedLabel(m.copyOf[0], m.copyOf[1])]).p99, openMedian(c).p99)
+			}
+			fmt.Fprintf(&b, "| %g | %.1f | %s | %s | %d of %d: %s | %s | %s | %s | %s | %s |\n", rate, at.answered, msCell(at.p99), verdict,
+				len(within), n, strings.Join(within, "; "), msCell(auto.p99), msCell(low), lowL, ratio, copies)
 		}
 		variantTable(&b, "Every variant (median answered/s / p50 ms / p99 ms; failed requests in brackets when any):", "offered/s",
 			res[m.name][m.rates[0]], m.rates, func(rate float64, l string) string {
