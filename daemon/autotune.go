@@ -484,6 +484,7 @@ const (
 	minAnswered   = 10      // nor one with fewer answered requests
 	noiseWeight   = 1.0 / 8 // of a new sample in the EWMA of the window noise
 	probeHeadroom = 4.0     // with a target, a smaller batch is probed only if the curve says it serves this times the rate
+	maxBusy       = 0.7     // without a target, a smaller batch is probed only if the workers would be busy at most this share of the time (see fits)
 	pileUp        = 4.0     // a trial ends early when the requests in the server pass this times the window before's,
 	pileUpMin     = 8       // and this many more (see overrun)
 )
@@ -501,6 +502,7 @@ type window struct {
 	batches int64
 	load    float64 // mean requests in the server (sampled every tick)
 	end     float64 // requests in the server at its last tick
+	busy    float64 // the share of the window the workers spent running batches (0: not measured)
 }
 
 // cut reports a window in which the load stopped before its end: the requests in the
@@ -630,6 +632,7 @@ type meter struct {
 	at                           time.Time
 	from                         uint64 // the latency ring's position at the start
 	items, batches, sum, samples int64
+	busy                         int64        // the batcher's busy nanoseconds at the start
 	first, prior                 dispatchMark // the window's first dispatch, and the one before it began
 	cpuTotal, cpuSteal           uint64
 }
@@ -638,6 +641,7 @@ type meter struct {
 func (m *meter) begin(now time.Time) {
 	b := m.t.b
 	m.at, m.from, m.items, m.batches, m.sum, m.samples = now, m.t.next.Load(), b.batchItems.Load(), b.batches.Load(), 0, 0
+	m.busy = b.busy.Load()
 	m.first, m.prior = dispatchMark{}, b.last()
 	m.cpuTotal, m.cpuSteal, _ = m.t.cpu()
 }
@@ -663,6 +667,7 @@ func (m *meter) window(now time.Time, in int64) window {
 	if db > 0 {
 		w.mean = float64(di) / float64(db)
 	}
+	w.busy = float64(b.busy.Load()-m.busy) / float64(now.Sub(m.at)) / float64(max(1, m.t.workers))
 	if total, steal, ok := m.t.cpu(); ok && m.cpuTotal > 0 {
 		w.steal = cpustat.StealShare(m.cpuTotal, m.cpuSteal, total, steal)
 		w.rate /= 1 - w.steal
@@ -677,7 +682,7 @@ func (t *tuner) step(w window) time.Duration {
 	defer t.mu.Unlock()
 	old := t.b.batchSize.Load()
 	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "delay", time.Duration(t.b.maxDelay.Load()).Round(time.Microsecond),
-		"phase", t.phase, "rate", math.Round(w.rate), "steal", math.Round(w.steal*1000)/1000, "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99)
+		"phase", t.phase, "rate", math.Round(w.rate), "steal", math.Round(w.steal*1000)/1000, "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99, "busy", math.Round(w.busy*100)/100)
 	if w.batches < minBatches || w.n < minAnswered || w.cut() {
 		// Too little load to judge anything (idle, or the load stopped): a probe's trial
 		// under way is void and is tried again when the load is back, after a wait that
@@ -868,7 +873,7 @@ func (t *tuner) step(w window) time.Duration {
 			// up with the arrivals: in an open loop its trial builds a queue that outlasts
 			// it (digits at 4000/s, a 15 ms target: trials at batch 1 and 2 gave p99 86 ms
 			// and the point's p99 106–170 ms, where the setting without probes held 10–15).
-			ok = t.auto.batch && cand < t.limit && w.mean >= 2 && (t.target <= 0 || over || t.keepsUp(cand, w.served()))
+			ok = t.auto.batch && cand < t.limit && w.mean >= 2 && (t.target <= 0 && t.fits(cand, w) || t.target > 0 && (over || t.keepsUp(cand, w.served())))
 		case dirLinger:
 			// Lingering waits for a batch of the requests in the server (rounded to a
 			// power of two), not for a limit that the load does not fill.
@@ -878,7 +883,7 @@ func (t *tuner) step(w window) time.Duration {
 				dly = t.lingerFor(cand, w.served())
 			}
 			ok = t.auto.delay && t.workers == 1 && w.mean >= 2 && w.mean < 0.9*float64(t.limit) && dly != t.delay &&
-				(t.target <= 0 || over || cand >= t.limit || t.keepsUp(cand, w.served()))
+				(cand >= t.limit || t.target <= 0 && t.fits(cand, w) || t.target > 0 && (over || t.keepsUp(cand, w.served())))
 		}
 		if !ok {
 			continue
@@ -938,6 +943,22 @@ func (t *tuner) overrun(in int64) time.Duration {
 // its p99 was 40 ms against a 15 ms target.
 func (t *tuner) keepsUp(b int, rate float64) bool {
 	return float64(t.workers)*float64(b)/t.curve.forward(b).Seconds() >= probeHeadroom*rate
+}
+
+// fits reports whether batches of b would keep the workers busy at most maxBusy of the time
+// at w's load: the workers' busy share measured in w, scaled by the curve's time per request
+// at b over that at w's mean batch. It calibrates the curve, which times the forward alone,
+// to what a batch costs here (digits served 2800–3600 requests/s in batches of one where
+// the curve says 7100/s). Without a target a smaller batch is probed only where it fits:
+// in an open loop, a trial that cannot keep up builds a queue (and cannot serve more than
+// the arrivals anyway); in a closed loop the load is the clients, and a smaller batch that
+// fits may serve them sooner. Windows with no measured busy time (tests) fit.
+func (t *tuner) fits(b int, w window) bool {
+	if w.busy <= 0 || w.mean <= 0 {
+		return true
+	}
+	per := func(b int) float64 { return t.curve.forward(max(1, b)).Seconds() / float64(max(1, b)) }
+	return w.busy*per(b)/per(int(math.Round(w.mean))) <= maxBusy
 }
 
 // saturatedUp reports a probe of a bigger limit under a load that keeps it full: the

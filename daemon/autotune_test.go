@@ -86,6 +86,7 @@ type load struct {
 	p99     func(limit int) time.Duration // 0: 1 ms
 	queue   int                           // requests waiting: batches are min(limit, queue)
 	noise   float64
+	busy    float64 // the workers' busy share in every window (0: not measured)
 	p99Var  float64 // multiplicative noise of p99, ±p99Var
 	rnd     *rand.Rand
 	windows int
@@ -113,7 +114,7 @@ func (l *load) run(tn *tuner, n int) []int {
 		}
 		// In a closed loop the requests in the server are about the clients (the queue).
 		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
-			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue)}
+			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue), busy: l.busy}
 		if l.p99 != nil {
 			w.p99 = l.p99(lim)
 		}
@@ -730,5 +731,24 @@ func TestTunerEndsTrialThatPilesUp(t *testing.T) {
 	}
 	if d := tn.overrun(1000); d != 0 {
 		t.Fatalf("overrun outside a trial ended something")
+	}
+}
+
+// Without a target, a smaller batch is probed only if the workers, busy a measured share of
+// the time at the current batches, would be busy at most maxBusy at the candidate's (the
+// curve's time per request scaled): batches of 4 at 4 ms a request, busy half the time,
+// would be busy 75% at batches of 2 (6 ms a request), so 2 is not probed; busy 30%, it is.
+func TestTunerNoProbeThatDoesNotFit(t *testing.T) {
+	tn := newTestTuner(0, 1, 16, 16)
+	tn.auto.delay = false
+	l := &load{rate: func(int) float64 { return 1000 }, queue: 4, busy: 0.5}
+	if seen := l.run(tn, 100); slices.Min(seen) < 16 {
+		t.Fatalf("probed a batch that would keep the worker 75%% busy: windows at %v", seen)
+	}
+	tn = newTestTuner(0, 1, 16, 16)
+	tn.auto.delay = false
+	l.busy = 0.3
+	if seen := l.run(tn, 100); slices.Min(seen) != 2 {
+		t.Fatalf("no probe of 2 (the worker 45%% busy there): windows at %v", seen)
 	}
 }

@@ -55,6 +55,7 @@ type Batcher struct {
 
 	batches    atomic.Int64 // batches dispatched
 	batchItems atomic.Int64 // requests dispatched in them
+	busy       atomic.Int64 // nanoseconds the workers spent running batches (see WorkerPool.runBatch)
 
 	markMu sync.Mutex
 	mark   dispatchMark // the latest dispatch

@@ -273,6 +273,7 @@ func (p *WorkerPool) warm() {
 // input fails alone and never takes its neighbours with it.
 func (p *WorkerPool) runBatch(batch []*job) {
 	dispatched := time.Now()
+	defer func() { p.batcher.busy.Add(int64(time.Since(dispatched))) }()
 	samples := make([]*handlers.Sample, len(batch))
 	for i, j := range batch {
 		samples[i] = j.sample
