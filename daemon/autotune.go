@@ -952,13 +952,18 @@ func (t *tuner) keepsUp(b int, rate float64) bool {
 // the curve says 7100/s). Without a target a smaller batch is probed only where it fits:
 // in an open loop, a trial that cannot keep up builds a queue (and cannot serve more than
 // the arrivals anyway); in a closed loop the load is the clients, and a smaller batch that
-// fits may serve them sooner. Windows with no measured busy time (tests) fit.
+// fits may serve them sooner. Batches that cost no more per request than those served now
+// always fit, however busy the workers are: lingering for a batch bigger than the mean one
+// (digits at c=8 with its worker busy over 90%: lingering for 8 served 9300 requests/s
+// against 5200 for auto held at batches of 3–4 by this rule before it had that exception).
+// Windows with no measured busy time (tests) fit.
 func (t *tuner) fits(b int, w window) bool {
 	if w.busy <= 0 || w.mean <= 0 {
 		return true
 	}
 	per := func(b int) float64 { return t.curve.forward(max(1, b)).Seconds() / float64(max(1, b)) }
-	return w.busy*per(b)/per(int(math.Round(w.mean))) <= maxBusy
+	more := per(b) / per(int(math.Round(w.mean)))
+	return more <= 1 || w.busy*more <= maxBusy
 }
 
 // saturatedUp reports a probe of a bigger limit under a load that keeps it full: the

@@ -751,4 +751,18 @@ func TestTunerNoProbeThatDoesNotFit(t *testing.T) {
 	if seen := l.run(tn, 100); slices.Min(seen) != 2 {
 		t.Fatalf("no probe of 2 (the worker 45%% busy there): windows at %v", seen)
 	}
+	// Lingering for a batch that costs no more per request than those served fits however
+	// busy the worker is: 8 requests in the server, batches of 8 under a limit of 16, busy 95%.
+	tn = newTestTuner(0, 1, 16, 16)
+	l = &load{rate: func(int) float64 { return 1000 }, queue: 8, busy: 0.95}
+	lingered := false
+	for range 100 {
+		l.run(tn, 1)
+		tn.mu.Lock()
+		lingered = lingered || tn.phase == phaseProbing && tn.candDly > 0 && tn.cand == 8
+		tn.mu.Unlock()
+	}
+	if !lingered {
+		t.Fatalf("no probe of lingering for 8 with the worker 95%% busy")
+	}
 }
