@@ -760,7 +760,7 @@ func (t *tuner) step(w window) time.Duration {
 			from, fromLimit := t.setting(), t.limit
 			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1 && t.auto.delay
 			t.backoff = 1
-			t.remember(t.before)
+			t.rememberAround(t.before)
 			t.forget()
 			t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
 			t.wait = 0
@@ -1048,6 +1048,22 @@ func (t *tuner) remember(w window) {
 		t.levels = map[int]levelMemory{}
 	}
 	t.levels[w.level()] = levelMemory{limit: t.limit, linger: t.linger, backoff: t.backoff}
+}
+
+// rememberAround notes an adopted setting at the load level of w, and at the levels on either
+// side that remember something. In a closed loop the setting itself moves the requests in
+// the server (lingering holds them), often by a half octave, and a neighbouring level's
+// memory from before the change would take it back at the next wobble across their
+// boundary: digits at c=8 adopted lingering for 8 and 15 s later went back to batch 64, "load
+// seen before (7.0 requests in the server)", then adopted lingering again 40 s later. A
+// neighbouring level that remembers nothing stays a load not seen before (see loadChanged).
+func (t *tuner) rememberAround(w window) {
+	t.remember(w)
+	for _, d := range []int{-1, 1} {
+		if _, ok := t.levels[w.level()+d]; ok {
+			t.levels[w.level()+d] = t.levels[w.level()]
+		}
+	}
 }
 
 func (t *tuner) setting() string { return settingName(t.limit, t.delay) }

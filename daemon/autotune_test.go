@@ -766,3 +766,26 @@ func TestTunerNoProbeThatDoesNotFit(t *testing.T) {
 		t.Fatalf("no probe of lingering for 8 with the worker 95%% busy")
 	}
 }
+
+// A setting adopted at one load level is remembered at the levels on either side too: in a
+// closed loop lingering holds more requests in the server, and a neighbouring level's older
+// memory (batch 64 here) must not take the setting back when the load wobbles into it.
+func TestTunerAdoptionHoldsNextLevels(t *testing.T) {
+	tn := newTestTuner(0, 1, 64, 64)
+	tn.levels = map[int]levelMemory{6: {limit: 64, backoff: 4}} // 6.7–9.5 requests in the server
+	l := &load{rate: func(int) float64 { return 6000 }, linger: 1.5, queue: 5} // level 5
+	for range 200 {
+		if l.run(tn, 1); tn.linger {
+			break
+		}
+	}
+	if !tn.linger || tn.limit != 4 {
+		t.Fatalf("lingering for 4 not adopted: limit %d, linger %v (%+v)", tn.limit, tn.linger, tn.history)
+	}
+	changes := tn.changes
+	l.run(tn, 2)
+	l.queue = 8 // held by lingering: level 6, and 1.6 times the load before
+	if seen := l.run(tn, 20); tn.changes != changes || tn.limit != 4 || !tn.linger {
+		t.Fatalf("the neighbouring level took the setting back: windows at %v, %+v", seen, tn.history)
+	}
+}
