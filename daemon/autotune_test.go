@@ -772,7 +772,7 @@ func TestTunerNoProbeThatDoesNotFit(t *testing.T) {
 // memory (batch 64 here) must not take the setting back when the load wobbles into it.
 func TestTunerAdoptionHoldsNextLevels(t *testing.T) {
 	tn := newTestTuner(0, 1, 64, 64)
-	tn.levels = map[int]levelMemory{6: {limit: 64, backoff: 4}} // 6.7–9.5 requests in the server
+	tn.levels = map[int]levelMemory{6: {limit: 64, backoff: 4}}                // 6.7–9.5 requests in the server
 	l := &load{rate: func(int) float64 { return 6000 }, linger: 1.5, queue: 5} // level 5
 	for range 200 {
 		if l.run(tn, 1); tn.linger {
