@@ -116,7 +116,7 @@ bench-binding: setup lib models
 # torchd against its in-process ceiling and its peers (a Tornado batching service, FastAPI,
 # TorchServe and MMS from pip), in one run on this machine (bench/harness): writes its section
 # of docs/benchmarks.md and docs/bench-*.png, in about 20 minutes, then the auto-batching
-# column (bench-auto, about 25 minutes more). bench-smoke runs every step of the harness
+# column (bench-auto, about 55 minutes more). bench-smoke runs every step of the harness
 # once, briefly, into build/bench-smoke/: it checks that the harness works, not speed.
 BENCH_APT := python3-tornado python3-fastapi python3-uvicorn python3-uvloop python3-httptools \
              gnuplot-nox apache2-utils wrk python3-venv
@@ -136,9 +136,9 @@ bench-auto: setup build archives
 	$(GO) run ./bench/autobatch -rounds 7
 
 # The same variants in an open loop (Poisson arrivals at fixed rates, where a p99 target can
-# be judged; about 15 minutes): writes docs/autobatch-open.md.
+# be judged; about 14 minutes): writes docs/autobatch-open.md.
 bench-open: setup build archives
-	$(GO) run ./bench/autobatch -open -rounds 3
+	$(GO) run ./bench/autobatch -open -rounds 3 -scale 0.5
 
 bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness
