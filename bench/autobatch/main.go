@@ -62,6 +62,23 @@ func swept(label, tl string) bool {
 // fixedLabel is the label of a fixed setting.
 func fixedLabel(b, d int) string { return fmt.Sprintf("batch %d, delay %d ms", b, d) }
 
+// fixedVariant registers batch b with delay d ms under a name ending in suffix.
+func fixedVariant(m *model, b, d int, suffix string) *variant {
+	return &variant{model: m, name: fmt.Sprintf("%s_b%d_d%d%s", m.name, b, d, suffix),
+		label: fixedLabel(b, d), query: fmt.Sprintf("batch_size=%d&max_batch_delay=%d", b, d)}
+}
+
+// copies is the two copies' noise floor in a row ("–" without a copy): the lower of their
+// figures over the higher, fig giving a label's figure.
+func copies[P any](m *model, row map[string][]P, fig func([]P) float64) string {
+	l := fixedLabel(m.copyOf[0], m.copyOf[1])
+	c, ok := row[l+copySuffix]
+	if !ok {
+		return "–"
+	}
+	return floor(fig(row[l]), fig(c))
+}
+
 type variant struct {
 	model *model
 	name  string // registered model name
@@ -173,14 +190,13 @@ func main() {
 				if b == 1 && d > 0 {
 					continue
 				}
-				variants = append(variants, &variant{model: m, name: fmt.Sprintf("%s_b%d_d%d", m.name, b, d),
-					label: fixedLabel(b, d), query: fmt.Sprintf("batch_size=%d&max_batch_delay=%d", b, d)})
+				variants = append(variants, fixedVariant(m, b, d, ""))
 			}
 		}
 		if *copies {
-			b, d := m.copyOf[0], m.copyOf[1]
-			variants = append(variants, &variant{model: m, name: fmt.Sprintf("%s_b%d_d%d_copy", m.name, b, d),
-				label: fixedLabel(b, d) + copySuffix, query: fmt.Sprintf("batch_size=%d&max_batch_delay=%d", b, d)})
+			v := fixedVariant(m, m.copyOf[0], m.copyOf[1], "_copy")
+			v.label += copySuffix
+			variants = append(variants, v)
 		}
 	}
 	start := time.Now()
@@ -413,10 +429,7 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			if h := heldOut(r, tl, served); len(h) > 0 {
 				held = fmt.Sprintf("%.2f (%.2f–%.2f)", h[len(h)/2], h[0], h[len(h)-1])
 			}
-			copies := "–"
-			if xs, ok := r[fixedLabel(m.copyOf[0], m.copyOf[1])+copySuffix]; ok {
-				copies = floor(median(r[fixedLabel(m.copyOf[0], m.copyOf[1])]).rps, median(xs).rps)
-			}
+			copies := copies(m, r, func(xs []point) float64 { return median(xs).rps })
 			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %s | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
 				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, held, copies, at.rps, at.p99, inL, in.rps, ratio, tv)
 		}

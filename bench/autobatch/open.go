@@ -206,10 +206,7 @@ func writeOpen(path string, models []*model, res map[string]map[float64]map[stri
 			if !math.IsInf(low, 1) && !math.IsInf(auto.p99, 1) {
 				ratio = fmt.Sprintf("%.2f", auto.p99/low)
 			}
-			copies := "–"
-			if c, ok := r[fixedLabel(m.copyOf[0], m.copyOf[1])+copySuffix]; ok {
-				copies = floor(openMedian(r[fixedLabel(m.copyOf[0], m.copyOf[1])]).p99, openMedian(c).p99)
-			}
+			copies := copies(m, r, func(xs []openPoint) float64 { return openMedian(xs).p99 })
 			fmt.Fprintf(&b, "| %g | %.1f | %s | %s | %d of %d: %s | %s | %s | %s | %s | %s |\n", rate, at.answered, msCell(at.p99), verdict,
 				len(within), n, strings.Join(within, "; "), msCell(auto.p99), msCell(low), lowL, ratio, copies)
 		}
