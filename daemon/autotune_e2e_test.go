@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,9 +23,11 @@ type autoDescribe struct {
 		Changes   int      `json:"changes"`
 		Probes    int      `json:"probes"`
 		MaxBatch  int      `json:"maxBatchSize"`
+		Threads   int      `json:"threads"`
 		History   []struct {
 			At        time.Time `json:"at"`
 			BatchSize int       `json:"batchSize"`
+			Threads   int       `json:"threads"`
 			Reason    string    `json:"reason"`
 		} `json:"history"`
 		Linger     bool `json:"linger"`
@@ -41,6 +44,7 @@ type autoDescribe struct {
 	Batching struct {
 		Batches  int64 `json:"batches"`
 		Requests int64 `json:"requests"`
+		Threads  int   `json:"threadsPerWorker"`
 	} `json:"batching"`
 }
 
@@ -59,8 +63,14 @@ func TestAutoBatching(t *testing.T) {
 	s.register(t, "url=digits_tensor.mar&initial_workers=1")
 	d := s.autoDescribe(t, "digits_tensor")
 	a := d.AutoBatching
+	// The threads are tuned too where a worker has more than one core (their setting is
+	// left unset here).
+	auto := []string{"batch_size", "max_batch_delay"}
+	if runtime.GOMAXPROCS(0) > 1 {
+		auto = append(auto, "threads")
+	}
 	if a == nil || len(a.Curve) < 2 || a.CurveSource != "measured" || a.BatchSize < 1 || d.BatchSize != a.BatchSize ||
-		!slices.Equal(a.Auto, []string{"batch_size", "max_batch_delay"}) || d.MaxBatchDelay != 0 {
+		!slices.Equal(a.Auto, auto) || d.MaxBatchDelay != 0 || a.Threads != runtime.GOMAXPROCS(0) {
 		t.Fatalf("describe: %+v %+v", d, a)
 	}
 	if got := s.scrape(t, "torchd_batch_size_limit", map[string]string{"model": "digits_tensor", "version": "1.0"}); int(got) != a.BatchSize {
@@ -92,19 +102,25 @@ func TestAutoBatching(t *testing.T) {
 	if a := s.autoDescribe(t, "digits_tensor").AutoBatching; a == nil || a.CurveSource != "cache" {
 		t.Fatalf("second registration: %+v", a)
 	}
-	// Manual settings win: batch_size=3 at registration over the server's "auto".
-	s.register(t, "url=digits.mar&initial_workers=1&batch_size=3")
-	if d := s.autoDescribe(t, "digits"); d.BatchSize != 3 || d.AutoBatching == nil || slices.Contains(d.AutoBatching.Auto, "batch_size") {
-		t.Fatalf("manual batch size: %+v %+v", d, d.AutoBatching)
+	// Manual settings win: batch_size=3 at registration over the server's "auto", and
+	// threads=1 over the tuner's threads.
+	s.register(t, "url=digits.mar&initial_workers=1&batch_size=3&threads=1")
+	if d := s.autoDescribe(t, "digits"); d.BatchSize != 3 || d.AutoBatching == nil || slices.Contains(d.AutoBatching.Auto, "batch_size") ||
+		slices.Contains(d.AutoBatching.Auto, "threads") || d.AutoBatching.Threads != 1 || d.Batching.Threads != 1 {
+		t.Fatalf("manual batch size and threads: %+v %+v", d, d.AutoBatching)
 	}
 	errorShape(t, do(t, "POST", s.mgmt+"/models?url=slow.mar&batch_size=lots", "", nil), 400, "BadRequestException", "batch_size")
+	for _, bad := range []string{"threads=0", "threads=-1", "threads=two"} {
+		errorShape(t, do(t, "POST", s.mgmt+"/models?url=slow.mar&"+bad, "", nil), 400, "BadRequestException", "threads")
+	}
 }
 
 // A load shift, c=1 → c=64 → c=1, with automatic batching and no latency target: at c=1
-// every request runs alone at once (no linger) and nothing is probed; at c=64 batches form
-// and the tuner moves the limit only by probes, within its cap; the limit never goes back
-// and forth (at most one reversal of direction over the whole test). Throughput per 500 ms,
-// the time to recover and every change are logged.
+// every request runs alone at once (no linger) and the batch limit does not move (the
+// threads may: they are probed at any load); at c=64 batches form and the tuner moves the
+// limit only by probes, within its cap; neither the limit nor the threads go back and forth
+// (at most one reversal of direction over the whole test). Throughput per 500 ms, the time
+// to recover and every change are logged.
 func TestAutoBatchingLoadShift(t *testing.T) {
 	s := startServer(t, "--access-log=false")
 	s.register(t, "url=digits_tensor.mar&initial_workers=1&batch_size=auto&max_batch_delay=auto")
@@ -114,12 +130,14 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 		batches, requests    int64
 		changes, probes      int
 		startLimit, endLimit int
+		from, to             time.Time
 	}
 	phase := func(clients int, d time.Duration) phaseResult {
 		// A probe that measured the previous phase's load may conclude just after it
 		// ends: let it, so that each phase counts only its own decisions.
 		time.Sleep(time.Second)
 		before := s.autoDescribe(t, "digits_tensor")
+		r := phaseResult{from: time.Now()}
 		var done atomic.Int64
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -141,7 +159,6 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 				}
 			}()
 		}
-		var r phaseResult
 		var last int64
 		for range int(d / (500 * time.Millisecond)) {
 			time.Sleep(500 * time.Millisecond)
@@ -151,6 +168,7 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 		}
 		close(stop)
 		wg.Wait()
+		r.to = time.Now()
 		after := s.autoDescribe(t, "digits_tensor")
 		r.batches, r.requests = after.Batching.Batches-before.Batching.Batches, after.Batching.Requests-before.Batching.Requests
 		r.changes, r.probes = after.AutoBatching.Changes-before.AutoBatching.Changes, after.AutoBatching.Probes-before.AutoBatching.Probes
@@ -171,16 +189,15 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 		t.Errorf("at c=1 requests waited for company: %d requests in %d batches, then %d in %d", p1.requests, p1.batches, p1b.requests, p1b.batches)
 	}
 	a := s.autoDescribe(t, "digits_tensor").AutoBatching
-	// At c=1 nothing is probed; the one change allowed is to stop lingering, if the c=64
-	// phase left the batches lingering.
-	stopped := 0
+	// At c=1 the batch limit stays (a change there may stop lingering, if the c=64 phase
+	// left the batches lingering, or change the threads).
+	limit := p1.startLimit
 	for _, h := range a.History {
-		if strings.Contains(h.Reason, "no lingering") {
-			stopped++
+		at1 := !h.At.Before(p1.from) && !h.At.After(p1.to) || !h.At.Before(p1b.from) && !h.At.After(p1b.to)
+		if at1 && h.BatchSize != limit {
+			t.Errorf("the tuner moved the limit at c=1: %d → %d (%s)", limit, h.BatchSize, h.Reason)
 		}
-	}
-	if p1.changes+p1.probes+p1b.probes != 0 || p1b.changes > stopped {
-		t.Errorf("the tuner moved at c=1: %+v, %+v", p1, p1b)
+		limit = h.BatchSize
 	}
 	if a.Linger {
 		t.Errorf("still lingering after c=1")
@@ -226,6 +243,15 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 	}
 	if reversals > 1 {
 		t.Errorf("the limit went back and forth: %v", limits)
+	}
+	threads := []int{runtime.GOMAXPROCS(0)}
+	for _, h := range a.History {
+		if h.Threads > 0 && h.Threads != threads[len(threads)-1] {
+			threads = append(threads, h.Threads)
+		}
+	}
+	if len(threads) > 3 {
+		t.Errorf("the threads went back and forth: %v", threads)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -96,6 +97,8 @@ type load struct {
 	stolenTrials int
 	stolen       float64
 	hidden       bool
+	// threads is the rate's factor at the workers' intra-op threads (nil: 1).
+	threads map[int]float64
 }
 
 // run feeds the tuner n windows, each measured at the limit the batcher holds then, and
@@ -111,6 +114,9 @@ func (l *load) run(tn *tuner, n int) []int {
 		f := 1.0
 		if l.linger > 0 && tn.b.maxDelay.Load() > 0 {
 			f = l.linger
+		}
+		if l.threads != nil {
+			f *= l.threads[tn.pool.Threads()]
 		}
 		// In a closed loop the requests in the server are about the clients (the queue).
 		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
@@ -787,5 +793,70 @@ func TestTunerAdoptionHoldsNextLevels(t *testing.T) {
 	l.queue = 8 // held by lingering: level 6, and 1.6 times the load before
 	if seen := l.run(tn, 20); tn.changes != changes || tn.limit != 4 || !tn.linger {
 		t.Fatalf("the neighbouring level took the setting back: windows at %v, %+v", seen, tn.history)
+	}
+}
+
+// With the model's threads left unset, the workers' intra-op threads are one more neighbour:
+// a model that serves twice as much on one thread per worker (digits_tensor on the 2-core VM,
+// where the HTTP work and the clients share the cores) gets one thread and keeps it; one
+// that serves 0.6 times as much (resnet18) keeps cores / workers, and its pool is back at
+// them after every probe; threads that were set are never touched.
+func TestTunerThreads(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	rates := table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 8200, 32: 8300, 64: 8300})
+	withPool := func(auto bool) (*tuner, *WorkerPool) {
+		tn := newTestTuner(0, 1, 8, 64)
+		p := &WorkerPool{autoThreads: auto}
+		p.threads.Store(4)
+		tn.pool, tn.threads, tn.auto.threads = p, 4, auto
+		return tn, p
+	}
+	tn, p := withPool(true)
+	l := &load{rate: rates, queue: 64, noise: 0.1, threads: map[int]float64{1: 2, 4: 1}}
+	l.run(tn, 30)
+	if tn.threads != 1 || p.Threads() != 1 {
+		t.Fatalf("twice the rate on one thread: tuner at %d threads, pool at %d after 30 windows (history %+v)", tn.threads, p.Threads(), tn.history)
+	}
+	changes := tn.changes
+	l.run(tn, 400)
+	if tn.threads != 1 || p.Threads() != 1 && tn.phase == phaseSteady {
+		t.Fatalf("steady load moved the threads back: %d (history %+v)", tn.threads, tn.history)
+	}
+	flips := 0
+	for i := 1; i < len(tn.history); i++ {
+		if tn.history[i].Threads != tn.history[i-1].Threads {
+			flips++
+		}
+	}
+	if flips > 0 || tn.history[0].Threads != 1 {
+		t.Fatalf("threads changed %d more times after the first change (history %+v)", flips, tn.history)
+	}
+	s := tn.status()
+	if !slices.Contains(s.Auto, "threads") || s.Threads != 1 {
+		t.Fatalf("describe: auto %v, threads %d", s.Auto, s.Threads)
+	}
+	t.Logf("one thread serves twice: %d probes, %d changes (%d in the first 30 windows)", tn.probes, tn.changes, changes)
+
+	tn, p = withPool(true)
+	l = &load{rate: rates, queue: 64, noise: 0.1, threads: map[int]float64{1: 0.6, 4: 1}}
+	l.run(tn, 400)
+	for tn.phase != phaseSteady {
+		l.run(tn, 1)
+	}
+	if tn.threads != 4 || p.Threads() != 4 {
+		t.Fatalf("0.6 times the rate on one thread: tuner at %d threads, pool at %d", tn.threads, p.Threads())
+	}
+	t.Logf("one thread serves 0.6 times: %d probes, limit %d", tn.probes, tn.limit)
+
+	tn, p = withPool(false)
+	l = &load{rate: rates, queue: 64, noise: 0.1, threads: map[int]float64{1: 2, 4: 1}}
+	for range 200 {
+		l.run(tn, 1)
+		if p.Threads() != 4 {
+			t.Fatalf("threads set by hand were changed to %d", p.Threads())
+		}
+	}
+	if slices.Contains(tn.status().Auto, "threads") {
+		t.Fatalf("describe lists threads as automatic when they were set")
 	}
 }

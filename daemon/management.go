@@ -13,7 +13,7 @@ import (
 
 func (d *Daemon) managementRouter() *router {
 	return withDescription("management", []*route{
-		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, synchronous, response_timeout", handle: d.register},
+		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, synchronous, response_timeout", handle: d.register},
 		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
 		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},
 		{method: "GET", pattern: "/models/{model_name}/{model_version}", summary: "Describe a version, or every version with 'all'", handle: d.describe},
@@ -131,6 +131,10 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 		return
 	} else if set {
 		req.LatencyTarget = time.Duration(target) * time.Millisecond
+	}
+	if req.Threads, _, err = a.int("threads", 1); err != nil {
+		writeAPIError(ctx, err)
+		return
 	}
 	if timeout, set, err = a.int("response_timeout", 1); err != nil {
 		writeAPIError(ctx, err)

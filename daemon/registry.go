@@ -37,9 +37,11 @@ type ModelVersion struct {
 	Settings      ModelSettings
 	Startup       bool // loaded at start-up rather than through the API
 	// persist records the version in the snapshot (registered through the API, or restored
-	// from the snapshot); handlerArg is the handler given at registration, if any.
-	persist    bool
-	handlerArg string
+	// from the snapshot); handlerArg is the handler given at registration, if any, and
+	// requestedThreads the threads parameter (0: none).
+	persist          bool
+	handlerArg       string
+	requestedThreads int
 
 	archive *archive.Model
 	module  *torch.Module
@@ -124,6 +126,7 @@ type RegisterRequest struct {
 	Startup         bool
 	Persist         bool // record in the snapshot
 	MaxWorkers      int  // 0: unset
+	Threads         int  // intra-op threads per worker; 0: unset
 	// "auto" at registration for batch_size, max_batch_delay, initial_workers, and the
 	// latency_target_ms parameter.
 	BatchSizeAuto, DelayAuto, WorkersAuto bool
@@ -340,6 +343,9 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if req.LatencyTarget > 0 {
 		s.LatencyTarget = req.LatencyTarget
 	}
+	if req.Threads > 0 {
+		s.Threads = req.Threads
+	}
 	if req.ResponseTimeout > 0 {
 		s.ResponseTimeout = req.ResponseTimeout
 	}
@@ -376,7 +382,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	v := &ModelVersion{
 		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
-		persist: req.Persist, handlerArg: req.Handler,
+		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads,
 		archive: am, module: module, handler: h,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 	}
@@ -406,6 +412,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		v.tuner = tn
 	}
 	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	if v.tuner != nil {
+		v.tuner.pool = v.pool
+	}
 	wait := req.Synchronous || req.Startup
 	done := make(chan struct{})
 	go func() {
@@ -518,12 +527,15 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	r.mu.Lock()
 	v.Settings.MinWorkers, v.Settings.MaxWorkers = minWorkers, maxWorkers
 	r.mu.Unlock()
+	v.pool.Scale(minWorkers, wait)
 	if v.tuner != nil {
+		// The workers' threads follow the count (cores / workers) unless they were set; a
+		// thread count the tuner chose for the old count starts over from them.
 		v.tuner.mu.Lock()
 		v.tuner.workers = minWorkers
+		v.tuner.threads = v.pool.Threads()
 		v.tuner.mu.Unlock()
 	}
-	v.pool.Scale(minWorkers, wait)
 	return v, nil
 }
 

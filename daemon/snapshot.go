@@ -39,6 +39,9 @@ type snapshotModel struct {
 	AutoDelay       bool    `json:"auto_max_batch_delay,omitempty"`
 	AutoWorkers     bool    `json:"auto_workers,omitempty"`
 	LatencyTargetMS float64 `json:"latency_target_ms,omitempty"`
+	// Threads is the intra-op threads per worker when set (0: cores / workers, or chosen by
+	// workers = "auto").
+	Threads int `json:"threads,omitempty"`
 }
 
 // saveSnapshot writes the API-registered models. It is called after each change through the
@@ -64,6 +67,7 @@ func (d *Daemon) saveSnapshot() {
 				Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
 				AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
 				LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
+				Threads:         v.requestedThreads,
 			})
 		}
 	}
@@ -134,7 +138,7 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 					InitialWorkers: &workers, ResponseTimeout: time.Duration(m.ResponseTimeout * float64(time.Second)),
 					Synchronous: true, Startup: true, Persist: true, MaxWorkers: m.MaxWorkers,
 					BatchSizeAuto: m.AutoBatch, DelayAuto: m.AutoDelay, WorkersAuto: m.AutoWorkers,
-					LatencyTarget: time.Duration(m.LatencyTargetMS * float64(time.Millisecond))}
+					LatencyTarget: time.Duration(m.LatencyTargetMS * float64(time.Millisecond)), Threads: m.Threads}
 				// A setting that was automatic is automatic again, not frozen at its value.
 				if m.AutoBatch {
 					req.BatchSize = 0

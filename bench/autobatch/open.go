@@ -174,7 +174,7 @@ func writeOpen(path string, models []*model, res map[string]map[float64]map[stri
 		tl := targetLabel(m)
 		tms := float64(m.target) / 1e6
 		fmt.Fprintf(&b, "## %s (%s, %g s per point, target %v)\n\n", m.name, m.ctype, 2*m.seconds, m.target)
-		fmt.Fprintf(&b, "| offered/s | auto, target: answered/s | p99 ms | | fixed settings within the target | auto: p99 ms | lowest fixed p99 ms | its setting | auto / lowest | two copies of %s: p99 lower / higher |\n", fixedLabel(m.copyOf[0], m.copyOf[1]))
+		fmt.Fprintf(&b, "| offered/s | auto, target: answered/s | p99 ms | | fixed settings within the target | auto: p99 ms | lowest fixed p99 ms | its setting | auto / lowest | two copies of %s: p99 lower / higher |\n", fixedLabel(m.copyOf[0], m.copyOf[1], 0))
 		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, rate := range m.rates {
 			r := res[m.name][rate]
