@@ -51,7 +51,8 @@ import (
 // work with the forward favours batches smaller than the queue. So under load the limit is
 // tuned on what is served: the tuner tries the neighbouring limit for a window and keeps it
 // only if it served measurably more, or, with a latency target, if it keeps p99 within the
-// target (see tuner).
+// target (see tuner). When the model's intra-op threads are not set, the workers' threads
+// are tuned the same way: cores / workers, or one (see dirThreads).
 
 const (
 	// startFrac bounds one worker's starting batch: the largest measured batch with at least
@@ -873,8 +874,9 @@ func (t *tuner) step(w window) time.Duration {
 			// The same batching with one intra-op thread per worker, or back to cores /
 			// workers. Which serves more depends on the model and on what else needs the
 			// cores: on the 2-core VM, with the HTTP work and the clients on the same cores,
-			// digits_tensor served 1.2-2.9 times as much with one thread as with two, and
-			// resnet18 0.6-0.8 times. The windows decide, like any neighbour's.
+			// digits_tensor served 1.06-2.9 times as much with one thread as with two, and
+			// resnet18 0.5-0.9 times. The windows decide, like any neighbour's. The choice
+			// is the model's, not a load level's: it is not remembered per level.
 			thr = t.baseThreads()
 			if t.threads != 1 {
 				thr = 1

@@ -102,6 +102,11 @@ func TestAutoBatching(t *testing.T) {
 	if a := s.autoDescribe(t, "digits_tensor").AutoBatching; a == nil || a.CurveSource != "cache" {
 		t.Fatalf("second registration: %+v", a)
 	}
+	// Scaling the workers puts the threads at cores / workers, and the tuner follows.
+	expectStatus(t, do(t, "PUT", s.mgmt+"/models/digits_tensor?min_worker=2&synchronous=true", "", nil), 200, "Workers scaled to 2 for model: digits_tensor")
+	if d := s.autoDescribe(t, "digits_tensor"); d.AutoBatching.Threads != max(1, runtime.GOMAXPROCS(0)/2) || d.Batching.Threads != d.AutoBatching.Threads {
+		t.Fatalf("after scaling to 2 workers: tuner at %d threads, workers at %d", d.AutoBatching.Threads, d.Batching.Threads)
+	}
 	// Manual settings win: batch_size=3 at registration over the server's "auto", and
 	// threads=1 over the tuner's threads.
 	s.register(t, "url=digits.mar&initial_workers=1&batch_size=3&threads=1")

@@ -16,6 +16,7 @@ type snapModel struct {
 	BatchSize       int     `json:"batch_size"`
 	MaxBatchDelayMS float64 `json:"max_batch_delay_ms"`
 	Workers         int     `json:"workers"`
+	Threads         int     `json:"threads"`
 }
 
 func readSnapshot(t *testing.T, path string) []snapModel {
@@ -36,10 +37,13 @@ type described struct {
 	MinWorkers    int    `json:"minWorkers"`
 	BatchSize     int    `json:"batchSize"`
 	MaxBatchDelay int64  `json:"maxBatchDelay"`
+	Batching      struct {
+		Threads int `json:"threadsPerWorker"`
+	} `json:"batching"`
 }
 
 // Models registered through the API come back after a restart, with their versions, default
-// version, batching and worker counts; start-up models and unregistered ones are not
+// version, batching, worker and thread counts; start-up models and unregistered ones are not
 // recorded; enable_snapshots = false ignores the snapshot, and a corrupt one is reported
 // and skipped.
 func TestSnapshotRestore(t *testing.T) {
@@ -47,7 +51,7 @@ func TestSnapshotRestore(t *testing.T) {
 	args := []string{"--snapshot-file", snap, "--models", "digits_tensor=digits_tensor.mar"}
 	s := startServer(t, args...)
 	s.waitHealthy(t)
-	s.register(t, "url=digits.mar&batch_size=4&max_batch_delay=7&initial_workers=1")
+	s.register(t, "url=digits.mar&batch_size=4&max_batch_delay=7&initial_workers=1&threads=1")
 	s.register(t, "url=v2/digits.mar&initial_workers=1")
 	s.register(t, "url=slow.mar&initial_workers=1")
 	expectStatus(t, do(t, "PUT", s.mgmt+"/models/digits/2.0/set-default", "", nil), 200, `Default version successfully updated for model "digits" to "2.0"`)
@@ -56,7 +60,7 @@ func TestSnapshotRestore(t *testing.T) {
 
 	got := readSnapshot(t, snap)
 	if len(got) != 2 || got[0].Version != "1.0" || got[1].Version != "2.0" || got[0].Default || !got[1].Default ||
-		got[0].BatchSize != 4 || got[0].MaxBatchDelayMS != 7 || got[0].Workers != 2 {
+		got[0].BatchSize != 4 || got[0].MaxBatchDelayMS != 7 || got[0].Workers != 2 || got[0].Threads != 1 || got[1].Threads != 0 {
 		t.Fatalf("snapshot: %+v", got)
 	}
 	s.stop()
@@ -67,7 +71,8 @@ func TestSnapshotRestore(t *testing.T) {
 	t.Logf("restart to healthy with 3 model versions: %v", time.Since(start).Round(time.Millisecond))
 	var all []described
 	do(t, "GET", s2.mgmt+"/models/digits/all", "", nil).json(t, &all)
-	if len(all) != 2 || all[0].ModelVersion != "1.0" || all[0].BatchSize != 4 || all[0].MaxBatchDelay != 7 || all[0].MinWorkers != 2 {
+	if len(all) != 2 || all[0].ModelVersion != "1.0" || all[0].BatchSize != 4 || all[0].MaxBatchDelay != 7 || all[0].MinWorkers != 2 ||
+		all[0].Batching.Threads != 1 {
 		t.Fatalf("restored digits: %+v", all)
 	}
 	var def []described
