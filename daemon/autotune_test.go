@@ -99,6 +99,9 @@ type load struct {
 	hidden       bool
 	// threads is the rate's factor at the workers' intra-op threads (nil: 1).
 	threads map[int]float64
+	// lat is the mean latency at a limit and a thread count, with the rate's noise (nil: not
+	// measured).
+	lat func(limit, threads int) time.Duration
 }
 
 // run feeds the tuner n windows, each measured at the limit the batcher holds then, and
@@ -123,6 +126,9 @@ func (l *load) run(tn *tuner, n int) []int {
 			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue), busy: l.busy}
 		if l.p99 != nil {
 			w.p99 = l.p99(lim)
+		}
+		if l.lat != nil {
+			w.lat = time.Duration(float64(l.lat(lim, tn.pool.Threads())) * (1 + l.noise*(2*l.rnd.Float64()-1)))
 		}
 		if l.p99Var > 0 {
 			w.p99 = time.Duration(float64(w.p99) * (1 + l.p99Var*(2*l.rnd.Float64()-1)))
@@ -858,5 +864,76 @@ func TestTunerThreads(t *testing.T) {
 	}
 	if slices.Contains(tn.status().Auto, "threads") {
 		t.Fatalf("describe lists threads as automatic when they were set")
+	}
+}
+
+// In an open loop every setting that keeps up serves the offered rate: without a target the
+// tuner goes by latency there. One thread answers 25% sooner at the same rate: adopted, and
+// held. Where it answers as fast, or slower, the threads stay as they are; in a closed loop
+// (latency = clients / rate) nothing changes from deciding on the rate alone.
+func TestTunerOpenLoopLatency(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	offered := func(int) float64 { return 4000 }
+	open := func(oneThread float64) func(limit, threads int) time.Duration {
+		return func(limit, threads int) time.Duration {
+			if threads == 1 {
+				return time.Duration(oneThread * float64(1200*time.Microsecond))
+			}
+			return 1200 * time.Microsecond
+		}
+	}
+	run := func(oneThread float64, windows int) *tuner {
+		tn := newTestTuner(0, 1, 32, 64)
+		p := &WorkerPool{autoThreads: true}
+		p.threads.Store(4)
+		tn.pool, tn.threads, tn.auto.threads = p, 4, true
+		l := &load{rate: offered, queue: 3, noise: 0.1, lat: open(oneThread)}
+		l.run(tn, windows)
+		for tn.phase != phaseSteady {
+			l.run(tn, 1)
+		}
+		return tn
+	}
+	tn := run(0.75, 60)
+	if tn.threads != 1 || tn.pool.Threads() != 1 || !strings.Contains(tn.history[0].Reason, "lower latency at the same rate") {
+		t.Fatalf("one thread 25%% faster at the same rate: tuner at %d threads (history %+v)", tn.threads, tn.history)
+	}
+	tn = run(0.75, 600)
+	if tn.threads != 1 || tn.changes != 1 {
+		t.Fatalf("steady open loop: %d threads after %d changes (history %+v)", tn.threads, tn.changes, tn.history)
+	}
+	t.Logf("one thread 25%% faster: %d probes, %s", tn.probes, tn.history[0].Reason)
+	for _, f := range []float64{1, 1.3} {
+		if tn := run(f, 600); tn.threads != 4 || tn.changes != 0 {
+			t.Fatalf("one thread's latency ×%.1f at the same rate: %d threads after %d changes (history %+v)", f, tn.threads, tn.changes, tn.history)
+		}
+	}
+	// A closed loop: twice the rate on one thread is half the latency, and 0.6 times the
+	// rate 1.67 times the latency; the rate decides as before.
+	closed := func(oneThread float64) *tuner {
+		tn := newTestTuner(0, 1, 8, 64)
+		p := &WorkerPool{autoThreads: true}
+		p.threads.Store(4)
+		tn.pool, tn.threads, tn.auto.threads = p, 4, true
+		rates := table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 8200, 32: 8300, 64: 8300})
+		l := &load{rate: rates, queue: 64, noise: 0.1, threads: map[int]float64{1: oneThread, 4: 1},
+			lat: func(limit, threads int) time.Duration {
+				f := 1.0
+				if threads == 1 {
+					f = oneThread
+				}
+				return time.Duration(64 / (f * rates(limit)) * float64(time.Second))
+			}}
+		l.run(tn, 400)
+		for tn.phase != phaseSteady {
+			l.run(tn, 1)
+		}
+		return tn
+	}
+	if tn := closed(2); tn.threads != 1 {
+		t.Fatalf("closed loop, twice the rate on one thread: %d threads (history %+v)", tn.threads, tn.history)
+	}
+	if tn := closed(0.6); tn.threads != 4 {
+		t.Fatalf("closed loop, 0.6 times the rate on one thread: %d threads (history %+v)", tn.threads, tn.history)
 	}
 }
