@@ -909,24 +909,7 @@ func (t *tuner) step(w window) time.Duration {
 			// up with the arrivals: in an open loop its trial builds a queue that outlasts
 			// it (digits at 4000/s, a 15 ms target: trials at batch 1 and 2 gave p99 86 ms
 			// and the point's p99 106–170 ms, where the setting without probes held 10–15).
-			down := func(b int) bool {
-				return b < t.limit && (t.target <= 0 && t.fits(b, w) || t.target > 0 && (over || t.keepsUp(b, w.served())))
-			}
-			ok = t.auto.batch && w.mean >= 2 && down(cand)
-			// Or a limit the batches reach: the power of two that holds the mean batch,
-			// where the limit is at least twice that. In a closed loop it splits the
-			// clients' bursts into batches that alternate with their HTTP work: digits at
-			// c=16 on one thread, batches of 7.5 under a limit of 32 with the worker busy
-			// 95% of the time, served 1.05 and 1.09 times as much with the limit at 8 in
-			// two 7-round runs, and half the mean batch did not fit. It is probed where
-			// half the mean batch may not be, and otherwise takes turns with it, the one
-			// with fewer probes at this load first.
-			if reach := 1 << int(math.Ceil(math.Log2(max(w.mean, 1)))); t.auto.batch && w.mean >= 2 && 2*reach <= t.limit && down(reach) {
-				lingers := t.linger || t.delay > 0
-				if !ok || t.evidence[probeKey{reach, lingers, t.threads}].n < t.evidence[probeKey{cand, lingers, t.threads}].n {
-					cand, ok = reach, true
-				}
-			}
+			ok = t.auto.batch && cand < t.limit && w.mean >= 2 && (t.target <= 0 && t.fits(cand, w) || t.target > 0 && (over || t.keepsUp(cand, w.served())))
 		case dirLinger:
 			// Lingering waits for a batch of the requests in the server (rounded to a
 			// power of two), not for a limit that the load does not fill.
