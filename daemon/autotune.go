@@ -559,12 +559,6 @@ func (t *tuner) record(d time.Duration) {
 	t.inServer.Add(-1)
 }
 
-// p99 of the latencies recorded since from (at most the ring's size), and how many.
-func (t *tuner) p99(from uint64) (time.Duration, int) {
-	p99, _, n := t.latencies(from)
-	return p99, n
-}
-
 // latencies are the p99 and the mean of the latencies recorded since from (at most the
 // ring's size), and how many.
 func (t *tuner) latencies(from uint64) (p99, mean time.Duration, n int) {

@@ -332,12 +332,12 @@ func TestTunerP99(t *testing.T) {
 	for i := 1; i <= 2000; i++ {
 		tn.record(time.Duration(i) * time.Millisecond)
 	}
-	p, n := tn.p99(0)
+	p, _, n := tn.latencies(0)
 	// The ring keeps the last 1024: 977 ms … 2000 ms; its p99 is the 1014th.
 	if n != 1024 || p != 1990*time.Millisecond {
 		t.Fatalf("p99 %v over %d", p, n)
 	}
-	if _, n := tn.p99(tn.next.Load()); n != 0 {
+	if _, _, n := tn.latencies(tn.next.Load()); n != 0 {
 		t.Fatalf("an empty window has %d", n)
 	}
 }
