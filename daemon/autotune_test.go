@@ -779,6 +779,41 @@ func TestTunerNoProbeThatDoesNotFit(t *testing.T) {
 	}
 }
 
+// A limit the batches reach is a neighbour of a limit well above them, without a target and
+// with the workers busy nearly all the time: batches of 8 under a limit of 32, the worker
+// busy 95% (half the mean batch, 4, does not fit), where a limit of 8 serves 11% more
+// (digits at c=16 on one thread, closed loop: batches of 7.5 under 32, and fixed batch 8
+// served 1.05 and 1.09 times fixed 32 in two runs). The tuner adopts 8 and never probes 4;
+// with the limit at the batches' size, there is no such neighbour left. With the worker
+// idle a fifth of the time, or with a p99 target, the same load gets no probe under 32: in
+// an open loop such a limit only cuts the bursts.
+func TestTunerLimitTheBatchesReach(t *testing.T) {
+	rates := table(map[int]float64{4: 15000, 8: 20500, 16: 18500, 32: 18500, 64: 18500})
+	tn := newTestTuner(0, 1, 32, 64)
+	tn.auto.delay = false
+	l := &load{rate: rates, queue: 8, busy: 0.95, noise: 0.05}
+	seen := l.run(tn, 200)
+	if tn.limit != 8 || tn.changes != 1 {
+		t.Fatalf("limit %d after %d changes (%+v), want 8 after 1", tn.limit, tn.changes, tn.history)
+	}
+	if slices.Min(seen) < 8 {
+		t.Fatalf("probed half the batches, which does not fit: windows at %v", seen)
+	}
+	t.Logf("%d probes; windows at %v", tn.probes, seen[:40])
+	for _, c := range []struct {
+		name   string
+		target time.Duration
+		busy   float64
+	}{{"busy 80%", 0, 0.8}, {"a 15 ms target", 15 * time.Millisecond, 0.95}} {
+		tn := newTestTuner(c.target, 1, 32, 64)
+		tn.auto.delay = false
+		l := &load{rate: rates, queue: 8, busy: c.busy, noise: 0.05}
+		if seen := l.run(tn, 200); slices.Min(seen) < 32 || tn.limit != 32 {
+			t.Errorf("%s: limit %d, windows at %v; want no probe under 32", c.name, tn.limit, seen)
+		}
+	}
+}
+
 // A setting adopted at one load level is remembered at the levels on either side too: in a
 // closed loop lingering holds more requests in the server, and a neighbouring level's older
 // memory (batch 64 here) must not take the setting back when the load wobbles into it.
