@@ -514,11 +514,13 @@ type window struct {
 	load    float64 // mean requests in the server (sampled every tick)
 	end     float64 // requests in the server at its last tick
 	busy    float64 // the share of the window the workers spent running batches (0: not measured)
+	stopped bool    // the dispatches stopped before its end (see meter.window)
 }
 
-// cut reports a window in which the load stopped before its end: the requests in the
-// server fell to under a quarter of their mean. Its rate says nothing of the setting.
-func (w window) cut() bool { return w.load >= 2 && w.end < w.load/4 }
+// cut reports a window in which the load stopped before its end: the dispatches stopped
+// (see meter.window), or the requests in the server fell to under a quarter of their mean.
+// Its rate says nothing of the setting.
+func (w window) cut() bool { return w.stopped || w.load >= 2 && w.end < w.load/4 }
 
 // disturbed reports windows whose shares of stolen CPU time differ by more than stealGap.
 // Their rates cannot be compared: the correction for stolen time is partial (on the 2-core
@@ -677,8 +679,20 @@ func (m *meter) window(now time.Time, in int64) window {
 	di, db := b.batchItems.Load()-m.items, b.batches.Load()-m.batches
 	w := window{rate: float64(di) / now.Sub(m.at).Seconds(), p99: p99, lat: lat, n: n, batches: db,
 		load: max(0, float64(m.sum)/float64(max(m.samples, 1))), end: float64(max(0, in))}
-	if d := b.last(); !m.first.at.IsZero() && d.batches-m.first.batches >= 2 && d.at.After(m.first.at) {
+	d := b.last()
+	if !m.first.at.IsZero() && d.batches-m.first.batches >= 2 && d.at.After(m.first.at) {
 		w.rate = float64(d.before-m.first.before) / d.at.Sub(m.first.at).Seconds()
+	}
+	// The load stopped in the window when the time since its last dispatch is over a
+	// quarter of it and four of its mean intervals between dispatches until then. At c=1 the
+	// requests in the server cannot say so (under one on average): a trial of one thread
+	// for digits began as a point of the bench ended, dispatched its 15 requests in its first
+	// tick and measured 50 requests/s (the worker busy 1% of it) where the windows around
+	// it had 3,569, and that one trial sank the neighbour's evidence of five probes to
+	// "-56.2%".
+	if db > 0 && d.at.After(m.at) {
+		gap, every := now.Sub(d.at), d.at.Sub(m.at)/time.Duration(db)
+		w.stopped = gap > now.Sub(m.at)/4 && gap > 4*every
 	}
 	if db > 0 {
 		w.mean = float64(di) / float64(db)
@@ -1042,6 +1056,15 @@ func (t *tuner) shiftedFrom(w window) bool {
 func (t *tuner) loadChanged(w window, wait int) time.Duration {
 	t.forget()
 	t.backoff, t.wait, t.settled, t.shifts = 1, wait, w, 0
+	if t.tunesThreads() {
+		// The threads were chosen at another load, and what a second thread is worth
+		// depends on it: the first probe here is the other thread count. (Digits went back
+		// to two threads at c=1 on "+8.0% ± 7.4% over 6 probes", where the two are about
+		// even, and then served c=8 and c=16 on two, at about half the rate of one, for
+		// 16 minutes of the bench: the probes of batch size and lingering there took their
+		// turns first, undecided up to eight times each.)
+		t.dir = dirThreads
+	}
 	from := t.limit
 	m, ok := t.levels[w.level()]
 	if !ok {

@@ -902,6 +902,34 @@ func TestTunerThreads(t *testing.T) {
 	}
 }
 
+// The threads chosen at one load are probed first at the next: at c=1 two threads serve as
+// much as one (the tuner stays where it is, on two), and at c=16 one thread serves twice as
+// much. There the other probes (a smaller batch, lingering: undecided up to eight times each
+// on noisy windows) must not come first: the tuner is on one thread within 12 windows of
+// the new load.
+func TestTunerThreadsAtANewLoad(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	tn := newTestTuner(0, 1, 32, 64)
+	p := &WorkerPool{autoThreads: true}
+	p.threads.Store(2)
+	tn.pool, tn.threads, tn.auto.threads = p, 2, true
+	one := &load{rate: func(int) float64 { return 3500 }, queue: 1, noise: 0.15, threads: map[int]float64{1: 1, 2: 1}, busy: 0.7}
+	one.run(tn, 60)
+	if tn.threads != 2 {
+		t.Fatalf("c=1, one thread as good as two: moved to %d threads (%+v)", tn.threads, tn.history)
+	}
+	sixteen := &load{rate: table(map[int]float64{4: 8000, 8: 9000, 16: 9000, 32: 9000, 64: 9000}), queue: 16, noise: 0.15,
+		threads: map[int]float64{1: 2, 2: 1}, busy: 0.6, rnd: one.rnd}
+	for i := range 12 {
+		sixteen.run(tn, 1)
+		if tn.threads == 1 {
+			t.Logf("one thread after %d windows at c=16 (%+v)", i+1, tn.history)
+			return
+		}
+	}
+	t.Fatalf("c=16, one thread serving twice: still on %d threads after 12 windows (%+v)", tn.threads, tn.history)
+}
+
 // In an open loop every setting that keeps up serves the offered rate: without a target the
 // tuner goes by latency there. One thread answers 25% sooner at the same rate: adopted, and
 // held. Where it answers as fast, or slower, the threads stay as they are; in a closed loop

@@ -51,3 +51,43 @@ func TestMeterWholeBatches(t *testing.T) {
 		t.Errorf("one batch: rate %.2f/s, steal %.2f; want 16 (8 in 0.5 s), 0", w.rate, w.steal)
 	}
 }
+
+// A window in which the dispatches stop is cut: the load stopped (a bench's point ended) and
+// its rate says nothing of the setting, even at c=1, where the requests in the server (under
+// one on average) cannot tell. Dispatches that go on to the window's end, however sparse,
+// are not a stop.
+func TestMeterLoadStopped(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	tn.cpu = func() (uint64, uint64, bool) { return 0, 0, false }
+	b := tn.b
+	dispatch := func(at time.Time) {
+		b.markMu.Lock()
+		b.mark = dispatchMark{at, b.batches.Load(), b.batchItems.Load()}
+		b.batches.Add(1)
+		b.batchItems.Add(1)
+		b.markMu.Unlock()
+	}
+	t0 := time.Now()
+	for _, c := range []struct {
+		name    string
+		every   time.Duration // between dispatches, from the window's start
+		until   time.Duration // the last dispatch's time
+		stopped bool
+	}{
+		{"15 requests in the first tick of 300 ms", 3 * time.Millisecond, 45 * time.Millisecond, true},
+		{"the load stops after two thirds", time.Millisecond, 200 * time.Millisecond, true},
+		{"to the end", time.Millisecond, 299 * time.Millisecond, false},
+		{"three batches spread over the window", 100 * time.Millisecond, 300 * time.Millisecond, false},
+	} {
+		m := meter{t: tn}
+		m.begin(t0)
+		for at := c.every; at <= c.until; at += c.every {
+			dispatch(t0.Add(at))
+			m.tick(1)
+		}
+		w := m.window(t0.Add(300*time.Millisecond), 0)
+		if w.stopped != c.stopped || w.cut() != c.stopped {
+			t.Errorf("%s: stopped %v, cut %v; want %v", c.name, w.stopped, w.cut(), c.stopped)
+		}
+	}
+}
