@@ -6,6 +6,15 @@ import (
 	"time"
 )
 
+// dispatchAt records a dispatch of a batch of n at the given time, as the batcher does.
+func dispatchAt(b *Batcher, at time.Time, n int64) {
+	b.markMu.Lock()
+	b.mark = dispatchMark{at, b.batches.Load(), b.batchItems.Load()}
+	b.batches.Add(1)
+	b.batchItems.Add(n)
+	b.markMu.Unlock()
+}
+
 // The meter measures a window's rate over whole batches and corrects it for stolen CPU
 // time: batches of 8 every 100 ms are 80 requests/s, though a 750 ms window holds only 7
 // of them (a count would say 74.7/s).
@@ -17,14 +26,7 @@ func TestMeterWholeBatches(t *testing.T) {
 		readings = readings[1:]
 		return r[0], r[1], true
 	}
-	b := tn.b
-	dispatch := func(at time.Time, n int64) {
-		b.markMu.Lock()
-		b.mark = dispatchMark{at, b.batches.Load(), b.batchItems.Load()}
-		b.batches.Add(1)
-		b.batchItems.Add(n)
-		b.markMu.Unlock()
-	}
+	dispatch := func(at time.Time, n int64) { dispatchAt(tn.b, at, n) }
 	t0 := time.Now()
 	dispatch(t0.Add(-10*time.Millisecond), 8) // before the window
 	m := meter{t: tn}
@@ -59,14 +61,6 @@ func TestMeterWholeBatches(t *testing.T) {
 func TestMeterLoadStopped(t *testing.T) {
 	tn := newTestTuner(0, 1, 8, 64)
 	tn.cpu = func() (uint64, uint64, bool) { return 0, 0, false }
-	b := tn.b
-	dispatch := func(at time.Time) {
-		b.markMu.Lock()
-		b.mark = dispatchMark{at, b.batches.Load(), b.batchItems.Load()}
-		b.batches.Add(1)
-		b.batchItems.Add(1)
-		b.markMu.Unlock()
-	}
 	t0 := time.Now()
 	for _, c := range []struct {
 		name    string
@@ -82,7 +76,7 @@ func TestMeterLoadStopped(t *testing.T) {
 		m := meter{t: tn}
 		m.begin(t0)
 		for at := c.every; at <= c.until; at += c.every {
-			dispatch(t0.Add(at))
+			dispatchAt(tn.b, t0.Add(at), 1)
 			m.tick(1)
 		}
 		w := m.window(t0.Add(300*time.Millisecond), 0)
