@@ -334,8 +334,8 @@ type tuner struct {
 	threads int // the intra-op threads per worker now
 	maxCap  int
 	start   int // the limit the curve chose: the prior at a load level not seen before
-	// cpu reads the machine's CPU and stolen time (cpustat.Read; tests replace it).
-	cpu func() (total, steal uint64, ok bool)
+	// cpu reads the machine's CPU times (cpustat.Read; tests replace it).
+	cpu func() (cpustat.Times, bool)
 
 	lat      [1024]atomic.Int64 // recent request latencies (ns), a ring
 	next     atomic.Uint64
@@ -495,6 +495,7 @@ const (
 	probeHeadroom = 4.0     // with a target, a smaller batch is probed only if the curve says it serves this times the rate
 	maxBusy       = 0.7     // without a target, a smaller batch is probed only if the workers would be busy at most this share of the time (see fits)
 	reachBusy     = 0.9     // and a limit the batches reach only if they are busy at least this share of it
+	upCost        = 2.0     // a bigger limit is probed only if the curve's forward costs less than this times as much per request (see upMayPay)
 	pileUp        = 4.0     // a trial ends early when the requests in the server pass this times the window before's,
 	pileUpMin     = 8       // and this many more (see overrun)
 )
@@ -514,6 +515,7 @@ type window struct {
 	load    float64 // mean requests in the server (sampled every tick)
 	end     float64 // requests in the server at its last tick
 	busy    float64 // the share of the window the workers spent running batches (0: not measured)
+	cpu     float64 // the share of the machine's CPU time that was not idle (0: not measured)
 	stopped bool    // the dispatches stopped before its end (see meter.window)
 }
 
@@ -652,7 +654,8 @@ type meter struct {
 	items, batches, sum, samples int64
 	busy                         int64        // the batcher's busy nanoseconds at the start
 	first, prior                 dispatchMark // the window's first dispatch, and the one before it began
-	cpuTotal, cpuSteal           uint64
+	cpu                          cpustat.Times
+	cpuOK                        bool
 }
 
 // begin starts a window at now.
@@ -661,7 +664,7 @@ func (m *meter) begin(now time.Time) {
 	m.at, m.from, m.items, m.batches, m.sum, m.samples = now, m.t.next.Load(), b.batchItems.Load(), b.batches.Load(), 0, 0
 	m.busy = b.busy.Load()
 	m.first, m.prior = dispatchMark{}, b.last()
-	m.cpuTotal, m.cpuSteal, _ = m.t.cpu()
+	m.cpu, m.cpuOK = m.t.cpu()
 }
 
 // tick samples the requests in the server, and notes the window's first dispatch.
@@ -698,9 +701,12 @@ func (m *meter) window(now time.Time, in int64) window {
 		w.mean = float64(di) / float64(db)
 	}
 	w.busy = float64(b.busy.Load()-m.busy) / float64(now.Sub(m.at)) / float64(max(1, m.t.workers))
-	if total, steal, ok := m.t.cpu(); ok && m.cpuTotal > 0 {
-		w.steal = cpustat.StealShare(m.cpuTotal, m.cpuSteal, total, steal)
+	if c, ok := m.t.cpu(); ok && m.cpuOK {
+		w.steal = cpustat.StealShare(m.cpu, c)
 		w.rate /= 1 - w.steal
+		if idle, ok := cpustat.IdleShare(m.cpu, c); ok {
+			w.cpu = max(1-idle, 1e-6)
+		}
 	}
 	return w
 }
@@ -712,7 +718,7 @@ func (t *tuner) step(w window) time.Duration {
 	defer t.mu.Unlock()
 	old := t.b.batchSize.Load()
 	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "delay", time.Duration(t.b.maxDelay.Load()).Round(time.Microsecond), "threads", t.threads,
-		"phase", t.phase, "rate", math.Round(w.rate), "steal", math.Round(w.steal*1000)/1000, "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99, "busy", math.Round(w.busy*100)/100)
+		"phase", t.phase, "rate", math.Round(w.rate), "steal", math.Round(w.steal*1000)/1000, "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99, "busy", math.Round(w.busy*100)/100, "cpu", math.Round(w.cpu*100)/100)
 	if w.batches < minBatches || w.n < minAnswered || w.cut() {
 		// Too little load to judge anything (idle, or the load stopped): a probe's trial
 		// under way is void and is tried again when the load is back, after a wait that
@@ -905,13 +911,21 @@ func (t *tuner) step(w window) time.Duration {
 			if t.threads != 1 {
 				thr = 1
 			}
-			ok = t.tunesThreads()
+			// More threads only where the machine had half a core idle in the window: a
+			// forward's extra threads run on idle cores or take them from the HTTP work and
+			// the clients, which a closed loop needs as much. On the 2-core VM with ab on
+			// it, digits_tensor on one thread left 0.92 cores idle at c=1 (where one thread
+			// and two are about even), 0.22–0.40 at c=8–256 (where one serves 1.2–2.6 times
+			// as much, and its trials of two at c=256 served 20–43% less, once every few
+			// seconds); resnet18 on one thread 0.82–0.94 at c=1–64 (where two serve 1.2–1.5
+			// times as much).
+			ok = t.tunesThreads() && (thr < t.threads || t.idleCores(w) >= 0.5)
 		case dirUp:
 			cand = min(t.maxCap, 2*t.limit)
 			// Over a target too: batches near the limit mean a queue, and a bigger batch
 			// may serve it sooner (at digits c=64, closed loop, batch 16 had p99 26 ms and
 			// fixed 32 15 ms); p99's evidence decides.
-			ok = t.auto.batch && cand > t.limit && w.mean >= 0.75*float64(t.limit)
+			ok = t.auto.batch && cand > t.limit && w.mean >= 0.75*float64(t.limit) && t.upMayPay(cand)
 		case dirDown:
 			cand = max(1, min(t.limit, int(math.Round(w.mean)))/2)
 			// With a target that the current setting meets, not a batch that may not keep
@@ -1027,6 +1041,27 @@ func (t *tuner) fits(b int, w window) bool {
 	per := func(b int) float64 { return t.forward(max(1, b)).Seconds() / float64(max(1, b)) }
 	more := per(b) / per(int(math.Round(w.mean)))
 	return more <= 1 || w.busy*more <= maxBusy
+}
+
+// idleCores is how many of the cores were idle in w, on average (all of them where the
+// window did not measure it).
+func (t *tuner) idleCores(w window) float64 {
+	if w.cpu <= 0 {
+		return float64(cores())
+	}
+	return (1 - w.cpu) * float64(cores())
+}
+
+// upMayPay reports whether the curve leaves a bigger limit cand a chance: its forward costs
+// less than upCost times as much per request as the limit's. Past a cliff of the forward a
+// bigger batch cannot win back on per-batch costs what it loses in the forward, and its
+// trial is a window of much less served: digits_tensor's curve on the 2-core VM has batch
+// 64 at 5.4 ms against 1.0 ms for 32 (0.38 times the items/s), and its trials at c=256 in a
+// closed loop served 24%, 54% and 53% less than batch 32, once every few seconds of a
+// point that fixed 32 served in full.
+func (t *tuner) upMayPay(cand int) bool {
+	per := func(b int) float64 { return t.forward(b).Seconds() / float64(b) }
+	return per(cand) < upCost*per(t.limit)
 }
 
 // saturatedUp reports a probe of a bigger limit under a load that keeps it full: the

@@ -88,6 +88,7 @@ type load struct {
 	queue   int                           // requests waiting: batches are min(limit, queue)
 	noise   float64
 	busy    float64 // the workers' busy share in every window (0: not measured)
+	cpu     float64 // the machine's busy share (not idle) in every window (0: not measured)
 	p99Var  float64 // multiplicative noise of p99, ±p99Var
 	rnd     *rand.Rand
 	windows int
@@ -123,7 +124,7 @@ func (l *load) run(tn *tuner, n int) []int {
 		}
 		// In a closed loop the requests in the server are about the clients (the queue).
 		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
-			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue), busy: l.busy}
+			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue), busy: l.busy, cpu: l.cpu}
 		if l.p99 != nil {
 			w.p99 = l.p99(lim)
 		}
@@ -814,6 +815,29 @@ func TestTunerLimitTheBatchesReach(t *testing.T) {
 	}
 }
 
+// A bigger limit past a cliff of the curve (digits_tensor's batch 64 at 5.4 ms against 1.0
+// ms for 32 on the 2-core VM) is never probed, however full the batches: its trials only
+// cost. Where the curve's forward per request grows less than twice, it is.
+func TestTunerNoProbePastACliff(t *testing.T) {
+	rates := table(map[int]float64{16: 20000, 32: 23000, 64: 10000})
+	for _, c := range []struct {
+		name    string
+		ms64    float64
+		probe64 bool
+	}{{"cliff", 5.37, false}, {"no cliff", 2.4, true}} {
+		tn := newTestTuner(0, 1, 32, 64)
+		tn.curve = testCurve(0.094, 0.18, 0.24, 0.35, 0.56, 1.03, c.ms64)
+		l := &load{rate: rates, queue: 256, noise: 0.05}
+		seen := l.run(tn, 300)
+		if got := slices.Contains(seen, 64); got != c.probe64 {
+			t.Errorf("%s (64 at %.2f ms): batch 64 probed %v, want %v; windows at %v", c.name, c.ms64, got, c.probe64, seen[:60])
+		}
+		if tn.limit != 32 {
+			t.Errorf("%s: limit %d, want 32 (%+v)", c.name, tn.limit, tn.history)
+		}
+	}
+}
+
 // A setting adopted at one load level is remembered at the levels on either side too: in a
 // closed loop lingering holds more requests in the server, and a neighbouring level's older
 // memory (batch 64 here) must not take the setting back when the load wobbles into it.
@@ -899,6 +923,43 @@ func TestTunerThreads(t *testing.T) {
 	}
 	if slices.Contains(tn.status().Auto, "threads") {
 		t.Fatalf("describe lists threads as automatic when they were set")
+	}
+}
+
+// More threads are probed only where the machine had half a core idle: at c=256 digits on
+// one thread keeps both cores of the VM busy (its trials of two threads served 20–43% less),
+// and a model that would serve more on two is still probed there where a core idles.
+// Fewer threads are probed however busy the machine.
+func TestTunerThreadsNeedIdleCores(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	withPool := func(threads int) (*tuner, *WorkerPool) {
+		tn := newTestTuner(0, 1, 32, 64)
+		p := &WorkerPool{autoThreads: true}
+		p.threads.Store(int64(threads))
+		tn.pool, tn.threads, tn.auto.threads = p, threads, true
+		return tn, p
+	}
+	for _, c := range []struct {
+		name          string
+		from          int
+		cpu           float64
+		factor        map[int]float64
+		probed, after int // a window at the other thread count; the threads after the run
+	}{
+		{"busy machine, one thread", 1, 0.97, map[int]float64{1: 1, 2: 0.7}, 0, 1},
+		{"a core idle, one thread, two serve more", 1, 0.5, map[int]float64{1: 1, 2: 1.5}, 2, 2},
+		{"busy machine, two threads, one serves more", 2, 0.97, map[int]float64{1: 1.5, 2: 1}, 1, 1},
+	} {
+		tn, p := withPool(c.from)
+		l := &load{rate: table(map[int]float64{16: 20000, 32: 23000, 64: 23000}), queue: 256, noise: 0.05, cpu: c.cpu, threads: c.factor}
+		var seen []int
+		for range 200 {
+			seen = append(seen, p.Threads())
+			l.run(tn, 1)
+		}
+		if other := 3 - c.from; slices.Contains(seen, other) != (c.probed != 0) || tn.threads != c.after {
+			t.Errorf("%s: windows at %d threads: %v, want %v; %d threads after, want %d (%+v)", c.name, other, slices.Contains(seen, other), c.probed != 0, tn.threads, c.after, tn.history)
+		}
 	}
 }
 

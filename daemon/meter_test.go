@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/internal/cpustat"
 )
 
 // dispatchAt records a dispatch of a batch of n at the given time, as the batcher does.
@@ -20,11 +22,11 @@ func dispatchAt(b *Batcher, at time.Time, n int64) {
 // of them (a count would say 74.7/s).
 func TestMeterWholeBatches(t *testing.T) {
 	tn := newTestTuner(0, 1, 8, 64)
-	readings := [][2]uint64{{1000, 100}, {1400, 200}} // a quarter of the CPU time stolen
-	tn.cpu = func() (uint64, uint64, bool) {
+	readings := []cpustat.Times{{Total: 1000, Idle: 300, Steal: 100}, {Total: 1400, Idle: 340, Steal: 200}} // a quarter of the CPU time stolen, a tenth idle
+	tn.cpu = func() (cpustat.Times, bool) {
 		r := readings[0]
 		readings = readings[1:]
-		return r[0], r[1], true
+		return r, true
 	}
 	dispatch := func(at time.Time, n int64) { dispatchAt(tn.b, at, n) }
 	t0 := time.Now()
@@ -39,18 +41,18 @@ func TestMeterWholeBatches(t *testing.T) {
 	if w.batches != 7 || w.mean != 8 || w.load != 8 {
 		t.Errorf("window: %d batches of %.1f, %.1f in the server; want 7 of 8, 8", w.batches, w.mean, w.load)
 	}
-	if math.Abs(w.served()-80) > 1e-6 || math.Abs(w.steal-0.25) > 1e-9 || math.Abs(w.rate-80/0.75) > 1e-6 {
-		t.Errorf("window: served %.2f/s, steal %.2f, rate %.2f/s; want 80, 0.25, %.2f", w.served(), w.steal, w.rate, 80/0.75)
+	if math.Abs(w.served()-80) > 1e-6 || math.Abs(w.steal-0.25) > 1e-9 || math.Abs(w.rate-80/0.75) > 1e-6 || math.Abs(w.cpu-0.9) > 1e-9 {
+		t.Errorf("window: served %.2f/s, steal %.2f, rate %.2f/s, CPU %.2f busy; want 80, 0.25, %.2f, 0.9", w.served(), w.steal, w.rate, w.cpu, 80/0.75)
 	}
 
 	// With fewer than two batches after its first dispatch, the count is all there is.
-	tn.cpu = func() (uint64, uint64, bool) { return 0, 0, false }
+	tn.cpu = func() (cpustat.Times, bool) { return cpustat.Times{}, false }
 	m = meter{t: tn}
 	m.begin(t0)
 	dispatch(t0.Add(100*time.Millisecond), 8)
 	m.tick(1)
-	if w := m.window(t0.Add(500*time.Millisecond), 1); math.Abs(w.rate-16) > 1e-6 || w.steal != 0 {
-		t.Errorf("one batch: rate %.2f/s, steal %.2f; want 16 (8 in 0.5 s), 0", w.rate, w.steal)
+	if w := m.window(t0.Add(500*time.Millisecond), 1); math.Abs(w.rate-16) > 1e-6 || w.steal != 0 || w.cpu != 0 {
+		t.Errorf("one batch: rate %.2f/s, steal %.2f, CPU %.2f; want 16 (8 in 0.5 s), 0, 0 (not measured)", w.rate, w.steal, w.cpu)
 	}
 }
 
@@ -60,7 +62,7 @@ func TestMeterWholeBatches(t *testing.T) {
 // are not a stop.
 func TestMeterLoadStopped(t *testing.T) {
 	tn := newTestTuner(0, 1, 8, 64)
-	tn.cpu = func() (uint64, uint64, bool) { return 0, 0, false }
+	tn.cpu = func() (cpustat.Times, bool) { return cpustat.Times{}, false }
 	t0 := time.Now()
 	for _, c := range []struct {
 		name    string

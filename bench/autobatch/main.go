@@ -356,7 +356,7 @@ func targetLabel(m *model) string { return fmt.Sprintf("auto, p99 target %v", m.
 
 // ab runs one point; ab reads -t in whole seconds.
 func ab(inf string, v *variant, c int, seconds float64) point {
-	t0, s0, _ := cpustat.Read()
+	c0, _ := cpustat.Read()
 	out, err := exec.Command("ab", "-k", "-q", "-c", strconv.Itoa(c), "-t", strconv.Itoa(max(1, int(math.Round(seconds)))), "-n", "10000000", "-s", "120",
 		"-T", v.model.ctype, "-p", v.model.file, fmt.Sprintf("http://%s/predictions/%s", inf, v.name)).CombinedOutput()
 	m, p := rps.FindSubmatch(out), p99Re.FindSubmatch(out)
@@ -368,8 +368,8 @@ func ab(inf string, v *variant, c int, seconds float64) point {
 	}
 	x, _ := strconv.ParseFloat(string(m[1]), 64)
 	y, _ := strconv.ParseFloat(string(p[1]), 64)
-	t1, s1, _ := cpustat.Read()
-	return point{x, y, cpustat.StealShare(t0, s0, t1, s1)}
+	c1, _ := cpustat.Read()
+	return point{x, y, cpustat.StealShare(c0, c1)}
 }
 
 // median is the median of the rounds' requests/s, p99 and stolen share, each on its own.

@@ -49,7 +49,7 @@ func openLoop(client *fasthttp.Client, inf string, v *variant, body []byte, rate
 		failed  atomic.Int64
 		running = time.Duration(seconds * float64(time.Second))
 	)
-	t0, s0, _ := cpustat.Read()
+	c0, _ := cpustat.Read()
 	start := time.Now()
 	at := time.Duration(0)
 	for {
@@ -83,7 +83,7 @@ func openLoop(client *fasthttp.Client, inf string, v *variant, body []byte, rate
 		}()
 	}
 	wg.Wait()
-	t1, s1, _ := cpustat.Read()
+	c1, _ := cpustat.Read()
 	sort.Float64s(lat)
 	q := func(p float64) float64 {
 		if len(lat) == 0 {
@@ -93,7 +93,7 @@ func openLoop(client *fasthttp.Client, inf string, v *variant, body []byte, rate
 	}
 	n := len(lat) - int(failed.Load())
 	return openPoint{offered: float64(len(lat)) / seconds, answered: float64(n) / seconds, p50: q(0.50), p99: q(0.99),
-		failed: int(failed.Load()), steal: cpustat.StealShare(t0, s0, t1, s1)}
+		failed: int(failed.Load()), steal: cpustat.StealShare(c0, c1)}
 }
 
 // openRun runs every model's variants at its open-loop rates, rounds times in an order

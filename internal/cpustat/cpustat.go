@@ -1,5 +1,5 @@
-// Package cpustat reads the machine's CPU time and the part of it a hypervisor stole, for
-// the self-tuning batching (daemon) and its benchmark (bench/autobatch).
+// Package cpustat reads the machine's CPU time, the part of it that was idle and the part a
+// hypervisor stole, for the self-tuning batching (daemon) and its benchmark (bench/autobatch).
 package cpustat
 
 import (
@@ -9,36 +9,44 @@ import (
 	"strings"
 )
 
-// Read returns the machine's CPU time so far, in clock ticks, and the part of it the
-// hypervisor stole: time a virtual CPU of this machine wanted to run and the host ran
-// something else. It reads the "cpu" line of /proc/stat (user nice system idle iowait irq
-// softirq steal); ok is false where there is none.
-func Read() (total, steal uint64, ok bool) {
+// Times are the machine's CPU times so far, in clock ticks, summed over its CPUs: all of
+// it, the idle part (idle and iowait) and the stolen part (time a virtual CPU of this
+// machine wanted to run and the host ran something else).
+type Times struct {
+	Total, Idle, Steal uint64
+}
+
+// Read reads the "cpu" line of /proc/stat (user nice system idle iowait irq softirq steal);
+// ok is false where there is none.
+func Read() (t Times, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, false
+		return Times{}, false
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
 	return parse(string(line))
 }
 
 // parse reads the first line of /proc/stat.
-func parse(line string) (total, steal uint64, ok bool) {
+func parse(line string) (t Times, ok bool) {
 	f := strings.Fields(line)
 	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0, false
+		return Times{}, false
 	}
 	for i, s := range f[1:9] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, 0, false
+			return Times{}, false
 		}
-		total += v
-		if i == 7 {
-			steal = v
+		t.Total += v
+		switch i {
+		case 3, 4:
+			t.Idle += v
+		case 7:
+			t.Steal = v
 		}
 	}
-	return total, steal, true
+	return t, true
 }
 
 // MaxSteal bounds the stolen share StealShare reports: a rate divided by 1 − the share is
@@ -54,9 +62,18 @@ const MaxSteal = 0.5
 // division assumes the rate follows the CPU time the machine got: near enough for a model
 // that keeps the CPUs busy, rough for one that does not. On a machine of its own nothing is
 // stolen and nothing changes.
-func StealShare(t0, s0, t1, s1 uint64) float64 {
-	if t1 <= t0 || s1 < s0 {
+func StealShare(a, b Times) float64 {
+	if b.Total <= a.Total || b.Steal < a.Steal {
 		return 0
 	}
-	return min(MaxSteal, float64(s1-s0)/float64(t1-t0))
+	return min(MaxSteal, float64(b.Steal-a.Steal)/float64(b.Total-a.Total))
+}
+
+// IdleShare is the share of the machine's CPU time that was idle between two readings of
+// Read, and whether the counters advanced.
+func IdleShare(a, b Times) (float64, bool) {
+	if b.Total <= a.Total || b.Idle < a.Idle {
+		return 0, false
+	}
+	return min(1, float64(b.Idle-a.Idle)/float64(b.Total-a.Total)), true
 }
