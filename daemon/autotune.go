@@ -495,9 +495,16 @@ const (
 	probeHeadroom = 4.0     // with a target, a smaller batch is probed only if the curve says it serves this times the rate
 	maxBusy       = 0.7     // without a target, a smaller batch is probed only if the workers would be busy at most this share of the time (see fits)
 	reachBusy     = 0.9     // and a limit the batches reach only if they are busy at least this share of it
-	upCost        = 2.0     // a bigger limit is probed only if the curve's forward costs less than this times as much per request (see upMayPay)
-	pileUp        = 4.0     // a trial ends early when the requests in the server pass this times the window before's,
-	pileUpMin     = 8       // and this many more (see overrun)
+	// idleForThreads is the idle cores a probe of more threads needs: on the 2-core VM with
+	// ab on it (bench/idle-cpu.sh), digits_tensor on one thread left 0.9 cores idle at c=1
+	// (where one thread and two are about even) and 0.2–0.4 at c=8–256 (where one serves
+	// 1.2–2.6 times as much, and its trials of two at c=256 served 20–43% less, once every
+	// few seconds); resnet18 on one thread left 0.8–0.9 at c=1–64 (where two serve 1.2–1.5
+	// times as much).
+	idleForThreads = 0.6
+	upCost         = 2.0 // a bigger limit is probed only if the curve's forward costs less than this times as much per request (see upMayPay)
+	pileUp         = 4.0 // a trial ends early when the requests in the server pass this times the window before's,
+	pileUpMin      = 8   // and this many more (see overrun)
 )
 
 // shifted reports whether x moved by more than a factor tol from ref.
@@ -848,6 +855,7 @@ func (t *tuner) step(w window) time.Duration {
 		t.settled.rate += (w.rate - t.settled.rate) / 4
 		t.settled.mean += (w.mean - t.settled.mean) / 4
 		t.settled.load += (w.load - t.settled.load) / 4
+		t.settled.cpu += (w.cpu - t.settled.cpu) / 4
 	}
 	t.wasOver = over
 	switch {
@@ -911,15 +919,10 @@ func (t *tuner) step(w window) time.Duration {
 			if t.threads != 1 {
 				thr = 1
 			}
-			// More threads only where the machine had half a core idle in the window: a
+			// More threads only where the machine had idle cores (see idleForThreads): a
 			// forward's extra threads run on idle cores or take them from the HTTP work and
-			// the clients, which a closed loop needs as much. On the 2-core VM with ab on
-			// it, digits_tensor on one thread left 0.92 cores idle at c=1 (where one thread
-			// and two are about even), 0.22–0.40 at c=8–256 (where one serves 1.2–2.6 times
-			// as much, and its trials of two at c=256 served 20–43% less, once every few
-			// seconds); resnet18 on one thread 0.82–0.94 at c=1–64 (where two serve 1.2–1.5
-			// times as much).
-			ok = t.tunesThreads() && (thr < t.threads || t.idleCores(w) >= 0.5)
+			// the clients, which a closed loop needs as much.
+			ok = t.tunesThreads() && (thr < t.threads || t.idleCores(w) >= idleForThreads)
 		case dirUp:
 			cand = min(t.maxCap, 2*t.limit)
 			// Over a target too: batches near the limit mean a queue, and a bigger batch
@@ -1043,13 +1046,16 @@ func (t *tuner) fits(b int, w window) bool {
 	return more <= 1 || w.busy*more <= maxBusy
 }
 
-// idleCores is how many of the cores were idle in w, on average (all of them where the
-// window did not measure it).
+// idleCores is how many of the cores were idle, on average, in w and in the settled load
+// (the EWMA of the steady windows at the current settings), whichever had fewer: one
+// window's idle time is noisy (digits at c=8 on one thread: 0.34–0.6 cores from window to
+// window, 0.4 over 4 s). All of them where nothing was measured.
 func (t *tuner) idleCores(w window) float64 {
-	if w.cpu <= 0 {
+	busy := max(w.cpu, t.settled.cpu)
+	if busy <= 0 {
 		return float64(cores())
 	}
-	return (1 - w.cpu) * float64(cores())
+	return (1 - busy) * float64(cores())
 }
 
 // upMayPay reports whether the curve leaves a bigger limit cand a chance: its forward costs
