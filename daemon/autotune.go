@@ -1041,8 +1041,7 @@ func (t *tuner) fits(b int, w window) bool {
 	if w.busy <= 0 || w.mean <= 0 {
 		return true
 	}
-	per := func(b int) float64 { return t.forward(max(1, b)).Seconds() / float64(max(1, b)) }
-	more := per(b) / per(int(math.Round(w.mean)))
+	more := t.perRequest(b) / t.perRequest(int(math.Round(w.mean)))
 	return more <= 1 || w.busy*more <= maxBusy
 }
 
@@ -1066,8 +1065,13 @@ func (t *tuner) idleCores(w window) float64 {
 // closed loop served 24%, 54% and 53% less than batch 32, once every few seconds of a
 // point that fixed 32 served in full.
 func (t *tuner) upMayPay(cand int) bool {
-	per := func(b int) float64 { return t.forward(b).Seconds() / float64(b) }
-	return per(cand) < upCost*per(t.limit)
+	return t.perRequest(cand) < upCost*t.perRequest(t.limit)
+}
+
+// perRequest is the curve's forward time per request in a batch of b, in seconds.
+func (t *tuner) perRequest(b int) float64 {
+	b = max(1, b)
+	return t.forward(b).Seconds() / float64(b)
 }
 
 // saturatedUp reports a probe of a bigger limit under a load that keeps it full: the
