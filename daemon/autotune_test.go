@@ -79,6 +79,14 @@ func newTestTuner(target time.Duration, workers, limit, maxCap int) *tuner {
 	return t
 }
 
+// withThreads gives tn a worker pool at the given intra-op threads, tuned by tn when auto.
+func withThreads(tn *tuner, threads int, auto bool) *WorkerPool {
+	p := &WorkerPool{autoThreads: auto}
+	p.threads.Store(int64(threads))
+	tn.pool, tn.threads, tn.auto.threads = p, threads, auto
+	return p
+}
+
 // load is a simulated server for the tuner: what a window at a batch limit serves, with
 // multiplicative noise of ±noise drawn from a fixed seed.
 type load struct {
@@ -875,10 +883,7 @@ func TestTunerThreads(t *testing.T) {
 	rates := table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 8200, 32: 8300, 64: 8300})
 	withPool := func(auto bool) (*tuner, *WorkerPool) {
 		tn := newTestTuner(0, 1, 8, 64)
-		p := &WorkerPool{autoThreads: auto}
-		p.threads.Store(4)
-		tn.pool, tn.threads, tn.auto.threads = p, 4, auto
-		return tn, p
+		return tn, withThreads(tn, 4, auto)
 	}
 	tn, p := withPool(true)
 	l := &load{rate: rates, queue: 64, noise: 0.1, threads: map[int]float64{1: 2, 4: 1}}
@@ -939,10 +944,7 @@ func TestTunerThreadsNeedIdleCores(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	withPool := func(threads int) (*tuner, *WorkerPool) {
 		tn := newTestTuner(0, 1, 32, 64)
-		p := &WorkerPool{autoThreads: true}
-		p.threads.Store(int64(threads))
-		tn.pool, tn.threads, tn.auto.threads = p, threads, true
-		return tn, p
+		return tn, withThreads(tn, threads, true)
 	}
 	for _, c := range []struct {
 		name          string
@@ -977,9 +979,7 @@ func TestTunerThreadsNeedIdleCores(t *testing.T) {
 func TestTunerThreadsAtANewLoad(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	tn := newTestTuner(0, 1, 32, 64)
-	p := &WorkerPool{autoThreads: true}
-	p.threads.Store(2)
-	tn.pool, tn.threads, tn.auto.threads = p, 2, true
+	withThreads(tn, 2, true)
 	one := &load{rate: func(int) float64 { return 3500 }, queue: 1, noise: 0.15, threads: map[int]float64{1: 1, 2: 1}, busy: 0.7}
 	one.run(tn, 60)
 	if tn.threads != 2 {
@@ -1014,9 +1014,7 @@ func TestTunerOpenLoopLatency(t *testing.T) {
 	}
 	run := func(oneThread float64, windows int) *tuner {
 		tn := newTestTuner(0, 1, 32, 64)
-		p := &WorkerPool{autoThreads: true}
-		p.threads.Store(4)
-		tn.pool, tn.threads, tn.auto.threads = p, 4, true
+		withThreads(tn, 4, true)
 		l := &load{rate: offered, queue: 3, noise: 0.1, lat: open(oneThread)}
 		l.run(tn, windows)
 		for tn.phase != phaseSteady {
@@ -1042,9 +1040,7 @@ func TestTunerOpenLoopLatency(t *testing.T) {
 	// rate 1.67 times the latency; the rate decides as before.
 	closed := func(oneThread float64) *tuner {
 		tn := newTestTuner(0, 1, 8, 64)
-		p := &WorkerPool{autoThreads: true}
-		p.threads.Store(4)
-		tn.pool, tn.threads, tn.auto.threads = p, 4, true
+		withThreads(tn, 4, true)
 		rates := table(map[int]float64{1: 3000, 2: 4000, 4: 6000, 8: 8000, 16: 8200, 32: 8300, 64: 8300})
 		l := &load{rate: rates, queue: 64, noise: 0.1, threads: map[int]float64{1: oneThread, 4: 1},
 			lat: func(limit, threads int) time.Duration {
