@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"math"
@@ -112,6 +113,9 @@ type load struct {
 	// lat is the mean latency at a limit and a thread count, with the rate's noise (nil: not
 	// measured).
 	lat func(limit, threads int) time.Duration
+	// fills: batches that linger are full (the mean batch is the limit), as they are when
+	// the arrivals fill a batch within the delay.
+	fills bool
 }
 
 // run feeds the tuner n windows, each measured at the limit the batcher holds then, and
@@ -134,6 +138,9 @@ func (l *load) run(tn *tuner, n int) []int {
 		// In a closed loop the requests in the server are about the clients (the queue).
 		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
 			p99: time.Millisecond, load: float64(l.queue), end: float64(l.queue), busy: l.busy, cpu: l.cpu}
+		if l.fills && tn.b.maxDelay.Load() > 0 {
+			w.mean = float64(lim)
+		}
 		if l.cpuSwing > 0 {
 			w.cpu += l.cpuSwing * float64(1-2*l.rnd.IntN(2))
 		}
@@ -1062,4 +1069,48 @@ func TestTunerOpenLoopLatency(t *testing.T) {
 	if tn := closed(0.6); tn.threads != 4 {
 		t.Fatalf("closed loop, 0.6 times the rate on one thread: %d threads (history %+v)", tn.threads, tn.history)
 	}
+}
+
+// In an open loop the rate cannot decline a neighbour (every setting serves the offered
+// rate): one that answers clearly slower is declined on its latency, after one trial, instead
+// of being tried up to maxEvidence times (digits at 2000–4000/s: trials of two threads at
+// +91–313% mean latency stayed undecided, each a window of slow answers in the p99). Idle
+// cores let the tuner probe two threads; they answer 2.5 times as slowly.
+func TestTunerOpenLoopDeclinesSlower(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	tn := newTestTuner(0, 1, 32, 64)
+	var logged bytes.Buffer
+	tn.log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	withThreads(tn, 1, true)
+	l := &load{rate: func(int) float64 { return 4000 }, queue: 4, noise: 0.1, cpu: 0.3,
+		lat: func(limit, threads int) time.Duration {
+			return time.Duration((float64(threads-1)*1.5 + 1) * float64(time.Millisecond))
+		}}
+	l.run(tn, 300)
+	verdicts := map[string]int{}
+	for _, line := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(line, `tried="batch 32, 2 threads"`) {
+			verdicts[strings.Fields(strings.SplitN(line, "msg=\"auto batching probe ", 2)[1])[0]]++
+		}
+	}
+	if tn.threads != 1 || verdicts["declined\""] == 0 || len(verdicts) != 1 {
+		t.Fatalf("two threads 2.5 times as slow at the same rate: %d threads after; verdicts on them %v, want only declined", tn.threads, verdicts)
+	}
+	t.Logf("two threads declined %d times in 300 windows", verdicts["declined\""])
+}
+
+// Lingering adopted on a lucky probe is probed off again even though the batches it makes are
+// full: c=64 in a closed loop, batches of 30 of 32 without lingering, full with it, which
+// serves 7% less. (The probe off asked for batches under 90% of the limit, which lingering
+// never leaves: digits kept a lingering it had taken on two probes for nine minutes.)
+func TestTunerProbesLingeringOff(t *testing.T) {
+	tn := newTestTuner(0, 1, 32, 32)
+	tn.linger, tn.delay = true, 1500*time.Microsecond
+	tn.set(tn.limit, tn.delay, tn.threads)
+	l := &load{rate: func(int) float64 { return 22000 }, queue: 30, linger: 0.93, noise: 0.05, fills: true}
+	l.run(tn, 200)
+	if tn.linger || tn.delay != 0 || tn.b.maxDelay.Load() != 0 {
+		t.Fatalf("lingering serving 7%% less, full batches: still lingering %v after 200 windows (%+v)", tn.delay, tn.history)
+	}
+	t.Logf("lingering off: %s", tn.history[len(tn.history)-1].Reason)
 }
