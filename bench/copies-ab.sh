@@ -9,16 +9,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-6}
-inf=127.0.0.1:19590 mg=127.0.0.1:19591
-cache=$(mktemp -d)
-TORCHD_CACHE_DIR=$cache bin/torchd serve --model-store model-store --inference-address $inf --management-address $mg \
-  --metrics-address 127.0.0.1:19592 --access-log=false --enable-snapshots=false --job-queue-size 1024 >/tmp/copies-ab-torchd.log 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$cache"' EXIT
-until curl -sf http://$inf/ping >/dev/null; do sleep 0.2; done
-for n in a b c d; do
-  curl -sf -X POST "http://$mg/models?url=resnet18.mar&model_name=$n&initial_workers=1&synchronous=true&batch_size=16&max_batch_delay=0" >/dev/null || echo "register $n failed" >&2
-done
+. bench/serve.sh
+serve 19590 /tmp/copies-ab-torchd.log
+for n in a b c d; do reg resnet18 $n "batch_size=16&max_batch_delay=0"; done
 for r in $(seq "$rounds"); do
   for m in $(printf '%s\n' a b c d | shuf); do
     x=$(ab -k -q -c 64 -t 6 -n 10000000 -s 120 -T image/jpeg -p models/out/resnet18/sample_640x480.jpg "http://$inf/predictions/$m" 2>&1 | awk '/Requests per second/ {print $4}')

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The machine's idle CPU while `ab -k` drives one fixed setting: is there an idle core for a
-# second intra-op thread? (The self-tuning batching probes more threads only with half a core
+# second intra-op thread? (The self-tuning batching probes more threads only with 0.6 cores
 # idle: daemon/autotune.go, dirThreads.) One torchd (ports 19580–19582) serves digits_tensor
 # (batch 32, no delay) and resnet18 (batch 8, no delay) at 1 and at 2 intra-op threads, one
 # worker each; each point reads /proc/stat before and after. Prints
@@ -9,14 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-2}
-inf=127.0.0.1:19580 mg=127.0.0.1:19581
-cache=$(mktemp -d)
-TORCHD_CACHE_DIR=$cache bin/torchd serve --model-store model-store --inference-address $inf --management-address $mg \
-  --metrics-address 127.0.0.1:19582 --access-log=false --enable-snapshots=false --job-queue-size 1024 >/tmp/idle-cpu.log 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$cache"' EXIT
-until curl -sf http://$inf/ping >/dev/null; do sleep 0.2; done
-reg() { curl -sf -X POST "http://$mg/models?url=$1.mar&model_name=$2&initial_workers=1&synchronous=true&$3" >/dev/null; }
+. bench/serve.sh
+serve 19580 /tmp/idle-cpu.log
 for t in 1 2; do
   reg digits_tensor d$t "batch_size=32&max_batch_delay=0&threads=$t"
   reg resnet18 r$t "batch_size=8&max_batch_delay=0&threads=$t"

@@ -11,19 +11,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-12} concs=${2:-"64 256"}
-inf=127.0.0.1:19590 mg=127.0.0.1:19591
-cache=$(mktemp -d)
-TORCHD_LOG_LEVEL=debug TORCHD_CACHE_DIR=$cache bin/torchd serve --model-store model-store --inference-address $inf --management-address $mg \
-  --metrics-address 127.0.0.1:19592 --access-log=false --enable-snapshots=false --job-queue-size 1024 >/tmp/linger-ab-torchd.log 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$cache"' EXIT
-until curl -sf http://$inf/ping >/dev/null; do sleep 0.2; done
-reg() { curl -sf -X POST "http://$mg/models?url=digits_tensor.mar&model_name=$1&initial_workers=1&synchronous=true&$2" >/dev/null || echo "register $1 failed" >&2; }
-reg auto "batch_size=auto&max_batch_delay=auto"
-reg d0 "batch_size=32&max_batch_delay=0&threads=1"
-reg d0copy "batch_size=32&max_batch_delay=0&threads=1"
-reg d2 "batch_size=32&max_batch_delay=2&threads=1"
-reg d5 "batch_size=32&max_batch_delay=5&threads=1"
+. bench/serve.sh
+serve 19590 /tmp/linger-ab-torchd.log TORCHD_LOG_LEVEL=debug
+reg digits_tensor auto "batch_size=auto&max_batch_delay=auto"
+reg digits_tensor d0 "batch_size=32&max_batch_delay=0&threads=1"
+reg digits_tensor d0copy "batch_size=32&max_batch_delay=0&threads=1"
+reg digits_tensor d2 "batch_size=32&max_batch_delay=2&threads=1"
+reg digits_tensor d5 "batch_size=32&max_batch_delay=5&threads=1"
 for c in $concs; do
   for r in $(seq "$rounds"); do
     for m in $(printf '%s\n' auto d0 d0copy d2 d5 | shuf); do
