@@ -5,12 +5,15 @@
 # order. Prints "round=R name req/s". On the 2-core VM (2026-11-23 07:28 UTC, 6 rounds) the
 # last one registered served 1.17 times the median of the other three, first in every round
 # (docs/benchmarks.md, issue 9, session 15): the offset that the bench-auto reports' "two
-# copies" column measures. Needs `make build archives`. Usage: bench/copies-ab.sh [rounds]
+# copies" column measures. With COPIES_ENV=MALLOC_ARENA_MAX=1 (glibc: one malloc arena for
+# every thread) the four were within 0.95–1.08 of each other, all at the fast one's level.
+# Needs `make build archives`. Usage: [COPIES_ENV="VAR=value ..."] bench/copies-ab.sh [rounds]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-6}
 . bench/serve.sh
-serve 19590 /tmp/copies-ab-torchd.log
+# shellcheck disable=SC2086 # COPIES_ENV: VAR=value words for the server, e.g. MALLOC_ARENA_MAX=1
+serve 19590 /tmp/copies-ab-torchd.log ${COPIES_ENV:-}
 for n in a b c d; do reg resnet18 $n "batch_size=16&max_batch_delay=0"; done
 for r in $(seq "$rounds"); do
   for m in $(printf '%s\n' a b c d | shuf); do
