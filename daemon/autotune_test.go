@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -1088,15 +1089,13 @@ func TestTunerOpenLoopDeclinesSlower(t *testing.T) {
 		}}
 	l.run(tn, 300)
 	verdicts := map[string]int{}
-	for _, line := range strings.Split(logged.String(), "\n") {
-		if strings.Contains(line, `tried="batch 32, 2 threads"`) {
-			verdicts[strings.Fields(strings.SplitN(line, "msg=\"auto batching probe ", 2)[1])[0]]++
-		}
+	for _, m := range regexp.MustCompile(`msg="auto batching probe (\w+)".* tried="batch 32, 2 threads"`).FindAllStringSubmatch(logged.String(), -1) {
+		verdicts[m[1]]++
 	}
-	if tn.threads != 1 || verdicts["declined\""] == 0 || len(verdicts) != 1 {
+	if tn.threads != 1 || verdicts["declined"] == 0 || len(verdicts) != 1 {
 		t.Fatalf("two threads 2.5 times as slow at the same rate: %d threads after; verdicts on them %v, want only declined", tn.threads, verdicts)
 	}
-	t.Logf("two threads declined %d times in 300 windows", verdicts["declined\""])
+	t.Logf("two threads declined %d times in 300 windows", verdicts["declined"])
 }
 
 // Lingering adopted on a lucky probe is probed off again even though the batches it makes are
