@@ -1,9 +1,10 @@
 # Sourced by the single-server bench scripts (idle-cpu.sh, linger-ab.sh, copies-ab.sh), from
 # the repository root. serve BASE LOG [VAR=value...] starts bin/torchd with a fresh curve cache
 # and the given environment, inference on 127.0.0.1:BASE, management on BASE+1, metrics on
-# BASE+2, its log in LOG; sets inf and mg to the first two addresses, stops the server on exit,
-# and returns once it answers /ping. reg ARCHIVE NAME QUERY registers ARCHIVE.mar as NAME with
+# BASE+2, its log in LOG; sets inf and mg to the first two addresses, stops the server (every
+# server started this way) on exit, and returns once it answers /ping. reg ARCHIVE NAME QUERY registers ARCHIVE.mar as NAME with
 # one worker and the extra query parameters.
+pids=() caches=()
 serve() {
   local base=$1 log=$2
   shift 2
@@ -12,8 +13,8 @@ serve() {
   env "$@" TORCHD_CACHE_DIR="$cache" bin/torchd serve --model-store model-store --inference-address "$inf" \
     --management-address "$mg" --metrics-address 127.0.0.1:$((base + 2)) --access-log=false \
     --enable-snapshots=false --job-queue-size 1024 >"$log" 2>&1 &
-  pid=$!
-  trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$cache"' EXIT
+  pids+=($!) caches+=("$cache")
+  trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "${caches[@]}"' EXIT
   until curl -sf "http://$inf/ping" >/dev/null; do sleep 0.2; done
 }
 

@@ -131,6 +131,7 @@ func main() {
 	out := flag.String("out", "docs/autobatch.md", "the report")
 	rerunSteal := flag.Float64("rerun-steal", 0.05, "run a point again (at most twice) when more than this share of the CPU time was stolen")
 	copies := flag.Bool("copy", true, "register one fixed setting per model twice, to measure the noise floor")
+	pairs := flag.Int("pairs", 0, "after the rounds at each concurrency, this many pairs of short slices of auto against the rounds' best fixed setting (and of the copy against its original): a paired estimate of their ratio (paired.go)")
 	open := flag.Bool("open", false, "an open loop (Poisson arrivals at each model's rates) instead of ab's closed loop; the report goes to docs/autobatch-open.md unless -out is given")
 	flag.Parse()
 	if *open && !isFlagSet("out") {
@@ -239,9 +240,11 @@ func main() {
 
 	// results[model][conc][label] = per-round points
 	results := map[string]map[int]map[string][]point{}
+	paired := map[string]map[int][]*comparison{}
 	reruns := 0
 	for _, m := range models {
 		results[m.name] = map[int]map[string][]point{}
+		paired[m.name] = map[int][]*comparison{}
 		for _, c := range m.concs {
 			results[m.name][c] = map[string][]point{}
 			var vs []*variant
@@ -272,10 +275,13 @@ func main() {
 					fmt.Printf("%s c=%d round %d %-26s %8.1f req/s  p99 %6.0f ms  stolen %4.1f%%  (drained in %.1f s)\n", m.name, c, round+1, v.label, x.rps, x.p99, 100*x.steal, d.Seconds())
 				}
 			}
+			if *pairs > 0 {
+				paired[m.name][c] = pairedRun(inf, metrics, m, c, vs, results[m.name][c], *pairs)
+			}
 		}
 	}
 	curves := describe(mgmt, variants)
-	write(*out, models, results, *rounds, *scale, *rerunSteal, reruns, time.Since(start), curves)
+	write(*out, models, results, paired, *pairs, *rounds, *scale, *rerunSteal, reruns, time.Since(start), curves)
 }
 
 // describe is the describe output of every auto variant, for the report.
@@ -394,7 +400,7 @@ func commandLine() string {
 	return strings.Join(append([]string{"go run ./bench/autobatch"}, os.Args[1:]...), " ")
 }
 
-func write(path string, models []*model, res map[string]map[int]map[string][]point, rounds int, scale, rerunSteal float64, reruns int, took time.Duration, curves string) {
+func write(path string, models []*model, res map[string]map[int]map[string][]point, paired map[string]map[int][]*comparison, pairs, rounds int, scale, rerunSteal float64, reruns int, took time.Duration, curves string) {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "# Self-tuning batching against a sweep of fixed settings (issue 9)\n\n")
@@ -461,6 +467,7 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 			fmt.Fprintf(&b, "| %d | %.1f | %s | %.1f | %.2f | %s | %s | %s | %.1f | %.0f | %s | %.1f | %s | %s |\n",
 				c, auto.rps, bestL, best.rps, auto.rps/best.rps, verdict, held, copies, at.rps, at.p99, inL, in.rps, ratio, tv)
 		}
+		writePaired(&b, m, paired[m.name], pairs)
 		// At c=1 every setting without a delay at the default threads runs batches of one: the same work, so their
 		// spread is the noise floor of these comparisons.
 		if r := res[m.name][m.concs[0]]; m.concs[0] == 1 {
