@@ -391,6 +391,7 @@ type probeKey struct {
 type evidence struct {
 	n      int
 	sum    float64 // of the probes' log gains (the trial's rate over the two windows' around it)
+	sq     float64 // of their squares
 	lat    float64 // of log(p99 / target) of the trials (with a target)
 	closer float64 // of log(the trial's p99 over the two windows' around it)
 	slower float64 // of log(the trial's mean latency over the two windows' around it)
@@ -399,9 +400,9 @@ type evidence struct {
 // add counts one probe; old evidence fades.
 func (e *evidence) add(r, lat, closer, slower float64) {
 	e.n++
-	e.sum, e.lat, e.closer, e.slower = e.sum+r, e.lat+lat, e.closer+closer, e.slower+slower
+	e.sum, e.sq, e.lat, e.closer, e.slower = e.sum+r, e.sq+r*r, e.lat+lat, e.closer+closer, e.slower+slower
 	if e.n > 2*maxEvidence {
-		e.n, e.sum, e.lat, e.closer, e.slower = e.n/2, e.sum/2, e.lat/2, e.closer/2, e.slower/2
+		e.n, e.sum, e.sq, e.lat, e.closer, e.slower = e.n/2, e.sum/2, e.sq/2, e.lat/2, e.closer/2, e.slower/2
 	}
 }
 
@@ -478,6 +479,14 @@ const (
 	phaseProbing
 	phaseReturning
 
+	// lingerProbes is the fewest probes that turn lingering on. Lingering makes every request
+	// of a batch wait for the batch to fill, and in a closed loop it has not paid here: in
+	// a 12-round A/B at c=64 digits served 0.92–0.94 times as much lingering 2–5 ms as not
+	// (bench/linger-ab.sh), and auto, lingering, 0.94 and 0.92 of the best fixed setting at
+	// c=64 and 256 in a paired run (docs/autobatch-digits-s16.md); yet
+	// twice two lucky probes adopted it ("+8.0% ± 5.4% over 2 probes" in session 15,
+	// "+16.4% ± 12.8% over 2" in session 16), and the probes off it then stayed undecided.
+	lingerProbes  = 3
 	probeGain     = 1.05 // a neighbour must serve this much more to be adopted,
 	saturatedGain = 1.02 // a bigger limit under a load that keeps it full this much (see saturatedUp)
 	maxEvidence   = 8    // probes of one neighbour before it is declined undecided
@@ -795,6 +804,9 @@ func (t *tuner) step(w window) time.Duration {
 			verdict, why = t.byLatency(e, verdict, why)
 		} else {
 			verdict, why = t.byMeanLatency(e, verdict, why)
+		}
+		if verdict == "" && t.candDly > 0 && !t.linger && e.n < lingerProbes {
+			verdict, why = "undecided", why+": lingering needs more probes"
 		}
 		if verdict == "undecided" && e.n >= maxEvidence {
 			verdict = "declined"
@@ -1260,9 +1272,19 @@ func (t *tuner) probeGains(trial, before, after window) (r, lat, closer, slower 
 // byRate decides a probe on the served rate: the neighbour is adopted ("") when its mean gain
 // is ≥ 5% and twice its standard error (2% and once for a bigger limit that the load keeps
 // full: see saturatedUp), "declined" when it is clearly under that, and otherwise
-// "undecided" (probed again after one window, up to maxEvidence probes).
+// "undecided" (probed again after one window, up to maxEvidence probes). The standard error
+// is that of the windows' measured noise, or of the probes' own spread where that is wider:
+// the noise is measured between neighbouring windows, which move together on this machine
+// (lag-1 autocorrelation 0.48 in 1-s slices), and probes minutes apart differ by more. In
+// session 15 lingering was adopted on "+8.0% ± 5.4% over 2 probes", one +22.7% and one
+// -6.7%: their spread alone puts the standard error at 14.7%.
 func (t *tuner) byRate(e evidence, after window) (verdict, why string) {
-	mean, se := e.sum/float64(e.n), t.sigma()/math.Sqrt(float64(e.n))
+	n := float64(e.n)
+	mean, sd := e.sum/n, t.sigma()
+	if e.n >= 2 {
+		sd = max(sd, math.Sqrt(max(e.sq-e.sum*e.sum/n, 0)/(n-1)))
+	}
+	se := sd / math.Sqrt(n)
 	gain, z := math.Log(probeGain), 2.0
 	if t.saturatedUp(after) {
 		gain, z = math.Log(saturatedGain), 1

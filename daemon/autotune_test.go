@@ -117,6 +117,10 @@ type load struct {
 	// fills: batches that linger are full (the mean batch is the limit), as they are when
 	// the arrivals fill a batch within the delay.
 	fills bool
+	// trials are the rate's factors of the next probes' trial windows, in order, in place of
+	// what the load would give (lucky and unlucky probes); lingerTrials the same for trials
+	// that linger only.
+	trials, lingerTrials []float64
 }
 
 // run feeds the tuner n windows, each measured at the limit the batcher holds then, and
@@ -135,6 +139,11 @@ func (l *load) run(tn *tuner, n int) []int {
 		}
 		if l.threads != nil {
 			f *= l.threads[tn.pool.Threads()]
+		}
+		if tn.phase == phaseProbing && len(l.trials) > 0 {
+			f, l.trials = l.trials[0], l.trials[1:]
+		} else if tn.phase == phaseProbing && tn.b.maxDelay.Load() > 0 && len(l.lingerTrials) > 0 {
+			f, l.lingerTrials = l.lingerTrials[0], l.lingerTrials[1:]
 		}
 		// In a closed loop the requests in the server are about the clients (the queue).
 		w := window{rate: f * l.rate(lim) * (1 + l.noise*(2*l.rnd.Float64()-1)), mean: float64(min(lim, l.queue)), n: 1000, batches: 100,
@@ -1112,4 +1121,36 @@ func TestTunerProbesLingeringOff(t *testing.T) {
 		t.Fatalf("lingering serving 7%% less, full batches: still lingering %v after 200 windows (%+v)", tn.delay, tn.history)
 	}
 	t.Logf("lingering off: %s", tn.history[len(tn.history)-1].Reason)
+}
+
+// Two lucky probes do not turn lingering on: in a load where lingering serves 7% less, the
+// first two lingering trials serve 25% more (as one +22.7% probe did in session 15, and two
+// of +12% and +21% in session 16, each adopting a lingering that served 0.92–0.94 of none).
+func TestTunerLingerNeedsThreeProbes(t *testing.T) {
+	tn := newTestTuner(0, 1, 32, 32)
+	l := &load{rate: func(int) float64 { return 20000 }, queue: 20, linger: 0.93, noise: 0.02, lingerTrials: []float64{1.25, 1.25}}
+	l.run(tn, 300)
+	if tn.linger || tn.changes != 0 {
+		t.Fatalf("lingering serving 7%% less adopted on two lucky probes: %+v", tn.history)
+	}
+	if len(l.lingerTrials) != 0 {
+		t.Fatalf("lingering probed %d times, want the two lucky ones and more", 2-len(l.lingerTrials))
+	}
+	t.Logf("%d probes in 300 windows, no change", tn.probes)
+}
+
+// A neighbour's probes that disagree are not adopted on their mean: one trial +25%, the next
+// -7%, on a flat load with windows ±1% apart. The windows' noise alone puts the standard
+// error of the mean +7.5% at about 2%; the two probes' own spread at 15%.
+func TestTunerProbesThatDisagree(t *testing.T) {
+	tn := newTestTuner(0, 1, 16, 64)
+	l := &load{rate: func(int) float64 { return 20000 }, queue: 20, noise: 0.01, trials: []float64{1.25, 0.93}}
+	l.run(tn, 200)
+	if tn.changes != 0 {
+		t.Fatalf("adopted on one lucky and one unlucky probe: %+v", tn.history)
+	}
+	if len(l.trials) != 0 {
+		t.Fatal("fewer than two probes")
+	}
+	t.Logf("%d probes in 200 windows, no change", tn.probes)
 }
