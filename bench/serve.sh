@@ -1,9 +1,9 @@
-# Sourced by the single-server bench scripts (idle-cpu.sh, linger-ab.sh, copies-ab.sh), from
+# Sourced by the bench scripts (idle-cpu.sh, linger-ab.sh, copies-ab.sh, arena-ab.sh), from
 # the repository root. serve BASE LOG [VAR=value...] starts bin/torchd with a fresh curve cache
 # and the given environment, inference on 127.0.0.1:BASE, management on BASE+1, metrics on
 # BASE+2, its log in LOG; sets inf and mg to the first two addresses, stops the server (every
-# server started this way) on exit, and returns once it answers /ping. reg ARCHIVE NAME QUERY registers ARCHIVE.mar as NAME with
-# one worker and the extra query parameters.
+# server started this way) on exit, and returns once it answers /ping. reg ARCHIVE NAME QUERY
+# registers ARCHIVE.mar as NAME with one worker and the extra query parameters.
 pids=() caches=()
 serve() {
   local base=$1 log=$2

@@ -483,9 +483,9 @@ const (
 	// of a batch wait for the batch to fill, and in a closed loop it has not paid here: in
 	// a 12-round A/B at c=64 digits served 0.92–0.94 times as much lingering 2–5 ms as not
 	// (bench/linger-ab.sh), and auto, lingering, 0.94 and 0.92 of the best fixed setting at
-	// c=64 and 256 in a paired run (docs/autobatch-digits-s16.md); yet
-	// twice two lucky probes adopted it ("+8.0% ± 5.4% over 2 probes" in session 15,
-	// "+16.4% ± 12.8% over 2" in session 16), and the probes off it then stayed undecided.
+	// c=64 and 256 in a paired run (docs/autobatch-digits-s16.md); yet twice two lucky
+	// probes adopted it ("+8.0% ± 5.4% over 2 probes" in session 15, "+16.4% ± 12.8% over
+	// 2" in session 16), and the probes back off it were then too noisy to decide.
 	lingerProbes  = 3
 	probeGain     = 1.05 // a neighbour must serve this much more to be adopted,
 	saturatedGain = 1.02 // a bigger limit under a load that keeps it full this much (see saturatedUp)
