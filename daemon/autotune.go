@@ -492,7 +492,7 @@ const (
 	maxEvidence   = 8    // probes of one neighbour before it is declined undecided
 	maxBackoff    = 32   // windows
 	minWindow     = 300 * time.Millisecond
-	maxWindow     = 4 * time.Second
+	longWindow    = 2 * time.Second // see windowLen
 	historySize   = 16
 	rateShift     = 2.0     // a load change: the served rate ×2 or ÷2,
 	meanShift     = 1.5     // or the mean batch or the requests in the server ×1.5 or ÷1.5, two windows in a row
@@ -533,6 +533,7 @@ type window struct {
 	busy    float64 // the share of the window the workers spent running batches (0: not measured)
 	cpu     float64 // the share of the machine's CPU time that was not idle (0: not measured)
 	stopped bool    // the dispatches stopped before its end (see meter.window)
+	fresh   bool    // it began after a pause at a tick with the server idle (see meter.idle)
 }
 
 // cut reports a window in which the load stopped before its end: the dispatches stopped
@@ -603,13 +604,19 @@ func (t *tuner) latencies(from uint64) (p99, mean time.Duration, n int) {
 }
 
 // windowLen is a window's length at the limit it measures (the probe's while probing):
-// eight forwards, within bounds.
+// eight forwards, within bounds: at least minWindow, and at most longWindow unless four
+// forwards take longer (a window is judged on three batches or more). A probe takes three
+// windows and two settlings, and a burst of load must hold the window before it and its
+// trial: with windows up to 4 s, resnet18 at batch 16 (3.1-s windows) made no probe in 188
+// windows of the bench's 6-s points (session 17), where fixed batch 4 served 1.13–1.28
+// times as much.
 func (t *tuner) windowLen() time.Duration {
 	b := t.limit
 	if t.phase == phaseProbing {
 		b = t.cand
 	}
-	return min(maxWindow, max(minWindow, 8*t.forward(b)))
+	f := t.forward(b)
+	return max(minWindow, min(8*f, max(longWindow, 4*f)))
 }
 
 // run measures windows and adapts the settings after each until stop closes. After a
@@ -631,6 +638,14 @@ func (t *tuner) run() {
 		case now = <-tick.C:
 		}
 		in := t.inServer.Load()
+		t.mu.Lock()
+		paused := t.paused
+		t.mu.Unlock()
+		if paused && m.idle(in) {
+			m.begin(now)
+			m.fresh = true
+			continue
+		}
 		m.tick(in)
 		if now.Before(settleUntil) {
 			m.begin(now)
@@ -672,6 +687,19 @@ type meter struct {
 	first, prior                 dispatchMark // the window's first dispatch, and the one before it began
 	cpu                          cpustat.Times
 	cpuOK                        bool
+	fresh                        bool // begun at an idle tick after a pause
+}
+
+// idle reports a window that has seen nothing so far: no request in the server at any of
+// its ticks nor at this one (in), and no dispatch. After a pause the run loop starts the
+// window again at each such tick, so that the window in which the load comes back begins
+// within a tick of it, and is judged: otherwise it may have begun long before the load,
+// and is skipped (t.paused), which cost a slow model's bursts their first window: resnet18
+// at batch 16 has windows of 3.1 s (eight forwards), and the bench's 6-s points at one
+// concurrency gave the tuner one whole window after the skipped one, never a probe. A
+// load too sparse to leave a tick without a request in the server is not idle.
+func (m *meter) idle(in int64) bool {
+	return in == 0 && m.sum == 0 && m.t.b.batches.Load() == m.batches
 }
 
 // begin starts a window at now.
@@ -681,6 +709,7 @@ func (m *meter) begin(now time.Time) {
 	m.busy = b.busy.Load()
 	m.first, m.prior = dispatchMark{}, b.last()
 	m.cpu, m.cpuOK = m.t.cpu()
+	m.fresh = false
 }
 
 // tick samples the requests in the server, and notes the window's first dispatch.
@@ -697,7 +726,7 @@ func (m *meter) window(now time.Time, in int64) window {
 	p99, lat, n := m.t.latencies(m.from)
 	di, db := b.batchItems.Load()-m.items, b.batches.Load()-m.batches
 	w := window{rate: float64(di) / now.Sub(m.at).Seconds(), p99: p99, lat: lat, n: n, batches: db,
-		load: max(0, float64(m.sum)/float64(max(m.samples, 1))), end: float64(max(0, in))}
+		load: max(0, float64(m.sum)/float64(max(m.samples, 1))), end: float64(max(0, in)), fresh: m.fresh}
 	d := b.last()
 	if !m.first.at.IsZero() && d.batches-m.first.batches >= 2 && d.at.After(m.first.at) {
 		w.rate = float64(d.before-m.first.before) / d.at.Sub(m.first.at).Seconds()
@@ -754,9 +783,12 @@ func (t *tuner) step(w window) time.Duration {
 		return 0
 	}
 	if t.paused {
-		// The load is back after a pause: this window may have begun before it did.
+		// The load is back after a pause. A window that may have begun before it did is
+		// skipped; one that began with it (see meter.idle) is judged.
 		t.paused, t.resumed, t.prev = false, true, window{}
-		return 0
+		if !w.fresh {
+			return 0
+		}
 	}
 	t.lastP99 = w.p99
 	switch t.phase {

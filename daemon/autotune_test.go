@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/internal/cpustat"
 )
 
 func testCurve(ms ...float64) *curve {
@@ -1153,4 +1155,91 @@ func TestTunerProbesThatDisagree(t *testing.T) {
 		t.Fatal("fewer than two probes")
 	}
 	t.Logf("%d probes in 200 windows, no change", tn.probes)
+}
+
+// After a pause the meter starts its window again at every tick that finds the server idle
+// and the window empty, and marks it fresh; a request in the server, or a dispatch, ends
+// that.
+func TestMeterIdle(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	tn.cpu = func() (cpustat.Times, bool) { return cpustat.Times{}, false }
+	m := meter{t: tn}
+	m.begin(time.Now())
+	if !m.idle(0) {
+		t.Fatal("a new window with nothing in the server is not idle")
+	}
+	if m.idle(1) {
+		t.Fatal("a request in the server: idle")
+	}
+	m.tick(1)
+	if m.idle(0) {
+		t.Fatal("a window that saw a request is idle")
+	}
+	m.begin(time.Now())
+	tn.b.batches.Add(1)
+	if m.idle(0) {
+		t.Fatal("a window with a dispatch is idle")
+	}
+	m.fresh = true
+	m.begin(time.Now())
+	if w := m.window(time.Now(), 0); w.fresh {
+		t.Fatal("begin did not clear fresh")
+	}
+}
+
+// Bursts of a slow model, two windows each with a pause between: the first window of a
+// burst is judged when it began with the load (fresh) and skipped when it may have begun
+// before it. With fresh windows a probe's trial fits in a burst and its window back comes
+// in the next, and the better limit is adopted; without, the one judged window of each
+// burst leaves no room for a trial.
+func TestTunerFreshWindowsAfterPause(t *testing.T) {
+	run := func(fresh bool) *tuner {
+		tn := newTestTuner(0, 1, 16, 16)
+		rate := map[int]float64{4: 30, 8: 40, 16: 32}
+		for range 40 {
+			for i := range 2 {
+				lim := int(tn.b.batchSize.Load())
+				w := window{rate: rate[lim], mean: float64(min(lim, 16)), n: 100, batches: 10, p99: time.Second, load: 16, end: 16, fresh: fresh && i == 0}
+				tn.step(w)
+			}
+			for range 5 {
+				tn.step(window{})
+			}
+		}
+		return tn
+	}
+	tn := run(true)
+	if tn.limit != 8 {
+		t.Errorf("fresh: limit %d after 40 bursts (%d probes, history %+v), want 8", tn.limit, tn.probes, tn.history)
+	}
+	t.Logf("fresh: %d probes, %d changes", tn.probes, len(tn.history))
+	// Only the first burst, which no pause precedes, can start a probe that is decided.
+	if tn := run(false); tn.limit != 16 || tn.probes > 1 {
+		t.Errorf("not fresh: limit %d, %d probes after 40 bursts, want 16 and at most one", tn.limit, tn.probes)
+	}
+}
+
+// A window is eight forwards at the limit it measures, at least 300 ms, and at most 2 s
+// unless four forwards take longer; a probe's window is at the candidate's limit.
+func TestTunerWindowLength(t *testing.T) {
+	tn := newTestTuner(0, 1, 16, 64)
+	tn.curve = testCurve(28, 50, 100, 200, 390, 800) // resnet18-like; batch 32 0.8 s
+	for _, c := range []struct {
+		limit int
+		want  time.Duration
+	}{
+		{1, 300 * time.Millisecond}, // 8 × 28 ms = 224 ms
+		{4, 800 * time.Millisecond}, // 8 × 100 ms
+		{16, 2 * time.Second},       // 8 × 390 ms = 3.12 s
+		{32, 3200 * time.Millisecond},
+	} {
+		tn.limit = c.limit
+		if got := tn.windowLen(); got != c.want {
+			t.Errorf("limit %d: window %v, want %v", c.limit, got, c.want)
+		}
+	}
+	tn.limit, tn.phase, tn.cand = 16, phaseProbing, 4
+	if got := tn.windowLen(); got != 800*time.Millisecond {
+		t.Errorf("probing 4 from 16: window %v, want 800ms", got)
+	}
 }

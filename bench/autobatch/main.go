@@ -278,7 +278,7 @@ func main() {
 				}
 			}
 			if *pairs > 0 {
-				paired[m.name][c] = pairedRun(inf, metrics, m, c, vs, results[m.name][c], *pairs)
+				paired[m.name][c] = pairedRun(inf, mgmt, metrics, m, c, vs, results[m.name][c], *pairs)
 			}
 		}
 	}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
-	"sort"
+	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -24,12 +27,45 @@ type comparison struct {
 	a, b   string // labels
 	ratios []float64
 	steal  []float64 // the larger stolen share of the pair's two slices
+	// For auto: its setting after the pairs, and the probes it ran during them (-1: unknown).
+	setting string
+	probes  int
+}
+
+// autoState is an auto variant's setting ("batch 32, delay 0 ms, 1 thread") and its probes
+// so far, from describe; ok is false when describe failed.
+func autoState(mgmt, name string) (setting string, probes int, ok bool) {
+	r, err := http.Get(fmt.Sprintf("http://%s/models/%s", mgmt, name))
+	if err != nil {
+		return "", 0, false
+	}
+	defer r.Body.Close()
+	var d []struct {
+		AutoBatching struct {
+			BatchSize int     `json:"batchSize"`
+			DelayMS   float64 `json:"maxBatchDelayMs"`
+			Threads   int     `json:"threads"`
+			Probes    int     `json:"probes"`
+		} `json:"autoBatching"`
+	}
+	if json.NewDecoder(r.Body).Decode(&d) != nil || len(d) == 0 {
+		return "", 0, false
+	}
+	a := d[0].AutoBatching
+	l := fmt.Sprintf("batch %d, delay %.3g ms", a.BatchSize, a.DelayMS)
+	if a.Threads > 0 {
+		l += fmt.Sprintf(", %d thread", a.Threads)
+		if a.Threads > 1 {
+			l += "s"
+		}
+	}
+	return l, a.Probes, true
 }
 
 // pairedRun runs the paired phase of model m at concurrency c over vs, the model's
 // variants; r holds the rounds' points. It returns auto against the best fixed setting and,
 // with a copy registered, the copy against its original.
-func pairedRun(inf, metrics string, m *model, c int, vs []*variant, r map[string][]point, pairs int) []*comparison {
+func pairedRun(inf, mgmt, metrics string, m *model, c int, vs []*variant, r map[string][]point, pairs int) []*comparison {
 	byLabel := map[string]*variant{}
 	for _, v := range vs {
 		byLabel[v.label] = v
@@ -47,6 +83,7 @@ func pairedRun(inf, metrics string, m *model, c int, vs []*variant, r map[string
 	if orig := fixedLabel(m.copyOf[0], m.copyOf[1], 0); byLabel[orig+copySuffix] != nil {
 		cmps = append(cmps, &comparison{a: orig + copySuffix, b: orig})
 	}
+	_, probes0, ok0 := autoState(mgmt, byLabel["auto"].name)
 	slice := m.seconds / 2
 	rng := rand.New(rand.NewPCG(uint64(c), 1<<32))
 	for i := range pairs {
@@ -62,6 +99,13 @@ func pairedRun(inf, metrics string, m *model, c int, vs []*variant, r map[string
 			cmp.ratios = append(cmp.ratios, ratio)
 			cmp.steal = append(cmp.steal, max(x[cmp.a].steal, x[cmp.b].steal))
 			fmt.Printf("%s c=%d pair %d %s / %s = %.3f (%.1f / %.1f req/s)\n", m.name, c, i+1, cmp.a, cmp.b, ratio, x[cmp.a].rps, x[cmp.b].rps)
+		}
+	}
+	cmps[0].probes = -1
+	if setting, probes, ok := autoState(mgmt, byLabel["auto"].name); ok {
+		cmps[0].setting = setting
+		if ok0 {
+			cmps[0].probes = probes - probes0
 		}
 	}
 	return cmps
@@ -106,15 +150,12 @@ func writePaired(b *strings.Builder, m *model, res map[int][]*comparison, pairs 
 	fmt.Fprintf(b, "\nPaired phase: after the rounds at each concurrency, %d pairs of %g-s slices, auto against the rounds' best fixed\n", pairs, m.seconds/2)
 	b.WriteString("setting and the copy against its original, interleaved, each pair in a random order. Figures: the geometric mean\n")
 	b.WriteString("of the pairs' ratios ×/÷ its standard error (as a factor), the median ratio and the range. Verdict against 0.95:\n")
-	b.WriteString("pass when the mean reaches it, miss when it is more than two standard errors under it, otherwise not shown.\n\n")
-	b.WriteString("| c | auto over | mean ×/÷ se | median (range) | | copy / original: mean ×/÷ se | median (range) | pairs with > 5% stolen |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
-	cs := make([]int, 0, len(res))
-	for c := range res {
-		cs = append(cs, c)
-	}
-	sort.Ints(cs)
-	for _, c := range cs {
+	b.WriteString("pass when the mean reaches it, miss when it is more than two standard errors under it, otherwise not shown.\n")
+	b.WriteString("Auto's setting is its own after the pairs (describe), with the probes it ran during them: where it equals the\n")
+	b.WriteString("fixed setting, the ratio is two registrations of one setting, like the control.\n\n")
+	b.WriteString("| c | auto over | auto's setting (probes) | mean ×/÷ se | median (range) | | copy / original: mean ×/÷ se | median (range) | pairs with > 5% stolen |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range slices.Sorted(maps.Keys(res)) {
 		cmps := res[c]
 		auto := cmps[0]
 		g, se := geoMean(auto.ratios)
@@ -131,14 +172,20 @@ func writePaired(b *strings.Builder, m *model, res map[int][]*comparison, pairs 
 				}
 			}
 		}
-		fmt.Fprintf(b, "| %d | %s | %.3f ×/÷ %.3f | %s | %s | %s | %s | %d |\n", c, auto.b, g, math.Exp(se), medianRange(auto.ratios),
+		state := "–"
+		if auto.setting != "" {
+			state = auto.setting
+			if auto.probes >= 0 {
+				state += fmt.Sprintf(" (%d)", auto.probes)
+			}
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %.3f ×/÷ %.3f | %s | %s | %s | %s | %d |\n", c, auto.b, state, g, math.Exp(se), medianRange(auto.ratios),
 			pairedVerdict(g, se, 0.95), ctl, ctlRange, stolen)
 	}
 }
 
 // medianRange is "median (lowest–highest)" of ratios.
 func medianRange(ratios []float64) string {
-	s := append([]float64{}, ratios...)
-	sort.Float64s(s)
+	s := slices.Sorted(slices.Values(ratios))
 	return fmt.Sprintf("%.2f (%.2f–%.2f)", s[len(s)/2], s[0], s[len(s)-1])
 }
