@@ -608,8 +608,8 @@ func (t *tuner) latencies(from uint64) (p99, mean time.Duration, n int) {
 // forwards take longer (a window is judged on three batches or more). A probe takes three
 // windows and two settlings, and a burst of load must hold the window before it and its
 // trial: with windows up to 4 s, resnet18 at batch 16 (3.1-s windows) made no probe in 188
-// windows of the bench's 6-s points (session 17), where fixed batch 4 served 1.13–1.28
-// times as much.
+// windows of the bench's 6-s points (session 17), where fixed batch 4 served 1.18 and 1.16
+// times as much at c=16 and 64.
 func (t *tuner) windowLen() time.Duration {
 	b := t.limit
 	if t.phase == phaseProbing {

@@ -66,8 +66,14 @@ func swept(label, tl string) bool {
 
 // fixedLabel is the label of a fixed setting, at threads intra-op threads per worker (0: the
 // default, cores / workers).
-func fixedLabel(b, d, threads int) string {
-	l := fmt.Sprintf("batch %d, delay %d ms", b, d)
+func fixedLabel(b, d, threads int) string { return settingLabel(b, float64(d), threads) }
+
+// settingLabel is the label of batch b, delay d ms (auto's may be fractional) and threads.
+func settingLabel(b int, d float64, threads int) string {
+	l := fmt.Sprintf("batch %d, delay %.3g ms", b, d)
+	if d == math.Trunc(d) {
+		l = fmt.Sprintf("batch %d, delay %d ms", b, int(d))
+	}
 	if threads > 0 {
 		l += fmt.Sprintf(", %d thread", threads)
 		if threads > 1 {

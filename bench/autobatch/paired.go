@@ -52,14 +52,7 @@ func autoState(mgmt, name string) (setting string, probes int, ok bool) {
 		return "", 0, false
 	}
 	a := d[0].AutoBatching
-	l := fmt.Sprintf("batch %d, delay %.3g ms", a.BatchSize, a.DelayMS)
-	if a.Threads > 0 {
-		l += fmt.Sprintf(", %d thread", a.Threads)
-		if a.Threads > 1 {
-			l += "s"
-		}
-	}
-	return l, a.Probes, true
+	return settingLabel(a.BatchSize, a.DelayMS, a.Threads), a.Probes, true
 }
 
 // pairedRun runs the paired phase of model m at concurrency c over vs, the model's
