@@ -41,6 +41,7 @@ type Config struct {
 	PrivateKeyFile    string
 	KeyFile           string
 	EnableUI          bool     // the web page on the inference port (daemon/webui.go)
+	KeepFreedMemory   bool     // torch.KeepFreedMemory at start
 	ManagementOrigins []string // browser origins allowed to call the management API (CORS); empty: none
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
@@ -212,6 +213,8 @@ var settings = []setting{
 		apply: boolSetting(func(c *Config) *bool { return &c.AccessLog })},
 	{key: "enable_ui", def: "true", help: "serve the web page on the inference port at / (browsers) and /ui/",
 		apply: boolSetting(func(c *Config) *bool { return &c.EnableUI })},
+	{key: "keep_freed_memory", def: "true", help: "make the C allocator keep the memory LibTorch frees (glibc: no mmap'd blocks, no heap trimming), so forwards reuse their activations' pages instead of faulting in fresh ones; process-wide, at start; the resident size stays at its peak",
+		apply: boolSetting(func(c *Config) *bool { return &c.KeepFreedMemory })},
 	{key: "management_allowed_origins", def: "", help: "comma-separated browser origins (scheme://host:port) that may call the management API (CORS), so the web page can show management actions; empty: none",
 		apply: func(c *Config, v string) error { c.ManagementOrigins = splitList(v); return nil }},
 

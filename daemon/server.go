@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/torchd/torchd/torch"
 )
 
 // Daemon runs the three servers over one registry.
@@ -56,6 +58,9 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 func (d *Daemon) Start() error {
 	if removed := SweepTemp(); len(removed) > 0 {
 		d.log.Warn("removed what killed torchd processes left in TMPDIR", "dirs", len(removed), "first", removed[0])
+	}
+	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
+		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}
 	if d.cfg.TokenAuth {
 		k, created, err := loadKeyring(d.cfg.KeyFile)

@@ -51,6 +51,12 @@ func SetNumInteropThreads(n int) error {
 	return statusError("set inter-op threads", C.td_set_num_interop_threads(C.int(n)))
 }
 
+// KeepFreedMemory makes the C allocator keep the memory LibTorch frees, so each forward
+// reuses the pages of the last instead of faulting in fresh zeroed ones (see
+// td_keep_freed_memory). It is process-wide and one-way; the daemon calls it at start unless
+// keep_freed_memory is false. It reports false where the C library is not glibc.
+func KeepFreedMemory() bool { return C.td_keep_freed_memory() == 1 }
+
 // CUDAAvailable reports whether the loaded library was built with CUDA and sees a device.
 func CUDAAvailable() bool { return C.td_cuda_is_available() != 0 }
 

@@ -11,6 +11,11 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -398,6 +403,27 @@ void td_set_num_threads(int n) {
 }
 
 int td_get_num_threads(void) { return at::get_num_threads(); }
+
+// glibc serves a block over its mmap threshold (128 KiB, rising to the largest block freed,
+// at most 32 MiB) with its own mmap and unmaps it on free; it trims a heap whose free top
+// passes the trim threshold; and a thread arena's heap (64 MiB at most) that becomes empty is
+// unmapped unless the heap before it has less than the top pad free. A CNN's activations
+// are such blocks, so every forward faulted in and zeroed them afresh: resnet18 at batch 16
+// took 1,900-3,600 page faults per image served, and how many depended on the worker
+// thread's arena, so identical registrations served up to 20% apart (docs/benchmarks.md,
+// session 18). With mmap off, the trim threshold out of reach and a top pad of a whole heap,
+// the arenas keep what they grew to (a block bigger than a heap is still mmap'd) and the
+// faults stop after the first forwards. Without the top pad, the worker of a registration
+// next to others still faulted 1,100-3,300 times per image, creating and unmapping a heap
+// per forward.
+int td_keep_freed_memory(void) {
+#ifdef __GLIBC__
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1 &&
+         mallopt(M_TOP_PAD, 64 << 20) == 1;
+#else
+  return 0;
+#endif
+}
 
 td_error td_set_num_interop_threads(int n) {
   return guard([&] { at::set_num_interop_threads(n); });

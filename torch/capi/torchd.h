@@ -125,6 +125,12 @@ void td_set_num_threads(int n);
 int td_get_num_threads(void);
 td_error td_set_num_interop_threads(int n);
 
+/* Makes the C allocator that LibTorch's CPU tensors come from keep the memory they free
+ * (glibc: no mmap'd blocks, no trimming of the heaps), so the next forward reuses those pages
+ * instead of faulting in fresh zeroed ones. Process-wide; call it before the first forward.
+ * Returns 1 when it was applied, 0 where the C library is not glibc. */
+int td_keep_freed_memory(void);
+
 /* CUDA availability of the LibTorch this library was built against. */
 int td_cuda_is_available(void);
 int td_cuda_device_count(void);
