@@ -7,6 +7,10 @@
 # (docs/benchmarks.md, issue 9, session 15): the offset that the bench-auto reports' "two
 # copies" column measures. With COPIES_ENV=MALLOC_ARENA_MAX=1 (glibc: one malloc arena for
 # every thread) the four were within 0.95–1.08 of each other, all at the fast one's level.
+# Session 18 found the cause: glibc returned the activations' memory after every forward, and
+# how much of it depended on the worker thread's arena (bench/malloc-ab.sh). torchd now keeps
+# it (keep_freed_memory, on by default); COPIES_ENV=TORCHD_KEEP_FREED_MEMORY=false shows the
+# old behaviour.
 # Needs `make build archives`. Usage: [COPIES_ENV="VAR=value ..."] bench/copies-ab.sh [rounds]
 set -uo pipefail
 cd "$(dirname "$0")/.."
