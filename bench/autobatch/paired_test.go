@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestGeoMean(t *testing.T) {
@@ -66,5 +67,41 @@ func TestWritePaired(t *testing.T) {
 	writePaired(&b, m, nil, 3)
 	if b.Len() != 0 {
 		t.Errorf("no results: wrote %q", b.String())
+	}
+}
+
+func TestWritePairedTarget(t *testing.T) {
+	m := &model{name: "digits_tensor", seconds: 4, target: 15 * time.Millisecond}
+	tl := targetLabel(m)
+	res := map[int][]*comparison{
+		16: {
+			{a: "auto", b: "batch 8, delay 0 ms, 1 thread", ratios: []float64{1}, steal: []float64{0}},
+			{a: tl, b: "batch 8, delay 0 ms, 1 thread", ratios: []float64{0.9, 1.0, 1.1}, steal: []float64{0, 0, 0}, aP99: []float64{3, 4, 20}},
+		},
+		64: {
+			{a: "auto", b: "batch 32, delay 5 ms, 1 thread", ratios: []float64{1}, steal: []float64{0}},
+			{a: tl, b: "batch 32, delay 5 ms, 1 thread", ratios: []float64{1, 1, 1}, steal: []float64{0, 0, 0}, aP99: []float64{12, 16, 18}},
+		},
+		256: {{a: "auto", b: "batch 32, delay 0 ms", ratios: []float64{1}, steal: []float64{0}}},
+	}
+	var b strings.Builder
+	writePaired(&b, m, res, 3)
+	out := b.String()
+	for _, want := range []string{
+		"| 16 | batch 8, delay 0 ms, 1 thread | 0.997 ×/÷ 1.060 | 1.00 (0.90–1.10) | pass | 4 (20) |",
+		"| 64 | batch 32, delay 5 ms, 1 thread | 1.000 ×/÷ 1.000 | 1.00 (1.00–1.00) | miss (p99) | 16 (18) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\n| 256 | batch 32, delay 0 ms | 1.000") {
+		t.Errorf("a row for c=256, which has no target comparison:\n%s", out)
+	}
+	// Without any target comparison there is no target table.
+	b.Reset()
+	writePaired(&b, m, map[int][]*comparison{8: {res[256][0]}}, 3)
+	if strings.Contains(b.String(), tl) {
+		t.Errorf("target table without target comparisons:\n%s", b.String())
 	}
 }
