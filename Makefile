@@ -116,7 +116,7 @@ bench-binding: setup lib models
 # torchd against its in-process ceiling and its peers (a Tornado batching service, FastAPI,
 # TorchServe and MMS from pip), in one run on this machine (bench/harness): writes its section
 # of docs/benchmarks.md and docs/bench-*.png, in about 20 minutes, then the auto-batching
-# column (bench-auto, about 75 minutes more). bench-smoke runs every step of the harness
+# column (bench-auto, about 85 minutes more). bench-smoke runs every step of the harness
 # once, briefly, into build/bench-smoke/: it checks that the harness works, not speed.
 BENCH_APT := python3-tornado python3-fastapi python3-uvicorn python3-uvloop python3-httptools \
              gnuplot-nox apache2-utils wrk python3-venv
@@ -132,7 +132,7 @@ bench: bench-setup lib build models archives
 # Self-tuning batching ("auto", with and without a p99 target) against a sweep of fixed
 # settings at the harness's concurrencies, one server, shuffled rounds, then at each
 # concurrency 12 pairs of short slices, auto against the rounds' best fixed setting
-# (bench/autobatch, about 75 minutes, more when the host steals CPU time): writes
+# (bench/autobatch, about 85 minutes, more when the host steals CPU time): writes
 # docs/autobatch.md.
 bench-auto: setup build archives
 	$(GO) run ./bench/autobatch -rounds 5 -pairs 12
