@@ -35,6 +35,12 @@ func TestConfigDefaults(t *testing.T) {
 	if len(c.ModelSet) != 0 {
 		t.Errorf("nothing was set, got %v", c.ModelSet)
 	}
+	if !c.KeepFreedMemory {
+		t.Error("keep_freed_memory should default to true")
+	}
+	if c, err := LoadConfig(nil, envOf(map[string]string{"TORCHD_KEEP_FREED_MEMORY": "false"})); err != nil || c.KeepFreedMemory {
+		t.Errorf("TORCHD_KEEP_FREED_MEMORY=false: %v, %v", c.KeepFreedMemory, err)
+	}
 }
 
 // flags > environment > torchd.toml > defaults, and the docker-run variables.
@@ -82,6 +88,7 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--config", writeTOML(t, "batch_sise = 3\n")}, nil, `unknown key "batch_sise"`},
 		{[]string{"--config", writeTOML(t, "batch_size = [")}, nil, "config"},
 		{[]string{"--config", writeTOML(t, "access_log = \"perhaps\"\n")}, nil, "key access_log: want true or false"},
+		{nil, map[string]string{"TORCHD_KEEP_FREED_MEMORY": "sometimes"}, `TORCHD_KEEP_FREED_MEMORY: want true or false, got "sometimes"`},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 	}
 	for _, c := range cases {
