@@ -29,7 +29,7 @@ func minorFaults(t *testing.T, pid int) int {
 // With keep_freed_memory (the default), forwards under load reuse their activations'
 // memory: two registrations of resnet18 at batch 16, each loaded with ab, fault in at most
 // a few hundred pages per image once warm. With glibc's defaults the same runs took
-// 1,900–3,600 faults per image, and with mmap and trimming off but no top pad 1,100–3,300
+// 1,800–4,700 faults per image, and with mmap and trimming off but no top pad 1,100–3,300
 // (bench/malloc-ab.sh, docs/benchmarks.md session 18).
 func TestForwardsReuseMemoryUnderLoad(t *testing.T) {
 	ab := requireAB(t)

@@ -389,6 +389,26 @@ func ab(inf string, v *variant, c int, seconds float64) point {
 // median is the median of the rounds' requests/s, p99 and stolen share, each on its own.
 func median(x []point) point { return medianBy(x, served) }
 
+// bestFixed is the swept fixed setting with the highest median req/s in a row of rounds, and
+// the one among those whose median p99 met the model's target ("" where none did).
+func bestFixed(m *model, r map[string][]point) (best, within string) {
+	tl := targetLabel(m)
+	var b, in float64
+	for l, xs := range r {
+		if !swept(l, tl) {
+			continue
+		}
+		x := median(xs)
+		if x.rps > b {
+			best, b = l, x.rps
+		}
+		if x.p99 <= float64(m.target.Milliseconds()) && x.rps > in {
+			within, in = l, x.rps
+		}
+	}
+	return best, within
+}
+
 // medianBy is median with the requests/s figure f.
 func medianBy(x []point, f func(point) float64) point {
 	r := make([]float64, len(x))
@@ -440,18 +460,10 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 		for _, c := range m.concs {
 			r := res[m.name][c]
 			auto, at := median(r["auto"]), median(r[tl])
-			bestL, best, inL, in := "", point{}, "", point{}
-			for l, xs := range r {
-				if !swept(l, tl) {
-					continue
-				}
-				x := median(xs)
-				if x.rps > best.rps {
-					best, bestL = x, l
-				}
-				if x.p99 <= float64(m.target.Milliseconds()) && x.rps > in.rps {
-					in, inL = x, l
-				}
+			bestL, inL := bestFixed(m, r)
+			best, in := median(r[bestL]), point{}
+			if inL != "" {
+				in = median(r[inL])
 			}
 			verdict := "pass"
 			if auto.rps < 0.95*best.rps {

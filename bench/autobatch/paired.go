@@ -67,18 +67,7 @@ func pairedRun(inf, mgmt, metrics string, m *model, c int, vs []*variant, r map[
 		byLabel[v.label] = v
 	}
 	tl := targetLabel(m)
-	bestL, best, inL, in := "", 0.0, "", 0.0
-	for l, xs := range r {
-		if swept(l, tl) {
-			x := median(xs)
-			if x.rps > best {
-				bestL, best = l, x.rps
-			}
-			if x.p99 <= float64(m.target.Milliseconds()) && x.rps > in {
-				inL, in = l, x.rps
-			}
-		}
-	}
+	bestL, inL := bestFixed(m, r)
 	cmps := []*comparison{{a: "auto", b: bestL}}
 	if orig := fixedLabel(m.copyOf[0], m.copyOf[1], 0); byLabel[orig+copySuffix] != nil {
 		cmps = append(cmps, &comparison{a: orig + copySuffix, b: orig})

@@ -105,3 +105,23 @@ func TestWritePairedTarget(t *testing.T) {
 		t.Errorf("target table without target comparisons:\n%s", b.String())
 	}
 }
+
+func TestBestFixed(t *testing.T) {
+	m := &model{name: "digits_tensor", target: 15 * time.Millisecond}
+	r := map[string][]point{
+		"auto":                          {{rps: 900, p99: 1}},
+		targetLabel(m):                  {{rps: 800, p99: 1}},
+		"batch 32, delay 0 ms (copy)":   {{rps: 700, p99: 1}},
+		"batch 32, delay 0 ms":          {{rps: 500, p99: 20}, {rps: 600, p99: 30}, {rps: 550, p99: 25}},
+		"batch 8, delay 0 ms, 1 thread": {{rps: 400, p99: 10}},
+		"batch 8, delay 5 ms, 1 thread": {{rps: 300, p99: 5}},
+	}
+	if best, in := bestFixed(m, r); best != "batch 32, delay 0 ms" || in != "batch 8, delay 0 ms, 1 thread" {
+		t.Errorf("bestFixed = %q, %q; want batch 32 (the highest swept median) and batch 8 without a delay (the highest within 15 ms)", best, in)
+	}
+	delete(r, "batch 8, delay 0 ms, 1 thread")
+	delete(r, "batch 8, delay 5 ms, 1 thread")
+	if _, in := bestFixed(m, r); in != "" {
+		t.Errorf("no setting within the target: got %q", in)
+	}
+}

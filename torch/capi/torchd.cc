@@ -409,7 +409,7 @@ int td_get_num_threads(void) { return at::get_num_threads(); }
 // passes the trim threshold; and a thread arena's heap (64 MiB at most) that becomes empty is
 // unmapped unless the heap before it has less than the top pad free. A CNN's activations
 // are such blocks, so every forward faulted in and zeroed them afresh: resnet18 at batch 16
-// took 1,900-3,600 page faults per image served, and how many depended on the worker
+// took 1,800-4,700 page faults per image served, and how many depended on the worker
 // thread's arena, so identical registrations served up to 20% apart (docs/benchmarks.md,
 // session 18). With mmap off, the trim threshold out of reach and a top pad of a whole heap,
 // the arenas keep what they grew to (a block bigger than a heap is still mmap'd) and the
