@@ -195,11 +195,12 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 	}
 	a := s.autoDescribe(t, "digits_tensor").AutoBatching
 	// At c=1 the batch limit stays (a change there may stop lingering, if the c=64 phase
-	// left the batches lingering, or change the threads).
+	// left the batches lingering, or change the threads), or returns to what the first c=1
+	// phase left (the load level's memory: c=64 may have set another limit).
 	limit := p1.startLimit
 	for _, h := range a.History {
 		at1 := !h.At.Before(p1.from) && !h.At.After(p1.to) || !h.At.Before(p1b.from) && !h.At.After(p1b.to)
-		if at1 && h.BatchSize != limit {
+		if at1 && h.BatchSize != limit && !(strings.HasPrefix(h.Reason, "load seen before") && h.BatchSize == p1.endLimit) {
 			t.Errorf("the tuner moved the limit at c=1: %d → %d (%s)", limit, h.BatchSize, h.Reason)
 		}
 		limit = h.BatchSize

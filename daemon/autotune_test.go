@@ -796,8 +796,9 @@ func TestTunerNoProbeThatDoesNotFit(t *testing.T) {
 		t.Fatalf("no probe of 2 (the worker 45%% busy there): windows at %v", seen)
 	}
 	// Lingering for a batch that costs no more per request than those served fits however
-	// busy the worker is: 8 requests in the server, batches of 8 under a limit of 16, busy 95%.
-	tn = newTestTuner(0, 1, 16, 16)
+	// busy the worker is: 8 requests in the server, batches of 8 under a limit of 12, busy 95%
+	// (under a limit of 16 the tuner would take 8 at once: the limit the batches reach).
+	tn = newTestTuner(0, 1, 12, 16)
 	l = &load{rate: func(int) float64 { return 1000 }, queue: 8, busy: 0.95}
 	lingered := false
 	for range 100 {
@@ -831,6 +832,10 @@ func TestTunerLimitTheBatchesReach(t *testing.T) {
 	if slices.Min(seen) < 8 {
 		t.Fatalf("probed half the batches, which does not fit: windows at %v", seen)
 	}
+	// The first load is a load not seen before: it starts from 8 at once, without probes.
+	if seen[1] != 8 || !strings.Contains(tn.history[0].Reason, "reaches batches of 8") {
+		t.Fatalf("not at 8 from the second window: windows at %v, %+v", seen[:8], tn.history)
+	}
 	t.Logf("%d probes; windows at %v", tn.probes, seen[:40])
 	for _, c := range []struct {
 		name   string
@@ -844,6 +849,39 @@ func TestTunerLimitTheBatchesReach(t *testing.T) {
 			t.Errorf("%s: limit %d, windows at %v; want no probe under 32", c.name, tn.limit, seen)
 		}
 	}
+}
+
+// A busy closed-loop load not seen before starts from the limit its batches reach: after
+// c=64 (batches of 32 full under 32), c=16 brings batches of 8 with the worker busy 95%, and
+// the limit goes to 8 as the load change is seen, where the probes of that neighbour would
+// take many windows. A bigger limit that serves clearly more is still adopted by the probes,
+// once, and kept: the rule acts only at a new load, so it does not take it back.
+func TestTunerNewLoadReaches(t *testing.T) {
+	tn := newTestTuner(0, 1, 32, 64)
+	tn.auto.delay = false
+	sat := &load{rate: table(map[int]float64{8: 15000, 16: 17000, 32: 18500, 64: 17000}), queue: 64, busy: 0.99, noise: 0.02}
+	sat.run(tn, 40)
+	if tn.limit != 32 {
+		t.Fatalf("c=64: limit %d (%+v)", tn.limit, tn.history)
+	}
+	mid := &load{rate: table(map[int]float64{4: 15000, 8: 20500, 16: 18500, 32: 18500}), queue: 8, busy: 0.95, noise: 0.02}
+	seen := mid.run(tn, 4)
+	if seen[2] != 8 || seen[3] != 8 || !strings.Contains(tn.history[len(tn.history)-1].Reason, "reaches batches of 8") {
+		t.Fatalf("c=16: windows at %v, %+v; want 8 from the third", seen, tn.history)
+	}
+	// The same load where 16 serves 20% more than 8: 8 first, then 16 on the probes' evidence,
+	// and no change after that.
+	tn = newTestTuner(0, 1, 32, 64)
+	tn.auto.delay = false
+	up := &load{rate: table(map[int]float64{4: 12000, 8: 15000, 16: 18000, 32: 18000}), queue: 8, busy: 0.95, noise: 0.05}
+	seen = up.run(tn, 300)
+	if seen[1] != 8 || tn.limit != 16 || tn.changes != 2 {
+		t.Fatalf("16 better: windows at %v, limit %d after %d changes (%+v); want 8 at once, then 16", seen[:20], tn.limit, tn.changes, tn.history)
+	}
+	if seen = up.run(tn, 300); tn.changes != 2 || tn.limit != 16 {
+		t.Fatalf("16 better: %d changes after 300 more windows (%+v)", tn.changes, tn.history)
+	}
+	t.Logf("16 better: %d probes; %s", tn.probes, tn.history[1].Reason)
 }
 
 // A bigger limit past a cliff of the curve (digits_tensor's batch 64 at 5.4 ms against 1.0
