@@ -1203,9 +1203,10 @@ func (t *tuner) newLevel(w window) time.Duration {
 	why := fmt.Sprintf("new load (%.1f requests in the server) fills batches of %d", w.load, b)
 	if b <= t.limit || t.target > 0 {
 		// Or, in a busy closed loop, it starts from the limit its batches reach (see
-		// reach): the probes of that limit need many windows on this VM, whose served
-		// rate moves 8–9% from one window to the next at any window length from 0.3 to
-		// 2.4 s, and decided for it in one bench run of two at a gain of 7–11%.
+		// reach). As a probe that limit needs many windows to win its 7–11% on this VM,
+		// whose served rate moves 8–9% from one window to the next at any window length
+		// from 0.3 to 2.4 s: session 18's two digits runs adopted it in one and not in
+		// the other.
 		r, ok := t.reach(w)
 		if !ok {
 			return 0
