@@ -878,7 +878,7 @@ func TestTunerNewLoadReaches(t *testing.T) {
 	if seen[1] != 8 || tn.limit != 16 || tn.changes != 2 {
 		t.Fatalf("16 better: windows at %v, limit %d after %d changes (%+v); want 8 at once, then 16", seen[:20], tn.limit, tn.changes, tn.history)
 	}
-	if seen = up.run(tn, 300); tn.changes != 2 || tn.limit != 16 {
+	if up.run(tn, 300); tn.changes != 2 || tn.limit != 16 {
 		t.Fatalf("16 better: %d changes after 300 more windows (%+v)", tn.changes, tn.history)
 	}
 	t.Logf("16 better: %d probes; %s", tn.probes, tn.history[1].Reason)
