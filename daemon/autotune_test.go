@@ -1281,3 +1281,82 @@ func TestTunerWindowLength(t *testing.T) {
 		t.Errorf("probing 4 from 16: window %v, want 800ms", got)
 	}
 }
+
+// A clear loss (a declined neighbour at most clearLoss times as good) is remembered across
+// load levels. One thread lost at c=1: at c=16, a load not seen before, the first probe is
+// not one thread (it takes its turn after the batch's). A bigger limit lost under a load
+// that kept it full (the curve, measured to 16, put 32 on a par): one trial of it, and none
+// at any other load after.
+func TestTunerRemembersClearLosses(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	tn := newTestTuner(0, 1, 32, 64)
+	p := withThreads(tn, 2, true)
+	one := &load{rate: func(int) float64 { return 30 }, queue: 1, noise: 0.05, threads: map[int]float64{1: 0.7, 2: 1}, busy: 0.7}
+	one.run(tn, 30)
+	if !tn.threadsLost[1] || tn.threads != 2 {
+		t.Fatalf("c=1, one thread 0.7 times as good: lost %v, on %d threads (%+v)", tn.threadsLost, tn.threads, tn.history)
+	}
+	sixteen := &load{rate: func(int) float64 { return 40 }, queue: 16, noise: 0.05, threads: map[int]float64{1: 0.7, 2: 1}, busy: 0.6, rnd: one.rnd}
+	for i := range 8 {
+		if sixteen.run(tn, 1); p.Threads() != 2 {
+			t.Fatalf("c=16: window %d at %d threads (%+v)", i+2, p.Threads(), tn.history)
+		}
+	}
+
+	tn = newTestTuner(0, 1, 16, 64)
+	full := &load{rate: table(map[int]float64{8: 9000, 16: 10000, 32: 6000}), queue: 64, noise: 0.05}
+	if n := countOf(full.run(tn, 300), 32); n != 1 || tn.upLost[0] != 32 || tn.limit != 16 {
+		t.Fatalf("c=64: %d windows at 32, lost %v, limit %d; want one trial, lost 32, 16", n, tn.upLost, tn.limit)
+	}
+	more := &load{rate: full.rate, queue: 256, noise: 0.05, rnd: full.rnd}
+	if n := countOf(more.run(tn, 300), 32); n != 0 {
+		t.Fatalf("c=256: %d windows at 32 after it lost at c=64", n)
+	}
+}
+
+func countOf(xs []int, x int) (n int) {
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
+}
+
+// A trial's window waits for minBatches batches while the load holds (up to trialStretch
+// times its length): resnet18's batch 32, past the curve's last point, takes longer than the
+// curve says. Windows that are not trials, and trials whose load stopped, end on time.
+func TestTunerTrialWaitsForBatches(t *testing.T) {
+	tn := newTestTuner(0, 1, 16, 32)
+	tn.curve = testCurve(28, 50, 100, 200, 390) // to 16: batch 32 extrapolated to 780 ms
+	tn.cpu = func() (cpustat.Times, bool) { return cpustat.Times{}, false }
+	tn.phase, tn.cand = phaseProbing, 32
+	length := tn.windowLen() // 4 × 780 ms
+	m := meter{t: tn}
+	t0 := time.Now()
+	m.begin(t0)
+	tn.b.batches.Add(2)
+	for _, c := range []struct {
+		name  string
+		after time.Duration
+		in    int64
+		phase int
+		due   bool
+	}{
+		{"before its length", length / 2, 64, phaseProbing, false},
+		{"trial, two batches", length, 64, phaseProbing, false},
+		{"trial, two batches, the load stopped", length, 0, phaseProbing, true},
+		{"trial, two batches, stretched to the most", trialStretch * length, 64, phaseProbing, true},
+		{"not a trial, two batches", length, 64, phaseSteady, true},
+	} {
+		tn.phase = c.phase
+		if got := tn.due(&m, t0.Add(c.after), c.in); got != c.due {
+			t.Errorf("%s: due %v, want %v", c.name, got, c.due)
+		}
+	}
+	tn.phase = phaseProbing
+	tn.b.batches.Add(1)
+	if !tn.due(&m, t0.Add(length), 64) {
+		t.Errorf("trial with three batches at its length: not due")
+	}
+}
