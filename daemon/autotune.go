@@ -523,7 +523,7 @@ const (
 	// clearLoss: a declined neighbour whose probes served at most this times as much (their
 	// mean) lost clearly, and the loss is remembered across load levels (see lost).
 	clearLoss = 0.8
-	// trialStretch: a trial waits for minBatches batches up to this times its length (see run).
+	// trialStretch: a trial waits for minBatches batches up to this times its length (see due).
 	trialStretch = 3
 )
 
