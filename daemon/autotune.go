@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -464,11 +465,19 @@ func (s *logNoise) window(def, lo, hi float64) float64 {
 	return min(hi, max(lo, math.Sqrt(v/2)))
 }
 
-// levelMemory is what the tuner learned at one load level.
+// levelMemory is what the tuner learned at one load level: the settings the probes left
+// there, their backoff, and the probes' evidence against those settings (at: the settings it
+// was gathered at). A load back at the level and at the same settings takes the evidence back
+// with them: the bench's points at digits c=64 began with a window of half the requests in
+// the server (the clients' ramp), a load change that dropped the evidence of batch 64's
+// declined probes, and each point then repeated undecided trials of it from one probe (22
+// trial windows in session 20's run, where auto ran the best fixed setting).
 type levelMemory struct {
-	limit   int
-	linger  bool
-	backoff int
+	limit    int
+	linger   bool
+	backoff  int
+	at       probeKey
+	evidence map[probeKey]evidence
 }
 
 // The probe directions, tried in turn after a probe that did not pay.
@@ -880,8 +889,8 @@ func (t *tuner) step(w window) time.Duration {
 			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1 && t.auto.delay
 			t.threads = t.candThr
 			t.backoff = 1
-			t.rememberAround(t.before)
 			t.forget()
+			t.rememberAround(t.before)
 			t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
 			t.wait = 0
 			return t.settleTime(fromLimit)
@@ -968,6 +977,13 @@ func (t *tuner) step(w window) time.Duration {
 	}
 	if !t.auto.batch && !(t.auto.delay && t.workers == 1) || settle > 0 {
 		return settle
+	}
+	if t.shifts > 0 {
+		// The load may have changed (one window away from the settled one): no probe until
+		// the next window says whether it did. A probe begun here would be judged with the
+		// evidence of the load before and remembered at the new one's level (the bench's
+		// digits points at c=64 began with a ramp window at half the load).
+		return 0
 	}
 	if t.wait > 0 {
 		t.wait--
@@ -1243,9 +1259,11 @@ func (t *tuner) loadChanged(w window, wait int) time.Duration {
 	}
 	t.backoff, t.wait = m.backoff, m.backoff
 	if m.limit == t.limit && m.linger == t.linger {
+		t.recall(m)
 		return 0
 	}
 	t.limit, t.linger = m.limit, m.linger
+	t.recall(m)
 	if t.linger {
 		t.delay = t.lingerFor(t.limit, w.served())
 	} else if t.auto.delay {
@@ -1320,12 +1338,27 @@ func (t *tuner) lingerFor(b int, rate float64) time.Duration {
 	return max(d, 50*time.Microsecond)
 }
 
-// remember notes the settings and backoff at the load level of w.
+// remember notes the settings, backoff and evidence at the load level of w.
 func (t *tuner) remember(w window) {
 	if t.levels == nil {
 		t.levels = map[int]levelMemory{}
 	}
-	t.levels[w.level()] = levelMemory{limit: t.limit, linger: t.linger, backoff: t.backoff}
+	m := levelMemory{limit: t.limit, linger: t.linger, backoff: t.backoff, at: t.settingKey()}
+	if len(t.evidence) > 0 {
+		m.evidence = maps.Clone(t.evidence)
+	}
+	t.levels[w.level()] = m
+}
+
+// settingKey is the key of the current settings, as a probe's of them would be.
+func (t *tuner) settingKey() probeKey { return probeKey{t.limit, t.linger, t.threads} }
+
+// recall takes back the evidence a level remembers, if it was gathered at the current
+// settings.
+func (t *tuner) recall(m levelMemory) {
+	if m.evidence != nil && m.at == t.settingKey() {
+		t.evidence = maps.Clone(m.evidence)
+	}
 }
 
 // rememberAround notes an adopted setting at the load level of w, and at the levels on either
