@@ -1090,6 +1090,13 @@ func TestTunerOpenLoopLatency(t *testing.T) {
 		t.Fatalf("steady open loop: %d threads after %d changes (history %+v)", tn.threads, tn.changes, tn.history)
 	}
 	t.Logf("one thread 25%% faster: %d probes, %s", tn.probes, tn.history[0].Reason)
+	// With a target both meet (15 ms against 1.2), the same: the rate cannot tell them apart.
+	tn = newTestTuner(15*time.Millisecond, 1, 32, 64)
+	withThreads(tn, 4, true)
+	(&load{rate: offered, queue: 3, noise: 0.1, lat: open(0.75)}).run(tn, 600)
+	if tn.threads != 1 || tn.changes != 1 || !strings.Contains(tn.history[0].Reason, "lower latency at the same rate") {
+		t.Fatalf("target met, one thread 25%% faster at the same rate: %d threads after %d changes (history %+v)", tn.threads, tn.changes, tn.history)
+	}
 	for _, f := range []float64{1, 1.3} {
 		if tn := run(f, 600); tn.threads != 4 || tn.changes != 0 {
 			t.Fatalf("one thread's latency ×%.1f at the same rate: %d threads after %d changes (history %+v)", f, tn.threads, tn.changes, tn.history)
