@@ -470,8 +470,8 @@ func (s *logNoise) window(def, lo, hi float64) float64 {
 // was gathered at). A load back at the level and at the same settings takes the evidence back
 // with them: the bench's points at digits c=64 began with a window of half the requests in
 // the server (the clients' ramp), a load change that dropped the evidence of batch 64's
-// declined probes, and each point then repeated undecided trials of it from one probe (22
-// trial windows in session 20's run, where auto ran the best fixed setting).
+// declined probes, and each point then repeated undecided trials of it from one probe (12
+// trial windows at c=64 in session 20's run, where auto ran the best fixed setting).
 type levelMemory struct {
 	limit    int
 	linger   bool
@@ -1258,12 +1258,12 @@ func (t *tuner) loadChanged(w window, wait int) time.Duration {
 		return t.newLevel(w)
 	}
 	t.backoff, t.wait = m.backoff, m.backoff
-	if m.limit == t.limit && m.linger == t.linger {
-		t.recall(m)
-		return 0
-	}
+	same := m.limit == t.limit && m.linger == t.linger
 	t.limit, t.linger = m.limit, m.linger
 	t.recall(m)
+	if same {
+		return 0
+	}
 	if t.linger {
 		t.delay = t.lingerFor(t.limit, w.served())
 	} else if t.auto.delay {

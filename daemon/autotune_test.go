@@ -1393,7 +1393,7 @@ func TestTunerOpenLoopRateGainSlower(t *testing.T) {
 // A load level keeps its probes' evidence across loads between: the bench's points at digits
 // c=64, each begun by a window of half the requests in the server (the clients' ramp) after a
 // pause, dropped the evidence of batch 64's declined probes at every point and repeated its
-// undecided trials from one probe (22 trial windows in session 20's run). Batch 64 serves 7%
+// undecided trials from one probe (12 trial windows at c=64 in session 20's run). Batch 64 serves 7%
 // less than 32 here, under ±10% noise; 30 points of a ramp window and six at c=64. Without
 // the level's evidence kept, none is left at the end; without the wait for a second window
 // at the new load before a probe, 23 windows at 64.
