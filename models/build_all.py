@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls.
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
@@ -6,7 +6,7 @@ rebuilds it). That is safe because a script only puts OUT/<name>/ in place once 
 finished (common.model_dir). Each script runs in its own interpreter, so one model's seeds
 and torch settings cannot leak into another's outputs.
 
-Usage: /usr/bin/python3 models/build_all.py --out DIR [--force]
+Usage: .venv/bin/python models/build_all.py --out DIR [--force]
 """
 import argparse
 import importlib.util
@@ -16,7 +16,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["resnet18", "digits", "multiio", "slow", "captioner", "textcls"]
+MODELS = ["resnet18", "digits", "multiio", "slow", "captioner", "textcls", "attention"]
 
 
 def oldest_output(path):
@@ -49,8 +49,8 @@ def main():
     parser.add_argument("--force", action="store_true", help="rebuild up-to-date models too")
     args = parser.parse_args()
     if importlib.util.find_spec("torch") is None:
-        sys.exit(f"build_all: {sys.executable} has no torch; run with /usr/bin/python3, "
-                 "which has Debian's python3-torch (the python3 first on PATH does not)")
+        sys.exit(f"build_all: {sys.executable} has no torch; run it with the project's venv "
+                 "(make venv, then .venv/bin/python)")
     os.makedirs(args.out, exist_ok=True)
 
     start = time.monotonic()

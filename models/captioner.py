@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Build OUT/captioner/: a small CNN+GRU captioner trained on generated scenes of two shapes.
 
 Scenes: 64x64 RGB, a light background and two shapes (circle, square, triangle) of two

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Build OUT/digits/: a small CNN trained on scikit-learn's bundled 8x8 digits, MNIST-style.
 
 Preprocessing contract (the Go server reproduces the second half of it, so keep it exact):

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Build OUT/multiio/: a TorchScript test module that exercises every IValue kind the binding
 passes in or out (tensors of every dtype, tuples, lists, dicts with str and int keys, str,
 bool, int, float, Optional/None), outputs that alias or view their input, non-contiguous

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Build OUT/resnet18/: torchvision's ResNet-18, scripted, plus refs and sample images.
 
 Files:

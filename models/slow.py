@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Build OUT/slow/: a TorchScript model whose run time and failures the request controls, for
 the daemon's timeout, queue, fault and batching tests.
 

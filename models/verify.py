@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Check a built model zoo the way its consumers use it: every model.pt is reloaded with
 torch.jit.load and must reproduce its stored refs, and every file the Go tests read must be
 present and consistent with the others. Exits non-zero on the first problem.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Make test images and torchvision reference tensors for handlers/vision.
 
 Each case is an image file plus the tensor that torchvision 0.14 computes from it
@@ -11,7 +11,7 @@ TorchServe's image_classifier handler ignores EXIF orientation; torchd honours i
 so the reference is the upright image.
 
 Run with the system Python, which has torch and torchvision:
-    /usr/bin/python3 models/vision_ref.py --out DIR
+    .venv/bin/python models/vision_ref.py --out DIR
 """
 
 import argparse

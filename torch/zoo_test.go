@@ -130,6 +130,14 @@ func TestDigitsMatchesPython(t *testing.T) {
 	checkReference(t, "digits", 1e-5)
 }
 
+// Files saved by PyTorch 2.x that call aten::scaled_dot_product_attention, which LibTorch
+// 1.13 refused ("Unknown builtin op"): models/attention.py.
+func TestAttentionFromPyTorch2MatchesPython(t *testing.T) {
+	for _, name := range []string{"sdpa", "encoder", "mha"} {
+		t.Run(name, func(t *testing.T) { checkReference(t, filepath.Join("attention", name), 1e-5) })
+	}
+}
+
 // Freezing folds batch norm into convolutions, which reorders float arithmetic: the
 // tolerance is looser, and stated.
 func TestResNet18Frozen(t *testing.T) {

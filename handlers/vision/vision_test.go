@@ -13,7 +13,8 @@ import (
 	"testing"
 )
 
-const systemPython = "/usr/bin/python3"
+// venvPython is the project's pinned PyTorch (make venv), the one that exported the zoo.
+const venvPython = "../../.venv/bin/python"
 
 // refCase is one entry of the manifest that models/vision_ref.py writes.
 type refCase struct {
@@ -53,8 +54,8 @@ var refs struct {
 func loadRefs(t testing.TB) (string, []refCase) {
 	t.Helper()
 	refs.once.Do(func() {
-		if err := exec.Command(systemPython, "-c", "import torchvision").Run(); err != nil {
-			refs.skip = fmt.Sprintf("reference tensors need %s with torch and torchvision (python3-torchvision): %v", systemPython, err)
+		if err := exec.Command(venvPython, "-c", "import torchvision").Run(); err != nil {
+			refs.skip = fmt.Sprintf("reference tensors need %s with torch and torchvision (make venv): %v", venvPython, err)
 			return
 		}
 		dir, err := os.MkdirTemp("", "vision-ref-")
@@ -63,7 +64,7 @@ func loadRefs(t testing.TB) (string, []refCase) {
 			return
 		}
 		refs.dir = dir
-		out, err := exec.Command(systemPython, "../../models/vision_ref.py", "--out", dir).CombinedOutput()
+		out, err := exec.Command(venvPython, "../../models/vision_ref.py", "--out", dir).CombinedOutput()
 		if err != nil {
 			refs.err = fmt.Errorf("models/vision_ref.py: %v\n%s", err, out)
 			return

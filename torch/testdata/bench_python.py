@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python side of BenchmarkResNet18Forward: the same TorchScript file, the same input,
 the same intra-op threads (2 by default), under inference_mode. Prints one line per batch size in Go's benchmark
 format so benchstat-style tools and the Makefile can read both."""

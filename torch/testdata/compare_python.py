@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Compare the Go binding's ResNet-18 forward with Python's, in one run.
 
 Alternates rounds of `go test -bench BenchmarkResNet18Forward` and bench_python.py, so both
