@@ -135,11 +135,14 @@ bench-binding: setup lib models
 # of docs/benchmarks.md and docs/bench-*.png, in about 20 minutes, then the auto-batching
 # column (bench-auto, about 85 minutes more). bench-smoke runs every step of the harness
 # once, briefly, into build/bench-smoke/: it checks that the harness works, not speed.
-BENCH_APT := python3-tornado python3-fastapi python3-uvicorn python3-uvloop python3-httptools \
-             gnuplot-nox apache2-utils wrk python3-venv
-bench-setup: setup
+BENCH_APT := gnuplot-nox apache2-utils wrk
+bench-setup: setup $(VENV)/.bench
 	@if dpkg -s $(BENCH_APT) >/dev/null 2>&1; then echo "bench-setup: packages present"; else \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BENCH_APT); fi
+# The Python peers run in the project's venv, on the zoo's torch.
+$(VENV)/.bench: $(VENV)/.done bench/peers/requirements.txt
+	$(VENV)/bin/pip install --quiet -r bench/peers/requirements.txt
+	@touch $@
 
 bench: bench-setup lib build models archives
 	bench/peers/install.sh

@@ -92,7 +92,7 @@ func loadConfig() (*config, error) {
 	}
 	c := &config{
 		quick: os.Getenv("BENCH_QUICK") == "1", root: root, scale: 1,
-		torchd: filepath.Join(root, "bin", "torchd"), python: "/usr/bin/python3", threads: runtime.NumCPU(),
+		torchd: filepath.Join(root, "bin", "torchd"), python: filepath.Join(root, ".venv", "bin", "python"), threads: runtime.NumCPU(),
 		resnetBatch: envInt("BENCH_RESNET_BATCH", 8), digitsBatch: envInt("BENCH_DIGITS_BATCH", 32), delayMS: envInt("BENCH_DELAY_MS", 0),
 		resnetTuned:   os.Getenv("BENCH_RESNET_BATCH") == "",
 		sweepConc:     64,

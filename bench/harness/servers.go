@@ -253,12 +253,12 @@ func newPythonPeer(cfg *config, name string) (*server, error) {
 	switch name {
 	case "tornado":
 		s.Label = "Python: Tornado + a batching thread (up to 64 requests, 1 ms)"
-		s.Config = "`/usr/bin/python3 bench/peers/tornado_batching.py --threads 2`: decode and transforms on the IO loop, " +
+		s.Config = "`.venv/bin/python bench/peers/tornado_batching.py --threads 2`: decode and transforms on the IO loop, " +
 			"one batching thread per model with 2 intra-op threads"
 		script = "bench/peers/tornado_batching.py"
 	case "fastapi":
 		s.Label = "Python: FastAPI on uvicorn, no batching"
-		s.Config = "`/usr/bin/python3 bench/peers/fastapi_plain.py --threads 2`: uvicorn with uvloop and httptools, " +
+		s.Config = "`.venv/bin/python bench/peers/fastapi_plain.py --threads 2`: uvicorn with uvloop and httptools, " +
 			"one process, one forward per request inside the async endpoint, 2 intra-op threads"
 		s.Secondary = true
 		script = "bench/peers/fastapi_plain.py"
@@ -338,7 +338,7 @@ func newJavaPeer(cfg *config, p javaPeer) (*server, error) {
 		Label:     p.label + " " + ver,
 		Secondary: p.secondary,
 		workers:   cfg.threads,
-		Config: fmt.Sprintf("`%s --start --foreground %s config.properties` from pip (%s) in a venv over Debian's torch; "+
+		Config: fmt.Sprintf("`%s --start --foreground %s config.properties` from pip (%s) in a venv over the project venv's torch; "+
 			"`bench/peers/install.sh` archives the same model.pt files with its own archiver and a handler with the same "+
 			"transforms (`bench/%s/`); its defaults (netty threads, and %d workers per model: one per core, each a Python "+
 			"process with torch's default of 1 intra-op thread here), `job_queue_size=1024`, the same batching as torchd",
@@ -355,7 +355,7 @@ func newJavaPeer(cfg *config, p javaPeer) (*server, error) {
 		}
 	}
 	// The workers are started as "python" from PATH: the venv's, which has the server's
-	// Python package and sees Debian's torch.
+	// Python package and sees the project venv's torch.
 	// Both keep their pid file as $TMPDIR/.model_server.pid and refuse to start while it
 	// names a live process: each gets a TMPDIR of its own so that they run side by side.
 	tmp := filepath.Join(dir, "tmp")

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Java-fronted peers of `make bench`, TorchServe and MMS, each in its own venv
-# under build/bench (pip, over Debian's torch through --system-site-packages, so that every
+# under build/bench (pip, over the project venv's torch through a .pth file, so that every
 # server runs the same LibTorch), and archives the zoo's TorchScript files for each with its
 # own archiver. A peer that cannot be installed or archived leaves
 # build/bench/<peer>.unavailable with the reason; the benchmark reports it and goes on.
 # Nothing here is committed: build/ is ignored.
 #
-# Usage: bench/peers/install.sh            (PYTHON=/usr/bin/python3 by default)
+# Usage: bench/peers/install.sh            (PYTHON=.venv/bin/python by default)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-PY=${PYTHON:-/usr/bin/python3}
+PY=${PYTHON:-.venv/bin/python}
+# The project venv's site-packages, which each peer's venv sees after its own.
+site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 out=build/bench
 mkdir -p "$out"
 
@@ -21,7 +23,8 @@ venv() {
   local peer=$1; shift
   local v=$out/venv-$peer log=$out/$peer-install.log
   if [ ! -x "$v/bin/python" ]; then
-    "$PY" -m venv --system-site-packages "$v" >"$log" 2>&1 || { fail "$peer" "python3 -m venv failed: $(tail -1 "$log")"; return 1; }
+    "$PY" -m venv "$v" >"$log" 2>&1 || { fail "$peer" "python3 -m venv failed: $(tail -1 "$log")"; return 1; }
+    echo "$site" >"$("$v/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torchd-venv.pth"
   fi
   if ! "$v/bin/pip" install -q --disable-pip-version-check "$@" >>"$log" 2>&1; then
     fail "$peer" "pip install $* failed: $(grep -E 'ERROR|error' "$log" | tail -2 | tr '\n' ' ')"
@@ -30,8 +33,8 @@ venv() {
   local torchfile
   torchfile=$("$v/bin/python" -c 'import torch; print(torch.__file__)' 2>>"$log")
   case "$torchfile" in
-    /usr/lib/python3/dist-packages/*) ;;
-    *) fail "$peer" "pip installed its own torch ($torchfile) instead of using Debian's"; return 1 ;;
+    "$site"/*) ;;
+    *) fail "$peer" "pip installed its own torch ($torchfile) instead of using the project's"; return 1 ;;
   esac
 }
 
