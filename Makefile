@@ -22,7 +22,9 @@ APT_PKGS   := python3-venv libturbojpeg0-dev apache2-utils wrk curl g++ make unz
               chromium chromium-driver
 
 TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
-TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,$(abspath $(LIBTORCH))/lib
+# $ORIGIN first: an install (a container image) puts the LibTorch libraries beside
+# libtorchd_c.so; a build tree finds them in LIBTORCH.
+TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(abspath $(LIBTORCH))/lib
 # A CPU build links only libtorch_cpu and libc10, so it loads without the CUDA libraries.
 # With TORCH_CUDA=1, --no-as-needed keeps libtorch_cuda, whose static initializers register
 # the CUDA backend (without it cuda:0 fails at run time).
