@@ -27,11 +27,17 @@ TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/incl
 TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(abspath $(LIBTORCH))/lib
 # A CPU build links only libtorch_cpu and libc10, so it loads without the CUDA libraries.
 # With TORCH_CUDA=1, --no-as-needed keeps libtorch_cuda, whose static initializers register
-# the CUDA backend (without it cuda:0 fails at run time).
-NVIDIA_LIBS   := $(wildcard $(VENV)/lib/python3*/site-packages/nvidia/*/lib $(VENV)/lib/python3*/site-packages/nvidia/cu13/lib)
+# the CUDA backend (without it cuda:0 fails at run time). The wheel's libraries find the CUDA
+# ones through their own RPATH, $ORIGIN/../../nvidia/*/lib: third_party/nvidia is a link to
+# the venv's nvidia wheels.
+NVIDIA_DIR    := third_party/nvidia
+empty :=
+space := $(empty) $(empty)
 ifeq ($(TORCH_CUDA),1)
+  # One colon-joined -rpath-link: ld keeps only the last of several.
   TORCH_LIBS := -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed \
-                $(foreach d,$(NVIDIA_LIBS),-Wl,-rpath-link,$(abspath $(d)) -Wl,-rpath,$(abspath $(d)))
+                -Wl,-rpath-link,$(subst $(space),:,$(abspath $(wildcard $(NVIDIA_DIR)/*/lib)))
+  CUDA_DEPS  := $(NVIDIA_DIR)/.linked
 else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
@@ -49,7 +55,7 @@ $(BIN)/.setup:
 
 # The C ABI library. Compiling it takes ~15 s, so it is rebuilt only when its sources change.
 lib: $(BIN)/libtorchd_c.so
-$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h $(LIBTORCH)/lib/libtorch_cpu.so
+$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h $(LIBTORCH)/lib/libtorch_cpu.so $(CUDA_DEPS)
 	@mkdir -p $(BIN) build
 	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
 	g++ -shared -o $@ build/torchd.o -Wl,--no-undefined $(TORCH_LDFLAGS) $(TORCH_LIBS)
@@ -60,6 +66,10 @@ build: $(BIN)/torchd
 libtorch: third_party/libtorch/lib/libtorch_cpu.so
 third_party/libtorch/lib/libtorch_cpu.so: third_party/get-libtorch.sh
 	third_party/get-libtorch.sh third_party/libtorch
+	@touch $@
+
+$(NVIDIA_DIR)/.linked: $(VENV)/.done
+	ln -sfn $(abspath $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)) $(NVIDIA_DIR)
 	@touch $@
 
 # The zoo's Python: the pinned torch, torchvision, transformers and sentence-transformers,

@@ -1,8 +1,9 @@
 """Helpers shared by the model-zoo build scripts.
 
-Every script builds one directory, OUT/<name>/, from what Debian's python3-torch,
-python3-torchvision, python3-sklearn, python3-numpy and python3-pil ship: no downloads, fixed
-seeds and a fixed thread count, so two runs on this machine produce the same outputs.
+Every script builds one directory, OUT/<name>/, with the project's venv (models/requirements.txt:
+the pinned torch, torchvision, scikit-learn, numpy, Pillow, and packages that ship real
+weights): no downloads at build time, fixed seeds and a fixed thread count, so two runs on
+this machine produce the same outputs.
 """
 import argparse
 import contextlib
@@ -12,8 +13,8 @@ import shutil
 
 import torch
 
-# Matches CI's 2 cores. Debian's torch would otherwise start with 1 intra-op thread, and
-# float reductions may split differently with another count, changing last bits of outputs.
+# Matches CI's 2 cores: float reductions may split differently with another thread count,
+# changing the last bits of outputs.
 THREADS = 2
 
 
