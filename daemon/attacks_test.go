@@ -57,7 +57,7 @@ func TestScaleDownIdle(t *testing.T) {
 }
 
 // zerosJSON is one 1×28×28 input for digits_tensor.
-var zerosJSON = "[" + repeatJSON("["+repeatJSON("["+repeatJSON("0", 28)+"]", 28)+"]", 1) + "]"
+var zerosJSON = repeatJSON(repeatJSON(repeatJSON(repeatJSON("0", 28), 28), 1), 1)
 
 // kill -9 then an immediate restart: the dead process is a zombie, which kill(pid, 0) still
 // reports alive, yet its extraction directories are swept, because its lock is gone.
