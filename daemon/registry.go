@@ -260,6 +260,7 @@ func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
 	v, err := r.load(name, version, req, am)
 	r.mu.Lock()
 	if err != nil {
+		r.metrics.drop(name, version)
 		delete(e.versions, version)
 		if len(e.versions) == 0 {
 			delete(r.models, name)
@@ -507,6 +508,7 @@ func (r *Registry) Unregister(name, version string) error {
 	}
 	r.mu.Unlock()
 	v.close()
+	r.metrics.drop(name, version)
 	r.log.Info("model unregistered", "model", name, "version", version)
 	return nil
 }
