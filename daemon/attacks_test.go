@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -60,7 +61,8 @@ func TestScaleDownIdle(t *testing.T) {
 var zerosJSON = repeatJSON(repeatJSON(repeatJSON(repeatJSON("0", 28), 28), 1), 1)
 
 // kill -9 then an immediate restart: the dead process is a zombie, which kill(pid, 0) still
-// reports alive, yet its extraction directories are swept, because its lock is gone.
+// reports alive (the old liveness check), yet its extraction directories are swept,
+// because its lock is gone.
 func TestSweepAfterKillRaces(t *testing.T) {
 	tmp := t.TempDir()
 	// sh starts torchd, then becomes a sleep that never reaps it: killed, torchd stays a
@@ -91,13 +93,20 @@ func TestSweepAfterKillRaces(t *testing.T) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		return err == nil && strings.Contains(string(b), ") Z ")
 	})
-	if syscall.Kill(pid, 0) != nil {
-		t.Fatal("the zombie is not visible to kill(pid, 0); the race this test is about cannot happen here")
-	}
 	t.Setenv("TMPDIR", tmp)
-	removed, held := daemon.SweepTemp()
-	if len(removed) != 1 || !strings.HasPrefix(removed[0], prefix) || len(held) != 0 {
-		t.Fatalf("sweep removed %v, held %v; want the zombie's one directory", removed, held)
+	// The lock goes when the last of the dying process's threads has exited, a moment
+	// after the leader shows as a zombie; the daemon sweeps again while a lock is held.
+	var removed []string
+	waitFor(t, answerBound, "the sweep to take the dead process's lock", func() bool {
+		r, _ := daemon.SweepTemp()
+		removed = append(removed, r...)
+		return len(removed) > 0
+	})
+	if len(removed) != 1 || !strings.HasPrefix(removed[0], prefix) {
+		t.Fatalf("sweep removed %v; want the zombie's one directory", removed)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("the zombie was reaped: kill(pid, 0) alone would have told this case apart")
 	}
 	if left := entriesWith(t, tmp, "torchd-"); len(left) != 0 {
 		t.Fatalf("TMPDIR still holds %v", left)
@@ -307,4 +316,95 @@ func TestSnapshotKeepsFailedRestore(t *testing.T) {
 		t.Fatalf("GET /models still lists digits: %+v", list(s))
 	}
 	errorShape(t, do(t, "DELETE", s.mgmt+"/models/digits", "", nil), 404, "ModelNotFoundException", "")
+}
+
+// modelLines returns the exposition's lines that carry a model label.
+func modelLines(t *testing.T, s *server) []string {
+	t.Helper()
+	var out []string
+	for _, l := range strings.Split(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), "\n") {
+		if strings.Contains(l, `model="`) || strings.Contains(l, `model_name="`) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Register, predict and unregister under 50 different names: each unregistered name keeps
+// no series, and the model series after the churn are exactly those before it.
+func TestMetricsOfUnregisteredModels(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits_tensor.mar&initial_workers=1")
+	before := len(modelLines(t, s))
+	for i := range 50 {
+		name := fmt.Sprintf("churn-%d", i)
+		s.register(t, "url=digits_tensor.mar&initial_workers=1&model_name="+name)
+		if r := do(t, "POST", s.inf+"/predictions/"+name, "application/json", []byte(zerosJSON)); r.status != 200 {
+			t.Fatalf("predict %s: %d %s", name, r.status, r.body)
+		}
+		do(t, "POST", s.inf+"/predictions/"+name, "application/json", []byte("[1]")) // a 400 series too
+		if n := len(modelLines(t, s)); n <= before {
+			t.Fatalf("%s registered: %d model lines, want more than %d", name, n, before)
+		}
+		expectStatus(t, do(t, "DELETE", s.mgmt+"/models/"+name, "", nil), 200, fmt.Sprintf("Model %q unregistered", name))
+		for _, l := range modelLines(t, s) {
+			if strings.Contains(l, `"`+name+`"`) {
+				t.Fatalf("%s unregistered, yet /metrics has %s", name, l)
+			}
+		}
+	}
+	if after := len(modelLines(t, s)); after != before {
+		t.Fatalf("model lines: %d before the churn, %d after", before, after)
+	}
+}
+
+// A request of many large images whose client closes the connection as soon as it has sent
+// it: the server stops decoding, never runs it, and counts it 499, not 200.
+func TestAbandonedRequestCanceled(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits.mar&initial_workers=1")
+	img := pngOf(t, 4000, 4000)
+	parts := make([][]byte, 20)
+	for i := range parts {
+		parts[i] = img
+	}
+	body := multipartBody("b0undary", parts...)
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.inf, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /predictions/digits HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b0undary\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := c.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	labels := map[string]string{"model": "digits", "version": "1.0", "code": "499"}
+	waitFor(t, 60*time.Second, "the abandoned request to be counted 499", func() bool {
+		return strings.Contains(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), `torchd_requests_total{model="digits",version="1.0",code="499"}`)
+	})
+	if n := s.scrape(t, "torchd_requests_total", labels); n != 1 {
+		t.Fatalf("%v requests counted 499, want 1", n)
+	}
+	for _, l := range modelLines(t, s) {
+		if strings.Contains(l, `code="200"`) || strings.HasPrefix(l, "torchd_batch_size_count") && !strings.HasSuffix(l, " 0") {
+			t.Fatalf("the abandoned request ran or was counted as served: %s", l)
+		}
+	}
+	png, _ := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 200 {
+		t.Fatalf("the next request: %d %s", r.status, r.body)
+	}
+}
+
+// A request of images that are each under max_pixels but together over max_request_pixels
+// is refused from their headers, with a 400 that names the option.
+func TestRequestPixelBudget(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits.mar&initial_workers=1")
+	parts := make([][]byte, 12)
+	for i := range parts {
+		parts[i] = bombPNG(6000, 6000)
+	}
+	r := do(t, "POST", s.inf+"/predictions/digits", "multipart/form-data; boundary=b0undary", multipartBody("b0undary", parts...))
+	errorShape(t, r, 400, "BadRequestException", "max_request_pixels")
 }
