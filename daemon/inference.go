@@ -80,6 +80,8 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.requestStarted()
+	defer d.requestDone()
 	v.enter()
 	code := d.predictVersion(ctx, v, arrived)
 	code.status = countGone(ctx, code.status)

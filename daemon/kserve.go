@@ -232,6 +232,8 @@ func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, ser
 		v2APIError(ctx, err)
 		return
 	}
+	d.requestStarted()
+	defer d.requestDone()
 	v.enter()
 	status, queued := serve(ctx, v, arrived)
 	status = countGone(ctx, status)

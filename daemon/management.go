@@ -11,6 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/torchd/torchd/internal/memtrim"
 )
 
 func (d *Daemon) managementRouter() *router {
@@ -376,6 +378,9 @@ func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
 		}
 	}
 	d.saveSnapshot()
+	// The module and its workers are freed: give their memory back now, rather than let
+	// registration churn grow the process in steps of the allocator's padding.
+	memtrim.Trim()
 	writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 
