@@ -166,33 +166,49 @@ func imageSample(r *Request, t vision.Transform, l imageLimits) (*Sample, error)
 	if len(images) > l.maxImages {
 		return nil, BadInput("the request has %d images; this model takes at most %d per request (max_images): send them in several requests, which are batched together", len(images), l.maxImages)
 	}
+	perImage := int64(t.MaxPixels)
+	if perImage <= 0 {
+		perImage = vision.DefaultMaxPixels
+	}
+	c, h, w := t.OutputShape()
+	per := c * h * w
 	var pixels int64
-	for _, img := range images {
+	for i, img := range images {
 		// A header that does not parse fails below, with the image's index.
-		if _, w, h, err := vision.DecodeConfig(img); err == nil {
-			pixels += int64(w) * int64(h)
+		_, iw, ih, err := vision.DecodeConfig(img)
+		if err != nil {
+			continue
 		}
+		n := int64(iw) * int64(ih)
+		if n > perImage {
+			// Refused by max_pixels before anything is decoded, with Apply's own error.
+			return nil, imageError(i, len(images), t.Apply(img, make([]float32, per)))
+		}
+		pixels += n
 	}
 	if pixels > int64(l.maxRequestPixels) {
 		return nil, BadInput("the request's %d images have %d pixels in all; this model decodes at most %d per request (max_request_pixels): send them in several requests", len(images), pixels, l.maxRequestPixels)
 	}
-	c, h, w := t.OutputShape()
-	per := c * h * w
 	buf := make([]float32, per*len(images))
 	for i, img := range images {
 		if r.Canceled != nil && r.Canceled() {
 			return nil, ErrCanceled
 		}
 		if err := t.Apply(img, buf[i*per:(i+1)*per]); err != nil {
-			if len(images) > 1 {
-				return nil, BadInput("image %d: %v", i, err)
-			}
-			return nil, BadInput("%v", err)
+			return nil, imageError(i, len(images), err)
 		}
 	}
 	return &Sample{Items: len(images), Tensors: []Tensor{{
 		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(c), int64(h), int64(w)}, Data: float32Bytes(buf),
 	}}}, nil
+}
+
+// imageError is the client's error for image i of n.
+func imageError(i, n int, err error) error {
+	if n > 1 {
+		return BadInput("image %d: %v", i, err)
+	}
+	return BadInput("%v", err)
 }
 
 // blankImage is a black image of t's output shape, for warm-up.

@@ -65,3 +65,18 @@ func pngHeader(w, h uint32) []byte {
 	b = append(b, chunk("IDAT", []byte{0x78, 0x9c, 0x63, 0, 0, 0, 1, 0, 1})...)
 	return append(b, chunk("IEND", nil)...)
 }
+
+// An image over max_pixels after many that fit is refused before any of them is decoded:
+// it cannot be used to skip the request's budget.
+func TestImageOverMaxPixelsRefusedFirst(t *testing.T) {
+	h, _ := zooHandler(t, "image_classifier", "digits", "digits")
+	req := &handlers.Request{}
+	for range 3 {
+		req.Inputs = append(req.Inputs, handlers.Payload{Name: "data", ContentType: "image/png", Data: pngHeader(6000, 6000)})
+	}
+	req.Inputs = append(req.Inputs, handlers.Payload{Name: "data", ContentType: "image/png", Data: pngHeader(50000, 50000)})
+	_, err := h.Preprocess(req)
+	if handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "image 3: ") || !strings.Contains(err.Error(), "over the limit") {
+		t.Fatalf("%v, want image 3's max_pixels error", err)
+	}
+}
