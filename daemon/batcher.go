@@ -44,8 +44,10 @@ func (j *job) finish(r jobResult) { j.done <- r } // done has capacity 1: never 
 type Batcher struct {
 	queue chan *job
 	// aggregate is held by the one worker forming a batch, so batches fill in arrival order
-	// instead of being split across idle workers.
-	aggregate sync.Mutex
+	// instead of being split across idle workers. It is a channel, not a mutex, because the
+	// holder may wait on an empty queue indefinitely: a worker being stopped must be able to
+	// give up waiting for it.
+	aggregate chan struct{}
 	batchSize atomic.Int64
 	maxDelay  atomic.Int64 // time.Duration
 	// closed is set when the model is unregistered; Submit then refuses.
@@ -77,7 +79,7 @@ func (b *Batcher) last() dispatchMark {
 
 // NewBatcher returns a batcher with a queue of queueSize requests.
 func NewBatcher(queueSize, batchSize int, maxDelay time.Duration) *Batcher {
-	b := &Batcher{queue: make(chan *job, queueSize)}
+	b := &Batcher{queue: make(chan *job, queueSize), aggregate: make(chan struct{}, 1)}
 	b.SetBatching(batchSize, maxDelay)
 	return b
 }
@@ -154,8 +156,12 @@ func live(j *job, now time.Time) bool {
 // next forms the next batch. It blocks until a live request arrives or stop closes; it
 // returns nil only when stop is closed and nothing was taken.
 func (b *Batcher) next(stop <-chan struct{}) []*job {
-	b.aggregate.Lock()
-	defer b.aggregate.Unlock()
+	select {
+	case <-stop:
+		return nil
+	case b.aggregate <- struct{}{}:
+	}
+	defer func() { <-b.aggregate }()
 	var first *job
 	for first == nil {
 		select {

@@ -80,8 +80,11 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.requestStarted()
+	defer d.requestDone()
 	v.enter()
 	code := d.predictVersion(ctx, v, arrived)
+	code.status = countGone(ctx, code.status)
 	took := time.Since(arrived)
 	v.metrics.observeRequest(code.status, took, code.queued)
 	v.observe(took)
@@ -112,6 +115,10 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	t0 := time.Now()
 	sample, err := v.handler.Preprocess(req)
 	v.metrics.observePreprocess(t0)
+	if errors.Is(err, handlers.ErrCanceled) {
+		writeError(ctx, statusClientClosed, "ClientClosedRequest", err.Error())
+		return outcome{status: statusClientClosed}
+	}
 	if err != nil {
 		status := handlers.StatusOf(err, 400)
 		writeError(ctx, status, "BadRequestException", err.Error())
@@ -224,7 +231,7 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 	case errors.Is(res.err, errExpired):
 		return res, apiErr(504, "RequestTimeoutException", "%v", res.err)
 	case errors.Is(res.err, errClientGone):
-		return res, apiErr(499, "ClientClosedRequest", "%v", res.err)
+		return res, apiErr(statusClientClosed, "ClientClosedRequest", "%v", res.err)
 	case errors.As(res.err, &ae):
 		return res, ae
 	}
@@ -240,7 +247,7 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 // are several inputs, batched together), else the raw body with its content type. A gzipped
 // multipart body may decompress to at most maxBody bytes (ErrBodyTooLarge beyond).
 func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, error) {
-	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }}
+	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }, Canceled: clientGone(ctx.Conn())}
 	ct := string(ctx.Request.Header.ContentType())
 	if strings.HasPrefix(ct, "multipart/form-data") {
 		// fasthttp gunzips a multipart body whole, without a limit unless given one.
@@ -298,9 +305,30 @@ func readFile(fh *multipart.FileHeader) ([]byte, error) {
 	return b, nil
 }
 
+// statusClientClosed counts a request whose client disconnected before its answer
+// (nginx's and TorchServe's 499, "client closed request"). It is never seen by the client;
+// it keeps such requests out of the 200s in the metrics and the access log.
+const statusClientClosed = 499
+
+// countGone returns 499 in place of status, for the metrics, when the request's client has
+// gone, whatever the request would have answered. The response itself is left as it is: a
+// client that only shut down its sending side still reads it.
+func countGone(ctx *fasthttp.RequestCtx, status int) int {
+	if status == statusClientClosed {
+		return status
+	}
+	if gone := clientGone(ctx.Conn()); gone != nil && gone() {
+		return statusClientClosed
+	}
+	return status
+}
+
 // clientGone returns a check for a disconnected client: a non-blocking peek at the socket
-// that reads end-of-file. The worker calls it just before a request joins a batch, so
-// requests whose client left never reach the model.
+// that reads end-of-file or a reset. fasthttp has read the whole request by then, so any
+// byte waiting is a pipelined request, and the client is still there. It is checked between
+// a request's images, when the request joins a batch (so that requests whose client left
+// never reach the model), and before the answer is counted. What runs in between, one
+// image's decode or one batched forward, is not interrupted.
 func clientGone(c net.Conn) func() bool {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn() // a closed TCP connection reads end-of-file under TLS too
@@ -318,7 +346,15 @@ func clientGone(c net.Conn) func() bool {
 		var buf [1]byte
 		_ = raw.Read(func(fd uintptr) bool {
 			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			gone = n == 0 && err == nil
+			switch {
+			case err == nil:
+				gone = n == 0
+			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
+			default:
+				// ECONNRESET: a client that gave up with unread data in flight resets the
+				// connection instead of closing it.
+				gone = true
+			}
 			return true
 		})
 		return gone

@@ -232,8 +232,11 @@ func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, ser
 		v2APIError(ctx, err)
 		return
 	}
+	d.requestStarted()
+	defer d.requestDone()
 	v.enter()
 	status, queued := serve(ctx, v, arrived)
+	status = countGone(ctx, status)
 	took := time.Since(arrived)
 	v.metrics.observeRequest(status, took, queued)
 	v.observe(took)
@@ -441,8 +444,9 @@ func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arr
 		return 400, 0
 	}
 	req := &handlers.Request{
-		Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
-		Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },
+		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
+		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
+		Canceled: clientGone(ctx.Conn()),
 	}
 	rsv, fail := admit(v)
 	if fail != nil {

@@ -2,13 +2,17 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
+
+	"github.com/torchd/torchd/internal/memtrim"
 )
 
 func (d *Daemon) managementRouter() *router {
@@ -152,6 +156,7 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 		writeAPIError(ctx, err)
 		return
 	}
+	d.failed.remove(v.Name, v.Version) // registered again: no longer failed
 	d.saveSnapshot()
 	switch {
 	case v.Settings.MinWorkers == 0:
@@ -166,6 +171,9 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 type listEntry struct {
 	ModelName string `json:"modelName"`
 	ModelURL  string `json:"modelUrl"`
+	// Status and Error are set for a snapshot registration that failed to restore.
+	Status string `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 type listResponse struct {
@@ -188,10 +196,17 @@ func (d *Daemon) list(ctx *fasthttp.RequestCtx, _ params) {
 		writeAPIError(ctx, err)
 		return
 	}
-	all := d.Registry.Defaults()
+	var all []listEntry
+	for _, v := range d.Registry.Defaults() {
+		all = append(all, listEntry{ModelName: v.Name, ModelURL: v.URL})
+	}
+	for _, m := range d.failed.all() {
+		all = append(all, listEntry{ModelName: m.Name, ModelURL: m.URL, Status: "FAILED", Error: m.Failed})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].ModelName < all[j].ModelName })
 	resp := listResponse{Models: []listEntry{}}
 	for i := offset; i < len(all) && i < offset+limit; i++ {
-		resp.Models = append(resp.Models, listEntry{ModelName: all[i].Name, ModelURL: all[i].URL})
+		resp.Models = append(resp.Models, all[i])
 	}
 	// As TorchServe: the token is left out only when offset+limit passes the end.
 	if offset+limit <= len(all) {
@@ -356,10 +371,16 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
 
 func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
 	if err := d.Registry.Unregister(p[0], version(p)); err != nil {
-		writeAPIError(ctx, err)
-		return
+		var ae *APIError
+		if !(errors.As(err, &ae) && ae.Status == 404 && d.failed.remove(p[0], version(p))) {
+			writeAPIError(ctx, err)
+			return
+		}
 	}
 	d.saveSnapshot()
+	// The module and its workers are freed: give their memory back now, rather than let
+	// registration churn grow the process in steps of the allocator's padding.
+	memtrim.Trim()
 	writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 

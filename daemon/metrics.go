@@ -59,6 +59,20 @@ type modelMetrics struct {
 	workers atomic.Int64
 	stuck   atomic.Int64
 	codes   sync.Map // status code → *metrics.Counter
+
+	// series are the names of every series above, codes included, so that unregistering
+	// the version removes them all: a name that no longer exists keeps no series.
+	seriesMu sync.Mutex
+	series   []string
+	dropped  bool
+}
+
+// track records a series name for drop.
+func (mm *modelMetrics) track(name string) string {
+	mm.seriesMu.Lock()
+	mm.series = append(mm.series, name)
+	mm.seriesMu.Unlock()
+	return name
 }
 
 func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
@@ -73,26 +87,50 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
 	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
-	mm := &modelMetrics{
-		set:           m.set,
-		labels:        l,
-		queueTime:     m.set.GetOrCreatePrometheusHistogramExt("torchd_queue_seconds{"+l+"}", secondBuckets),
-		inferenceTime: m.set.GetOrCreatePrometheusHistogramExt("torchd_inference_seconds{"+l+"}", secondBuckets),
-		latency:       m.set.GetOrCreatePrometheusHistogramExt("torchd_request_seconds{"+l+"}", secondBuckets),
-		batchSize:     m.set.GetOrCreatePrometheusHistogramExt("torchd_batch_size{"+l+"}", batchBuckets),
-		preprocess:    m.set.GetOrCreatePrometheusHistogramExt("torchd_preprocess_seconds{"+l+"}", secondBuckets),
-		postprocess:   m.set.GetOrCreatePrometheusHistogramExt("torchd_postprocess_seconds{"+l+"}", secondBuckets),
-		tsRequests:    m.set.GetOrCreateCounter("ts_inference_requests_total{" + ts + "}"),
-		tsLatencyUS:   m.set.GetOrCreateFloatCounter("ts_inference_latency_microseconds{" + ts + "}"),
-		tsQueueUS:     m.set.GetOrCreateFloatCounter("ts_queue_latency_microseconds{" + ts + "}"),
+	mm := &modelMetrics{set: m.set, labels: l}
+	hist := func(n string, buckets []float64) *metrics.PrometheusHistogram {
+		return m.set.GetOrCreatePrometheusHistogramExt(mm.track(n+"{"+l+"}"), buckets)
 	}
-	m.set.GetOrCreateGauge("torchd_queue_depth{"+l+"}", func() float64 { return float64(b.Pending()) })
-	m.set.GetOrCreateGauge("torchd_batch_size_limit{"+l+"}", func() float64 { return float64(b.batchSize.Load()) })
-	m.set.GetOrCreateGauge("torchd_batch_delay_seconds{"+l+"}", func() float64 { return time.Duration(b.maxDelay.Load()).Seconds() })
-	m.set.GetOrCreateGauge("torchd_workers{"+l+"}", func() float64 { return float64(mm.workers.Load()) })
-	m.set.GetOrCreateGauge("torchd_stuck_workers{"+l+"}", func() float64 { return float64(mm.stuck.Load()) })
+	mm.queueTime = hist("torchd_queue_seconds", secondBuckets)
+	mm.inferenceTime = hist("torchd_inference_seconds", secondBuckets)
+	mm.latency = hist("torchd_request_seconds", secondBuckets)
+	mm.batchSize = hist("torchd_batch_size", batchBuckets)
+	mm.preprocess = hist("torchd_preprocess_seconds", secondBuckets)
+	mm.postprocess = hist("torchd_postprocess_seconds", secondBuckets)
+	mm.tsRequests = m.set.GetOrCreateCounter(mm.track("ts_inference_requests_total{" + ts + "}"))
+	mm.tsLatencyUS = m.set.GetOrCreateFloatCounter(mm.track("ts_inference_latency_microseconds{" + ts + "}"))
+	mm.tsQueueUS = m.set.GetOrCreateFloatCounter(mm.track("ts_queue_latency_microseconds{" + ts + "}"))
+	gauge := func(n string, f func() float64) { m.set.GetOrCreateGauge(mm.track(n+"{"+l+"}"), f) }
+	gauge("torchd_queue_depth", func() float64 { return float64(b.Pending()) })
+	gauge("torchd_batch_size_limit", func() float64 { return float64(b.batchSize.Load()) })
+	gauge("torchd_batch_delay_seconds", func() float64 { return time.Duration(b.maxDelay.Load()).Seconds() })
+	gauge("torchd_workers", func() float64 { return float64(mm.workers.Load()) })
+	gauge("torchd_stuck_workers", func() float64 { return float64(mm.stuck.Load()) })
 	m.models[key] = mm
 	return mm
+}
+
+// drop removes a model version's series: it is called when the version is unregistered or
+// fails to load. A request still in flight updates its own counters, which are no longer
+// written out; Prometheus treats the series as ended.
+func (m *Metrics) drop(name, version string) {
+	if m.off {
+		return
+	}
+	m.mu.Lock()
+	key := name + "\x00" + version
+	mm := m.models[key]
+	delete(m.models, key)
+	m.mu.Unlock()
+	if mm == nil {
+		return
+	}
+	mm.seriesMu.Lock()
+	defer mm.seriesMu.Unlock()
+	for _, n := range mm.series {
+		m.set.UnregisterMetric(n)
+	}
+	mm.series, mm.dropped = nil, true
 }
 
 // The observe methods do nothing on a nil receiver (metrics off).
@@ -135,7 +173,16 @@ func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
 	}
 	c, ok := mm.codes.Load(code)
 	if !ok {
-		c, _ = mm.codes.LoadOrStore(code, mm.set.GetOrCreateCounter("torchd_requests_total{"+mm.labels+`,code="`+strconv.Itoa(code)+`"}`))
+		// Under seriesMu, so that a request finishing after drop creates no series.
+		mm.seriesMu.Lock()
+		if mm.dropped {
+			mm.seriesMu.Unlock()
+			return
+		}
+		name := "torchd_requests_total{" + mm.labels + `,code="` + strconv.Itoa(code) + `"}`
+		c, _ = mm.codes.LoadOrStore(code, mm.set.GetOrCreateCounter(name))
+		mm.series = append(mm.series, name)
+		mm.seriesMu.Unlock()
 	}
 	c.(*metrics.Counter).Inc()
 	mm.latency.Update(total.Seconds())

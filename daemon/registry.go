@@ -207,6 +207,13 @@ func (r *Registry) Healthy() bool {
 // an archive or handler torchd cannot serve, and 500 when the model fails to load or warm up;
 // a failed registration leaves nothing behind.
 func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
+	if req.Handler != "" && !archive.IsHandlerName(req.Handler) {
+		// TorchServe lets handler= override the archive's and then fails the registration
+		// when that handler cannot be loaded, with 500 (its worker fails to start); so does
+		// torchd, naming the handler.
+		return nil, apiErr(http.StatusInternalServerError, "InternalServerException",
+			"handler %q given at registration does not exist; torchd has %s", req.Handler, strings.Join(archive.HandlerNames(), ", "))
+	}
 	path, cleanup, err := r.resolveURL(req.URL)
 	if err != nil {
 		return nil, err
@@ -219,6 +226,10 @@ func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
 	am, err := archive.Open(path, opts...)
 	if err != nil {
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+	}
+	// A registration parameter overrides the archive's own setting, the handler included.
+	if req.Handler != "" {
+		am.Config.Handler = req.Handler
 	}
 	name := req.Name
 	if name == "" {
@@ -249,6 +260,7 @@ func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
 	v, err := r.load(name, version, req, am)
 	r.mu.Lock()
 	if err != nil {
+		r.metrics.drop(name, version)
 		delete(e.versions, version)
 		if len(e.versions) == 0 {
 			delete(r.models, name)
@@ -496,6 +508,7 @@ func (r *Registry) Unregister(name, version string) error {
 	}
 	r.mu.Unlock()
 	v.close()
+	r.metrics.drop(name, version)
 	r.log.Info("model unregistered", "model", name, "version", version)
 	return nil
 }

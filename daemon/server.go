@@ -19,9 +19,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/torchd/torchd/internal/memtrim"
 
 	"github.com/torchd/torchd/torch"
 )
@@ -34,7 +37,8 @@ type Daemon struct {
 	metrics  *Metrics
 	keys     *keyring // nil: token authorization off
 	snapMu   sync.Mutex
-	uiStats  uiStats // the web page's live view (webui_stats.go)
+	failed   failedRestores // snapshot registrations that did not load
+	uiStats  uiStats        // the web page's live view (webui_stats.go)
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -43,6 +47,12 @@ type Daemon struct {
 	// and startupCh closes when they are all done.
 	startupWG sync.WaitGroup
 	startupCh chan struct{}
+	// sweepStop ends the re-sweep of TMPDIR (see sweep) and the idle trim (see trimWhenIdle).
+	sweepStop chan struct{}
+	sweepWG   sync.WaitGroup
+	// inflight counts inference requests being served; lastDone is when the latest ended
+	// (UnixNano) and trimmedAt the lastDone the latest idle trim followed.
+	inflight, lastDone, trimmedAt atomic.Int64
 }
 
 var pid = os.Getpid()
@@ -50,15 +60,91 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
-	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: NewRegistry(cfg, m, log), startupCh: make(chan struct{})}
+	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: NewRegistry(cfg, m, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{})}
+}
+
+// idleTrimAfter is how long the inference API must be idle before the memory a burst left
+// free goes back to the operating system. Under load it stays: keep_freed_memory keeps
+// LibTorch's freed pages for the next forward, and the image pools keep their buffers.
+// After a burst of large images, or once a registration churn stops, an idle server held
+// gigabytes without it.
+const idleTrimAfter = 30 * time.Second
+
+// trimWhenIdle trims memory once after each burst, when the server has been idle for
+// idleTrimAfter.
+func (d *Daemon) trimWhenIdle() {
+	d.sweepWG.Add(1)
+	go func() {
+		defer d.sweepWG.Done()
+		tick := time.NewTicker(idleTrimAfter / 6)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.sweepStop:
+				return
+			case now := <-tick.C:
+				last := d.lastDone.Load()
+				if last != d.trimmedAt.Load() && d.inflight.Load() == 0 && now.Sub(time.Unix(0, last)) >= idleTrimAfter {
+					d.trimmedAt.Store(last)
+					memtrim.Trim()
+				}
+			}
+		}
+	}()
+}
+
+// requestStarted and requestDone bracket every inference request for trimWhenIdle.
+func (d *Daemon) requestStarted() { d.inflight.Add(1) }
+
+func (d *Daemon) requestDone() {
+	d.lastDone.Store(time.Now().UnixNano())
+	d.inflight.Add(-1)
+}
+
+// sweepInterval is how often TMPDIR is swept again while another torchd's lock is held: a
+// process killed just before this one started may still be dying.
+const sweepInterval = 5 * time.Second
+
+// sweep removes what dead torchd processes left in TMPDIR, and sweeps again later while
+// some other torchd still holds its lock.
+func (d *Daemon) sweep() {
+	removed, held := SweepTemp()
+	if len(removed) > 0 {
+		d.log.Warn("removed what killed torchd processes left in TMPDIR", "dirs", len(removed), "first", removed[0])
+	}
+	if len(held) == 0 {
+		return
+	}
+	d.sweepWG.Add(1)
+	go func() {
+		defer d.sweepWG.Done()
+		tick := time.NewTicker(sweepInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.sweepStop:
+				return
+			case <-tick.C:
+			}
+			removed, held := SweepTemp()
+			if len(removed) > 0 {
+				d.log.Warn("removed what killed torchd processes left in TMPDIR", "dirs", len(removed), "first", removed[0])
+			}
+			if len(held) == 0 {
+				return
+			}
+		}
+	}()
 }
 
 // Start binds the three ports, serves them, and starts loading the start-up models in
 // parallel. /ping reports healthy once they are all warm.
 func (d *Daemon) Start() error {
-	if removed := SweepTemp(); len(removed) > 0 {
-		d.log.Warn("removed what killed torchd processes left in TMPDIR", "dirs", len(removed), "first", removed[0])
+	if err := LockProcess(); err != nil {
+		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
 	}
+	d.sweep()
+	d.trimWhenIdle()
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}
@@ -176,6 +262,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.serveWG.Wait()
 	d.startupWG.Wait()
 	d.Registry.Close()
+	close(d.sweepStop)
+	d.sweepWG.Wait()
 	return firstErr
 }
 

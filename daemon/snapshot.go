@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -42,6 +43,61 @@ type snapshotModel struct {
 	// Threads is the intra-op threads per worker when set (0: cores / workers, or chosen by
 	// workers = "auto").
 	Threads int `json:"threads,omitempty"`
+	// Failed is why the registration failed to restore at the last start; it is tried again
+	// at every start until it loads or is unregistered.
+	Failed string `json:"failed,omitempty"`
+}
+
+// failedRestores are the snapshot's registrations that failed to load at start-up. They
+// stay in the snapshot, and are listed by GET /models as FAILED, until a user unregisters
+// them or registers the same version again: a restart without, say, the allowed_urls that
+// admitted a registration must not lose it for good.
+type failedRestores struct {
+	mu sync.Mutex
+	m  map[string]snapshotModel // by name + "\x00" + version
+}
+
+func (f *failedRestores) add(m snapshotModel) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]snapshotModel{}
+	}
+	f.m[m.Name+"\x00"+m.Version] = m
+}
+
+// remove drops name's failed registrations of version ("" : every version) and reports
+// whether there were any.
+func (f *failedRestores) remove(name, version string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	found := false
+	for k, m := range f.m {
+		if m.Name == name && (version == "" || m.Version == version) {
+			delete(f.m, k)
+			found = true
+		}
+	}
+	return found
+}
+
+// all returns the failed registrations sorted by name and version.
+func (f *failedRestores) all() []snapshotModel {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]snapshotModel, 0, len(f.m))
+	for _, m := range f.m {
+		out = append(out, m)
+	}
+	sortSnapshot(out)
+	return out
+}
+
+func sortSnapshot(ms []snapshotModel) {
+	sort.Slice(ms, func(i, j int) bool {
+		a, b := ms[i], ms[j]
+		return a.Name < b.Name || a.Name == b.Name && a.Version < b.Version
+	})
 }
 
 // saveSnapshot writes the API-registered models. It is called after each change through the
@@ -72,10 +128,8 @@ func (d *Daemon) saveSnapshot() {
 		}
 	}
 	r.mu.RUnlock()
-	sort.Slice(snap.Models, func(i, j int) bool {
-		a, b := snap.Models[i], snap.Models[j]
-		return a.Name < b.Name || a.Name == b.Name && a.Version < b.Version
-	})
+	snap.Models = append(snap.Models, d.failed.all()...)
+	sortSnapshot(snap.Models)
 	if err := writeFileAtomic(d.cfg.SnapshotFile, snap); err != nil {
 		d.log.Error("snapshot not written", "file", d.cfg.SnapshotFile, "err", err)
 	}
@@ -119,8 +173,8 @@ func (d *Daemon) readSnapshot() ([]snapshotModel, error) {
 }
 
 // restoreSnapshot registers a snapshot's models again, each model's versions in order on one
-// goroutine and the models in parallel. A model that fails is logged and left out; the
-// next snapshot no longer lists it.
+// goroutine and the models in parallel. A version that fails is logged and kept as failed
+// (see failedRestores).
 func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 	byName := map[string][]snapshotModel{}
 	for _, m := range models {
@@ -131,7 +185,9 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 		go func() {
 			defer d.startupWG.Done()
 			def := ""
+			restored := 0
 			for _, m := range versions {
+				m.Failed = ""
 				delay := time.Duration(m.MaxBatchDelayMS * float64(time.Millisecond))
 				workers := m.Workers
 				req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, BatchSize: m.BatchSize, MaxBatchDelay: &delay,
@@ -155,9 +211,12 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 						d.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)
 						continue
 					}
-					d.log.Error("model from the snapshot failed to load", "model", name, "version", m.Version, "url", m.URL, "err", err)
+					d.log.Error("model from the snapshot failed to load; it stays in the snapshot, listed as FAILED, until unregistered", "model", name, "version", m.Version, "url", m.URL, "err", err)
+					m.Failed = err.Error()
+					d.failed.add(m)
 					continue
 				}
+				restored++
 				if m.Default {
 					def = m.Version
 				}
@@ -167,7 +226,9 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 					d.log.Error("snapshot default version", "model", name, "err", err)
 				}
 			}
-			d.log.Info("model restored from the snapshot", "model", name, "versions", len(versions))
+			if restored > 0 {
+				d.log.Info("model restored from the snapshot", "model", name, "versions", restored, "failed", len(versions)-restored)
+			}
 		}()
 	}
 }

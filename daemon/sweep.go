@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -13,29 +15,113 @@ import (
 // downloads, named with the pid of the process that made them.
 var staleTemp = regexp.MustCompile(`^torchd-(\d+)-(model|download)-`)
 
+// Each process holds an exclusive flock on TMPDIR/torchd-<pid>.lock for its lifetime. The
+// kernel drops it the moment the process's files are closed, before it becomes a zombie
+// that kill(pid, 0) still reports alive, so a sweep that can take the lock knows the owner
+// is gone, with no race against a dying process.
+var (
+	processLockOnce sync.Once
+	processLock     *os.File // kept open: closing it would release the lock
+	processLockErr  error
+)
+
+func lockPath(pid int) string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("torchd-%d.lock", pid))
+}
+
+// LockProcess takes this process's lock; call it before creating anything in TMPDIR. It is
+// idempotent.
+func LockProcess() error {
+	processLockOnce.Do(func() {
+		f, err := os.OpenFile(lockPath(os.Getpid()), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			processLockErr = err
+			return
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			processLockErr = err
+			return
+		}
+		processLock = f
+	})
+	return processLockErr
+}
+
+// UnlockProcess removes this process's lock file at a clean exit.
+func UnlockProcess() {
+	if processLock != nil {
+		os.Remove(processLock.Name())
+	}
+}
+
 // SweepTemp removes what killed torchd processes left in TMPDIR: a process that dies by
 // SIGKILL, the OOM killer or a crash inside LibTorch cannot remove its extracted archives,
-// so the next start does. Directories of live processes, this one's included, are kept.
-func SweepTemp() (removed []string) {
+// so the next start does. Directories of live processes, this one's included, are kept;
+// held lists the pids whose lock was still held (live, or not yet finished dying), so that
+// the caller can sweep again later.
+func SweepTemp() (removed []string, held []int) {
 	dir := os.TempDir()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
+	byPid := map[int][]string{}
 	for _, e := range entries {
 		m := staleTemp.FindStringSubmatch(e.Name())
 		if m == nil || !e.IsDir() {
 			continue
 		}
 		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid == os.Getpid() || alive(pid) {
+		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if os.RemoveAll(filepath.Join(dir, e.Name())) == nil {
-			removed = append(removed, e.Name())
+		byPid[pid] = append(byPid[pid], e.Name())
+	}
+	for pid, names := range byPid {
+		release, dead := ownerGone(pid)
+		if !dead {
+			held = append(held, pid)
+			continue
+		}
+		for _, n := range names {
+			if os.RemoveAll(filepath.Join(dir, n)) == nil {
+				removed = append(removed, n)
+			}
+		}
+		release()
+	}
+	// Lock files of dead processes that left no directory.
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "torchd-%d.lock", &pid); err != nil || pid == os.Getpid() || byPid[pid] != nil {
+			continue
+		}
+		if release, dead := ownerGone(pid); dead {
+			release()
 		}
 	}
-	return removed
+	return removed, held
+}
+
+// ownerGone reports whether pid's torchd is gone, by taking its lock. With dead true,
+// release removes the lock file and lets the lock go. A process that has no lock file (a
+// torchd from before the lock, or a command that only opens archives) falls back to
+// kill(pid, 0).
+func ownerGone(pid int) (release func(), dead bool) {
+	p := lockPath(pid)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return func() {}, !alive(pid)
+	}
+	if err != nil {
+		return nil, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { os.Remove(p); f.Close() }, true
 }
 
 // alive reports whether a process exists (EPERM: it exists, owned by another user).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -26,18 +27,41 @@ func (r *Registry) resolveURL(raw string) (string, func(), error) {
 		p, err := r.storePath(raw)
 		return p, none, err
 	}
-	if !r.allowed(raw) {
-		return "", none, apiErr(http.StatusBadRequest, "ModelException", "url %s is not allowed: it must be in the model store or match allowed_urls", raw)
-	}
+	// allowed_urls is matched against the URL as it will be used: decoded (%2e%2e is ..) and
+	// cleaned, so that file:///allowed/../elsewhere cannot pass for file:///allowed/..., and
+	// for file:// also against the path with symbolic links resolved. Whether a path was
+	// refused or does not exist gets one message, so that registration cannot be used to
+	// probe the file system.
+	refused := apiErr(http.StatusBadRequest, "ModelException", "url %s is not allowed or not found: it must be in the model store or match allowed_urls", raw)
 	switch u.Scheme {
 	case "file":
-		return u.Path, none, nil
+		clean := filepath.Clean("/" + u.Path)
+		if !r.allowed("file://" + clean) {
+			return "", none, refused
+		}
+		real, err := filepath.EvalSymlinks(clean)
+		if err != nil || !r.allowed("file://"+real) {
+			return "", none, refused
+		}
+		return real, none, nil
 	case "http", "https":
-		p, err := r.download(raw, u)
+		c := *u
+		c.Path, c.RawPath, c.Fragment, c.RawFragment = path.Clean("/"+u.Path), "", "", ""
+		if u.Path == "" {
+			c.Path = ""
+		}
+		clean := c.String()
+		if !r.allowed(clean) {
+			return "", none, refused
+		}
+		p, err := r.download(clean, &c)
 		if err != nil {
 			return "", none, err
 		}
 		return p, func() { os.RemoveAll(filepath.Dir(p)) }, nil
+	}
+	if !r.allowed(raw) {
+		return "", none, refused
 	}
 	return "", none, apiErr(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
 }

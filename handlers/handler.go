@@ -24,7 +24,14 @@ type Request struct {
 	Inputs []Payload
 	// Header returns a request header ("" when absent).
 	Header func(name string) string
+	// Canceled reports that the client has gone; nil: never. A handler that decodes many
+	// inputs checks it between them and returns ErrCanceled.
+	Canceled func() bool
 }
+
+// ErrCanceled is returned by Preprocess when the request's client went away while its
+// inputs were being decoded: the rest of the work is not done.
+var ErrCanceled = errors.New("client disconnected while its request was being decoded")
 
 // Payload is one input of a request.
 type Payload struct {

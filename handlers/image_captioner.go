@@ -23,12 +23,12 @@ func init() { Register("image_captioner", newImageCaptioner) }
 // row the caption's tokens, then the end token, then padding. Options (model-config.toml
 // [options]): width and height (the model's input size; required), mean and std (ImageNet's),
 // vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32),
-// max_images (64, per request).
+// max_images (64, per request), max_request_pixels (400 M, per request).
 type ImageCaptioner struct {
 	transform vision.Transform
 	vocab     captionVocab
 	maxLen    int
-	maxImages int
+	limits    imageLimits
 	h, w      int
 }
 
@@ -48,12 +48,12 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 	get := opts.get
 	w, h := get("width", 0), get("height", 0)
 	maxLen := get("max_length", 32)
-	maxImages := get("max_images", defaultMaxImages)
+	limits, err := readImageLimits(&opts)
+	if err != nil {
+		return nil, err
+	}
 	if opts.err != nil {
 		return nil, opts.err
-	}
-	if maxImages < 1 {
-		return nil, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", cfg.File, maxImages)
 	}
 	if w < 1 || h < 1 {
 		return nil, fmt.Errorf("%s: options width and height must be set to the model's input size, got %dx%d", cfg.File, w, h)
@@ -90,7 +90,7 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
 	}
 	t := vision.Transform{Width: w, Height: h, Mean: floats32(mean), Std: floats32(std)}
-	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, maxImages: maxImages, h: h, w: w}, nil
+	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, limits: limits, h: h, w: w}, nil
 }
 
 // readCaptionVocab reads and checks the vocabulary file name of the archive in dir. The file
@@ -125,7 +125,7 @@ func readCaptionVocab(dir, name string) (captionVocab, error) {
 
 // Preprocess decodes every image of the request into one [N, 3, H, W] tensor.
 func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) {
-	return imageSample(r, c.transform, c.maxImages)
+	return imageSample(r, c.transform, c.limits)
 }
 
 // WarmupSample is a black image of the model's input shape.

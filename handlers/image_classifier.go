@@ -24,11 +24,12 @@ func init() { Register("image_classifier", newImageClassifier) }
 //
 // Options (model-config.toml [options]): resize (256), crop_size (224), width and height
 // (exact resize instead of resize+crop), mean and std (ImageNet's), color ("rgb" or "gray"),
-// top_k (5), max_pixels (40 M, per image), max_images (64, per request).
+// top_k (5), max_pixels (40 M, per image), max_images (64, per request), max_request_pixels
+// (400 M, per request).
 type ImageClassifier struct {
 	transform vision.Transform
 	topK      int
-	maxImages int
+	limits    imageLimits
 	labels    map[int]string
 }
 
@@ -43,12 +44,9 @@ func newImageClassifier(ctx Context) (Handler, error) {
 	t.Width, t.Height = get("width", 0), get("height", 0)
 	t.MaxPixels = get("max_pixels", 0)
 	topK := get("top_k", 5)
-	maxImages := get("max_images", defaultMaxImages)
-	if opts.err != nil {
-		return nil, opts.err
-	}
-	if maxImages < 1 {
-		return nil, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", cfg.File, maxImages)
+	limits, err := readImageLimits(&opts)
+	if err != nil {
+		return nil, err
 	}
 	if t.Width > 0 || t.Height > 0 {
 		t.Resize, t.CropW, t.CropH = 0, 0, 0
@@ -91,7 +89,7 @@ func newImageClassifier(ctx Context) (Handler, error) {
 	if h == 0 || w == 0 {
 		return nil, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
 	}
-	return &ImageClassifier{transform: t, topK: topK, maxImages: maxImages, labels: ctx.Labels}, nil
+	return &ImageClassifier{transform: t, topK: topK, limits: limits, labels: ctx.Labels}, nil
 }
 
 func floats64(f []float32) []float64 {
@@ -121,7 +119,7 @@ func float32Bytes(f []float32) []byte {
 
 // Preprocess decodes every image of the request into one [N, C, H, W] tensor.
 func (ic *ImageClassifier) Preprocess(r *Request) (*Sample, error) {
-	return imageSample(r, ic.transform, ic.maxImages)
+	return imageSample(r, ic.transform, ic.limits)
 }
 
 // WarmupSample is a black image of the model's input shape.
@@ -132,30 +130,85 @@ func (ic *ImageClassifier) WarmupSample() *Sample { return blankImage(ic.transfo
 // tensor for ResNet-18, so a 6 MB request of them would allocate tens of gigabytes.
 const defaultMaxImages = 64
 
-// imageSample decodes and transforms every image of the request, at most maxImages, into one
-// [N, C, H, W] float32 tensor; it is the preprocessing of every image handler.
-func imageSample(r *Request, t vision.Transform, maxImages int) (*Sample, error) {
+// defaultMaxRequestPixels is the max_request_pixels option's default: the decode work one
+// request may ask for, summed over its images. max_pixels bounds one image and max_images
+// their number, but 60 images of 36 Mpx each stay under both and took 21 s of decoding;
+// 400 M is ten images at the max_pixels limit, or over thirty 12-Mpx photos.
+const defaultMaxRequestPixels = 400_000_000
+
+// imageLimits bound what one request of images may cost.
+type imageLimits struct{ maxImages, maxRequestPixels int }
+
+// readImageLimits reads the max_images and max_request_pixels options.
+func readImageLimits(opts *intOptions) (imageLimits, error) {
+	l := imageLimits{maxImages: opts.get("max_images", defaultMaxImages), maxRequestPixels: opts.get("max_request_pixels", defaultMaxRequestPixels)}
+	if opts.err != nil {
+		return l, opts.err
+	}
+	if l.maxImages < 1 {
+		return l, fmt.Errorf("%s: option max_images must be ≥ 1, got %d", opts.cfg.File, l.maxImages)
+	}
+	if l.maxRequestPixels < 1 {
+		return l, fmt.Errorf("%s: option max_request_pixels must be ≥ 1, got %d", opts.cfg.File, l.maxRequestPixels)
+	}
+	return l, nil
+}
+
+// imageSample decodes and transforms every image of the request into one [N, C, H, W]
+// float32 tensor; it is the preprocessing of every image handler. The images' headers are
+// read first, so that a request over its limits is refused before any decoding; between
+// images it stops if the client has gone.
+func imageSample(r *Request, t vision.Transform, l imageLimits) (*Sample, error) {
 	images, err := imagePayloads(r)
 	if err != nil {
 		return nil, err
 	}
-	if len(images) > maxImages {
-		return nil, BadInput("the request has %d images; this model takes at most %d per request (max_images): send them in several requests, which are batched together", len(images), maxImages)
+	if len(images) > l.maxImages {
+		return nil, BadInput("the request has %d images; this model takes at most %d per request (max_images): send them in several requests, which are batched together", len(images), l.maxImages)
+	}
+	perImage := int64(t.MaxPixels)
+	if perImage <= 0 {
+		perImage = vision.DefaultMaxPixels
 	}
 	c, h, w := t.OutputShape()
 	per := c * h * w
+	var pixels int64
+	for i, img := range images {
+		// A header that does not parse fails below, with the image's index.
+		_, iw, ih, err := vision.DecodeConfig(img)
+		if err != nil {
+			continue
+		}
+		n := int64(iw) * int64(ih)
+		if n > perImage {
+			// Refused by max_pixels before anything is decoded, with Apply's own error.
+			return nil, imageError(i, len(images), t.Apply(img, make([]float32, per)))
+		}
+		pixels += n
+	}
+	if pixels > int64(l.maxRequestPixels) {
+		return nil, BadInput("the request's %d images have %d pixels in all; this model decodes at most %d per request (max_request_pixels): send them in several requests", len(images), pixels, l.maxRequestPixels)
+	}
 	buf := make([]float32, per*len(images))
 	for i, img := range images {
+		if r.Canceled != nil && r.Canceled() {
+			return nil, ErrCanceled
+		}
 		if err := t.Apply(img, buf[i*per:(i+1)*per]); err != nil {
-			if len(images) > 1 {
-				return nil, BadInput("image %d: %v", i, err)
-			}
-			return nil, BadInput("%v", err)
+			return nil, imageError(i, len(images), err)
 		}
 	}
 	return &Sample{Items: len(images), Tensors: []Tensor{{
 		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(c), int64(h), int64(w)}, Data: float32Bytes(buf),
 	}}}, nil
+}
+
+// imageError is the client's error for image i of n.
+func imageError(i, n int, err error) error {
+	if n > 1 {
+		return BadInput("image %d: %v", i, err)
+	}
+	return BadInput("%v", err)
 }
 
 // blankImage is a black image of t's output shape, for warm-up.

@@ -55,6 +55,8 @@ func serve(args []string) error {
 	if err := d.Shutdown(ctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	// Every extraction is gone: the lock file has nothing left to guard.
+	daemon.UnlockProcess()
 	log.Info("stopped")
 	return nil
 }

@@ -39,3 +39,14 @@ func TestDecodeBudget(t *testing.T) {
 	}
 	t.Logf("peak %d pixels held of a budget of %d", decoding.peak, decoding.capacity)
 }
+
+// The buffer pools do not keep a buffer over maxPooledBytes: an idle server must not hold
+// a burst's huge images.
+func TestPoolDropsHugeBuffers(t *testing.T) {
+	var p slicePool[byte]
+	big := p.get(maxPooledBytes + 1)
+	p.put(big)
+	if got := p.get(1); cap(*got) > maxPooledBytes {
+		t.Fatalf("the pool kept a %d-byte buffer", cap(*got))
+	}
+}

@@ -1,0 +1,65 @@
+package daemon_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// Registration churn, as the soak suite's memory check: 200 cycles of register, predict and
+// unregister under unique names. After the first 100 (warm-up), the resident set must be
+// flat: the least-squares slope of RSS over the last 100 cycles must be within noise of
+// zero (at most 3 standard errors of the slope), or too small to matter (2 MiB over the
+// 100 cycles). A real leak of 100 KiB a cycle fails both: 10 MiB over the window, while the
+// standard error with a few MiB of allocator noise stays near 10 KiB a cycle. The check is
+// on memory only, never on time.
+func TestRegistrationChurnMemory(t *testing.T) {
+	const cycles, window = 200, 100
+	s := startServer(t)
+	pid := s.cmd.Process.Pid
+	rss := make([]float64, 0, cycles)
+	for i := range cycles {
+		name := fmt.Sprintf("churn-%d", i)
+		s.register(t, "url=digits_tensor.mar&initial_workers=1&model_name="+name)
+		if r := do(t, "POST", s.inf+"/predictions/"+name, "application/json", []byte(zerosJSON)); r.status != 200 {
+			t.Fatalf("predict %s: %d %s", name, r.status, r.body)
+		}
+		expectStatus(t, do(t, "DELETE", s.mgmt+"/models/"+name, "", nil), 200, fmt.Sprintf("Model %q unregistered", name))
+		v, err := soakVmRSS(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rss = append(rss, v)
+	}
+	slope, se := leastSquares(rss[cycles-window:])
+	const floor = 2 << 20 // bytes over the window
+	t.Logf("RSS after warm-up %.1f MiB, at the end %.1f MiB; slope %.1f KiB/cycle, standard error %.1f KiB/cycle",
+		rss[cycles-window]/(1<<20), rss[cycles-1]/(1<<20), slope/1024, se/1024)
+	if slope > 3*se && slope*window > floor {
+		t.Fatalf("RSS grows by %.1f KiB a cycle over the last %d cycles (standard error %.1f KiB): a leak per registration", slope/1024, window, se/1024)
+	}
+}
+
+// leastSquares fits y = a + b·i and returns the slope b and its standard error.
+func leastSquares(y []float64) (slope, se float64) {
+	n := float64(len(y))
+	var mx, my float64
+	for i, v := range y {
+		mx += float64(i)
+		my += v
+	}
+	mx /= n
+	my /= n
+	var sxx, sxy float64
+	for i, v := range y {
+		sxx += (float64(i) - mx) * (float64(i) - mx)
+		sxy += (float64(i) - mx) * (v - my)
+	}
+	slope = sxy / sxx
+	var ss float64
+	for i, v := range y {
+		r := v - (my + slope*(float64(i)-mx))
+		ss += r * r
+	}
+	return slope, math.Sqrt(ss/(n-2)) / math.Sqrt(sxx)
+}
