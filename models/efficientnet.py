@@ -8,7 +8,8 @@ Files:
   model.pt             TorchScript (traced, eval mode), float32 [N,3,224,224] -> logits [N,1000].
   index_to_name.json   ImageNet class names, {"0": "tench", ...} (bundled with torchvision).
   images/*.jpg         scikit-learn's two sample photos, as shipped, and JPEGs made from them
-                       (crops, rotations, an EXIF orientation, gray, progressive, 4:4:4, small).
+                       (crops, rotations, EXIF orientation, gray, progressive, 4:4:4, 180x120
+                       to 4032x3024).
   refs.json            per image, the top-5 [label, probability] that Python computes with the
                        preprocessing of models/configs/efficientnet_lite0.toml, as torchd does.
 """
@@ -56,11 +57,9 @@ def save_traced(model, path):
 
 
 def make_images(d):
-    """Write the test photos into d and return their file names.
-
-    Every short side stays under 2 x RESIZE: torchd decodes bigger JPEGs at 1/2, 1/4 or 1/8
-    size in the DCT domain, which PIL does not, so their probabilities would differ.
-    """
+    """Write the test photos into d and return their file names: sizes from 180x120 to a
+    phone camera's 4032x3024, so that torchd decodes some at full size and some at 1/2, 1/4
+    and 1/8 in the DCT domain."""
     china = Image.open(os.path.join(SKLEARN_IMAGES, "china.jpg"))
     flower = Image.open(os.path.join(SKLEARN_IMAGES, "flower.jpg"))
     files = []
@@ -86,15 +85,48 @@ def make_images(d):
     exif[0x0112] = 6
     save(flower.transpose(Image.Transpose.ROTATE_90), "flower_exif6.jpg", quality=90,
          exif=exif.tobytes())
+    # Upscaled, the sizes of real camera photos; odd sizes leave a partial DCT block.
+    save(china.resize((1281, 855), Image.Resampling.LANCZOS), "china_1281x855.jpg", quality=90)
+    save(flower.resize((2560, 1709), Image.Resampling.LANCZOS), "flower_2560x1709_q85.jpg",
+         quality=85)
+    save(china.crop((36, 0, 605, 427)).resize((4032, 3024), Image.Resampling.LANCZOS),
+         "china_4032x3024.jpg", quality=85)
+    save(flower.resize((1601, 1069), Image.Resampling.LANCZOS).transpose(
+        Image.Transpose.ROTATE_90), "flower_exif6_1601x1069.jpg", quality=90,
+        exif=exif.tobytes())
     return files
 
 
+def resized_size(w, h):
+    """torchvision's Resize(int) output size: the long side is truncated."""
+    return (RESIZE, int(RESIZE * h / w)) if w <= h else (int(RESIZE * w / h), RESIZE)
+
+
 def preprocess(path):
-    """torchd's image_classifier preprocessing, as the handlers/vision tests prove it equal to
-    torchvision's on PIL images (models/vision_ref.py)."""
-    img = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
-    return T.Compose([T.Resize(RESIZE), T.CenterCrop(CROP), T.ToTensor(),
-                      T.Normalize(MEAN, STD)])(img)
+    """torchd's image_classifier preprocessing of an image file, step for step in PIL.
+
+    It is torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize, as the
+    handlers/vision tests prove torchd equal to (models/vision_ref.py), except for JPEGs of at
+    least twice the resized size: torchd decodes those at 1/2, 1/4 or 1/8 size in the DCT domain
+    (handlers/vision jpegScale), and so does PIL's draft, then resizes mapping onto the
+    full-size image, which PIL's resize does with its box.
+    """
+    img = Image.open(path)
+    w, h = img.size
+    upright = (h, w) if img.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (w, h)
+    rw, rh = resized_size(*upright)
+    scale = 1
+    if img.format == "JPEG":
+        scale = max((d for d in (2, 4, 8) if upright[0] >= rw * d and upright[1] >= rh * d),
+                    default=1)
+    if scale > 1:
+        img.draft(img.mode, (w // scale, h // scale))
+        # libjpeg rounds scaled sizes up, as torchd's decoder does.
+        assert img.size == (-(-w // scale), -(-h // scale)), (path, img.size, scale)
+    img = ImageOps.exif_transpose(img).convert("RGB")
+    img = img.resize((rw, rh), Image.Resampling.BILINEAR,
+                     box=(0, 0, upright[0] / scale, upright[1] / scale))
+    return T.Compose([T.CenterCrop(CROP), T.ToTensor(), T.Normalize(MEAN, STD)])(img)
 
 
 def top_k(model, paths, categories):
