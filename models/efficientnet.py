@@ -30,7 +30,8 @@ import common
 NAME = "efficientnet_lite0"
 # The Lite models were trained in TensorFlow on (pixel - 127) / 128 (MEAN_RGB and STDDEV_RGB of
 # efficientnet_lite_builder.py), written here in ToTensor's [0, 1] units. The evaluation crop is
-# 224 of 256 (CROP_PADDING 32), as TorchServe's Resize(256), CenterCrop(224).
+# 224 of 256 (CROP_PADDING 32), as TorchServe's Resize(256), CenterCrop(224). The package's
+# README example uses ImageNet's mean and std, copied from EfficientNet-PyTorch's B models.
 RESIZE, CROP = 256, 224
 MEAN = [127 / 255] * 3
 STD = [128 / 255] * 3
