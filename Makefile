@@ -91,7 +91,7 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 # behind the tensor handler; slow is the controllable test model. They are stored
 # uncompressed (zip-store): weights deflate by ~8%, and inflating resnet18.mar cost ~0.35 s
 # of a 1.1 s cold start (docs/benchmarks.md).
-ARCHIVES := resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls
+ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls.
+"""Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls.
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
@@ -16,7 +16,14 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["resnet18", "digits", "multiio", "slow", "captioner", "textcls", "attention"]
+MODELS = ["efficientnet_lite0", "resnet18", "digits", "multiio", "slow", "captioner", "textcls",
+          "attention"]
+# Scripts not named after the model they build (OUT/<name>/ is built by models/<script>).
+SCRIPTS = {"efficientnet_lite0": "efficientnet.py"}
+
+
+def script(name):
+    return SCRIPTS.get(name, f"{name}.py")
 
 
 def oldest_output(path):
@@ -28,7 +35,7 @@ def oldest_output(path):
 
 def up_to_date(out, name):
     built = oldest_output(os.path.join(out, name))
-    sources = [os.path.join(HERE, f) for f in (f"{name}.py", "common.py")]
+    sources = [os.path.join(HERE, f) for f in (script(name), "common.py")]
     return built is not None and built > max(os.path.getmtime(s) for s in sources)
 
 
@@ -59,7 +66,7 @@ def main():
             print(f"{name}: up to date, skipped", flush=True)
             continue
         t = time.monotonic()
-        run(f"{name}.py", args.out)
+        run(script(name), args.out)
         print(f"{name}: built in {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
     run("verify.py", args.out)

@@ -9,12 +9,14 @@ import argparse
 import json
 import os
 import sys
+import tomllib
 
 import numpy as np
 import torch
 from PIL import Image
 
 import common
+import efficientnet
 import multiio
 
 # Loose enough for another thread count's float rounding, far tighter than any real bug.
@@ -141,7 +143,31 @@ def verify_multiio(d):
                     case["name"])
 
 
-VERIFIERS = {"resnet18": verify_resnet18, "digits": verify_digits, "multiio": verify_multiio}
+def verify_efficientnet_lite0(d):
+    """refs.json is what the e2e test holds torchd to: recompute it from the images with the
+    reloaded model, and check that the archive's config asks torchd for the same preprocessing."""
+    model = load(d, "model.pt")
+    refs = load(d, "refs.json")
+    with open(os.path.join(os.path.dirname(__file__), "configs", "efficientnet_lite0.toml"),
+              "rb") as f:
+        options = tomllib.load(f)["options"]
+    for k, v in refs["preprocess"].items():
+        expect(options[k] == v, f"configs/efficientnet_lite0.toml: {k} = {options[k]}, refs {v}")
+    names = list(refs["images"])
+    expect(sorted(names) == sorted(os.listdir(os.path.join(d, "images"))), "images/ vs refs.json")
+    got = efficientnet.top_k(model, [os.path.join(d, "images", n) for n in names],
+                             [v for _, v in sorted(load(d, "index_to_name.json").items(),
+                                                   key=lambda kv: int(kv[0]))])
+    for name, g in zip(names, got):
+        want = refs["images"][name]
+        expect([l for l, _ in g] == [l for l, _ in want], f"{name}: top-5 {g}, refs {want}")
+        expect(np.allclose([p for _, p in g], [p for _, p in want], rtol=RTOL, atol=ATOL),
+               f"{name}: probabilities {g}, refs {want}")
+    # The weights are ImageNet's: the photo of a Chinese palace must come out as one.
+    expect(refs["images"]["china.jpg"][0][0] == "palace", f"china.jpg: {refs['images']['china.jpg']}")
+
+
+VERIFIERS = {"efficientnet_lite0": verify_efficientnet_lite0, "resnet18": verify_resnet18, "digits": verify_digits, "multiio": verify_multiio}
 
 
 def main():
