@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls.
+"""Build the whole model zoo into OUT/ and verify it: OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm.
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
@@ -16,7 +16,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["resnet18", "digits", "multiio", "slow", "captioner", "textcls", "attention"]
+MODELS = ["resnet18", "digits", "multiio", "slow", "captioner", "textcls", "attention", "minilm"]
 
 
 def oldest_output(path):

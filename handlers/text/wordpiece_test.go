@@ -74,15 +74,20 @@ func TestTokenizerCharacterClasses(t *testing.T) {
 			t.Errorf("isWhitespace(%U) = true", r)
 		}
 	}
+	bert, hf := &WordPiece{}, &WordPiece{opts: Options{HuggingFace: true}}
 	for _, r := range "\u0005\u0000\u007f\u200b\ufeff\ue000\U000e0001\u0378" { // Cc, Cf, Co, unassigned
-		if !isControl(r) {
+		if !bert.isControl(r) {
 			t.Errorf("isControl(%U) = false", r)
 		}
 	}
 	for _, r := range "A \t\r\n\U0001F4A9\u00e9\u0301" {
-		if isControl(r) {
+		if bert.isControl(r) || hf.isControl(r) {
 			t.Errorf("isControl(%U) = true", r)
 		}
+	}
+	// Hugging Face's tokenizers keep unassigned code points.
+	if hf.isControl('\u0378') || !hf.isControl('\ue000') {
+		t.Errorf("Hugging Face: isControl(U+0378) = %v, isControl(U+E000) = %v", hf.isControl('\u0378'), hf.isControl('\ue000'))
 	}
 	for _, r := range "-$`.^+<~\u00bf\u2014\u3001\uff01" {
 		if !isPunct(r) {
