@@ -39,15 +39,19 @@ func openAIError(ctx *fasthttp.RequestCtx, status int, param, code, msg string) 
 	if status == 503 {
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
-	nullable := func(s string) any {
+	nullable := func(s string) *string {
 		if s == "" {
 			return nil
 		}
-		return s
+		return &s
 	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "param": nullable(param), "code": nullable(code),
-	}})
+	type body struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	b, _ := json.Marshal(map[string]body{"error": {Message: msg, Type: typ, Param: nullable(param), Code: nullable(code)}})
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
@@ -93,7 +97,7 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 		// text_embedding's are not known to be: any other size is refused, as vLLM does.
 		var n int
 		if err := json.Unmarshal(req.Dimensions, &n); err != nil || n != emb.Dim() {
-			openAIError(ctx, 400, "dimensions", "", fmt.Sprintf("'dimensions' must be %d, the size of model '%s''s embeddings, which are not trained to be cut shorter; got %s", emb.Dim(), model, req.Dimensions))
+			openAIError(ctx, 400, "dimensions", "", fmt.Sprintf("'dimensions' must be %d, the size of %s's embeddings, which are not trained to be cut shorter; got %s", emb.Dim(), model, req.Dimensions))
 			return
 		}
 	}
