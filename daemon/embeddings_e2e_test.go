@@ -228,6 +228,12 @@ func TestEmbeddingsOverPredictionsAndKServe(t *testing.T) {
 	if r.status != 400 || !strings.Contains(string(r.body), `"error":"input 0 is empty"`) {
 		t.Fatalf("v2 empty text: %d %s", r.status, r.body)
 	}
+	body, _ = json.Marshal(map[string]any{"inputs": []any{map[string]any{
+		"name": "text", "datatype": "BYTES", "shape": []int{1, 2}, "data": []string{"a", "b"}}}})
+	r = do(t, "POST", s.inf+"/v2/models/minilm/infer", "application/json", body)
+	if r.status != 400 || !strings.Contains(string(r.body), "must have shape [N] or [N, 1]") {
+		t.Fatalf("v2 texts of shape [1, 2]: %d %s", r.status, r.body)
+	}
 }
 
 // Every error of /v1/embeddings in OpenAI's shape: {"error": {"message", "type", "param",

@@ -207,3 +207,37 @@ func TestWordPieceReadVocabulary(t *testing.T) {
 		t.Error("Load of a missing file succeeded")
 	}
 }
+
+// Hugging Face's pipeline: special tokens written in the text are those tokens, Σ lower-cases
+// to σ wherever it stands, and the length limit counts the special tokens.
+func TestHuggingFaceOption(t *testing.T) {
+	vocab := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[", "]", "mask", "a", "b", "\u03c3", "\u03c2", "##\u03c3", "##\u03c2"}
+	hf := newWordPiece(t, Options{Lowercase: true, HuggingFace: true}, vocab...)
+	bert := newWordPiece(t, Options{Lowercase: true}, vocab...)
+	for _, c := range []struct {
+		text     string
+		hf, bert []string
+	}{
+		{"a [MASK] b", []string{"a", "[MASK]", "b"}, []string{"a", "[", "mask", "]", "b"}},
+		{"a[SEP]b", []string{"a", "[SEP]", "b"}, []string{"a", "[", "[UNK]", "]", "b"}},
+		{"[mask] [MASK", []string{"[", "mask", "]", "[", "mask"}, []string{"[", "mask", "]", "[", "mask"}},
+		{"\u03a3\u03a3", []string{"\u03c3", "##\u03c3"}, []string{"\u03c3", "##\u03c2"}},
+	} {
+		if got := hf.Tokenize(c.text); !slices.Equal(got, c.hf) {
+			t.Errorf("HuggingFace Tokenize(%q) = %q, want %q", c.text, got, c.hf)
+		}
+		if got := bert.Tokenize(c.text); !slices.Equal(got, c.bert) {
+			t.Errorf("BERT Tokenize(%q) = %q, want %q", c.text, got, c.bert)
+		}
+	}
+	cut := newWordPiece(t, Options{Lowercase: true, MaxLength: 4, HuggingFace: true}, vocab...)
+	for text, want := range map[string][]int64{
+		"a [MASK] b": {2, 8, 4, 3},
+		"[MASK] a b": {2, 4, 8, 3},
+		"a b [MASK]": {2, 8, 9, 3},
+	} {
+		if got := cut.Encode(text); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) at MaxLength 4 = %v, want %v", text, got, want)
+		}
+	}
+}
