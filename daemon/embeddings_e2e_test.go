@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func init() {
@@ -304,5 +305,38 @@ func TestEmbeddingsErrors(t *testing.T) {
 	r, e := embed(t, s, map[string]any{"model": "minilm", "input": long})
 	if r.status != 200 || e.Usage.PromptTokens != 256 {
 		t.Fatalf("over-long text: %d, usage %+v, want 200 and 256 tokens; %.200s", r.status, e.Usage, r.body)
+	}
+}
+
+// A full queue answers 503 in OpenAI's shape, type server_error, with Retry-After: one
+// request of many long texts holds the only worker, a second takes the queue's one place.
+func TestEmbeddingsQueueFull(t *testing.T) {
+	s := startServer(t, "--job-queue-size", "1")
+	s.register(t, "url=minilm.mar&batch_size=1&initial_workers=1&synchronous=true")
+	long := make([]string, 48)
+	for i := range long {
+		long[i] = strings.Repeat(fmt.Sprintf("sentence %d keeps the worker busy. ", i), 40)
+	}
+	done := make(chan response, 2)
+	for range 2 {
+		go func() {
+			b, _ := json.Marshal(map[string]any{"model": "minilm", "input": long})
+			done <- do(t, "POST", s.inf+"/v1/embeddings", "application/json", b)
+		}()
+		time.Sleep(300 * time.Millisecond)
+	}
+	r := do(t, "POST", s.inf+"/v1/embeddings", "application/json", []byte(`{"model": "minilm", "input": "one more"}`))
+	var e struct {
+		Error map[string]any `json:"error"`
+	}
+	r.json(t, &e)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || e.Error["type"] != "server_error" ||
+		!strings.Contains(fmt.Sprint(e.Error["message"]), "queue is full") {
+		t.Fatalf("third request: %d Retry-After %q %s, want 503 server_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	for range 2 {
+		if r := <-done; r.status != 200 {
+			t.Errorf("a queued request: %d %.200s", r.status, r.body)
+		}
 	}
 }
