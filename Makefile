@@ -91,12 +91,12 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 # behind the tensor handler; slow is the controllable test model. They are stored
 # uncompressed (zip-store): weights deflate by ~8%, and inflating resnet18.mar cost ~0.35 s
 # of a 1.1 s cold start (docs/benchmarks.md).
-ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls
+ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)
 	@for a in $(ARCHIVES); do name=$${a%%:*}; zoo=$${a##*:}; \
-	  extra=$$(for f in index_to_name.json vocab.txt vocab.json; do [ -f $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
+	  extra=$$(for f in index_to_name.json vocab.txt vocab.json st; do [ -e $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
 	  extra=$${extra%,}; [ -n "$$extra" ] && extra="--extra-files $$extra"; \
 	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/model.pt \
 	    --config-file models/configs/$$name.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done

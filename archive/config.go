@@ -87,8 +87,9 @@ type TensorSpec struct {
 	Shape []int64 // -1 marks a variable dimension; nil leaves the rank undeclared
 }
 
-// DTypes are the dtype names a TensorSpec may use.
-var DTypes = []string{"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+// DTypes are the dtype names a TensorSpec may use. "string" is the Open Inference
+// Protocol's BYTES, one text per element, for an input that a handler tokenizes.
+var DTypes = []string{"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool", "string"}
 
 // WithDefaults returns a copy of c with every unset field at its default.
 // Device and Threads stay as they are: their zero values mean "the daemon's

@@ -96,7 +96,7 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`inputs = [3]`, "inputs[0]", "must be a table with name, dtype and shape"},
 		{"[[inputs]]\ndtype = \"float32\"", "inputs[0].name", "required"},
 		{"[[inputs]]\nname = \"x\"", "inputs[0].dtype", "required: one of float32,"},
-		{"[[outputs]]\nname = \"x\"\ndtype = \"float\"", "outputs[0].dtype", `must be one of float32, float16, bfloat16, float64, int64, int32, int16, int8, uint8, bool, got "float"`},
+		{"[[outputs]]\nname = \"x\"\ndtype = \"float\"", "outputs[0].dtype", `must be one of float32, float16, bfloat16, float64, int64, int32, int16, int8, uint8, bool, string, got "float"`},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\nshape = [1, 0]", "inputs[0].shape[1]", "must be -1 (variable) or >= 1, got 0"},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\nshape = [-2]", "inputs[0].shape[0]", "-1 for variable"},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\nshape = \"1,2\"", "inputs[0].shape", "must be an array of dimensions"},

@@ -78,7 +78,7 @@ var storeArchives = []storeArchive{
 
 // buildStore writes the archives with the archive package, as `make archives` does with
 // `torchd archive`. Extra files are every file of models/out/<zoo> that the archive needs:
-// index_to_name.json and vocabularies.
+// index_to_name.json, vocabularies and sentence-transformers configs (st/).
 func buildStore(dir string) error {
 	for _, a := range storeArchives {
 		export := filepath.Join(dir, a.sub)
@@ -86,7 +86,7 @@ func buildStore(dir string) error {
 			return err
 		}
 		var extra []string
-		for _, f := range []string{"index_to_name.json", "vocab.txt", "vocab.json"} {
+		for _, f := range []string{"index_to_name.json", "vocab.txt", "vocab.json", "st"} {
 			if p := filepath.Join(zooDir, a.zoo, f); fileExists(p) {
 				extra = append(extra, p)
 			}

@@ -28,6 +28,7 @@ func (d *Daemon) inferenceRouter() *router {
 		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
 		{method: "POST", pattern: "/invocations", summary: "SageMaker-style predict; ?model_name= or the only model", handle: d.invocations},
 		{method: "POST", pattern: "/models/{model_name}/invoke", summary: "SageMaker-style predict", handle: d.predictRoute},
+		{method: "POST", pattern: "/v1/embeddings", summary: "OpenAI-compatible embeddings of a text_embedding model", handle: d.embeddings},
 	}, append(d.kserveRoutes(), d.uiRoutes()...)...))
 }
 
@@ -96,35 +97,16 @@ type outcome struct {
 }
 
 func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
-	rsv, fail := admit(v)
-	if fail != nil {
-		ctx.Response.Header.Set("Retry-After", "1")
-		writeError(ctx, fail.Status, fail.Type, fail.Msg)
-		return outcome{status: fail.Status}
-	}
-	defer rsv.release()
-	req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
-	if err != nil {
-		status, typ := 400, "BadRequestException"
-		if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-			status, typ = 413, "RequestEntityTooLargeException"
+	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) {
+		req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+		if err != nil {
+			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				return nil, apiErr(413, "RequestEntityTooLargeException", "%s", err.Error())
+			}
+			return nil, apiErr(400, "BadRequestException", "%s", err.Error())
 		}
-		writeError(ctx, status, typ, err.Error())
-		return outcome{status: status}
-	}
-	t0 := time.Now()
-	sample, err := v.handler.Preprocess(req)
-	v.metrics.observePreprocess(t0)
-	if errors.Is(err, handlers.ErrCanceled) {
-		writeError(ctx, statusClientClosed, "ClientClosedRequest", err.Error())
-		return outcome{status: statusClientClosed}
-	}
-	if err != nil {
-		status := handlers.StatusOf(err, 400)
-		writeError(ctx, status, "BadRequestException", err.Error())
-		return outcome{status: status}
-	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
+		return preprocess(v, req)
+	})
 	if fail != nil {
 		if fail.Status == 503 {
 			ctx.Response.Header.Set("Retry-After", "1")
@@ -150,6 +132,37 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	ctx.SetBody(resp.Body)
 	return outcome{status: status, queued: res.queued}
+}
+
+// infer is the request path past the registry, shared by the APIs that answer through a
+// handler: admit → decode (which preprocesses, here) → batcher → worker. decode runs once
+// the request holds its place in v's queue; each API encodes the result its own way.
+func (d *Daemon) infer(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, *APIError)) (*handlers.Sample, jobResult, *APIError) {
+	rsv, fail := admit(v)
+	if fail != nil {
+		return nil, jobResult{}, fail
+	}
+	defer rsv.release()
+	sample, fail := decode()
+	if fail != nil {
+		return nil, jobResult{}, fail
+	}
+	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
+	return sample, res, fail
+}
+
+// preprocess runs v's handler on a decoded request; its errors are the client's.
+func preprocess(v *ModelVersion, req *handlers.Request) (*handlers.Sample, *APIError) {
+	t0 := time.Now()
+	sample, err := v.handler.Preprocess(req)
+	v.metrics.observePreprocess(t0)
+	if errors.Is(err, handlers.ErrCanceled) {
+		return nil, apiErr(statusClientClosed, "ClientClosedRequest", "%s", err.Error())
+	}
+	if err != nil {
+		return nil, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%s", err.Error())
+	}
+	return sample, nil
 }
 
 // admit reserves the request's place in v's queue before its body is decoded; a full queue

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
@@ -119,6 +121,9 @@ func datatypeOf(dt torch.DType) string {
 }
 
 func datatypeOfName(dtype string) string {
+	if dtype == "string" {
+		return "BYTES"
+	}
 	dt, err := torch.ParseDType(dtype)
 	if err != nil {
 		return strings.ToUpper(dtype)
@@ -284,7 +289,12 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		v2Error(ctx, 400, err.Error())
 		return 400, 0
 	}
-	sample, err := v2Sample(tensors, ins, v.archive.Config.Inputs != nil)
+	var sample *handlers.Sample
+	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
+		sample, err = textSample(ts, tensors[0])
+	} else {
+		sample, err = v2Sample(tensors, ins, v.archive.Config.Inputs != nil)
+	}
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
 		return 400, 0
@@ -382,6 +392,34 @@ func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*h
 	return s, nil
 }
 
+// textSample hands a BYTES tensor of texts, shape [N] or [N, 1], to a handler that
+// tokenizes them itself.
+func textSample(ts handlers.TextSampler, t oip.Tensor) (*handlers.Sample, error) {
+	if len(t.Shape) == 0 || len(t.Shape) > 2 || len(t.Shape) == 2 && t.Shape[1] != 1 {
+		return nil, fmt.Errorf("input %q: BYTES texts must have shape [N] or [N, 1], got %v", t.Name, t.Shape)
+	}
+	var texts []string
+	for b := t.Data; len(b) > 0; {
+		if len(b) < 4 {
+			return nil, fmt.Errorf("input %q: a BYTES element is cut short", t.Name)
+		}
+		n := binary.LittleEndian.Uint32(b)
+		if uint64(n) > uint64(len(b)-4) {
+			return nil, fmt.Errorf("input %q: a BYTES element's length %d runs past the data", t.Name, n)
+		}
+		s := b[4 : 4+n]
+		if !utf8.Valid(s) {
+			return nil, fmt.Errorf("input %q: text %d is not valid UTF-8", t.Name, len(texts))
+		}
+		texts = append(texts, string(s))
+		b = b[4+n:]
+	}
+	if int64(len(texts)) != t.Shape[0] {
+		return nil, fmt.Errorf("input %q: shape %v but %d texts", t.Name, t.Shape, len(texts))
+	}
+	return ts.TextSample(texts)
+}
+
 func shapeFits(got, want []int64) bool {
 	if len(want) == 0 {
 		return true
@@ -448,18 +486,7 @@ func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arr
 		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
 		Canceled: clientGone(ctx.Conn()),
 	}
-	rsv, fail := admit(v)
-	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, 0
-	}
-	defer rsv.release()
-	sample, err := v.handler.Preprocess(req)
-	if err != nil {
-		v2Error(ctx, handlers.StatusOf(err, 400), err.Error())
-		return handlers.StatusOf(err, 400), 0
-	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
+	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return fail.Status, res.queued

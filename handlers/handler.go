@@ -184,3 +184,10 @@ func (o *intOptions) get(key string, def int) int {
 	o.err = err
 	return v
 }
+
+// TextSampler is implemented by handlers whose model takes text: the Open Inference
+// Protocol's BYTES input, one text per element, reaches the model through it rather than
+// as a tensor.
+type TextSampler interface {
+	TextSample(texts []string) (*Sample, error)
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls.
+"""Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm.
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
@@ -17,7 +17,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["efficientnet_lite0", "resnet18", "digits", "multiio", "slow", "captioner", "textcls",
-          "attention"]
+          "attention", "minilm"]
 # Scripts not named after the model they build (OUT/<name>/ is built by models/<script>).
 SCRIPTS = {"efficientnet_lite0": "efficientnet.py"}
 

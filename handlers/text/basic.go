@@ -24,10 +24,14 @@ func isWhitespace(r rune) bool {
 }
 
 // isControl is true for the characters BERT drops: Unicode's C categories, unassigned code
-// points (Python's Cn) included, but not tab, newline and carriage return.
-func isControl(r rune) bool {
+// points (Python's Cn) included, but not tab, newline and carriage return. Hugging Face's
+// tokenizers keep unassigned code points.
+func (w *WordPiece) isControl(r rune) bool {
 	if r < utf8.RuneSelf {
 		return (r < 0x20 || r == 0x7f) && r != '\t' && r != '\n' && r != '\r'
+	}
+	if w.opts.HuggingFace {
+		return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co) && !unicode.Is(hfPlain, r)
 	}
 	return !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z)
 }
@@ -42,11 +46,16 @@ func isPunct(r rune) bool {
 }
 
 // isCJK is BERT's CJK Unified Ideographs blocks. Hangul, kana and CJK punctuation are not
-// in them and are tokenized like any other script.
-func isCJK(r rune) bool {
+// in them and are tokenized like any other script. Hugging Face's tokenizers start
+// Extension E at U+2B920 where tokenization.py has U+2B820.
+func (w *WordPiece) isCJK(r rune) bool {
+	extE := rune(0x2B820)
+	if w.opts.HuggingFace {
+		extE = 0x2B920
+	}
 	return 0x4E00 <= r && r <= 0x9FFF || 0x3400 <= r && r <= 0x4DBF ||
 		0x20000 <= r && r <= 0x2A6DF || 0x2A700 <= r && r <= 0x2B73F ||
-		0x2B740 <= r && r <= 0x2B81F || 0x2B820 <= r && r <= 0x2CEAF ||
+		0x2B740 <= r && r <= 0x2B81F || extE <= r && r <= 0x2CEAF ||
 		0xF900 <= r && r <= 0xFAFF || 0x2F800 <= r && r <= 0x2FA1F
 }
 
@@ -64,6 +73,15 @@ func appendLower(dst, s []byte) []byte {
 		}
 		dst = utf8.AppendRune(dst, r)
 		i += size
+	}
+	return dst
+}
+
+// appendLowerRunes appends s lower-cased rune by rune, as Rust's char::to_lowercase, which
+// Hugging Face's tokenizers use: no final sigma.
+func appendLowerRunes(dst, s []byte) []byte {
+	for _, r := range string(s) {
+		dst = utf8.AppendRune(dst, unicode.ToLower(r))
 	}
 	return dst
 }
@@ -109,15 +127,16 @@ func caseIgnorable(r rune) bool {
 	return unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf, unicode.Lm, unicode.Sk)
 }
 
-// appendStripAccents appends s in NFD without its nonspacing marks (Mn): "é" becomes "e".
-func appendStripAccents(dst, s []byte) []byte {
+// appendStripAccents appends s in NFD without its nonspacing marks (Mn), except those in
+// keep (nil: none): "é" becomes "e".
+func appendStripAccents(dst, s []byte, keep *unicode.RangeTable) []byte {
 	start := len(dst)
 	dst = norm.NFD.Append(dst, s...)
 	// Compact in place: the write position never passes the read position.
 	out := dst[:start]
 	for i := start; i < len(dst); {
 		r, size := utf8.DecodeRune(dst[i:])
-		if !unicode.Is(unicode.Mn, r) {
+		if !unicode.Is(unicode.Mn, r) || keep != nil && unicode.Is(keep, r) {
 			out = append(out, dst[i:i+size]...)
 		}
 		i += size

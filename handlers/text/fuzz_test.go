@@ -17,8 +17,10 @@ func FuzzTokenize(f *testing.F) {
 	vocab := append(slices.Clone(bertTestVocab), "[PAD]", "hello", "\u535a", "a", "##a", "b", "##b", "!", "\u03c2", "##\u03c2")
 	lower := newWordPiece(f, Options{Lowercase: true, MaxLength: 8}, vocab...)
 	cased := newWordPiece(f, Options{MaxLength: 8}, vocab...)
+	hf := newWordPiece(f, Options{Lowercase: true, MaxLength: 8, HuggingFace: true}, vocab...)
+	f.Add("a[SEP]b [CLS]", "\u03a3\u03a3 [PAD")
 	f.Fuzz(func(t *testing.T, a, b string) {
-		for _, w := range []*WordPiece{lower, cased} {
+		for _, w := range []*WordPiece{lower, cased, hf} {
 			pieces := w.Tokenize(a)
 			for _, p := range pieces {
 				if p == "" || strings.IndexFunc(p, unicode.IsSpace) >= 0 {

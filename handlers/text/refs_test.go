@@ -91,3 +91,40 @@ func TestTokenizeMatchesPythonOnEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// Every text of models/out/minilm/tokenizer_refs.json (models/minilm.py) gets the ids that
+// all-MiniLM-L6-v2's own Hugging Face tokenizer gives it, truncation at max_length included.
+func TestTokenizerMatchesHFOnMiniLM(t *testing.T) {
+	dir := filepath.Join("..", "..", "models", "out", "minilm")
+	var refs struct {
+		MaxLength int `json:"max_length"`
+		Items     []struct {
+			Text string  `json:"text"`
+			IDs  []int64 `json:"ids"`
+		} `json:"items"`
+	}
+	readJSON(t, filepath.Join(dir, "tokenizer_refs.json"), &refs)
+	w, err := text.Load(filepath.Join(dir, "vocab.txt"), text.Options{Lowercase: true, MaxLength: refs.MaxLength, HuggingFace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs.Items) < 1000 {
+		t.Fatalf("tokenizer_refs.json has %d texts, want 1000 or more", len(refs.Items))
+	}
+	bad, truncated := 0, 0
+	for i, it := range refs.Items {
+		if got := w.Encode(it.Text); !slices.Equal(got, it.IDs) {
+			bad++
+			if bad <= 20 {
+				t.Errorf("text %d %+q:\n Go %v\n HF %v", i, it.Text, got, it.IDs)
+			}
+		}
+		if len(it.IDs) == refs.MaxLength {
+			truncated++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d texts differ", bad, len(refs.Items))
+	}
+	t.Logf("%d texts, %d of them cut at max_length %d", len(refs.Items), truncated, refs.MaxLength)
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -22,6 +23,12 @@ type Options struct {
 	Lowercase bool
 	// MaxLength bounds what Encode returns, [CLS] and [SEP] included; 0 means no bound.
 	MaxLength int
+	// HuggingFace reproduces Hugging Face tokenizers' BERT pipeline (tokenizer.json's
+	// BertNormalizer, BertPreTokenizer and WordPiece) rather than tokenization.py's, where
+	// they differ: special tokens written in the text ("[MASK]") are those tokens; accents are
+	// stripped before lower-casing, which is rune by rune (Σ is always σ); unassigned code
+	// points are kept, not dropped; CJK Extension E starts at U+2B920.
+	HuggingFace bool
 }
 
 // WordPiece is a tokenizer over one vocabulary. It is safe for concurrent use.
@@ -33,6 +40,13 @@ type WordPiece struct {
 	// bounds the greedy search on long words.
 	longest            int
 	unk, cls, sep, pad int64
+	// specials are the special tokens the text may spell out (HuggingFace only).
+	specials []special
+}
+
+type special struct {
+	tok string
+	id  int64
 }
 
 // maxWordRunes is BERT's max_input_chars_per_word: a longer word is one [UNK].
@@ -80,6 +94,14 @@ func Read(r io.Reader, opts Options) (*WordPiece, error) {
 			return nil, fmt.Errorf("the vocabulary (%d tokens) has no %s token", len(w.tokens), s.tok)
 		}
 		*s.id = id
+	}
+	if opts.HuggingFace {
+		// tokenizer.json's added_tokens for a BERT vocabulary.
+		for _, tok := range []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"} {
+			if id, ok := w.ids[tok]; ok {
+				w.specials = append(w.specials, special{tok, id})
+			}
+		}
 	}
 	return w, nil
 }
@@ -153,6 +175,52 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // appendText appends at most limit (-1: all) of text's piece ids to ids. It stops reading
 // text once the limit is reached, so a huge request costs no more than a short one.
 func (w *WordPiece) appendText(ids []int64, text string, limit int) []int64 {
+	// Hugging Face matches special tokens in the raw text first and tokenizes the segments
+	// between them on their own.
+	start := len(ids)
+	left := func() int {
+		if limit < 0 {
+			return -1
+		}
+		return limit - (len(ids) - start)
+	}
+	for len(w.specials) > 0 {
+		at, sp := w.nextSpecial(text)
+		if at < 0 {
+			break
+		}
+		ids = w.appendSegment(ids, text[:at], left())
+		if left() == 0 {
+			return ids
+		}
+		ids = append(ids, sp.id)
+		text = text[at+len(sp.tok):]
+	}
+	if left() == 0 {
+		return ids
+	}
+	return w.appendSegment(ids, text, left())
+}
+
+// nextSpecial finds the first special token in text: its offset (-1: none) and which.
+func (w *WordPiece) nextSpecial(text string) (int, special) {
+	for off := 0; ; {
+		i := strings.IndexByte(text[off:], '[')
+		if i < 0 {
+			return -1, special{}
+		}
+		off += i
+		for _, sp := range w.specials {
+			if strings.HasPrefix(text[off:], sp.tok) {
+				return off, sp
+			}
+		}
+		off++
+	}
+}
+
+// appendSegment is appendText for text without special tokens.
+func (w *WordPiece) appendSegment(ids []int64, text string, limit int) []int64 {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	start := len(ids)
@@ -165,11 +233,11 @@ func (w *WordPiece) appendText(ids []int64, text string, limit int) []int64 {
 		i += size
 		cjk := false
 		switch {
-		case r == 0 || r == utf8.RuneError || isControl(r):
+		case r == 0 || r == utf8.RuneError || w.isControl(r):
 			// Invalid UTF-8 decodes as U+FFFD, which BERT drops as it drops U+FFFD itself.
 			continue
 		case isWhitespace(r):
-		case isCJK(r):
+		case w.isCJK(r):
 			cjk = true
 		default:
 			field = utf8.AppendRune(field, r)
@@ -208,9 +276,13 @@ func (w *WordPiece) appendField(ids []int64, field []byte, ascii bool, sc *scrat
 					field[i] = c + 'a' - 'A'
 				}
 			}
+		} else if w.opts.HuggingFace {
+			sc.norm = appendStripAccents(sc.norm[:0], field, hfPlain)
+			sc.lower = appendLowerRunes(sc.lower[:0], sc.norm)
+			word = sc.lower
 		} else {
 			sc.lower = appendLower(sc.lower[:0], field)
-			sc.norm = appendStripAccents(sc.norm[:0], sc.lower)
+			sc.norm = appendStripAccents(sc.norm[:0], sc.lower, nil)
 			word = sc.norm
 		}
 	}
@@ -218,7 +290,7 @@ func (w *WordPiece) appendField(ids []int64, field []byte, ascii bool, sc *scrat
 	begin := 0
 	for i := 0; i < len(word); {
 		r, size := utf8.DecodeRune(word[i:])
-		if isPunct(r) {
+		if isPunct(r) && !(w.opts.HuggingFace && unicode.Is(hfPlain, r)) {
 			ids = w.appendWord(ids, word[begin:i], sc)
 			ids = w.appendWord(ids, word[i:i+size], sc)
 			begin = i + size

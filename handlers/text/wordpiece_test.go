@@ -74,15 +74,20 @@ func TestTokenizerCharacterClasses(t *testing.T) {
 			t.Errorf("isWhitespace(%U) = true", r)
 		}
 	}
+	bert, hf := &WordPiece{}, &WordPiece{opts: Options{HuggingFace: true}}
 	for _, r := range "\u0005\u0000\u007f\u200b\ufeff\ue000\U000e0001\u0378" { // Cc, Cf, Co, unassigned
-		if !isControl(r) {
+		if !bert.isControl(r) {
 			t.Errorf("isControl(%U) = false", r)
 		}
 	}
 	for _, r := range "A \t\r\n\U0001F4A9\u00e9\u0301" {
-		if isControl(r) {
+		if bert.isControl(r) || hf.isControl(r) {
 			t.Errorf("isControl(%U) = true", r)
 		}
+	}
+	// Hugging Face's tokenizers keep unassigned code points.
+	if hf.isControl('\u0378') || !hf.isControl('\ue000') {
+		t.Errorf("Hugging Face: isControl(U+0378) = %v, isControl(U+E000) = %v", hf.isControl('\u0378'), hf.isControl('\ue000'))
 	}
 	for _, r := range "-$`.^+<~\u00bf\u2014\u3001\uff01" {
 		if !isPunct(r) {
@@ -200,5 +205,39 @@ func TestWordPieceReadVocabulary(t *testing.T) {
 	}
 	if _, err := Load("testdata/no-such-vocab.txt", Options{}); err == nil {
 		t.Error("Load of a missing file succeeded")
+	}
+}
+
+// Hugging Face's pipeline: special tokens written in the text are those tokens, Σ lower-cases
+// to σ wherever it stands, and the length limit counts the special tokens.
+func TestHuggingFaceOption(t *testing.T) {
+	vocab := []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[", "]", "mask", "a", "b", "\u03c3", "\u03c2", "##\u03c3", "##\u03c2"}
+	hf := newWordPiece(t, Options{Lowercase: true, HuggingFace: true}, vocab...)
+	bert := newWordPiece(t, Options{Lowercase: true}, vocab...)
+	for _, c := range []struct {
+		text     string
+		hf, bert []string
+	}{
+		{"a [MASK] b", []string{"a", "[MASK]", "b"}, []string{"a", "[", "mask", "]", "b"}},
+		{"a[SEP]b", []string{"a", "[SEP]", "b"}, []string{"a", "[", "[UNK]", "]", "b"}},
+		{"[mask] [MASK", []string{"[", "mask", "]", "[", "mask"}, []string{"[", "mask", "]", "[", "mask"}},
+		{"\u03a3\u03a3", []string{"\u03c3", "##\u03c3"}, []string{"\u03c3", "##\u03c2"}},
+	} {
+		if got := hf.Tokenize(c.text); !slices.Equal(got, c.hf) {
+			t.Errorf("HuggingFace Tokenize(%q) = %q, want %q", c.text, got, c.hf)
+		}
+		if got := bert.Tokenize(c.text); !slices.Equal(got, c.bert) {
+			t.Errorf("BERT Tokenize(%q) = %q, want %q", c.text, got, c.bert)
+		}
+	}
+	cut := newWordPiece(t, Options{Lowercase: true, MaxLength: 4, HuggingFace: true}, vocab...)
+	for text, want := range map[string][]int64{
+		"a [MASK] b": {2, 8, 4, 3},
+		"[MASK] a b": {2, 4, 8, 3},
+		"a b [MASK]": {2, 8, 9, 3},
+	} {
+		if got := cut.Encode(text); !slices.Equal(got, want) {
+			t.Errorf("Encode(%q) at MaxLength 4 = %v, want %v", text, got, want)
+		}
 	}
 }
