@@ -135,6 +135,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
 	v.metrics.observePostprocess(t1)
+	v.metrics.observeHandler(time.Since(t0) - res.queued)
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
 		writeError(ctx, status, "InternalServerException", err.Error())
