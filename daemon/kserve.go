@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +19,9 @@ import (
 )
 
 // The Open Inference Protocol (KServe v2, as Triton serves it) and KServe v1, on the
-// inference port. v2 infer takes tensors straight to the model: the handler's pre- and
-// postprocessing are bypassed, as in Triton.
+// inference port. v2 infer takes tensors straight to the model where the request names the
+// model's inputs: the handler's pre- and postprocessing are bypassed, as in Triton. Where it
+// does not, and the handler takes tensors, the handler runs, as in TorchServe.
 func (d *Daemon) kserveRoutes() []*route {
 	return []*route{
 		{method: "GET", pattern: "/v2", summary: "Server metadata", handle: d.v2Server},
@@ -284,7 +287,11 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		v2Error(ctx, 400, err.Error())
 		return 400, 0
 	}
-	sample, err := v2Sample(tensors, ins, v.archive.Config.Inputs != nil)
+	declared := v.archive.Config.Inputs != nil
+	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+		return d.v2InferHandler(ctx, v, rsv, req, tensors, tp, arrived, timeout)
+	}
+	sample, err := v2Sample(tensors, ins, declared)
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
 		return 400, 0
@@ -312,6 +319,114 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	ctx.SetBody(body)
 	return 200, res.queued
+}
+
+// namesInputs reports whether the request names every one of the model's inputs.
+func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
+	for _, in := range ins {
+		if !slices.ContainsFunc(tensors, func(t oip.Tensor) bool { return t.Name == in.Name }) {
+			return false
+		}
+	}
+	return true
+}
+
+// v2InferHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
+// goes through the model's handler, and its answer comes back as an output named after the
+// input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
+func (d *Daemon) v2InferHandler(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (int, time.Duration) {
+	if len(tensors) != 1 {
+		// torchd's handlers take one input per request; TorchServe's envelope would make each
+		// input a request of the handler's batch.
+		v2Error(ctx, 400, fmt.Sprintf("through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors)))
+		return 400, 0
+	}
+	t := tensors[0]
+	dt, ok := datatypes[t.Datatype]
+	if !ok {
+		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
+		return 400, 0
+	}
+	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
+		return handlers.StatusOf(err, 400), 0
+	}
+	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return fail.Status, res.queued
+	}
+	resp, err := v.handler.Postprocess(sample, res.out)
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 500), err.Error())
+		return handlers.StatusOf(err, 500), res.queued
+	}
+	out, err := envelopeOutput(t.Name, resp.Body)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return 500, res.queued
+	}
+	id := req.ID
+	if strings.TrimSpace(id) == "" {
+		id = newRequestID()
+	}
+	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+	return 200, res.queued
+}
+
+// envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
+// flattened, named after the input, with shape [len(data)].
+func envelopeOutput(name string, body []byte) (oip.ResponseOutput, error) {
+	body = bytes.TrimSpace(body)
+	if !json.Valid(body) {
+		return oip.ResponseOutput{}, errors.New("the handler's answer is not JSON, which a KServe v2 response needs")
+	}
+	out := oip.ResponseOutput{Name: name, Datatype: "BYTES"}
+	// Answers are kept as raw JSON, so that a {label: probability} object keeps its order.
+	var data []any
+	var tensor struct {
+		DType string `json:"dtype"`
+		Shape []any  `json:"shape"`
+		Data  []any  `json:"data"`
+	}
+	var list []json.RawMessage
+	switch {
+	case body[0] == '{' && json.Unmarshal(body, &tensor) == nil && tensor.DType != "" && tensor.Shape != nil && tensor.Data != nil:
+		// The tensor handler's {"dtype", "shape", "data"}: its data, flattened.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		_ = dec.Decode(&tensor)
+		data = flatten(tensor.Data, nil)
+		out.Datatype = datatypeOfName(tensor.DType)
+	case body[0] == '[' && json.Unmarshal(body, &list) == nil:
+		for _, e := range list {
+			data = append(data, e)
+		}
+	default:
+		data = []any{json.RawMessage(body)}
+	}
+	out.Data, out.Shape = data, []int64{int64(len(data))}
+	return out, nil
+}
+
+func flatten(v []any, into []any) []any {
+	for _, e := range v {
+		if l, ok := e.([]any); ok {
+			into = flatten(l, into)
+		} else {
+			into = append(into, e)
+		}
+	}
+	return into
+}
+
+// newRequestID is a random UUID (version 4), TorchServe's id for a request that brings none.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // scheduleParams honours the schedule policy parameters: timeout (µs) becomes the request's
