@@ -36,6 +36,9 @@ func (d *Daemon) kserveRoutes() []*route {
 		{method: "POST", pattern: "/v2/models/{model_name}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
 		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
 		{method: "POST", pattern: "/v1/models/{model_name}:predict", summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", handle: d.v1Predict},
+		{method: "POST", pattern: "/v1/models/{model_name}:explain", summary: "KServe v1: {\"instances\": [...]} → {\"explanations\": [...]} (Integrated Gradients)", handle: d.v1Explain},
+		{method: "POST", pattern: "/v2/models/{model_name}/explain", summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", handle: d.v2Explain},
+		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/explain", summary: "KServe v2 explanation of a version", handle: d.v2Explain},
 		{method: "GET", pattern: "/v1/models/{model_name}", summary: "KServe v1 model status", handle: d.v1Model},
 	}
 }
@@ -400,6 +403,16 @@ func envelopeOutput(name string, body []byte) (oip.ResponseOutput, error) {
 		data = flatten(tensor.Data, nil)
 		out.Datatype = datatypeOfName(tensor.DType)
 	case body[0] == '[' && json.Unmarshal(body, &list) == nil:
+		// Nested lists of numbers (attributions) flatten to FP64, as NumPy makes Python
+		// floats; a list of anything else is one BYTES item per element.
+		var nested []any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		_ = dec.Decode(&nested)
+		if flat := flatten(nested, nil); allNumbers(flat) {
+			data, out.Datatype = flat, "FP64"
+			break
+		}
 		for _, e := range list {
 			data = append(data, e)
 		}
@@ -408,6 +421,15 @@ func envelopeOutput(name string, body []byte) (oip.ResponseOutput, error) {
 	}
 	out.Data, out.Shape = data, []int64{int64(len(data))}
 	return out, nil
+}
+
+func allNumbers(v []any) bool {
+	for _, e := range v {
+		if _, ok := e.(json.Number); !ok {
+			return false
+		}
+	}
+	return len(v) > 0
 }
 
 func flatten(v []any, into []any) []any {
@@ -643,4 +665,122 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 		return
 	}
 	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.warm.Load() && v.pool.Count() > 0})
+}
+
+// v1Explain is KServe v1's explain: the instances go through the model's handler as for
+// :predict, and its explanation comes back as {"explanations": [...]}, one per instance.
+func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], "")
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	ex, ok := v.handler.(handlers.Explainer)
+	if !ok {
+		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain", v.Name, v.HandlerName))
+		return
+	}
+	var body struct {
+		Instances json.RawMessage `json:"instances"`
+		Target    *int            `json:"target"`
+	}
+	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
+		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
+		return
+	}
+	target := 0
+	if body.Target != nil {
+		target = *body.Target
+	}
+	req := &handlers.Request{
+		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
+		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
+		Canceled: clientGone(ctx.Conn()),
+	}
+	if target < 0 {
+		v2Error(ctx, 400, fmt.Sprintf("target must be a class index ≥ 0, got %d", target))
+		return
+	}
+	resp, items, err := d.runExplain(v, ex, req, target)
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	var expl any
+	if err := json.Unmarshal(resp.Body, &expl); err != nil {
+		v2Error(ctx, 500, "the handler's explanation is not JSON")
+		return
+	}
+	// One instance's explanation is the handler's whole answer; several come as a list.
+	if list, ok := expl.([]any); ok && items > 1 {
+		writeCompactJSON(ctx, map[string]any{"explanations": list})
+		return
+	}
+	writeCompactJSON(ctx, map[string]any{"explanations": []any{expl}})
+}
+
+// v2Explain is TorchServe's KServe v2 explain: the one input goes through a handler that
+// takes tensors, and its explanation comes back as an output named after the input.
+func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], v2Version(p))
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	ex, ok := v.handler.(handlers.Explainer)
+	tp, takesTensors := v.handler.(handlers.TensorPreprocessor)
+	if !ok || !takesTensors {
+		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName))
+		return
+	}
+	req, tensors, err := oip.DecodeRequest(ctx.Request.SwapBody(nil), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	if len(tensors) != 1 {
+		v2Error(ctx, 400, fmt.Sprintf("explain takes one input, got %d", len(tensors)))
+		return
+	}
+	t := tensors[0]
+	dt, ok := datatypes[t.Datatype]
+	if !ok {
+		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
+		return
+	}
+	target := 0
+	if tv, ok := req.Parameters["target"]; ok {
+		f, ok := tv.(float64)
+		if !ok || f < 0 || f != float64(int(f)) {
+			v2Error(ctx, 400, fmt.Sprintf("parameter target must be a class index ≥ 0, got %v", tv))
+			return
+		}
+		target = int(f)
+	}
+	rsv, fail := admit(v)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return
+	}
+	defer rsv.release()
+	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
+		return
+	}
+	resp, err := explainSample(v, ex, sample, target)
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	out, err := envelopeOutput(t.Name, resp.Body)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return
+	}
+	id := req.ID
+	if strings.TrimSpace(id) == "" {
+		id = newRequestID()
+	}
+	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
 }
