@@ -383,12 +383,13 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}()
 	s := resolveModelSettings(r.cfg, am.Config, req)
 	start := time.Now()
+	counted := start // startup_timeout counts from here
 	// A registration that waits for its workers fails, as TorchServe's does, when they are not
 	// loaded and warm within startup_timeout. A load or forward in LibTorch cannot be
 	// interrupted, so the steps on this goroutine are checked when each returns.
 	wait := req.Synchronous || req.Startup
 	timedOut := func() error {
-		if !wait || s.MinWorkers == 0 && !s.AutoWorkers || time.Since(start) <= s.StartupTimeout {
+		if !wait || s.MinWorkers == 0 && !s.AutoWorkers || time.Since(counted) <= s.StartupTimeout {
 			return nil
 		}
 		return startupTimedOut(name, version, s.StartupTimeout)
@@ -438,7 +439,11 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		module.Close()
 		return nil, err
 	}
+	// Measuring the batching curve is torchd's own calibration, not the workers' start:
+	// startup_timeout does not count it.
+	tuneStart := time.Now()
 	tn, err := r.setupAuto(name, &s, h, module, am.SerializedPath(), warmup)
+	counted = counted.Add(time.Since(tuneStart))
 	if err != nil {
 		module.Close()
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "%v", err)
@@ -463,7 +468,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		}
 	}()
 	if wait {
-		timer := time.NewTimer(max(s.StartupTimeout-time.Since(start), 0))
+		timer := time.NewTimer(max(s.StartupTimeout-time.Since(counted), 0))
 		select {
 		case <-done:
 			timer.Stop()
