@@ -56,6 +56,7 @@ func newMetrics(enabled bool) *Metrics {
 		queueTime:        m.set.NewGauge("QueueTime"+host, nil),
 		workerThreadTime: m.set.NewGauge("WorkerThreadTime"+host, nil),
 	}
+	m.registerHostMetrics()
 	return m
 }
 

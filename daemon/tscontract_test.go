@@ -144,6 +144,14 @@ func TestTorchServeMetrics(t *testing.T) {
 		}
 		findMetric(t, fams, name, map[string]string{"Level": "Host", "Hostname": hostname(t)})
 	}
+	for _, name := range []string{"CPUUtilization", "MemoryUsed", "MemoryAvailable", "MemoryUtilization", "DiskUsage", "DiskAvailable", "DiskUtilization"} {
+		if v := findMetric(t, fams, name, map[string]string{"Level": "Host", "Hostname": hostname(t)}).GetGauge().GetValue(); v < 0 || strings.HasSuffix(name, "Utilization") && v > 100 {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
+	if v := findMetric(t, fams, "MemoryUsed", host).GetGauge().GetValue(); v <= 0 {
+		t.Errorf("MemoryUsed = %v MB", v)
+	}
 	if v := findMetric(t, fams, "WorkerLoadTime", map[string]string{"WorkerName": "W-9000-digits_1.0", "Level": "Host"}).GetGauge().GetValue(); v <= 0 {
 		t.Errorf("WorkerLoadTime = %v ms", v)
 	}
