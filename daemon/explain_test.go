@@ -203,6 +203,17 @@ func TestExplainErrors(t *testing.T) {
 			t.Fatalf("got %d %s, want %d with %q", r.status, r.body, status, part)
 		}
 	}
+	var only bytes.Buffer
+	w := multipart.NewWriter(&only)
+	w.WriteField("target", "1")
+	w.Close()
+	errorShape(t, do(t, "POST", s.inf+"/explanations/digits", w.FormDataContentType(), only.Bytes()), 400, "BadRequestException", "no input to explain")
+	v2Err(do(t, "POST", s.inf+"/v1/models/digits:explain", "application/json", []byte(`{"instances": [{"data": ""}], "target": -1}`)), 400, "target")
+	v2Err(do(t, "POST", s.inf+"/v1/models/nope:explain", "application/json", []byte(`{"instances": [1]}`)), 404, "")
+	v2Err(do(t, "POST", s.inf+"/v2/models/digits/explain", "application/json",
+		[]byte(`{"inputs":[{"name":"a","shape":[1],"datatype":"BYTES","data":["x"]}]}`)), 400, "no LibTorch tensor type")
+	v2Err(do(t, "POST", s.inf+"/v2/models/digits/explain", "application/json",
+		[]byte(`{"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}]}`)), 400, "float32 [1, 28, 28]")
 	v2Err(do(t, "POST", s.inf+"/v1/models/digits_tensor:explain", "application/json", []byte(`{"instances": [[1]]}`)), 501, "does not explain")
 	v2Err(do(t, "POST", s.inf+"/v1/models/digits:explain", "application/json", []byte(`{"nope": 1}`)), 400, "instances")
 	v2Err(do(t, "POST", s.inf+"/v2/models/textcls/explain", "application/json", []byte(`{"inputs": []}`)), 501, "does not explain")
