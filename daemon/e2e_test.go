@@ -354,7 +354,8 @@ func TestInferenceStatusCodes(t *testing.T) {
 	errorShape(t, oversized(t, s.inf+"/predictions/digits", 300000), 413, "", "max_request_size")
 	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 2, 3]]`)), 400, "BadRequestException", "shape")
 	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`{"data": [1, 2], "shape": [5]}`)), 400, "BadRequestException", "needs 5 values")
-	errorShape(t, do(t, "POST", s.inf+"/explanations/digits", "image/png", png[0]), 501, "", "does not explain")
+	// The tensor handler has no explanation (TestExplainImageMatchesCaptum for those that do).
+	errorShape(t, do(t, "POST", s.inf+"/explanations/slow", "application/json", []byte(`[[1, 2]]`)), 501, "NotImplementedException", "does not explain")
 	// The model raises: 500 with LibTorch's message.
 	errorShape(t, do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, -1]]`)), 500, "InternalServerException", "negative input")
 	// SageMaker-style routes.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +25,8 @@ func (d *Daemon) inferenceRouter() *router {
 		{method: "POST", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
 		{method: "PUT", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
 		{method: "PUT", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
-		{method: "POST", pattern: "/explanations/{model_name}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
-		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Explanations (501: no built-in handler explains)", handle: d.explain},
+		{method: "POST", pattern: "/explanations/{model_name}", summary: "Integrated Gradients of the target class (image and text classifiers; 501 for other handlers)", handle: d.explain},
+		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Integrated Gradients of a version", handle: d.explain},
 		{method: "POST", pattern: "/invocations", summary: "SageMaker-style predict; ?model_name= or the only model", handle: d.invocations},
 		{method: "POST", pattern: "/models/{model_name}/invoke", summary: "SageMaker-style predict", handle: d.predictRoute},
 		{method: "POST", pattern: "/v1/embeddings", summary: "OpenAI-compatible embeddings of a text_embedding model", handle: d.embeddings},
@@ -40,12 +41,104 @@ func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ params) {
 	writeStatus(ctx, 500, "Unhealthy")
 }
 
+// explain answers POST /explanations as TorchServe does: the handler's Integrated Gradients
+// of the target class (a "target" form field or JSON key; 0 by default) for the request's
+// inputs. It runs on the request's goroutine, outside the batcher, holding a place in the
+// model's queue so that explanations count against job_queue_size.
 func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
-	if _, err := d.Registry.Get(p[0], version(p)); err != nil {
+	v, err := d.Registry.Get(p[0], version(p))
+	if err != nil {
 		writeAPIError(ctx, err)
 		return
 	}
-	writeError(ctx, 501, "NotImplementedException", fmt.Sprintf("model %s: its handler does not explain", p[0]))
+	ex, ok := v.handler.(handlers.Explainer)
+	if !ok {
+		writeError(ctx, 501, "NotImplementedException", fmt.Sprintf("model %s: its handler (%s) does not explain", p[0], v.HandlerName))
+		return
+	}
+	req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+	if err != nil {
+		writeError(ctx, 400, "BadRequestException", err.Error())
+		return
+	}
+	target, err := explainTarget(req)
+	if err != nil {
+		writeError(ctx, 400, "BadRequestException", err.Error())
+		return
+	}
+	resp, _, fail := d.runExplain(v, ex, req, target)
+	if fail != nil {
+		writeAPIError(ctx, fail)
+		return
+	}
+	ctx.SetStatusCode(200)
+	ctx.SetContentType(resp.ContentType)
+	ctx.SetBody(resp.Body)
+}
+
+// runExplain preprocesses req and explains it with the handler; items is the number of
+// inputs (images, texts) explained.
+func (d *Daemon) runExplain(v *ModelVersion, ex handlers.Explainer, req *handlers.Request, target int) (_ *handlers.Response, items int, _ error) {
+	rsv, fail := admit(v)
+	if fail != nil {
+		return nil, 0, fail
+	}
+	defer rsv.release()
+	sample, err := v.handler.Preprocess(req)
+	if err != nil {
+		return nil, 0, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%v", err)
+	}
+	resp, err := explainSample(v, ex, sample, target)
+	return resp, sample.Items, err
+}
+
+func explainSample(v *ModelVersion, ex handlers.Explainer, sample *handlers.Sample, target int) (*handlers.Response, error) {
+	resp, err := ex.Explain(v.module, sample, target)
+	if err != nil {
+		status := handlers.StatusOf(err, 500)
+		typ := "InternalServerException"
+		if status < 500 {
+			typ = "BadRequestException"
+		}
+		return nil, apiErr(status, typ, "%v", err)
+	}
+	return resp, nil
+}
+
+// explainTarget takes the class to explain out of the request, as TorchServe's explain_handle
+// reads a row's "target": a multipart field, or a key of a JSON object body. It is 0 when
+// absent, as there.
+func explainTarget(req *handlers.Request) (int, error) {
+	target := 0
+	kept := req.Inputs[:0]
+	for _, in := range req.Inputs {
+		if in.Name == "target" {
+			n, err := strconv.Atoi(strings.TrimSpace(string(in.Data)))
+			if err != nil || n < 0 {
+				return 0, fmt.Errorf("target must be a class index ≥ 0, got %q", in.Data)
+			}
+			target = n
+			continue
+		}
+		kept = append(kept, in)
+	}
+	req.Inputs = kept
+	if len(req.Inputs) == 1 && strings.HasPrefix(req.Inputs[0].ContentType, "application/json") {
+		var body struct {
+			Target *json.Number `json:"target"`
+		}
+		if json.Unmarshal(req.Inputs[0].Data, &body) == nil && body.Target != nil {
+			n, err := strconv.Atoi(body.Target.String())
+			if err != nil || n < 0 {
+				return 0, fmt.Errorf("target must be a class index ≥ 0, got %s", body.Target)
+			}
+			target = n
+		}
+	}
+	if len(req.Inputs) == 0 {
+		return 0, errors.New("the request has no input to explain")
+	}
+	return target, nil
 }
 
 func (d *Daemon) invocations(ctx *fasthttp.RequestCtx, _ params) {
@@ -97,6 +190,7 @@ type outcome struct {
 }
 
 func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
+	t0 := time.Now() // HandlerTime: decode, preprocess, forward and postprocess, less the queue
 	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) {
 		req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
 		if err != nil {
@@ -117,6 +211,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
 	v.metrics.observePostprocess(t1)
+	v.metrics.observeHandler(time.Since(t0) - res.queued)
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
 		writeError(ctx, status, "InternalServerException", err.Error())

@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,8 +21,9 @@ import (
 )
 
 // The Open Inference Protocol (KServe v2, as Triton serves it) and KServe v1, on the
-// inference port. v2 infer takes tensors straight to the model: the handler's pre- and
-// postprocessing are bypassed, as in Triton.
+// inference port. v2 infer takes tensors straight to the model where the request names the
+// model's inputs: the handler's pre- and postprocessing are bypassed, as in Triton. Where it
+// does not, and the handler takes tensors, the handler runs, as in TorchServe.
 func (d *Daemon) kserveRoutes() []*route {
 	return []*route{
 		{method: "GET", pattern: "/v2", summary: "Server metadata", handle: d.v2Server},
@@ -35,6 +38,9 @@ func (d *Daemon) kserveRoutes() []*route {
 		{method: "POST", pattern: "/v2/models/{model_name}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
 		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
 		{method: "POST", pattern: "/v1/models/{model_name}:predict", summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", handle: d.v1Predict},
+		{method: "POST", pattern: "/v1/models/{model_name}:explain", summary: "KServe v1: {\"instances\": [...]} → {\"explanations\": [...]} (Integrated Gradients)", handle: d.v1Explain},
+		{method: "POST", pattern: "/v2/models/{model_name}/explain", summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", handle: d.v2Explain},
+		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/explain", summary: "KServe v2 explanation of a version", handle: d.v2Explain},
 		{method: "GET", pattern: "/v1/models/{model_name}", summary: "KServe v1 model status", handle: d.v1Model},
 	}
 }
@@ -289,11 +295,15 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		v2Error(ctx, 400, err.Error())
 		return 400, 0
 	}
+	declared := v.archive.Config.Inputs != nil
+	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+		return d.v2InferHandler(ctx, v, rsv, req, tensors, tp, arrived, timeout)
+	}
 	var sample *handlers.Sample
 	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
 		sample, err = textSample(ts, tensors[0])
 	} else {
-		sample, err = v2Sample(tensors, ins, v.archive.Config.Inputs != nil)
+		sample, err = v2Sample(tensors, ins, declared)
 	}
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
@@ -322,6 +332,133 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	ctx.SetBody(body)
 	return 200, res.queued
+}
+
+// namesInputs reports whether the request names every one of the model's inputs.
+func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
+	for _, in := range ins {
+		if !slices.ContainsFunc(tensors, func(t oip.Tensor) bool { return t.Name == in.Name }) {
+			return false
+		}
+	}
+	return true
+}
+
+// v2InferHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
+// goes through the model's handler, and its answer comes back as an output named after the
+// input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
+func (d *Daemon) v2InferHandler(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (int, time.Duration) {
+	if len(tensors) != 1 {
+		// torchd's handlers take one input per request; TorchServe's envelope would make each
+		// input a request of the handler's batch.
+		v2Error(ctx, 400, fmt.Sprintf("through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors)))
+		return 400, 0
+	}
+	t := tensors[0]
+	dt, ok := datatypes[t.Datatype]
+	if !ok {
+		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
+		return 400, 0
+	}
+	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
+		return handlers.StatusOf(err, 400), 0
+	}
+	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return fail.Status, res.queued
+	}
+	resp, err := v.handler.Postprocess(sample, res.out)
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 500), err.Error())
+		return handlers.StatusOf(err, 500), res.queued
+	}
+	out, err := envelopeOutput(t.Name, resp.Body)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return 500, res.queued
+	}
+	id := req.ID
+	if strings.TrimSpace(id) == "" {
+		id = newRequestID()
+	}
+	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+	return 200, res.queued
+}
+
+// envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
+// flattened, named after the input, with shape [len(data)].
+func envelopeOutput(name string, body []byte) (oip.ResponseOutput, error) {
+	body = bytes.TrimSpace(body)
+	if !json.Valid(body) {
+		return oip.ResponseOutput{}, errors.New("the handler's answer is not JSON, which a KServe v2 response needs")
+	}
+	out := oip.ResponseOutput{Name: name, Datatype: "BYTES"}
+	// Answers are kept as raw JSON, so that a {label: probability} object keeps its order.
+	var data []any
+	var tensor struct {
+		DType string `json:"dtype"`
+		Shape []any  `json:"shape"`
+		Data  []any  `json:"data"`
+	}
+	var list []json.RawMessage
+	switch {
+	case body[0] == '{' && json.Unmarshal(body, &tensor) == nil && tensor.DType != "" && tensor.Shape != nil && tensor.Data != nil:
+		// The tensor handler's {"dtype", "shape", "data"}: its data, flattened.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		_ = dec.Decode(&tensor)
+		data = flatten(tensor.Data, nil)
+		out.Datatype = datatypeOfName(tensor.DType)
+	case body[0] == '[' && json.Unmarshal(body, &list) == nil:
+		// Nested lists of numbers (attributions) flatten to FP64, as NumPy makes Python
+		// floats; a list of anything else is one BYTES item per element.
+		var nested []any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		_ = dec.Decode(&nested)
+		if flat := flatten(nested, nil); allNumbers(flat) {
+			data, out.Datatype = flat, "FP64"
+			break
+		}
+		for _, e := range list {
+			data = append(data, e)
+		}
+	default:
+		data = []any{json.RawMessage(body)}
+	}
+	out.Data, out.Shape = data, []int64{int64(len(data))}
+	return out, nil
+}
+
+func allNumbers(v []any) bool {
+	for _, e := range v {
+		if _, ok := e.(json.Number); !ok {
+			return false
+		}
+	}
+	return len(v) > 0
+}
+
+func flatten(v []any, into []any) []any {
+	for _, e := range v {
+		if l, ok := e.([]any); ok {
+			into = flatten(l, into)
+		} else {
+			into = append(into, e)
+		}
+	}
+	return into
+}
+
+// newRequestID is a random UUID (version 4), TorchServe's id for a request that brings none.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
 // scheduleParams honours the schedule policy parameters: timeout (µs) becomes the request's
@@ -555,4 +692,122 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 		return
 	}
 	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.warm.Load() && v.pool.Count() > 0})
+}
+
+// v1Explain is KServe v1's explain: the instances go through the model's handler as for
+// :predict, and its explanation comes back as {"explanations": [...]}, one per instance.
+func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], "")
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	ex, ok := v.handler.(handlers.Explainer)
+	if !ok {
+		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain", v.Name, v.HandlerName))
+		return
+	}
+	var body struct {
+		Instances json.RawMessage `json:"instances"`
+		Target    *int            `json:"target"`
+	}
+	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
+		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
+		return
+	}
+	target := 0
+	if body.Target != nil {
+		target = *body.Target
+	}
+	req := &handlers.Request{
+		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
+		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
+		Canceled: clientGone(ctx.Conn()),
+	}
+	if target < 0 {
+		v2Error(ctx, 400, fmt.Sprintf("target must be a class index ≥ 0, got %d", target))
+		return
+	}
+	resp, items, err := d.runExplain(v, ex, req, target)
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	var expl any
+	if err := json.Unmarshal(resp.Body, &expl); err != nil {
+		v2Error(ctx, 500, "the handler's explanation is not JSON")
+		return
+	}
+	// One instance's explanation is the handler's whole answer; several come as a list.
+	if list, ok := expl.([]any); ok && items > 1 {
+		writeCompactJSON(ctx, map[string]any{"explanations": list})
+		return
+	}
+	writeCompactJSON(ctx, map[string]any{"explanations": []any{expl}})
+}
+
+// v2Explain is TorchServe's KServe v2 explain: the one input goes through a handler that
+// takes tensors, and its explanation comes back as an output named after the input.
+func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
+	v, err := d.Registry.Get(p[0], v2Version(p))
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	ex, ok := v.handler.(handlers.Explainer)
+	tp, takesTensors := v.handler.(handlers.TensorPreprocessor)
+	if !ok || !takesTensors {
+		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName))
+		return
+	}
+	req, tensors, err := oip.DecodeRequest(ctx.Request.SwapBody(nil), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	if len(tensors) != 1 {
+		v2Error(ctx, 400, fmt.Sprintf("explain takes one input, got %d", len(tensors)))
+		return
+	}
+	t := tensors[0]
+	dt, ok := datatypes[t.Datatype]
+	if !ok {
+		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
+		return
+	}
+	target := 0
+	if tv, ok := req.Parameters["target"]; ok {
+		f, ok := tv.(float64)
+		if !ok || f < 0 || f != float64(int(f)) {
+			v2Error(ctx, 400, fmt.Sprintf("parameter target must be a class index ≥ 0, got %v", tv))
+			return
+		}
+		target = int(f)
+	}
+	rsv, fail := admit(v)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return
+	}
+	defer rsv.release()
+	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	if err != nil {
+		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
+		return
+	}
+	resp, err := explainSample(v, ex, sample, target)
+	if err != nil {
+		v2APIError(ctx, err)
+		return
+	}
+	out, err := envelopeOutput(t.Name, resp.Body)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return
+	}
+	id := req.ID
+	if strings.TrimSpace(id) == "" {
+		id = newRequestID()
+	}
+	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 
 func (d *Daemon) managementRouter() *router {
 	return withDescription("management", []*route{
-		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, synchronous, response_timeout", handle: d.register},
+		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, synchronous, response_timeout, startup_timeout", handle: d.register},
 		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
 		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},
 		{method: "GET", pattern: "/models/{model_name}/{model_version}", summary: "Describe a version, or every version with 'all'", handle: d.describe},
@@ -36,10 +37,11 @@ func (d *Daemon) managementRouter() *router {
 type args struct {
 	query *fasthttp.Args
 	body  map[string]any
+	log   *slog.Logger
 }
 
-func readArgs(ctx *fasthttp.RequestCtx) (args, error) {
-	a := args{query: ctx.QueryArgs()}
+func (d *Daemon) readArgs(ctx *fasthttp.RequestCtx) (args, error) {
+	a := args{query: ctx.QueryArgs(), log: d.log}
 	if strings.HasPrefix(string(ctx.Request.Header.ContentType()), "application/json") && len(ctx.PostBody()) > 0 {
 		if err := json.Unmarshal(ctx.PostBody(), &a.body); err != nil {
 			return a, fmt.Errorf("invalid JSON body: %v", err)
@@ -66,38 +68,60 @@ func (a args) str(key string) (string, bool) {
 	return "", false
 }
 
-func (a args) int(key string, min int) (int, bool, error) {
+// num reads an integer parameter. One that does not parse counts as not given, so its
+// default applies: TorchServe's scripts rely on that (its getIntParameter falls back to the
+// default), so torchd does the same and says so in a warning.
+func (a args) num(key, def string) (int, bool) {
 	s, ok := a.str(key)
 	if !ok {
-		return 0, false, nil
+		return 0, false
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < min {
-		return 0, false, apiErr(400, "BadRequestException", "Parameter %s must be an integer ≥ %d, got %q", key, min, s)
+	if err != nil {
+		a.log.Warn("parameter is not an integer; using its default", "parameter", key, "value", s, "default", def)
+		return 0, false
 	}
-	return n, true, nil
+	return n, true
 }
 
-func (a args) bool(key string, def bool) (bool, error) {
+// int reads an integer parameter that must be at least min: an integer below it is 400,
+// one that does not parse falls back to the default (num).
+func (a args) int(key string, min int, def string) (int, bool, error) {
+	n, ok := a.num(key, def)
+	if ok && n < min {
+		return 0, false, apiErr(400, "BadRequestException", "Parameter %s must be an integer ≥ %d, got %d", key, min, n)
+	}
+	return n, ok, nil
+}
+
+// bool reads a boolean as Java's Boolean.parseBoolean does, which TorchServe uses: "true" in
+// any case is true and anything else false; a value that is neither true nor false is
+// warned about.
+func (a args) bool(key string, def bool) bool {
 	s, ok := a.str(key)
 	if !ok {
-		return def, nil
+		return def
 	}
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return false, apiErr(400, "BadRequestException", "Parameter %s must be true or false, got %q", key, s)
+	if !strings.EqualFold(s, "true") && !strings.EqualFold(s, "false") {
+		a.log.Warn("parameter is not true or false; taking it as false, as TorchServe does", "parameter", key, "value", s)
 	}
-	return b, nil
+	return strings.EqualFold(s, "true")
 }
 
 func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
-	a, err := readArgs(ctx)
+	a, err := d.readArgs(ctx)
 	if err != nil {
 		writeError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	req := RegisterRequest{}
-	req.URL, _ = a.str("url")
+	var hasURL bool
+	req.URL, hasURL = a.str("url")
+	if hasURL && req.URL == "" {
+		// TorchServe looks an empty url up in the model store, and finds nothing.
+		writeError(ctx, 404, "ModelNotFoundException", "Model not found in model store: ")
+		return
+	}
 	req.Name, _ = a.str("model_name")
 	req.Handler, _ = a.str("handler")
 	req.Runtime, _ = a.str("runtime")
@@ -109,47 +133,53 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 	isAuto := func(key string) bool { v, _ := a.str(key); return v == "auto" }
 	req.BatchSizeAuto, req.DelayAuto, req.WorkersAuto = isAuto("batch_size"), isAuto("max_batch_delay"), isAuto("initial_workers")
 	if !req.BatchSizeAuto {
-		if req.BatchSize, _, err = a.int("batch_size", 1); err != nil {
+		if req.BatchSize, _, err = a.int("batch_size", 1, "the archive's or the server's batch_size"); err != nil {
 			writeAPIError(ctx, err)
 			return
 		}
 	}
-	var delay, workers, timeout, target int
+	var delay, workers, timeout, target, startup int
 	if req.DelayAuto {
-	} else if delay, set, err = a.int("max_batch_delay", 0); err != nil {
+	} else if delay, set, err = a.int("max_batch_delay", 0, "the archive's or the server's max_batch_delay"); err != nil {
 		writeAPIError(ctx, err)
 		return
 	} else if set {
 		dd := time.Duration(delay) * time.Millisecond
 		req.MaxBatchDelay = &dd
 	}
-	if req.WorkersAuto {
-	} else if workers, set, err = a.int("initial_workers", 0); err != nil {
-		writeAPIError(ctx, err)
-		return
-	} else if set {
-		req.InitialWorkers = &workers
+	if !req.WorkersAuto {
+		if workers, set = a.num("initial_workers", "the archive's or the server's workers"); set {
+			if workers < 0 {
+				// TorchServe registers a model with a negative initial_workers with none.
+				d.log.Warn("initial_workers is negative; registering with 0 workers, as TorchServe does", "value", workers)
+				workers = 0
+			}
+			req.InitialWorkers = &workers
+		}
 	}
-	if target, set, err = a.int("latency_target_ms", 1); err != nil {
+	if target, set, err = a.int("latency_target_ms", 1, "the server's latency_target_ms"); err != nil {
 		writeAPIError(ctx, err)
 		return
 	} else if set {
 		req.LatencyTarget = time.Duration(target) * time.Millisecond
 	}
-	if req.Threads, _, err = a.int("threads", 1); err != nil {
+	if req.Threads, _, err = a.int("threads", 1, "the server's threads"); err != nil {
 		writeAPIError(ctx, err)
 		return
 	}
-	if timeout, set, err = a.int("response_timeout", 1); err != nil {
+	if timeout, set, err = a.int("response_timeout", 1, "the archive's or the server's response_timeout"); err != nil {
 		writeAPIError(ctx, err)
 		return
 	} else if set {
 		req.ResponseTimeout = time.Duration(timeout) * time.Second
 	}
-	if req.Synchronous, err = a.bool("synchronous", true); err != nil {
-		writeAPIError(ctx, err)
-		return
+	// As TorchServe: -1 is the default, and 0 or less leaves the workers no time to start,
+	// so the registration fails.
+	if startup, set = a.num("startup_timeout", "the archive's or the server's startup_timeout"); set && startup != -1 {
+		st := time.Duration(max(startup, 0)) * time.Second
+		req.StartupTimeout = &st
 	}
+	req.Synchronous = a.bool("synchronous", true)
 	req.Persist = true
 	v, err := d.Registry.Register(req)
 	if err != nil {
@@ -182,19 +212,16 @@ type listResponse struct {
 }
 
 func (d *Daemon) list(ctx *fasthttp.RequestCtx, _ params) {
-	a, _ := readArgs(ctx)
-	limit, set, err := a.int("limit", -1<<31)
-	if err != nil {
-		writeAPIError(ctx, err)
-		return
-	}
+	a, _ := d.readArgs(ctx)
+	// As TorchServe: a limit that does not parse, is negative or is over 100 is 100, and a
+	// token that does not parse or is negative is 0.
+	limit, set := a.num("limit", "100")
 	if !set || limit > 100 || limit < 0 {
 		limit = 100
 	}
-	offset, _, err := a.int("next_page_token", 0)
-	if err != nil {
-		writeAPIError(ctx, err)
-		return
+	offset, _ := a.num("next_page_token", "0")
+	if offset < 0 {
+		offset = 0
 	}
 	var all []listEntry
 	for _, v := range d.Registry.Defaults() {
@@ -322,12 +349,12 @@ func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 }
 
 func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
-	a, err := readArgs(ctx)
+	a, err := d.readArgs(ctx)
 	if err != nil {
 		writeError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
-	minW, set, err := a.int("min_worker", 0)
+	minW, set, err := a.int("min_worker", 0, "1")
 	if err != nil {
 		writeAPIError(ctx, err)
 		return
@@ -335,7 +362,7 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
 	if !set {
 		minW = 1
 	}
-	maxW, set, err := a.int("max_worker", 0)
+	maxW, set, err := a.int("max_worker", 0, "min_worker")
 	if err != nil {
 		writeAPIError(ctx, err)
 		return
@@ -347,11 +374,7 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
 		writeError(ctx, 400, "BadRequestException", "max_worker cannot be less than min_worker.")
 		return
 	}
-	sync, err := a.bool("synchronous", false)
-	if err != nil {
-		writeAPIError(ctx, err)
-		return
-	}
+	sync := a.bool("synchronous", false)
 	v, err := d.Registry.Scale(p[0], version(p), minW, maxW, sync)
 	if err != nil {
 		writeAPIError(ctx, err)

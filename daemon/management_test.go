@@ -46,7 +46,7 @@ func TestManagementAPI(t *testing.T) {
 	errorShape(t, do(t, "POST", m+"/models?url=absent.mar", "", nil), 404, "ModelNotFoundException", "absent.mar")
 	errorShape(t, do(t, "POST", m+"/models?url=../etc/passwd", "", nil), 404, "ModelNotFoundException", "")
 	errorShape(t, do(t, "POST", m+"/models?url=digits.mar&runtime=java", "", nil), 400, "BadRequestException", "Invalid RuntimeType value: java")
-	errorShape(t, do(t, "POST", m+"/models?url=digits.mar&batch_size=zero", "", nil), 400, "BadRequestException", "batch_size")
+	errorShape(t, do(t, "POST", m+"/models?url=digits.mar&batch_size=0", "", nil), 400, "BadRequestException", "batch_size")
 	errorShape(t, do(t, "POST", m+"/models", "application/json", []byte(`{"url": `)), 400, "BadRequestException", "invalid JSON")
 	errorShape(t, do(t, "POST", m+"/models?url=http://example.invalid/m.mar", "", nil), 400, "ModelException", "not allowed")
 

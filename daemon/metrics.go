@@ -23,6 +23,15 @@ type Metrics struct {
 	// off (enable_metrics_api = false) makes model return nil: a nil *modelMetrics records
 	// nothing, so the request path makes no metric updates at all.
 	off bool
+	ts  tsHostMetrics
+}
+
+// tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its
+// names and labels (Level="Host", Hostname), for the dashboards and alerts that query them.
+// Its gauges hold the last value, as TorchServe's do.
+type tsHostMetrics struct {
+	requests2xx, requests4xx, requests5xx *metrics.Counter
+	queueTime, workerThreadTime           *metrics.Gauge // milliseconds
 }
 
 // Buckets of the histograms: seconds from 100 µs to 30 s, and batch sizes in powers of two.
@@ -38,7 +47,31 @@ func init() {
 
 func newMetrics(enabled bool) *Metrics {
 	h, _ := os.Hostname()
-	return &Metrics{set: metrics.NewSet(), hostname: h, models: map[string]*modelMetrics{}, off: !enabled}
+	m := &Metrics{set: metrics.NewSet(), hostname: h, models: map[string]*modelMetrics{}, off: !enabled}
+	host := fmt.Sprintf(`{Level="Host",Hostname=%q}`, h)
+	m.ts = tsHostMetrics{
+		requests2xx:      m.set.NewCounter("Requests2XX" + host),
+		requests4xx:      m.set.NewCounter("Requests4XX" + host),
+		requests5xx:      m.set.NewCounter("Requests5XX" + host),
+		queueTime:        m.set.NewGauge("QueueTime"+host, nil),
+		workerThreadTime: m.set.NewGauge("WorkerThreadTime"+host, nil),
+	}
+	m.registerHostMetrics()
+	return m
+}
+
+// countResponse counts an answer of the inference or management API by its class, as
+// TorchServe does for every response it sends: 2xx, 4xx, and anything else as 5xx.
+func (m *Metrics) countResponse(code int) {
+	switch {
+	case m.off:
+	case code >= 200 && code < 300:
+		m.ts.requests2xx.Inc()
+	case code >= 400 && code < 500:
+		m.ts.requests4xx.Inc()
+	default:
+		m.ts.requests5xx.Inc()
+	}
 }
 
 // modelMetrics are one model version's series. Updating them costs a few atomic adds.
@@ -55,6 +88,11 @@ type modelMetrics struct {
 	tsRequests  *metrics.Counter
 	tsLatencyUS *metrics.FloatCounter
 	tsQueueUS   *metrics.FloatCounter
+	// TorchServe's model metrics (Level="Model"), last values in milliseconds: the handler's
+	// time for a request, and a batch's forward.
+	handlerTime, predictionTime *metrics.Gauge
+	host                        *tsHostMetrics
+	workerPrefix, hostname      string // TorchServe's worker names are W-<port>-<model>_<version>
 
 	workers atomic.Int64
 	stuck   atomic.Int64
@@ -87,7 +125,11 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
 	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
-	mm := &modelMetrics{set: m.set, labels: l}
+	mm := &modelMetrics{set: m.set, labels: l, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
+	model := fmt.Sprintf(`{ModelName=%q,Level="Model",Hostname=%q}`, name, m.hostname)
+	// Not dropped with the version: TorchServe keeps them, and versions of a model share them.
+	mm.handlerTime = m.set.GetOrCreateGauge("HandlerTime"+model, nil)
+	mm.predictionTime = m.set.GetOrCreateGauge("PredictionTime"+model, nil)
 	hist := func(n string, buckets []float64) *metrics.PrometheusHistogram {
 		return m.set.GetOrCreatePrometheusHistogramExt(mm.track(n+"{"+l+"}"), buckets)
 	}
@@ -159,13 +201,37 @@ func (mm *modelMetrics) observePostprocess(start time.Time) {
 	}
 }
 
-func (mm *modelMetrics) observeBatch(size int, d time.Duration) {
+// observeBatch records a batch's forward (d) and the rest of the worker's time on it
+// (overhead: TorchServe's WorkerThreadTime, the worker's time outside the backend).
+func (mm *modelMetrics) observeBatch(size int, d, overhead time.Duration) {
 	if mm == nil {
 		return
 	}
 	mm.batchSize.Update(float64(size))
 	mm.inferenceTime.Update(d.Seconds())
+	mm.predictionTime.Set(ms(d))
+	mm.host.workerThreadTime.Set(ms(overhead))
 }
+
+// observeHandler records the handler's time for one request: preprocess, its batch's
+// forward and postprocess.
+func (mm *modelMetrics) observeHandler(d time.Duration) {
+	if mm != nil {
+		mm.handlerTime.Set(ms(d))
+	}
+}
+
+// workerLoaded records how long worker id took to load and warm up, as TorchServe's
+// WorkerLoadTime{WorkerName="W-9000-digits_1.0"}.
+func (mm *modelMetrics) workerLoaded(id int, d time.Duration) {
+	if mm == nil {
+		return
+	}
+	name := fmt.Sprintf(`WorkerLoadTime{WorkerName="W-%d%s",Level="Host",Hostname=%q}`, 9000+id, mm.workerPrefix, mm.hostname)
+	mm.set.GetOrCreateGauge(name, nil).Set(ms(d))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
 	if mm == nil {
@@ -191,6 +257,7 @@ func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
 	mm.tsQueueUS.Add(float64(queued.Microseconds()))
 	if queued > 0 {
 		mm.queueTime.Update(queued.Seconds())
+		mm.host.queueTime.Set(ms(queued))
 	}
 }
 

@@ -16,7 +16,7 @@ func BenchmarkMetricsPerRequest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		mm.preprocess.UpdateDuration(start)
-		mm.observeBatch(8, time.Millisecond)
+		mm.observeBatch(8, time.Millisecond, 50*time.Microsecond)
 		mm.postprocess.UpdateDuration(start)
 		mm.observeRequest(200, 3*time.Millisecond, time.Millisecond)
 	}

@@ -235,6 +235,7 @@ func (p *WorkerPool) run(w *worker) {
 	threads := p.threads.Load()
 	torch.SetNumThreads(int(threads))
 	p.warm()
+	p.metrics.workerLoaded(w.id, time.Since(w.started))
 	close(w.ready)
 	for {
 		batch := p.batcher.next(w.stop)
@@ -281,7 +282,7 @@ func (p *WorkerPool) runBatch(batch []*job) {
 	start := time.Now()
 	outs, err := p.infer(samples)
 	elapsed := time.Since(start)
-	p.metrics.observeBatch(len(batch), elapsed)
+	p.metrics.observeBatch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	if err == nil {
 		for i, j := range batch {
 			j.finish(jobResult{out: outs[i], queued: dispatched.Sub(j.enqueued), inference: elapsed, batchSize: len(batch)})

@@ -123,6 +123,7 @@ type RegisterRequest struct {
 	InitialWorkers  *int
 	Synchronous     bool
 	ResponseTimeout time.Duration
+	StartupTimeout  *time.Duration // nil: unset; 0: no time at all, so the registration fails
 	Startup         bool
 	Persist         bool // record in the snapshot
 	MaxWorkers      int  // 0: unset
@@ -361,6 +362,9 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if req.ResponseTimeout > 0 {
 		s.ResponseTimeout = req.ResponseTimeout
 	}
+	if req.StartupTimeout != nil {
+		s.StartupTimeout = *req.StartupTimeout
+	}
 	if req.MaxWorkers > 0 {
 		s.MaxWorkers = req.MaxWorkers
 	}
@@ -371,13 +375,28 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 }
 
 func (r *Registry) load(name, version string, req RegisterRequest, am *archive.Model) (_ *ModelVersion, err error) {
+	handedOff := false // the archive now belongs to a version closing in the background
 	defer func() {
-		if err != nil {
+		if err != nil && !handedOff {
 			am.Close()
 		}
 	}()
 	s := resolveModelSettings(r.cfg, am.Config, req)
 	start := time.Now()
+	counted := start // startup_timeout counts from here
+	// A registration that waits for its workers fails, as TorchServe's does, when they are not
+	// loaded and warm within startup_timeout. A load or forward in LibTorch cannot be
+	// interrupted, so the steps on this goroutine are checked when each returns.
+	wait := req.Synchronous || req.Startup
+	timedOut := func() error {
+		if !wait || s.MinWorkers == 0 && !s.AutoWorkers || time.Since(counted) <= s.StartupTimeout {
+			return nil
+		}
+		return startupTimedOut(name, version, s.StartupTimeout)
+	}
+	if err := timedOut(); err != nil {
+		return nil, err
+	}
 	var lopts []torch.LoadOption
 	lopts = append(lopts, torch.WithDevice(s.Device))
 	if s.Freeze {
@@ -386,6 +405,10 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	module, err := torch.Load(am.SerializedPath(), lopts...)
 	if err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "failed to load model %s version %s: %v", name, version, err)
+	}
+	if err := timedOut(); err != nil {
+		module.Close()
+		return nil, err
 	}
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
 	if err != nil {
@@ -412,7 +435,15 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "model %s version %s failed its warm-up forward: %v", name, version, err)
 		}
 	}
+	if err := timedOut(); err != nil {
+		module.Close()
+		return nil, err
+	}
+	// Measuring the batching curve is torchd's own calibration, not the workers' start:
+	// startup_timeout does not count it.
+	tuneStart := time.Now()
 	tn, err := r.setupAuto(name, &s, h, module, am.SerializedPath(), warmup)
+	counted = counted.Add(time.Since(tuneStart))
 	if err != nil {
 		module.Close()
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "%v", err)
@@ -427,7 +458,6 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if v.tuner != nil {
 		v.tuner.pool = v.pool
 	}
-	wait := req.Synchronous || req.Startup
 	done := make(chan struct{})
 	go func() {
 		v.pool.Scale(s.MinWorkers, true)
@@ -438,12 +468,31 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		}
 	}()
 	if wait {
-		<-done
+		timer := time.NewTimer(max(s.StartupTimeout-time.Since(counted), 0))
+		select {
+		case <-done:
+			timer.Stop()
+		case <-timer.C:
+			if s.MinWorkers > 0 || s.AutoWorkers {
+				// The workers still starting are stopped once they are up.
+				handedOff = true
+				go func() { <-done; v.close() }()
+				return nil, startupTimedOut(name, version, s.StartupTimeout)
+			}
+			<-done
+		}
 	}
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
 		"threads", v.pool.Threads(), "device", module.Device(), "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
+}
+
+// startupTimedOut is TorchServe's answer to workers that did not start within
+// startup_timeout, with the reason added.
+func startupTimedOut(name, version string, limit time.Duration) error {
+	return apiErr(http.StatusInternalServerError, "InternalServerException",
+		"Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
 }
 
 // warmupSamples returns the inputs each worker runs before serving: the handler's own, or

@@ -168,9 +168,9 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath))},
-		{"management", d.cfg.ManagementAddress, d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath))},
-		{"metrics", d.cfg.MetricsAddress, d.serveMetrics},
+		{"inference", d.cfg.InferenceAddress, d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath)))},
+		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath)))},
+		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().serve},
 	}
 	if !d.cfg.EnableMetrics {
 		apis = apis[:2]
@@ -426,11 +426,23 @@ func (r *Registry) failStartup(name string, err error) {
 	r.failed = append(r.failed, fmt.Sprintf("%s: %v", name, err))
 }
 
-func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx) {
-	if string(ctx.Path()) != "/metrics" {
-		writeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
-		return
+// countResponses counts h's answers in TorchServe's Requests2XX/4XX/5XX.
+func (d *Daemon) countResponses(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h(ctx)
+		d.metrics.countResponse(ctx.Response.StatusCode())
 	}
+}
+
+// metricsRouter serves the metrics, and the API description at OPTIONS / as TorchServe's
+// metrics port does.
+func (d *Daemon) metricsRouter() *router {
+	return withDescription("metrics", []*route{
+		{method: "GET", pattern: "/metrics", summary: "Prometheus text format: torchd's series, TorchServe's, and the process's", handle: d.serveMetrics},
+	})
+}
+
+func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ params) {
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	d.metrics.WritePrometheus(ctx)
 }

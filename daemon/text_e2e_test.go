@@ -112,3 +112,24 @@ func TestTextClassifierRequestsOverHTTP(t *testing.T) {
 	errorShape(t, do(t, "POST", url, "text/plain", []byte(" \n ")), 400, "", "empty")
 	errorShape(t, do(t, "POST", url, "application/json", []byte(`{"text": ""}`)), 400, "", "empty")
 }
+
+// The Content-Type decides whether a text body is JSON, as in TorchServe: a text/plain body
+// that looks like a JSON list is one text, answered with one object; the same body sent as
+// application/json is two texts, answered with a list.
+func TestTextPlainFollowsContentType(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=textcls.mar&initial_workers=1&synchronous=true")
+	body := []byte(`["a wonderful film", "a dull film"]`)
+	var one map[string]float64
+	r := do(t, "POST", s.inf+"/predictions/textcls", "text/plain", body)
+	r.json(t, &one)
+	if r.status != 200 || len(one) < 2 {
+		t.Fatalf("text/plain JSON-looking body: %d %s", r.status, r.body)
+	}
+	var two []map[string]float64
+	r = do(t, "POST", s.inf+"/predictions/textcls", "application/json", body)
+	r.json(t, &two)
+	if r.status != 200 || len(two) != 2 {
+		t.Fatalf("application/json list: %d %s", r.status, r.body)
+	}
+}

@@ -87,6 +87,13 @@ type Inferer interface {
 	Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error)
 }
 
+// TensorPreprocessor is implemented by handlers that also take a request's input as a
+// tensor, as TorchServe's handlers take a KServe v2 input's data. Its errors are the
+// client's (400), as Preprocess's.
+type TensorPreprocessor interface {
+	PreprocessTensor(t Tensor) (*Sample, error)
+}
+
 // Error is a handler error with the HTTP status it maps to.
 type Error struct {
 	Status int

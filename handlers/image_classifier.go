@@ -122,6 +122,28 @@ func (ic *ImageClassifier) Preprocess(r *Request) (*Sample, error) {
 	return imageSample(r, ic.transform, ic.limits)
 }
 
+// PreprocessTensor takes images already transformed, as TorchServe's vision handlers take a
+// list: float32 [C, H, W] for one image or [N, C, H, W], of the model's input shape.
+func (ic *ImageClassifier) PreprocessTensor(t Tensor) (*Sample, error) {
+	return transformedImages(t, ic.transform)
+}
+
+// transformedImages checks t against t's transform output shape and gives it a leading
+// image dimension.
+func transformedImages(t Tensor, tr vision.Transform) (*Sample, error) {
+	c, h, w := tr.OutputShape()
+	if len(t.Shape) == 3 {
+		t.Shape = append([]int64{1}, t.Shape...)
+	}
+	if t.DType != torch.Float32 || len(t.Shape) != 4 || t.Shape[0] < 1 || t.Shape[1] != int64(c) || t.Shape[2] != int64(h) || t.Shape[3] != int64(w) {
+		return nil, BadInput("a tensor input must be float32 [%d, %d, %d] or [N, %d, %d, %d] (the transformed image), got %v %v", c, h, w, c, h, w, t.DType, t.Shape)
+	}
+	if int64(len(t.Data)) != 4*t.Numel() {
+		return nil, BadInput("tensor input: %d bytes for shape %v", len(t.Data), t.Shape)
+	}
+	return &Sample{Items: int(t.Shape[0]), Tensors: []Tensor{t}}, nil
+}
+
 // WarmupSample is a black image of the model's input shape.
 func (ic *ImageClassifier) WarmupSample() *Sample { return blankImage(ic.transform) }
 

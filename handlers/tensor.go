@@ -79,6 +79,15 @@ func (h *TensorHandler) Preprocess(r *Request) (*Sample, error) {
 	return &Sample{Items: int(t.Shape[0]), Tensors: []Tensor{t}, State: tensorState{npy: wantNpy}}, nil
 }
 
+// PreprocessTensor takes a tensor as Preprocess takes a decoded JSON one.
+func (h *TensorHandler) PreprocessTensor(t Tensor) (*Sample, error) {
+	t, err := h.check(t)
+	if err != nil {
+		return nil, err
+	}
+	return &Sample{Items: int(t.Shape[0]), Tensors: []Tensor{t}, State: tensorState{}}, nil
+}
+
 // check validates t against the declared input and gives it a leading item dimension.
 func (h *TensorHandler) check(t Tensor) (Tensor, error) {
 	if h.spec == nil {

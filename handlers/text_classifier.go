@@ -82,15 +82,16 @@ const defaultMaxTexts = 256
 type textState struct{ ids [][]int64 }
 
 // Preprocess reads the request's texts and tokenizes each: a raw body or form field is one
-// text; JSON may be a string, {"text": ...} or {"data": ...}, or a list of these, one item
-// per text.
+// text; a JSON body (Content-Type application/json) may be a string, {"text": ...} or
+// {"data": ...}, or a list of these, one item per text.
 func (tc *TextClassifier) Preprocess(r *Request) (*Sample, error) {
 	var texts []string
 	for _, p := range r.Inputs {
 		if !utf8.Valid(p.Data) {
 			return nil, BadInput("input %q is not valid UTF-8", p.Name)
 		}
-		if isJSON(p) {
+		// The Content-Type decides, as in TorchServe: text/plain that looks like JSON is text.
+		if declaredJSON(p) {
 			t, err := jsonTexts(p.Data)
 			if err != nil {
 				return nil, err
@@ -117,6 +118,13 @@ func (tc *TextClassifier) Preprocess(r *Request) (*Sample, error) {
 		st.ids[i] = tc.tok.Encode(t)
 	}
 	return &Sample{Items: len(texts), State: st}, nil
+}
+
+// declaredJSON reports whether p's Content-Type is JSON: application/json, or a +json type.
+func declaredJSON(p Payload) bool {
+	ct, _, _ := strings.Cut(p.ContentType, ";")
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	return ct == "application/json" || strings.HasSuffix(ct, "+json")
 }
 
 func jsonTexts(b []byte) ([]string, error) {

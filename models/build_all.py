@@ -68,6 +68,10 @@ def main():
         t = time.monotonic()
         run(script(name), args.out)
         print(f"{name}: built in {time.monotonic() - t:.1f} s", flush=True)
+    # Captum's references for torchd's explanations, from the digits and textcls models.
+    t = time.monotonic()
+    run("explain_ref.py", args.out)
+    print(f"explain_ref: {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
     run("verify.py", args.out)
     print(f"verify: {time.monotonic() - t:.1f} s", flush=True)

@@ -415,9 +415,20 @@ class TextClassifier(nn.Module):
         self.head = nn.Linear(d, classes)
 
     def forward(self, input_ids, attention_mask):
+        return self.forward_embedded(self.tok(input_ids), attention_mask)
+
+    # embed and forward_embedded split forward at the token embedding, the layer that
+    # explanations attribute to (as TorchServe's text handler's LayerIntegratedGradients on
+    # its embedding): torchd's text_classifier interpolates between embed's outputs.
+    @torch.jit.export
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.tok(input_ids)
+
+    @torch.jit.export
+    def forward_embedded(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         pad = attention_mask == 0
-        positions = torch.arange(input_ids.size(1), device=input_ids.device)
-        x = self.tok(input_ids) + self.pos(positions)
+        positions = torch.arange(tokens.size(1), device=tokens.device)
+        x = tokens + self.pos(positions)
         for layer in self.layers:
             x = layer(x, pad)
         x = self.norm(x)

@@ -345,3 +345,14 @@ func (w *WordPiece) appendWord(ids []int64, word []byte, sc *scratch) []int64 {
 	}
 	return ids
 }
+
+// Token returns the vocabulary's token for id ("" outside it).
+func (w *WordPiece) Token(id int64) string {
+	if id < 0 || id >= int64(len(w.tokens)) {
+		return ""
+	}
+	return w.tokens[id]
+}
+
+// PadID is the id of [PAD].
+func (w *WordPiece) PadID() int64 { return w.pad }

@@ -141,6 +141,23 @@ const char *td_version(void);
 /* Frees an error or a string returned by this library. */
 void td_error_free(char *e);
 
+/* ---- Explanations: Integrated Gradients ---------------------------------------------- */
+
+/* Integrated Gradients of method's output[:, target] with respect to its argument arg, as
+ * Captum's IntegratedGradients computes them: the sum over i < n_steps of
+ * weights[i] * d output[:, target] / d x at x = baseline + alphas[i] * (input - baseline),
+ * times (input - baseline). nodes are method's arguments as for td_module_run, followed by
+ * one more top-level node, the baseline, of the input's shape. The n_steps scaled inputs run
+ * as one batch of n_steps * B rows (B: the input's leading dimension), step by step, and
+ * every other tensor argument is repeated n_steps times along its leading dimension, as
+ * Captum does. method must return [n_steps * B, classes] logits (or a tuple whose first item
+ * is). Runs with autograd on, not under InferenceMode. On success *out is a new result of one
+ * tensor: the attributions, float32, of the input's shape. */
+td_error td_module_integrated_gradients(td_module *m, const char *method, const td_node *nodes,
+                                        int n_nodes, int arg, const double *alphas,
+                                        const double *weights, int n_steps, int64_t target,
+                                        td_result **out);
+
 #ifdef __cplusplus
 }
 #endif

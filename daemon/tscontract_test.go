@@ -1,0 +1,187 @@
+package daemon_test
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Parameters that TorchServe cannot parse fall back to their defaults there, and scripts
+// written against it send them: torchd registers, lists and scales as TorchServe does, and
+// logs a warning that names the parameter and the default.
+func TestLenientParameters(t *testing.T) {
+	s := startServer(t)
+	m := s.mgmt
+
+	expectStatus(t, do(t, "POST", m+"/models?url=digits.mar&batch_size=dd&max_batch_delay=junk&synchronous=true", "", nil),
+		200, `Model "digits" Version: 1.0 registered with 1 initial workers`)
+	// TorchServe registers a negative initial_workers with none.
+	expectStatus(t, do(t, "POST", m+"/models?url=slow.mar&initial_workers=-1", "", nil),
+		200, `Model "slow" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.`)
+	// synchronous is Java's Boolean.parseBoolean: anything but "true" is false.
+	expectStatus(t, do(t, "POST", m+"/models?url=digits_tensor.mar&synchronous=-1", "", nil), 202, "Processing worker updates...")
+	expectStatus(t, do(t, "POST", m+"/models?url=v2/digits.mar&synchronous=Nan", "", nil), 202, "Processing worker updates...")
+	// Unparsable batch_size and max_batch_delay left version 1.0 with the defaults that
+	// version 2.0, registered without them, has.
+	var desc []map[string]any
+	do(t, "GET", m+"/models/digits/all", "", nil).json(t, &desc)
+	if len(desc) != 2 || desc[0]["batchSize"] != desc[1]["batchSize"] || desc[0]["maxBatchDelay"] != desc[1]["maxBatchDelay"] {
+		t.Fatalf("defaults after unparsable batch_size and max_batch_delay: %v", desc)
+	}
+	// An empty url is looked up in the model store and not found; a missing one is 400.
+	errorShape(t, do(t, "POST", m+"/models?url=", "", nil), 404, "ModelNotFoundException", "Model not found in model store")
+	errorShape(t, do(t, "POST", m+"/models", "", nil), 400, "BadRequestException", "url is required")
+	// Parsable but out of range stays 400: TorchServe has no default to fall back to there.
+	errorShape(t, do(t, "POST", m+"/models?url=resnet18.mar&batch_size=0", "", nil), 400, "BadRequestException", "batch_size")
+
+	var list struct {
+		NextPageToken string `json:"nextPageToken"`
+		Models        []struct {
+			ModelName string `json:"modelName"`
+		} `json:"models"`
+	}
+	for _, q := range []string{"limit=&next_page_token=", "limit=x&next_page_token=y", "limit=100&next_page_token=-1", "limit=-3"} {
+		list.Models, list.NextPageToken = nil, ""
+		r := do(t, "GET", m+"/models?"+q, "", nil)
+		r.json(t, &list)
+		if r.status != 200 || len(list.Models) != 3 || list.Models[0].ModelName != "digits" {
+			t.Fatalf("list ?%s: %d %s", q, r.status, r.body)
+		}
+	}
+	list.Models, list.NextPageToken = nil, ""
+	do(t, "GET", m+"/models?limit=1&next_page_token=-1", "", nil).json(t, &list)
+	if len(list.Models) != 1 || list.Models[0].ModelName != "digits" || list.NextPageToken != "1" {
+		t.Fatalf("list limit=1&next_page_token=-1: %+v", list)
+	}
+
+	// min_worker=nan is the default, 1: 202 as TorchServe; -1 is refused (TorchServe: 500).
+	expectStatus(t, do(t, "PUT", m+"/models/slow?min_worker=nan", "", nil), 202, "Processing worker updates...")
+	expectStatus(t, do(t, "PUT", m+"/models/slow?min_worker=1&max_worker=x&synchronous=TRUE", "", nil), 200, "Workers scaled to 1 for model: slow")
+	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=-1", "", nil), 400, "BadRequestException", "min_worker")
+
+	log := s.Log()
+	for _, p := range []string{"batch_size", "max_batch_delay", "synchronous", "limit", "next_page_token", "min_worker", "max_worker"} {
+		if !strings.Contains(log, "parameter="+p) {
+			t.Errorf("no warning names parameter %s", p)
+		}
+	}
+	if !strings.Contains(log, "default=") {
+		t.Errorf("the warnings do not name the default:\n%s", log)
+	}
+}
+
+// startup_timeout bounds a waiting registration's load and warm-up: 0 leaves no time, and the
+// registration fails with TorchServe's 500 and leaves nothing behind; -1 or one that does not
+// parse is the default.
+func TestStartupTimeout(t *testing.T) {
+	s := startServer(t)
+	m := s.mgmt
+	errorShape(t, do(t, "POST", m+"/models?url=digits.mar&startup_timeout=0", "", nil), 500, "InternalServerException", "Failed to start workers for model digits version: 1.0")
+	errorShape(t, do(t, "POST", m+"/models?url=digits.mar&startup_timeout=-5&initial_workers=1", "", nil), 500, "InternalServerException", "Failed to start workers")
+	var list struct{ Models []struct{ ModelName string } }
+	do(t, "GET", m+"/models", "", nil).json(t, &list)
+	if len(list.Models) != 0 {
+		t.Fatalf("a timed-out registration left %+v", list.Models)
+	}
+	// With no workers to start, nothing can time out.
+	expectStatus(t, do(t, "POST", m+"/models?url=slow.mar&startup_timeout=0&initial_workers=0", "", nil),
+		200, `Model "slow" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.`)
+	expectStatus(t, do(t, "POST", m+"/models?url=digits.mar&startup_timeout=30", "", nil), 200, `Model "digits" Version: 1.0 registered with 1 initial workers`)
+	expectStatus(t, do(t, "POST", m+"/models?url=digits_tensor.mar&startup_timeout=soon", "", nil), 200, `Model "digits_tensor" Version: 1.0 registered with 1 initial workers`)
+	var desc []map[string]any
+	do(t, "GET", m+"/models/digits", "", nil).json(t, &desc)
+	if desc[0]["startupTimeout"] != 30.0 {
+		t.Fatalf("startupTimeout %v, want 30", desc[0]["startupTimeout"])
+	}
+	do(t, "GET", m+"/models/digits_tensor", "", nil).json(t, &desc)
+	if desc[0]["startupTimeout"] != 120.0 {
+		t.Fatalf("startupTimeout %v, want the default 120", desc[0]["startupTimeout"])
+	}
+}
+
+// TorchServe's frontend and model metrics, with its names and labels: Requests2XX/4XX/5XX
+// count every answer of the inference and management APIs.
+func TestTorchServeMetrics(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits.mar&initial_workers=1")
+	png, _ := heldOut(t)
+	const ok, bad = 5, 2
+	for i := range ok {
+		if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[i]); r.status != 200 {
+			t.Fatalf("predict: %d", r.status)
+		}
+	}
+	for range bad {
+		do(t, "POST", s.inf+"/predictions/digits", "image/png", []byte("garbage"))
+	}
+	do(t, "GET", s.mgmt+"/models/nope", "", nil)                            // 404
+	do(t, "POST", s.mgmt+"/models?url=slow.mar&startup_timeout=0", "", nil) // 500
+
+	r := do(t, "GET", s.metrics+"/metrics", "", nil)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("exposition does not parse: %v\n%s", err, r.body)
+	}
+	host := map[string]string{"Level": "Host"}
+	for name, want := range map[string]float64{"Requests2XX": 1 + ok, "Requests4XX": bad + 1, "Requests5XX": 1} {
+		m := findMetric(t, fams, name, host)
+		if v := m.GetCounter().GetValue(); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+		if !labelsMatch(m, map[string]string{"Hostname": hostname(t)}) {
+			t.Errorf("%s labels %v lack Hostname", name, m.GetLabel())
+		}
+	}
+	for _, name := range []string{"QueueTime", "WorkerThreadTime"} {
+		if fams[name].GetType() != dto.MetricType_GAUGE {
+			t.Errorf("%s is %v, not a gauge", name, fams[name].GetType())
+		}
+		findMetric(t, fams, name, map[string]string{"Level": "Host", "Hostname": hostname(t)})
+	}
+	for _, name := range []string{"CPUUtilization", "MemoryUsed", "MemoryAvailable", "MemoryUtilization", "DiskUsage", "DiskAvailable", "DiskUtilization"} {
+		if v := findMetric(t, fams, name, map[string]string{"Level": "Host", "Hostname": hostname(t)}).GetGauge().GetValue(); v < 0 || strings.HasSuffix(name, "Utilization") && v > 100 {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
+	if v := findMetric(t, fams, "MemoryUsed", host).GetGauge().GetValue(); v <= 0 {
+		t.Errorf("MemoryUsed = %v MB", v)
+	}
+	if v := findMetric(t, fams, "WorkerLoadTime", map[string]string{"WorkerName": "W-9000-digits_1.0", "Level": "Host"}).GetGauge().GetValue(); v <= 0 {
+		t.Errorf("WorkerLoadTime = %v ms", v)
+	}
+	for _, name := range []string{"HandlerTime", "PredictionTime"} {
+		if v := findMetric(t, fams, name, map[string]string{"ModelName": "digits", "Level": "Model", "Hostname": hostname(t)}).GetGauge().GetValue(); v <= 0 {
+			t.Errorf("%s = %v ms", name, v)
+		}
+	}
+}
+
+func hostname(t *testing.T) string {
+	h, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// The metrics port describes itself at OPTIONS /, as TorchServe's does.
+func TestMetricsAPIDescription(t *testing.T) {
+	s := startServer(t)
+	r := do(t, "OPTIONS", s.metrics+"/", "", nil)
+	var doc struct {
+		OpenAPI string                    `json:"openapi"`
+		Paths   map[string]map[string]any `json:"paths"`
+	}
+	r.json(t, &doc)
+	if r.status != 200 || doc.OpenAPI != "3.0.1" || doc.Paths["/metrics"]["get"] == nil {
+		t.Fatalf("OPTIONS / on the metrics port: %d %s", r.status, r.body)
+	}
+	errorShape(t, do(t, "GET", s.metrics+"/nope", "", nil), 404, "ResourceNotFoundException", "")
+	errorShape(t, do(t, "POST", s.metrics+"/metrics", "", nil), 405, "MethodNotAllowedException", "")
+}
