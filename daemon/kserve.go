@@ -127,8 +127,8 @@ func datatypeOfName(dtype string) string {
 }
 
 // signature is a model version's inputs and outputs: an AOTInductor package's recorded specs,
-// else the archive's declared ones, or, where
-// none are declared, inputs named after forward's Tensor arguments with unknown shapes.
+// else the archive's declared ones, else inputs named after forward's Tensor arguments with
+// unknown shapes.
 func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
 	// A package records its own signature, which its compiled code was made for.
 	if p, ok := v.module.(*torch.Package); ok {
