@@ -55,10 +55,22 @@ $(BIN)/.setup:
 
 # The C ABI library. Compiling it takes ~15 s, so it is rebuilt only when its sources change.
 lib: $(BIN)/libtorchd_c.so
-$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h $(LIBTORCH)/lib/libtorch_cpu.so $(CUDA_DEPS)
+$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(CUDA_DEPS)
 	@mkdir -p $(BIN) build
 	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
-	g++ -shared -o $@ build/torchd.o -Wl,--no-undefined $(TORCH_LDFLAGS) $(TORCH_LIBS)
+	g++ -shared -o $@ build/torchd.o -Wl,--no-undefined -L$(BIN) $(TORCH_LDFLAGS) \
+	  -Wl,--no-as-needed -ltorch -Wl,--as-needed $(TORCH_LIBS)
+
+# An AOTInductor package's compiled library has NEEDED libtorch.so and libtorch_cpu.so and no
+# runpath, so the dynamic loader would search LD_LIBRARY_PATH and the system for them: the
+# wheel's libtorch.so pulls in libtorch_cuda and every CUDA library, and a distribution's
+# LibTorch is another version. A library whose SONAME is already loaded is never searched
+# for, so libtorchd_c.so depends on this stand-in (SONAME libtorch.so, linking only
+# libtorch_cpu and libc10; $ORIGIN finds it first) and the package binds to the same LibTorch.
+$(BIN)/libtorch.so: $(LIBTORCH)/lib/libtorch_cpu.so
+	@mkdir -p $(BIN)
+	g++ -shared -x c /dev/null -o $@ -Wl,-soname,libtorch.so $(TORCH_LDFLAGS) \
+	  -Wl,--no-as-needed -ltorch_cpu -lc10
 
 build: $(BIN)/torchd
 
@@ -202,4 +214,4 @@ perf-analyzer: build archives
 	bench/perf_analyzer.sh digits_tensor 1:16:4
 
 clean:
-	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so build
+	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so build

@@ -72,15 +72,27 @@ func checkHandler(name string) error {
 // with a clear error instead of failing later inside LibTorch.
 var torchScriptExts = []string{".pt", ".pth", ".ts", ".torchscript"}
 
+// PackageExt is the extension of an AOTInductor package (torch.export, then
+// torch._inductor.aoti_compile_and_package), which torchd loads with LibTorch's
+// package loader instead of as TorchScript.
+const PackageExt = ".pt2"
+
 func isTorchScriptName(name string) bool {
 	return slices.Contains(torchScriptExts, strings.ToLower(path.Ext(name)))
 }
 
-// checkSerializedName reports an ErrUnsupportedModel error for names that are not TorchScript.
+// IsPackageName reports whether a serialized file is an AOTInductor package.
+func IsPackageName(name string) bool { return strings.ToLower(path.Ext(name)) == PackageExt }
+
+// isModelName reports whether torchd can load a serialized file of this name.
+func isModelName(name string) bool { return isTorchScriptName(name) || IsPackageName(name) }
+
+// checkSerializedName reports an ErrUnsupportedModel error for names that are neither
+// TorchScript nor an AOTInductor package.
 func checkSerializedName(name string) error {
-	if isTorchScriptName(name) {
+	if isModelName(name) {
 		return nil
 	}
-	return fmt.Errorf("%w: %q is not a TorchScript file; torchd loads only TorchScript (%s) saved with torch.jit.save",
-		ErrUnsupportedModel, name, strings.Join(torchScriptExts, ", "))
+	return fmt.Errorf("%w: %q is not a TorchScript file; torchd loads only TorchScript (%s) saved with torch.jit.save, or an AOTInductor package (%s)",
+		ErrUnsupportedModel, name, strings.Join(torchScriptExts, ", "), PackageExt)
 }

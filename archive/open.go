@@ -81,7 +81,8 @@ const maxSmallFile = 64 << 20
 //   - name.mar: a zip with MAR-INF/MANIFEST.json (torch-model-archiver's default format);
 //   - name.tar.gz or name.tgz: the same files in a gzip-compressed tar, usually under one top-level directory;
 //   - a directory holding the same files (torch-model-archiver's no-archive);
-//   - name.pt, .pth, .ts or .torchscript: a bare TorchScript file; pass WithHandler.
+//   - name.pt, .pth, .ts or .torchscript: a bare TorchScript file; pass WithHandler;
+//   - name.pt2: a bare AOTInductor package; pass WithHandler.
 //
 // Archives are extracted into a new private directory under WithTempDir;
 // if anything fails it is removed before Open returns, and otherwise
@@ -121,7 +122,7 @@ func open(name string, o openOptions) (*Model, error) {
 		m.Kind = KindMAR
 	case strings.HasSuffix(lower, ".tar.gz"), strings.HasSuffix(lower, ".tgz"):
 		m.Kind = KindTarGz
-	case isTorchScriptName(lower):
+	case isModelName(lower):
 		return openTorchScript(m, abs, fi, o)
 	default:
 		return nil, fmt.Errorf("%w: want a .mar, .tar.gz, .tgz, a directory, or a TorchScript file (%s)",
@@ -319,7 +320,10 @@ func (m *Model) Path(name string) (string, error) {
 	return filepath.Join(m.Dir, filepath.FromSlash(clean)), nil
 }
 
-// SerializedPath is the path on disk of the TorchScript file.
+// IsPackage reports whether the serialized file is an AOTInductor package (.pt2).
+func (m *Model) IsPackage() bool { return IsPackageName(m.SerializedPath()) }
+
+// SerializedPath is the path on disk of the TorchScript file or AOTInductor package.
 func (m *Model) SerializedPath() string {
 	return filepath.Join(m.Dir, filepath.FromSlash(m.SerializedFile))
 }
@@ -432,7 +436,7 @@ func (m *Model) resolveSerialized() error {
 		}
 		var found []string
 		for _, f := range m.Files {
-			if !strings.Contains(f.Name, "/") && isTorchScriptName(f.Name) {
+			if !strings.Contains(f.Name, "/") && isModelName(f.Name) {
 				found = append(found, f.Name)
 			}
 		}

@@ -180,7 +180,7 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 // and interleaved passes keep it from skewing one size against the others. Passes go on
 // while they together stay within curveRefine; a slow model gets one more if it fits in the
 // budget (resnet18 on this VM: 2.8 s for the first pass, 1.7 s for the second).
-func measureCurve(h handlers.Handler, m *torch.Module, sample *handlers.Sample, threads, maxBatch int, target time.Duration) (*curve, error) {
+func measureCurve(h handlers.Handler, m torch.Model, sample *handlers.Sample, threads, maxBatch int, target time.Duration) (*curve, error) {
 	c := &curve{Threads: threads}
 	var err error
 	onThread(threads, func() {
@@ -1697,7 +1697,7 @@ func (t *tuner) status() *autoStatus {
 // setupAuto measures (or reads from the cache) the model's batching curve and fills in the
 // automatic settings: s.BatchSize, s.MaxBatchDelay and s.MinWorkers. It returns the tuner
 // that adapts them while serving, or nil when nothing is automatic.
-func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, m *torch.Module, modelPath string, warmup []*handlers.Sample) (*tuner, error) {
+func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, m torch.Model, modelPath string, warmup []*handlers.Sample) (*tuner, error) {
 	if !s.AutoBatch && !s.AutoDelay && !s.AutoWorkers {
 		return nil, nil
 	}
@@ -1717,6 +1717,11 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 	maxBatch := min(curveMaxBatch, s.JobQueueSize)
 	if !s.AutoBatch {
 		maxBatch = s.BatchSize
+	}
+	// A package runs only the batch sizes it was exported for.
+	if p, ok := m.(*torch.Package); ok {
+		_, hi := p.BatchRange()
+		maxBatch = min(maxBatch, int(hi))
 	}
 	key, err := curveKey(modelPath, m.Device(), threads, sample, s.AutoWorkers)
 	if err != nil {

@@ -76,11 +76,25 @@ var storeArchives = []storeArchive{
 	{"slow", "slow", "slow", "1.0", ""},
 }
 
+// storePackages are built like storeArchives, from the zoo's AOTInductor package (model.pt2)
+// instead of its TorchScript file.
+var storePackages []storeArchive
+
 // buildStore writes the archives with the archive package, as `make archives` does with
 // `torchd archive`. Extra files are every file of models/out/<zoo> that the archive needs:
 // index_to_name.json, vocabularies and sentence-transformers configs (st/).
 func buildStore(dir string) error {
-	for _, a := range storeArchives {
+	serialized := map[*storeArchive]string{}
+	all := make([]storeArchive, 0, len(storeArchives)+len(storePackages))
+	all = append(append(all, storeArchives...), storePackages...)
+	for i := range all {
+		serialized[&all[i]] = "model.pt"
+		if i >= len(storeArchives) {
+			serialized[&all[i]] = "model.pt2"
+		}
+	}
+	for i := range all {
+		a := &all[i]
 		export := filepath.Join(dir, a.sub)
 		if err := os.MkdirAll(export, 0o755); err != nil {
 			return err
@@ -93,7 +107,7 @@ func buildStore(dir string) error {
 		}
 		_, err := archive.Write(archive.WriteOptions{
 			ModelName: a.name, Version: a.version,
-			SerializedFile: filepath.Join(zooDir, a.zoo, "model.pt"),
+			SerializedFile: filepath.Join(zooDir, a.zoo, serialized[a]),
 			ExtraFiles:     extra,
 			ConfigFile:     filepath.Join("..", "models", "configs", a.config+".toml"),
 			ExportPath:     export,

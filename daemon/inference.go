@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
 
@@ -93,7 +94,12 @@ func (d *Daemon) runExplain(v *ModelVersion, ex handlers.Explainer, req *handler
 }
 
 func explainSample(v *ModelVersion, ex handlers.Explainer, sample *handlers.Sample, target int) (*handlers.Response, error) {
-	resp, err := ex.Explain(v.module, sample, target)
+	// Integrated gradients need TorchScript's autograd; a compiled package has no backward.
+	m, ok := v.module.(*torch.Module)
+	if !ok {
+		return nil, apiErr(501, "ServiceUnavailableException", "model %s is an AOTInductor package, which cannot be explained", v.Name)
+	}
+	resp, err := ex.Explain(m, sample, target)
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
 		typ := "InternalServerException"

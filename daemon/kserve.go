@@ -137,17 +137,31 @@ func datatypeOfName(dtype string) string {
 	return datatypeOf(dt)
 }
 
-// signature is a model version's inputs and outputs: the archive's declared ones, or, where
-// none are declared, inputs named after forward's Tensor arguments with unknown shapes.
+// signature is a model version's inputs and outputs: an AOTInductor package's recorded specs,
+// else the archive's declared ones, else inputs named after forward's Tensor arguments with
+// unknown shapes.
 func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
-	for _, s := range v.archive.Config.Inputs {
-		ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
-	}
-	for _, s := range v.archive.Config.Outputs {
-		outs = append(outs, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+	// A package records its own signature, which its compiled code was made for.
+	if p, ok := v.module.(*torch.Package); ok {
+		for _, s := range p.Inputs() {
+			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+		}
+		for _, s := range p.Outputs() {
+			outs = append(outs, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+		}
 	}
 	if ins == nil {
-		ins = schemaInputs(v.module)
+		for _, s := range v.archive.Config.Inputs {
+			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+		}
+	}
+	if outs == nil {
+		for _, s := range v.archive.Config.Outputs {
+			outs = append(outs, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
+		}
+	}
+	if m, ok := v.module.(*torch.Module); ok && ins == nil {
+		ins = schemaInputs(m)
 	}
 	if outs == nil {
 		outs = []oip.MetadataTensor{{Name: "output__0", Datatype: "FP32", Shape: []int64{-1}}}

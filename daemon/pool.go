@@ -17,7 +17,7 @@ import (
 // Workers scale up and down at run time; a worker asked to stop finishes the batch in hand.
 type WorkerPool struct {
 	name    string
-	module  *torch.Module
+	module  torch.Model
 	handler handlers.Handler
 	batcher *Batcher
 	// threads is the intra-op threads per worker; with autoThreads it follows the worker
@@ -67,7 +67,7 @@ type WorkerInfo struct {
 
 // newWorkerPool returns a pool with no workers yet. threads 0 means cores / workers,
 // following the worker count as it scales.
-func newWorkerPool(name string, m *torch.Module, h handlers.Handler, b *Batcher, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
+func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
 	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
 		stuckAfter: stuckAfter, watchStop: make(chan struct{})}
 	if p.autoThreads {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -44,7 +45,7 @@ type ModelVersion struct {
 	requestedThreads int
 
 	archive *archive.Model
-	module  *torch.Module
+	module  torch.Model
 	handler handlers.Handler
 	batcher *Batcher
 	pool    *WorkerPool
@@ -402,13 +403,21 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if s.Freeze {
 		lopts = append(lopts, torch.WithFreeze())
 	}
-	module, err := torch.Load(am.SerializedPath(), lopts...)
+	module, err := loadModel(am, s, lopts)
 	if err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "failed to load model %s version %s: %v", name, version, err)
 	}
 	if err := timedOut(); err != nil {
 		module.Close()
 		return nil, err
+	}
+	// A package's compiled code runs only the batch sizes it was exported for, and does not
+	// check them itself: a batch_size outside that range is refused now, not at a request.
+	if p, ok := module.(*torch.Package); ok {
+		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
+			module.Close()
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(am.SerializedPath()))
+		}
 	}
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
 	if err != nil {
@@ -493,6 +502,15 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 func startupTimedOut(name, version string, limit time.Duration) error {
 	return apiErr(http.StatusInternalServerError, "InternalServerException",
 		"Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
+}
+
+// loadModel loads the archive's serialized file: an AOTInductor package with one runner per
+// worker the pool may grow to (a worker beyond them waits for one), else TorchScript.
+func loadModel(am *archive.Model, s ModelSettings, lopts []torch.LoadOption) (torch.Model, error) {
+	if am.IsPackage() {
+		return torch.LoadPackage(am.SerializedPath(), torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers)))
+	}
+	return torch.Load(am.SerializedPath(), lopts...)
 }
 
 // warmupSamples returns the inputs each worker runs before serving: the handler's own, or

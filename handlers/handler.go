@@ -84,7 +84,7 @@ type Handler interface {
 // Inferer is implemented by handlers that run a batch themselves instead of the default
 // concatenate → forward → split, e.g. to pad text or call a scripted generate method.
 type Inferer interface {
-	Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error)
+	Infer(m torch.Model, batch []*Sample) ([][]Tensor, error)
 }
 
 // TensorPreprocessor is implemented by handlers that also take a request's input as a

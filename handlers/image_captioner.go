@@ -133,7 +133,12 @@ func (c *ImageCaptioner) WarmupSample() *Sample { return blankImage(c.transform)
 
 // Infer runs the batch through generate, not forward: the decoding loop is the model's, so
 // one call captions every image of the batch.
-func (c *ImageCaptioner) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+func (c *ImageCaptioner) Infer(model torch.Model, batch []*Sample) ([][]Tensor, error) {
+	// generate is a TorchScript method; a .pt2 package has only forward.
+	m, ok := model.(*torch.Module)
+	if !ok {
+		return nil, fmt.Errorf("image_captioner: the model must be TorchScript with a generate method, not %T", model)
+	}
 	rowBytes := 3 * c.h * c.w * 4
 	total := 0
 	for _, s := range batch {

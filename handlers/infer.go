@@ -9,7 +9,7 @@ import (
 
 // Infer runs one batch through h's own Inferer, or the default: concatenate the samples
 // along their leading dimension, run forward once, and split every output back.
-func Infer(h Handler, m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+func Infer(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
 	if inf, ok := h.(Inferer); ok {
 		return inf.Infer(m, batch)
 	}
@@ -21,7 +21,7 @@ func Infer(h Handler, m *torch.Module, batch []*Sample) ([][]Tensor, error) {
 var batchBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // DefaultInfer is the concatenate → forward → split step.
-func DefaultInfer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+func DefaultInfer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}

@@ -174,7 +174,7 @@ func (tc *TextClassifier) WarmupSample() *Sample {
 
 // Infer pads the batch's sequences to its longest and runs forward(input_ids,
 // attention_mask) once. The mask is what keeps padding from changing a text's logits.
-func (tc *TextClassifier) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+func (tc *TextClassifier) Infer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 	var seqs [][]int64
 	for _, s := range batch {
 		ids, err := tc.sampleSequences(s)

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm.
 
+models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2).
+
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
 finished (common.model_dir). Each script runs in its own interpreter, so one model's seeds
@@ -72,6 +74,11 @@ def main():
     t = time.monotonic()
     run("explain_ref.py", args.out)
     print(f"explain_ref: {time.monotonic() - t:.1f} s", flush=True)
+    # The .pt2 packages come from the models' weights; pt2.py caches them by input hash, so
+    # it recompiles only what changed.
+    t = time.monotonic()
+    run("pt2.py", args.out)
+    print(f"pt2: {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
     run("verify.py", args.out)
     print(f"verify: {time.monotonic() - t:.1f} s", flush=True)

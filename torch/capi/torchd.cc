@@ -8,6 +8,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
@@ -19,7 +20,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +31,14 @@
 struct td_module {
   torch::jit::Module module;
   c10::Device device = c10::Device(c10::kCPU);
+};
+
+// td_package owns one AOTInductor package loader; its runner holds num_runners model
+// instances that share the package's weights.
+struct td_package {
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::map<std::string, std::string> metadata;
 };
 
 struct td_tensor {
@@ -299,6 +311,68 @@ void free_result_tensors(td_result *r) {
   }
 }
 
+
+// cpu_flags reads the x86 feature flags of the first processor in /proc/cpuinfo.
+std::set<std::string> cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::istringstream words(line.substr(colon + 1));
+    std::set<std::string> flags;
+    for (std::string w; words >> w;) flags.insert(w);
+    return flags;
+  }
+  return {};
+}
+
+// The /proc/cpuinfo flags that code compiled for each AOTI_CPU_ISA, and for each
+// torchd.march, needs. The ISA lists follow inductor's cpu_vec_isa.py arch flags; x86-64-v3
+// and v4 are the psABI levels.
+const std::map<std::string, std::vector<std::string>> kISAFlags = {
+    {"AVX2", {"avx2", "fma"}},
+    {"AVX512", {"avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"}},
+    {"AMX", {"avx512f", "avx512dq", "avx512vl", "avx512bw", "avx512_vnni", "amx_tile", "amx_bf16",
+             "amx_int8"}},
+    {"x86-64-v2", {"sse4_2", "popcnt", "ssse3"}},
+    {"x86-64-v3", {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"}},
+    {"x86-64-v4", {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm", "avx512f", "avx512bw",
+                   "avx512cd", "avx512dq", "avx512vl"}},
+};
+
+// check_cpu refuses a package whose compiled code needs CPU features this host lacks: such
+// code dies with SIGILL at its first vector instruction, so the check runs before the
+// package's library is loaded. A package compiled with -march=native records only its vector
+// ISA (AOTI_CPU_ISA); torchd's own packages also record their -march (torchd.march).
+void check_cpu(const std::map<std::string, std::string> &md) {
+  std::set<std::string> have = cpu_flags();
+  if (have.empty()) return;  // not x86 Linux: nothing to compare against
+  for (const char *key : {"AOTI_CPU_ISA", "torchd.march"}) {
+    auto it = md.find(key);
+    if (it == md.end() || it->second.empty()) continue;
+    auto req = kISAFlags.find(it->second);
+    if (req == kISAFlags.end()) {
+      if (std::string(key) == "AOTI_CPU_ISA" && it->second != "INVALID_VEC_ISA") {
+        throw std::runtime_error("package compiled for CPU capability " + it->second +
+                                 ", which torchd does not know how to check on this host");
+      }
+      continue;
+    }
+    std::string missing;
+    for (const auto &f : req->second) {
+      if (!have.count(f)) missing += (missing.empty() ? "" : " ") + f;
+    }
+    if (!missing.empty()) {
+      throw std::runtime_error("package compiled for CPU capability " + it->second + " (" + key +
+                               "), but this CPU lacks " + missing +
+                               "; compile it for this host or a baseline it has "
+                               "(torch._inductor.config.cpp.march, cpp.simdlen)");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -375,6 +449,98 @@ td_error td_module_schema(td_module *m, const char *method, char **out) {
 }
 
 char *td_module_device(td_module *m) { return dup(m->device.str()); }
+
+td_error td_package_metadata(const char *path, const char *model, char **out) {
+  *out = nullptr;
+  return guard([&] {
+    std::string name = model == nullptr || *model == '\0' ? "model" : model;
+    auto md = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, name);
+    std::map<std::string, std::string> sorted(md.begin(), md.end());
+    std::string s;
+    for (const auto &[k, v] : sorted) s += k + '\t' + v + '\n';
+    *out = dup(s);
+  });
+}
+
+td_error td_package_load(const char *path, const char *model, const char *device, int num_runners,
+                         td_package **out) {
+  *out = nullptr;
+  return guard([&] {
+    std::string name = model == nullptr || *model == '\0' ? "model" : model;
+    c10::Device dev(device == nullptr || *device == '\0' ? "cpu" : device);
+    if (dev.is_cuda() && !at::hasCUDA()) {
+      throw std::runtime_error(std::string("device ") + device +
+                               ": CUDA is not available in this LibTorch build or on this machine");
+    } else if (!dev.is_cpu() && !dev.is_cuda()) {
+      throw std::runtime_error(std::string("device ") + device + ": only cpu and cuda are supported");
+    }
+    if (num_runners < 1) throw std::invalid_argument("num_runners must be at least 1");
+    auto md = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, name);
+    auto p = std::make_unique<td_package>();
+    p->metadata.insert(md.begin(), md.end());
+    std::string want = dev.is_cpu() ? "cpu" : "cuda";
+    auto key = p->metadata.find("AOTI_DEVICE_KEY");
+    if (key == p->metadata.end()) throw std::runtime_error("package has no AOTI_DEVICE_KEY metadata");
+    if (key->second != want) {
+      throw std::runtime_error("package was compiled for device " + key->second +
+                               ", not for " + dev.str());
+    }
+    if (dev.is_cpu()) check_cpu(p->metadata);
+    p->device = dev;
+    p->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, name, /*run_single_threaded=*/false, static_cast<size_t>(num_runners),
+        dev.is_cuda() ? dev.index() : static_cast<c10::DeviceIndex>(-1));
+    *out = p.release();
+  });
+}
+
+void td_package_free(td_package *p) { delete p; }
+
+td_error td_package_run(td_package *p, const td_node *nodes, int n_nodes, td_result **out) {
+  *out = nullptr;
+  auto r = std::make_unique<td_result>();
+  td_error err = guard([&] {
+    c10::InferenceMode guard_mode;
+    Builder b{nodes, n_nodes, 0, p->device};
+    std::vector<at::Tensor> inputs;
+    while (b.pos < n_nodes) {
+      c10::IValue v = b.value();
+      if (!v.isTensor()) throw std::invalid_argument("a package takes tensors only, got " + v.type()->repr_str());
+      // The compiled code indexes with the strides it was exported with: contiguous ones.
+      inputs.push_back(v.toTensor().contiguous());
+    }
+    std::vector<at::Tensor> outs = p->loader->run(inputs);
+    Flattener f{r.get(), b.borrowed};
+    if (outs.size() == 1) {
+      f.value(c10::IValue(outs[0]));
+    } else {
+      td_node nd{};
+      nd.kind = TD_TUPLE;
+      nd.n_children = static_cast<int32_t>(outs.size());
+      r->nodes.push_back(nd);
+      for (auto &t : outs) f.tensor(t);
+    }
+  });
+  if (err != nullptr) {
+    free_result_tensors(r.get());
+    return err;
+  }
+  *out = r.release();
+  return nullptr;
+}
+
+td_error td_package_call_spec(td_package *p, char **in_spec, char **out_spec) {
+  *in_spec = nullptr;
+  *out_spec = nullptr;
+  return guard([&] {
+    auto spec = p->loader->get_call_spec();
+    if (spec.size() != 2) throw std::runtime_error("package call spec has " + std::to_string(spec.size()) + " parts, not 2");
+    *in_spec = dup(spec[0]);
+    *out_spec = dup(spec[1]);
+  });
+}
+
+char *td_package_device(td_package *p) { return dup(p->device.str()); }
 
 const td_node *td_result_nodes(td_result *r, int *n) {
   *n = static_cast<int>(r->nodes.size());

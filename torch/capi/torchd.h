@@ -1,5 +1,6 @@
 /*
- * torchd.h: the C ABI of libtorchd_c, a small library over LibTorch's TorchScript runtime.
+ * torchd.h: the C ABI of libtorchd_c, a small library over LibTorch's TorchScript runtime
+ * and its AOTInductor package loader (.pt2 files made by torch._inductor.aoti_compile_and_package).
  *
  * The Go package github.com/torchd/torchd/torch links only this ABI, so the same Go binary
  * runs on a CPU or a CUDA build of the library, chosen by the library path at run time.
@@ -8,7 +9,7 @@
  *   - Every function that can fail returns a td_error: NULL on success, otherwise a
  *     malloc'd NUL-terminated message that the caller frees with td_error_free.
  *     No C++ exception ever crosses this boundary.
- *   - Handles (td_module*, td_tensor*, td_result*) are owned by the caller and freed with
+ *   - Handles (td_module*, td_package*, td_tensor*, td_result*) are owned by the caller and freed with
  *     their *_free function. Freeing NULL is a no-op.
  *   - Pointers passed *in* are borrowed for the duration of the call only, except the data
  *     pointers of input tensors, see td_module_run.
@@ -25,6 +26,7 @@ extern "C" {
 
 typedef char *td_error;
 typedef struct td_module td_module;
+typedef struct td_package td_package;
 typedef struct td_tensor td_tensor;
 typedef struct td_result td_result;
 
@@ -107,7 +109,46 @@ td_error td_module_schema(td_module *m, const char *method, char **out);
 /* Returns the module's device as a malloc'd string ("cpu", "cuda:0"). */
 char *td_module_device(td_module *m);
 
-/* The flattened output of td_module_run: n nodes in pre-order. The nodes and the strings
+/*
+ * AOTInductor packages (.pt2). A package holds compiled code for one device and CPU
+ * capability, and one model per name ("model" unless the package was made with others).
+ *
+ * Concurrency: a package loaded with num_runners = N runs up to N td_package_run calls at
+ * once, each on its own model instance (its own activation buffers); the instances share the
+ * weights. A call beyond N waits inside LibTorch until an instance is free. So a worker pool
+ * of N workers loads one package with num_runners = N.
+ *
+ * The compiled code checks the number of inputs but neither their shapes nor dtypes (AOTInductor
+ * checks those only under AOTI_RUNTIME_CHECK_INPUTS, with bounds of its own): the caller checks
+ * every input against the package's specs before td_package_run (torch/package.go does).
+ */
+
+/* Reads the package's metadata without loading its compiled code, as a malloc'd string of
+ * "key\tvalue\n" lines sorted by key. model NULL or "" means "model". Free with td_error_free. */
+td_error td_package_metadata(const char *path, const char *model, char **out);
+
+/* Wraps AOTIModelPackageLoader for model (NULL or "": "model") on device ("cpu", "cuda:N").
+ * Refuses, before loading the package's library, a package compiled for another device kind
+ * or for CPU features this host lacks. On success *out is a new package. */
+td_error td_package_load(const char *path, const char *model, const char *device, int num_runners,
+                         td_package **out);
+
+/* Frees a package. It must not be running. */
+void td_package_free(td_package *p);
+
+/* Runs the package on the tensors in nodes[0..n_nodes), each top-level node one TD_TENSOR
+ * input, under c10::InferenceMode; inputs are borrowed as in td_module_run. *out is a new
+ * result: one TD_TENSOR node for a single output, else a TD_TUPLE of them. */
+td_error td_package_run(td_package *p, const td_node *nodes, int n_nodes, td_result **out);
+
+/* Returns the package's pytree input and output specs (JSON) as malloc'd strings; free each
+ * with td_error_free. */
+td_error td_package_call_spec(td_package *p, char **in_spec, char **out_spec);
+
+/* Returns the package's device as a malloc'd string ("cpu", "cuda:0"). */
+char *td_package_device(td_package *p);
+
+/* The flattened output of td_module_run and td_package_run: n nodes in pre-order. The nodes and the strings
  * and shapes they point to live until td_result_free. Tensor handles in the nodes are
  * owned by the caller and outlive the result. */
 const td_node *td_result_nodes(td_result *r, int *n);
