@@ -7,7 +7,9 @@
 #   debian:bookworm-slim   a `debootstrap --variant=minbase bookworm` root, imported
 #   golang:1.26-bookworm   that root plus the golang image's packages and the pinned Go
 #                          toolchain, fetched from the Go module proxy the way GOTOOLCHAIN does
-# This machine's dockerd has no bridge (--bridge=none, --iptables=false), so builds and
+# The storage driver is overlay2 where the directory's file system takes an overlay mount
+# (ext4 here: each build step then stores only its changes), else vfs (a full copy per step,
+# slow with the build stage's 7 GB). This machine's dockerd has no bridge (--bridge=none, --iptables=false), so builds and
 # containers use the host's network: the container's ports are the host's, set through
 # TORCHD_*_ADDRESS to 18080-18082 (TORCHD_TEST_PORT) so as not to meet another torchd.
 #
@@ -62,13 +64,22 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 fail() { echo "docker-test: $*" >&2; exit 1; }
+# Long commands run in the background so that a signal reaches the trap at once.
+bg() { "$@" & wait $!; }
 
 start=$(now)
 log "dockerd in $dir"
 echo '{}' >"$dir/daemon.json"
+driver=vfs
+mkdir -p "$dir/ovl"/{l,u,w,m}
+if mount -t overlay overlay -o "lowerdir=$dir/ovl/l,upperdir=$dir/ovl/u,workdir=$dir/ovl/w" "$dir/ovl/m" 2>/dev/null; then
+  umount "$dir/ovl/m" && driver=overlay2
+fi
+rm -rf "$dir/ovl"
+echo "storage driver $driver"
 dockerd --data-root "$dir/data" --exec-root "$dir/exec" -H "unix://$dir/docker.sock" \
   --pidfile "$dir/dockerd.pid" --config-file "$dir/daemon.json" \
-  --storage-driver vfs --bridge none --iptables=false --ip-masq=false >"$dir/dockerd.log" 2>&1 &
+  --storage-driver "$driver" --bridge none --iptables=false --ip-masq=false >"$dir/dockerd.log" 2>&1 &
 dockerd_pid=$!
 export DOCKER_HOST=unix://$dir/docker.sock DOCKER_CONFIG=$dir/cli
 for _ in $(seq 100); do "$docker" version >/dev/null 2>&1 && break; sleep 0.3; done
@@ -79,8 +90,11 @@ if ! "$docker" image inspect debian:bookworm-slim >/dev/null 2>&1; then
   log "stand-in debian:bookworm-slim: debootstrap --variant=minbase bookworm"
   t=$(now)
   rm -rf "$dir/rootfs"
-  debootstrap --variant=minbase bookworm "$dir/rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$dir/debootstrap.log" 2>&1 ||
+  bg debootstrap --variant=minbase bookworm "$dir/rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$dir/debootstrap.log" 2>&1 ||
     { tail -20 "$dir/debootstrap.log"; fail "debootstrap failed"; }
+  # The local CAs (a TLS-inspecting proxy's, say) go where ca-certificates picks them up,
+  # so that the build's pip and go reach PyPI and the module proxy as this host does.
+  cp /usr/local/share/ca-certificates/*.crt "$dir/rootfs/usr/local/share/ca-certificates/" 2>/dev/null || true
   tar -C "$dir/rootfs" -c . | "$docker" import -c 'CMD ["bash"]' - debian:bookworm-slim
   rm -rf "$dir/rootfs"
   echo "debian:bookworm-slim in $(since "$t") s"
@@ -107,17 +121,19 @@ RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-ins
     && rm -rf /var/lib/apt/lists/*
 COPY go /usr/local/go
 ENV GOLANG_VERSION=$go_version GOTOOLCHAIN=local GOPATH=/go
+# pip's own CA bundle (certifi) would not hold the local CAs; the system's does.
+ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 ENV PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 WORKDIR /go
 EOF
-  "$docker" build -q --network host -t golang:1.26-bookworm "$ctx"
+  bg "$docker" build -q --network host -t golang:1.26-bookworm "$ctx"
   rm -rf "$ctx"
   echo "golang:1.26-bookworm in $(since "$t") s"
 fi
 
 log "docker build -f Dockerfile.cpu -t torchd .   (with --network host)"
 t=$(now)
-"$docker" build --network host -f Dockerfile.cpu -t torchd .
+bg "$docker" build --network host -f Dockerfile.cpu -t torchd .
 build_s=$(since "$t")
 size=$("$docker" image inspect -f '{{.Size}}' torchd)
 echo "built in $build_s s; image size $size bytes ($((size / 1000000)) MB)"
