@@ -94,7 +94,10 @@ if ! "$docker" image inspect debian:bookworm-slim >/dev/null 2>&1; then
     { tail -20 "$dir/debootstrap.log"; fail "debootstrap failed"; }
   # The local CAs (a TLS-inspecting proxy's, say) go where ca-certificates picks them up,
   # so that the build's pip and go reach PyPI and the module proxy as this host does.
-  cp /usr/local/share/ca-certificates/*.crt "$dir/rootfs/usr/local/share/ca-certificates/" 2>/dev/null || true
+  # Some are only in the bundle itself, so the host's bundle goes in whole (a duplicate CA
+  # does no harm).
+  mkdir -p "$dir/rootfs/usr/local/share/ca-certificates"
+  cp /etc/ssl/certs/ca-certificates.crt "$dir/rootfs/usr/local/share/ca-certificates/host-bundle.crt"
   tar -C "$dir/rootfs" -c . | "$docker" import -c 'CMD ["bash"]' - debian:bookworm-slim
   rm -rf "$dir/rootfs"
   echo "debian:bookworm-slim in $(since "$t") s"
