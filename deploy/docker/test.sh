@@ -174,30 +174,32 @@ grep -Eq '"minWorkers": *2' <<<"$desc" || fail "describe: min workers is not 2"
 [ "$(grep -Ec '"status": *"READY"' <<<"$desc")" = 2 ] || fail "describe: not 2 ready workers"
 
 log "docker stop under ab -k -c 16: every accepted request is answered"
-# ab -v 2 prints a warning for each non-2xx response. When the stopped torchd refuses
-# connections, ab gives up after 10 refusals and prints only its count of completed requests.
-ab -v 2 -k -r -c 16 -n 5000000 -T image/png -p deploy/docker/testdata/digit-2.png \
+# ab's summary is no use here: -r makes it count each refused connection after the stop as a
+# completed (failed) request, and batched outputs differ in their last digits, which it
+# counts as length failures. -v 2 logs each response's header instead.
+ab -v 2 -k -r -c 16 -n 50000000 -T image/png -p deploy/docker/testdata/digit-2.png \
   "http://$inf/predictions/digits" >"$dir/ab.out" 2>"$dir/ab.err" &
 ab_pid=$!
 sleep 8
 t=$(now)
 "$docker" stop torchd-test >/dev/null
 stop_s=$(since "$t")
-wait "$ab_pid" || true
-tail -3 "$dir/ab.err"
-"$docker" logs torchd-test 2>&1 | tail -4
+# With -r, ab retries refused connections without end; SIGINT ends it.
+kill -INT "$ab_pid" && wait "$ab_pid" || true
+"$docker" logs torchd-test 2>&1 | grep -v 'msg=access' | tail -3
 exit_code=$("$docker" inspect -f '{{.State.ExitCode}}' torchd-test)
-completed=$(grep -ho -E 'Total of [0-9]+ requests completed|Complete requests: +[0-9]+' "$dir/ab.out" "$dir/ab.err" | grep -Eo '[0-9]+$' | tail -1)
-headers=$(grep -c '^LOG: header received' "$dir/ab.out" || true)
-non2xx=$(grep -c 'Response code not 2xx' "$dir/ab.out" || true)
-echo "stopped in $stop_s s, exit code $exit_code; ab: $completed requests completed, $headers responses, $non2xx non-2xx"
+responses=$(grep -c '^LOG: header received' "$dir/ab.out" || true)
+ok=$(grep -c '^HTTP/1.1 200 ' "$dir/ab.out" || true)
+refused=$(grep -c 'Connection refused' "$dir/ab.err" || true)
+reset=$(grep -c 'Connection reset by peer' "$dir/ab.err" || true)
+echo "stopped in $stop_s s, exit code $exit_code; ab: $responses responses, $ok of them 200;" \
+  "after the stop $refused refused connections, $reset reset (idle keep-alive connections the drain closed)"
 [ "$exit_code" = 0 ] || fail "torchd exited $exit_code, not 0 from its drain"
 "$docker" logs torchd-test 2>&1 | grep -q 'draining accepted requests' || fail "torchd did not drain"
-[ "${completed:-0}" -gt 100 ] || fail "ab completed too few requests before the stop"
-[ "$non2xx" = 0 ] || fail "$non2xx responses were not 2xx"
-[ "$headers" -ge "$completed" ] || fail "ab counted $completed requests but saw $headers responses"
-if grep -v -E 'Connection refused|Connection reset by peer|Test aborted after 10 failures|^$|Total of|apr_pollset_poll' "$dir/ab.err" | grep -q .; then
-  cat "$dir/ab.err"; fail "ab failed otherwise than by refused connections"
+[ "$responses" -gt 100 ] || fail "ab had too few responses before the stop"
+[ "$ok" = "$responses" ] || fail "$((responses - ok)) responses were not 200"
+if grep -v -E 'Connection refused|Connection reset by peer|^Completed [0-9]+ requests|^Finished|^$' "$dir/ab.err" | grep -q .; then
+  grep -v 'Connection refused' "$dir/ab.err" | head; fail "ab failed otherwise than by refused or reset connections"
 fi
 "$docker" rm torchd-test >/dev/null
 
@@ -205,5 +207,5 @@ log "results"
 echo "image size:           $size bytes ($((size / 1000000)) MB)"
 echo "docker run → healthy: $healthy_s s"
 echo "docker build:         $build_s s"
-echo "docker stop:          $stop_s s under load; $completed requests answered, all 200"
+echo "docker stop:          $stop_s s under load; $ok responses, all 200"
 echo "whole test:           $(since "$start") s"
