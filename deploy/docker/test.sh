@@ -38,6 +38,10 @@ else
   dir=$(mktemp -d "${TMPDIR:-/tmp}/torchd-docker.XXXXXX") keep=
 fi
 dockerd_pid=
+# dockerd 20.10 writes these outside its roots whatever its flags say: its trust key and the
+# plugin socket folder. What it creates there goes with it.
+leftovers=()
+for f in /etc/docker/key.json /run/docker; do [ -e "$f" ] || leftovers+=("$f"); done
 log() { printf '\n== %s\n' "$*"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -45,10 +49,14 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  set +e
+  # An interrupted debootstrap or build must not write on while the directory goes.
+  if [ -n "$bg_pid" ]; then kill "$bg_pid" 2>/dev/null; wait "$bg_pid" 2>/dev/null; fi
   if [ -n "$dockerd_pid" ]; then
     "$docker" rm -f torchd-test >/dev/null 2>&1 || true
     kill "$dockerd_pid" 2>/dev/null && wait "$dockerd_pid" 2>/dev/null || true
   fi
+  if [ -n "$dockerd_pid" ]; then rm -rf "${leftovers[@]}"; fi
   # Nothing may stay mounted under the directory before it goes (a container's shm, say).
   grep -o " $dir/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" || true; done
   if [ -z "$keep" ]; then
@@ -65,7 +73,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 fail() { echo "docker-test: $*" >&2; exit 1; }
 # Long commands run in the background so that a signal reaches the trap at once.
-bg() { "$@" & wait $!; }
+bg() { "$@" & bg_pid=$!; wait $bg_pid; bg_pid=; }
+bg_pid=
 
 start=$(now)
 log "dockerd in $dir"
