@@ -94,6 +94,14 @@ type TensorPreprocessor interface {
 	PreprocessTensor(t Tensor) (*Sample, error)
 }
 
+// The handlers that run batches themselves: a signature that drifts from Inferer's would
+// silently fall back to the default concatenate → forward → split.
+var (
+	_ Inferer = (*ImageCaptioner)(nil)
+	_ Inferer = (*TextClassifier)(nil)
+	_ Inferer = (*TextEmbedding)(nil)
+)
+
 // Error is a handler error with the HTTP status it maps to.
 type Error struct {
 	Status int

@@ -330,7 +330,7 @@ func (te *TextEmbedding) WarmupSample() *Sample {
 
 // Infer pads the batch's sequences to its longest, runs forward(input_ids, attention_mask)
 // once, and pools each sequence over its own tokens, so padding changes nothing.
-func (te *TextEmbedding) Infer(m *torch.Module, batch []*Sample) ([][]Tensor, error) {
+func (te *TextEmbedding) Infer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 	var seqs [][]int64
 	for _, s := range batch {
 		st, ok := s.State.(embedState)
