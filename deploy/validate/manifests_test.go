@@ -552,7 +552,7 @@ func TestAutoscalerSignal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(metricsGo), `"`+podsMetric+`{`) {
+	if !strings.Contains(string(metricsGo), `"`+podsMetric+`"`) && !strings.Contains(string(metricsGo), `"`+podsMetric+`{`) {
 		t.Errorf("torchd does not export %s (daemon/metrics.go)", podsMetric)
 	}
 	isvc := one[InferenceService](t, docs)
