@@ -37,6 +37,16 @@ type jobResult struct {
 	batchSize int           // requests in the batch this one ran in
 }
 
+// queuedFor is how long j has waited by now: in the queue, and before that for its place in
+// the window (its preprocessing, counted as such, in between is not).
+func (j *job) queuedFor(now time.Time) time.Duration {
+	d := now.Sub(j.enqueued)
+	if j.rsv != nil {
+		d += j.rsv.waited
+	}
+	return d
+}
+
 // finish answers j; done has capacity 1, so it never blocks. The request's input is no
 // longer needed by the batcher, so its place in the window goes to the next request.
 func (j *job) finish(r jobResult) {
@@ -119,13 +129,16 @@ type reservation struct {
 	b      *Batcher
 	win    *inputWindow // set while it holds a window place, and then by its job until it finishes
 	place  uint64
-	queued bool // Submit handed it to the job
+	queued bool          // Submit handed it to the job
+	waited time.Duration // for the window place
 }
 
 // wait takes a place in b's window, in arrival order, waiting at most timeout (0: no
 // limit); false means the timeout passed first.
 func (r *reservation) wait(timeout time.Duration) bool {
+	start := time.Now()
 	n, ok := r.b.win.enter(timeout)
+	r.waited = time.Since(start)
 	if ok {
 		r.win, r.place = &r.b.win, n
 	}
@@ -208,11 +221,11 @@ func (b *Batcher) MeanBatchSize() float64 {
 // live drops j, answering it, if its deadline passed or its client left.
 func live(j *job, now time.Time) bool {
 	if !j.deadline.IsZero() && now.After(j.deadline) {
-		j.finish(jobResult{err: errExpired, queued: now.Sub(j.enqueued)})
+		j.finish(jobResult{err: errExpired, queued: j.queuedFor(now)})
 		return false
 	}
 	if j.gone != nil && j.gone() {
-		j.finish(jobResult{err: errClientGone, queued: now.Sub(j.enqueued)})
+		j.finish(jobResult{err: errClientGone, queued: j.queuedFor(now)})
 		return false
 	}
 	return true

@@ -329,19 +329,19 @@ func (p *WorkerPool) runBatch(batch []*job) {
 	p.metrics.observeBatch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	if err == nil {
 		for i, j := range batch {
-			j.finish(jobResult{out: outs[i], queued: dispatched.Sub(j.enqueued), inference: elapsed, batchSize: len(batch)})
+			j.finish(jobResult{out: outs[i], queued: j.queuedFor(dispatched), inference: elapsed, batchSize: len(batch)})
 		}
 		return
 	}
 	if len(batch) == 1 {
-		batch[0].finish(jobResult{err: err, queued: dispatched.Sub(batch[0].enqueued), inference: elapsed, batchSize: 1})
+		batch[0].finish(jobResult{err: err, queued: batch[0].queuedFor(dispatched), inference: elapsed, batchSize: 1})
 		return
 	}
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
 		start := time.Now()
 		outs, err := p.infer([]*handlers.Sample{j.sample})
-		r := jobResult{err: err, queued: dispatched.Sub(j.enqueued), inference: time.Since(start), batchSize: 1}
+		r := jobResult{err: err, queued: j.queuedFor(dispatched), inference: time.Since(start), batchSize: 1}
 		if err == nil {
 			r.out = outs[0]
 		}
