@@ -51,8 +51,15 @@ func (j *job) queuedFor(now time.Time) time.Duration {
 // longer needed by the batcher, so its place in the window goes to the next request.
 func (j *job) finish(r jobResult) {
 	j.done <- r
-	if j.rsv != nil && j.rsv.win != nil {
-		j.rsv.win.leave()
+	j.leaveWindow()
+}
+
+// leaveWindow gives j's window place back, once: when j is answered, or when its request
+// stops waiting for it (a 504 while its batch is stuck in a forward must not keep the place
+// from the requests the replacement worker serves).
+func (j *job) leaveWindow() {
+	if r := j.rsv; r != nil && r.win != nil && r.left.CompareAndSwap(false, true) {
+		r.win.leave()
 	}
 }
 
@@ -131,6 +138,7 @@ type reservation struct {
 	place  uint64
 	queued bool          // Submit handed it to the job
 	waited time.Duration // for the window place
+	left   atomic.Bool   // its job gave the window place back
 }
 
 // wait takes a place in b's window, in arrival order, waiting at most timeout (0: no
@@ -194,6 +202,13 @@ func (b *Batcher) Submit(j *job) error {
 // against the queue until now, so there is room; it is given back after the push, so that
 // no other request takes the room in between.
 func (b *Batcher) push(j *job) {
+	if b.closed.Load() {
+		// The model is being unregistered: its queue was (or is being) answered, and no
+		// worker will take this job.
+		go j.finish(jobResult{err: ErrQueueFull})
+		b.reserved.Add(-1)
+		return
+	}
 	select {
 	case b.queue <- j:
 	default:

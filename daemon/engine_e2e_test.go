@@ -12,12 +12,12 @@ import (
 	"github.com/torchd/torchd/daemon"
 )
 
-// startEngine runs a daemon in this process, with its forwards sharing cores cores, and
-// returns it with its inference address.
-func startEngine(t *testing.T, cores int, args ...string) (*daemon.Daemon, string) {
+// startEngine runs a daemon in this process serving digits, with its forwards sharing cores
+// cores, and returns the model's version and the inference address.
+func startEngine(t *testing.T, cores int, args ...string) (*daemon.ModelVersion, string) {
 	t.Helper()
-	args = append([]string{"--model-store", store, "--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0",
-		"--metrics-address", "127.0.0.1:0", "--access-log=false"}, args...)
+	args = append([]string{"--model-store", store, "--models", "digits=digits.mar", "--inference-address", "127.0.0.1:0",
+		"--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--access-log=false"}, args...)
 	cfg, err := daemon.LoadConfig(args, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
@@ -29,8 +29,12 @@ func startEngine(t *testing.T, cores int, args ...string) (*daemon.Daemon, strin
 	}
 	t.Cleanup(func() { d.Shutdown(t.Context()) })
 	d.WaitStartup()
+	v, err := d.Registry.Get("digits", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	inf, _, _ := d.Addrs()
-	return d, "http://" + inf
+	return v, "http://" + inf
 }
 
 func postDigit(t *testing.T, url string, img []byte) {
@@ -53,11 +57,7 @@ func postDigit(t *testing.T, url string, img []byte) {
 // taken) until the second has run, so the two overlap whatever the machine's speed.
 func TestForwardThreadsAloneAndShared(t *testing.T) {
 	imgs, _ := heldOut(t)
-	d, url := startEngine(t, 4, "--models", "digits=digits.mar", "--workers", "2", "--max-batch-delay", "0")
-	v, err := d.Registry.Get("digits", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, url := startEngine(t, 4, "--workers", "2", "--max-batch-delay", "0")
 	var mu sync.Mutex
 	var seen []int
 	record := func(n int) {
@@ -108,11 +108,7 @@ func TestForwardThreadsAloneAndShared(t *testing.T) {
 // A model whose threads are set keeps them, alone or not.
 func TestForwardThreadsSetByHand(t *testing.T) {
 	imgs, _ := heldOut(t)
-	d, url := startEngine(t, 4, "--models", "digits=digits.mar", "--workers", "1", "--threads", "1")
-	v, err := d.Registry.Get("digits", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, url := startEngine(t, 4, "--workers", "1", "--threads", "1")
 	seen := make(chan int, 2)
 	daemon.OnForward(v, func(n int) { seen <- n })
 	postDigit(t, url, imgs[0])
@@ -126,11 +122,7 @@ func TestForwardThreadsSetByHand(t *testing.T) {
 // requests than the window's size ever hold decoded input: the rest wait as raw bodies.
 func TestBurstHoldsBoundedInput(t *testing.T) {
 	imgs, _ := heldOut(t)
-	d, url := startEngine(t, 2, "--models", "digits=digits.mar", "--workers", "1", "--batch-size", "4", "--job-queue-size", "256")
-	v, err := d.Registry.Get("digits", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	v, url := startEngine(t, 2, "--workers", "1", "--batch-size", "4", "--job-queue-size", "256")
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 200 {

@@ -337,6 +337,7 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 		case res = <-j.done:
 			timer.Stop()
 		case <-timer.C:
+			j.leaveWindow()
 			return jobResult{queued: j.queuedFor(time.Now())}, apiErr(504, "RequestTimeoutException", "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
 		}
 	} else {
