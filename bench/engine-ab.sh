@@ -14,7 +14,8 @@
 #
 # Needs `make build archives bench-setup`. Usage:
 #   BEFORE=/tmp/before/bin/torchd bench/engine-ab.sh [rounds] [seconds per point]
-# (default 3 rounds of 10 s; BENCH_QUICK=1: one round of 2 s, to check that it works).
+# (default 3 rounds of 10 s; BENCH_QUICK=1: one round of 2 s, to check that it works;
+# STORE: the model store, default model-store; NO_PEER=1 leaves the Python peer out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${BEFORE:?set BEFORE to the torchd binary without the change}
@@ -23,6 +24,9 @@ secs=${2:-10}
 concs="1 8 16 32 64"
 if [ -n "${BENCH_QUICK:-}" ]; then rounds=1 secs=2 concs="1 8"; fi
 body=models/out/resnet18/sample_640x480.jpg
+store=${STORE:-model-store}
+servers="before after"
+[ -z "${NO_PEER:-}" ] && servers="$servers tornado"
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
@@ -30,7 +34,7 @@ export OMP_WAIT_POLICY=PASSIVE
 
 declare -A port pid
 start_torchd() { # name binary port
-  TORCHD_CACHE_DIR=$work/cache-$1 BATCH_SIZE=32 WORKERS=2 "$2" serve --model-store model-store \
+  TORCHD_CACHE_DIR=$work/cache-$1 BATCH_SIZE=32 WORKERS=2 "$2" serve --model-store "$store" \
     --models resnet18=resnet18.mar --inference-address 127.0.0.1:$3 --management-address 127.0.0.1:$(($3 + 1)) \
     --metrics-address 127.0.0.1:$(($3 + 2)) --access-log=false --enable-snapshots=false --job-queue-size 1024 \
     >"$work/$1.log" 2>&1 &
@@ -38,9 +42,11 @@ start_torchd() { # name binary port
 }
 start_torchd before "$before" 18810
 start_torchd after bin/torchd 18820
-.venv/bin/python bench/peers/tornado_batching.py --port 18830 --threads 2 >"$work/tornado.log" 2>&1 &
-pids+=($!) pid[tornado]=$! port[tornado]=18830
-for s in before after tornado; do
+if [ -z "${NO_PEER:-}" ]; then
+  .venv/bin/python bench/peers/tornado_batching.py --port 18830 --threads 2 >"$work/tornado.log" 2>&1 &
+  pids+=($!) pid[tornado]=$! port[tornado]=18830
+fi
+for s in $servers; do
   until curl -sf http://127.0.0.1:${port[$s]}/ping >/dev/null; do
     kill -0 "${pid[$s]}" 2>/dev/null || { echo "$s exited:"; cat "$work/$s.log"; exit 1; }
     sleep 0.2
@@ -49,7 +55,7 @@ done
 
 rss_mb() { awk '/VmRSS/ {printf "%d", $2 / 1024}' /proc/$1/status; }
 echo "inproc single_ms=$(bin/torchd bench-model --json --input $body --batch-sizes 1 --rounds 3 --time ${secs}s \
-  model-store/resnet18.mar |
+  "$store/resnet18.mar" |
   .venv/bin/python -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["single_ns"] / 1e6))')"
 
 point() { # round server c
@@ -59,7 +65,7 @@ point() { # round server c
 }
 for r in $(seq "$rounds"); do
   for c in $concs; do
-    for s in $(shuf -e before after tornado); do point "$r" "$s" "$c"; done
+    for s in $(shuf -e $servers); do point "$r" "$s" "$c"; done
   done
 done
 
@@ -75,7 +81,7 @@ for s in $(shuf -e before after); do
   done
   wait $load
 done
-sleep 60
+sleep "${AFTER_SECS:-60}"
 for s in before after; do
   echo "rss server=$s idle_mb=${idle[$s]} peak_mb=${peak[$s]} after_mb=$(rss_mb ${pid[$s]})"
 done
