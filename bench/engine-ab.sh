@@ -11,6 +11,9 @@
 # The figures "Done means" asks for: p50 at c=1 of after ≤ single_ms + 1 and ≤ tornado's;
 # rps(after)/rps(before) at c=8…64 (median over rounds) ≥ 0.97; after_mb ≤ 1.5 × idle_mb.
 # Peak RSS against TorchServe's comes from `make bench` (bench/harness), which runs TorchServe.
+# resnet18's archive lingers 5 ms for a batch to fill (max_batch_delay), which a c=1 request
+# waits out in full: the c=1 bound leaves no room for it, so compare that line from a run with
+# LINGER_MS=0 (the environment passes through to both torchd servers), as bench/harness does.
 #
 # Needs `make build archives bench-setup`. Usage:
 #   BEFORE=/tmp/before/bin/torchd bench/engine-ab.sh [rounds] [seconds per point]

@@ -108,3 +108,29 @@ func TestWindowBoundsHeldInput(t *testing.T) {
 		t.Fatalf("%d places held (most %d), want the window's %d", held, peak, size)
 	}
 }
+
+// A request that stops waiting for its job (a 504 while its batch is stuck in a forward)
+// gives the place back at once; the job's answer later does not give it back twice.
+func TestWindowPlaceGivenBackOnce(t *testing.T) {
+	b := NewBatcher(16, 4, 0)
+	r := admitted(t, b)
+	other := admitted(t, b)
+	j := &job{rsv: r, enqueued: time.Now(), done: make(chan jobResult, 1)}
+	if err := b.Submit(j); err != nil {
+		t.Fatal(err)
+	}
+	r.release()
+	batch := b.next(nil)
+	j.leaveWindow()
+	if held, _, _ := b.win.stats(); held != 1 {
+		t.Fatalf("%d places held after the request gave up, want 1 (the other request's)", held)
+	}
+	batch[0].finish(jobResult{})
+	if held, _, _ := b.win.stats(); held != 1 {
+		t.Fatalf("%d places held after the abandoned job finished, want still 1", held)
+	}
+	other.release()
+	if held, _, _ := b.win.stats(); held != 0 {
+		t.Fatalf("%d places held after every request ended", held)
+	}
+}
