@@ -73,11 +73,15 @@ type WorkerInfo struct {
 	Status    string // READY, BUSY, WARMING, or STUCK (replaced; its thread is still in a forward)
 }
 
-// newWorkerPool returns a pool with no workers yet. threads 0 means cores / workers,
-// following the worker count as it scales.
+// newWorkerPool returns a pool with no workers yet. threads 0 means the engine's share of
+// cores (see coreShare), at least cores / workers, following the worker count as it scales.
 func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
-	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, cores: cores, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
+	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
 		stuckAfter: stuckAfter, watchStop: make(chan struct{})}
+	// A forward on a GPU keeps a core busy at most: it takes no share of the cores.
+	if m.Device() == "cpu" {
+		p.cores = cores
+	}
 	if p.autoThreads {
 		threads = autoThreads(workers)
 	}
@@ -158,8 +162,9 @@ func (p *WorkerPool) startWorker() *worker {
 
 // autoThreads is each worker's share of the cores when all of a model's workers run
 // (workers × threads ≤ cores): what the tuner and the batching curve count on under load.
-// A forward that runs while fewer do takes more (see coreShare). The cores are GOMAXPROCS, which since Go 1.25 follows a container's CPU limit: a 2-CPU pod
-// on a 64-core node gets 2, not 64.
+// A forward that runs while fewer do takes more (see coreShare). The cores are GOMAXPROCS,
+// which since Go 1.25 follows a container's CPU limit: a 2-CPU pod on a 64-core node gets 2,
+// not 64.
 func autoThreads(workers int) int { return max(cores()/max(workers, 1), 1) }
 
 func cores() int { return runtime.GOMAXPROCS(0) }
