@@ -265,7 +265,7 @@ func onThread(n int, f func()) {
 	done := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
-		torch.SetNumThreads(n)
+		torch.SetNumThreadsHere(n)
 		f()
 		close(done)
 	}()

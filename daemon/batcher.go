@@ -22,6 +22,7 @@ var (
 // job is one request waiting for inference.
 type job struct {
 	sample   *handlers.Sample
+	rsv      *reservation // its place in the queue and the window; nil: none (tests)
 	enqueued time.Time
 	deadline time.Time   // zero: none
 	gone     func() bool // reports a disconnected client; nil: never
@@ -36,7 +37,31 @@ type jobResult struct {
 	batchSize int           // requests in the batch this one ran in
 }
 
-func (j *job) finish(r jobResult) { j.done <- r } // done has capacity 1: never blocks
+// queuedFor is how long j has waited by now: in the queue, and before that for its place in
+// the window (its preprocessing, counted as such, in between is not).
+func (j *job) queuedFor(now time.Time) time.Duration {
+	d := now.Sub(j.enqueued)
+	if j.rsv != nil {
+		d += j.rsv.waited
+	}
+	return d
+}
+
+// finish answers j; done has capacity 1, so it never blocks. The request's input is no
+// longer needed by the batcher, so its place in the window goes to the next request.
+func (j *job) finish(r jobResult) {
+	j.done <- r
+	j.leaveWindow()
+}
+
+// leaveWindow gives j's window place back, once: when j is answered, or when its request
+// stops waiting for it (a 504 while its batch is stuck in a forward must not keep the place
+// from the requests the replacement worker serves).
+func (j *job) leaveWindow() {
+	if r := j.rsv; r != nil && r.win != nil && r.left.CompareAndSwap(false, true) {
+		r.win.leave()
+	}
+}
 
 // Batcher is a model version's bounded request queue and its batch formation. A batch takes
 // up to batchSize requests and waits at most maxDelay, counted from the arrival of its oldest
@@ -54,6 +79,9 @@ type Batcher struct {
 	closed atomic.Bool
 	// reserved counts requests admitted but not yet queued (being decoded and preprocessed).
 	reserved atomic.Int64
+	// win bounds the requests holding preprocessed input and keeps their arrival order.
+	win     inputWindow
+	workers atomic.Int64
 
 	batches    atomic.Int64 // batches dispatched
 	batchItems atomic.Int64 // requests dispatched in them
@@ -80,6 +108,8 @@ func (b *Batcher) last() dispatchMark {
 // NewBatcher returns a batcher with a queue of queueSize requests.
 func NewBatcher(queueSize, batchSize int, maxDelay time.Duration) *Batcher {
 	b := &Batcher{queue: make(chan *job, queueSize), aggregate: make(chan struct{}, 1)}
+	b.win.push = b.push
+	b.workers.Store(1)
 	b.SetBatching(batchSize, maxDelay)
 	return b
 }
@@ -88,13 +118,40 @@ func NewBatcher(queueSize, batchSize int, maxDelay time.Duration) *Batcher {
 func (b *Batcher) SetBatching(batchSize int, maxDelay time.Duration) {
 	b.batchSize.Store(int64(max(batchSize, 1)))
 	b.maxDelay.Store(int64(maxDelay))
+	b.win.setLimit(windowSize(int(b.batchSize.Load()), int(b.workers.Load())))
+}
+
+// setWorkers sizes the window for n workers.
+func (b *Batcher) setWorkers(n int) {
+	b.workers.Store(int64(n))
+	b.win.setLimit(windowSize(int(b.batchSize.Load()), n))
 }
 
 // reservation is a request's place in the queue, taken before its body is decoded and
 // preprocessed: past capacity a request is refused for the price of its headers, instead of
-// after a decode whose result would be thrown away. Submit turns it into a queue entry;
-// release gives it back on every other path. Both are idempotent.
-type reservation struct{ b *Batcher }
+// after a decode whose result would be thrown away. Then, with wait, it takes a place in the
+// window before the body is decoded. Submit turns it into a queue entry; release gives it
+// back on every other path. Both are idempotent.
+type reservation struct {
+	b      *Batcher
+	win    *inputWindow // set while it holds a window place, and then by its job until it finishes
+	place  uint64
+	queued bool          // Submit handed it to the job
+	waited time.Duration // for the window place
+	left   atomic.Bool   // its job gave the window place back
+}
+
+// wait takes a place in b's window, in arrival order, waiting at most timeout (0: no
+// limit); false means the timeout passed first.
+func (r *reservation) wait(timeout time.Duration) bool {
+	start := time.Now()
+	n, ok := r.b.win.enter(timeout)
+	r.waited = time.Since(start)
+	if ok {
+		r.win, r.place = &r.b.win, n
+	}
+	return ok
+}
 
 // reserve takes a place if the queued and the admitted requests leave one.
 func (b *Batcher) reserve() (*reservation, bool) {
@@ -102,20 +159,36 @@ func (b *Batcher) reserve() (*reservation, bool) {
 		b.reserved.Add(-1)
 		return nil, false
 	}
-	return &reservation{b}, true
+	return &reservation{b: b}, true
 }
 
 func (r *reservation) release() {
-	if r != nil && r.b != nil {
-		r.b.reserved.Add(-1)
-		r.b = nil
+	if r == nil || r.b == nil {
+		return
+	}
+	b := r.b
+	r.b = nil
+	if r.queued {
+		return // the job holds both places now
+	}
+	b.reserved.Add(-1)
+	if r.win != nil {
+		r.win.resolve(r.place, nil)
+		r.win.leave()
+		r.win = nil
 	}
 }
 
-// Submit queues j without blocking.
+// Submit queues j without blocking. A job whose reservation holds a window place enters the
+// queue once every request admitted to the window before it has entered or given up.
 func (b *Batcher) Submit(j *job) error {
 	if b.closed.Load() {
 		return ErrQueueFull
+	}
+	if r := j.rsv; r != nil && r.win != nil && r.b == b {
+		r.queued = true
+		b.win.resolve(r.place, j)
+		return nil
 	}
 	select {
 	case b.queue <- j:
@@ -123,6 +196,26 @@ func (b *Batcher) Submit(j *job) error {
 	default:
 		return ErrQueueFull
 	}
+}
+
+// push moves a job of the window into the queue; it never blocks. Its reservation counted
+// against the queue until now, so there is room; it is given back after the push, so that
+// no other request takes the room in between.
+func (b *Batcher) push(j *job) {
+	if b.closed.Load() {
+		// The model is being unregistered: its queue was (or is being) answered, and no
+		// worker will take this job.
+		go j.finish(jobResult{err: ErrQueueFull})
+		b.reserved.Add(-1)
+		return
+	}
+	select {
+	case b.queue <- j:
+	default:
+		// Cannot happen while reservations are counted; answered outside the window's lock.
+		go j.finish(jobResult{err: ErrQueueFull})
+	}
+	b.reserved.Add(-1)
 }
 
 // Pending returns the number of queued requests.
@@ -143,11 +236,11 @@ func (b *Batcher) MeanBatchSize() float64 {
 // live drops j, answering it, if its deadline passed or its client left.
 func live(j *job, now time.Time) bool {
 	if !j.deadline.IsZero() && now.After(j.deadline) {
-		j.finish(jobResult{err: errExpired, queued: now.Sub(j.enqueued)})
+		j.finish(jobResult{err: errExpired, queued: j.queuedFor(now)})
 		return false
 	}
 	if j.gone != nil && j.gone() {
-		j.finish(jobResult{err: errClientGone, queued: now.Sub(j.enqueued)})
+		j.finish(jobResult{err: errClientGone, queued: j.queuedFor(now)})
 		return false
 	}
 	return true

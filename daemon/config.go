@@ -42,6 +42,7 @@ type Config struct {
 	KeyFile           string
 	EnableUI          bool     // the web page on the inference port (daemon/webui.go)
 	KeepFreedMemory   bool     // torch.KeepFreedMemory at start
+	KeepFreedMemoryMB int      // the most freed C memory kept under load, MiB; 0: no cap
 	ManagementOrigins []string // browser origins allowed to call the management API (CORS); empty: none
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
@@ -215,6 +216,8 @@ var settings = []setting{
 		apply: boolSetting(func(c *Config) *bool { return &c.EnableUI })},
 	{key: "keep_freed_memory", def: "true", help: "make the C allocator keep the memory LibTorch frees (glibc: no mmap'd blocks, no heap trimming), so forwards reuse their activations' pages instead of faulting in fresh ones; process-wide, at start; the resident size stays at its peak",
 		apply: boolSetting(func(c *Config) *bool { return &c.KeepFreedMemory })},
+	{key: "keep_freed_memory_mb", def: "256", help: "the most freed memory, in MiB, that keep_freed_memory keeps under load: past it, the free memory goes back to the operating system (checked every few seconds); 0: no cap. Once the server is idle, all of it goes back",
+		apply: intSetting(func(c *Config) *int { return &c.KeepFreedMemoryMB }, 0)},
 	{key: "management_allowed_origins", def: "", help: "comma-separated browser origins (scheme://host:port) that may call the management API (CORS), so the web page can show management actions; empty: none",
 		apply: func(c *Config, v string) error { c.ManagementOrigins = splitList(v); return nil }},
 
@@ -244,7 +247,7 @@ var settings = []setting{
 			c.Model.Device = v
 			return nil
 		}},
-	{key: "threads", def: "0", model: true, help: "intra-op threads per worker; 0: cores / workers",
+	{key: "threads", def: "0", model: true, help: "intra-op threads of every forward; 0: each forward takes the cores no other forward holds, or an even share of them (all of them alone, cores / workers when every worker runs)",
 		apply: intSetting(func(c *Config) *int { return &c.Model.Threads }, 0)},
 	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
 		apply: boolSetting(func(c *Config) *bool { return &c.Model.Freeze })},

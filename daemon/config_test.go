@@ -89,6 +89,7 @@ func TestConfigErrors(t *testing.T) {
 		{[]string{"--config", writeTOML(t, "batch_size = [")}, nil, "config"},
 		{[]string{"--config", writeTOML(t, "access_log = \"perhaps\"\n")}, nil, "key access_log: want true or false"},
 		{nil, map[string]string{"TORCHD_KEEP_FREED_MEMORY": "sometimes"}, `TORCHD_KEEP_FREED_MEMORY: want true or false, got "sometimes"`},
+		{nil, map[string]string{"TORCHD_KEEP_FREED_MEMORY_MB": "-1"}, `TORCHD_KEEP_FREED_MEMORY_MB: want an integer ≥ 0, got "-1"`},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 	}
 	for _, c := range cases {

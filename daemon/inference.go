@@ -267,11 +267,16 @@ func preprocess(v *ModelVersion, req *handlers.Request) (*handlers.Sample, *APIE
 }
 
 // admit reserves the request's place in v's queue before its body is decoded; a full queue
-// is 503 at once.
+// is 503 at once. Then it waits, in arrival order, for a place in v's window of requests
+// that hold decoded input (see inputWindow), at most response_timeout.
 func admit(v *ModelVersion) (*reservation, *APIError) {
 	rsv, ok := v.batcher.reserve()
 	if !ok {
 		return nil, queueFull(v)
+	}
+	if !rsv.wait(v.Settings.ResponseTimeout) {
+		rsv.release()
+		return nil, apiErr(504, "RequestTimeoutException", "model %s: %v (response_timeout %v)", v.Name, errExpired, v.Settings.ResponseTimeout)
 	}
 	return rsv, nil
 }
@@ -313,7 +318,7 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}
-	j := &job{sample: sample, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
+	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)
 	}
@@ -332,7 +337,8 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 		case res = <-j.done:
 			timer.Stop()
 		case <-timer.C:
-			return jobResult{queued: time.Since(j.enqueued)}, apiErr(504, "RequestTimeoutException", "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
+			j.leaveWindow()
+			return jobResult{queued: j.queuedFor(time.Now())}, apiErr(504, "RequestTimeoutException", "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
 		}
 	} else {
 		res = <-j.done
@@ -346,6 +352,8 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 		return res, apiErr(504, "RequestTimeoutException", "%v", res.err)
 	case errors.Is(res.err, errClientGone):
 		return res, apiErr(statusClientClosed, "ClientClosedRequest", "%v", res.err)
+	case errors.Is(res.err, ErrQueueFull):
+		return res, queueFull(v)
 	case errors.As(res.err, &ae):
 		return res, ae
 	}

@@ -20,13 +20,21 @@ type WorkerPool struct {
 	module  torch.Model
 	handler handlers.Handler
 	batcher *Batcher
-	// threads is the intra-op threads per worker; with autoThreads it follows the worker
-	// count (cores / workers), and each worker applies a change before its next batch.
+	// cores shares the machine's cores among the forwards running at each moment (every
+	// model's); each forward sets its own thread count from it (nil: threads, fixed).
+	cores *coreShare
+	// threads is the intra-op threads set by hand, which every forward runs with. With
+	// autoThreads it is the share each worker gets when all of them run (cores / workers,
+	// following the worker count: base) unless the tuner lowered it to cap the share.
 	threads     atomic.Int64
+	base        atomic.Int64
 	autoThreads bool
-	log         *slog.Logger
-	metrics     *modelMetrics
-	warmup      []*handlers.Sample
+	// onForward, when set (tests), is called on the worker's thread before each batched
+	// forward with the intra-op threads LibTorch reports there.
+	onForward atomic.Pointer[func(threads int)]
+	log       *slog.Logger
+	metrics   *modelMetrics
+	warmup    []*handlers.Sample
 
 	// stuckAfter is how long a forward may run before its worker is declared stuck and
 	// replaced (the model's response_timeout; 0: never).
@@ -65,15 +73,20 @@ type WorkerInfo struct {
 	Status    string // READY, BUSY, WARMING, or STUCK (replaced; its thread is still in a forward)
 }
 
-// newWorkerPool returns a pool with no workers yet. threads 0 means cores / workers,
-// following the worker count as it scales.
-func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
+// newWorkerPool returns a pool with no workers yet. threads 0 means the engine's share of
+// cores (see coreShare), at least cores / workers, following the worker count as it scales.
+func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
 	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
 		stuckAfter: stuckAfter, watchStop: make(chan struct{})}
+	// A forward on a GPU keeps a core busy at most: it takes no share of the cores.
+	if m.Device() == "cpu" {
+		p.cores = cores
+	}
 	if p.autoThreads {
 		threads = autoThreads(workers)
 	}
 	p.threads.Store(int64(threads))
+	p.base.Store(int64(threads))
 	if stuckAfter > 0 {
 		go p.watch()
 	}
@@ -147,9 +160,11 @@ func (p *WorkerPool) startWorker() *worker {
 	return w
 }
 
-// autoThreads shares the cores among a model's workers, so that workers × threads ≤ cores.
-// The cores are GOMAXPROCS, which since Go 1.25 follows a container's CPU limit: a 2-CPU pod
-// on a 64-core node gets 2, not 64.
+// autoThreads is each worker's share of the cores when all of a model's workers run
+// (workers × threads ≤ cores): what the tuner and the batching curve count on under load.
+// A forward that runs while fewer do takes more (see coreShare). The cores are GOMAXPROCS,
+// which since Go 1.25 follows a container's CPU limit: a 2-CPU pod on a 64-core node gets 2,
+// not 64.
 func autoThreads(workers int) int { return max(cores()/max(workers, 1), 1) }
 
 func cores() int { return runtime.GOMAXPROCS(0) }
@@ -160,7 +175,9 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 	p.mu.Lock()
 	if p.autoThreads {
 		p.threads.Store(int64(autoThreads(n)))
+		p.base.Store(int64(autoThreads(n)))
 	}
+	p.batcher.setWorkers(n)
 	var started, stopped []*worker
 	for len(p.workers) < n {
 		started = append(started, p.startWorker())
@@ -183,8 +200,29 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 	}
 }
 
-// Threads returns the intra-op threads each worker runs with.
+// Threads returns the intra-op threads each worker runs with when all of them run (set by
+// hand, or the share that auto gives); a forward that runs alone takes more unless set.
 func (p *WorkerPool) Threads() int { return int(p.threads.Load()) }
+
+// takeThreads counts a forward that starts now in the core share and returns its threads.
+func (p *WorkerPool) takeThreads() int {
+	t := int(p.threads.Load())
+	switch {
+	case p.cores == nil:
+		return t
+	case !p.autoThreads:
+		return p.cores.take(t, 0)
+	case t < int(p.base.Load()):
+		return p.cores.take(0, t)
+	}
+	return p.cores.take(0, 0)
+}
+
+func (p *WorkerPool) putThreads(n int) {
+	if p.cores != nil {
+		p.cores.put(n)
+	}
+}
 
 // Workers returns the live workers, then the stuck ones.
 func (p *WorkerPool) Workers() []WorkerInfo {
@@ -232,8 +270,6 @@ func (p *WorkerPool) run(w *worker) {
 	// The thread is never unlocked: when the goroutine ends, the thread ends with it, and
 	// so does its OpenMP pool.
 	runtime.LockOSThread()
-	threads := p.threads.Load()
-	torch.SetNumThreads(int(threads))
 	p.warm()
 	p.metrics.workerLoaded(w.id, time.Since(w.started))
 	close(w.ready)
@@ -242,13 +278,17 @@ func (p *WorkerPool) run(w *worker) {
 		if batch == nil {
 			return
 		}
-		if t := p.threads.Load(); t != threads {
-			threads = t
-			torch.SetNumThreads(int(threads))
+		// The count is set on this thread before every forward: it costs about as much as
+		// a cgo call (BenchmarkSetNumThreadsHere), next to a forward's milliseconds.
+		n := p.takeThreads()
+		ran := torch.SetNumThreadsHere(n)
+		if f := p.onForward.Load(); f != nil {
+			(*f)(ran)
 		}
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch)
+		p.putThreads(n)
 		w.batchStart.Store(0)
 		w.busy.Store(false)
 		if w.abandoned.Load() {
@@ -259,13 +299,22 @@ func (p *WorkerPool) run(w *worker) {
 }
 
 // warm runs the warm-up samples so that the first request does not pay TorchScript's
-// profiling runs or this thread's pool start-up. Failures are logged; the model was
-// already checked at load.
+// profiling runs or this thread's pool start-up. oneDNN builds a kernel for the thread
+// count it first runs at, so with a share that varies they run at both ends of it: every
+// core, and the share of all workers running. Failures are logged; the model was already
+// checked at load.
 func (p *WorkerPool) warm() {
-	for _, s := range p.warmup {
-		if _, err := handlers.Infer(p.handler, p.module, []*handlers.Sample{s}); err != nil {
-			p.log.Warn("warm-up forward failed", "model", p.name, "err", err)
-			return
+	counts := []int{int(p.threads.Load())}
+	if p.autoThreads && p.cores != nil && p.cores.cores != counts[0] {
+		counts = append(counts, p.cores.cores)
+	}
+	for _, n := range counts {
+		torch.SetNumThreadsHere(n)
+		for _, s := range p.warmup {
+			if _, err := handlers.Infer(p.handler, p.module, []*handlers.Sample{s}); err != nil {
+				p.log.Warn("warm-up forward failed", "model", p.name, "err", err)
+				return
+			}
 		}
 	}
 }
@@ -285,19 +334,19 @@ func (p *WorkerPool) runBatch(batch []*job) {
 	p.metrics.observeBatch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	if err == nil {
 		for i, j := range batch {
-			j.finish(jobResult{out: outs[i], queued: dispatched.Sub(j.enqueued), inference: elapsed, batchSize: len(batch)})
+			j.finish(jobResult{out: outs[i], queued: j.queuedFor(dispatched), inference: elapsed, batchSize: len(batch)})
 		}
 		return
 	}
 	if len(batch) == 1 {
-		batch[0].finish(jobResult{err: err, queued: dispatched.Sub(batch[0].enqueued), inference: elapsed, batchSize: 1})
+		batch[0].finish(jobResult{err: err, queued: batch[0].queuedFor(dispatched), inference: elapsed, batchSize: 1})
 		return
 	}
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
 		start := time.Now()
 		outs, err := p.infer([]*handlers.Sample{j.sample})
-		r := jobResult{err: err, queued: dispatched.Sub(j.enqueued), inference: time.Since(start), batchSize: 1}
+		r := jobResult{err: err, queued: j.queuedFor(dispatched), inference: time.Since(start), batchSize: 1}
 		if err == nil {
 			r.out = outs[0]
 		}

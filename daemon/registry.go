@@ -102,6 +102,8 @@ type Registry struct {
 	cfg     *Config
 	log     *slog.Logger
 	metrics *Metrics
+	// cores is shared by every model's workers: a forward's threads depend on all forwards.
+	cores *coreShare
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry
@@ -110,7 +112,7 @@ type Registry struct {
 
 // NewRegistry returns an empty registry.
 func NewRegistry(cfg *Config, m *Metrics, log *slog.Logger) *Registry {
-	return &Registry{cfg: cfg, log: log, metrics: m, models: map[string]*modelEntry{}}
+	return &Registry{cfg: cfg, log: log, metrics: m, cores: newCoreShare(cores()), models: map[string]*modelEntry{}}
 }
 
 // RegisterRequest carries the management API's register parameters. Zero fields are unset.
@@ -463,7 +465,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		tn.b = v.batcher
 		v.tuner = tn
 	}
-	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	if v.tuner != nil {
 		v.tuner.pool = v.pool
 	}

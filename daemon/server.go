@@ -71,7 +71,8 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 const idleTrimAfter = 30 * time.Second
 
 // trimWhenIdle trims memory once after each burst, when the server has been idle for
-// idleTrimAfter.
+// idleTrimAfter, and under load whenever the C heaps hold more free memory than
+// keep_freed_memory_mb.
 func (d *Daemon) trimWhenIdle() {
 	d.sweepWG.Add(1)
 	go func() {
@@ -84,9 +85,15 @@ func (d *Daemon) trimWhenIdle() {
 				return
 			case now := <-tick.C:
 				last := d.lastDone.Load()
-				if last != d.trimmedAt.Load() && d.inflight.Load() == 0 && now.Sub(time.Unix(0, last)) >= idleTrimAfter {
+				switch {
+				case last != d.trimmedAt.Load() && d.inflight.Load() == 0 && now.Sub(time.Unix(0, last)) >= idleTrimAfter:
 					d.trimmedAt.Store(last)
 					memtrim.Trim()
+				case d.cfg.KeepFreedMemory && d.cfg.KeepFreedMemoryMB > 0 && memtrim.FreeHeld() > uint64(d.cfg.KeepFreedMemoryMB)<<20:
+					// Under load the freed memory is kept for the next forwards, up to the
+					// cap: past it, what the heaps hold free goes back, and the forwards
+					// that follow fault in what they need again.
+					memtrim.TrimC()
 				}
 			}
 		}

@@ -12,8 +12,9 @@
 //
 // Threads. LibTorch's OpenMP keeps one intra-op pool per calling OS thread, and InferenceMode
 // is thread-local. Callers that run inference at a high rate should do it on a fixed set of
-// goroutines locked to their OS threads (runtime.LockOSThread), with workers × SetNumThreads
-// no larger than the cores. The package itself never starts goroutines.
+// goroutines locked to their OS threads (runtime.LockOSThread), each setting its own count
+// with SetNumThreadsHere (SetNumThreads is process-wide) so that the counts of the forwards
+// running at once add up to the cores. The package itself never starts goroutines.
 //
 // The package knows nothing of HTTP, archives or handlers.
 package torch

@@ -43,6 +43,13 @@ func statusError(op string, e C.td_error) error {
 // default for new ones.
 func SetNumThreads(n int) { C.td_set_num_threads(C.int(n)) }
 
+// SetNumThreadsHere sets the intra-op threads of the calling OS thread's forwards only, and
+// returns the count LibTorch then reports on that thread (0 when n < 1). Unlike
+// SetNumThreads it leaves the process default and every other thread alone and clears no
+// shared cache, so a worker may call it before each forward; lock the goroutine to its
+// thread first.
+func SetNumThreadsHere(n int) int { return int(C.td_set_num_threads_here(C.int(n))) }
+
 // NumThreads returns LibTorch's intra-op thread count as seen from the calling OS thread.
 func NumThreads() int { return int(C.td_get_num_threads()) }
 

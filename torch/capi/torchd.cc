@@ -15,6 +15,7 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <dlfcn.h>
 
 #include <climits>
 #include <cstdlib>
@@ -569,6 +570,45 @@ void td_set_num_threads(int n) {
 }
 
 int td_get_num_threads(void) { return at::get_num_threads(); }
+
+// at::set_num_threads is process-wide as well as per thread: besides the calling thread's
+// OpenMP nthreads-var and MKL's thread-local count it stores the default for new threads,
+// recreates the global pthreadpool (its threads included) and clears oneDNN's convolution
+// cache, which every worker shares. So the per-forward setting calls the two per-thread
+// setters only. They are looked up in the libraries already loaded (LibTorch's own libgomp,
+// and the MKL linked into libtorch_cpu when it has one), so no second runtime is brought in.
+// MKL_Set_Num_Threads_Local is the C entry point; the lower-case name takes a pointer.
+namespace {
+using set_threads_fn = void (*)(int);
+using set_threads_local_fn = int (*)(int);
+struct local_setters {
+  set_threads_fn omp = nullptr;
+  set_threads_local_fn mkl = nullptr;
+  local_setters() {
+    omp = reinterpret_cast<set_threads_fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    mkl = reinterpret_cast<set_threads_local_fn>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+  }
+};
+}  // namespace
+
+int td_set_num_threads_here(int n) {
+  static const local_setters set;
+  if (n < 1) return 0;
+  try {
+    // A thread's first parallel work applies LibTorch's process default to it (lazily, once);
+    // done now, it cannot later overwrite the count set here.
+    at::get_num_threads();
+    if (set.omp == nullptr) {
+      at::set_num_threads(n);
+      return at::get_num_threads();
+    }
+    set.omp(n);
+    if (set.mkl != nullptr) set.mkl(n);
+    return at::get_num_threads();
+  } catch (...) {
+    return 0;
+  }
+}
 
 // glibc serves a block over its mmap threshold (128 KiB, rising to the largest block freed,
 // at most 32 MiB) with its own mmap and unmaps it on free; it trims a heap whose free top

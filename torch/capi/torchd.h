@@ -164,6 +164,11 @@ td_error td_tensor_to_cpu(td_tensor *t, td_tensor **out, void **data);
 /* Intra-op and inter-op thread pools. Inter-op can be set once, before any parallel work. */
 void td_set_num_threads(int n);
 int td_get_num_threads(void);
+/* Sets the intra-op threads of the calling thread's parallel regions only (its OpenMP
+ * nthreads-var, and MKL's thread-local count), leaving the process default, other threads and
+ * shared caches alone: cheap enough to call before every forward. Returns the count LibTorch
+ * now reports on this thread (at::get_num_threads), or 0 when n < 1. */
+int td_set_num_threads_here(int n);
 td_error td_set_num_interop_threads(int n);
 
 /* Makes the C allocator that LibTorch's CPU tensors come from keep the memory they free
