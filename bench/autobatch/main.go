@@ -9,11 +9,11 @@
 // variant once with `ab -k` for the same time, in an order shuffled every round (seeded). The
 // figure of a variant is its median requests/s over the rounds. With -pairs, a paired phase
 // then measures auto against the rounds' best fixed setting in alternating short slices
-// (paired.go). It writes docs/autobatch.md.
+// (paired.go). It writes build/autobatch.md.
 //
 // With -open (make bench-open) the load is an open loop instead (Poisson arrivals at each
 // model's rates, see open.go), where a latency target can be judged; it writes
-// docs/autobatch-open.md.
+// build/autobatch-open.md.
 package main
 
 import (
@@ -136,14 +136,14 @@ func main() {
 	rounds := flag.Int("rounds", 7, "rounds per concurrency")
 	concs := flag.String("c", "", "concurrencies (default: the harness's, per model)")
 	only := flag.String("models", "", "comma-separated models to run (default: all)")
-	out := flag.String("out", "docs/autobatch.md", "the report")
+	out := flag.String("out", "build/autobatch.md", "the report")
 	rerunSteal := flag.Float64("rerun-steal", 0.05, "run a point again (at most twice) when more than this share of the CPU time was stolen")
 	copies := flag.Bool("copy", true, "register one fixed setting per model twice, to measure the noise floor")
 	pairs := flag.Int("pairs", 0, "after the rounds at each concurrency, this many pairs of short slices of auto against the rounds' best fixed setting (and of the copy against its original): a paired estimate of their ratio (paired.go)")
-	open := flag.Bool("open", false, "an open loop (Poisson arrivals at each model's rates) instead of ab's closed loop; the report goes to docs/autobatch-open.md unless -out is given")
+	open := flag.Bool("open", false, "an open loop (Poisson arrivals at each model's rates) instead of ab's closed loop; the report goes to build/autobatch-open.md unless -out is given")
 	flag.Parse()
 	if *open && !isFlagSet("out") {
-		*out = "docs/autobatch-open.md"
+		*out = "build/autobatch-open.md"
 	}
 
 	// The concurrencies of the benchmark harness (bench/harness) for these workloads.
@@ -544,6 +544,9 @@ func write(path string, models []*model, res map[string]map[int]map[string][]poi
 		})
 	}
 	b.WriteString(curves)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		fatal("%v", err)
+	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		fatal("%v", err)
 	}
