@@ -20,6 +20,22 @@ func TestFixedWidthAndExact(t *testing.T) {
 	if a, b := AppendFloat32(nil, -1.5), AppendFloat32(nil, 1.5); len(a) != len(b)+1 {
 		t.Errorf("%s and %s: a sign takes one byte", a, b)
 	}
+	// The shortest digits, padded: a float32 0.2 reads as 0.2 into a float64.
+	for _, c := range []struct {
+		got, want string
+	}{
+		{string(AppendFloat32(nil, 0.2)), "2.00000000e-01"},
+		{string(AppendFloat32(nil, 0)), "0.00000000e+00"},
+		{string(AppendFloat32(nil, -400)), "-4.00000000e+02"},
+		{string(AppendFloat32(nil, 0.033241570)), "3.32415700e-02"},
+		{string(AppendFloat64(nil, 0.9525741268224334)), "9.5257412682243340e-01"},
+		{string(AppendFloat64(nil, 1)), "1.0000000000000000e+00"},
+		{string(AppendFloat64(nil, 5e-324)), "5.0000000000000000e-324"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %s, want %s", c.got, c.want)
+		}
+	}
 }
 
 func checkNeighbours[F float32 | float64](t *testing.T, v F, appendF func([]byte, F) []byte, next func(F) F) {
