@@ -153,7 +153,7 @@ build/hadolint/.$(HADOLINT_VERSION):
 	@touch $@
 
 # Builds Dockerfile.cpu in a private dockerd and runs it as the README says
-# (deploy/docker/test.sh, docs/container.md). It takes 7-8 minutes on a quiet machine, too
+# (deploy/docker/test.sh, docs/guide/container.md). It takes 7-8 minutes on a quiet machine, too
 # close to CI's 10, so it is not part of make test: run it before a change to the Dockerfiles or deploy/ lands. Needs
 # root; installs docker.io and debootstrap.
 docker-test:
@@ -221,12 +221,12 @@ bench: bench-setup lib build models archives
 # settings at the harness's concurrencies, one server, shuffled rounds, then at each
 # concurrency 12 pairs of short slices, auto against the rounds' best fixed setting
 # (bench/autobatch, about 85 minutes, more when the host steals CPU time): writes
-# docs/autobatch.md.
+# build/autobatch.md (docs/benchmarks.md keeps a summary of the last full run).
 bench-auto: setup build archives
 	$(GO) run ./bench/autobatch -rounds 5 -pairs 12
 
 # The same variants in an open loop (Poisson arrivals at fixed rates, where a p99 target can
-# be judged; about 14 minutes): writes docs/autobatch-open.md.
+# be judged; about 14 minutes): writes build/autobatch-open.md.
 bench-open: setup build archives
 	$(GO) run ./bench/autobatch -open -rounds 3 -scale 0.5
 
@@ -243,7 +243,7 @@ soak: setup lib models
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gnuplot-nox; }
 	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK)5m -v ./daemon/
 
-# Scale-out and fail-over on this machine (deploy/scaletest, docs/scale-out.md): three torchd
+# Scale-out and fail-over on this machine (deploy/scaletest, docs/guide/scale-out.md): three torchd
 # replicas, each in its own network namespace under a 1-CPU cgroup limit, behind nginx, driven
 # by ab; kills one, drains another. Needs root (ip netns, cgroups); about three minutes, so
 # not part of make test. Results in build/scale/. SCALE_ARGS passes flags (-h lists them).

@@ -6,8 +6,8 @@
 # on all four (server, copy) pairs in a shuffled order with `ab -k`. Prints
 # "round model c=N arena=default|1 copy=1|2 req/s". The per-copy split shows the
 # per-registration offset (bench/copies-ab.sh); the server split shows what one arena costs.
-# The offset's cause was found in session 18 (bench/malloc-ab.sh: glibc unmapping and
-# trimming the activations' memory); since then both servers run with keep_freed_memory on.
+# The offset's cause is glibc unmapping and trimming the activations' memory
+# (bench/malloc-ab.sh); both servers run with keep_freed_memory on.
 # POINTS="model c seconds,..." picks the points (default "r 64 6,r 1 6,d 64 4,d 1 4").
 # Needs `make build archives`. Usage: [POINTS=...] bench/arena-ab.sh [rounds]   (default 6)
 set -uo pipefail

@@ -2,15 +2,12 @@
 # Identical registrations against each other: one torchd (ports 19590–19592) serves resnet18
 # four times under the names a, b, c, d (registered in that order), each batch 16, no delay,
 # one worker, default threads; every round runs each with `ab -k -c 64` for 6 s in a shuffled
-# order. Prints "round=R name req/s". On the 2-core VM (2026-11-23 07:28 UTC, 6 rounds) the
-# last one registered served 1.17 times the median of the other three, first in every round
-# (docs/benchmarks.md, issue 9, session 15): the offset that the bench-auto reports' "two
-# copies" column measures. With COPIES_ENV=MALLOC_ARENA_MAX=1 (glibc: one malloc arena for
-# every thread) the four were within 0.95–1.08 of each other, all at the fast one's level.
-# Session 18 found the cause: glibc returned the activations' memory after every forward, and
-# how much of it depended on the worker thread's arena (bench/malloc-ab.sh). torchd now keeps
-# it (keep_freed_memory, on by default); COPIES_ENV=TORCHD_KEEP_FREED_MEMORY=false shows the
-# old behaviour.
+# order. Prints "round=R name req/s". With glibc's defaults identical registrations served
+# apart by a constant offset (the bench-auto reports' "two copies" column measures it): glibc
+# returned the activations' memory after every forward, by an amount that depended on the
+# worker thread's arena (bench/malloc-ab.sh). torchd keeps it (keep_freed_memory, on by
+# default); COPIES_ENV=TORCHD_KEEP_FREED_MEMORY=false shows glibc's behaviour, and
+# COPIES_ENV=MALLOC_ARENA_MAX=1 one arena for every thread.
 # Needs `make build archives`. Usage: [COPIES_ENV="VAR=value ..."] bench/copies-ab.sh [rounds]
 set -uo pipefail
 cd "$(dirname "$0")/.."

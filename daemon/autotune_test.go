@@ -303,9 +303,8 @@ func TestTunerLatencyTarget(t *testing.T) {
 }
 
 // Near the target p99 is noisy (a stolen second doubles one window's tail): one window over
-// the target, or one probe that wins on p99, moves nothing. The shuffled digits run of
-// session 7 went back and forth between 8 and 16 four times in 4 minutes at c=64, on windows
-// such as "p99 12.5 ms vs 17.2 ms" and then "17.1 ms vs 24.7 ms". Here 8 meets a 15 ms target
+// the target, or one probe that wins on p99, moves nothing (a tuner deciding on single
+// windows went back and forth between 8 and 16). Here 8 meets a 15 ms target
 // (12 ms ± 50%) and 16 does not (18 ms ± 50%) though it serves 10% more: the tuner goes to 8
 // and stays there.
 func TestTunerLatencyTargetNoisy(t *testing.T) {
@@ -1173,8 +1172,7 @@ func TestTunerProbesLingeringOff(t *testing.T) {
 }
 
 // Two lucky probes do not turn lingering on: in a load where lingering serves 7% less, the
-// first two lingering trials serve 25% more (as one +22.7% probe did in session 15, and two
-// of +12% and +21% in session 16, each adopting a lingering that served 0.92–0.94 of none).
+// first two lingering trials serve 25% more, as lucky probes have.
 func TestTunerLingerNeedsThreeProbes(t *testing.T) {
 	tn := newTestTuner(0, 1, 32, 32)
 	l := &load{rate: func(int) float64 { return 20000 }, queue: 20, linger: 0.93, noise: 0.02, lingerTrials: []float64{1.25, 1.25}}
@@ -1390,10 +1388,9 @@ func TestTunerOpenLoopRateGainSlower(t *testing.T) {
 	}
 }
 
-// A load level keeps its probes' evidence across loads between: the bench's points at digits
-// c=64, each begun by a window of half the requests in the server (the clients' ramp) after a
-// pause, dropped the evidence of batch 64's declined probes at every point and repeated its
-// undecided trials from one probe (12 trial windows at c=64 in session 20's run). Batch 64 serves 7%
+// A load level keeps its probes' evidence across loads between: points of load each begun by
+// a window of half the requests in the server (the clients' ramp) after a pause used to drop
+// the evidence of batch 64's declined probes and repeat its trials. Batch 64 serves 7%
 // less than 32 here, under ±10% noise; 30 points of a ramp window and six at c=64. Without
 // the level's evidence kept, none is left at the end; without the wait for a second window
 // at the new load before a probe, 23 windows at 64.

@@ -154,8 +154,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// settings is the one list of every configuration key. TestREADMEListsEverySetting keeps
-// the README's table in step with it.
+// settings is the one list of every configuration key. docs/guide/configuration.md's table
+// is generated from it (go generate ./daemon/), and TestConfigurationDoc keeps the two in step.
 var settings = []setting{
 	{key: "inference_address", def: "127.0.0.1:8080", help: "inference API (TorchServe and KServe protocols)",
 		apply: strSetting(func(c *Config) *string { return &c.InferenceAddress })},

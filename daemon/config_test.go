@@ -116,28 +116,3 @@ func TestResolveModelSettings(t *testing.T) {
 		t.Errorf("registration over everything: %+v", s)
 	}
 }
-
-// The README's configuration table names every key.
-func TestREADMEListsEverySetting(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rows []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "| ") {
-			rows = append(rows, strings.SplitN(line, "|", 3)[1])
-		}
-	}
-	for _, s := range settings {
-		found := false
-		for _, r := range rows {
-			for _, k := range strings.Split(r, ",") {
-				found = found || strings.TrimSpace(k) == s.key
-			}
-		}
-		if !found {
-			t.Errorf("README.md's configuration table has no row for %s", s.key)
-		}
-	}
-}

@@ -35,7 +35,7 @@ import (
 // The hostile-input tests send what a careless or malicious client might, and check three
 // things each time: the answer is a 4xx with a message that says what was wrong, the daemon
 // is still up, and good requests sent at the same time, to the same models and often in the
-// same batches, get their right answers. docs/reliability.md tabulates what they observe.
+// same batches, get their right answers. docs/guide/reliability.md tabulates what they observe.
 
 // hostileModels are the models TestHostileInput serves, each with batching on.
 const hostileModels = "digits=digits.mar,digits_tensor=digits_tensor.mar,resnet18=resnet18.mar,textcls=textcls.mar,captioner=captioner.mar"
@@ -296,7 +296,7 @@ func post(url, contentType string, body []byte, header ...string) response {
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
-// timed runs f and logs how long the answer took, for docs/reliability.md.
+// timed runs f and logs how long the answer took, for docs/guide/reliability.md.
 func timed(t *testing.T, what string, f func() response) response {
 	t.Helper()
 	start := time.Now()

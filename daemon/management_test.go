@@ -111,6 +111,9 @@ func TestManagementAPI(t *testing.T) {
 	if r := do(t, "GET", m+"/debug/pprof/cmdline", "", nil); r.status != 200 {
 		t.Fatalf("pprof: %d", r.status)
 	}
+	if r := do(t, "GET", m+"/debug/pprof/", "", nil); r.status != 200 || !bytes.Contains(r.body, []byte("goroutine")) {
+		t.Fatalf("pprof's index: %d %.200s", r.status, r.body)
+	}
 }
 
 // Archives torchd cannot serve fail registration with a clear error and leave nothing behind;

@@ -69,7 +69,8 @@ func match(pattern, segs []string) (params, bool) {
 	var p params
 	for i, ps := range pattern {
 		if strings.HasSuffix(ps, "...}") {
-			if i >= len(segs) {
+			// The rest may be empty: "/debug/pprof/" is pprof's index.
+			if i > len(segs) {
 				return nil, false
 			}
 			return append(p, strings.Join(segs[i:], "/")), true

@@ -581,7 +581,7 @@ func soakVerdict(samples []soakSample, targets []*soakTarget) []string {
 	return problems
 }
 
-// summarizeSoak logs the figures docs/reliability.md records: the medians of each third,
+// summarizeSoak logs the figures docs/guide/reliability.md records: the medians of each third,
 // and the RSS trend after warm-up as a least-squares slope.
 func summarizeSoak(t *testing.T, samples []soakSample) {
 	if len(samples) < 3 {

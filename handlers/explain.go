@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"strconv"
 
+	"github.com/torchd/torchd/internal/jsonfloat"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -72,7 +72,7 @@ func explainError(err error) error {
 // writeNested writes vals as nested JSON lists of shape.
 func writeNested(b *bytes.Buffer, vals []float32, shape []int64) {
 	if len(shape) == 0 {
-		b.WriteString(strconv.FormatFloat(float64(vals[0]), 'g', -1, 32))
+		b.Write(jsonfloat.AppendFloat32(b.AvailableBuffer(), vals[0]))
 		return
 	}
 	stride := 1

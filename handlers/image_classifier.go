@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/torchd/torchd/handlers/vision"
+	"github.com/torchd/torchd/internal/jsonfloat"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -426,7 +427,7 @@ func writeTopK(b *bytes.Buffer, probs []float64, k int, labels map[int]string) {
 		b.WriteString("  ")
 		b.Write(name)
 		b.WriteString(": ")
-		b.WriteString(strconv.FormatFloat(probs[i], 'g', -1, 64))
+		b.Write(jsonfloat.AppendFloat64(b.AvailableBuffer(), probs[i]))
 		if n < k-1 {
 			b.WriteByte(',')
 		}

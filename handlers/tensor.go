@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/jsonfloat"
 	"github.com/torchd/torchd/internal/npy"
 	"github.com/torchd/torchd/torch"
 )
@@ -173,13 +174,13 @@ func encodeJSONTensor(t Tensor) ([]byte, error) {
 			if math.IsNaN(f) || math.IsInf(f, 0) {
 				return nil, errNotJSON
 			}
-			b.WriteString(strconv.FormatFloat(f, 'g', -1, 32))
+			b.Write(jsonfloat.AppendFloat32(b.AvailableBuffer(), float32(f)))
 		case torch.Float64:
 			f := math.Float64frombits(binary.LittleEndian.Uint64(e))
 			if math.IsNaN(f) || math.IsInf(f, 0) {
 				return nil, errNotJSON
 			}
-			b.WriteString(strconv.FormatFloat(f, 'g', -1, 64))
+			b.Write(jsonfloat.AppendFloat64(b.AvailableBuffer(), f))
 		case torch.Int64:
 			b.WriteString(strconv.FormatInt(int64(binary.LittleEndian.Uint64(e)), 10))
 		case torch.Int32:

@@ -329,8 +329,9 @@ func TestTextClassifierPostprocess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[\n{\n  \"negative\": 0.9525741268224334,\n  \"positive\": 0.04742587317756679\n},\n" +
-		"{\n  \"positive\": 0.9706877692486436,\n  \"negative\": 0.029312230751356316\n}\n]\n"
+	// Floats at a fixed width: the shortest digits, padded to 17 (internal/jsonfloat).
+	want := "[\n{\n  \"negative\": 9.5257412682243340e-01,\n  \"positive\": 4.7425873177566790e-02\n},\n" +
+		"{\n  \"positive\": 9.7068776924864360e-01,\n  \"negative\": 2.9312230751356316e-02\n}\n]\n"
 	if string(resp.Body) != want || resp.ContentType != "application/json" {
 		t.Fatalf("body %q (%s), want %q", resp.Body, resp.ContentType, want)
 	}

@@ -7,11 +7,11 @@ import (
 	"math"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/torchd/torchd/handlers/text"
+	"github.com/torchd/torchd/internal/jsonfloat"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -448,15 +448,15 @@ func (te *TextEmbedding) Postprocess(s *Sample, out []Tensor) (*Response, error)
 	return &Response{ContentType: "application/json", Body: b}, nil
 }
 
-// AppendFloats appends little-endian float32s as a JSON array, each in the fewest digits
-// that read back as the same float32.
+// AppendFloats appends little-endian float32s as a JSON array, each in jsonfloat's fixed
+// width.
 func AppendFloats(b, data []byte) []byte {
 	b = append(b, '[')
 	for k := 0; k < len(data); k += 4 {
 		if k > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendFloat(b, float64(math.Float32frombits(binary.LittleEndian.Uint32(data[k:]))), 'g', -1, 32)
+		b = jsonfloat.AppendFloat32(b, math.Float32frombits(binary.LittleEndian.Uint32(data[k:])))
 	}
 	return append(b, ']')
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/torchd/torchd/internal/jsonfloat"
 )
 
 // parseData converts a tensor's JSON "data" array, already validated as JSON by encoding/json,
@@ -429,14 +431,13 @@ func appendData(b []byte, t *Tensor) (_ []byte, ok bool) {
 			if math.IsNaN(f) || math.IsInf(f, 0) {
 				return b[:mark], false
 			}
-			// Shortest text that parses back to the same float32.
-			b = strconv.AppendFloat(b, f, 'g', -1, 32)
+			b = jsonfloat.AppendFloat32(b, float32(f))
 		case "FP64":
 			f := math.Float64frombits(binary.LittleEndian.Uint64(e))
 			if math.IsNaN(f) || math.IsInf(f, 0) {
 				return b[:mark], false
 			}
-			b = strconv.AppendFloat(b, f, 'g', -1, 64)
+			b = jsonfloat.AppendFloat64(b, f)
 		}
 	}
 	return append(b, ']'), true

@@ -86,7 +86,7 @@ func TestEncodeRequestJSONLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"parameters":{"priority":1},"inputs":[` +
-		`{"name":"x","datatype":"FP32","shape":[2,2],"data":[1,2,3,4]},` +
+		`{"name":"x","datatype":"FP32","shape":[2,2],"data":[1.00000000e+00,2.00000000e+00,3.00000000e+00,4.00000000e+00]},` +
 		`{"name":"s","datatype":"BYTES","shape":[2],"data":["ab","c"]}]}`
 	if string(body) != want || hl != -1 {
 		t.Errorf("body, headerLen =\n%s, %d\nwant\n%s, -1", body, hl, want)

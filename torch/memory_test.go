@@ -13,12 +13,19 @@ import (
 	"github.com/torchd/torchd/torch"
 )
 
-// forwardFaults loads resnet18 and returns the page faults of the whole process per forward
-// of a batch of 4 (its activations are blocks of MiBs), after warm-up forwards.
+// rusageThread is Linux's RUSAGE_THREAD: the calling thread's counts only.
+const rusageThread = 1
+
+// forwardFaults loads resnet18 and returns the page faults of the calling thread per forward
+// of a batch of 4 (its activations are blocks of MiBs), after warm-up forwards. The forward
+// runs on one intra-op thread, the calling one, so the count is that of its allocations
+// alone: the same sequence of forwards faults the same pages whatever else the machine runs,
+// where the whole process's count also holds the Go runtime's faults, which grow with time.
 func forwardFaults(t *testing.T) float64 {
 	const batch = 4
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	torch.SetNumThreads(1)
 	m, err := torch.Load(zoo(t, "resnet18", "model.pt"))
 	if err != nil {
 		t.Fatal(err)
@@ -41,18 +48,23 @@ func forwardFaults(t *testing.T) float64 {
 	}
 	run(5) // the profiling executor's runs and the heaps' growth
 	var before, after syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	if err := syscall.Getrusage(rusageThread, &before); err != nil {
+		t.Fatal(err)
+	}
 	const n = 10
 	run(n)
-	syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	if err := syscall.Getrusage(rusageThread, &after); err != nil {
+		t.Fatal(err)
+	}
 	return float64(after.Minflt-before.Minflt) / n
 }
 
 // TestKeepFreedMemory runs resnet18's forwards in two child processes, one with glibc's
 // defaults and one after KeepFreedMemory (it is process-wide and one-way, so neither can
-// share this process), and compares their page faults per forward. With the defaults each
-// forward faults its activations in afresh (about 9,400 faults per forward of 4 on the
-// development VM); kept, the heaps hold them and a forward faults at most a few pages.
+// share this process), and compares the forwarding thread's page faults per forward. With
+// the defaults each forward faults its activations in afresh; kept, the heaps hold them and
+// a forward reuses the last one's pages. The comparison is of two counts of the same work,
+// neither of which depends on the machine's load.
 func TestKeepFreedMemory(t *testing.T) {
 	if mode := os.Getenv("TORCHD_TEST_FAULTS"); mode != "" {
 		if mode == "keep" && !torch.KeepFreedMemory() {
@@ -88,11 +100,12 @@ func TestKeepFreedMemory(t *testing.T) {
 	}
 	def, kept := child("default"), child("keep")
 	t.Logf("page faults per forward of resnet18 at batch 4: %.0f with glibc's defaults, %.0f kept", def, kept)
-	// A batch of 4 has more than 20 MiB of activations: 5,000 pages.
-	if kept > 100 {
-		t.Errorf("%.0f page faults per forward with the freed memory kept, want at most 100", kept)
+	// A batch of 4 has more than 20 MiB of activations: 5,000 pages. Where glibc's
+	// defaults already reuse them, there is nothing to compare.
+	if def < 1000 {
+		t.Skipf("glibc's defaults fault little here (%.0f per forward): nothing to compare", def)
 	}
-	if def < 10*max(kept, 1) {
-		t.Logf("glibc's defaults fault little here too (%.0f per forward): nothing to compare", def)
+	if kept > def/10 {
+		t.Errorf("%.0f page faults per forward with the freed memory kept, %.0f with glibc's defaults: freed memory is not kept", kept, def)
 	}
 }

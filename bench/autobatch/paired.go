@@ -11,10 +11,9 @@ import (
 	"strings"
 )
 
-// The paired phase (-pairs N). The rounds' medians carry the machine's slow drifts: on this
-// VM one of two identical registrations runs 0.8–0.9 times the other for minutes at a time
-// and the sign changes over a run (docs/benchmarks.md, issue 9, session 16), so seven
-// rounds cannot tell 0.95 from 1.0. After the rounds at a concurrency, the paired phase
+// The paired phase (-pairs N). The rounds' medians carry the machine's slow drifts: on a
+// shared machine one of two identical registrations can run 10–20% behind the other for
+// minutes at a time, so a few rounds cannot tell 0.95 from 1.0. After the rounds at a concurrency, the paired phase
 // alternates auto with the rounds' best fixed setting N times, in slices of half a point's
 // seconds, each pair in a random order; every pair gives one ratio, measured within a few
 // seconds, and drifts slower than that cancel out of it. The copy against its original is

@@ -63,8 +63,8 @@ type config struct {
 	python        string
 	threads       int // intra-op threads of torchd's and the Python peers' model worker; workers of TorchServe and MMS
 	// ompWait is OMP_WAIT_POLICY for every server and the ceiling ("" leaves libgomp's
-	// default). PASSIVE, because on this shared 2-vCPU VM a forward whose OpenMP threads
-	// spin while another tenant holds a core runs up to 10× slower (docs/benchmarks.md).
+	// default). PASSIVE, because on a shared machine a forward whose OpenMP threads spin
+	// while another tenant holds a core runs many times slower (docs/design/openmp.md).
 	ompWait  string
 	coldRuns int
 	// The batching torchd, TorchServe and MMS serve with. resnet18's batch size is tuned by

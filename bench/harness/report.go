@@ -316,7 +316,7 @@ func renderSection(cfg *config, r *results) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	m := r.Machine
-	p("%s\n## torchd side by side with its peers (issue 8, `make bench`)\n\n", beginMarker)
+	p("%s\n## torchd side by side with its peers (`make bench`)\n\n", beginMarker)
 	mode := "the full run"
 	if cfg.quick {
 		mode = "the smoke run (`make bench-smoke`: one short run per point; it checks that the harness works, not the speed)"

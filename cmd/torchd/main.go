@@ -62,7 +62,7 @@ func usage() {
 // other processes), and spinning threads take the cores from them: digits PNG at c=32 on the
 // 2-core VM, in interleaved rounds, ran at a median 3,116 requests/s with the default policy
 // and 4,427 with PASSIVE, and under heavy outside load 404–524 against 4,221–5,116
-// (docs/openmp.md). libgomp reads the variable once, when the process loads it, before main
+// (docs/design/openmp.md). libgomp reads the variable once, when the process loads it, before main
 // runs, so setting it needs a fresh exec. OMP_WAIT_POLICY=ACTIVE in the environment keeps
 // spinning.
 func passiveOpenMP() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The container test (make docker-test, docs/container.md): builds Dockerfile.cpu in a private
-# dockerd and runs the image as the README says, with BATCH_SIZE=32 WORKERS=2 LINGER_MS=10.
+# The container test (make docker-test, docs/guide/container.md): builds Dockerfile.cpu in a private
+# dockerd and runs the image as docs/guide/deploy.md says, with BATCH_SIZE=32 WORKERS=2 LINGER_MS=10.
 #
 # Registry images cannot be pulled here, so the FROM images are local stand-ins tagged with
 # the names the Dockerfile uses, and the Dockerfile under test is the one users build:

@@ -12,7 +12,7 @@
 //
 // It needs root (ip netns, cgroups), iproute2, nginx and ab; without permission for network
 // namespaces it falls back to distinct loopback addresses and says so. `make scale-test`
-// runs it; docs/scale-out.md has its figures. Results: <out>/results.json and summary.md.
+// runs it; docs/guide/scale-out.md has its figures. Results: <out>/results.json and summary.md.
 package main
 
 import (

@@ -56,10 +56,9 @@ const MaxSteal = 0.5
 // StealShare is the share of the machine's CPU time the hypervisor stole between two
 // readings of Read, at most MaxSteal (0 if the counters did not advance).
 //
-// On a shared VM it swings the served rate more than any batch setting does: on the 2-core
-// development VM, eight 6-second runs of resnet18 at one setting served 14.7–23.1 req/s with
-// 0–28% of the CPU time stolen; divided by (1 − the stolen share) they span 18.9–23.6. The
-// division assumes the rate follows the CPU time the machine got: near enough for a model
+// On a shared VM it swings the served rate more than any batch setting does, and dividing
+// the rate by (1 − the stolen share) narrows the spread of runs at one setting by about half
+// (docs/design/self-tuning.md). The division assumes the rate follows the CPU time the machine got: near enough for a model
 // that keeps the CPUs busy, rough for one that does not. On a machine of its own nothing is
 // stolen and nothing changes.
 func StealShare(a, b Times) float64 {

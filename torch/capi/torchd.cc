@@ -614,14 +614,11 @@ int td_set_num_threads_here(int n) {
 // at most 32 MiB) with its own mmap and unmaps it on free; it trims a heap whose free top
 // passes the trim threshold; and a thread arena's heap (64 MiB at most) that becomes empty is
 // unmapped unless the heap before it has less than the top pad free. A CNN's activations
-// are such blocks, so every forward faulted in and zeroed them afresh: resnet18 at batch 16
-// took 1,800-4,700 page faults per image served, and how many depended on the worker
-// thread's arena, so identical registrations served up to 20% apart (docs/benchmarks.md,
-// session 18). With mmap off, the trim threshold out of reach and a top pad of a whole heap,
-// the arenas keep what they grew to (a block bigger than a heap is still mmap'd) and the
-// faults stop after the first forwards. Without the top pad, the worker of a registration
-// next to others still faulted 1,100-3,300 times per image, creating and unmapping a heap
-// per forward.
+// are such blocks, so every forward faulted them in and zeroed them afresh, by an amount
+// that depended on the worker thread's arena. With mmap off, the trim threshold out of reach
+// and a top pad of a whole heap, the arenas keep what they grew to (a block bigger than a
+// heap is still mmap'd) and the faults stop after the first forwards; without the pad a
+// worker still made and unmapped a heap per forward. Figures: docs/design/binding.md.
 int td_keep_freed_memory(void) {
 #ifdef __GLIBC__
   return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1 &&
