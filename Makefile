@@ -44,7 +44,7 @@ else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
 
-.PHONY: setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: proto pyclients setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -174,12 +174,26 @@ vet:
 # module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
 # strictly into the upstream types. bench-smoke runs the benchmark harness once, briefly
 # (30-50 s): it checks that the harness works, not the speed.
-test: setup lib models vet lint-docker
+test: setup lib models vet lint-docker pyclients
 	$(GO) test -count=1 ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 	$(MAKE) fuzz FUZZTIME=50000x
 	$(MAKE) bench-smoke
+
+# The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
+# the peer clients the gRPC end-to-end tests drive (Triton's tritonclient, TorchServe's stubs
+# generated from proto/torchserve). About half a minute from pip.
+PYCLIENTS := build/pyclients
+pyclients: $(PYCLIENTS)/.done
+$(PYCLIENTS)/.done: proto/requirements.txt
+	rm -rf $(PYCLIENTS) && python3 -m venv $(PYCLIENTS)
+	$(PYCLIENTS)/bin/pip install --quiet -r proto/requirements.txt
+	@touch $@
+
+# Regenerates proto/'s committed Go code with pinned protoc and plugins (proto/generate.sh).
+proto: $(PYCLIENTS)/.done
+	PYCLIENTS=$(PYCLIENTS) proto/generate.sh
 
 # Each fuzz target for a bounded time; the seed corpora under testdata/fuzz are committed.
 # make test bounds the runs by executions, not seconds: a run bounded by time failed once
