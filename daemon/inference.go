@@ -184,15 +184,14 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 	defer d.requestDone()
 	v.enter()
 	code := d.predictVersion(ctx, v, arrived)
-	code.status = countGone(ctx, code.status)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(code.status, took, code.queued)
-	v.observe(took)
+	v.answered(countGone(ctx, code.status), time.Since(arrived), code.res)
 }
 
+// outcome is how a request was answered: its status, and its share of the batch it ran in
+// (zero when it never reached one).
 type outcome struct {
 	status int
-	queued time.Duration
+	res    jobResult
 }
 
 func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
@@ -212,7 +211,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 			ctx.Response.Header.Set("Retry-After", "1")
 		}
 		writeError(ctx, fail.Status, fail.Type, fail.Msg)
-		return outcome{status: fail.Status, queued: res.queued}
+		return outcome{fail.Status, res}
 	}
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
@@ -221,7 +220,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
 		writeError(ctx, status, "InternalServerException", err.Error())
-		return outcome{status: status, queued: res.queued}
+		return outcome{status, res}
 	}
 	status := resp.Status
 	if status == 0 {
@@ -232,7 +231,7 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		ctx.SetContentType(resp.ContentType)
 	}
 	ctx.SetBody(resp.Body)
-	return outcome{status: status, queued: res.queued}
+	return outcome{status, res}
 }
 
 // infer is the request path past the registry, shared by the APIs that answer through a
@@ -313,6 +312,11 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}
+	if v.triton != nil {
+		if err := v.triton.toModel(sample); err != nil {
+			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
+		}
+	}
 	j := &job{sample: sample, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)
@@ -336,6 +340,10 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 		}
 	} else {
 		res = <-j.done
+	}
+	res.input = j.enqueued.Sub(arrived)
+	if res.err == nil && v.triton != nil {
+		res.err = v.triton.fromModel(res.out, sample.Items)
 	}
 	if res.err == nil {
 		return res, nil

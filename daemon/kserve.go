@@ -141,8 +141,9 @@ func datatypeOfName(dtype string) string {
 // else the archive's declared ones, else inputs named after forward's Tensor arguments with
 // unknown shapes.
 func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
-	// A package records its own signature, which its compiled code was made for.
-	if p, ok := v.module.(*torch.Package); ok {
+	// A package records its own signature, which its compiled code was made for; a Triton
+	// repository model's config names the tensors, and was checked against it at load.
+	if p, ok := v.module.(*torch.Package); ok && v.triton == nil {
 		for _, s := range p.Inputs() {
 			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
 		}
@@ -199,7 +200,11 @@ func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
 		versions = append(versions, x.Version)
 	}
 	ins, outs := v.signature()
-	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: "pytorch_libtorch", Inputs: ins, Outputs: outs})
+	platform := "pytorch_libtorch"
+	if v.triton != nil {
+		platform = v.triton.Platform()
+	}
+	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs})
 }
 
 // v2Config answers the Triton model configuration subset perf_analyzer reads. With
@@ -208,6 +213,10 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
+		return
+	}
+	if v.triton != nil {
+		writeCompactJSON(ctx, configJSON(v.triton.effective(v)))
 		return
 	}
 	ins, outs := v.signature()
@@ -250,7 +259,7 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
 
 // serveKServe resolves the model version of a KServe inference request, serves it with
 // serve, and records its status and latency.
-func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, *ModelVersion, time.Time) (int, time.Duration)) {
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, *ModelVersion, time.Time) outcome) {
 	arrived := time.Now()
 	v, err := d.Registry.Get(name, version)
 	if err != nil {
@@ -260,18 +269,15 @@ func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, ser
 	d.requestStarted()
 	defer d.requestDone()
 	v.enter()
-	status, queued := serve(ctx, v, arrived)
-	status = countGone(ctx, status)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(status, took, queued)
-	v.observe(took)
+	code := serve(ctx, v, arrived)
+	v.answered(countGone(ctx, code.status), time.Since(arrived), code.res)
 }
 
-func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
 	rsv, fail := admit(v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, 0
+		return outcome{status: fail.Status}
 	}
 	defer rsv.release()
 	headerLen := -1
@@ -279,7 +285,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		n, err := strconv.Atoi(string(h))
 		if err != nil || n < 0 {
 			v2Error(ctx, 400, fmt.Sprintf("invalid %s header %q", oip.HeaderContentLength, h))
-			return 400, 0
+			return outcome{status: 400}
 		}
 		headerLen = n
 	}
@@ -294,7 +300,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	if oip.IsRaw(headerLen) {
 		if len(ins) != 1 {
 			v2Error(ctx, 400, fmt.Sprintf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins)))
-			return 400, 0
+			return outcome{status: 400}
 		}
 		req, tensors, err = oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
 	} else {
@@ -302,12 +308,12 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	if err != nil {
 		v2APIError(ctx, err)
-		return 400, 0
+		return outcome{status: 400}
 	}
 	timeout, err := scheduleParams(req.Parameters)
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
-		return 400, 0
+		return outcome{status: 400}
 	}
 	declared := v.archive.Config.Inputs != nil
 	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
@@ -321,22 +327,22 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
-		return 400, 0
+		return outcome{status: 400}
 	}
 	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{fail.Status, res}
 	}
 	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
 	if err != nil {
 		v2Error(ctx, 400, err.Error())
-		return 400, res.queued
+		return outcome{400, res}
 	}
 	body, hlen, err := oip.EncodeResponse(resp, outTensors, binary)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{500, res}
 	}
 	if hlen >= 0 {
 		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
@@ -345,7 +351,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		ctx.SetContentType("application/json")
 	}
 	ctx.SetBody(body)
-	return 200, res.queued
+	return outcome{200, res}
 }
 
 // namesInputs reports whether the request names every one of the model's inputs.
@@ -361,45 +367,45 @@ func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
 // v2InferHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
 // goes through the model's handler, and its answer comes back as an output named after the
 // input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
-func (d *Daemon) v2InferHandler(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (int, time.Duration) {
+func (d *Daemon) v2InferHandler(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) outcome {
 	if len(tensors) != 1 {
 		// torchd's handlers take one input per request; TorchServe's envelope would make each
 		// input a request of the handler's batch.
 		v2Error(ctx, 400, fmt.Sprintf("through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors)))
-		return 400, 0
+		return outcome{status: 400}
 	}
 	t := tensors[0]
 	dt, ok := datatypes[t.Datatype]
 	if !ok {
 		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
-		return 400, 0
+		return outcome{status: 400}
 	}
 	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
 	if err != nil {
 		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
-		return handlers.StatusOf(err, 400), 0
+		return outcome{status: handlers.StatusOf(err, 400)}
 	}
 	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{fail.Status, res}
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
 		v2Error(ctx, handlers.StatusOf(err, 500), err.Error())
-		return handlers.StatusOf(err, 500), res.queued
+		return outcome{handlers.StatusOf(err, 500), res}
 	}
 	out, err := envelopeOutput(t.Name, resp.Body)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{500, res}
 	}
 	id := req.ID
 	if strings.TrimSpace(id) == "" {
 		id = newRequestID()
 	}
 	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
-	return 200, res.queued
+	return outcome{200, res}
 }
 
 // envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
@@ -624,13 +630,13 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 	d.serveKServe(ctx, p[0], "", d.v1PredictVersion)
 }
 
-func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
 		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
-		return 400, 0
+		return outcome{status: 400}
 	}
 	req := &handlers.Request{
 		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
@@ -640,15 +646,15 @@ func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arr
 	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{fail.Status, res}
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{500, res}
 	}
 	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
-	return 200, res.queued
+	return outcome{200, res}
 }
 
 // v1Predictions turns a handler's JSON answer into one prediction per instance: an array is
