@@ -365,7 +365,7 @@ type flagValue struct {
 	set     bool
 }
 
-func (f *flagValue) String() string     { return f.v }
+func (f *flagValue) String() string { return f.v }
 func (f *flagValue) Set(v string) error {
 	if f.repeat && f.set {
 		v = f.v + "," + v
@@ -373,7 +373,7 @@ func (f *flagValue) Set(v string) error {
 	f.v, f.set = v, true
 	return nil
 }
-func (f *flagValue) IsBoolFlag() bool   { return f.boolean }
+func (f *flagValue) IsBoolFlag() bool { return f.boolean }
 
 func (c *Config) set(s setting, v, source string) error {
 	if err := s.apply(c, v); err != nil {

@@ -88,7 +88,7 @@ type versionStats struct {
 	success, fail, queue, input, infer, output statDuration
 	inferences, executions                     atomic.Uint64
 	failures                                   [4]atomic.Uint64 // by failReasons
-	last                                       atomic.Int64 // UnixMilli
+	last                                       atomic.Int64     // UnixMilli
 
 	mu      sync.Mutex
 	batches map[int]*statDuration // batch size → forwards
