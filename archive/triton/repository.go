@@ -234,9 +234,11 @@ func (m *Model) check() (string, error) {
 	if len(c.Output) == 0 {
 		return "", errors.New("the config declares no output; the PyTorch backend needs every output declared")
 	}
-	if _, err := m.Settings(); err != nil {
+	_, warn, err := m.settings()
+	if err != nil {
 		return "", err
 	}
+	m.Warnings = append(m.Warnings, warn...)
 	return file, nil
 }
 
