@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -289,4 +290,239 @@ func settled(t testing.TB, s *server) map[string]string {
 	}
 	t.Fatalf("the repository is still loading\n%s", s.Log())
 	return nil
+}
+
+// TestTritonExplicitControl drives the repository API in explicit mode: load with and
+// without a config override, unload, and the errors; and the logging API.
+func TestTritonExplicitControl(t *testing.T) {
+	repo := t.TempDir()
+	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	repoModel(t, repo, "other", strings.Replace(tritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
+	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "digits")
+	idx := settled(t, s)
+	if idx["digits 1"] != "READY" || idx["other"] != "" || len(idx) != 2 {
+		t.Fatalf("index %v", idx)
+	}
+	x := digitsInput(0)
+	infer := func(model string, batch int) response {
+		data := make([]float32, 0, batch*len(x))
+		for range batch {
+			data = append(data, x...)
+		}
+		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "INPUT__0", "shape": []int{batch, 1, 28, 28}, "datatype": "FP32", "data": data}}})
+		return do(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/json", body)
+	}
+	if r := infer("other", 1); r.status != 404 {
+		t.Fatalf("a model not loaded: %d %s", r.status, r.body)
+	}
+	post := func(path, body string) response {
+		return do(t, "POST", s.inf+path, "application/json", []byte(body))
+	}
+	if r := post("/v2/repository/models/other/load", ""); r.status != 200 {
+		t.Fatalf("load: %d %s", r.status, r.body)
+	}
+	if r := infer("other", 1); r.status != 200 {
+		t.Fatalf("a loaded model: %d %s", r.status, r.body)
+	}
+
+	// A load with a config override replaces config.pbtxt: max_batch_size 2.
+	override, _ := json.Marshal(map[string]any{"parameters": map[string]string{"config": `{"platform": "pytorch_libtorch", "max_batch_size": 2,
+		"input": [{"name": "INPUT__0", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}],
+		"output": [{"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [10]}], "dynamic_batching": {}}`}})
+	if r := post("/v2/repository/models/digits/load", string(override)); r.status != 200 {
+		t.Fatalf("load with override: %d %s", r.status, r.body)
+	}
+	var cfg struct {
+		MaxBatchSize int `json:"max_batch_size"`
+	}
+	do(t, "GET", s.inf+"/v2/models/digits/config", "", nil).json(t, &cfg)
+	if cfg.MaxBatchSize != 2 {
+		t.Fatalf("config after the override: %+v", cfg)
+	}
+	if r := infer("digits", 3); r.status != 400 || !strings.Contains(string(r.body), "batch-size must be") {
+		t.Fatalf("a batch above max_batch_size: %d %s", r.status, r.body)
+	}
+	if r := infer("digits", 2); r.status != 200 {
+		t.Fatalf("a batch of max_batch_size: %d %s", r.status, r.body)
+	}
+
+	// Unload: the model answers 404, its metric series are gone, the index says why.
+	if r := post("/v2/repository/models/other/unload", `{"parameters": {"unload_dependents": false}}`); r.status != 200 {
+		t.Fatalf("unload: %d %s", r.status, r.body)
+	}
+	if r := infer("other", 1); r.status != 404 {
+		t.Fatalf("an unloaded model: %d %s", r.status, r.body)
+	}
+	if m := string(do(t, "GET", s.metrics+"/metrics", "", nil).body); strings.Contains(m, `model="other"`) || !strings.Contains(m, `nv_inference_count{model="digits",version="1"}`) {
+		t.Fatalf("metrics after the unload:\n%s", m)
+	}
+	if got := settled(t, s)["other 1"]; got != "UNAVAILABLE: unloaded" {
+		t.Fatalf("index of the unloaded model: %q", got)
+	}
+
+	// Errors.
+	for _, c := range []struct{ path, body, want string }{
+		{"/v2/repository/models/nope/load", "", "no such file"},
+		{"/v2/repository/models/nope/unload", "", "not loaded"},
+		{"/v2/repository/models/digits/load", `{"parameters": {"file:1/model.pt": "AAAA"}}`, "not supported"},
+		{"/v2/repository/models/digits/load", `{"parameters": {"config": 7}}`, "must be a string"},
+		{"/v2/repository/models/digits/load", `{"parameters": {"config": "{\"max_batch_size\": 2"}}`, "config override"},
+		{"/v2/repository/models/digits/load", `{`, "malformed"},
+		{"/v2/logging", `{"log_file": "/tmp/x"}`, "log_file"},
+		{"/v2/logging", `{"log_verbose_level": -1}`, "log_verbose_level"},
+		{"/v2/logging", `{"log_colour": true}`, "malformed"},
+	} {
+		r := post(c.path, c.body)
+		if r.status != 400 || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("POST %s %s: %d %s, want 400 with %q", c.path, c.body, r.status, r.body, c.want)
+		}
+	}
+	// A failed reload leaves the loaded version serving.
+	if r := infer("digits", 1); r.status != 200 {
+		t.Fatalf("digits after failed loads: %d %s", r.status, r.body)
+	}
+
+	// Logging: Triton's fields over the log level.
+	var ls map[string]any
+	do(t, "GET", s.inf+"/v2/logging", "", nil).json(t, &ls)
+	if ls["log_info"] != true || ls["log_verbose_level"] != 0.0 || ls["log_format"] != "default" {
+		t.Fatalf("log settings %v", ls)
+	}
+	post("/v2/logging", `{"log_verbose_level": 1}`).json(t, &ls)
+	if ls["log_verbose_level"] != 1.0 {
+		t.Fatalf("log settings after verbose 1: %v", ls)
+	}
+	post("/v2/logging", `{"log_verbose_level": 0, "log_info": false, "log_warning": false}`).json(t, &ls)
+	if ls["log_info"] != false || ls["log_warning"] != false || ls["log_error"] != true {
+		t.Fatalf("log settings after errors only: %v", ls)
+	}
+}
+
+// TestTritonPollReload replaces 1/model.pt under a load of concurrent requests: every
+// request is answered 200, and the answers switch from the old model to the new one. A model
+// added to the repository is loaded, and one removed is unloaded.
+func TestTritonPollReload(t *testing.T) {
+	repo := t.TempDir()
+	cfg := `platform: "pytorch_libtorch" max_batch_size: 4
+input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 1000 }`
+	repoModel(t, repo, "classifier", cfg, "resnet18", "model.pt", "1")
+	s := startServer(t, "--model-repository", repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.2")
+	if idx := settled(t, s); idx["classifier 1"] != "READY" {
+		t.Fatalf("index %v", idx)
+	}
+	img := make([]float32, 3*224*224)
+	for i := range img {
+		img[i] = float32(i%97)/97 - 0.5
+	}
+	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "INPUT__0", "shape": []int{1, 3, 224, 224}, "datatype": "FP32", "data": img}}})
+	type answer struct {
+		status int
+		out    []float64
+		body   string
+	}
+	answers := make(chan answer, 4096)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for i := 0; i < 2000; i++ { // bounded, whatever happens
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := do(t, "POST", s.inf+"/v2/models/classifier/infer", "application/json", body)
+				a := answer{status: r.status, body: string(r.body)}
+				if r.status == 200 {
+					var out struct {
+						Outputs []struct{ Data []float64 } `json:"outputs"`
+					}
+					r.json(t, &out)
+					a.out = out.Outputs[0].Data
+				}
+				answers <- a
+			}
+		})
+	}
+	var got []answer
+	next := func() answer {
+		select {
+		case a := <-answers:
+			got = append(got, a)
+			return a
+		case <-time.After(60 * time.Second):
+			close(stop)
+			t.Fatalf("no answer within 60 s\n%s", s.Log())
+			return answer{}
+		}
+	}
+	first := next()
+	if first.status != 200 {
+		t.Fatalf("first answer: %d %s", first.status, first.body)
+	}
+	for range 3 {
+		next()
+	}
+	copyFile(t, filepath.Join(zooDir, "efficientnet_lite0", "model.pt"), filepath.Join(repo, "classifier", "1", "model.pt"))
+	// Until three answers in a row come from another model.
+	changed := 0
+	for deadline := time.Now().Add(90 * time.Second); changed < 3; {
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("the answers did not change within 90 s of the new model.pt\n%s", s.Log())
+		}
+		a := next()
+		if a.status == 200 && !near(a.out, first.out, 1e-3) {
+			changed++
+		} else {
+			changed = 0
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		got = append(got, a)
+	}
+	last := got[len(got)-1].out
+	if near(last, first.out, 0.1) {
+		t.Fatal("the new model answers as the old one")
+	}
+	for i, a := range got {
+		if a.status != 200 {
+			t.Fatalf("answer %d of %d: %d %s", i, len(got), a.status, a.body)
+		}
+		if !near(a.out, first.out, 1e-3) && !near(a.out, last, 1e-3) {
+			t.Fatalf("answer %d is from neither model", i)
+		}
+	}
+	t.Logf("%d answers, all 200, switched to the new model", len(got))
+	if !strings.Contains(s.Log(), "model reloaded") {
+		t.Fatalf("no reload logged\n%s", s.Log())
+	}
+
+	// A model added to the repository is loaded; a model removed is unloaded.
+	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	waitStatus(t, s, "/v2/models/digits/ready", 200)
+	if err := os.RemoveAll(filepath.Join(repo, "classifier")); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, s, "/v2/models/classifier/ready", 400)
+	if got := settled(t, s)["classifier 1"]; !strings.Contains(got, "removed from the repository") {
+		t.Fatalf("index of the removed model: %q", got)
+	}
+}
+
+// waitStatus polls a GET path on the inference port until it answers status.
+func waitStatus(t testing.TB, s *server, path string, status int) {
+	t.Helper()
+	for range 600 {
+		if do(t, "GET", s.inf+path, "", nil).status == status {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("GET %s did not answer %d within 60 s\n%s", path, status, s.Log())
 }
