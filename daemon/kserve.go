@@ -250,28 +250,18 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
 
 // serveKServe resolves the model version of a KServe inference request, serves it with
 // serve, and records its status and latency.
-func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, *ModelVersion, time.Time) (int, time.Duration)) {
-	arrived := time.Now()
-	v, err := d.Registry.Get(name, version)
-	if err != nil {
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, call, *ModelVersion, time.Time) outcome) {
+	c := restCall(ctx)
+	if err := d.served(c, name, version, func(v *ModelVersion, arrived time.Time) outcome { return serve(ctx, c, v, arrived) }); err != nil {
 		v2APIError(ctx, err)
-		return
 	}
-	d.requestStarted()
-	defer d.requestDone()
-	v.enter()
-	status, queued := serve(ctx, v, arrived)
-	status = countGone(ctx, status)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(status, took, queued)
-	v.observe(took)
 }
 
-func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
 	rsv, fail := admit(v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, 0
+		return outcome{status: fail.Status}
 	}
 	defer rsv.release()
 	headerLen := -1
@@ -279,7 +269,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		n, err := strconv.Atoi(string(h))
 		if err != nil || n < 0 {
 			v2Error(ctx, 400, fmt.Sprintf("invalid %s header %q", oip.HeaderContentLength, h))
-			return 400, 0
+			return outcome{status: 400}
 		}
 		headerLen = n
 	}
@@ -294,7 +284,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	if oip.IsRaw(headerLen) {
 		if len(ins) != 1 {
 			v2Error(ctx, 400, fmt.Sprintf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins)))
-			return 400, 0
+			return outcome{status: 400}
 		}
 		req, tensors, err = oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
 	} else {
@@ -302,41 +292,22 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	if err != nil {
 		v2APIError(ctx, err)
-		return 400, 0
+		return outcome{status: 400}
 	}
-	timeout, err := scheduleParams(req.Parameters)
-	if err != nil {
-		v2Error(ctx, 400, err.Error())
-		return 400, 0
-	}
-	declared := v.archive.Config.Inputs != nil
-	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
-		return d.v2InferHandler(ctx, v, rsv, req, tensors, tp, arrived, timeout)
-	}
-	var sample *handlers.Sample
-	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
-		sample, err = textSample(ts, tensors[0])
-	} else {
-		sample, err = v2Sample(tensors, ins, declared)
-	}
-	if err != nil {
-		v2Error(ctx, 400, err.Error())
-		return 400, 0
-	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
+	ans, fail := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{status: fail.Status, queued: ans.queued}
 	}
-	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
-	if err != nil {
-		v2Error(ctx, 400, err.Error())
-		return 400, res.queued
+	if ans.envelope {
+		out := ans.resp.Outputs[0]
+		writeCompactJSON(ctx, map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+		return outcome{status: 200, queued: ans.queued}
 	}
-	body, hlen, err := oip.EncodeResponse(resp, outTensors, binary)
+	body, hlen, err := oip.EncodeResponse(ans.resp, ans.outs, ans.binary)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{status: 500, queued: ans.queued}
 	}
 	if hlen >= 0 {
 		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
@@ -345,7 +316,49 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		ctx.SetContentType("application/json")
 	}
 	ctx.SetBody(body)
-	return 200, res.queued
+	return outcome{status: 200, queued: ans.queued}
+}
+
+// v2Answer is a v2 inference request's answer, for each protocol to encode: the response
+// and its output tensors (binary says which go as binary data over REST); or, through the
+// handler (envelope), the response with the handler's answer as its one output's JSON data.
+type v2Answer struct {
+	resp     *oip.InferResponse
+	outs     []oip.Tensor
+	binary   func(string) bool
+	envelope bool
+	queued   time.Duration
+}
+
+// v2Run serves a decoded v2 inference request that holds its place in v's queue, whatever
+// the protocol: its tensors go straight to the model, or through the handler.
+func (d *Daemon) v2Run(c call, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, ins, outs []oip.MetadataTensor, arrived time.Time) (v2Answer, *APIError) {
+	timeout, err := scheduleParams(req.Parameters)
+	if err != nil {
+		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	declared := v.archive.Config.Inputs != nil
+	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
+	}
+	var sample *handlers.Sample
+	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
+		sample, err = textSample(ts, tensors[0])
+	} else {
+		sample, err = v2Sample(tensors, ins, declared)
+	}
+	if err != nil {
+		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
+	if fail != nil {
+		return v2Answer{queued: res.queued}, fail
+	}
+	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
+	if err != nil {
+		return v2Answer{queued: res.queued}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	return v2Answer{resp: resp, outs: outTensors, binary: binary, queued: res.queued}, nil
 }
 
 // namesInputs reports whether the request names every one of the model's inputs.
@@ -358,48 +371,41 @@ func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
 	return true
 }
 
-// v2InferHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
+// v2RunHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
 // goes through the model's handler, and its answer comes back as an output named after the
 // input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
-func (d *Daemon) v2InferHandler(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (int, time.Duration) {
+func (d *Daemon) v2RunHandler(c call, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (v2Answer, *APIError) {
 	if len(tensors) != 1 {
 		// torchd's handlers take one input per request; TorchServe's envelope would make each
 		// input a request of the handler's batch.
-		v2Error(ctx, 400, fmt.Sprintf("through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors)))
-		return 400, 0
+		return v2Answer{}, apiErr(400, "BadRequestException", "through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors))
 	}
 	t := tensors[0]
 	dt, ok := datatypes[t.Datatype]
 	if !ok {
-		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
-		return 400, 0
+		return v2Answer{}, apiErr(400, "BadRequestException", "input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
 	}
 	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
 	if err != nil {
-		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
-		return handlers.StatusOf(err, 400), 0
+		return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "input %q: %v", t.Name, err)
 	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
+	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
 	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return v2Answer{queued: res.queued}, fail
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
-		v2Error(ctx, handlers.StatusOf(err, 500), err.Error())
-		return handlers.StatusOf(err, 500), res.queued
+		return v2Answer{queued: res.queued}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
 	}
 	out, err := envelopeOutput(t.Name, resp.Body)
 	if err != nil {
-		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return v2Answer{queued: res.queued}, apiErr(500, "InternalServerException", "%s", err.Error())
 	}
 	id := req.ID
 	if strings.TrimSpace(id) == "" {
 		id = newRequestID()
 	}
-	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
-	return 200, res.queued
+	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true, queued: res.queued}, nil
 }
 
 // envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
@@ -624,31 +630,31 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 	d.serveKServe(ctx, p[0], "", d.v1PredictVersion)
 }
 
-func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
 		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
-		return 400, 0
+		return outcome{status: 400}
 	}
 	req := &handlers.Request{
 		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
 		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
-		Canceled: clientGone(ctx.Conn()),
+		Canceled: c.gone,
 	}
-	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
+	sample, res, fail := d.infer(c, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{status: fail.Status, queued: res.queued}
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{status: 500, queued: res.queued}
 	}
 	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
-	return 200, res.queued
+	return outcome{status: 200, queued: res.queued}
 }
 
 // v1Predictions turns a handler's JSON answer into one prediction per instance: an array is
