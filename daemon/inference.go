@@ -193,16 +193,15 @@ func (d *Daemon) served(c call, name, ver string, serve func(v *ModelVersion, ar
 	defer d.requestDone()
 	v.enter()
 	code := serve(v, arrived)
-	code.status = countGone(c, code.status)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(code.status, took, code.queued)
-	v.observe(took)
+	v.answered(countGone(c, code.status), time.Since(arrived), code.res)
 	return nil
 }
 
+// outcome is how a request was answered: its status, and its share of the batch it ran in
+// (zero when it never reached one).
 type outcome struct {
 	status int
-	queued time.Duration
+	res    jobResult
 }
 
 func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
@@ -244,7 +243,7 @@ func (d *Daemon) handle(c call, v *ModelVersion, arrived time.Time, read func() 
 		return preprocess(v, req)
 	})
 	if fail != nil {
-		return nil, outcome{status: fail.Status, queued: res.queued}, fail
+		return nil, outcome{status: fail.Status, res: res}, fail
 	}
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
@@ -252,13 +251,13 @@ func (d *Daemon) handle(c call, v *ModelVersion, arrived time.Time, read func() 
 	v.metrics.observeHandler(time.Since(t0) - res.queued)
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
-		return nil, outcome{status: status, queued: res.queued}, apiErr(status, "InternalServerException", "%s", err.Error())
+		return nil, outcome{status: status, res: res}, apiErr(status, "InternalServerException", "%s", err.Error())
 	}
 	status := resp.Status
 	if status == 0 {
 		status = 200
 	}
-	return resp, outcome{status: status, queued: res.queued}, nil
+	return resp, outcome{status: status, res: res}, nil
 }
 
 // call is what the request path needs from a request's transport, whatever its protocol.
@@ -360,6 +359,11 @@ func (d *Daemon) runSample(c call, v *ModelVersion, rsv *reservation, sample *ha
 	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}
+	if v.triton != nil {
+		if err := v.triton.toModel(sample); err != nil {
+			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
+		}
+	}
 	j := &job{sample: sample, enqueued: time.Now(), done: make(chan jobResult, 1), gone: c.gone}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)
@@ -383,6 +387,10 @@ func (d *Daemon) runSample(c call, v *ModelVersion, rsv *reservation, sample *ha
 		}
 	} else {
 		res = <-j.done
+	}
+	res.input = j.enqueued.Sub(arrived)
+	if res.err == nil && v.triton != nil {
+		res.err = v.triton.fromModel(res.out, sample.Items)
 	}
 	if res.err == nil {
 		return res, nil

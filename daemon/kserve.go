@@ -141,8 +141,9 @@ func datatypeOfName(dtype string) string {
 // else the archive's declared ones, else inputs named after forward's Tensor arguments with
 // unknown shapes.
 func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
-	// A package records its own signature, which its compiled code was made for.
-	if p, ok := v.module.(*torch.Package); ok {
+	// A package records its own signature, which its compiled code was made for; a Triton
+	// repository model's config names the tensors, and was checked against it at load.
+	if p, ok := v.module.(*torch.Package); ok && v.triton == nil {
 		for _, s := range p.Inputs() {
 			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
 		}
@@ -199,7 +200,11 @@ func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
 		versions = append(versions, x.Version)
 	}
 	ins, outs := v.signature()
-	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: "pytorch_libtorch", Inputs: ins, Outputs: outs})
+	platform := "pytorch_libtorch"
+	if v.triton != nil {
+		platform = v.triton.Platform()
+	}
+	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs})
 }
 
 // v2Config answers the Triton model configuration subset perf_analyzer reads. With
@@ -208,6 +213,10 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
+		return
+	}
+	if v.triton != nil {
+		writeCompactJSON(ctx, configJSON(v.triton.effective(v)))
 		return
 	}
 	ins, outs := v.signature()
@@ -297,17 +306,17 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersio
 	ans, fail := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return outcome{status: fail.Status, queued: ans.queued}
+		return outcome{status: fail.Status, res: ans.res}
 	}
 	if ans.envelope {
 		out := ans.resp.Outputs[0]
 		writeCompactJSON(ctx, map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
-		return outcome{status: 200, queued: ans.queued}
+		return outcome{status: 200, res: ans.res}
 	}
 	body, hlen, err := oip.EncodeResponse(ans.resp, ans.outs, ans.binary)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return outcome{status: 500, queued: ans.queued}
+		return outcome{status: 500, res: ans.res}
 	}
 	if hlen >= 0 {
 		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
@@ -316,7 +325,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersio
 		ctx.SetContentType("application/json")
 	}
 	ctx.SetBody(body)
-	return outcome{status: 200, queued: ans.queued}
+	return outcome{status: 200, res: ans.res}
 }
 
 // v2Answer is a v2 inference request's answer, for each protocol to encode: the response
@@ -327,7 +336,7 @@ type v2Answer struct {
 	outs     []oip.Tensor
 	binary   func(string) bool
 	envelope bool
-	queued   time.Duration
+	res      jobResult // the batch's share, for the statistics
 }
 
 // v2Run serves a decoded v2 inference request that holds its place in v's queue, whatever
@@ -352,13 +361,13 @@ func (d *Daemon) v2Run(c call, v *ModelVersion, rsv *reservation, req *oip.Infer
 	}
 	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
 	if fail != nil {
-		return v2Answer{queued: res.queued}, fail
+		return v2Answer{res: res}, fail
 	}
 	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
 	if err != nil {
-		return v2Answer{queued: res.queued}, apiErr(400, "BadRequestException", "%s", err.Error())
+		return v2Answer{res: res}, apiErr(400, "BadRequestException", "%s", err.Error())
 	}
-	return v2Answer{resp: resp, outs: outTensors, binary: binary, queued: res.queued}, nil
+	return v2Answer{resp: resp, outs: outTensors, binary: binary, res: res}, nil
 }
 
 // namesInputs reports whether the request names every one of the model's inputs.
@@ -391,21 +400,21 @@ func (d *Daemon) v2RunHandler(c call, v *ModelVersion, rsv *reservation, req *oi
 	}
 	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
 	if fail != nil {
-		return v2Answer{queued: res.queued}, fail
+		return v2Answer{res: res}, fail
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
-		return v2Answer{queued: res.queued}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
+		return v2Answer{res: res}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
 	}
 	out, err := envelopeOutput(t.Name, resp.Body)
 	if err != nil {
-		return v2Answer{queued: res.queued}, apiErr(500, "InternalServerException", "%s", err.Error())
+		return v2Answer{res: res}, apiErr(500, "InternalServerException", "%s", err.Error())
 	}
 	id := req.ID
 	if strings.TrimSpace(id) == "" {
 		id = newRequestID()
 	}
-	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true, queued: res.queued}, nil
+	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true, res: res}, nil
 }
 
 // envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
@@ -646,15 +655,15 @@ func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVers
 	sample, res, fail := d.infer(c, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return outcome{status: fail.Status, queued: res.queued}
+		return outcome{status: fail.Status, res: res}
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return outcome{status: 500, queued: res.queued}
+		return outcome{status: 500, res: res}
 	}
 	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
-	return outcome{status: 200, queued: res.queued}
+	return outcome{status: 200, res: res}
 }
 
 // v1Predictions turns a handler's JSON answer into one prediction per instance: an array is

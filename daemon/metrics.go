@@ -96,6 +96,9 @@ type modelMetrics struct {
 
 	workers atomic.Int64
 	stuck   atomic.Int64
+	// batcher is the serving version's: a version reloaded in place (a Triton repository's
+	// poll) takes over its predecessor's series, and its queue is the one to report.
+	batcher atomic.Pointer[Batcher]
 	codes   sync.Map // status code → *metrics.Counter
 
 	// series are the names of every series above, codes included, so that unregistering
@@ -121,11 +124,13 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	defer m.mu.Unlock()
 	key := name + "\x00" + version
 	if mm, ok := m.models[key]; ok {
+		mm.batcher.Store(b)
 		return mm
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
 	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
 	mm := &modelMetrics{set: m.set, labels: l, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
+	mm.batcher.Store(b)
 	model := fmt.Sprintf(`{ModelName=%q,Level="Model",Hostname=%q}`, name, m.hostname)
 	// Not dropped with the version: TorchServe keeps them, and versions of a model share them.
 	mm.handlerTime = m.set.GetOrCreateGauge("HandlerTime"+model, nil)
@@ -143,9 +148,9 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	mm.tsLatencyUS = m.set.GetOrCreateFloatCounter(mm.track("ts_inference_latency_microseconds{" + ts + "}"))
 	mm.tsQueueUS = m.set.GetOrCreateFloatCounter(mm.track("ts_queue_latency_microseconds{" + ts + "}"))
 	gauge := func(n string, f func() float64) { m.set.GetOrCreateGauge(mm.track(n+"{"+l+"}"), f) }
-	gauge("torchd_queue_depth", func() float64 { return float64(b.Pending()) })
-	gauge("torchd_batch_size_limit", func() float64 { return float64(b.batchSize.Load()) })
-	gauge("torchd_batch_delay_seconds", func() float64 { return time.Duration(b.maxDelay.Load()).Seconds() })
+	gauge("torchd_queue_depth", func() float64 { return float64(mm.batcher.Load().Pending()) })
+	gauge("torchd_batch_size_limit", func() float64 { return float64(mm.batcher.Load().batchSize.Load()) })
+	gauge("torchd_batch_delay_seconds", func() float64 { return time.Duration(mm.batcher.Load().maxDelay.Load()).Seconds() })
 	gauge("torchd_workers", func() float64 { return float64(mm.workers.Load()) })
 	gauge("torchd_stuck_workers", func() float64 { return float64(mm.stuck.Load()) })
 	m.models[key] = mm
