@@ -16,6 +16,7 @@ import (
 
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
+	"github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
@@ -103,12 +104,15 @@ func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
 
 func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
-	if err != nil || !v.warm.Load() || v.pool.Count() == 0 {
+	if err != nil || !v.ready() {
 		ctx.SetStatusCode(400)
 		return
 	}
 	ctx.SetStatusCode(200)
 }
+
+// ready reports whether the version is warm and has a worker to serve it.
+func (v *ModelVersion) ready() bool { return v.warm.Load() && v.pool.Count() > 0 }
 
 // datatypes maps the protocol's datatypes to LibTorch's; UINT16/32/64 and BYTES have no
 // LibTorch 1.13 tensor type.
@@ -189,12 +193,21 @@ func schemaInputs(m *torch.Module) []oip.MetadataTensor {
 }
 
 func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
-	v, err := d.Registry.Get(p[0], v2Version(p))
+	md, err := d.modelMetadata(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
 		return
 	}
-	all, _, _ := d.Registry.Versions(p[0])
+	writeCompactJSON(ctx, md)
+}
+
+// modelMetadata is a model version's v2 metadata, for every protocol.
+func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) {
+	v, err := d.Registry.Get(name, version)
+	if err != nil {
+		return oip.ModelMetadata{}, err
+	}
+	all, _, _ := d.Registry.Versions(name)
 	var versions []string
 	for _, x := range all {
 		versions = append(versions, x.Version)
@@ -204,7 +217,7 @@ func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
 	if v.triton != nil {
 		platform = v.triton.Platform()
 	}
-	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs})
+	return oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs}, nil
 }
 
 // v2Config answers the Triton model configuration subset perf_analyzer reads. With
@@ -215,33 +228,74 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
+	c := v.servedConfig()
 	if v.triton != nil {
-		writeCompactJSON(ctx, configJSON(v.triton.effective(v)))
+		writeCompactJSON(ctx, configJSON(c))
 		return
 	}
-	ins, outs := v.signature()
-	dims := func(ts []oip.MetadataTensor) []map[string]any {
-		out := make([]map[string]any, 0, len(ts))
-		for _, t := range ts {
-			shape := t.Shape
-			if len(shape) > 0 {
-				shape = shape[1:]
-			}
-			out = append(out, map[string]any{"name": t.Name, "data_type": "TYPE_" + t.Datatype, "dims": shape})
-		}
-		return out
+	tensor := func(name string, dt inference.DataType, dims []int64) map[string]any {
+		return map[string]any{"name": name, "data_type": dt.String(), "dims": dims}
 	}
+	ins := make([]map[string]any, 0, len(c.Input))
+	for _, t := range c.Input {
+		ins = append(ins, tensor(t.Name, t.DataType, t.Dims))
+	}
+	outs := make([]map[string]any, 0, len(c.Output))
+	for _, t := range c.Output {
+		outs = append(outs, tensor(t.Name, t.DataType, t.Dims))
+	}
+	g := c.InstanceGroup[0]
 	writeCompactJSON(ctx, map[string]any{
-		"name": v.Name, "platform": "pytorch_libtorch", "backend": "pytorch",
-		"version_policy": map[string]any{"latest": map[string]int{"num_versions": 1}},
-		"max_batch_size": int(v.batcher.batchSize.Load()),
-		"input":          dims(ins), "output": dims(outs),
+		"name": c.Name, "platform": c.Platform, "backend": c.Backend,
+		"version_policy": map[string]any{"latest": map[string]uint32{"num_versions": c.GetVersionPolicy().GetLatest().GetNumVersions()}},
+		"max_batch_size": c.MaxBatchSize,
+		"input":          ins, "output": outs,
 		"dynamic_batching": map[string]any{
-			"preferred_batch_size":         []int{int(v.batcher.batchSize.Load())},
-			"max_queue_delay_microseconds": v.batcher.maxDelay.Load() / 1000,
+			"preferred_batch_size":         c.GetDynamicBatching().GetPreferredBatchSize(),
+			"max_queue_delay_microseconds": c.GetDynamicBatching().GetMaxQueueDelayMicroseconds(),
 		},
-		"instance_group": []map[string]any{{"count": v.pool.Count(), "kind": kindOf(v)}},
+		"instance_group": []map[string]any{{"count": g.Count, "kind": g.Kind.String()}},
 	})
+}
+
+// servedConfig is the Triton model configuration a version is served with: a repository
+// model's own, else one made from its signature and batching settings.
+func (v *ModelVersion) servedConfig() *inference.ModelConfig {
+	if c := v.TritonConfig(); c != nil {
+		return c
+	}
+	ins, outs := v.signature()
+	dt := func(datatype string) inference.DataType {
+		if datatype == "BYTES" {
+			return inference.DataType_TYPE_STRING
+		}
+		return inference.DataType(inference.DataType_value["TYPE_"+datatype])
+	}
+	// With max_batch_size > 0, dims leave out the batch dimension, as Triton's do.
+	dims := func(shape []int64) []int64 {
+		if len(shape) > 0 {
+			return shape[1:]
+		}
+		return shape
+	}
+	bs := v.batcher.batchSize.Load()
+	c := &inference.ModelConfig{
+		Name: v.Name, Platform: "pytorch_libtorch", Backend: "pytorch",
+		VersionPolicy: &inference.ModelVersionPolicy{PolicyChoice: &inference.ModelVersionPolicy_Latest_{Latest: &inference.ModelVersionPolicy_Latest{NumVersions: 1}}},
+		MaxBatchSize:  int32(bs),
+		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{
+			PreferredBatchSize:        []int32{int32(bs)},
+			MaxQueueDelayMicroseconds: uint64(v.batcher.maxDelay.Load() / 1000),
+		}},
+		InstanceGroup: []*inference.ModelInstanceGroup{{Count: int32(v.pool.Count()), Kind: inference.ModelInstanceGroup_Kind(inference.ModelInstanceGroup_Kind_value[kindOf(v)])}},
+	}
+	for _, t := range ins {
+		c.Input = append(c.Input, &inference.ModelInput{Name: t.Name, DataType: dt(t.Datatype), Dims: dims(t.Shape)})
+	}
+	for _, t := range outs {
+		c.Output = append(c.Output, &inference.ModelOutput{Name: t.Name, DataType: dt(t.Datatype), Dims: dims(t.Shape)})
+	}
+	return c
 }
 
 func kindOf(v *ModelVersion) string {
@@ -720,7 +774,7 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.warm.Load() && v.pool.Count() > 0})
+	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.ready()})
 }
 
 // v1Explain is KServe v1's explain: the instances go through the model's handler as for

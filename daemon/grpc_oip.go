@@ -1,0 +1,194 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/torchd/torchd/oip"
+	pb "github.com/torchd/torchd/proto/inference"
+)
+
+// oipService is the Open Inference Protocol's gRPC service, as Triton serves it: the same
+// calls as the v2 REST routes (kserve.go), with Triton's status codes. The shared-memory,
+// trace and log calls answer UNIMPLEMENTED.
+type oipService struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+	d *Daemon
+}
+
+// grpcExtensions are the protocol extensions torchd serves over gRPC.
+var grpcExtensions = []string{"model_configuration", "schedule_policy", "statistics", "model_repository"}
+
+func (s *oipService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
+	return &pb.ServerLiveResponse{Live: true}, nil
+}
+
+func (s *oipService) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
+	return &pb.ServerReadyResponse{Ready: s.d.startupDone() && s.d.Registry.Healthy()}, nil
+}
+
+// ModelReady is false, not an error, for a model that is not loaded, as Triton answers.
+func (s *oipService) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
+	return &pb.ModelReadyResponse{Ready: err == nil && v.ready()}, nil
+}
+
+func (s *oipService) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
+	return &pb.ServerMetadataResponse{Name: "torchd", Version: Version, Extensions: grpcExtensions}, nil
+}
+
+func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
+	md, err := s.d.modelMetadata(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	tensors := func(ts []oip.MetadataTensor) []*pb.ModelMetadataResponse_TensorMetadata {
+		out := make([]*pb.ModelMetadataResponse_TensorMetadata, len(ts))
+		for i, t := range ts {
+			out[i] = &pb.ModelMetadataResponse_TensorMetadata{Name: t.Name, Datatype: t.Datatype, Shape: t.Shape}
+		}
+		return out
+	}
+	return &pb.ModelMetadataResponse{Name: md.Name, Versions: md.Versions, Platform: md.Platform, Inputs: tensors(md.Inputs), Outputs: tensors(md.Outputs)}, nil
+}
+
+func (s *oipService) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &pb.ModelConfigResponse{Config: v.servedConfig()}, nil
+}
+
+func (s *oipService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	return s.d.grpcInfer(ctx, r)
+}
+
+// grpcInfer serves one ModelInferRequest on the v2 path that REST's infer takes: served →
+// admit → decode → v2Run (batcher, worker) → encode.
+func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	c := grpcCall(ctx)
+	var resp *pb.ModelInferResponse
+	var fail error
+	err := d.served(c, r.GetModelName(), r.GetModelVersion(), func(v *ModelVersion, arrived time.Time) outcome {
+		rsv, ae := admit(v)
+		if ae != nil {
+			fail = ae
+			return outcome{status: ae.Status}
+		}
+		defer rsv.release()
+		req, tensors, err := oip.DecodeInferRequest(r)
+		if err != nil {
+			fail = err
+			return outcome{status: 400}
+		}
+		ins, outs := v.signature()
+		ans, ae := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
+		if ae != nil {
+			fail = ae
+			return outcome{status: ae.Status, res: ans.res}
+		}
+		raw := len(r.GetRawInputContents()) > 0
+		outTensors := ans.outs
+		if ans.envelope {
+			t, err := oip.JSONTensor(ans.resp.Outputs[0])
+			if err != nil {
+				fail = err
+				return outcome{status: 500, res: ans.res}
+			}
+			outTensors = []oip.Tensor{t}
+		}
+		if resp, err = oip.EncodeInferResponse(ans.resp, outTensors, raw); err != nil {
+			fail = err
+			return outcome{status: 500, res: ans.res}
+		}
+		return outcome{status: 200, res: ans.res}
+	})
+	if err == nil {
+		err = fail
+	}
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+// streamWindow bounds the requests of one ModelStreamInfer stream in flight at once; the
+// stream's next request is read when the oldest is answered.
+const streamWindow = 64
+
+// ModelStreamInfer serves the requests of a stream concurrently, through the same batcher as
+// every other request, and answers them in the order they came. A request's error is its
+// answer's error_message and does not end the stream. A client that cancels ends the stream;
+// its requests still queued never reach the model.
+func (s *oipService) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	ctx := stream.Context()
+	answers := make(chan chan *pb.ModelStreamInferResponse, streamWindow)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for a := range answers {
+			m := <-a
+			if err == nil {
+				err = stream.Send(m)
+			}
+		}
+		sent <- err
+	}()
+	var recvErr error
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		a := make(chan *pb.ModelStreamInferResponse, 1)
+		answers <- a
+		go func() {
+			resp, err := s.d.grpcInfer(ctx, r)
+			if err != nil {
+				a <- &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(), InferResponse: &pb.ModelInferResponse{ModelName: r.GetModelName(), ModelVersion: r.GetModelVersion(), Id: r.GetId()}}
+				return
+			}
+			a <- &pb.ModelStreamInferResponse{InferResponse: resp}
+		}()
+	}
+	close(answers)
+	err := <-sent
+	if recvErr != nil {
+		return recvErr
+	}
+	return err
+}
+
+func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	all, err := s.d.Registry.Statistics(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	dur := func(x StatDuration) *pb.StatisticDuration { return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns} }
+	out := &pb.ModelStatisticsResponse{}
+	for _, m := range all {
+		st := m.InferenceStats
+		ms := &pb.ModelStatistics{
+			Name: m.Name, Version: m.Version, LastInference: m.LastInference,
+			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount,
+			InferenceStats: &pb.InferStatistics{
+				Success: dur(st.Success), Fail: dur(st.Fail), Queue: dur(st.Queue),
+				ComputeInput: dur(st.ComputeInput), ComputeInfer: dur(st.ComputeInfer), ComputeOutput: dur(st.ComputeOutput),
+				CacheHit: dur(st.CacheHit), CacheMiss: dur(st.CacheMiss),
+			},
+		}
+		for _, b := range m.BatchStats {
+			ms.BatchStats = append(ms.BatchStats, &pb.InferBatchStatistics{BatchSize: b.BatchSize, ComputeInput: dur(b.ComputeInput), ComputeInfer: dur(b.ComputeInfer), ComputeOutput: dur(b.ComputeOutput)})
+		}
+		out.ModelStats = append(out.ModelStats, ms)
+	}
+	return out, nil
+}
