@@ -47,7 +47,7 @@ func (d *Daemon) grpcAPIs() []grpcAPI {
 			healthpb.RegisterHealthServer(s, &healthService{d: d})
 		}},
 		{name: "grpc_management", addr: d.cfg.GRPCManagementAddress, key: "management", register: func(s *grpc.Server) {
-			tspb.RegisterManagementAPIsServiceServer(s, &tsManagementService{d: d, rt: d.managementRouter()})
+			tspb.RegisterManagementAPIsServiceServer(s, &tsManagementService{d: d})
 		}},
 	}
 }

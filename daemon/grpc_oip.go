@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/torchd/torchd/oip"
@@ -191,4 +197,111 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 		out.ModelStats = append(out.ModelStats, ms)
 	}
 	return out, nil
+}
+
+// RepositoryIndex lists the loaded versions, READY or UNAVAILABLE (no worker yet, or not
+// warm), the registrations that failed, and the model store's archives not loaded.
+func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
+	out := &pb.RepositoryIndexResponse{}
+	loaded := map[string]bool{}
+	for _, def := range s.d.Registry.Defaults() {
+		name := def.Name
+		loaded[name] = true
+		versions, _, _ := s.d.Registry.Versions(name)
+		for _, v := range versions {
+			m := &pb.RepositoryIndexResponse_ModelIndex{Name: name, Version: v.Version, State: "READY"}
+			if !v.ready() {
+				m.State, m.Reason = "UNAVAILABLE", "not warm, or no worker"
+			}
+			if !r.GetReady() || m.State == "READY" {
+				out.Models = append(out.Models, m)
+			}
+		}
+	}
+	if r.GetReady() {
+		return out, nil
+	}
+	for _, f := range s.d.failed.all() {
+		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: f.Name, Version: f.Version, State: "UNAVAILABLE", Reason: f.Failed})
+	}
+	for _, name := range s.d.storeModels() {
+		if !loaded[name] {
+			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: name, State: "UNAVAILABLE", Reason: "unloaded"})
+		}
+	}
+	return out, nil
+}
+
+// RepositoryModelLoad registers the model store's archive of that name, as POST /models
+// does; a model already loaded is left as it is.
+func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
+	name := r.GetModelName()
+	if _, err := s.d.Registry.Get(name, ""); err == nil {
+		return &pb.RepositoryModelLoadResponse{}, nil
+	}
+	entry := s.d.storeEntry(name)
+	if entry == "" {
+		return nil, status.Errorf(codes.NotFound, "no model %q in the model store", name)
+	}
+	q := url.Values{"url": {entry}, "model_name": {name}, "synchronous": {"true"}}
+	code, body := s.d.management("POST", "/models", q)
+	if code >= 400 {
+		return nil, restError(code, body)
+	}
+	return &pb.RepositoryModelLoadResponse{}, nil
+}
+
+// RepositoryModelUnload unregisters every version of the model, as DELETE /models does.
+func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
+	name := r.GetModelName()
+	versions, def, err := s.d.Registry.Versions(name)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	// The default version goes last: the registry keeps it while others remain.
+	sort.SliceStable(versions, func(i, j int) bool { return versions[j].Version == def })
+	for _, v := range versions {
+		code, body := s.d.management("DELETE", "/models/"+name+"/"+v.Version, nil)
+		if code >= 400 {
+			return nil, restError(code, body)
+		}
+	}
+	return &pb.RepositoryModelUnloadResponse{}, nil
+}
+
+// storeModels are the model names the model store offers: its archives and directories,
+// named as RepositoryModelLoad finds them.
+func (d *Daemon) storeModels() []string {
+	entries, _ := os.ReadDir(d.cfg.ModelStore)
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") {
+			continue
+		}
+		for _, ext := range storeExts {
+			if base, ok := strings.CutSuffix(n, ext); ok && (ext != "" || e.IsDir()) {
+				out = append(out, base)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// storeExts are the model store's archive forms, by their file name's end ("": a directory).
+var storeExts = []string{".mar", ".tar.gz", ".tgz", ""}
+
+// storeEntry is the model store's entry for a model name, or "".
+func (d *Daemon) storeEntry(name string) string {
+	if name == "" || strings.ContainsAny(name, "/\\") || strings.Contains(name, "..") {
+		return ""
+	}
+	for _, ext := range storeExts {
+		fi, err := os.Stat(filepath.Join(d.cfg.ModelStore, name+ext))
+		if err == nil && (ext != "" || fi.IsDir()) {
+			return name + ext
+		}
+	}
+	return ""
 }

@@ -97,8 +97,7 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*ts
 // tsManagementService is TorchServe's ManagementAPIsService, over the REST management routes.
 type tsManagementService struct {
 	tspb.UnimplementedManagementAPIsServiceServer
-	d  *Daemon
-	rt *router // the REST management API's routes
+	d *Daemon
 }
 
 // modelPath is /models/{name}[/{version}]; names with a slash are refused, since they
@@ -117,16 +116,28 @@ func modelPath(name, version string) (string, error) {
 // answer runs method path?query on the REST management routes and returns its body as msg,
 // or its error as a gRPC status.
 func (s *tsManagementService) answer(method, path string, q url.Values) (*tspb.ManagementResponse, error) {
-	code, body := runREST(func(ctx *fasthttp.RequestCtx, _ params) { s.rt.serve(ctx) }, method, path, q)
+	code, body := s.d.management(method, path, q)
 	if code >= 400 {
-		var e errorBody
-		msg := string(body)
-		if json.Unmarshal(body, &e) == nil && e.Message != "" {
-			msg = e.Message
-		}
-		return nil, status.Error(grpcCode(code), msg)
+		return nil, restError(code, body)
 	}
 	return &tspb.ManagementResponse{Msg: string(body)}, nil
+}
+
+// restError is a REST error answer as a gRPC status: its message, under the code for its
+// HTTP status.
+func restError(code int, body []byte) error {
+	var e errorBody
+	msg := string(body)
+	if json.Unmarshal(body, &e) == nil && e.Message != "" {
+		msg = e.Message
+	}
+	return status.Error(grpcCode(code), msg)
+}
+
+// management runs method path?query on the REST management API's routes, in-process.
+func (d *Daemon) management(method, path string, q url.Values) (int, []byte) {
+	d.mgmtOnce.Do(func() { d.mgmtRoutes = d.managementRouter() })
+	return runREST(func(ctx *fasthttp.RequestCtx, _ params) { d.mgmtRoutes.serve(ctx) }, method, path, q)
 }
 
 func (s *tsManagementService) DescribeModel(_ context.Context, r *tspb.DescribeModelRequest) (*tspb.ManagementResponse, error) {

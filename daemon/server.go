@@ -48,7 +48,10 @@ type Daemon struct {
 	// which ends the health watches that would otherwise hold a graceful stop.
 	grpcServers  []*grpc.Server
 	grpcStopping chan struct{}
-	serveWG      sync.WaitGroup
+	// mgmtRoutes are the REST management routes that the gRPC calls run in-process.
+	mgmtOnce   sync.Once
+	mgmtRoutes *router
+	serveWG    sync.WaitGroup
 	// startupModels are loaded in the background after Start; the WaitGroup tracks them
 	// and startupCh closes when they are all done.
 	startupWG sync.WaitGroup
