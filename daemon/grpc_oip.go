@@ -7,7 +7,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +28,9 @@ type oipService struct {
 	d *Daemon
 }
 
-// grpcExtensions are the protocol extensions torchd serves over gRPC.
-var grpcExtensions = []string{"model_configuration", "schedule_policy", "statistics", "model_repository"}
+// grpcExtensions are the protocol extensions torchd serves over gRPC, less "statistics":
+// see ServerMetadata.
+var grpcExtensions = []string{"model_configuration", "schedule_policy", "model_repository"}
 
 func (s *oipService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
 	return &pb.ServerLiveResponse{Live: true}, nil
@@ -43,8 +46,28 @@ func (s *oipService) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb
 	return &pb.ModelReadyResponse{Ready: err == nil && v.ready()}, nil
 }
 
+// ServerMetadata advertises "statistics" only while every loaded version is an integer, as
+// Triton's are: perf_analyzer, seeing it, reads the statistics of the version it parses as an
+// integer and stops when there is none ("1.0" becomes "1"). ModelStatistics answers either way.
 func (s *oipService) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
-	return &pb.ServerMetadataResponse{Name: "torchd", Version: Version, Extensions: grpcExtensions}, nil
+	ext := grpcExtensions
+	if s.d.integerVersions() {
+		ext = append(slices.Clip(ext), "statistics")
+	}
+	return &pb.ServerMetadataResponse{Name: "torchd", Version: Version, Extensions: ext}, nil
+}
+
+// integerVersions reports whether every loaded model version is an integer.
+func (d *Daemon) integerVersions() bool {
+	for _, def := range d.Registry.Defaults() {
+		versions, _, _ := d.Registry.Versions(def.Name)
+		for _, v := range versions {
+			if _, err := strconv.ParseInt(v.Version, 10, 64); err != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
