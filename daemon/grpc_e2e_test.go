@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/torchd/torchd/internal/npy"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
@@ -59,28 +58,6 @@ func wantCode(t testing.TB, err error, code codes.Code, msgPart string) {
 	}
 }
 
-// digitsInput is the zoo's reference input of the digits CNN: [4, 1, 28, 28] float32.
-func digitsInput(t testing.TB) npy.Array {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(zooDir, "digits", "ref_input.npy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := npy.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func floats(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
 // restV2 infers over REST with binary tensors and returns the first output.
 func restV2(t testing.TB, s *server, model string, in oip.Tensor) oip.Tensor {
 	t.Helper()
@@ -105,30 +82,21 @@ func restV2(t testing.TB, s *server, model string, in oip.Tensor) oip.Tensor {
 	return outs[0]
 }
 
-// sameFloats compares two float32 tensors' bytes element by element, to 1e-6: a batch formed
-// around other requests may change the last bit of a float.
-func sameFloats(t testing.TB, what string, got, want []byte) {
-	t.Helper()
-	g, w := floats(got), floats(want)
-	if len(g) != len(w) {
-		t.Fatalf("%s: %d elements, want %d", what, len(g), len(w))
-	}
-	for i := range g {
-		if math.Abs(float64(g[i]-w[i])) > 1e-6 {
-			t.Fatalf("%s: element %d is %v, REST answers %v", what, i, g[i], w[i])
-		}
-	}
-}
-
 func fp32Request(model string, shape []int64, data []byte, raw bool) *pb.ModelInferRequest {
 	in := &pb.ModelInferRequest_InferInputTensor{Name: "input__0", Datatype: "FP32", Shape: shape}
 	r := &pb.ModelInferRequest{ModelName: model, Inputs: []*pb.ModelInferRequest_InferInputTensor{in}}
 	if raw {
 		r.RawInputContents = [][]byte{data}
 	} else {
-		in.Contents = &pb.InferTensorContents{Fp32Contents: floats(data)}
+		in.Contents = &pb.InferTensorContents{Fp32Contents: f32s(data)}
 	}
 	return r
+}
+
+// slowIn asks the slow model for about ms milliseconds of work, as typed contents.
+func slowIn(ms float32) *pb.ModelInferRequest {
+	return &pb.ModelInferRequest{ModelName: "slow", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+		{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{ms, 0}}}}}
 }
 
 // outputBytes is a response's first output as bytes, typed or raw.
@@ -148,7 +116,7 @@ func TestGRPC(t *testing.T) {
 	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar,digits=digits.mar,slow=slow.mar")
 	s.waitHealthy(t)
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
-	x := digitsInput(t)
+	x := readZooNpy(t, "digits", "ref_input.npy")
 	rest := restV2(t, s, "digits_tensor", oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data})
 
 	t.Run("health and metadata", func(t *testing.T) {
@@ -219,7 +187,7 @@ func TestGRPC(t *testing.T) {
 			if raw != (len(r.GetRawOutputContents()) > 0) {
 				t.Fatalf("raw request %v answered raw %v", raw, len(r.GetRawOutputContents()) > 0)
 			}
-			sameFloats(t, "gRPC output", outputBytes(t, r), rest.Data)
+			closeTo(t, "gRPC output", f32s(outputBytes(t, r)), f32s(rest.Data), 1e-6)
 		}
 		// A requested output that the model does not have.
 		req := fp32Request("digits_tensor", x.Shape, x.Data, true)
@@ -285,7 +253,7 @@ func TestGRPC(t *testing.T) {
 			if r.GetErrorMessage() != "" {
 				t.Fatalf("answer %d: %s", i, r.GetErrorMessage())
 			}
-			sameFloats(t, "stream output", outputBytes(t, r.GetInferResponse()), rest.Data)
+			closeTo(t, "stream output", f32s(outputBytes(t, r.GetInferResponse())), f32s(rest.Data), 1e-6)
 		}
 		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("after the answers: %v, want EOF", err)
@@ -293,10 +261,6 @@ func TestGRPC(t *testing.T) {
 	})
 
 	t.Run("deadlines", func(t *testing.T) {
-		slowIn := func(ms float32) *pb.ModelInferRequest {
-			return &pb.ModelInferRequest{ModelName: "slow", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-				{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{ms, 0}}}}}
-		}
 		busy := s.occupySlow(t, 1500)
 		// The schedule policy's timeout parameter (µs), through the batcher's deadline.
 		req := slowIn(1)
@@ -324,9 +288,7 @@ func TestGRPC(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 3 {
-			req := &pb.ModelInferRequest{ModelName: "slow", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-				{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{300, 0}}}}}
-			if err := stream.Send(req); err != nil {
+			if err := stream.Send(slowIn(300)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -338,8 +300,7 @@ func TestGRPC(t *testing.T) {
 		if r := <-busy; r.status != 200 {
 			t.Fatalf("the occupying request: %d %s", r.status, r.body)
 		}
-		if _, err := oipc.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "slow", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1, 0}}}}}); err != nil {
+		if _, err := oipc.ModelInfer(callCtx(t), slowIn(1)); err != nil {
 			t.Fatal(err)
 		}
 		// The occupying request and the last one ran; the cancelled stream's never did.
@@ -497,10 +458,6 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 		return metadata.AppendToOutgoingContext(callCtx(t), "authorization", "Bearer "+key)
 	}
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
-	slowIn := func(ms float32) *pb.ModelInferRequest {
-		return &pb.ModelInferRequest{ModelName: "slow", Inputs: []*pb.ModelInferRequest_InferInputTensor{
-			{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{ms, 0}}}}}
-	}
 	// Probes need no key.
 	if r, err := oipc.ServerLive(callCtx(t), &pb.ServerLiveRequest{}); err != nil || !r.GetLive() {
 		t.Fatalf("live without a key: %v %v", r, err)

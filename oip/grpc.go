@@ -170,29 +170,22 @@ func checkData(datatype string, size int, n int64, data []byte) error {
 // contentsData lays out typed contents as binary data. The narrower integer types travel
 // widened and must fit their type.
 func contentsData(datatype string, c *pb.InferTensorContents, n int64) ([]byte, error) {
-	count := func(field string, got int) error {
-		if int64(got) != n {
-			return fmt.Errorf("its shape needs %d elements in contents.%s, got %d", n, field, got)
-		}
-		return nil
+	field, got := contentsField(datatype, c)
+	if field == "" {
+		return nil, fmt.Errorf("%s has no typed contents; send it in raw_input_contents", datatype)
+	}
+	// The count is checked before anything is allocated for the shape, which the client chose.
+	if int64(got) != n {
+		return nil, fmt.Errorf("its shape needs %d elements in contents.%s, got %d", n, field, got)
 	}
 	size := DatatypeSize(datatype)
-	var out []byte
-	if size > 0 {
-		out = make([]byte, 0, n*int64(size))
-	}
+	out := make([]byte, 0, max(size, 0)*got)
 	switch datatype {
 	case "BOOL":
-		if err := count("bool_contents", len(c.GetBoolContents())); err != nil {
-			return nil, err
-		}
 		for _, b := range c.GetBoolContents() {
 			out = append(out, boolByte(b))
 		}
 	case "INT8", "INT16", "INT32":
-		if err := count("int_contents", len(c.GetIntContents())); err != nil {
-			return nil, err
-		}
 		bits := size * 8
 		for i, v := range c.GetIntContents() {
 			if lo, hi := -int64(1)<<(bits-1), int64(1)<<(bits-1)-1; int64(v) < lo || int64(v) > hi {
@@ -201,16 +194,10 @@ func contentsData(datatype string, c *pb.InferTensorContents, n int64) ([]byte, 
 			out = appendUint(out, size, uint64(v))
 		}
 	case "INT64":
-		if err := count("int64_contents", len(c.GetInt64Contents())); err != nil {
-			return nil, err
-		}
 		for _, v := range c.GetInt64Contents() {
 			out = binary.LittleEndian.AppendUint64(out, uint64(v))
 		}
 	case "UINT8", "UINT16", "UINT32":
-		if err := count("uint_contents", len(c.GetUintContents())); err != nil {
-			return nil, err
-		}
 		for i, v := range c.GetUintContents() {
 			if size < 4 && v >= 1<<(size*8) {
 				return nil, fmt.Errorf("element %d (%d) does not fit %s", i, v, datatype)
@@ -218,30 +205,18 @@ func contentsData(datatype string, c *pb.InferTensorContents, n int64) ([]byte, 
 			out = appendUint(out, size, uint64(v))
 		}
 	case "UINT64":
-		if err := count("uint64_contents", len(c.GetUint64Contents())); err != nil {
-			return nil, err
-		}
 		for _, v := range c.GetUint64Contents() {
 			out = binary.LittleEndian.AppendUint64(out, v)
 		}
 	case "FP32":
-		if err := count("fp32_contents", len(c.GetFp32Contents())); err != nil {
-			return nil, err
-		}
 		for _, v := range c.GetFp32Contents() {
 			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
 		}
 	case "FP64":
-		if err := count("fp64_contents", len(c.GetFp64Contents())); err != nil {
-			return nil, err
-		}
 		for _, v := range c.GetFp64Contents() {
 			out = binary.LittleEndian.AppendUint64(out, math.Float64bits(v))
 		}
 	case "BYTES":
-		if err := count("bytes_contents", len(c.GetBytesContents())); err != nil {
-			return nil, err
-		}
 		for _, b := range c.GetBytesContents() {
 			if int64(len(b)) > math.MaxUint32 {
 				return nil, fmt.Errorf("a BYTES element is limited to 4 GiB")
@@ -249,10 +224,32 @@ func contentsData(datatype string, c *pb.InferTensorContents, n int64) ([]byte, 
 			out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
 			out = append(out, b...)
 		}
-	default: // FP16, BF16
-		return nil, fmt.Errorf("%s has no typed contents; send it in raw_input_contents", datatype)
 	}
 	return out, nil
+}
+
+// contentsField names the typed field that carries datatype, with the elements it holds;
+// "" for FP16 and BF16, which have none.
+func contentsField(datatype string, c *pb.InferTensorContents) (string, int) {
+	switch datatype {
+	case "BOOL":
+		return "bool_contents", len(c.GetBoolContents())
+	case "INT8", "INT16", "INT32":
+		return "int_contents", len(c.GetIntContents())
+	case "INT64":
+		return "int64_contents", len(c.GetInt64Contents())
+	case "UINT8", "UINT16", "UINT32":
+		return "uint_contents", len(c.GetUintContents())
+	case "UINT64":
+		return "uint64_contents", len(c.GetUint64Contents())
+	case "FP32":
+		return "fp32_contents", len(c.GetFp32Contents())
+	case "FP64":
+		return "fp64_contents", len(c.GetFp64Contents())
+	case "BYTES":
+		return "bytes_contents", len(c.GetBytesContents())
+	}
+	return "", 0
 }
 
 func boolByte(b bool) byte {

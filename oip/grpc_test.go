@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/torchd/torchd/proto/inference"
 )
 
@@ -122,4 +124,45 @@ func TestJSONTensor(t *testing.T) {
 	if err != nil || !bytes.Equal(tt.Data, append([]byte{3, 0, 0, 0, 'c', 'a', 't', 7, 0, 0, 0}, `{"a":1}`...)) {
 		t.Fatalf("%q %v", tt.Data, err)
 	}
+}
+
+// A huge shape with few elements is refused before anything is allocated for it.
+func TestDecodeInferRequestHugeShape(t *testing.T) {
+	m := &pb.ModelInferRequest{Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP64", Shape: []int64{1 << 30, 1 << 20},
+		Contents: &pb.InferTensorContents{Fp64Contents: []float64{1}}}}}
+	if _, _, err := DecodeInferRequest(m); err == nil || !strings.Contains(err.Error(), "got 1") {
+		t.Fatalf("%v", err)
+	}
+}
+
+// Whatever the bytes, decoding a gRPC infer request never panics, and every tensor it
+// accepts holds exactly the data its datatype and shape need.
+func FuzzDecodeInferRequest(f *testing.F) {
+	seed := &pb.ModelInferRequest{Inputs: []*pb.ModelInferRequest_InferInputTensor{
+		{Name: "x", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1, 2}}},
+		{Name: "s", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("a")}}},
+	}}
+	b, _ := proto.Marshal(seed)
+	f.Add(b)
+	raw := &pb.ModelInferRequest{Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "b", Datatype: "BOOL", Shape: []int64{2}}}, RawInputContents: [][]byte{{0, 1}}}
+	b, _ = proto.Marshal(raw)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var m pb.ModelInferRequest
+		if proto.Unmarshal(b, &m) != nil {
+			return
+		}
+		_, ts, err := DecodeInferRequest(&m)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("an error that is not a bad request: %v", err)
+			}
+			return
+		}
+		for i := range ts {
+			if err := checkTensor(&ts[i]); err != nil {
+				t.Fatalf("accepted %+v: %v", ts[i], err)
+			}
+		}
+	})
 }
