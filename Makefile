@@ -208,7 +208,7 @@ proto: $(PYCLIENTS)/.done
 # with "context deadline exceeded" when its time ran out while a worker was still busy.
 FUZZTIME ?= 60s
 FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply \
-                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest
+                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest ./oip/:FuzzDecodeInferRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \

@@ -18,31 +18,38 @@ type Config struct {
 	InferenceAddress  string
 	ManagementAddress string
 	MetricsAddress    string
-	ModelStore        string
-	Models            string // "", "all", or "name=archive,..." loaded at start
-	MaxRequestSize    int
-	AllowedURLs       []string // regexps a registration URL must match; empty: the model store only
-	MaxDownloadSize   int64
-	DownloadTimeout   time.Duration
-	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration
-	IdleTimeout       time.Duration
-	ShutdownTimeout   time.Duration
-	Profile           string // cpu|mem|block|mutex, written through pkg/profile
-	ProfilePath       string
-	LogFormat         string // text|json
-	AccessLog         bool
-	EnableMetrics     bool
-	CacheDir          string
-	TokenAuth         bool
-	EnableSnapshots   bool
-	SnapshotFile      string
-	CertificateFile   string
-	PrivateKeyFile    string
-	KeyFile           string
-	EnableUI          bool     // the web page on the inference port (daemon/webui.go)
-	KeepFreedMemory   bool     // torch.KeepFreedMemory at start
-	ManagementOrigins []string // browser origins allowed to call the management API (CORS); empty: none
+	// The gRPC front-ends, each on its own port (grpc.go); "" turns one off.
+	GRPCAddress           string // the Open Inference Protocol (Triton's inference.GRPCInferenceService)
+	GRPCInferenceAddress  string // TorchServe's gRPC inference API
+	GRPCManagementAddress string // TorchServe's gRPC management API
+	GRPCMaxMessageSize    int    // largest gRPC message received or sent; 0: MaxRequestSize
+	GRPCKeepaliveTime     time.Duration
+	GRPCKeepaliveTimeout  time.Duration
+	ModelStore            string
+	Models                string // "", "all", or "name=archive,..." loaded at start
+	MaxRequestSize        int
+	AllowedURLs           []string // regexps a registration URL must match; empty: the model store only
+	MaxDownloadSize       int64
+	DownloadTimeout       time.Duration
+	ReadTimeout           time.Duration
+	WriteTimeout          time.Duration
+	IdleTimeout           time.Duration
+	ShutdownTimeout       time.Duration
+	Profile               string // cpu|mem|block|mutex, written through pkg/profile
+	ProfilePath           string
+	LogFormat             string // text|json
+	AccessLog             bool
+	EnableMetrics         bool
+	CacheDir              string
+	TokenAuth             bool
+	EnableSnapshots       bool
+	SnapshotFile          string
+	CertificateFile       string
+	PrivateKeyFile        string
+	KeyFile               string
+	EnableUI              bool     // the web page on the inference port (daemon/webui.go)
+	KeepFreedMemory       bool     // torch.KeepFreedMemory at start
+	ManagementOrigins     []string // browser origins allowed to call the management API (CORS); empty: none
 
 	// A Triton model repository (repository.go): its directory ("" for none), the model
 	// control mode (none, explicit or poll), the models loaded at start in explicit mode
@@ -172,6 +179,18 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.ManagementAddress })},
 	{key: "metrics_address", def: "127.0.0.1:8082", help: "Prometheus metrics",
 		apply: strSetting(func(c *Config) *string { return &c.MetricsAddress })},
+	{key: "grpc_address", def: "127.0.0.1:8001", help: `Open Inference Protocol over gRPC (Triton's inference.GRPCInferenceService, with grpc.health.v1); "" turns it off`,
+		apply: strSetting(func(c *Config) *string { return &c.GRPCAddress })},
+	{key: "grpc_inference_address", def: "127.0.0.1:7070", help: `TorchServe's gRPC inference API; "" turns it off`,
+		apply: strSetting(func(c *Config) *string { return &c.GRPCInferenceAddress })},
+	{key: "grpc_management_address", def: "127.0.0.1:7071", help: `TorchServe's gRPC management API; localhost by default; "" turns it off`,
+		apply: strSetting(func(c *Config) *string { return &c.GRPCManagementAddress })},
+	{key: "grpc_max_message_size", def: "0", help: "largest gRPC message received or sent, in bytes (RESOURCE_EXHAUSTED above it); 0: max_request_size",
+		apply: intSetting(func(c *Config) *int { return &c.GRPCMaxMessageSize }, 0)},
+	{key: "grpc_keepalive_time", def: "7200", help: "seconds a gRPC connection may be idle before the server pings it (Triton's default)",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.GRPCKeepaliveTime }, time.Second)},
+	{key: "grpc_keepalive_timeout", def: "20", help: "seconds the server waits for a keepalive ping's answer before closing the connection",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.GRPCKeepaliveTimeout }, time.Second)},
 	{key: "model_store", def: "model-store", help: "directory of model archives",
 		apply: strSetting(func(c *Config) *string { return &c.ModelStore })},
 	{key: "models", def: "", help: `models loaded at start: "all", or name=archive,... (archives in the model store)`,

@@ -107,7 +107,7 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 }
 
 func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) outcome {
-	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) {
+	sample, res, fail := d.infer(restCall(ctx), v, arrived, func() (*handlers.Sample, *APIError) {
 		return preprocess(v, &handlers.Request{
 			Inputs: []handlers.Payload{{Name: "input", ContentType: "application/json", Data: input}},
 			Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },

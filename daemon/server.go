@@ -1,5 +1,6 @@
 // Package daemon is torchd's server: the inference, management and metrics APIs over
-// fasthttp, the model registry, and each model's batcher and worker pool.
+// fasthttp, the gRPC APIs (grpc.go), the model registry, and each model's batcher and
+// worker pool.
 //
 // A request goes in one straight line: inference API → Registry → handler Preprocess (in the
 // request's goroutine) → the model's Batcher → a WorkerPool worker (batched forward on a
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
 
 	"github.com/torchd/torchd/internal/memtrim"
 
@@ -42,7 +44,14 @@ type Daemon struct {
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
-	serveWG   sync.WaitGroup
+	// grpcServers are the gRPC APIs (grpc.go); grpcStopping closes when they start to stop,
+	// which ends the health watches that would otherwise hold a graceful stop.
+	grpcServers  []*grpc.Server
+	grpcStopping chan struct{}
+	// mgmtRoutes are the REST management routes that the gRPC calls run in-process.
+	mgmtOnce   sync.Once
+	mgmtRoutes *router
+	serveWG    sync.WaitGroup
 	// startupModels are loaded in the background after Start; the WaitGroup tracks them
 	// and startupCh closes when they are all done.
 	startupWG sync.WaitGroup
@@ -67,7 +76,8 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
 	reg := NewRegistry(cfg, m, log)
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
-	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, startupCh: make(chan struct{}), sweepStop: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
+	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 }
 
 // UseLogLevel makes lv, the level of the logger given to New, the one the logging API
@@ -228,6 +238,10 @@ func (d *Daemon) Start() error {
 		}()
 		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String(), "tls", tlsCfg != nil)
 	}
+	if err := d.startGRPC(tlsCfg); err != nil {
+		d.closeListeners()
+		return err
+	}
 	if !isLoopback(d.listeners[1].Addr()) && d.keys == nil {
 		d.log.Warn("the management API is exposed beyond localhost without token authorization: anyone who can reach it can register models, which are code; set enable_token_authorization = true", "addr", d.listeners[1].Addr().String())
 	}
@@ -275,6 +289,11 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.stopGRPC(ctx)
+	}()
 	wg.Wait()
 	d.serveWG.Wait()
 	d.startupWG.Wait()

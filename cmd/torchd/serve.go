@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	commands["serve"] = command{"run the inference (:8080), management (:8081) and metrics (:8082) servers", serve}
+	commands["serve"] = command{"run the inference (:8080), management (:8081), metrics (:8082) and gRPC (:8001, :7070, :7071) servers", serve}
 }
 
 func serve(args []string) error {
