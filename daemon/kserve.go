@@ -89,8 +89,14 @@ func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
 	ctx.SetBody(b)
 }
 
+// v2Server advertises "statistics" only while every loaded version is an integer, as over
+// gRPC (see oipService.ServerMetadata): perf_analyzer, seeing it, looks for the statistics
+// of the version it parses as an integer, and stops when a "1.0" has none.
 func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ params) {
 	ext := append([]string{"binary_tensor_data", "model_configuration", "schedule_policy"}, tritonExtensions...)
+	if d.integerVersions() {
+		ext = append(ext, "statistics")
+	}
 	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: ext})
 }
 

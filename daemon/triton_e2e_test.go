@@ -204,6 +204,11 @@ func TestTritonRepository(t *testing.T) {
 		t.Fatalf("index %v", idx)
 	}
 
+	// Integer versions only: "statistics" is advertised.
+	if r := do(t, "GET", s.inf+"/v2", "", nil); !strings.Contains(string(r.body), `"statistics"`) || !strings.Contains(string(r.body), `"model_repository"`) {
+		t.Fatalf("server metadata %s", r.body)
+	}
+
 	// Metadata shows the config's names, types and dims, with -1 for the batch.
 	r := do(t, "GET", s.inf+"/v2/models/digits", "", nil)
 	if want := `"platform":"pytorch_libtorch","inputs":[{"name":"INPUT__0","datatype":"FP32","shape":[-1,1,28,28]}],"outputs":[{"name":"OUTPUT__0","datatype":"FP32","shape":[-1,10]}]`; !strings.Contains(string(r.body), want) {

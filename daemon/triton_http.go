@@ -25,8 +25,9 @@ func (d *Daemon) tritonRoutes() []*route {
 	}
 }
 
-// tritonExtensions are the Triton extensions advertised in GET /v2 beside the core protocol.
-var tritonExtensions = []string{"statistics", "model_repository", "logging"}
+// tritonExtensions are the Triton extensions advertised in GET /v2 beside the core protocol;
+// "statistics" too while every version is an integer (see v2Server).
+var tritonExtensions = []string{"model_repository", "logging"}
 
 func (d *Daemon) v2Stats(ctx *fasthttp.RequestCtx, p params) {
 	name := ""
