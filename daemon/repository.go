@@ -179,16 +179,20 @@ func (r *Registry) LoadRepository(names []string) error {
 	if err != nil {
 		return err
 	}
+	var missing []error
 	if p.mode == ControlExplicit && !slices.Contains(names, "*") {
+		var found []string
 		for _, n := range names {
-			if !slices.Contains(all, n) {
-				return fmt.Errorf("--load-model %s: no such model in %s", n, p.dir)
+			if slices.Contains(all, n) {
+				found = append(found, n)
+			} else {
+				missing = append(missing, fmt.Errorf("--load-model %s: no such model in %s", n, p.dir))
 			}
 		}
-		all = names
+		all = found
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(all))
+	errs := make([]error, len(all), len(all)+len(missing))
 	for i, n := range all {
 		wg.Add(1)
 		go func() {
@@ -197,7 +201,7 @@ func (r *Registry) LoadRepository(names []string) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, missing...)...)
 }
 
 // Poll compares the repository with what is loaded: new and changed models are (re)loaded,

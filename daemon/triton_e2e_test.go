@@ -176,14 +176,24 @@ func TestTritonRepository(t *testing.T) {
 	if err := os.Symlink(filepath.Join(outside, "model.pt"), filepath.Join(repo, "escape", "1", "model.pt")); err != nil {
 		t.Fatal(err)
 	}
+	// Named after forward's argument (x), and warmed up as the config says.
+	named := strings.NewReplacer(`"digits"`, `"digits_x"`, `"INPUT__0"`, `"x"`, `"OUTPUT__0"`, `"logits"`).Replace(tritonDigits) + `
+model_warmup [
+  { name: "zeros" batch_size: 2 count: 2 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true } } },
+  { name: "noise" batch_size: 8 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] random_data: true } } }
+]`
+	repoModel(t, repo, "digits_x", named, "digits", "model.pt", "1")
+	badWarmup := strings.Replace(named, `"digits_x"`, `"bad_warmup"`, 1)
+	repoModel(t, repo, "bad_warmup", strings.Replace(badWarmup, "TYPE_FP32 dims: [ 1, 28, 28 ] zero_data", "TYPE_INT64 dims: [ 1, 28, 28 ] zero_data", 1), "digits", "model.pt", "1")
 	repoModel(t, repo, "ensemble", `platform: "ensemble" max_batch_size: 8 input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`, "", "")
 	wantReasons := map[string]string{
-		"bad_dims 1": "failed its warm-up forward",
-		"bad_type":   "TYPE_FLOAT",
-		"malformed":  "config.pbtxt:",
-		"no_file 1":  "version 1 has no model.pt",
-		"escape 1":   "outside the model repository",
-		"ensemble":   "an ensemble",
+		"bad_dims 1":   "failed its warm-up forward",
+		"bad_type":     "TYPE_FLOAT",
+		"malformed":    "config.pbtxt:",
+		"no_file 1":    "version 1 has no model.pt",
+		"escape 1":     "outside the model repository",
+		"ensemble":     "an ensemble",
+		"bad_warmup 1": `model_warmup "zeros": input "x" is float32, the warm-up gives int64`,
 	}
 	pt2 := filepath.Join(zooDir, "digits", "model.pt2")
 	if fileExists(pt2) {
@@ -228,6 +238,9 @@ func TestTritonRepository(t *testing.T) {
 		got, shape := v2Out(t, s.inf+"/v2/models/digits/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
 		if !near(got, want, 1e-5) || fmt.Sprint(shape) != "[1 10]" {
 			t.Fatalf("input %d: v2 %v %v, TorchServe API %v", i, shape, got, want)
+		}
+		if got, _ := v2Out(t, s.inf+"/v2/models/digits_x/infer", "x", []int64{1, 1, 28, 28}, x); !near(got, want, 1e-5) {
+			t.Fatalf("input %d: by forward's argument name %v, TorchServe API %v", i, got, want)
 		}
 		if fileExists(pt2) {
 			got, _ := v2Out(t, s.inf+"/v2/models/digits_aoti/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
@@ -303,7 +316,7 @@ func TestTritonExplicitControl(t *testing.T) {
 	repo := t.TempDir()
 	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
 	repoModel(t, repo, "other", strings.Replace(tritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
-	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "digits")
+	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "digits", "--load-model", "nope")
 	idx := settled(t, s)
 	if idx["digits 1"] != "READY" || idx["other"] != "" || len(idx) != 2 {
 		t.Fatalf("index %v", idx)
@@ -349,6 +362,9 @@ func TestTritonExplicitControl(t *testing.T) {
 	}
 	if r := infer("digits", 2); r.status != 200 {
 		t.Fatalf("a batch of max_batch_size: %d %s", r.status, r.body)
+	}
+	if m := string(do(t, "GET", s.metrics+"/metrics", "", nil).body); !strings.Contains(m, `nv_inference_request_failure{model="digits",version="1",reason="OTHER"} 1`+"\n") {
+		t.Fatalf("the refused batch is no OTHER failure:\n%s", m)
 	}
 
 	// Unload: the model answers 404, its metric series are gone, the index says why.
