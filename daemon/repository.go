@@ -398,6 +398,10 @@ func (r *Registry) setRepositoryDefault(name string) {
 func (r *Registry) replace(old *ModelVersion, req RegisterRequest, am *archive.Model) error {
 	v, err := r.load(old.Name, old.Version, req, am)
 	if err != nil {
+		// The failed copy took over the series both share; they report the old one again.
+		if old.metrics != nil {
+			old.metrics.batcher.Store(old.batcher)
+		}
 		return err
 	}
 	r.mu.Lock()
