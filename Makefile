@@ -44,7 +44,7 @@ else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
 
-.PHONY: proto pyclients setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: proto pyclients pyclients-http setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -174,7 +174,7 @@ vet:
 # module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
 # strictly into the upstream types. bench-smoke runs the benchmark harness once, briefly
 # (30-50 s): it checks that the harness works, not the speed.
-test: setup lib models vet lint-docker pyclients
+test: setup lib models vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
@@ -189,6 +189,14 @@ pyclients: $(PYCLIENTS)/.done
 $(PYCLIENTS)/.done: proto/requirements.txt
 	rm -rf $(PYCLIENTS) && python3 -m venv $(PYCLIENTS)
 	$(PYCLIENTS)/bin/pip install --quiet -r proto/requirements.txt
+	@touch $@
+
+# tritonclient's HTTP side, at proto/requirements.txt's tritonclient version, in the same venv:
+# the Triton repository tests drive torchd with it (daemon/testdata/triton_http_client.py).
+TRITONCLIENT_HTTP := tritonclient[http]==2.63.0
+pyclients-http: $(PYCLIENTS)/.http
+$(PYCLIENTS)/.http: $(PYCLIENTS)/.done
+	$(PYCLIENTS)/bin/pip install --quiet '$(TRITONCLIENT_HTTP)'
 	@touch $@
 
 # Regenerates proto/'s committed Go code with pinned protoc and plugins (proto/generate.sh).

@@ -30,7 +30,7 @@ type oipService struct {
 
 // grpcExtensions are the protocol extensions torchd serves over gRPC, less "statistics":
 // see ServerMetadata.
-var grpcExtensions = []string{"model_configuration", "schedule_policy", "model_repository"}
+var grpcExtensions = []string{"model_configuration", "schedule_policy", "model_repository", "logging"}
 
 func (s *oipService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
 	return &pb.ServerLiveResponse{Live: true}, nil
@@ -226,6 +226,17 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 // warm), the registrations that failed, and the model store's archives not loaded.
 func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
 	out := &pb.RepositoryIndexResponse{}
+	if s.d.Registry.ControlMode() != "" {
+		// A Triton model repository (--model-repository): its index, as REST's.
+		idx, err := s.d.Registry.RepositoryIndex(r.GetReady())
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		for _, m := range idx {
+			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: m.Name, Version: m.Version, State: m.State, Reason: m.Reason})
+		}
+		return out, nil
+	}
 	loaded := map[string]bool{}
 	for _, def := range s.d.Registry.Defaults() {
 		name := def.Name
@@ -259,6 +270,20 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 // does; a model already loaded is left as it is.
 func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
 	name := r.GetModelName()
+	if s.d.Registry.ControlMode() != "" {
+		// A Triton model repository: its load, with "config" overriding config.pbtxt.
+		var config []byte
+		for k, p := range r.GetParameters() {
+			if k != "config" {
+				return nil, status.Errorf(codes.InvalidArgument, "unknown load parameter %q (torchd reads \"config\")", k)
+			}
+			config = []byte(p.GetStringParam())
+		}
+		if err := s.d.Registry.RepositoryLoad(name, config); err != nil {
+			return nil, grpcError(err)
+		}
+		return &pb.RepositoryModelLoadResponse{}, nil
+	}
 	if _, err := s.d.Registry.Get(name, ""); err == nil {
 		return &pb.RepositoryModelLoadResponse{}, nil
 	}
@@ -277,6 +302,12 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 // RepositoryModelUnload unregisters every version of the model, as DELETE /models does.
 func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
 	name := r.GetModelName()
+	if s.d.Registry.ControlMode() != "" {
+		if err := s.d.Registry.RepositoryUnload(name); err != nil {
+			return nil, grpcError(err)
+		}
+		return &pb.RepositoryModelUnloadResponse{}, nil
+	}
 	versions, def, err := s.d.Registry.Versions(name)
 	if err != nil {
 		return nil, grpcError(err)

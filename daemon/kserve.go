@@ -26,7 +26,8 @@ import (
 // model's inputs: the handler's pre- and postprocessing are bypassed, as in Triton. Where it
 // does not, and the handler takes tensors, the handler runs, as in TorchServe.
 func (d *Daemon) kserveRoutes() []*route {
-	return []*route{
+	// Triton's extensions first: /v2/models/stats is no model named "stats".
+	return append(d.tritonRoutes(), []*route{
 		{method: "GET", pattern: "/v2", summary: "Server metadata", handle: d.v2Server},
 		{method: "GET", pattern: "/v2/health/live", summary: "Liveness: 200", handle: func(ctx *fasthttp.RequestCtx, _ params) { ctx.SetStatusCode(200) }},
 		{method: "GET", pattern: "/v2/health/ready", summary: "Readiness: 200 once start-up models are warm, else 400", handle: d.v2Ready},
@@ -43,7 +44,7 @@ func (d *Daemon) kserveRoutes() []*route {
 		{method: "POST", pattern: "/v2/models/{model_name}/explain", summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", handle: d.v2Explain},
 		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/explain", summary: "KServe v2 explanation of a version", handle: d.v2Explain},
 		{method: "GET", pattern: "/v1/models/{model_name}", summary: "KServe v1 model status", handle: d.v1Model},
-	}
+	}...)
 }
 
 // v2Version picks the version segment of the v2 routes (".../versions/{v}/...").
@@ -88,10 +89,15 @@ func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
 	ctx.SetBody(b)
 }
 
+// v2Server advertises "statistics" only while every loaded version is an integer, as over
+// gRPC (see oipService.ServerMetadata): perf_analyzer, seeing it, looks for the statistics
+// of the version it parses as an integer, and stops when a "1.0" has none.
 func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ params) {
-	// "statistics" is not advertised: torchd has no /stats in the exact schema
-	// perf_analyzer parses.
-	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: []string{"binary_tensor_data", "model_configuration", "schedule_policy"}})
+	ext := append([]string{"binary_tensor_data", "model_configuration", "schedule_policy"}, tritonExtensions...)
+	if d.integerVersions() {
+		ext = append(ext, "statistics")
+	}
+	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: ext})
 }
 
 func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {

@@ -24,6 +24,8 @@ type Metrics struct {
 	// nothing, so the request path makes no metric updates at all.
 	off bool
 	ts  tsHostMetrics
+	// triton returns the statistics Triton's metric families are written from (nil: none).
+	triton func() []ModelStatistics
 }
 
 // tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its
@@ -269,6 +271,9 @@ func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
 // WritePrometheus writes every series, then the process metrics (CPU, RSS, goroutines, GC).
 func (m *Metrics) WritePrometheus(w io.Writer) {
 	m.set.WritePrometheus(w)
+	if m.triton != nil {
+		writeTriton(w, m.triton())
+	}
 	metrics.WriteProcessMetrics(w)
 	metrics.WriteFDMetrics(w) // process_open_fds and process_max_fds
 }

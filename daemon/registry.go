@@ -120,7 +120,8 @@ type Registry struct {
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry
-	failed []string // start-up models that failed to load
+	failed []string    // start-up models that failed to load
+	repo   *repository // the Triton model repository; nil without one
 }
 
 // NewRegistry returns an empty registry.

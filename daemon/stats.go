@@ -66,6 +66,10 @@ type ModelStatistics struct {
 	ExecutionCount uint64         `json:"execution_count"`
 	InferenceStats InferenceStats `json:"inference_stats"`
 	BatchStats     []BatchStats   `json:"batch_stats"`
+
+	// For Triton's metrics: failures by reason, and the requests accepted but not yet running.
+	failures map[string]uint64
+	pending  int
 }
 
 // statDuration is the lock-free form of StatDuration.
@@ -83,7 +87,8 @@ func (s *statDuration) load() StatDuration { return StatDuration{s.count.Load(),
 type versionStats struct {
 	success, fail, queue, input, infer, output statDuration
 	inferences, executions                     atomic.Uint64
-	last                                       atomic.Int64 // UnixMilli
+	failures                                   [4]atomic.Uint64 // by failReasons
+	last                                       atomic.Int64     // UnixMilli
 
 	mu      sync.Mutex
 	batches map[int]*statDuration // batch size → forwards
@@ -121,6 +126,7 @@ func (s *versionStats) answered(status int, total time.Duration, res jobResult) 
 	s.last.Store(time.Now().UnixMilli())
 	if status < 200 || status >= 300 {
 		s.fail.add(total)
+		s.failures[slices.Index(failReasons, failReason(status))].Add(1)
 		return
 	}
 	s.success.add(total)
@@ -144,6 +150,10 @@ func (s *versionStats) snapshot(name, version string) ModelStatistics {
 	if t := s.last.Load(); t > 0 {
 		out.LastInference = uint64(t)
 	}
+	out.failures = map[string]uint64{}
+	for i, r := range failReasons {
+		out.failures[r] = s.failures[i].Load()
+	}
 	s.mu.Lock()
 	for n, b := range s.batches {
 		d := b.load()
@@ -164,7 +174,9 @@ func (r *Registry) Statistics(name, version string) ([]ModelStatistics, error) {
 	var out []ModelStatistics
 	add := func(v *ModelVersion) {
 		if v.pool != nil && v.stats != nil {
-			out = append(out, v.stats.snapshot(v.Name, v.Version))
+			st := v.stats.snapshot(v.Name, v.Version)
+			st.pending = v.Pending() + int(v.batcher.reserved.Load())
+			out = append(out, st)
 		}
 	}
 	switch {

@@ -144,8 +144,12 @@ func forwardArgs(schema string) ([]string, error) {
 	return args, nil
 }
 
-// toModel reshapes a request's tensors from their declared shapes to the model's.
+// toModel refuses a request larger than max_batch_size, as Triton does, and reshapes its
+// tensors from their declared shapes to the model's.
 func (t *tritonModel) toModel(s *handlers.Sample) error {
+	if t.batch && s.Items > int(t.config.MaxBatchSize) {
+		return fmt.Errorf("inference request batch-size must be <= %d for '%s', got %d", t.config.MaxBatchSize, t.config.Name, s.Items)
+	}
 	for i := range s.Tensors {
 		if i >= len(t.ins) || t.ins[i].Reshape == nil {
 			continue

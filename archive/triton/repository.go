@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -58,7 +59,8 @@ type Model struct {
 	Warnings []string
 	// Err says why the model cannot be served; nil if it can (its versions may still fail).
 	Err error
-	// Stamp changes when the config or a selected version's file changes (poll mode).
+	// Stamp changes when config.pbtxt or a version directory's files change (poll mode
+	// compares it); it is set whether or not the model can be served.
 	Stamp string
 
 	dir string // the model directory, symlinks resolved
@@ -69,8 +71,11 @@ type Version struct {
 	Version string // the directory name, e.g. "1"
 	Path    string // the model file, symlinks resolved; "" when Err is set
 	Err     error  // why this version cannot be served
-	Stamp   string // changes when the model file changes
+	Stamp   string // changes when the model file or the config changes
 }
+
+// Dir returns the model's directory, symlinks resolved; "" if it could not be read.
+func (m *Model) Dir() string { return m.dir }
 
 // List returns the names of the repository's model directories, sorted. Hidden entries
 // and plain files are skipped, as Triton does.
@@ -100,8 +105,9 @@ func List(repo string) ([]string, error) {
 func Read(repo, name string, override []byte) *Model {
 	m := &Model{Name: name}
 	m.Err = m.read(repo, override)
-	if m.Err == nil {
-		m.Stamp = m.stamp()
+	m.Stamp = fsStamp(filepath.Join(repo, name))
+	if override != nil {
+		m.Stamp += " override"
 	}
 	return m
 }
@@ -228,9 +234,11 @@ func (m *Model) check() (string, error) {
 	if len(c.Output) == 0 {
 		return "", errors.New("the config declares no output; the PyTorch backend needs every output declared")
 	}
-	if _, err := m.Settings(); err != nil {
+	_, warn, err := m.settings()
+	if err != nil {
 		return "", err
 	}
+	m.Warnings = append(m.Warnings, warn...)
 	return file, nil
 }
 
@@ -254,6 +262,9 @@ func (m *Model) readVersions(root, file string) error {
 		all = append(all, v)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m.Config)
+	sum := sha256.Sum256(b)
+	config := hex.EncodeToString(sum[:8])
 	var chosen []int64
 	vp := m.Config.GetVersionPolicy()
 	switch {
@@ -287,7 +298,7 @@ func (m *Model) readVersions(root, file string) error {
 				ver.Err = fmt.Errorf("version %s: %s is not a file", ver.Version, file)
 			} else {
 				ver.Path = p
-				ver.Stamp = fmt.Sprintf("%s %d %d", p, fi.Size(), fi.ModTime().UnixNano())
+				ver.Stamp = config + " " + fileStamp(p, fi)
 			}
 		}
 		m.Versions = append(m.Versions, ver)
@@ -295,15 +306,41 @@ func (m *Model) readVersions(root, file string) error {
 	return nil
 }
 
-// stamp fingerprints the config and the selected versions' files.
-func (m *Model) stamp() string {
+// fsStamp fingerprints a model directory: its entries and those of its subdirectories (the
+// versions), by name, size, modification time and inode, so that a file replaced by a
+// rename or a copy is seen.
+func fsStamp(dir string) string {
 	h := sha256.New()
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m.Config)
-	h.Write(b)
-	for _, v := range m.Versions {
-		fmt.Fprintf(h, "\x00%s\x00%s\x00%v", v.Version, v.Stamp, v.Err)
+	var walk func(d string, depth int)
+	walk = func(d string, depth int) {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			fmt.Fprintf(h, "%s: %v\n", d, err)
+			return
+		}
+		for _, e := range entries {
+			p := filepath.Join(d, e.Name())
+			fi, err := os.Stat(p)
+			if err != nil {
+				fmt.Fprintf(h, "%s: %v\n", p, err)
+				continue
+			}
+			fmt.Fprintf(h, "%s\n", fileStamp(p, fi))
+			if fi.IsDir() && depth < 2 {
+				walk(p, depth+1)
+			}
+		}
 	}
+	walk(dir, 0)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+func fileStamp(p string, fi fs.FileInfo) string {
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	return fmt.Sprintf("%s %d %d %d %v", p, fi.Size(), fi.ModTime().UnixNano(), ino, fi.IsDir())
 }
 
 // Archive returns the archive.Model of version v, served with the tensor handler. It is
