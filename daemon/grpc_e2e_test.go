@@ -133,9 +133,17 @@ func TestGRPC(t *testing.T) {
 		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"}); err != nil || r.GetReady() {
 			t.Fatalf("an unknown model is ready: %v %v", r, err)
 		}
-		h, err := healthpb.NewHealthClient(dial(t, s.grpc)).Check(ctx, &healthpb.HealthCheckRequest{})
+		health := healthpb.NewHealthClient(dial(t, s.grpc))
+		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health %v %v", h, err)
+		}
+		watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			h, err = watch.Recv()
+		}
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health watch %v %v", h, err)
 		}
 		sm, err := oipc.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
 		if err != nil || sm.GetName() != "torchd" || len(sm.GetExtensions()) == 0 {
