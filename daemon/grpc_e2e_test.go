@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -528,5 +529,20 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 	}
 	if err := <-queued; err != nil {
 		t.Fatal(err)
+	}
+
+	// A graceful stop answers the call in flight before the server exits.
+	inFlight := occupy(1000)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-inFlight; err != nil {
+		t.Fatalf("the call in flight at SIGTERM: %v", err)
+	}
+	select {
+	case <-s.exited:
+		if s.exitErr != nil {
+			t.Fatalf("torchd exited with %v\n%s", s.exitErr, s.Log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("torchd did not stop\n%s", s.Log())
 	}
 }
