@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/torchd/torchd/oip"
@@ -76,8 +77,8 @@ func (d *Daemon) startGRPC(tlsCfg *tls.Config) error {
 			// Clients may ping as often as every 10 s, idle or not (Triton allows pings
 			// without calls too); more often is answered with GOAWAY.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-			grpc.ChainUnaryInterceptor(d.grpcAuthUnary(a.key)),
-			grpc.ChainStreamInterceptor(d.grpcAuthStream(a.key)),
+			grpc.ChainUnaryInterceptor(d.grpcAccessUnary, d.grpcAuthUnary(a.key)),
+			grpc.ChainStreamInterceptor(d.grpcAccessStream, d.grpcAuthStream(a.key)),
 		}
 		if tlsCfg != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
@@ -167,6 +168,36 @@ func (d *Daemon) grpcAuthStream(kind string) grpc.StreamServerInterceptor {
 		}
 		return h(srv, ss)
 	}
+}
+
+// grpcAccessUnary and grpcAccessStream log one line per call, as the HTTP access log does:
+// peer, method, status code, latency.
+func (d *Daemon) grpcAccessUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if !d.cfg.AccessLog {
+		return h(ctx, req)
+	}
+	start := time.Now()
+	resp, err := h(ctx, req)
+	d.grpcAccess(ctx, info.FullMethod, err, start)
+	return resp, err
+}
+
+func (d *Daemon) grpcAccessStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !d.cfg.AccessLog {
+		return h(srv, ss)
+	}
+	start := time.Now()
+	err := h(srv, ss)
+	d.grpcAccess(ss.Context(), info.FullMethod, err, start)
+	return err
+}
+
+func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start time.Time) {
+	remote := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		remote = p.Addr.String()
+	}
+	d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
 }
 
 // grpcCall is a gRPC request's call: a client that cancelled is gone, and its deadline is

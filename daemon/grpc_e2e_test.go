@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,9 +134,17 @@ func TestGRPC(t *testing.T) {
 		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"}); err != nil || r.GetReady() {
 			t.Fatalf("an unknown model is ready: %v %v", r, err)
 		}
-		h, err := healthpb.NewHealthClient(dial(t, s.grpc)).Check(ctx, &healthpb.HealthCheckRequest{})
+		health := healthpb.NewHealthClient(dial(t, s.grpc))
+		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health %v %v", h, err)
+		}
+		watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			h, err = watch.Recv()
+		}
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health watch %v %v", h, err)
 		}
 		sm, err := oipc.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
 		if err != nil || sm.GetName() != "torchd" || len(sm.GetExtensions()) == 0 {
@@ -520,5 +529,20 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 	}
 	if err := <-queued; err != nil {
 		t.Fatal(err)
+	}
+
+	// A graceful stop answers the call in flight before the server exits.
+	inFlight := occupy(1000)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-inFlight; err != nil {
+		t.Fatalf("the call in flight at SIGTERM: %v", err)
+	}
+	select {
+	case <-s.exited:
+		if s.exitErr != nil {
+			t.Fatalf("torchd exited with %v\n%s", s.exitErr, s.Log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("torchd did not stop\n%s", s.Log())
 	}
 }
