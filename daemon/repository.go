@@ -112,6 +112,10 @@ func (r *Registry) RepositoryIndex(ready bool) ([]RepositoryModel, error) {
 				continue
 			}
 			for _, s := range m.states {
+				if s.State == StateReady && m.reason != "" {
+					// A reload failed; what was loaded before serves on.
+					s.Reason = "serving the previous config; the new one fails: " + m.reason
+				}
 				if !ready || s.State == StateReady {
 					out = append(out, s)
 				}

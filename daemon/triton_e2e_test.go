@@ -524,6 +524,20 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 		t.Fatalf("no reload logged\n%s", s.Log())
 	}
 
+	// A config broken on disk leaves the loaded model serving, and the index says why.
+	if err := os.WriteFile(filepath.Join(repo, "classifier", "config.pbtxt"), []byte(cfg[:40]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !strings.Contains(settled(t, s)["classifier 1"], "the new one fails: config.pbtxt:"); i++ {
+		if i == 300 {
+			t.Fatalf("index %v", settled(t, s))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := do(t, "POST", s.inf+"/v2/models/classifier/infer", "application/json", body); r.status != 200 {
+		t.Fatalf("after a broken config: %d %s", r.status, r.body)
+	}
+
 	// A model added to the repository is loaded; a model removed is unloaded.
 	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
 	waitStatus(t, s, "/v2/models/digits/ready", 200)
