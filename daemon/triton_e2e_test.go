@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/torch"
 )
 
 // Triton model repositories, built from the zoo with configs written the way Triton users
@@ -194,6 +196,10 @@ model_warmup [
 		"escape 1":     "outside the model repository",
 		"ensemble":     "an ensemble",
 		"bad_warmup 1": `model_warmup "zeros": input "x" is float32, the warm-up gives int64`,
+	}
+	if !torch.CUDAAvailable() {
+		repoModel(t, repo, "gpu", strings.Replace(rename("gpu"), "KIND_CPU", "KIND_GPU", 1), "digits", "model.pt", "1")
+		wantReasons["gpu 1"] = "instance_group kind KIND_GPU, but this torchd has no GPU"
 	}
 	pt2 := filepath.Join(zooDir, "digits", "model.pt2")
 	if fileExists(pt2) {
