@@ -44,7 +44,7 @@ else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
 
-.PHONY: setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: proto pyclients pyclients-http setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -120,7 +120,7 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.to
 	    --config-file models/configs/$$name.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
-$(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive torch internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
+$(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive torch internal oip proto -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
@@ -174,19 +174,41 @@ vet:
 # module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
 # strictly into the upstream types. bench-smoke runs the benchmark harness once, briefly
 # (30-50 s): it checks that the harness works, not the speed.
-test: setup lib models vet lint-docker
+test: setup lib models vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 	$(MAKE) fuzz FUZZTIME=50000x
 	$(MAKE) bench-smoke
 
+# The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
+# the peer clients the gRPC end-to-end tests drive (Triton's tritonclient, TorchServe's stubs
+# generated from proto/torchserve). About half a minute from pip.
+PYCLIENTS := build/pyclients
+pyclients: $(PYCLIENTS)/.done
+$(PYCLIENTS)/.done: proto/requirements.txt
+	rm -rf $(PYCLIENTS) && python3 -m venv $(PYCLIENTS)
+	$(PYCLIENTS)/bin/pip install --quiet -r proto/requirements.txt
+	@touch $@
+
+# tritonclient's HTTP side, at proto/requirements.txt's tritonclient version, in the same venv:
+# the Triton repository tests drive torchd with it (daemon/testdata/triton_http_client.py).
+TRITONCLIENT_HTTP := tritonclient[http]==2.63.0
+pyclients-http: $(PYCLIENTS)/.http
+$(PYCLIENTS)/.http: $(PYCLIENTS)/.done
+	$(PYCLIENTS)/bin/pip install --quiet '$(TRITONCLIENT_HTTP)'
+	@touch $@
+
+# Regenerates proto/'s committed Go code with pinned protoc and plugins (proto/generate.sh).
+proto: $(PYCLIENTS)/.done
+	PYCLIENTS=$(PYCLIENTS) proto/generate.sh
+
 # Each fuzz target for a bounded time; the seed corpora under testdata/fuzz are committed.
 # make test bounds the runs by executions, not seconds: a run bounded by time failed once
 # with "context deadline exceeded" when its time ran out while a worker was still busy.
 FUZZTIME ?= 60s
 FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply \
-                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest
+                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest ./oip/:FuzzDecodeInferRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \

@@ -74,7 +74,10 @@ type ModelConfig struct {
 	// Threads is LibTorch's intra-op threads per worker; 0 leaves LibTorch's
 	// default, even after WithDefaults.
 	Threads int
-	Freeze  bool // run torch.jit.freeze on the loaded module; default false
+	// InteropThreads is LibTorch's inter-op threads, process-wide and settable once (a
+	// Triton config's INTER_OP_THREAD_COUNT); 0 leaves LibTorch's default.
+	InteropThreads int
+	Freeze         bool // run torch.jit.freeze on the loaded module; default false
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec
@@ -85,6 +88,9 @@ type TensorSpec struct {
 	Name  string  // e.g. "input__0"
 	DType string  // one of DTypes
 	Shape []int64 // -1 marks a variable dimension; nil leaves the rank undeclared
+	// Reshape is the shape the model takes or gives, when it differs from Shape (Triton's
+	// reshape), without the batch dimension that Shape leads with when batching; nil: Shape.
+	Reshape []int64
 }
 
 // DTypes are the dtype names a TensorSpec may use. "string" is the Open Inference

@@ -18,6 +18,7 @@ const (
 	KindTarGz       Kind = "tar.gz"      // a .tar.gz or .tgz
 	KindDir         Kind = "dir"         // a directory (torch-model-archiver's no-archive)
 	KindTorchScript Kind = "torchscript" // a bare TorchScript file
+	KindTriton      Kind = "triton"      // a version of a Triton repository model (package archive/triton)
 )
 
 // Model is an opened model: its files on disk and what its manifest and

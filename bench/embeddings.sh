@@ -54,7 +54,7 @@ measure() {
   local th=$1
   bin/torchd serve --model-store "$out/store" --models minilm=minilm.mar --inference-address 127.0.0.1:8180 \
     --management-address 127.0.0.1:8181 --metrics-address 127.0.0.1:8182 --access-log=false --threads "$th" \
-    --enable-snapshots=false --enable-ui=false --job-queue-size 1024 >"$out/torchd-t$th.log" 2>&1 &
+    --enable-snapshots=false --enable-ui=false --job-queue-size 1024 --grpc-address= --grpc-inference-address= --grpc-management-address= >"$out/torchd-t$th.log" 2>&1 &
   pids=($!)
   .venv/bin/python bench/peers/fastapi_embeddings.py --port 8193 --threads "$th" >"$out/fastapi-t$th.log" 2>&1 &
   pids+=($!)

@@ -12,7 +12,7 @@ serve() {
   cache=$(mktemp -d)
   env "$@" TORCHD_CACHE_DIR="$cache" bin/torchd serve --model-store model-store --inference-address "$inf" \
     --management-address "$mg" --metrics-address 127.0.0.1:$((base + 2)) --access-log=false \
-    --enable-snapshots=false --job-queue-size 1024 >"$log" 2>&1 &
+    --enable-snapshots=false --job-queue-size 1024 --grpc-address= --grpc-inference-address= --grpc-management-address= >"$log" 2>&1 &
   pids+=($!) caches+=("$cache")
   trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "${caches[@]}"' EXIT
   until curl -sf "http://$inf/ping" >/dev/null; do sleep 0.2; done

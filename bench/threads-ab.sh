@@ -13,7 +13,7 @@ for t in 1 2; do
   cache=$(mktemp -d)
   TORCHD_CACHE_DIR=$cache bin/torchd serve --model-store model-store --inference-address 127.0.0.1:187${t}0 \
     --management-address 127.0.0.1:187${t}1 --metrics-address 127.0.0.1:187${t}2 --access-log=false \
-    --enable-snapshots=false --job-queue-size 1024 --threads $t >/tmp/threads-ab-$t.log 2>&1 &
+    --enable-snapshots=false --job-queue-size 1024 --threads $t --grpc-address= --grpc-inference-address= --grpc-management-address= >/tmp/threads-ab-$t.log 2>&1 &
   pids+=($!)
 done
 for t in 1 2; do

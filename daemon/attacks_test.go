@@ -67,7 +67,7 @@ func TestSweepAfterKillRaces(t *testing.T) {
 	tmp := t.TempDir()
 	// sh starts torchd, then becomes a sleep that never reaps it: killed, torchd stays a
 	// zombie, as a process does while its parent has not yet waited for it.
-	sh := exec.Command("sh", "-c", `"$0" serve --model-store "$1" --models digits=digits.mar --inference-address 127.0.0.1:0 --management-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --enable-snapshots=false 2>/dev/null & echo $!; exec sleep 600`,
+	sh := exec.Command("sh", "-c", `"$0" serve --model-store "$1" --models digits=digits.mar --inference-address 127.0.0.1:0 --management-address 127.0.0.1:0 --metrics-address 127.0.0.1:0 --grpc-address= --grpc-inference-address= --grpc-management-address= --enable-snapshots=false 2>/dev/null & echo $!; exec sleep 600`,
 		torchdBin, store)
 	sh.Env = append(os.Environ(), "TMPDIR="+tmp)
 	out, err := sh.StdoutPipe()

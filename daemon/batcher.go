@@ -32,6 +32,7 @@ type job struct {
 type jobResult struct {
 	out       []handlers.Tensor
 	err       error
+	input     time.Duration // arrival → enqueue: decoding and preprocessing, set by runSample
 	queued    time.Duration // enqueue → batch dispatch
 	inference time.Duration // the batched forward
 	batchSize int           // requests in the batch this one ran in

@@ -18,32 +18,47 @@ type Config struct {
 	InferenceAddress  string
 	ManagementAddress string
 	MetricsAddress    string
-	ModelStore        string
-	Models            string // "", "all", or "name=archive,..." loaded at start
-	MaxRequestSize    int
-	AllowedURLs       []string // regexps a registration URL must match; empty: the model store only
-	MaxDownloadSize   int64
-	DownloadTimeout   time.Duration
-	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration
-	IdleTimeout       time.Duration
-	ShutdownTimeout   time.Duration
-	Profile           string // cpu|mem|block|mutex, written through pkg/profile
-	ProfilePath       string
-	LogFormat         string // text|json
-	AccessLog         bool
-	EnableMetrics     bool
-	CacheDir          string
-	TokenAuth         bool
-	EnableSnapshots   bool
-	SnapshotFile      string
-	CertificateFile   string
-	PrivateKeyFile    string
-	KeyFile           string
-	EnableUI          bool     // the web page on the inference port (daemon/webui.go)
-	KeepFreedMemory   bool     // torch.KeepFreedMemory at start
-	KeepFreedMemoryMB int      // the most freed C memory kept under load, MiB; 0: no cap
-	ManagementOrigins []string // browser origins allowed to call the management API (CORS); empty: none
+	// The gRPC front-ends, each on its own port (grpc.go); "" turns one off.
+	GRPCAddress           string // the Open Inference Protocol (Triton's inference.GRPCInferenceService)
+	GRPCInferenceAddress  string // TorchServe's gRPC inference API
+	GRPCManagementAddress string // TorchServe's gRPC management API
+	GRPCMaxMessageSize    int    // largest gRPC message received or sent; 0: MaxRequestSize
+	GRPCKeepaliveTime     time.Duration
+	GRPCKeepaliveTimeout  time.Duration
+	ModelStore            string
+	Models                string // "", "all", or "name=archive,..." loaded at start
+	MaxRequestSize        int
+	AllowedURLs           []string // regexps a registration URL must match; empty: the model store only
+	MaxDownloadSize       int64
+	DownloadTimeout       time.Duration
+	ReadTimeout           time.Duration
+	WriteTimeout          time.Duration
+	IdleTimeout           time.Duration
+	ShutdownTimeout       time.Duration
+	Profile               string // cpu|mem|block|mutex, written through pkg/profile
+	ProfilePath           string
+	LogFormat             string // text|json
+	AccessLog             bool
+	EnableMetrics         bool
+	CacheDir              string
+	TokenAuth             bool
+	EnableSnapshots       bool
+	SnapshotFile          string
+	CertificateFile       string
+	PrivateKeyFile        string
+	KeyFile               string
+	EnableUI              bool     // the web page on the inference port (daemon/webui.go)
+	KeepFreedMemory       bool     // torch.KeepFreedMemory at start
+	KeepFreedMemoryMB     int      // the most freed C memory kept under load, MiB; 0: no cap
+	ManagementOrigins     []string // browser origins allowed to call the management API (CORS); empty: none
+
+	// A Triton model repository (repository.go): its directory ("" for none), the model
+	// control mode (none, explicit or poll), the models loaded at start in explicit mode
+	// ("*": all), and how often poll mode reads the repository.
+	ModelRepository    string
+	ModelControlMode   string
+	LoadModels         []string
+	RepositoryPollSecs time.Duration
 
 	// Model are the defaults for every model. The ones set above the built-in defaults
 	// (see ModelSet) override the archive's own config; registration parameters override
@@ -80,6 +95,8 @@ type setting struct {
 	help  string
 	apply func(c *Config, v string) error
 	model bool // a per-model default, recorded in ModelSet when set
+	// repeat: the flag may be given several times, its values joined with commas.
+	repeat bool
 }
 
 func intSetting(dst func(*Config) *int, min int) func(*Config, string) error {
@@ -163,6 +180,18 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.ManagementAddress })},
 	{key: "metrics_address", def: "127.0.0.1:8082", help: "Prometheus metrics",
 		apply: strSetting(func(c *Config) *string { return &c.MetricsAddress })},
+	{key: "grpc_address", def: "127.0.0.1:8001", help: `Open Inference Protocol over gRPC (Triton's inference.GRPCInferenceService, with grpc.health.v1); "" turns it off`,
+		apply: strSetting(func(c *Config) *string { return &c.GRPCAddress })},
+	{key: "grpc_inference_address", def: "127.0.0.1:7070", help: `TorchServe's gRPC inference API; "" turns it off`,
+		apply: strSetting(func(c *Config) *string { return &c.GRPCInferenceAddress })},
+	{key: "grpc_management_address", def: "127.0.0.1:7071", help: `TorchServe's gRPC management API; localhost by default; "" turns it off`,
+		apply: strSetting(func(c *Config) *string { return &c.GRPCManagementAddress })},
+	{key: "grpc_max_message_size", def: "0", help: "largest gRPC message received or sent, in bytes (RESOURCE_EXHAUSTED above it); 0: max_request_size",
+		apply: intSetting(func(c *Config) *int { return &c.GRPCMaxMessageSize }, 0)},
+	{key: "grpc_keepalive_time", def: "7200", help: "seconds a gRPC connection may be idle before the server pings it (Triton's default)",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.GRPCKeepaliveTime }, time.Second)},
+	{key: "grpc_keepalive_timeout", def: "20", help: "seconds the server waits for a keepalive ping's answer before closing the connection",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.GRPCKeepaliveTimeout }, time.Second)},
 	{key: "model_store", def: "model-store", help: "directory of model archives",
 		apply: strSetting(func(c *Config) *string { return &c.ModelStore })},
 	{key: "models", def: "", help: `models loaded at start: "all", or name=archive,... (archives in the model store)`,
@@ -220,6 +249,15 @@ var settings = []setting{
 		apply: intSetting(func(c *Config) *int { return &c.KeepFreedMemoryMB }, 0)},
 	{key: "management_allowed_origins", def: "", help: "comma-separated browser origins (scheme://host:port) that may call the management API (CORS), so the web page can show management actions; empty: none",
 		apply: func(c *Config, v string) error { c.ManagementOrigins = splitList(v); return nil }},
+
+	{key: "model_repository", def: "", help: "a Triton model repository (<model>/config.pbtxt, <model>/<version>/model.pt or model.pt2) to serve; see docs/guide/triton.md",
+		apply: strSetting(func(c *Config) *string { return &c.ModelRepository })},
+	{key: "model_control_mode", def: "none", help: "Triton's: none (load every repository model at start), explicit (load_model at start, then the repository API) or poll (follow the repository's changes)",
+		apply: strSetting(func(c *Config) *string { return &c.ModelControlMode }, ControlNone, ControlExplicit, ControlPoll)},
+	{key: "load_model", def: "", repeat: true, help: `repository models loaded at start in explicit mode; the flag repeats, "*" is every model`,
+		apply: func(c *Config, v string) error { c.LoadModels = splitList(v); return nil }},
+	{key: "repository_poll_secs", def: "15", help: "seconds between reads of the repository in poll mode",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.RepositoryPollSecs }, time.Second)},
 
 	{key: "batch_size", env: []string{"BATCH_SIZE"}, def: "1", model: true, help: `largest batch per forward, or "auto"`,
 		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoBatch }, intSetting(func(c *Config) *int { return &c.Model.BatchSize }, 1))},
@@ -287,7 +325,7 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 	configPath := fs.String("config", "", "torchd.toml path (env TORCHD_CONFIG)")
 	flagVals := map[string]*flagValue{}
 	for _, s := range settings {
-		v := &flagValue{boolean: s.def == "true" || s.def == "false"}
+		v := &flagValue{boolean: s.def == "true" || s.def == "false", repeat: s.repeat}
 		flagVals[s.key] = v
 		fs.Var(v, flagName(s.key), fmt.Sprintf("%s (env %s, default %q)", s.help, strings.Join(s.env, " or "), s.def))
 	}
@@ -334,6 +372,9 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 	if c.Model.MaxWorkers < c.Model.MinWorkers {
 		c.Model.MaxWorkers = c.Model.MinWorkers
 	}
+	if err := c.checkRepository(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -342,11 +383,19 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 type flagValue struct {
 	v       string
 	boolean bool
+	repeat  bool
+	set     bool
 }
 
-func (f *flagValue) String() string     { return f.v }
-func (f *flagValue) Set(v string) error { f.v = v; return nil }
-func (f *flagValue) IsBoolFlag() bool   { return f.boolean }
+func (f *flagValue) String() string { return f.v }
+func (f *flagValue) Set(v string) error {
+	if f.repeat && f.set {
+		v = f.v + "," + v
+	}
+	f.v, f.set = v, true
+	return nil
+}
+func (f *flagValue) IsBoolFlag() bool { return f.boolean }
 
 func (c *Config) set(s setting, v, source string) error {
 	if err := s.apply(c, v); err != nil {
@@ -395,6 +444,20 @@ func (c *Config) applyFile(path string, explicit bool) error {
 		if err := c.set(*s, str, fmt.Sprintf("config %s: key %s", path, name)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkRepository applies Triton's rules to the repository settings: --load-model only in
+// explicit mode, and a poll interval for poll mode.
+func (c *Config) checkRepository() error {
+	switch {
+	case c.ModelRepository == "" && (c.ModelControlMode != ControlNone || len(c.LoadModels) > 0):
+		return fmt.Errorf("model_control_mode and load_model need model_repository (--model-repository DIR)")
+	case len(c.LoadModels) > 0 && c.ModelControlMode != ControlExplicit:
+		return fmt.Errorf("load_model is only read with model_control_mode explicit, as in Triton")
+	case c.ModelControlMode == ControlPoll && c.RepositoryPollSecs < time.Second/10:
+		return fmt.Errorf("repository_poll_secs must be at least 0.1 in poll mode, got %v", c.RepositoryPollSecs)
 	}
 	return nil
 }

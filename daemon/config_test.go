@@ -116,3 +116,25 @@ func TestResolveModelSettings(t *testing.T) {
 		t.Errorf("registration over everything: %+v", s)
 	}
 }
+
+// TestRepositorySettings: --load-model repeats, and Triton's rules on the repository
+// settings are checked at start.
+func TestRepositorySettings(t *testing.T) {
+	c, err := LoadConfig([]string{"--model-repository", "repo", "--model-control-mode", "explicit", "--load-model", "a", "--load-model", "b,c"}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.LoadModels, " ") != "a b c" || c.ModelControlMode != ControlExplicit || c.RepositoryPollSecs != 15*time.Second {
+		t.Fatalf("%+v", c)
+	}
+	for args, want := range map[string]string{
+		"--model-control-mode poll":                                               "need model_repository",
+		"--model-repository r --load-model a":                                     "only read with model_control_mode explicit",
+		"--model-repository r --model-control-mode poll --repository-poll-secs 0": "at least 0.1",
+		"--model-repository r --model-control-mode sometimes":                     "want one of none, explicit, poll",
+	} {
+		if _, err := LoadConfig(strings.Fields(args), envOf(nil)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", args, err, want)
+		}
+	}
+}

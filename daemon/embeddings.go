@@ -102,14 +102,12 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 		}
 	}
 	v.enter()
-	status, queued := d.embedVersion(ctx, v, emb, req.Input, base64Format, arrived)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(status, took, queued)
-	v.observe(took)
+	code := d.embedVersion(ctx, v, emb, req.Input, base64Format, arrived)
+	v.answered(code.status, time.Since(arrived), code.res)
 }
 
-func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) (int, time.Duration) {
-	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) {
+func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) outcome {
+	sample, res, fail := d.infer(restCall(ctx), v, arrived, func() (*handlers.Sample, *APIError) {
 		return preprocess(v, &handlers.Request{
 			Inputs: []handlers.Payload{{Name: "input", ContentType: "application/json", Data: input}},
 			Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },
@@ -121,12 +119,12 @@ func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb emb
 			param = "input"
 		}
 		openAIError(ctx, fail.Status, param, "", fail.Msg)
-		return fail.Status, res.queued
+		return outcome{fail.Status, res}
 	}
 	dim := emb.Dim()
 	if len(res.out) != 1 || len(res.out[0].Data) != 4*dim*sample.Items {
 		openAIError(ctx, 500, "", "", fmt.Sprintf("model %s did not answer %d embeddings of %d floats", v.Name, sample.Items, dim))
-		return 500, res.queued
+		return outcome{500, res}
 	}
 	data := res.out[0].Data
 	b := make([]byte, 0, 64+sample.Items*(dim*12+48))
@@ -156,5 +154,5 @@ func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb emb
 	b = append(b, `,"usage":{"prompt_tokens":`+tokens+`,"total_tokens":`+tokens+`}}`...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
-	return 200, res.queued
+	return outcome{200, res}
 }

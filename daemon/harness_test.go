@@ -129,11 +129,14 @@ type server struct {
 	t                  testing.TB
 	cmd                *exec.Cmd
 	inf, mgmt, metrics string
-	mu                 sync.Mutex
-	log                bytes.Buffer
-	exited             chan struct{}
-	exitErr            error
-	tmp                string // the server's TMPDIR
+	// The gRPC APIs' host:port: the Open Inference Protocol, TorchServe's inference and
+	// management.
+	grpc, grpcInf, grpcMgmt string
+	mu                      sync.Mutex
+	log                     bytes.Buffer
+	exited                  chan struct{}
+	exitErr                 error
+	tmp                     string // the server's TMPDIR
 }
 
 // tmpEntries lists what the server has in its TMPDIR, less the lock files that tell live
@@ -166,7 +169,8 @@ func startServer(t testing.TB, args ...string) *server {
 func startServerIn(t testing.TB, tmp string, args ...string) *server {
 	t.Helper()
 	all := append([]string{"serve", "--model-store", store,
-		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"}, args...)
+		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+		"--grpc-address", "127.0.0.1:0", "--grpc-inference-address", "127.0.0.1:0", "--grpc-management-address", "127.0.0.1:0"}, args...)
 	s := &server{t: t, exited: make(chan struct{}), tmp: tmp}
 	s.cmd = exec.Command(torchdBin, all...)
 	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
@@ -180,7 +184,7 @@ func startServerIn(t testing.TB, tmp string, args ...string) *server {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 3)
+	addrs := make(chan [2]string, 6)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -200,7 +204,7 @@ func startServerIn(t testing.TB, tmp string, args ...string) *server {
 	}()
 	t.Cleanup(s.stop)
 	deadline := time.After(30 * time.Second)
-	for s.inf == "" || s.mgmt == "" || s.metrics == "" {
+	for s.inf == "" || s.mgmt == "" || s.metrics == "" || s.grpc == "" || s.grpcInf == "" || s.grpcMgmt == "" {
 		select {
 		case a := <-addrs:
 			switch a[0] {
@@ -210,6 +214,12 @@ func startServerIn(t testing.TB, tmp string, args ...string) *server {
 				s.mgmt = "http://" + a[1]
 			case "metrics":
 				s.metrics = "http://" + a[1]
+			case "grpc":
+				s.grpc = a[1]
+			case "grpc_inference":
+				s.grpcInf = a[1]
+			case "grpc_management":
+				s.grpcMgmt = a[1]
 			}
 		case <-s.exited:
 			t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())

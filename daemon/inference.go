@@ -174,30 +174,38 @@ func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
 // predict is the request path: registry → preprocess here → batcher → worker → postprocess
 // here → response.
 func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
+	c := restCall(ctx)
+	err := d.served(c, name, ver, func(v *ModelVersion, arrived time.Time) outcome { return d.predictVersion(ctx, c, v, arrived) })
+	if err != nil {
+		writeAPIError(ctx, err)
+	}
+}
+
+// served resolves a model version, serves the request with serve, and records its status
+// and latency, whatever the protocol. Its error is the registry's, for the protocol to answer.
+func (d *Daemon) served(c call, name, ver string, serve func(v *ModelVersion, arrived time.Time) outcome) error {
 	arrived := time.Now()
 	v, err := d.Registry.Get(name, ver)
 	if err != nil {
-		writeAPIError(ctx, err)
-		return
+		return err
 	}
 	d.requestStarted()
 	defer d.requestDone()
 	v.enter()
-	code := d.predictVersion(ctx, v, arrived)
-	code.status = countGone(ctx, code.status)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(code.status, took, code.queued)
-	v.observe(took)
+	code := serve(v, arrived)
+	v.answered(countGone(c, code.status), time.Since(arrived), code.res)
+	return nil
 }
 
+// outcome is how a request was answered: its status, and its share of the batch it ran in
+// (zero when it never reached one).
 type outcome struct {
 	status int
-	queued time.Duration
+	res    jobResult
 }
 
-func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) outcome {
-	t0 := time.Now() // HandlerTime: decode, preprocess, forward and postprocess, less the queue
-	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) {
+func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
+	resp, code, fail := d.handle(c, v, arrived, func() (*handlers.Request, *APIError) {
 		req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
 		if err != nil {
 			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
@@ -205,14 +213,37 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 			}
 			return nil, apiErr(400, "BadRequestException", "%s", err.Error())
 		}
-		return preprocess(v, req)
+		return req, nil
 	})
 	if fail != nil {
 		if fail.Status == 503 {
 			ctx.Response.Header.Set("Retry-After", "1")
 		}
 		writeError(ctx, fail.Status, fail.Type, fail.Msg)
-		return outcome{status: fail.Status, queued: res.queued}
+		return code
+	}
+	ctx.SetStatusCode(code.status)
+	if resp.ContentType != "" {
+		ctx.SetContentType(resp.ContentType)
+	}
+	ctx.SetBody(resp.Body)
+	return code
+}
+
+// handle is a request through v's handler, for the APIs that answer with the handler's
+// response (TorchServe's): infer, then postprocess. read gives the request's payloads once
+// it holds its place in v's queue.
+func (d *Daemon) handle(c call, v *ModelVersion, arrived time.Time, read func() (*handlers.Request, *APIError)) (*handlers.Response, outcome, *APIError) {
+	t0 := time.Now() // HandlerTime: decode, preprocess, forward and postprocess, less the queue
+	sample, res, fail := d.infer(c, v, arrived, func() (*handlers.Sample, *APIError) {
+		req, fail := read()
+		if fail != nil {
+			return nil, fail
+		}
+		return preprocess(v, req)
+	})
+	if fail != nil {
+		return nil, outcome{status: fail.Status, res: res}, fail
 	}
 	t1 := time.Now()
 	resp, err := v.handler.Postprocess(sample, res.out)
@@ -220,25 +251,39 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	v.metrics.observeHandler(time.Since(t0) - res.queued)
 	if err != nil {
 		status := handlers.StatusOf(err, 500)
-		writeError(ctx, status, "InternalServerException", err.Error())
-		return outcome{status: status, queued: res.queued}
+		return nil, outcome{status: status, res: res}, apiErr(status, "InternalServerException", "%s", err.Error())
 	}
 	status := resp.Status
 	if status == 0 {
 		status = 200
 	}
-	ctx.SetStatusCode(status)
-	if resp.ContentType != "" {
-		ctx.SetContentType(resp.ContentType)
-	}
-	ctx.SetBody(resp.Body)
-	return outcome{status: status, queued: res.queued}
+	return resp, outcome{status: status, res: res}, nil
+}
+
+// call is what the request path needs from a request's transport, whatever its protocol.
+type call struct {
+	// gone reports a client that disconnected or cancelled; nil: never.
+	gone func() bool
+	// timeout is the client's own limit on the request, counted from its arrival (0: none).
+	// It is read once the request holds its place in the queue and is decoded.
+	timeout func() (time.Duration, error)
+}
+
+// restCall is a fasthttp request's call: its connection, and its X-Request-Timeout header.
+func restCall(ctx *fasthttp.RequestCtx) call {
+	return call{gone: clientGone(ctx.Conn()), timeout: func() (time.Duration, error) {
+		h := ctx.Request.Header.Peek(HeaderRequestTimeout)
+		if len(h) == 0 {
+			return 0, nil
+		}
+		return parseRequestTimeout(string(h))
+	}}
 }
 
 // infer is the request path past the registry, shared by the APIs that answer through a
 // handler: admit → decode (which preprocesses, here) → batcher → worker. decode runs once
 // the request holds its place in v's queue; each API encodes the result its own way.
-func (d *Daemon) infer(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, *APIError)) (*handlers.Sample, jobResult, *APIError) {
+func (d *Daemon) infer(c call, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, *APIError)) (*handlers.Sample, jobResult, *APIError) {
 	rsv, fail := admit(v)
 	if fail != nil {
 		return nil, jobResult{}, fail
@@ -248,7 +293,7 @@ func (d *Daemon) infer(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.T
 	if fail != nil {
 		return nil, jobResult{}, fail
 	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, 0)
+	res, fail := d.runSample(c, v, rsv, sample, arrived, 0)
 	return sample, res, fail
 }
 
@@ -303,22 +348,28 @@ func parseRequestTimeout(v string) (time.Duration, error) {
 
 // runSample queues one preprocessed request on v's batcher and waits for its share of the
 // batch output. The deadline is the earliest of response_timeout, timeout (0: none) and the
-// X-Request-Timeout header, from arrival. Failures come back as an APIError with the status to answer.
-func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
+// client's own limit (the X-Request-Timeout header, a gRPC deadline), from arrival. Failures
+// come back as an APIError with the status to answer.
+func (d *Daemon) runSample(c call, v *ModelVersion, rsv *reservation, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
 	defer rsv.release()
-	if h := ctx.Request.Header.Peek(HeaderRequestTimeout); len(h) > 0 {
-		ht, err := parseRequestTimeout(string(h))
+	if c.timeout != nil {
+		ct, err := c.timeout()
 		if err != nil {
 			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
 		}
-		if timeout <= 0 || ht < timeout {
-			timeout = ht
+		if ct > 0 && (timeout <= 0 || ct < timeout) {
+			timeout = ct
 		}
 	}
 	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}
-	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan jobResult, 1), gone: clientGone(ctx.Conn())}
+	if v.triton != nil {
+		if err := v.triton.toModel(sample); err != nil {
+			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
+		}
+	}
+	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan jobResult, 1), gone: c.gone}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)
 	}
@@ -342,6 +393,10 @@ func (d *Daemon) runSample(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reser
 		}
 	} else {
 		res = <-j.done
+	}
+	res.input = j.enqueued.Sub(arrived)
+	if res.err == nil && v.triton != nil {
+		res.err = v.triton.fromModel(res.out, sample.Items)
 	}
 	if res.err == nil {
 		return res, nil
@@ -435,11 +490,11 @@ const statusClientClosed = 499
 // countGone returns 499 in place of status, for the metrics, when the request's client has
 // gone, whatever the request would have answered. The response itself is left as it is: a
 // client that only shut down its sending side still reads it.
-func countGone(ctx *fasthttp.RequestCtx, status int) int {
+func countGone(c call, status int) int {
 	if status == statusClientClosed {
 		return status
 	}
-	if gone := clientGone(ctx.Conn()); gone != nil && gone() {
+	if c.gone != nil && c.gone() {
 		return statusClientClosed
 	}
 	return status

@@ -16,6 +16,7 @@ import (
 
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
+	"github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
@@ -25,7 +26,8 @@ import (
 // model's inputs: the handler's pre- and postprocessing are bypassed, as in Triton. Where it
 // does not, and the handler takes tensors, the handler runs, as in TorchServe.
 func (d *Daemon) kserveRoutes() []*route {
-	return []*route{
+	// Triton's extensions first: /v2/models/stats is no model named "stats".
+	return append(d.tritonRoutes(), []*route{
 		{method: "GET", pattern: "/v2", summary: "Server metadata", handle: d.v2Server},
 		{method: "GET", pattern: "/v2/health/live", summary: "Liveness: 200", handle: func(ctx *fasthttp.RequestCtx, _ params) { ctx.SetStatusCode(200) }},
 		{method: "GET", pattern: "/v2/health/ready", summary: "Readiness: 200 once start-up models are warm, else 400", handle: d.v2Ready},
@@ -42,7 +44,7 @@ func (d *Daemon) kserveRoutes() []*route {
 		{method: "POST", pattern: "/v2/models/{model_name}/explain", summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", handle: d.v2Explain},
 		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/explain", summary: "KServe v2 explanation of a version", handle: d.v2Explain},
 		{method: "GET", pattern: "/v1/models/{model_name}", summary: "KServe v1 model status", handle: d.v1Model},
-	}
+	}...)
 }
 
 // v2Version picks the version segment of the v2 routes (".../versions/{v}/...").
@@ -87,10 +89,15 @@ func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
 	ctx.SetBody(b)
 }
 
+// v2Server advertises "statistics" only while every loaded version is an integer, as over
+// gRPC (see oipService.ServerMetadata): perf_analyzer, seeing it, looks for the statistics
+// of the version it parses as an integer, and stops when a "1.0" has none.
 func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ params) {
-	// "statistics" is not advertised: torchd has no /stats in the exact schema
-	// perf_analyzer parses.
-	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: []string{"binary_tensor_data", "model_configuration", "schedule_policy"}})
+	ext := append([]string{"binary_tensor_data", "model_configuration", "schedule_policy"}, tritonExtensions...)
+	if d.integerVersions() {
+		ext = append(ext, "statistics")
+	}
+	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: ext})
 }
 
 func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
@@ -103,12 +110,15 @@ func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
 
 func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
-	if err != nil || !v.warm.Load() || v.pool.Count() == 0 {
+	if err != nil || !v.ready() {
 		ctx.SetStatusCode(400)
 		return
 	}
 	ctx.SetStatusCode(200)
 }
+
+// ready reports whether the version is warm and has a worker to serve it.
+func (v *ModelVersion) ready() bool { return v.warm.Load() && v.pool.Count() > 0 }
 
 // datatypes maps the protocol's datatypes to LibTorch's; UINT16/32/64 and BYTES have no
 // LibTorch 1.13 tensor type.
@@ -141,8 +151,9 @@ func datatypeOfName(dtype string) string {
 // else the archive's declared ones, else inputs named after forward's Tensor arguments with
 // unknown shapes.
 func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
-	// A package records its own signature, which its compiled code was made for.
-	if p, ok := v.module.(*torch.Package); ok {
+	// A package records its own signature, which its compiled code was made for; a Triton
+	// repository model's config names the tensors, and was checked against it at load.
+	if p, ok := v.module.(*torch.Package); ok && v.triton == nil {
 		for _, s := range p.Inputs() {
 			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
 		}
@@ -188,18 +199,31 @@ func schemaInputs(m *torch.Module) []oip.MetadataTensor {
 }
 
 func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
-	v, err := d.Registry.Get(p[0], v2Version(p))
+	md, err := d.modelMetadata(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
 		return
 	}
-	all, _, _ := d.Registry.Versions(p[0])
+	writeCompactJSON(ctx, md)
+}
+
+// modelMetadata is a model version's v2 metadata, for every protocol.
+func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) {
+	v, err := d.Registry.Get(name, version)
+	if err != nil {
+		return oip.ModelMetadata{}, err
+	}
+	all, _, _ := d.Registry.Versions(name)
 	var versions []string
 	for _, x := range all {
 		versions = append(versions, x.Version)
 	}
 	ins, outs := v.signature()
-	writeCompactJSON(ctx, oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: "pytorch_libtorch", Inputs: ins, Outputs: outs})
+	platform := "pytorch_libtorch"
+	if v.triton != nil {
+		platform = v.triton.Platform()
+	}
+	return oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs}, nil
 }
 
 // v2Config answers the Triton model configuration subset perf_analyzer reads. With
@@ -210,29 +234,74 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	ins, outs := v.signature()
-	dims := func(ts []oip.MetadataTensor) []map[string]any {
-		out := make([]map[string]any, 0, len(ts))
-		for _, t := range ts {
-			shape := t.Shape
-			if len(shape) > 0 {
-				shape = shape[1:]
-			}
-			out = append(out, map[string]any{"name": t.Name, "data_type": "TYPE_" + t.Datatype, "dims": shape})
-		}
-		return out
+	c := v.servedConfig()
+	if v.triton != nil {
+		writeCompactJSON(ctx, configJSON(c))
+		return
 	}
+	tensor := func(name string, dt inference.DataType, dims []int64) map[string]any {
+		return map[string]any{"name": name, "data_type": dt.String(), "dims": dims}
+	}
+	ins := make([]map[string]any, 0, len(c.Input))
+	for _, t := range c.Input {
+		ins = append(ins, tensor(t.Name, t.DataType, t.Dims))
+	}
+	outs := make([]map[string]any, 0, len(c.Output))
+	for _, t := range c.Output {
+		outs = append(outs, tensor(t.Name, t.DataType, t.Dims))
+	}
+	g := c.InstanceGroup[0]
 	writeCompactJSON(ctx, map[string]any{
-		"name": v.Name, "platform": "pytorch_libtorch", "backend": "pytorch",
-		"version_policy": map[string]any{"latest": map[string]int{"num_versions": 1}},
-		"max_batch_size": int(v.batcher.batchSize.Load()),
-		"input":          dims(ins), "output": dims(outs),
+		"name": c.Name, "platform": c.Platform, "backend": c.Backend,
+		"version_policy": map[string]any{"latest": map[string]uint32{"num_versions": c.GetVersionPolicy().GetLatest().GetNumVersions()}},
+		"max_batch_size": c.MaxBatchSize,
+		"input":          ins, "output": outs,
 		"dynamic_batching": map[string]any{
-			"preferred_batch_size":         []int{int(v.batcher.batchSize.Load())},
-			"max_queue_delay_microseconds": v.batcher.maxDelay.Load() / 1000,
+			"preferred_batch_size":         c.GetDynamicBatching().GetPreferredBatchSize(),
+			"max_queue_delay_microseconds": c.GetDynamicBatching().GetMaxQueueDelayMicroseconds(),
 		},
-		"instance_group": []map[string]any{{"count": v.pool.Count(), "kind": kindOf(v)}},
+		"instance_group": []map[string]any{{"count": g.Count, "kind": g.Kind.String()}},
 	})
+}
+
+// servedConfig is the Triton model configuration a version is served with: a repository
+// model's own, else one made from its signature and batching settings.
+func (v *ModelVersion) servedConfig() *inference.ModelConfig {
+	if c := v.TritonConfig(); c != nil {
+		return c
+	}
+	ins, outs := v.signature()
+	dt := func(datatype string) inference.DataType {
+		if datatype == "BYTES" {
+			return inference.DataType_TYPE_STRING
+		}
+		return inference.DataType(inference.DataType_value["TYPE_"+datatype])
+	}
+	// With max_batch_size > 0, dims leave out the batch dimension, as Triton's do.
+	dims := func(shape []int64) []int64 {
+		if len(shape) > 0 {
+			return shape[1:]
+		}
+		return shape
+	}
+	bs := v.batcher.batchSize.Load()
+	c := &inference.ModelConfig{
+		Name: v.Name, Platform: "pytorch_libtorch", Backend: "pytorch",
+		VersionPolicy: &inference.ModelVersionPolicy{PolicyChoice: &inference.ModelVersionPolicy_Latest_{Latest: &inference.ModelVersionPolicy_Latest{NumVersions: 1}}},
+		MaxBatchSize:  int32(bs),
+		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{
+			PreferredBatchSize:        []int32{int32(bs)},
+			MaxQueueDelayMicroseconds: uint64(v.batcher.maxDelay.Load() / 1000),
+		}},
+		InstanceGroup: []*inference.ModelInstanceGroup{{Count: int32(v.pool.Count()), Kind: inference.ModelInstanceGroup_Kind(inference.ModelInstanceGroup_Kind_value[kindOf(v)])}},
+	}
+	for _, t := range ins {
+		c.Input = append(c.Input, &inference.ModelInput{Name: t.Name, DataType: dt(t.Datatype), Dims: dims(t.Shape)})
+	}
+	for _, t := range outs {
+		c.Output = append(c.Output, &inference.ModelOutput{Name: t.Name, DataType: dt(t.Datatype), Dims: dims(t.Shape)})
+	}
+	return c
 }
 
 func kindOf(v *ModelVersion) string {
@@ -250,28 +319,18 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
 
 // serveKServe resolves the model version of a KServe inference request, serves it with
 // serve, and records its status and latency.
-func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, *ModelVersion, time.Time) (int, time.Duration)) {
-	arrived := time.Now()
-	v, err := d.Registry.Get(name, version)
-	if err != nil {
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, call, *ModelVersion, time.Time) outcome) {
+	c := restCall(ctx)
+	if err := d.served(c, name, version, func(v *ModelVersion, arrived time.Time) outcome { return serve(ctx, c, v, arrived) }); err != nil {
 		v2APIError(ctx, err)
-		return
 	}
-	d.requestStarted()
-	defer d.requestDone()
-	v.enter()
-	status, queued := serve(ctx, v, arrived)
-	status = countGone(ctx, status)
-	took := time.Since(arrived)
-	v.metrics.observeRequest(status, took, queued)
-	v.observe(took)
 }
 
-func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
 	rsv, fail := admit(v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, 0
+		return outcome{status: fail.Status}
 	}
 	defer rsv.release()
 	headerLen := -1
@@ -279,7 +338,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		n, err := strconv.Atoi(string(h))
 		if err != nil || n < 0 {
 			v2Error(ctx, 400, fmt.Sprintf("invalid %s header %q", oip.HeaderContentLength, h))
-			return 400, 0
+			return outcome{status: 400}
 		}
 		headerLen = n
 	}
@@ -294,7 +353,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	if oip.IsRaw(headerLen) {
 		if len(ins) != 1 {
 			v2Error(ctx, 400, fmt.Sprintf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins)))
-			return 400, 0
+			return outcome{status: 400}
 		}
 		req, tensors, err = oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
 	} else {
@@ -302,41 +361,22 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 	}
 	if err != nil {
 		v2APIError(ctx, err)
-		return 400, 0
+		return outcome{status: 400}
 	}
-	timeout, err := scheduleParams(req.Parameters)
-	if err != nil {
-		v2Error(ctx, 400, err.Error())
-		return 400, 0
-	}
-	declared := v.archive.Config.Inputs != nil
-	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
-		return d.v2InferHandler(ctx, v, rsv, req, tensors, tp, arrived, timeout)
-	}
-	var sample *handlers.Sample
-	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
-		sample, err = textSample(ts, tensors[0])
-	} else {
-		sample, err = v2Sample(tensors, ins, declared)
-	}
-	if err != nil {
-		v2Error(ctx, 400, err.Error())
-		return 400, 0
-	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
+	ans, fail := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{status: fail.Status, res: ans.res}
 	}
-	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
-	if err != nil {
-		v2Error(ctx, 400, err.Error())
-		return 400, res.queued
+	if ans.envelope {
+		out := ans.resp.Outputs[0]
+		writeCompactJSON(ctx, map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+		return outcome{status: 200, res: ans.res}
 	}
-	body, hlen, err := oip.EncodeResponse(resp, outTensors, binary)
+	body, hlen, err := oip.EncodeResponse(ans.resp, ans.outs, ans.binary)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{status: 500, res: ans.res}
 	}
 	if hlen >= 0 {
 		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
@@ -345,7 +385,49 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arriv
 		ctx.SetContentType("application/json")
 	}
 	ctx.SetBody(body)
-	return 200, res.queued
+	return outcome{status: 200, res: ans.res}
+}
+
+// v2Answer is a v2 inference request's answer, for each protocol to encode: the response
+// and its output tensors (binary says which go as binary data over REST); or, through the
+// handler (envelope), the response with the handler's answer as its one output's JSON data.
+type v2Answer struct {
+	resp     *oip.InferResponse
+	outs     []oip.Tensor
+	binary   func(string) bool
+	envelope bool
+	res      jobResult // the batch's share, for the statistics
+}
+
+// v2Run serves a decoded v2 inference request that holds its place in v's queue, whatever
+// the protocol: its tensors go straight to the model, or through the handler.
+func (d *Daemon) v2Run(c call, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, ins, outs []oip.MetadataTensor, arrived time.Time) (v2Answer, *APIError) {
+	timeout, err := scheduleParams(req.Parameters)
+	if err != nil {
+		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	declared := v.archive.Config.Inputs != nil
+	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
+	}
+	var sample *handlers.Sample
+	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
+		sample, err = textSample(ts, tensors[0])
+	} else {
+		sample, err = v2Sample(tensors, ins, declared)
+	}
+	if err != nil {
+		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
+	if fail != nil {
+		return v2Answer{res: res}, fail
+	}
+	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
+	if err != nil {
+		return v2Answer{res: res}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	return v2Answer{resp: resp, outs: outTensors, binary: binary, res: res}, nil
 }
 
 // namesInputs reports whether the request names every one of the model's inputs.
@@ -358,48 +440,41 @@ func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
 	return true
 }
 
-// v2InferHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
+// v2RunHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
 // goes through the model's handler, and its answer comes back as an output named after the
 // input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
-func (d *Daemon) v2InferHandler(ctx *fasthttp.RequestCtx, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (int, time.Duration) {
+func (d *Daemon) v2RunHandler(c call, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (v2Answer, *APIError) {
 	if len(tensors) != 1 {
 		// torchd's handlers take one input per request; TorchServe's envelope would make each
 		// input a request of the handler's batch.
-		v2Error(ctx, 400, fmt.Sprintf("through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors)))
-		return 400, 0
+		return v2Answer{}, apiErr(400, "BadRequestException", "through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors))
 	}
 	t := tensors[0]
 	dt, ok := datatypes[t.Datatype]
 	if !ok {
-		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
-		return 400, 0
+		return v2Answer{}, apiErr(400, "BadRequestException", "input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
 	}
 	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
 	if err != nil {
-		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
-		return handlers.StatusOf(err, 400), 0
+		return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "input %q: %v", t.Name, err)
 	}
-	res, fail := d.runSample(ctx, v, rsv, sample, arrived, timeout)
+	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
 	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return v2Answer{res: res}, fail
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
-		v2Error(ctx, handlers.StatusOf(err, 500), err.Error())
-		return handlers.StatusOf(err, 500), res.queued
+		return v2Answer{res: res}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
 	}
 	out, err := envelopeOutput(t.Name, resp.Body)
 	if err != nil {
-		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return v2Answer{res: res}, apiErr(500, "InternalServerException", "%s", err.Error())
 	}
 	id := req.ID
 	if strings.TrimSpace(id) == "" {
 		id = newRequestID()
 	}
-	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
-	return 200, res.queued
+	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true, res: res}, nil
 }
 
 // envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
@@ -624,31 +699,31 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 	d.serveKServe(ctx, p[0], "", d.v1PredictVersion)
 }
 
-func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, arrived time.Time) (int, time.Duration) {
+func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
 		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
-		return 400, 0
+		return outcome{status: 400}
 	}
 	req := &handlers.Request{
 		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
 		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
-		Canceled: clientGone(ctx.Conn()),
+		Canceled: c.gone,
 	}
-	sample, res, fail := d.infer(ctx, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
+	sample, res, fail := d.infer(c, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
-		return fail.Status, res.queued
+		return outcome{status: fail.Status, res: res}
 	}
 	resp, err := v.handler.Postprocess(sample, res.out)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
-		return 500, res.queued
+		return outcome{status: 500, res: res}
 	}
 	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
-	return 200, res.queued
+	return outcome{status: 200, res: res}
 }
 
 // v1Predictions turns a handler's JSON answer into one prediction per instance: an array is
@@ -705,7 +780,7 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.warm.Load() && v.pool.Count() > 0})
+	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.ready()})
 }
 
 // v1Explain is KServe v1's explain: the instances go through the model's handler as for

@@ -24,6 +24,8 @@ type Metrics struct {
 	// nothing, so the request path makes no metric updates at all.
 	off bool
 	ts  tsHostMetrics
+	// triton returns the statistics Triton's metric families are written from (nil: none).
+	triton func() []ModelStatistics
 }
 
 // tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its
@@ -96,6 +98,9 @@ type modelMetrics struct {
 
 	workers atomic.Int64
 	stuck   atomic.Int64
+	// batcher is the serving version's: a version reloaded in place (a Triton repository's
+	// poll) takes over its predecessor's series, and its queue is the one to report.
+	batcher atomic.Pointer[Batcher]
 	codes   sync.Map // status code → *metrics.Counter
 
 	// series are the names of every series above, codes included, so that unregistering
@@ -121,11 +126,13 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	defer m.mu.Unlock()
 	key := name + "\x00" + version
 	if mm, ok := m.models[key]; ok {
+		mm.batcher.Store(b)
 		return mm
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
 	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
 	mm := &modelMetrics{set: m.set, labels: l, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
+	mm.batcher.Store(b)
 	model := fmt.Sprintf(`{ModelName=%q,Level="Model",Hostname=%q}`, name, m.hostname)
 	// Not dropped with the version: TorchServe keeps them, and versions of a model share them.
 	mm.handlerTime = m.set.GetOrCreateGauge("HandlerTime"+model, nil)
@@ -143,9 +150,9 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	mm.tsLatencyUS = m.set.GetOrCreateFloatCounter(mm.track("ts_inference_latency_microseconds{" + ts + "}"))
 	mm.tsQueueUS = m.set.GetOrCreateFloatCounter(mm.track("ts_queue_latency_microseconds{" + ts + "}"))
 	gauge := func(n string, f func() float64) { m.set.GetOrCreateGauge(mm.track(n+"{"+l+"}"), f) }
-	gauge("torchd_queue_depth", func() float64 { return float64(b.Pending()) })
-	gauge("torchd_batch_size_limit", func() float64 { return float64(b.batchSize.Load()) })
-	gauge("torchd_batch_delay_seconds", func() float64 { return time.Duration(b.maxDelay.Load()).Seconds() })
+	gauge("torchd_queue_depth", func() float64 { return float64(mm.batcher.Load().Pending()) })
+	gauge("torchd_batch_size_limit", func() float64 { return float64(mm.batcher.Load().batchSize.Load()) })
+	gauge("torchd_batch_delay_seconds", func() float64 { return time.Duration(mm.batcher.Load().maxDelay.Load()).Seconds() })
 	gauge("torchd_workers", func() float64 { return float64(mm.workers.Load()) })
 	gauge("torchd_stuck_workers", func() float64 { return float64(mm.stuck.Load()) })
 	m.models[key] = mm
@@ -264,6 +271,9 @@ func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
 // WritePrometheus writes every series, then the process metrics (CPU, RSS, goroutines, GC).
 func (m *Metrics) WritePrometheus(w io.Writer) {
 	m.set.WritePrometheus(w)
+	if m.triton != nil {
+		writeTriton(w, m.triton())
+	}
 	metrics.WriteProcessMetrics(w)
 	metrics.WriteFDMetrics(w) // process_open_fds and process_max_fds
 }

@@ -34,6 +34,7 @@ type WorkerPool struct {
 	onForward atomic.Pointer[func(threads int)]
 	log       *slog.Logger
 	metrics   *modelMetrics
+	stats     *versionStats // set before the first worker starts
 	warmup    []*handlers.Sample
 
 	// stuckAfter is how long a forward may run before its worker is declared stuck and
@@ -332,6 +333,7 @@ func (p *WorkerPool) runBatch(batch []*job) {
 	outs, err := p.infer(samples)
 	elapsed := time.Since(start)
 	p.metrics.observeBatch(len(batch), elapsed, time.Since(dispatched)-elapsed)
+	p.stats.executed(samples, elapsed)
 	if err == nil {
 		for i, j := range batch {
 			j.finish(jobResult{out: outs[i], queued: j.queuedFor(dispatched), inference: elapsed, batchSize: len(batch)})

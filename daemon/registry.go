@@ -50,12 +50,18 @@ type ModelVersion struct {
 	batcher *Batcher
 	pool    *WorkerPool
 	metrics *modelMetrics
+	stats   *versionStats
+	active  atomic.Int64 // requests between enter and answered
 	warm    atomic.Bool
 	tuner   *tuner // nil unless batching is automatic
+	// triton is set when the version comes from a Triton model repository.
+	triton *tritonModel
 }
 
-// enter counts a request in for the auto-batching tuner; observe counts it out.
+// enter counts a request in, for the auto-batching tuner and for a reload that waits for
+// the version's requests to end (retire); answered counts it out.
 func (v *ModelVersion) enter() {
+	v.active.Add(1)
 	if v.tuner != nil {
 		v.tuner.enter()
 	}
@@ -66,6 +72,15 @@ func (v *ModelVersion) observe(d time.Duration) {
 	if v.tuner != nil {
 		v.tuner.record(d)
 	}
+}
+
+// answered records a request at its end, whichever API served it: the metrics, the
+// statistics and the tuner. took is its whole time in the server.
+func (v *ModelVersion) answered(status int, took time.Duration, res jobResult) {
+	defer v.active.Add(-1)
+	v.metrics.observeRequest(status, took, res.queued)
+	v.stats.answered(status, took, res)
+	v.observe(took)
 }
 
 // Pending returns the queued requests.
@@ -107,7 +122,8 @@ type Registry struct {
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry
-	failed []string // start-up models that failed to load
+	failed []string    // start-up models that failed to load
+	repo   *repository // the Triton model repository; nil without one
 }
 
 // NewRegistry returns an empty registry.
@@ -135,6 +151,9 @@ type RegisterRequest struct {
 	// latency_target_ms parameter.
 	BatchSizeAuto, DelayAuto, WorkersAuto bool
 	LatencyTarget                         time.Duration
+
+	// triton is set for a version of a Triton repository model (repository.go).
+	triton *tritonModel
 }
 
 // Get returns a model version; version "" is the default one.
@@ -239,7 +258,11 @@ func (r *Registry) Register(req RegisterRequest) (*ModelVersion, error) {
 	if name == "" {
 		name = am.Name
 	}
-	version := am.Version
+	return r.add(name, am.Version, req, am)
+}
+
+// add loads an opened model as version of name, which must not be registered yet.
+func (r *Registry) add(name, version string, req RegisterRequest, am *archive.Model) (*ModelVersion, error) {
 	if name == "" || strings.ContainsAny(name, "/ ") {
 		am.Close()
 		return nil, apiErr(http.StatusBadRequest, "BadRequestException", "invalid model name %q", name)
@@ -400,6 +423,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if err := timedOut(); err != nil {
 		return nil, err
 	}
+	if t := req.triton; t != nil && strings.HasPrefix(s.Device, "cuda") && !torch.CUDAAvailable() {
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: instance_group kind KIND_GPU, but this torchd has no GPU (a CPU build, or no CUDA device): use KIND_CPU", name)
+	}
 	var lopts []torch.LoadOption
 	lopts = append(lopts, torch.WithDevice(s.Device))
 	if s.Freeze {
@@ -421,6 +447,12 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(am.SerializedPath()))
 		}
 	}
+	if t := req.triton; t != nil {
+		if err := t.prepare(am, module); err != nil {
+			module.Close()
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s version %s: %v", name, version, err)
+		}
+	}
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
 	if err != nil {
 		module.Close()
@@ -431,9 +463,14 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads,
 		archive: am, module: module, handler: h,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
+		triton:  req.triton,
 	}
 	v.metrics = r.metrics.model(name, version, v.batcher)
+	v.stats = newVersionStats()
 	warmup, err := warmupSamples(h, am.Config)
+	if req.triton != nil {
+		warmup, err = req.triton.warmup()
+	}
 	if err != nil {
 		module.Close()
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
@@ -466,6 +503,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		v.tuner = tn
 	}
 	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	v.pool.stats = v.stats
 	if v.tuner != nil {
 		v.tuner.pool = v.pool
 	}

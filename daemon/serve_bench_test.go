@@ -31,7 +31,7 @@ func BenchmarkServeMetrics(b *testing.B) {
 		b.Run(fmt.Sprintf("metrics=%v", on), func(b *testing.B) {
 			cfg, err := daemon.LoadConfig([]string{"--model-store", store, "--models", "digits_tensor=digits_tensor.mar",
 				"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-				"--access-log=false", fmt.Sprintf("--enable-metrics-api=%v", on), "--batch-size", "1", "--workers", "1", "--threads", "1"},
+				"--grpc-address=", "--grpc-inference-address=", "--grpc-management-address=", "--access-log=false", fmt.Sprintf("--enable-metrics-api=%v", on), "--batch-size", "1", "--workers", "1", "--threads", "1"},
 				func(string) string { return "" })
 			if err != nil {
 				b.Fatal(err)

@@ -1,5 +1,6 @@
 // Package daemon is torchd's server: the inference, management and metrics APIs over
-// fasthttp, the model registry, and each model's batcher and worker pool.
+// fasthttp, the gRPC APIs (grpc.go), the model registry, and each model's batcher and
+// worker pool.
 //
 // A request goes in one straight line: inference API → Registry → handler Preprocess (in the
 // request's goroutine) → the model's Batcher → a WorkerPool worker (batched forward on a
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
 
 	"github.com/torchd/torchd/internal/memtrim"
 
@@ -42,7 +44,14 @@ type Daemon struct {
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
-	serveWG   sync.WaitGroup
+	// grpcServers are the gRPC APIs (grpc.go); grpcStopping closes when they start to stop,
+	// which ends the health watches that would otherwise hold a graceful stop.
+	grpcServers  []*grpc.Server
+	grpcStopping chan struct{}
+	// mgmtRoutes are the REST management routes that the gRPC calls run in-process.
+	mgmtOnce   sync.Once
+	mgmtRoutes *router
+	serveWG    sync.WaitGroup
 	// startupModels are loaded in the background after Start; the WaitGroup tracks them
 	// and startupCh closes when they are all done.
 	startupWG sync.WaitGroup
@@ -53,6 +62,11 @@ type Daemon struct {
 	// inflight counts inference requests being served; lastDone is when the latest ended
 	// (UnixNano) and trimmedAt the lastDone the latest idle trim followed.
 	inflight, lastDone, trimmedAt atomic.Int64
+	// logLevel is the log's level, which POST /v2/logging changes (see UseLogLevel).
+	logLevel *slog.LevelVar
+	// pollStop ends the model repository's poll (poll mode), which pollWG waits for.
+	pollStop chan struct{}
+	pollWG   sync.WaitGroup
 }
 
 var pid = os.Getpid()
@@ -60,8 +74,15 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
-	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: NewRegistry(cfg, m, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{})}
+	reg := NewRegistry(cfg, m, log)
+	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
+	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 }
+
+// UseLogLevel makes lv, the level of the logger given to New, the one the logging API
+// reports and changes. Without it the API changes a level no logger reads.
+func (d *Daemon) UseLogLevel(lv *slog.LevelVar) { d.logLevel = lv }
 
 // idleTrimAfter is how long the inference API must be idle before the memory a burst left
 // free goes back to the operating system. Under load it stays: keep_freed_memory keeps
@@ -150,6 +171,12 @@ func (d *Daemon) Start() error {
 	if err := LockProcess(); err != nil {
 		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
 	}
+	if d.cfg.ModelRepository != "" {
+		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {
+			return fmt.Errorf("model_repository %s: not a directory", d.cfg.ModelRepository)
+		}
+		d.Registry.SetRepository(d.cfg.ModelRepository, d.cfg.ModelControlMode)
+	}
 	d.sweep()
 	d.trimWhenIdle()
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
@@ -218,6 +245,10 @@ func (d *Daemon) Start() error {
 		}()
 		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String(), "tls", tlsCfg != nil)
 	}
+	if err := d.startGRPC(tlsCfg); err != nil {
+		d.closeListeners()
+		return err
+	}
 	if !isLoopback(d.listeners[1].Addr()) && d.keys == nil {
 		d.log.Warn("the management API is exposed beyond localhost without token authorization: anyone who can reach it can register models, which are code; set enable_token_authorization = true", "addr", d.listeners[1].Addr().String())
 	}
@@ -265,9 +296,16 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.stopGRPC(ctx)
+	}()
 	wg.Wait()
 	d.serveWG.Wait()
 	d.startupWG.Wait()
+	close(d.pollStop)
+	d.pollWG.Wait()
 	d.Registry.Close()
 	close(d.sweepStop)
 	d.sweepWG.Wait()
@@ -293,6 +331,13 @@ func (d *Daemon) loadStartupModels() {
 	} else if len(snap) > 0 {
 		d.log.Info("restoring models from the snapshot", "file", d.cfg.SnapshotFile, "versions", len(snap))
 		d.restoreSnapshot(snap)
+	}
+	if d.Registry.repo != nil {
+		d.startupWG.Add(1)
+		go func() {
+			defer d.startupWG.Done()
+			d.loadRepository()
+		}()
 	}
 	specs, err := d.startupSpecs()
 	if err != nil {
@@ -452,4 +497,30 @@ func (d *Daemon) metricsRouter() *router {
 func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ params) {
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	d.metrics.WritePrometheus(ctx)
+}
+
+// loadRepository loads the model repository's start-up models, then in poll mode follows
+// the repository until Shutdown. Models that fail are listed in the repository index with
+// their reason; the rest serve.
+func (d *Daemon) loadRepository() {
+	if err := d.Registry.LoadRepository(d.cfg.LoadModels); err != nil {
+		d.log.Error("model repository: some models are not served (see POST /v2/repository/index)", "err", err)
+	}
+	if d.cfg.ModelControlMode != ControlPoll {
+		return
+	}
+	d.pollWG.Add(1)
+	go func() {
+		defer d.pollWG.Done()
+		tick := time.NewTicker(d.cfg.RepositoryPollSecs)
+		defer tick.Stop()
+		for {
+			select {
+			case <-d.pollStop:
+				return
+			case <-tick.C:
+				d.Registry.Poll()
+			}
+		}
+	}()
 }

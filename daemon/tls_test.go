@@ -17,6 +17,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	pb "github.com/torchd/torchd/proto/inference"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key, and returns their paths and a
@@ -51,7 +56,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	return certFile, keyFile, pool
 }
 
-// With certificate_file and private_key_file, all three ports serve HTTPS, and plain HTTP
+// With certificate_file and private_key_file, all three ports serve HTTPS (and the gRPC ports TLS), and plain HTTP
 // gets no answer from them; a half-configured TLS stops the start.
 func TestTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
@@ -99,6 +104,18 @@ func TestTLS(t *testing.T) {
 				t.Fatalf("plain HTTP to %s answered 200", u)
 			}
 		}
+	}
+	// The gRPC ports serve TLS too.
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if r, err := pb.NewGRPCInferenceServiceClient(conn).ServerLive(callCtx(t), &pb.ServerLiveRequest{}); err != nil || !r.GetLive() {
+		t.Fatalf("gRPC over TLS: %v %v", r, err)
+	}
+	if _, err := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc)).ServerLive(callCtx(t), &pb.ServerLiveRequest{}); err == nil {
+		t.Fatal("plain gRPC was answered on the TLS port")
 	}
 	if out, err := runTorchd(t, "serve", "--certificate-file", certFile); err == nil || !strings.Contains(out, "both certificate_file and private_key_file") {
 		t.Fatalf("TLS without a key: %v %s", err, out)

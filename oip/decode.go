@@ -275,29 +275,12 @@ func decodeTensors(what string, ws []wireTensor, bin []byte, kind error) ([]Tens
 	seen := make(map[string]bool, len(ws))
 	off := 0
 	for i, w := range ws {
-		if w.Name == "" {
-			return nil, errorf(kind, "%s %d has no name", what, i)
-		}
-		if seen[w.Name] {
-			return nil, errorf(kind, "duplicate %s name %q", what, w.Name)
-		}
-		seen[w.Name] = true
-		if w.Datatype == "" {
-			return nil, errorf(kind, "%s %q has no datatype", what, w.Name)
-		}
-		size := DatatypeSize(w.Datatype)
-		if size < 0 {
-			return nil, errorf(kind, "%s %q has unknown datatype %q", what, w.Name, w.Datatype)
+		size, n, err := tensorHeader(what, i, w.Name, w.Datatype, w.Shape, seen, kind)
+		if err != nil {
+			return nil, err
 		}
 		if w.Shape == nil {
 			return nil, errorf(kind, "%s %q has no shape", what, w.Name)
-		}
-		n, err := ElementCount(w.Shape)
-		if err != nil {
-			return nil, errorf(kind, "%s %q: %v", what, w.Name, err)
-		}
-		if size > 0 && n > maxInt/int64(size) {
-			return nil, errorf(kind, "%s %q: shape %v is too large", what, w.Name, w.Shape)
 		}
 		hasData := len(w.Data) > 0 && !bytes.Equal(w.Data, []byte("null"))
 		var data []byte
@@ -345,6 +328,33 @@ func decodeTensors(what string, ws []wireTensor, bin []byte, kind error) ([]Tens
 		return nil, errorf(kind, "%d trailing bytes after the binary data of the %ss", len(bin)-off, what)
 	}
 	return ts, nil
+}
+
+// tensorHeader checks a tensor's name (present, not seen before), datatype and shape, and
+// returns its element size (0 for BYTES) and element count.
+func tensorHeader(what string, i int, name, datatype string, shape []int64, seen map[string]bool, kind error) (size int, n int64, err error) {
+	if name == "" {
+		return 0, 0, errorf(kind, "%s %d has no name", what, i)
+	}
+	if seen[name] {
+		return 0, 0, errorf(kind, "duplicate %s name %q", what, name)
+	}
+	seen[name] = true
+	if datatype == "" {
+		return 0, 0, errorf(kind, "%s %q has no datatype", what, name)
+	}
+	size = DatatypeSize(datatype)
+	if size < 0 {
+		return 0, 0, errorf(kind, "%s %q has unknown datatype %q", what, name, datatype)
+	}
+	n, err = ElementCount(shape)
+	if err != nil {
+		return 0, 0, errorf(kind, "%s %q: %v", what, name, err)
+	}
+	if size > 0 && n > maxInt/int64(size) {
+		return 0, 0, errorf(kind, "%s %q: shape %v is too large", what, name, shape)
+	}
+	return size, n, nil
 }
 
 // checkBools rejects BOOL bytes other than 0 and 1, which LibTorch's bool tensors do not define.

@@ -1,6 +1,7 @@
 // Package oip is the Open Inference Protocol (KServe v2) over HTTP/REST, with Triton's binary
 // tensor data extension: request/response JSON types and the body codec shared by torchd's
-// server and its client. It knows nothing of HTTP servers or LibTorch.
+// server and its client; and the same requests and tensors to and from the protocol's gRPC
+// messages (grpc.go). It knows nothing of HTTP or gRPC servers, or of LibTorch.
 //
 // A body is a JSON header, optionally followed by raw tensor data. When binary data is present
 // the Inference-Header-Content-Length header gives the JSON's length; each binary tensor

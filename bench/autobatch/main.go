@@ -188,7 +188,8 @@ func main() {
 	cache, _ := os.MkdirTemp("", "autobatch-cache-")
 	defer os.RemoveAll(cache)
 	cmd := exec.Command(*bin, "serve", "--model-store", *store, "--inference-address", inf, "--management-address", mgmt,
-		"--metrics-address", metrics, "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024")
+		"--metrics-address", metrics, "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024",
+		"--grpc-address=", "--grpc-inference-address=", "--grpc-management-address=")
 	cmd.Env = append(os.Environ(), "TORCHD_CACHE_DIR="+cache)
 	logf, _ := os.Create(filepath.Join(os.TempDir(), "autobatch-torchd.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf

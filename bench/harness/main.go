@@ -467,7 +467,7 @@ func (h *harness) coldStartOnce(ctx context.Context, store string) (time.Duratio
 		"--models", "resnet18=resnet18.mar,digits=digits.mar",
 		"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]), "--grpc-address=", "--grpc-inference-address=", "--grpc-management-address=")
 	if err != nil {
 		return 0, err
 	}

@@ -239,7 +239,9 @@ func newTorchd(cfg *config) (*server, error) {
 		"--model-store", "model-store",
 		"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		// gRPC off: TorchServe, a peer here, takes 7070 and 7071 too.
+		"--grpc-address=", "--grpc-inference-address=", "--grpc-management-address=")
 	return s, err
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	commands["serve"] = command{"run the inference (:8080), management (:8081) and metrics (:8082) servers", serve}
+	commands["serve"] = command{"run the inference (:8080), management (:8081), metrics (:8082) and gRPC (:8001, :7070, :7071) servers", serve}
 }
 
 func serve(args []string) error {
@@ -23,13 +23,15 @@ func serve(args []string) error {
 		return err
 	}
 	// TORCHD_LOG_LEVEL=debug adds the auto-batching tuner's declined probes.
-	opts := &slog.HandlerOptions{}
+	// The level is a LevelVar so that Triton's logging API (POST /v2/logging) can change it.
+	level := new(slog.LevelVar)
+	opts := &slog.HandlerOptions{Level: level}
 	if lv := os.Getenv("TORCHD_LOG_LEVEL"); lv != "" {
 		var l slog.Level
 		if err := l.UnmarshalText([]byte(lv)); err != nil {
 			return fmt.Errorf("TORCHD_LOG_LEVEL: %v", err)
 		}
-		opts.Level = l
+		level.Set(l)
 	}
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if cfg.LogFormat == "json" {
@@ -43,6 +45,7 @@ func serve(args []string) error {
 		defer profile.Start(mode, profile.ProfilePath(cfg.ProfilePath), profile.NoShutdownHook, profile.Quiet).Stop()
 	}
 	d := daemon.New(cfg, log)
+	d.UseLogLevel(level)
 	if err := d.Start(); err != nil {
 		return err
 	}

@@ -1,0 +1,277 @@
+package triton
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+)
+
+// digitsConfig is a config as Triton users write them for a TorchScript model.
+const digitsConfig = `
+name: "digits"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [
+  {
+    name: "INPUT__0"
+    data_type: TYPE_FP32
+    dims: [ 1, 28, 28 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT__0"
+    data_type: TYPE_FP32
+    dims: [ 10 ]
+  }
+]
+dynamic_batching {
+  preferred_batch_size: [ 4 ]
+  max_queue_delay_microseconds: 2000
+  default_queue_policy { max_queue_size: 64 default_timeout_microseconds: 500000 }
+}
+instance_group [ { count: 2 kind: KIND_CPU } ]
+parameters: { key: "INTRA_OP_THREAD_COUNT" value: { string_value: "1" } }
+parameters: { key: "INTER_OP_THREAD_COUNT" value: { string_value: "1" } }
+parameters: { key: "DISABLE_OPTIMIZED_EXECUTION" value: { string_value: "true" } }
+`
+
+// model writes repo/name/config.pbtxt and a model file in each version directory.
+func model(t *testing.T, repo, name, config string, versions ...string) {
+	t.Helper()
+	dir := filepath.Join(repo, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if config != "" {
+		write(t, filepath.Join(dir, ConfigFile), config)
+	}
+	for _, v := range versions {
+		write(t, filepath.Join(dir, v, "model.pt"), "not read here")
+	}
+}
+
+func write(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadMapsTheConfig(t *testing.T) {
+	repo := t.TempDir()
+	model(t, repo, "digits", digitsConfig, "1", "2", "10", "03", "x")
+	m := Read(repo, "digits", nil)
+	if m.Err != nil {
+		t.Fatal(m.Err)
+	}
+	// latest 1 by default: 10 beats 2 (numbers, not strings); "03" and "x" are no versions.
+	if len(m.Versions) != 1 || m.Versions[0].Version != "10" || m.Versions[0].Err != nil {
+		t.Fatalf("versions %+v", m.Versions)
+	}
+	am, err := m.Archive(m.Versions[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := am.Config
+	delay := 2 * time.Millisecond
+	want := archive.ModelConfig{
+		File: ConfigFile, Handler: "tensor", BatchSize: 8, MaxBatchDelay: &delay, JobQueueSize: 64,
+		ResponseTimeout: 500 * time.Millisecond, MinWorkers: 2, MaxWorkers: 2, Device: "cpu", Threads: 1, InteropThreads: 1,
+		Inputs:  []archive.TensorSpec{{Name: "INPUT__0", DType: "float32", Shape: []int64{-1, 1, 28, 28}}},
+		Outputs: []archive.TensorSpec{{Name: "OUTPUT__0", DType: "float32", Shape: []int64{-1, 10}}},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("config\n got %+v\nwant %+v", c, want)
+	}
+	if am.Kind != archive.KindTriton || am.SerializedFile != "model.pt" || am.Version != "10" || am.IsPackage() {
+		t.Fatalf("archive %+v", am)
+	}
+	joined := strings.Join(m.Warnings, "\n")
+	for _, w := range []string{"preferred_batch_size", "DISABLE_OPTIMIZED_EXECUTION"} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("no warning about %s in %q", w, joined)
+		}
+	}
+}
+
+func TestVersionPolicies(t *testing.T) {
+	for policy, want := range map[string][]string{
+		"": {"3"},
+		`version_policy: { latest: { num_versions: 2 } }`:    {"2", "3"},
+		`version_policy: { all: {} }`:                        {"1", "2", "3"},
+		`version_policy: { specific: { versions: [1, 3] } }`: {"1", "3"},
+	} {
+		repo := t.TempDir()
+		model(t, repo, "digits", digitsConfig+policy, "1", "2", "3")
+		m := Read(repo, "digits", nil)
+		var got []string
+		for _, v := range m.Versions {
+			got = append(got, v.Version)
+		}
+		if m.Err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: versions %v (err %v), want %v", policy, got, m.Err, want)
+		}
+	}
+}
+
+func TestDefaultModelFilenameAndPlatforms(t *testing.T) {
+	repo := t.TempDir()
+	digitsConfig := strings.Replace(digitsConfig, `name: "digits"`, "", 1) // the directory names it
+	model(t, repo, "aoti", strings.Replace(digitsConfig, `"pytorch_libtorch"`, `"torch_aoti"`, 1))
+	write(t, filepath.Join(repo, "aoti", "1", "model.pt2"), "x")
+	model(t, repo, "named", digitsConfig+`default_model_filename: "traced.pt"`)
+	write(t, filepath.Join(repo, "named", "1", "traced.pt"), "x")
+	model(t, repo, "backend", strings.Replace(digitsConfig, `platform: "pytorch_libtorch"`, `backend: "pytorch"`, 1), "1")
+	for name, file := range map[string]string{"aoti": "model.pt2", "named": "traced.pt", "backend": "model.pt"} {
+		m := Read(repo, name, nil)
+		if m.Err != nil || m.Versions[0].Err != nil {
+			t.Fatalf("%s: %v %+v", name, m.Err, m.Versions)
+		}
+		if got := filepath.Base(m.Versions[0].Path); got != file {
+			t.Errorf("%s: file %s, want %s", name, got, file)
+		}
+	}
+}
+
+// TestHostileRepository: each model that cannot be served gets its own clear reason.
+func TestHostileRepository(t *testing.T) {
+	repo := t.TempDir()
+	outside := t.TempDir()
+	write(t, filepath.Join(outside, "model.pt"), "x")
+	write(t, filepath.Join(outside, ConfigFile), digitsConfig)
+	cases := map[string]struct {
+		config, reason string
+		setup          func(dir string)
+	}{
+		"malformed":    {config: `name: "malformed" platform: "pytorch_libtorch" input [ { name: "x" `, reason: "config.pbtxt:"},
+		"unknown_type": {config: strings.Replace(digitsConfig, "TYPE_FP32", "TYPE_FLOAT99", 1), reason: "TYPE_FLOAT99"},
+		"string_type":  {config: strings.Replace(digitsConfig, "TYPE_FP32", "TYPE_STRING", 1), reason: "TYPE_STRING has no LibTorch tensor type"},
+		"onnx":         {config: strings.Replace(digitsConfig, "pytorch_libtorch", "onnxruntime_onnx", 1), reason: `platform "onnxruntime_onnx"`},
+		"ensemble":     {config: `platform: "ensemble" max_batch_size: 1 input [ { name: "a" data_type: TYPE_FP32 dims: [1] } ] output [ { name: "b" data_type: TYPE_FP32 dims: [1] } ]`, reason: "an ensemble"},
+		"python":       {config: `backend: "python" max_batch_size: 1 input [ { name: "a" data_type: TYPE_FP32 dims: [1] } ] output [ { name: "b" data_type: TYPE_FP32 dims: [1] } ]`, reason: "runs no Python"},
+		"sequence":     {config: strings.Replace(digitsConfig, "dynamic_batching {", "sequence_batching {} x_dynamic_batching {", 1), reason: "config.pbtxt"},
+		"stateful":     {config: digitsConfig[:strings.Index(digitsConfig, "dynamic_batching")] + "sequence_batching { max_sequence_idle_microseconds: 5000000 }", reason: "sequence_batching"},
+		"priorities":   {config: strings.Replace(digitsConfig, "max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 2000 priority_levels: 2", 1), reason: "priority_levels 2"},
+		"delay_action": {config: strings.Replace(digitsConfig, "max_queue_size: 64", "max_queue_size: 64 timeout_action: DELAY", 1), reason: "timeout_action DELAY"},
+		"kind_model":   {config: strings.Replace(digitsConfig, "KIND_CPU", "KIND_MODEL", 1), reason: "KIND_MODEL"},
+		"wrong_name":   {config: strings.Replace(digitsConfig, `name: "digits"`, `name: "other"`, 1), reason: `name "other" differs`},
+		"no_config":    {reason: "no config.pbtxt"},
+		"bad_param":    {config: digitsConfig + `parameters: { key: "INFERENCE_MODE" value: { string_value: "maybe" } }`, reason: "INFERENCE_MODE: want true or false"},
+		"bad_reshape":  {config: strings.Replace(digitsConfig, "dims: [ 10 ]", "dims: [ 10 ] reshape: { shape: [ 3, 3 ] }", 1), reason: "reshape [3 3] does not hold the 10 elements"},
+		"no_versions":  {config: strings.Replace(digitsConfig, `"digits"`, `"no_versions"`, 1), reason: "no version directory"},
+		"link_config": {setup: func(dir string) {
+			os.Symlink(filepath.Join(outside, ConfigFile), filepath.Join(dir, ConfigFile))
+		}, reason: "outside the model repository"},
+	}
+	for name, c := range cases {
+		cfg := strings.Replace(c.config, `name: "digits"`, `name: "`+name+`"`, 1)
+		versions := []string{"1"}
+		if name == "no_versions" {
+			versions = nil
+		}
+		model(t, repo, name, cfg, versions...)
+		if c.setup != nil {
+			c.setup(filepath.Join(repo, name))
+		}
+	}
+	// A model directory that is a link out of the repository.
+	os.Symlink(outside, filepath.Join(repo, "link_dir"))
+	cases["link_dir"] = struct {
+		config, reason string
+		setup          func(dir string)
+	}{reason: "outside the model repository"}
+
+	names, err := List(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(cases) {
+		t.Fatalf("List: %v", names)
+	}
+	for name, c := range cases {
+		m := Read(repo, name, nil)
+		if m.Err == nil || !strings.Contains(m.Err.Error(), c.reason) {
+			t.Errorf("%s: error %v, want one saying %q", name, m.Err, c.reason)
+		}
+	}
+
+	// Version-level refusals leave the model readable: the version says why.
+	model(t, repo, "digits", digitsConfig+`version_policy: { all: {} }`, "1")
+	if err := os.MkdirAll(filepath.Join(repo, "digits", "2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(repo, "digits", "3"), 0o755)
+	os.Symlink(filepath.Join(outside, "model.pt"), filepath.Join(repo, "digits", "3", "model.pt"))
+	m := Read(repo, "digits", nil)
+	if m.Err != nil || len(m.Versions) != 3 {
+		t.Fatalf("digits: %v %+v", m.Err, m.Versions)
+	}
+	for i, want := range []string{"", "version 2 has no model.pt", "outside the model repository"} {
+		err := m.Versions[i].Err
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("version %s: %v, want %q", m.Versions[i].Version, err, want)
+		}
+	}
+}
+
+func TestConfigOverride(t *testing.T) {
+	repo := t.TempDir()
+	model(t, repo, "digits", digitsConfig, "1")
+	m := Read(repo, "digits", []byte(`{"platform": "pytorch_libtorch", "max_batch_size": 2,
+		"input": [{"name": "INPUT__0", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}],
+		"output": [{"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [10]}]}`))
+	if m.Err != nil || m.Config.MaxBatchSize != 2 || m.Config.Name != "digits" {
+		t.Fatalf("%v %v", m.Err, m.Config)
+	}
+	if m := Read(repo, "digits", []byte(`{"max_batch_size": "x"`)); m.Err == nil || !strings.Contains(m.Err.Error(), "config override") {
+		t.Fatalf("malformed override: %v", m.Err)
+	}
+}
+
+func TestNamingRules(t *testing.T) {
+	specs := func(names ...string) []archive.TensorSpec {
+		var out []archive.TensorSpec
+		for _, n := range names {
+			out = append(out, archive.TensorSpec{Name: n})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		names, args []string
+		want        []int
+		err         string
+	}{
+		{names: []string{"y", "x"}, args: []string{"x", "y"}, want: []int{1, 0}},               // forward's names
+		{names: []string{"INPUT__1", "INPUT__0"}, args: []string{"a", "b"}, want: []int{1, 0}}, // <name>__<index>
+		{names: []string{"image", "mask"}, args: []string{"a", "b"}, want: []int{0, 1}},        // config order
+		{names: []string{"x", "INPUT__0"}, args: []string{"x", "y"}, want: []int{0, 1}},        // mixed: config order
+		{names: []string{"INPUT__0", "INPUT__0"}, args: []string{"a", "b"}, err: "once each"},  // duplicate index
+		{names: []string{"INPUT__0"}, args: []string{"a", "b"}, err: "declares 1 inputs, the model's forward takes 2"},
+	} {
+		got, err := InputOrder(specs(c.names...), c.args)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%v %v: error %v, want %q", c.names, c.args, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%v %v: %v %v, want %v", c.names, c.args, got, err, c.want)
+		}
+	}
+	if got, _ := OutputOrder(specs("OUT__1", "OUT__0")); !reflect.DeepEqual(got, []int{1, 0}) {
+		t.Errorf("outputs by index: %v", got)
+	}
+	if got, _ := OutputOrder(specs("logits", "OUT__0")); !reflect.DeepEqual(got, []int{0, 1}) {
+		t.Errorf("outputs in config order: %v", got)
+	}
+}

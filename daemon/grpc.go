@@ -1,0 +1,299 @@
+package daemon
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/torchd/torchd/oip"
+	pb "github.com/torchd/torchd/proto/inference"
+	tspb "github.com/torchd/torchd/proto/torchserve"
+)
+
+// The gRPC front-ends, each a google.golang.org/grpc server on its own port, since fasthttp
+// does not speak HTTP/2: the Open Inference Protocol as Triton serves it (grpc_oip.go), and
+// TorchServe's inference and management APIs (grpc_torchserve.go). They are codecs over the
+// same calls as REST: served → admit → decode → batcher → worker, and the registry.
+
+// grpcAPI is one gRPC server to start: its name in the logs, its address and its services.
+type grpcAPI struct {
+	name, addr string
+	// key is the token kind its calls need ("inference" or "management").
+	key      string
+	register func(*grpc.Server)
+}
+
+func (d *Daemon) grpcAPIs() []grpcAPI {
+	return []grpcAPI{
+		{name: "grpc", addr: d.cfg.GRPCAddress, key: "inference", register: func(s *grpc.Server) {
+			pb.RegisterGRPCInferenceServiceServer(s, &oipService{d: d})
+			healthpb.RegisterHealthServer(s, &healthService{d: d})
+		}},
+		{name: "grpc_inference", addr: d.cfg.GRPCInferenceAddress, key: "inference", register: func(s *grpc.Server) {
+			tspb.RegisterInferenceAPIsServiceServer(s, &tsInferenceService{d: d})
+			healthpb.RegisterHealthServer(s, &healthService{d: d})
+		}},
+		{name: "grpc_management", addr: d.cfg.GRPCManagementAddress, key: "management", register: func(s *grpc.Server) {
+			tspb.RegisterManagementAPIsServiceServer(s, &tsManagementService{d: d})
+		}},
+	}
+}
+
+// startGRPC binds and serves the gRPC APIs whose address is set.
+func (d *Daemon) startGRPC(tlsCfg *tls.Config) error {
+	maxMsg := d.cfg.GRPCMaxMessageSize
+	if maxMsg <= 0 {
+		maxMsg = d.cfg.MaxRequestSize
+	}
+	for _, a := range d.grpcAPIs() {
+		if a.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", a.addr)
+		if err != nil {
+			for _, s := range d.grpcServers {
+				s.Stop()
+			}
+			return fmt.Errorf("%s API: %w", a.name, err)
+		}
+		opts := []grpc.ServerOption{
+			grpc.MaxRecvMsgSize(maxMsg),
+			grpc.MaxSendMsgSize(maxMsg),
+			grpc.KeepaliveParams(keepalive.ServerParameters{Time: d.cfg.GRPCKeepaliveTime, Timeout: d.cfg.GRPCKeepaliveTimeout}),
+			// Clients may ping as often as every 10 s, idle or not (Triton allows pings
+			// without calls too); more often is answered with GOAWAY.
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+			grpc.ChainUnaryInterceptor(d.grpcAccessUnary, d.grpcAuthUnary(a.key)),
+			grpc.ChainStreamInterceptor(d.grpcAccessStream, d.grpcAuthStream(a.key)),
+		}
+		if tlsCfg != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		}
+		s := grpc.NewServer(opts...)
+		a.register(s)
+		d.grpcServers = append(d.grpcServers, s)
+		d.serveWG.Add(1)
+		go func() {
+			defer d.serveWG.Done()
+			if err := s.Serve(ln); err != nil {
+				d.log.Error("server stopped", "api", a.name, "err", err)
+			}
+		}()
+		d.log.Info("listening", "api", a.name, "addr", ln.Addr().String(), "tls", tlsCfg != nil)
+		if a.key == "management" && !isLoopback(ln.Addr()) && d.keys == nil {
+			d.log.Warn("the gRPC management API is exposed beyond localhost without token authorization: anyone who can reach it can register models, which are code; set enable_token_authorization = true", "addr", ln.Addr().String())
+		}
+	}
+	return nil
+}
+
+// stopGRPC stops the gRPC servers gracefully, answering the calls already accepted, and
+// cuts them off when ctx ends.
+func (d *Daemon) stopGRPC(ctx context.Context) {
+	select {
+	case <-d.grpcStopping:
+	default:
+		close(d.grpcStopping)
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, s := range d.grpcServers {
+			s.GracefulStop()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		for _, s := range d.grpcServers {
+			s.Stop()
+		}
+		<-done
+	}
+}
+
+// grpcExempt lists the calls that need no key, as REST's health checks: probes work unchanged.
+func grpcExempt(method string) bool {
+	switch method {
+	case "/inference.GRPCInferenceService/ServerLive", "/inference.GRPCInferenceService/ServerReady",
+		"/org.pytorch.serve.grpc.inference.InferenceAPIsService/Ping":
+		return true
+	}
+	return strings.HasPrefix(method, "/grpc.health.v1.Health/")
+}
+
+// grpcAllowed checks the metadata's "authorization: Bearer <key>" against kind's key, as REST
+// checks the header; a failure is UNAUTHENTICATED.
+func (d *Daemon) grpcAllowed(ctx context.Context, method, kind string) error {
+	if d.keys == nil || grpcExempt(method) {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, h := range md.Get("authorization") {
+		got, ok := strings.CutPrefix(h, "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(d.keys.key(kind))) == 1 {
+			return nil
+		}
+	}
+	return status.Errorf(codes.Unauthenticated, "Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as metadata authorization: Bearer <key>", kind)
+}
+
+func (d *Daemon) grpcAuthUnary(kind string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := d.grpcAllowed(ctx, info.FullMethod, kind); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}
+}
+
+func (d *Daemon) grpcAuthStream(kind string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := d.grpcAllowed(ss.Context(), info.FullMethod, kind); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}
+}
+
+// grpcAccessUnary and grpcAccessStream log one line per call, as the HTTP access log does:
+// peer, method, status code, latency.
+func (d *Daemon) grpcAccessUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if !d.cfg.AccessLog {
+		return h(ctx, req)
+	}
+	start := time.Now()
+	resp, err := h(ctx, req)
+	d.grpcAccess(ctx, info.FullMethod, err, start)
+	return resp, err
+}
+
+func (d *Daemon) grpcAccessStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !d.cfg.AccessLog {
+		return h(srv, ss)
+	}
+	start := time.Now()
+	err := h(srv, ss)
+	d.grpcAccess(ss.Context(), info.FullMethod, err, start)
+	return err
+}
+
+func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start time.Time) {
+	remote := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		remote = p.Addr.String()
+	}
+	d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
+}
+
+// grpcCall is a gRPC request's call: a client that cancelled is gone, and its deadline is
+// its own time limit, which the batcher enforces as it does X-Request-Timeout.
+func grpcCall(ctx context.Context) call {
+	arrived := time.Now()
+	c := call{gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
+	if dl, ok := ctx.Deadline(); ok {
+		c.timeout = func() (time.Duration, error) {
+			// A deadline already past still expires the request, rather than lifting its limit.
+			return max(dl.Sub(arrived), time.Nanosecond), nil
+		}
+	}
+	return c
+}
+
+// grpcCode is the gRPC status for an HTTP status, as Triton maps its errors.
+func grpcCode(httpStatus int) codes.Code {
+	switch httpStatus {
+	case 400:
+		return codes.InvalidArgument
+	case 401:
+		return codes.Unauthenticated
+	case 403:
+		return codes.PermissionDenied
+	case 404:
+		return codes.NotFound
+	case 408, 504:
+		return codes.DeadlineExceeded
+	case 409:
+		return codes.AlreadyExists
+	case 413, 429, 507:
+		return codes.ResourceExhausted
+	case statusClientClosed:
+		return codes.Canceled
+	case 501:
+		return codes.Unimplemented
+	case 503:
+		return codes.Unavailable
+	}
+	if httpStatus >= 400 && httpStatus < 500 {
+		return codes.InvalidArgument
+	}
+	return codes.Internal
+}
+
+// grpcError is err as a gRPC status: an APIError by its HTTP status, a bad request as
+// INVALID_ARGUMENT, anything else INTERNAL.
+func grpcError(err error) error {
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae):
+		return status.Error(grpcCode(ae.Status), ae.Msg)
+	case errors.Is(err, oip.ErrBadRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// healthService is grpc.health.v1: SERVING once the start-up models are warm and every
+// model is healthy, as GET /ping and /v2/health/ready. The service name is not looked at.
+type healthService struct {
+	healthpb.UnimplementedHealthServer
+	d *Daemon
+}
+
+func (h *healthService) status() healthpb.HealthCheckResponse_ServingStatus {
+	if h.d.startupDone() && h.d.Registry.Healthy() {
+		return healthpb.HealthCheckResponse_SERVING
+	}
+	return healthpb.HealthCheckResponse_NOT_SERVING
+}
+
+func (h *healthService) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return &healthpb.HealthCheckResponse{Status: h.status()}, nil
+}
+
+// Watch sends the status, then each change, checked every healthPoll.
+func (h *healthService) Watch(_ *healthpb.HealthCheckRequest, s healthpb.Health_WatchServer) error {
+	const healthPoll = time.Second
+	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
+	tick := time.NewTicker(healthPoll)
+	defer tick.Stop()
+	for {
+		if st := h.status(); st != last {
+			if err := s.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
+				return err
+			}
+			last = st
+		}
+		select {
+		case <-s.Context().Done():
+			return s.Context().Err()
+		case <-h.d.grpcStopping:
+			return status.Error(codes.Unavailable, "the server is stopping")
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,548 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/torchd/torchd/oip"
+	pb "github.com/torchd/torchd/proto/inference"
+	tspb "github.com/torchd/torchd/proto/torchserve"
+)
+
+// The gRPC APIs end to end, with grpc-go clients built from proto/: every call, and every
+// error path with its status code; outputs are compared with the REST v2 path's for the
+// same input. grpc_peers_test.go runs Triton's and TorchServe's own Python clients.
+
+func dial(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func callCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// wantCode fails unless err is a gRPC status with code and a message containing msgPart.
+func wantCode(t testing.TB, err error, code codes.Code, msgPart string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if err == nil || st.Code() != code || !strings.Contains(st.Message(), msgPart) {
+		t.Fatalf("got %v, want %v with a message containing %q", err, code, msgPart)
+	}
+}
+
+// restV2 infers over REST with binary tensors and returns the first output.
+func restV2(t testing.TB, s *server, model string, in oip.Tensor) oip.Tensor {
+	t.Helper()
+	body, hlen, err := oip.EncodeRequest(&oip.InferRequest{Parameters: oip.Parameters{oip.ParamBinaryDataOutput: true}}, []oip.Tensor{in}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := must(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/octet-stream", body)
+	req.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
+	r := send(t, req)
+	if r.status != 200 {
+		t.Fatalf("REST v2 infer: %d %s", r.status, r.body)
+	}
+	n, _ := strconv.Atoi(r.header.Get(oip.HeaderContentLength))
+	if r.header.Get(oip.HeaderContentLength) == "" {
+		n = -1
+	}
+	_, outs, err := oip.DecodeResponse(r.body, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outs[0]
+}
+
+func fp32Request(model string, shape []int64, data []byte, raw bool) *pb.ModelInferRequest {
+	in := &pb.ModelInferRequest_InferInputTensor{Name: "input__0", Datatype: "FP32", Shape: shape}
+	r := &pb.ModelInferRequest{ModelName: model, Inputs: []*pb.ModelInferRequest_InferInputTensor{in}}
+	if raw {
+		r.RawInputContents = [][]byte{data}
+	} else {
+		in.Contents = &pb.InferTensorContents{Fp32Contents: f32s(data)}
+	}
+	return r
+}
+
+// slowIn asks the slow model for about ms milliseconds of work, as typed contents.
+func slowIn(ms float32) *pb.ModelInferRequest {
+	return &pb.ModelInferRequest{ModelName: "slow", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+		{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{ms, 0}}}}}
+}
+
+// outputBytes is a response's first output as bytes, typed or raw.
+func outputBytes(t testing.TB, r *pb.ModelInferResponse) []byte {
+	t.Helper()
+	if len(r.GetRawOutputContents()) > 0 {
+		return r.GetRawOutputContents()[0]
+	}
+	var b []byte
+	for _, f := range r.GetOutputs()[0].GetContents().GetFp32Contents() {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
+	}
+	return b
+}
+
+func TestGRPC(t *testing.T) {
+	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar,digits=digits.mar,slow=slow.mar")
+	s.waitHealthy(t)
+	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
+	x := readZooNpy(t, "digits", "ref_input.npy")
+	rest := restV2(t, s, "digits_tensor", oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data})
+
+	t.Run("health and metadata", func(t *testing.T) {
+		ctx := callCtx(t)
+		if r, err := oipc.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil || !r.GetLive() {
+			t.Fatalf("live %v %v", r, err)
+		}
+		if r, err := oipc.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !r.GetReady() {
+			t.Fatalf("ready %v %v", r, err)
+		}
+		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "digits_tensor"}); err != nil || !r.GetReady() {
+			t.Fatalf("model ready %v %v", r, err)
+		}
+		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"}); err != nil || r.GetReady() {
+			t.Fatalf("an unknown model is ready: %v %v", r, err)
+		}
+		health := healthpb.NewHealthClient(dial(t, s.grpc))
+		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health %v %v", h, err)
+		}
+		watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			h, err = watch.Recv()
+		}
+		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("health watch %v %v", h, err)
+		}
+		sm, err := oipc.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
+		if err != nil || sm.GetName() != "torchd" || len(sm.GetExtensions()) == 0 {
+			t.Fatalf("server metadata %v %v", sm, err)
+		}
+		md, err := oipc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "digits_tensor"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var restMD oip.ModelMetadata
+		do(t, "GET", s.inf+"/v2/models/digits_tensor", "", nil).json(t, &restMD)
+		if md.GetName() != restMD.Name || md.GetPlatform() != restMD.Platform || len(md.GetInputs()) != 1 ||
+			md.GetInputs()[0].GetName() != restMD.Inputs[0].Name || !slicesEqual(md.GetInputs()[0].GetShape(), restMD.Inputs[0].Shape) ||
+			md.GetOutputs()[0].GetDatatype() != restMD.Outputs[0].Datatype {
+			t.Fatalf("gRPC metadata %v, REST %+v", md, restMD)
+		}
+		_, err = oipc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "nope"})
+		wantCode(t, err, codes.NotFound, "nope")
+		cfg, err := oipc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "digits_tensor"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var restCfg struct {
+			MaxBatchSize int32 `json:"max_batch_size"`
+			Input        []struct {
+				Dims []int64 `json:"dims"`
+			} `json:"input"`
+		}
+		do(t, "GET", s.inf+"/v2/models/digits_tensor/config", "", nil).json(t, &restCfg)
+		c := cfg.GetConfig()
+		if c.GetMaxBatchSize() != restCfg.MaxBatchSize || !slicesEqual(c.GetInput()[0].GetDims(), restCfg.Input[0].Dims) ||
+			c.GetInput()[0].GetDataType() != pb.DataType_TYPE_FP32 || c.GetInstanceGroup()[0].GetKind() != pb.ModelInstanceGroup_KIND_CPU {
+			t.Fatalf("gRPC config %v, REST %+v", c, restCfg)
+		}
+		_, err = oipc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "nope"})
+		wantCode(t, err, codes.NotFound, "nope")
+	})
+
+	t.Run("infer typed and raw", func(t *testing.T) {
+		for _, raw := range []bool{false, true} {
+			r, err := oipc.ModelInfer(callCtx(t), fp32Request("digits_tensor", x.Shape, x.Data, raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := r.GetOutputs()[0]
+			if o.GetName() != "output__0" || o.GetDatatype() != "FP32" || !slicesEqual(o.GetShape(), []int64{4, 10}) || r.GetModelName() != "digits_tensor" {
+				t.Fatalf("raw %v: output %v", raw, o)
+			}
+			if raw != (len(r.GetRawOutputContents()) > 0) {
+				t.Fatalf("raw request %v answered raw %v", raw, len(r.GetRawOutputContents()) > 0)
+			}
+			closeTo(t, "gRPC output", f32s(outputBytes(t, r)), f32s(rest.Data), 1e-6)
+		}
+		// A requested output that the model does not have.
+		req := fp32Request("digits_tensor", x.Shape, x.Data, true)
+		req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "nope"}}
+		_, err := oipc.ModelInfer(callCtx(t), req)
+		wantCode(t, err, codes.InvalidArgument, `unknown output "nope"`)
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		ctx := callCtx(t)
+		_, err := oipc.ModelInfer(ctx, fp32Request("digits_tensor", []int64{4, 1, 28, 27}, x.Data[:4*4*28*27], true))
+		wantCode(t, err, codes.InvalidArgument, "must have shape")
+		_, err = oipc.ModelInfer(ctx, fp32Request("digits_tensor", x.Shape, x.Data[:len(x.Data)-4], true))
+		wantCode(t, err, codes.InvalidArgument, "need 12544 bytes, got 12540")
+		_, err = oipc.ModelInfer(ctx, fp32Request("digits_tensor", x.Shape, x.Data[:len(x.Data)-4], false))
+		wantCode(t, err, codes.InvalidArgument, "needs 3136 elements in contents.fp32_contents, got 3135")
+		_, err = oipc.ModelInfer(ctx, fp32Request("nope", x.Shape, x.Data, true))
+		wantCode(t, err, codes.NotFound, "nope")
+		fp16 := &pb.ModelInferRequest{ModelName: "digits_tensor", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "input__0", Datatype: "FP16", Shape: []int64{1}}}}
+		_, err = oipc.ModelInfer(ctx, fp16)
+		wantCode(t, err, codes.InvalidArgument, "FP16 has no typed contents")
+		// max_request_size (6553500 bytes) bounds a gRPC message too.
+		big := make([]byte, 7<<20)
+		_, err = oipc.ModelInfer(ctx, fp32Request("digits_tensor", []int64{int64(len(big)) / 3136, 1, 28, 28}, big, true))
+		wantCode(t, err, codes.ResourceExhausted, "larger than max")
+		// Nothing else is affected.
+		if _, err := oipc.ModelInfer(ctx, fp32Request("digits_tensor", x.Shape, x.Data, true)); err != nil {
+			t.Fatalf("a good request after the bad ones: %v", err)
+		}
+	})
+
+	t.Run("stream in order", func(t *testing.T) {
+		stream, err := oipc.ModelStreamInfer(callCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		for i := range n {
+			req := fp32Request("digits_tensor", x.Shape, x.Data, i%2 == 0)
+			if i == 3 {
+				req = fp32Request("digits_tensor", []int64{4, 1, 28, 27}, x.Data[:4*4*28*27], true)
+			}
+			req.Id = strconv.Itoa(i)
+			if err := stream.Send(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stream.CloseSend()
+		for i := range n {
+			r, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+			if got := r.GetInferResponse().GetId(); got != strconv.Itoa(i) {
+				t.Fatalf("answer %d has id %q: out of order", i, got)
+			}
+			if i == 3 {
+				if !strings.Contains(r.GetErrorMessage(), "must have shape") {
+					t.Fatalf("answer 3: error %q, want a shape error", r.GetErrorMessage())
+				}
+				continue
+			}
+			if r.GetErrorMessage() != "" {
+				t.Fatalf("answer %d: %s", i, r.GetErrorMessage())
+			}
+			closeTo(t, "stream output", f32s(outputBytes(t, r.GetInferResponse())), f32s(rest.Data), 1e-6)
+		}
+		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after the answers: %v, want EOF", err)
+		}
+	})
+
+	t.Run("deadlines", func(t *testing.T) {
+		busy := s.occupySlow(t, 1500)
+		// The schedule policy's timeout parameter (µs), through the batcher's deadline.
+		req := slowIn(1)
+		req.Parameters = map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 100000}}}
+		_, err := oipc.ModelInfer(callCtx(t), req)
+		wantCode(t, err, codes.DeadlineExceeded, "did not answer within its timeout")
+		// The call's own deadline, through the same.
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err = oipc.ModelInfer(ctx, slowIn(1))
+		wantCode(t, err, codes.DeadlineExceeded, "")
+		<-busy
+		r, err := oipc.ModelInfer(callCtx(t), slowIn(1))
+		if err != nil || r.GetOutputs()[0].GetContents().GetFp32Contents()[0] != 2 {
+			t.Fatalf("slow after the deadlines: %v %v", r, err)
+		}
+	})
+
+	t.Run("client cancels mid-stream", func(t *testing.T) {
+		before := stats(t, oipc, "slow").GetInferenceCount()
+		busy := s.occupySlow(t, 1000)
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := oipc.ModelStreamInfer(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if err := stream.Send(slowIn(300)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		cancel()
+		if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
+			t.Fatalf("after cancel: %v", err)
+		}
+		if r := <-busy; r.status != 200 {
+			t.Fatalf("the occupying request: %d %s", r.status, r.body)
+		}
+		if _, err := oipc.ModelInfer(callCtx(t), slowIn(1)); err != nil {
+			t.Fatal(err)
+		}
+		// The occupying request and the last one ran; the cancelled stream's never did.
+		if got := stats(t, oipc, "slow").GetInferenceCount() - before; got != 2 {
+			t.Fatalf("slow inferred %d items, want 2: a cancelled request reached the model", got)
+		}
+	})
+
+	t.Run("statistics", func(t *testing.T) {
+		st := stats(t, oipc, "digits_tensor")
+		if st.GetInferenceStats().GetSuccess().GetCount() < 2 || st.GetInferenceCount() < 8 || st.GetExecutionCount() < 1 || st.GetLastInference() == 0 {
+			t.Fatalf("statistics %v", st)
+		}
+		all, err := oipc.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{})
+		if err != nil || len(all.GetModelStats()) != 3 {
+			t.Fatalf("every model's statistics: %v %v", all, err)
+		}
+		_, err = oipc.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{Name: "nope"})
+		wantCode(t, err, codes.NotFound, "nope")
+	})
+
+	t.Run("unimplemented", func(t *testing.T) {
+		_, err := oipc.SystemSharedMemoryStatus(callCtx(t), &pb.SystemSharedMemoryStatusRequest{})
+		wantCode(t, err, codes.Unimplemented, "")
+	})
+
+	t.Run("torchserve inference", func(t *testing.T) {
+		tsc := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
+		ctx := callCtx(t)
+		ping, err := tsc.Ping(ctx, &emptypb.Empty{})
+		if rest := do(t, "GET", s.inf+"/ping", "", nil); err != nil || ping.GetHealth() != string(rest.body) {
+			t.Fatalf("ping %v %v, REST %s", ping, err, rest.body)
+		}
+		imgs, labels := heldOut(t)
+		rest := do(t, "POST", s.inf+"/predictions/digits", "image/png", imgs[0])
+		p, err := tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", Input: map[string][]byte{"data": imgs[0]}})
+		if err != nil || !bytes.Equal(p.GetPrediction(), rest.body) {
+			t.Fatalf("prediction %s %v, REST %s", p.GetPrediction(), err, rest.body)
+		}
+		var top map[string]float64
+		if json.Unmarshal(p.GetPrediction(), &top) != nil || !maxIs(top, labels[0]) {
+			t.Fatalf("prediction %s, label %s", p.GetPrediction(), labels[0])
+		}
+		seq := "s1"
+		st, err := tsc.StreamPredictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", ModelVersion: "1.0", Input: map[string][]byte{"data": imgs[0]}, SequenceId: &seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.Recv()
+		if err != nil || !bytes.Equal(m.GetPrediction(), rest.body) || m.GetSequenceId() != "s1" {
+			t.Fatalf("stream prediction %v %v", m, err)
+		}
+		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after the one answer: %v", err)
+		}
+		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "nope", Input: map[string][]byte{"data": imgs[0]}})
+		wantCode(t, err, codes.NotFound, "nope")
+		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits"})
+		wantCode(t, err, codes.InvalidArgument, "no input")
+		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", Input: map[string][]byte{"data": []byte("not an image")}})
+		wantCode(t, err, codes.InvalidArgument, "")
+	})
+
+	t.Run("torchserve management", func(t *testing.T) {
+		mc := tspb.NewManagementAPIsServiceClient(dial(t, s.grpcMgmt))
+		ctx := callCtx(t)
+		l, err := mc.ListModels(ctx, &tspb.ListModelsRequest{})
+		if rest := do(t, "GET", s.mgmt+"/models", "", nil); err != nil || l.GetMsg() != string(rest.body) {
+			t.Fatalf("list %v %v, REST %s", l, err, rest.body)
+		}
+		r, err := mc.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "digits_tensor.mar", ModelName: "dt2", InitialWorkers: 1, Synchronous: true})
+		if err != nil || !strings.Contains(r.GetMsg(), `Model \"dt2\" Version: 1.0 registered with 1 initial workers`) {
+			t.Fatalf("register %v %v", r, err)
+		}
+		_, err = mc.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "digits_tensor.mar", ModelName: "dt2", Synchronous: true})
+		wantCode(t, err, codes.AlreadyExists, "dt2")
+		r, err = mc.ScaleWorker(ctx, &tspb.ScaleWorkerRequest{ModelName: "dt2", MinWorker: 2, Synchronous: true})
+		if err != nil || !strings.Contains(r.GetMsg(), "Workers scaled to 2 for model: dt2") {
+			t.Fatalf("scale %v %v", r, err)
+		}
+		r, err = mc.DescribeModel(ctx, &tspb.DescribeModelRequest{ModelName: "dt2"})
+		var desc []struct {
+			ModelName string `json:"modelName"`
+			Workers   []any  `json:"workers"`
+		}
+		if err != nil || json.Unmarshal([]byte(r.GetMsg()), &desc) != nil || desc[0].ModelName != "dt2" || len(desc[0].Workers) != 2 {
+			t.Fatalf("describe %v %v", r, err)
+		}
+		if rest := do(t, "GET", s.mgmt+"/models/dt2", "", nil); r.GetMsg() != string(rest.body) {
+			t.Fatalf("describe %s, REST %s", r.GetMsg(), rest.body)
+		}
+		if r, err = mc.SetDefault(ctx, &tspb.SetDefaultRequest{ModelName: "dt2", ModelVersion: "1.0"}); err != nil || !strings.Contains(r.GetMsg(), "Default version successfully updated") {
+			t.Fatalf("set default %v %v", r, err)
+		}
+		_, err = mc.SetDefault(ctx, &tspb.SetDefaultRequest{ModelName: "dt2", ModelVersion: "9.0"})
+		wantCode(t, err, codes.NotFound, "9.0")
+		if r, err = mc.UnregisterModel(ctx, &tspb.UnregisterModelRequest{ModelName: "dt2"}); err != nil || !strings.Contains(r.GetMsg(), `Model \"dt2\" unregistered`) {
+			t.Fatalf("unregister %v %v", r, err)
+		}
+		_, err = mc.UnregisterModel(ctx, &tspb.UnregisterModelRequest{ModelName: "dt2"})
+		wantCode(t, err, codes.NotFound, "dt2")
+		_, err = mc.DescribeModel(ctx, &tspb.DescribeModelRequest{ModelName: "a/b"})
+		wantCode(t, err, codes.InvalidArgument, "invalid model_name")
+		_, err = mc.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "nope.mar"})
+		wantCode(t, err, codes.NotFound, "nope.mar")
+	})
+}
+
+func stats(t testing.TB, c pb.GRPCInferenceServiceClient, model string) *pb.ModelStatistics {
+	t.Helper()
+	r, err := c.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{Name: model})
+	if err != nil || len(r.GetModelStats()) != 1 {
+		t.Fatalf("statistics of %s: %v %v", model, r, err)
+	}
+	return r.GetModelStats()[0]
+}
+
+func slicesEqual(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func maxIs(m map[string]float64, label string) bool {
+	best, bestP := "", -1.0
+	for k, p := range m {
+		if p > bestP {
+			best, bestP = k, p
+		}
+	}
+	return best == label
+}
+
+// Token authorization and a full queue, on a server with a queue of one.
+func TestGRPCAuthAndFullQueue(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "key_file.json")
+	s := startServer(t, "--models", "slow=slow.mar", "--job-queue-size", "1", "--enable-token-authorization", "--key-file", keyFile)
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys struct {
+		Inference, Management struct{ Key string }
+	}
+	if err := json.Unmarshal(b, &keys); err != nil {
+		t.Fatal(err)
+	}
+	bearer := func(key string) context.Context {
+		return metadata.AppendToOutgoingContext(callCtx(t), "authorization", "Bearer "+key)
+	}
+	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
+	// Probes need no key.
+	if r, err := oipc.ServerLive(callCtx(t), &pb.ServerLiveRequest{}); err != nil || !r.GetLive() {
+		t.Fatalf("live without a key: %v %v", r, err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		h, err := healthpb.NewHealthClient(dial(t, s.grpc)).Check(callCtx(t), &healthpb.HealthCheckRequest{})
+		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health %v %v", h, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, err = oipc.ModelInfer(callCtx(t), slowIn(1))
+	wantCode(t, err, codes.Unauthenticated, "inference key")
+	_, err = oipc.ModelInfer(bearer("wrong"), slowIn(1))
+	wantCode(t, err, codes.Unauthenticated, "inference key")
+	_, err = oipc.ModelInfer(bearer(keys.Management.Key), slowIn(1))
+	wantCode(t, err, codes.Unauthenticated, "inference key")
+	if _, err := oipc.ModelInfer(bearer(keys.Inference.Key), slowIn(1)); err != nil {
+		t.Fatalf("with the inference key: %v", err)
+	}
+	stream, err := oipc.ModelStreamInfer(callCtx(t))
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	wantCode(t, err, codes.Unauthenticated, "inference key")
+	tsc := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
+	if _, err := tsc.Ping(callCtx(t), &emptypb.Empty{}); err != nil {
+		t.Fatalf("TorchServe ping without a key: %v", err)
+	}
+	_, err = tsc.Predictions(callCtx(t), &tspb.PredictionsRequest{ModelName: "slow", Input: map[string][]byte{"data": []byte("[[1, 0]]")}})
+	wantCode(t, err, codes.Unauthenticated, "inference key")
+	mc := tspb.NewManagementAPIsServiceClient(dial(t, s.grpcMgmt))
+	_, err = mc.ListModels(bearer(keys.Inference.Key), &tspb.ListModelsRequest{})
+	wantCode(t, err, codes.Unauthenticated, "management key")
+	if _, err := mc.ListModels(bearer(keys.Management.Key), &tspb.ListModelsRequest{}); err != nil {
+		t.Fatalf("list with the management key: %v", err)
+	}
+
+	// One request runs, one waits in the queue of one; the next is UNAVAILABLE at once.
+	occupy := func(ms float32) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := oipc.ModelInfer(bearer(keys.Inference.Key), slowIn(ms))
+			done <- err
+		}()
+		time.Sleep(200 * time.Millisecond)
+		return done
+	}
+	running, queued := occupy(1500), occupy(1)
+	_, err = oipc.ModelInfer(bearer(keys.Inference.Key), slowIn(1))
+	wantCode(t, err, codes.Unavailable, "job queue is full")
+	_, err = tsc.Predictions(bearer(keys.Inference.Key), &tspb.PredictionsRequest{ModelName: "slow", Input: map[string][]byte{"data": []byte("[[1, 0]]")}})
+	wantCode(t, err, codes.Unavailable, "job queue is full")
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+
+	// A graceful stop answers the call in flight before the server exits.
+	inFlight := occupy(1000)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-inFlight; err != nil {
+		t.Fatalf("the call in flight at SIGTERM: %v", err)
+	}
+	select {
+	case <-s.exited:
+		if s.exitErr != nil {
+			t.Fatalf("torchd exited with %v\n%s", s.exitErr, s.Log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("torchd did not stop\n%s", s.Log())
+	}
+}

@@ -1,0 +1,361 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/torchd/torchd/oip"
+	pb "github.com/torchd/torchd/proto/inference"
+)
+
+// oipService is the Open Inference Protocol's gRPC service, as Triton serves it: the same
+// calls as the v2 REST routes (kserve.go), with Triton's status codes. The shared-memory,
+// trace and log calls answer UNIMPLEMENTED.
+type oipService struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+	d *Daemon
+}
+
+// grpcExtensions are the protocol extensions torchd serves over gRPC, less "statistics":
+// see ServerMetadata.
+var grpcExtensions = []string{"model_configuration", "schedule_policy", "model_repository", "logging"}
+
+func (s *oipService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
+	return &pb.ServerLiveResponse{Live: true}, nil
+}
+
+func (s *oipService) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
+	return &pb.ServerReadyResponse{Ready: s.d.startupDone() && s.d.Registry.Healthy()}, nil
+}
+
+// ModelReady is false, not an error, for a model that is not loaded, as Triton answers.
+func (s *oipService) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
+	return &pb.ModelReadyResponse{Ready: err == nil && v.ready()}, nil
+}
+
+// ServerMetadata advertises "statistics" only while every loaded version is an integer, as
+// Triton's are: perf_analyzer, seeing it, reads the statistics of the version it parses as an
+// integer and stops when there is none ("1.0" becomes "1"). ModelStatistics answers either way.
+func (s *oipService) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
+	ext := grpcExtensions
+	if s.d.integerVersions() {
+		ext = append(slices.Clip(ext), "statistics")
+	}
+	return &pb.ServerMetadataResponse{Name: "torchd", Version: Version, Extensions: ext}, nil
+}
+
+// integerVersions reports whether every loaded model version is an integer.
+func (d *Daemon) integerVersions() bool {
+	for _, def := range d.Registry.Defaults() {
+		versions, _, _ := d.Registry.Versions(def.Name)
+		for _, v := range versions {
+			if _, err := strconv.ParseInt(v.Version, 10, 64); err != nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
+	md, err := s.d.modelMetadata(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	tensors := func(ts []oip.MetadataTensor) []*pb.ModelMetadataResponse_TensorMetadata {
+		out := make([]*pb.ModelMetadataResponse_TensorMetadata, len(ts))
+		for i, t := range ts {
+			out[i] = &pb.ModelMetadataResponse_TensorMetadata{Name: t.Name, Datatype: t.Datatype, Shape: t.Shape}
+		}
+		return out
+	}
+	return &pb.ModelMetadataResponse{Name: md.Name, Versions: md.Versions, Platform: md.Platform, Inputs: tensors(md.Inputs), Outputs: tensors(md.Outputs)}, nil
+}
+
+func (s *oipService) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &pb.ModelConfigResponse{Config: v.servedConfig()}, nil
+}
+
+func (s *oipService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	return s.d.grpcInfer(ctx, r)
+}
+
+// grpcInfer serves one ModelInferRequest on the v2 path that REST's infer takes: served →
+// admit → decode → v2Run (batcher, worker) → encode.
+func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	c := grpcCall(ctx)
+	var resp *pb.ModelInferResponse
+	var fail error
+	err := d.served(c, r.GetModelName(), r.GetModelVersion(), func(v *ModelVersion, arrived time.Time) outcome {
+		rsv, ae := admit(v)
+		if ae != nil {
+			fail = ae
+			return outcome{status: ae.Status}
+		}
+		defer rsv.release()
+		req, tensors, err := oip.DecodeInferRequest(r)
+		if err != nil {
+			fail = err
+			return outcome{status: 400}
+		}
+		ins, outs := v.signature()
+		ans, ae := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
+		if ae != nil {
+			fail = ae
+			return outcome{status: ae.Status, res: ans.res}
+		}
+		raw := len(r.GetRawInputContents()) > 0
+		outTensors := ans.outs
+		if ans.envelope {
+			t, err := oip.JSONTensor(ans.resp.Outputs[0])
+			if err != nil {
+				fail = err
+				return outcome{status: 500, res: ans.res}
+			}
+			outTensors = []oip.Tensor{t}
+		}
+		if resp, err = oip.EncodeInferResponse(ans.resp, outTensors, raw); err != nil {
+			fail = err
+			return outcome{status: 500, res: ans.res}
+		}
+		return outcome{status: 200, res: ans.res}
+	})
+	if err == nil {
+		err = fail
+	}
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+// streamWindow bounds the requests of one ModelStreamInfer stream in flight at once; the
+// stream's next request is read when the oldest is answered.
+const streamWindow = 64
+
+// ModelStreamInfer serves the requests of a stream concurrently, through the same batcher as
+// every other request, and answers them in the order they came. A request's error is its
+// answer's error_message and does not end the stream. A client that cancels ends the stream;
+// its requests still queued never reach the model.
+func (s *oipService) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	ctx := stream.Context()
+	answers := make(chan chan *pb.ModelStreamInferResponse, streamWindow)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for a := range answers {
+			m := <-a
+			if err == nil {
+				err = stream.Send(m)
+			}
+		}
+		sent <- err
+	}()
+	var recvErr error
+	for {
+		r, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		a := make(chan *pb.ModelStreamInferResponse, 1)
+		answers <- a
+		go func() {
+			resp, err := s.d.grpcInfer(ctx, r)
+			if err != nil {
+				a <- &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(), InferResponse: &pb.ModelInferResponse{ModelName: r.GetModelName(), ModelVersion: r.GetModelVersion(), Id: r.GetId()}}
+				return
+			}
+			a <- &pb.ModelStreamInferResponse{InferResponse: resp}
+		}()
+	}
+	close(answers)
+	err := <-sent
+	if recvErr != nil {
+		return recvErr
+	}
+	return err
+}
+
+func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	all, err := s.d.Registry.Statistics(r.GetName(), r.GetVersion())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	dur := func(x StatDuration) *pb.StatisticDuration { return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns} }
+	out := &pb.ModelStatisticsResponse{}
+	for _, m := range all {
+		st := m.InferenceStats
+		ms := &pb.ModelStatistics{
+			Name: m.Name, Version: m.Version, LastInference: m.LastInference,
+			InferenceCount: m.InferenceCount, ExecutionCount: m.ExecutionCount,
+			InferenceStats: &pb.InferStatistics{
+				Success: dur(st.Success), Fail: dur(st.Fail), Queue: dur(st.Queue),
+				ComputeInput: dur(st.ComputeInput), ComputeInfer: dur(st.ComputeInfer), ComputeOutput: dur(st.ComputeOutput),
+				CacheHit: dur(st.CacheHit), CacheMiss: dur(st.CacheMiss),
+			},
+		}
+		for _, b := range m.BatchStats {
+			ms.BatchStats = append(ms.BatchStats, &pb.InferBatchStatistics{BatchSize: b.BatchSize, ComputeInput: dur(b.ComputeInput), ComputeInfer: dur(b.ComputeInfer), ComputeOutput: dur(b.ComputeOutput)})
+		}
+		out.ModelStats = append(out.ModelStats, ms)
+	}
+	return out, nil
+}
+
+// RepositoryIndex lists the loaded versions, READY or UNAVAILABLE (no worker yet, or not
+// warm), the registrations that failed, and the model store's archives not loaded.
+func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
+	out := &pb.RepositoryIndexResponse{}
+	if s.d.Registry.ControlMode() != "" {
+		// A Triton model repository (--model-repository): its index, as REST's.
+		idx, err := s.d.Registry.RepositoryIndex(r.GetReady())
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		for _, m := range idx {
+			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: m.Name, Version: m.Version, State: m.State, Reason: m.Reason})
+		}
+		return out, nil
+	}
+	loaded := map[string]bool{}
+	for _, def := range s.d.Registry.Defaults() {
+		name := def.Name
+		loaded[name] = true
+		versions, _, _ := s.d.Registry.Versions(name)
+		for _, v := range versions {
+			m := &pb.RepositoryIndexResponse_ModelIndex{Name: name, Version: v.Version, State: "READY"}
+			if !v.ready() {
+				m.State, m.Reason = "UNAVAILABLE", "not warm, or no worker"
+			}
+			if !r.GetReady() || m.State == "READY" {
+				out.Models = append(out.Models, m)
+			}
+		}
+	}
+	if r.GetReady() {
+		return out, nil
+	}
+	for _, f := range s.d.failed.all() {
+		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: f.Name, Version: f.Version, State: "UNAVAILABLE", Reason: f.Failed})
+	}
+	for _, name := range s.d.storeModels() {
+		if !loaded[name] {
+			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: name, State: "UNAVAILABLE", Reason: "unloaded"})
+		}
+	}
+	return out, nil
+}
+
+// RepositoryModelLoad registers the model store's archive of that name, as POST /models
+// does; a model already loaded is left as it is.
+func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
+	name := r.GetModelName()
+	if s.d.Registry.ControlMode() != "" {
+		// A Triton model repository: its load, with "config" overriding config.pbtxt.
+		var config []byte
+		for k, p := range r.GetParameters() {
+			if k != "config" {
+				return nil, status.Errorf(codes.InvalidArgument, "unknown load parameter %q (torchd reads \"config\")", k)
+			}
+			config = []byte(p.GetStringParam())
+		}
+		if err := s.d.Registry.RepositoryLoad(name, config); err != nil {
+			return nil, grpcError(err)
+		}
+		return &pb.RepositoryModelLoadResponse{}, nil
+	}
+	if _, err := s.d.Registry.Get(name, ""); err == nil {
+		return &pb.RepositoryModelLoadResponse{}, nil
+	}
+	entry := s.d.storeEntry(name)
+	if entry == "" {
+		return nil, status.Errorf(codes.NotFound, "no model %q in the model store", name)
+	}
+	q := url.Values{"url": {entry}, "model_name": {name}, "synchronous": {"true"}}
+	code, body := s.d.management("POST", "/models", q)
+	if code >= 400 {
+		return nil, restError(code, body)
+	}
+	return &pb.RepositoryModelLoadResponse{}, nil
+}
+
+// RepositoryModelUnload unregisters every version of the model, as DELETE /models does.
+func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
+	name := r.GetModelName()
+	if s.d.Registry.ControlMode() != "" {
+		if err := s.d.Registry.RepositoryUnload(name); err != nil {
+			return nil, grpcError(err)
+		}
+		return &pb.RepositoryModelUnloadResponse{}, nil
+	}
+	versions, def, err := s.d.Registry.Versions(name)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	// The default version goes last: the registry keeps it while others remain.
+	sort.SliceStable(versions, func(i, j int) bool { return versions[j].Version == def })
+	for _, v := range versions {
+		code, body := s.d.management("DELETE", "/models/"+name+"/"+v.Version, nil)
+		if code >= 400 {
+			return nil, restError(code, body)
+		}
+	}
+	return &pb.RepositoryModelUnloadResponse{}, nil
+}
+
+// storeModels are the model names the model store offers: its archives and directories,
+// named as RepositoryModelLoad finds them.
+func (d *Daemon) storeModels() []string {
+	entries, _ := os.ReadDir(d.cfg.ModelStore)
+	var out []string
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") {
+			continue
+		}
+		for _, ext := range storeExts {
+			if base, ok := strings.CutSuffix(n, ext); ok && (ext != "" || e.IsDir()) {
+				out = append(out, base)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// storeExts are the model store's archive forms, by their file name's end ("": a directory).
+var storeExts = []string{".mar", ".tar.gz", ".tgz", ""}
+
+// storeEntry is the model store's entry for a model name, or "".
+func (d *Daemon) storeEntry(name string) string {
+	if name == "" || strings.ContainsAny(name, "/\\") || strings.Contains(name, "..") {
+		return ""
+	}
+	for _, ext := range storeExts {
+		fi, err := os.Stat(filepath.Join(d.cfg.ModelStore, name+ext))
+		if err == nil && (ext != "" || fi.IsDir()) {
+			return name + ext
+		}
+	}
+	return ""
+}

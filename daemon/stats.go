@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/torchd/torchd/handlers"
+)
+
+// Triton's statistics extension, kept per model version on the one inference path and read
+// by every protocol (REST /stats here, gRPC ModelStatistics) through Registry.Statistics.
+
+// StatDuration is a count of requests (or batches) and their cumulative time in ns, as
+// Triton's StatisticDuration.
+type StatDuration struct {
+	Count uint64 `json:"count"`
+	Ns    uint64 `json:"ns"`
+}
+
+// InferenceStats are a model version's per-request statistics. Success counts answered
+// requests with their whole time in the server; Fail the rest. Queue, ComputeInput,
+// ComputeInfer and ComputeOutput count successful requests only, as Triton does:
+//   - ComputeInput: arrival to queueing (decoding the body into tensors, the handler's
+//     preprocess), which torchd does in the request's goroutine;
+//   - Queue: queueing to the batch's dispatch;
+//   - ComputeInfer: the batch's forward on a worker, concatenation and split included;
+//   - ComputeOutput: the rest (postprocess, encoding the answer).
+//
+// torchd has no response cache: CacheHit and CacheMiss stay zero.
+type InferenceStats struct {
+	Success       StatDuration `json:"success"`
+	Fail          StatDuration `json:"fail"`
+	Queue         StatDuration `json:"queue"`
+	ComputeInput  StatDuration `json:"compute_input"`
+	ComputeInfer  StatDuration `json:"compute_infer"`
+	ComputeOutput StatDuration `json:"compute_output"`
+	CacheHit      StatDuration `json:"cache_hit"`
+	CacheMiss     StatDuration `json:"cache_miss"`
+}
+
+// BatchStats are the executions of one batch size (the number of requests in a batch).
+// Triton's backends report the three compute phases per batch; torchd times a batch's
+// forward as one step (ComputeInfer), and counts ComputeInput and ComputeOutput with no time.
+type BatchStats struct {
+	BatchSize     uint64       `json:"batch_size"`
+	ComputeInput  StatDuration `json:"compute_input"`
+	ComputeInfer  StatDuration `json:"compute_infer"`
+	ComputeOutput StatDuration `json:"compute_output"`
+}
+
+// ModelStatistics is one model version's statistics, in Triton's ModelStatistics shape.
+type ModelStatistics struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// LastInference is when the latest request was answered, in ms since the epoch; 0: never.
+	LastInference uint64 `json:"last_inference"`
+	// InferenceCount counts inferred items (a request of batch 4 counts 4); ExecutionCount
+	// counts batched forwards. Their ratio is the mean batch size.
+	InferenceCount uint64         `json:"inference_count"`
+	ExecutionCount uint64         `json:"execution_count"`
+	InferenceStats InferenceStats `json:"inference_stats"`
+	BatchStats     []BatchStats   `json:"batch_stats"`
+
+	// For Triton's metrics: failures by reason, and the requests accepted but not yet running.
+	failures map[string]uint64
+	pending  int
+}
+
+// statDuration is the lock-free form of StatDuration.
+type statDuration struct{ count, ns atomic.Uint64 }
+
+func (s *statDuration) add(d time.Duration) {
+	s.count.Add(1)
+	s.ns.Add(uint64(max(d, 0)))
+}
+
+func (s *statDuration) load() StatDuration { return StatDuration{s.count.Load(), s.ns.Load()} }
+
+// versionStats records a model version's statistics: a few atomic adds per request and one
+// short lock per batch.
+type versionStats struct {
+	success, fail, queue, input, infer, output statDuration
+	inferences, executions                     atomic.Uint64
+	failures                                   [4]atomic.Uint64 // by failReasons
+	last                                       atomic.Int64     // UnixMilli
+
+	mu      sync.Mutex
+	batches map[int]*statDuration // batch size → forwards
+}
+
+func newVersionStats() *versionStats { return &versionStats{batches: map[int]*statDuration{}} }
+
+// executed records a batched forward of the samples. A nil receiver records nothing.
+func (s *versionStats) executed(samples []*handlers.Sample, infer time.Duration) {
+	if s == nil {
+		return
+	}
+	n, items := len(samples), 0
+	for _, smp := range samples {
+		items += smp.Items
+	}
+	s.executions.Add(1)
+	s.inferences.Add(uint64(items))
+	s.mu.Lock()
+	b := s.batches[n]
+	if b == nil {
+		b = &statDuration{}
+		s.batches[n] = b
+	}
+	s.mu.Unlock()
+	b.add(infer)
+}
+
+// answered records a request at its end: total is its whole time in the server; res is
+// its share of the batch when it reached one (zero otherwise).
+func (s *versionStats) answered(status int, total time.Duration, res jobResult) {
+	if s == nil {
+		return
+	}
+	s.last.Store(time.Now().UnixMilli())
+	if status < 200 || status >= 300 {
+		s.fail.add(total)
+		s.failures[slices.Index(failReasons, failReason(status))].Add(1)
+		return
+	}
+	s.success.add(total)
+	if res.batchSize == 0 {
+		return // answered without the model (none today; kept honest for future paths)
+	}
+	s.input.add(res.input)
+	s.queue.add(res.queued)
+	s.infer.add(res.inference)
+	s.output.add(total - res.input - res.queued - res.inference)
+}
+
+func (s *versionStats) snapshot(name, version string) ModelStatistics {
+	out := ModelStatistics{Name: name, Version: version, InferenceCount: s.inferences.Load(), ExecutionCount: s.executions.Load(),
+		InferenceStats: InferenceStats{
+			Success: s.success.load(), Fail: s.fail.load(), Queue: s.queue.load(),
+			ComputeInput: s.input.load(), ComputeInfer: s.infer.load(), ComputeOutput: s.output.load(),
+		},
+		BatchStats: []BatchStats{},
+	}
+	if t := s.last.Load(); t > 0 {
+		out.LastInference = uint64(t)
+	}
+	out.failures = map[string]uint64{}
+	for i, r := range failReasons {
+		out.failures[r] = s.failures[i].Load()
+	}
+	s.mu.Lock()
+	for n, b := range s.batches {
+		d := b.load()
+		out.BatchStats = append(out.BatchStats, BatchStats{BatchSize: uint64(n),
+			ComputeInput: StatDuration{Count: d.Count}, ComputeInfer: d, ComputeOutput: StatDuration{Count: d.Count}})
+	}
+	s.mu.Unlock()
+	sort.Slice(out.BatchStats, func(i, j int) bool { return out.BatchStats[i].BatchSize < out.BatchStats[j].BatchSize })
+	return out
+}
+
+// Statistics returns the statistics of every loaded version of a model, or of one version,
+// or (name "") of every loaded model, sorted by name and version. An unknown model or
+// version is a 404 APIError.
+func (r *Registry) Statistics(name, version string) ([]ModelStatistics, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []ModelStatistics
+	add := func(v *ModelVersion) {
+		if v.pool != nil && v.stats != nil {
+			st := v.stats.snapshot(v.Name, v.Version)
+			st.pending = v.Pending() + int(v.batcher.reserved.Load())
+			out = append(out, st)
+		}
+	}
+	switch {
+	case name == "":
+		for _, e := range r.models {
+			for _, v := range e.versions {
+				add(v)
+			}
+		}
+	default:
+		e, ok := r.models[name]
+		if !ok {
+			return nil, apiErr(http.StatusNotFound, "ModelNotFoundException", "requested model '%s' is not available", name)
+		}
+		if version == "" {
+			for _, v := range e.versions {
+				add(v)
+			}
+			break
+		}
+		v, ok := e.versions[version]
+		if !ok || v.pool == nil {
+			return nil, apiErr(http.StatusNotFound, "ModelVersionNotFoundException", "requested model '%s' version %s is not available", name, version)
+		}
+		add(v)
+	}
+	slices.SortFunc(out, func(a, b ModelStatistics) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), compareVersions(a.Version, b.Version))
+	})
+	if out == nil {
+		out = []ModelStatistics{}
+	}
+	return out, nil
+}
+
+// compareVersions orders numeric versions (Triton's) by number, and others as strings.
+func compareVersions(a, b string) int {
+	x, errA := strconv.ParseInt(a, 10, 64)
+	y, errB := strconv.ParseInt(b, 10, 64)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(x, y)
+	}
+	return cmp.Compare(a, b)
+}

@@ -1,0 +1,438 @@
+package daemon
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/archive/triton"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/proto/inference"
+	"github.com/torchd/torchd/torch"
+)
+
+// tritonModel is what a version served from a Triton model repository adds to the common
+// load and request path: its config, the order of its inputs, and its reshapes.
+type tritonModel struct {
+	config *inference.ModelConfig
+	dir    string // the model directory, where model_warmup's input_data_file lives
+	stamp  string // the version's stamp when it was read (poll mode compares it)
+	ins    []archive.TensorSpec
+	outs   []archive.TensorSpec
+	batch  bool // max_batch_size > 0: tensors lead with the batch dimension
+}
+
+// Platform is what the v2 metadata reports: the config's platform, or pytorch_libtorch for
+// a config that names only the pytorch backend, as Triton fills it in.
+func (t *tritonModel) Platform() string {
+	if t.config.Platform != "" {
+		return t.config.Platform
+	}
+	return triton.PlatformLibTorch
+}
+
+// prepare checks the loaded model against the config and puts the declared inputs in the
+// order forward takes them, by the PyTorch backend's naming rule.
+func (t *tritonModel) prepare(am *archive.Model, m torch.Model) error {
+	if p, ok := m.(*torch.Package); ok {
+		var args []string
+		for _, s := range p.Inputs() {
+			args = append(args, s.Name)
+		}
+		order, err := triton.InputOrder(am.Config.Inputs, args)
+		if err != nil {
+			return err
+		}
+		am.Config.Inputs = triton.Permute(am.Config.Inputs, order)
+		for i, s := range p.Inputs() {
+			if err := t.matches(am.Config.Inputs[i], s); err != nil {
+				return err
+			}
+		}
+	} else if mod, ok := m.(*torch.Module); ok {
+		schema, err := mod.Schema("forward")
+		if err != nil {
+			return err
+		}
+		args, err := forwardArgs(schema)
+		if err != nil {
+			return err
+		}
+		order, err := triton.InputOrder(am.Config.Inputs, args)
+		if err != nil {
+			return err
+		}
+		am.Config.Inputs = triton.Permute(am.Config.Inputs, order)
+	}
+	t.ins, t.outs = am.Config.Inputs, am.Config.Outputs
+	return nil
+}
+
+// matches checks a declared input against an AOTInductor package's recorded spec: the same
+// dtype and rank, and the same size wherever both fix one.
+func (t *tritonModel) matches(in archive.TensorSpec, s torch.Spec) error {
+	shape := t.modelShape(in)
+	if in.DType != s.DType || len(shape) != len(s.Shape) {
+		return fmt.Errorf("input %q: the config declares %s %v, the package was exported for %s %v", in.Name, in.DType, shape, s.DType, s.Shape)
+	}
+	for i := range shape {
+		if shape[i] >= 0 && s.Shape[i] >= 0 && shape[i] != s.Shape[i] {
+			return fmt.Errorf("input %q: the config declares shape %v, the package was exported for %v", in.Name, shape, s.Shape)
+		}
+	}
+	return nil
+}
+
+// modelShape is the shape the model takes for a declared tensor: its reshape (after the
+// batch dimension when batching), else its shape.
+func (t *tritonModel) modelShape(s archive.TensorSpec) []int64 {
+	if s.Reshape == nil {
+		return s.Shape
+	}
+	if t.batch {
+		return append([]int64{-1}, s.Reshape...)
+	}
+	return s.Reshape
+}
+
+// forwardArgs returns the names of forward's arguments after self, from its TorchScript
+// schema, e.g. "forward(__torch__.Net self, Tensor x, Tensor y) -> Tensor". A
+// Dict(str, Tensor) input, which the backend feeds by name, is refused.
+func forwardArgs(schema string) ([]string, error) {
+	open, close := strings.Index(schema, "("), strings.LastIndex(schema, ") ->")
+	if open < 0 || close < open {
+		return nil, fmt.Errorf("cannot read forward's schema %q", schema)
+	}
+	var args []string
+	depth, start := 0, open+1
+	for i := open + 1; i <= close; i++ {
+		switch c := schema[i]; {
+		case c == '(' || c == '[':
+			depth++
+		case (c == ')' || c == ']') && i < close:
+			depth--
+		case c == ',' && depth == 0 || i == close:
+			arg := strings.TrimSpace(schema[start:i])
+			start = i + 1
+			if arg == "" {
+				continue
+			}
+			typ, name := arg, ""
+			if j := strings.LastIndex(arg, " "); j >= 0 {
+				typ, name = arg[:j], arg[j+1:]
+			}
+			name, _, _ = strings.Cut(name, "=")
+			if strings.HasPrefix(typ, "__torch__") || name == "self" {
+				continue
+			}
+			if strings.HasPrefix(typ, "Dict(") {
+				return nil, fmt.Errorf("%w: forward takes %s %s; torchd feeds forward positional tensors (a dict input is fed by key in Triton)", triton.ErrUnsupported, typ, name)
+			}
+			args = append(args, name)
+		}
+	}
+	return args, nil
+}
+
+// toModel refuses a request larger than max_batch_size, as Triton does, and reshapes its
+// tensors from their declared shapes to the model's.
+func (t *tritonModel) toModel(s *handlers.Sample) error {
+	if t.batch && s.Items > int(t.config.MaxBatchSize) {
+		return fmt.Errorf("inference request batch-size must be <= %d for '%s', got %d", t.config.MaxBatchSize, t.config.Name, s.Items)
+	}
+	for i := range s.Tensors {
+		if i >= len(t.ins) || t.ins[i].Reshape == nil {
+			continue
+		}
+		shape, err := t.reshape(s.Tensors[i], t.ins[i].Reshape, s.Items)
+		if err != nil {
+			return fmt.Errorf("input %q: %w", t.ins[i].Name, err)
+		}
+		s.Tensors[i].Shape = shape
+		if i == 0 && !t.batch {
+			s.Items = int(shape[0])
+		}
+	}
+	return nil
+}
+
+// fromModel reshapes a result's tensors from the model's shapes to the declared ones.
+func (t *tritonModel) fromModel(out []handlers.Tensor, items int) error {
+	for i := range out {
+		if i >= len(t.outs) || t.outs[i].Reshape == nil {
+			continue
+		}
+		dims := t.outs[i].Shape
+		if t.batch {
+			dims = dims[1:]
+		}
+		shape, err := t.reshape(out[i], dims, items)
+		if err != nil {
+			return fmt.Errorf("output %q: %w", t.outs[i].Name, err)
+		}
+		out[i].Shape = shape
+	}
+	return nil
+}
+
+// reshape gives x the shape to (after the batch dimension when batching); one -1 in to
+// takes the elements left.
+func (t *tritonModel) reshape(x handlers.Tensor, to []int64, items int) ([]int64, error) {
+	shape := slices.Clone(to)
+	if t.batch {
+		shape = append([]int64{int64(items)}, to...)
+	}
+	n, known, free := x.Numel(), int64(1), -1
+	for i, d := range shape {
+		if d < 0 {
+			if free >= 0 {
+				return nil, fmt.Errorf("reshape %v has two variable dimensions", to)
+			}
+			free = i
+			continue
+		}
+		known *= d
+	}
+	if free >= 0 && known > 0 && n%known == 0 {
+		shape[free] = n / known
+		known = n
+	}
+	if known != n || len(shape) == 0 {
+		return nil, fmt.Errorf("a tensor of shape %v cannot be reshaped to %v", x.Shape, to)
+	}
+	return shape, nil
+}
+
+// warmup returns the samples each worker runs before serving: the config's model_warmup
+// (zero_data, random_data, or input_data_file from the model's warmup/ directory, count
+// times each), else zeros of the declared inputs at batch 1, three times.
+func (t *tritonModel) warmup() ([]*handlers.Sample, error) {
+	if len(t.config.ModelWarmup) == 0 {
+		s := &handlers.Sample{Items: 1}
+		for _, in := range t.ins {
+			shape := slices.Clone(t.modelShape(in))
+			for i, d := range shape {
+				if d < 0 {
+					shape[i] = 1
+				}
+			}
+			x, err := zeros(in.DType, shape)
+			if err != nil {
+				return nil, err
+			}
+			s.Tensors = append(s.Tensors, x)
+		}
+		if !t.batch {
+			s.Items = int(s.Tensors[0].Shape[0])
+		}
+		return []*handlers.Sample{s, s, s}, nil
+	}
+	var out []*handlers.Sample
+	for _, w := range t.config.ModelWarmup {
+		s, err := t.warmupSample(w)
+		if err != nil {
+			return nil, fmt.Errorf("model_warmup %q: %w", w.Name, err)
+		}
+		for range max(w.Count, 1) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (t *tritonModel) warmupSample(w *inference.ModelWarmup) (*handlers.Sample, error) {
+	items := int(max(w.BatchSize, 1))
+	if t.batch && items > int(t.config.MaxBatchSize) {
+		return nil, fmt.Errorf("batch_size %d is above max_batch_size %d", w.BatchSize, t.config.MaxBatchSize)
+	}
+	s := &handlers.Sample{Items: items}
+	for _, in := range t.ins {
+		wi, ok := w.Inputs[in.Name]
+		if !ok {
+			return nil, fmt.Errorf("no data for input %q", in.Name)
+		}
+		dt, err := triton.DType(wi.DataType)
+		if err != nil {
+			return nil, err
+		}
+		if dt != in.DType {
+			return nil, fmt.Errorf("input %q is %s, the warm-up gives %s", in.Name, in.DType, dt)
+		}
+		shape := slices.Clone(wi.Dims)
+		if t.batch {
+			shape = append([]int64{int64(items)}, shape...)
+		}
+		x, err := zeros(dt, shape)
+		if err != nil {
+			return nil, err
+		}
+		switch src := wi.InputDataType.(type) {
+		case *inference.ModelWarmup_Input_RandomData:
+			fillRandom(x)
+		case *inference.ModelWarmup_Input_InputDataFile:
+			// Triton reads it from the model directory's warmup/; one copy per batch item.
+			p := filepath.Join(t.dir, "warmup", src.InputDataFile)
+			if filepath.Base(src.InputDataFile) != src.InputDataFile {
+				return nil, fmt.Errorf("input_data_file %q must be a file name in warmup/", src.InputDataFile)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil, err
+			}
+			row := len(x.Data) / max(items, 1)
+			if !t.batch {
+				row = len(x.Data)
+			}
+			if len(b) != row {
+				return nil, fmt.Errorf("input_data_file %s has %d bytes, input %q needs %d", src.InputDataFile, len(b), in.Name, row)
+			}
+			for off := 0; off < len(x.Data); off += row {
+				copy(x.Data[off:], b)
+			}
+		}
+		s.Tensors = append(s.Tensors, x)
+	}
+	if err := t.toModel(s); err != nil {
+		return nil, err
+	}
+	if !t.batch {
+		s.Items = int(s.Tensors[0].Shape[0])
+	}
+	return s, nil
+}
+
+func zeros(dtype string, shape []int64) (handlers.Tensor, error) {
+	dt, err := torch.ParseDType(dtype)
+	if err != nil {
+		return handlers.Tensor{}, err
+	}
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return handlers.Tensor{}, fmt.Errorf("dims %v have a variable dimension: give the warm-up's size", shape)
+		}
+		n *= d
+	}
+	return handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n*int64(dt.Size()))}, nil
+}
+
+// fillRandom fills x with values in [0, 1) for floats, and 0 or 1 for integers and bools,
+// which every model takes (a random bit pattern would be NaNs and out-of-range indices).
+func fillRandom(x handlers.Tensor) {
+	size := x.DType.Size()
+	for off := 0; off+size <= len(x.Data); off += size {
+		f := rand.Float64()
+		switch x.DType {
+		case torch.Float32:
+			binary.LittleEndian.PutUint32(x.Data[off:], math.Float32bits(float32(f)))
+		case torch.Float64:
+			binary.LittleEndian.PutUint64(x.Data[off:], math.Float64bits(f))
+		case torch.Float16, torch.BFloat16:
+			x.Data[off], x.Data[off+1] = 0, 0x3c // 1.0 in float16; a small positive in bfloat16
+		default:
+			x.Data[off] = byte(rand.IntN(2))
+		}
+	}
+}
+
+// configJSON is a protobuf message as Triton's HTTP API writes a model config: field names
+// as in the .proto, 64-bit integers as JSON numbers (protojson would quote them), enums by
+// name, and unset fields left out.
+func configJSON(m proto.Message) map[string]any {
+	return messageJSON(m.ProtoReflect())
+}
+
+func messageJSON(m protoreflect.Message) map[string]any {
+	out := map[string]any{}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList():
+			l := v.List()
+			items := make([]any, l.Len())
+			for i := range items {
+				items[i] = scalarJSON(fd, l.Get(i))
+			}
+			out[string(fd.Name())] = items
+		case fd.IsMap():
+			mm := map[string]any{}
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				mm[k.String()] = scalarJSON(fd.MapValue(), mv)
+				return true
+			})
+			out[string(fd.Name())] = mm
+		default:
+			out[string(fd.Name())] = scalarJSON(fd, v)
+		}
+		return true
+	})
+	return out
+}
+
+func scalarJSON(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return messageJSON(v.Message())
+	case protoreflect.EnumKind:
+		if e := fd.Enum().Values().ByNumber(v.Enum()); e != nil {
+			return string(e.Name())
+		}
+		return int32(v.Enum())
+	case protoreflect.BytesKind:
+		return v.Bytes()
+	}
+	return v.Interface()
+}
+
+// interopOnce sets LibTorch's inter-op threads for the first repository model that asks,
+// as the PyTorch backend does: the setting is process-wide, and fixed once used.
+var interopOnce sync.Once
+
+// effective is the config the version is served with, filled in as Triton fills a config
+// in: the version policy, the backend, and the instances torchd runs.
+func (t *tritonModel) effective(v *ModelVersion) *inference.ModelConfig {
+	c := proto.Clone(t.config).(*inference.ModelConfig)
+	if c.VersionPolicy == nil {
+		c.VersionPolicy = &inference.ModelVersionPolicy{PolicyChoice: &inference.ModelVersionPolicy_Latest_{Latest: &inference.ModelVersionPolicy_Latest{NumVersions: 1}}}
+	}
+	if c.Platform == "" {
+		c.Platform = t.Platform()
+	}
+	if c.Backend == "" {
+		c.Backend = triton.BackendPyTorch
+	}
+	if c.DefaultModelFilename == "" {
+		c.DefaultModelFilename = filepath.Base(v.archive.SerializedFile)
+	}
+	kind := inference.ModelInstanceGroup_KIND_CPU
+	if strings.HasPrefix(v.module.Device(), "cuda") {
+		kind = inference.ModelInstanceGroup_KIND_GPU
+	}
+	if len(c.InstanceGroup) == 0 {
+		c.InstanceGroup = []*inference.ModelInstanceGroup{{Name: c.Name, Kind: kind, Count: int32(v.pool.Count())}}
+	}
+	for _, g := range c.InstanceGroup {
+		if g.Kind == inference.ModelInstanceGroup_KIND_AUTO {
+			g.Kind = kind
+		}
+	}
+	return c
+}
+
+// TritonConfig returns the Triton model configuration a version is served with: for a
+// repository model its config.pbtxt (or load override) filled in; nil for other models.
+func (v *ModelVersion) TritonConfig() *inference.ModelConfig {
+	if v.triton == nil {
+		return nil
+	}
+	return v.triton.effective(v)
+}
