@@ -25,8 +25,10 @@ APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver
 
 TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
 # $ORIGIN first: an install (a container image) puts the LibTorch libraries beside
-# libtorchd_c.so; a build tree finds them in LIBTORCH.
-TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(abspath $(LIBTORCH))/lib
+# libtorchd_c.so; a build tree finds them in LIBTORCH. --disable-new-dtags writes them as
+# DT_RPATH, which the dynamic loader searches before LD_LIBRARY_PATH (DT_RUNPATH comes after
+# it): a LibTorch on the library path never replaces ours.
+TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(abspath $(LIBTORCH))/lib
 # A CPU build links only libtorch_cpu and libc10, so it loads without the CUDA libraries.
 # With TORCH_CUDA=1, --no-as-needed keeps libtorch_cuda, whose static initializers register
 # the CUDA backend (without it cuda:0 fails at run time). The wheel's libraries find the CUDA
@@ -109,15 +111,18 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 # behind the tensor handler; slow is the controllable test model. They are stored
 # uncompressed (zip-store): weights deflate by ~8%, and inflating resnet18.mar cost ~0.35 s
 # of a 1.1 s cold start (docs/benchmarks.md).
+# NAME_pt2 is the zoo model's AOTInductor package (model.pt2, models/pt2.py) with NAME's config.
 ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm
+PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)
-	@for a in $(ARCHIVES); do name=$${a%%:*}; zoo=$${a##*:}; \
+	@for a in $(ARCHIVES) $(foreach m,$(PT2_ARCHIVES),$(m)_pt2:$(m)); do name=$${a%%:*}; zoo=$${a##*:}; \
+	  file=model.pt; config=$$name; case $$name in *_pt2) file=model.pt2; config=$${name%_pt2};; esac; \
 	  extra=$$(for f in index_to_name.json vocab.txt vocab.json st; do [ -e $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
 	  extra=$${extra%,}; [ -n "$$extra" ] && extra="--extra-files $$extra"; \
-	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/model.pt \
-	    --config-file models/configs/$$name.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
+	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/$$file \
+	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
 $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive torch internal -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
@@ -132,7 +137,7 @@ $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive to
 DIST ?= build/dist
 dist: $(BIN)/torchd
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
-	cp $(BIN)/torchd $(BIN)/libtorchd_c.so $(DIST)/bin/
+	cp $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(DIST)/bin/
 ifeq ($(TORCH_CUDA),1)
 	cp -L $(LIBTORCH)/lib/*.so* $(foreach d,$(NVIDIA_LIBS),$(d)/*.so*) $(DIST)/bin/
 else

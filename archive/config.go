@@ -75,6 +75,9 @@ type ModelConfig struct {
 	// default, even after WithDefaults.
 	Threads int
 	Freeze  bool // run torch.jit.freeze on the loaded module; default false
+	// Precision is "fp32" or "bf16" (a TorchScript model runs under autocast to bfloat16; an
+	// AOTInductor package must have been exported in it); "" leaves the daemon's choice.
+	Precision string
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec
@@ -86,6 +89,9 @@ type TensorSpec struct {
 	DType string  // one of DTypes
 	Shape []int64 // -1 marks a variable dimension; nil leaves the rank undeclared
 }
+
+// Precisions are the values of ModelConfig.Precision.
+var Precisions = []string{"fp32", "bf16"}
 
 // DTypes are the dtype names a TensorSpec may use. "string" is the Open Inference
 // Protocol's BYTES, one text per element, for an input that a handler tokenizes.

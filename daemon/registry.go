@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -336,6 +337,9 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if !set["freeze"] && ac.Freeze {
 		s.Freeze = true
 	}
+	if !set["precision"] && ac.Precision != "" {
+		s.Precision = ac.Precision
+	}
 	switch {
 	case req.BatchSize > 0:
 		s.BatchSize, s.AutoBatch = req.BatchSize, false
@@ -398,8 +402,27 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if err := timedOut(); err != nil {
 		return nil, err
 	}
+	// A package's compiled code runs only the batch sizes it was exported for, and does not
+	// check them itself: a batch_size outside the range the archive records is refused now,
+	// before the package is loaded, not at a request.
+	if p := am.Package; p != nil {
+		if err := p.CheckBatchSize(s.BatchSize); err != nil {
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
+		}
+		// A package's precision is compiled in.
+		if p.Precision != s.Precision {
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
+				name, s.Precision, filepath.Base(am.SerializedPath()), p.Precision, s.Precision, p.Precision)
+		}
+	}
+	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
+		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
+	}
 	var lopts []torch.LoadOption
 	lopts = append(lopts, torch.WithDevice(s.Device))
+	if s.Precision == "bf16" {
+		lopts = append(lopts, torch.WithBF16())
+	}
 	if s.Freeze {
 		lopts = append(lopts, torch.WithFreeze())
 	}
@@ -411,8 +434,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		module.Close()
 		return nil, err
 	}
-	// A package's compiled code runs only the batch sizes it was exported for, and does not
-	// check them itself: a batch_size outside that range is refused now, not at a request.
+	// The package's own specs decide, should the archive's record disagree with them.
 	if p, ok := module.(*torch.Package); ok {
 		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
 			module.Close()
@@ -495,6 +517,17 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
 		"threads", v.pool.Threads(), "device", module.Device(), "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
+}
+
+// cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).
+func cpuHasBF16() bool {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "flags") {
+			return strings.Contains(line+" ", " avx512_bf16 ") || strings.Contains(line+" ", " amx_bf16 ")
+		}
+	}
+	return false
 }
 
 // startupTimedOut is TorchServe's answer to workers that did not start within
