@@ -409,24 +409,14 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		if err := p.CheckBatchSize(s.BatchSize); err != nil {
 			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
 		}
-		// A package's precision is compiled in.
-		if p.Precision != s.Precision {
-			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
-				name, s.Precision, filepath.Base(am.SerializedPath()), p.Precision, s.Precision, p.Precision)
+		if err := checkPrecision(am, s.Precision); err != nil {
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
 		}
 	}
 	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
 	}
-	var lopts []torch.LoadOption
-	lopts = append(lopts, torch.WithDevice(s.Device))
-	if s.Precision == "bf16" {
-		lopts = append(lopts, torch.WithBF16())
-	}
-	if s.Freeze {
-		lopts = append(lopts, torch.WithFreeze())
-	}
-	module, err := loadModel(am, s, lopts)
+	module, err := LoadModel(am, s)
 	if err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "failed to load model %s version %s: %v", name, version, err)
 	}
@@ -537,11 +527,32 @@ func startupTimedOut(name, version string, limit time.Duration) error {
 		"Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
 }
 
-// loadModel loads the archive's serialized file: an AOTInductor package with one runner per
-// worker the pool may grow to (a worker beyond them waits for one), else TorchScript.
-func loadModel(am *archive.Model, s ModelSettings, lopts []torch.LoadOption) (torch.Model, error) {
+// checkPrecision refuses a package served in another precision than it was exported in: a
+// package's precision is compiled in.
+func checkPrecision(am *archive.Model, precision string) error {
+	if p := am.Package; p != nil && p.Precision != precision {
+		return fmt.Errorf("precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
+			precision, filepath.Base(am.SerializedPath()), p.Precision, precision, p.Precision)
+	}
+	return nil
+}
+
+// LoadModel loads the archive's serialized file with the settings' device, precision and
+// freeze: an AOTInductor package with one runner per worker the pool may grow to (a worker
+// beyond them waits for one), else TorchScript.
+func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 	if am.IsPackage() {
+		if err := checkPrecision(am, s.Precision); err != nil {
+			return nil, err
+		}
 		return torch.LoadPackage(am.SerializedPath(), torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers)))
+	}
+	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
+	if s.Precision == "bf16" {
+		lopts = append(lopts, torch.WithBF16())
+	}
+	if s.Freeze {
+		lopts = append(lopts, torch.WithFreeze())
 	}
 	return torch.Load(am.SerializedPath(), lopts...)
 }

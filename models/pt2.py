@@ -18,8 +18,9 @@ stay float32 (the package casts them), so handlers and clients are unchanged. --
 compiles for CUDA (on a machine with a GPU and the CUDA torch); --models picks the models.
 
 Compiling takes a minute or more per model on 2 cores, so packages are cached in CACHE
-(default build/pt2-cache), keyed by a hash of this script, common.py, the torch version, the
-model's weights file and the compile settings: an unchanged model is copied, not recompiled.
+(default build/pt2-cache), keyed by a hash of the code that builds and compiles the model, its
+weights file, the torch version and the compile settings: an unchanged model is copied, not
+recompiled.
 
 Files, per model (the references only for the default CPU fp32 package):
   model.pt2                 the CPU fp32 package; model_bf16.pt2, model_cuda.pt2,
@@ -31,11 +32,14 @@ Files, per model (the references only for the default CPU fp32 package):
   pt2_ref_output_bN.npy     eager PyTorch's output for the first N rows, N in 1, 2, 7, BATCH_MAX.
   pt2_ref_pooled_bN.npy     MiniLM: the mean-pooled, L2-normalized embeddings of those outputs,
                             as the text_embedding handler answers.
+  bf16_gate_images.npy      EfficientNet-Lite0: GATE_IMAGES photos, uint8 [N, 3, 224, 224] after
+                            Resize(256) and CenterCrop(224), for the bf16 accuracy gate.
 
 Usage: .venv/bin/python models/pt2.py --out DIR [--models digits,resnet18] [--cache DIR]
                                       [--device cpu|cuda] [--dtype fp32|bf16|fp16]
 """
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -217,10 +221,13 @@ def build(out, cache, name, device, dtype):
     weights = os.path.join(d, m.weights)
     if not os.path.exists(weights):
         sys.exit(f"pt2: {weights} is missing; build the zoo first (models/build_all.py)")
+    # The key covers what the package is made from: the code that builds the module and
+    # compiles it, the weights, the torch version and the settings (not the references).
     h = hashlib.sha256()
-    for f in (os.path.abspath(__file__), os.path.join(HERE, "common.py"), weights):
-        file_hash(h, f)
-    h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN}".encode())
+    for fn in (MODELS[name], Cast, batch_rows, compile_package):
+        h.update(inspect.getsource(fn).encode())
+    file_hash(h, weights)
+    h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN} {m.batch_max} {m.seq_max}".encode())
     stem = package_name(device, dtype).removesuffix(".pt2")
     cached = os.path.join(cache, f"{name}-{stem}-{h.hexdigest()[:24]}.pt2")
     if os.path.exists(cached):
@@ -237,6 +244,8 @@ def build(out, cache, name, device, dtype):
     if device != "cpu" or dtype != "fp32":
         return
 
+    if name == "efficientnet_lite0":
+        np.save(os.path.join(d, "bf16_gate_images.npy"), gate_images())
     if m.seq_max is None:
         np.save(os.path.join(d, "pt2_ref_input.npy"), m.rows[0])
     else:
@@ -254,6 +263,40 @@ def build(out, cache, name, device, dtype):
             pooled = (y * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
             np.save(os.path.join(d, f"pt2_ref_pooled_b{n}.npy"), pooled.numpy())
+
+
+GATE_IMAGES = 240
+
+
+def gate_images(n=GATE_IMAGES):
+    """n photos for the bf16 accuracy gate, as uint8 [n, 3, 224, 224] after Resize(256) and
+    CenterCrop(224): random crops (a third of the photo to all of it), flips, rotations and
+    scales of scikit-learn's two sample photos, china.jpg and flower.jpg."""
+    import random
+    import efficientnet
+    from PIL import Image
+    rng = random.Random(2048)
+    photos = [Image.open(os.path.join(efficientnet.SKLEARN_IMAGES, f)).convert("RGB")
+              for f in ("china.jpg", "flower.jpg")]
+    out = np.empty((n, 3, efficientnet.CROP, efficientnet.CROP), dtype=np.uint8)
+    for i in range(n):
+        img = photos[i % 2]
+        w, h = img.size
+        area = rng.uniform(0.33, 1.0) * w * h
+        aspect = rng.uniform(3 / 4, 4 / 3)
+        cw, ch = min(w, int((area * aspect) ** 0.5)), min(h, int((area / aspect) ** 0.5))
+        x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+        img = img.crop((x, y, x + cw, y + ch))
+        if rng.random() < 0.5:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        img = img.rotate(rng.uniform(-30, 30), resample=Image.Resampling.BILINEAR)
+        s = rng.uniform(0.6, 1.4)
+        img = img.resize((max(32, int(img.width * s)), max(32, int(img.height * s))), Image.Resampling.BILINEAR)
+        img = img.resize(efficientnet.resized_size(*img.size), Image.Resampling.BILINEAR)
+        left, top = (img.width - efficientnet.CROP) // 2, (img.height - efficientnet.CROP) // 2
+        img = img.crop((left, top, left + efficientnet.CROP, top + efficientnet.CROP))
+        out[i] = np.asarray(img).transpose(2, 0, 1)
+    return out
 
 
 def main():
