@@ -117,7 +117,8 @@ func inferPackage(t *testing.T, s *server, name string, rows []oip.Tensor) []flo
 // references are models/pt2.py's). Then single-row requests sent at once, batched by the
 // server, equal the same rows sent one by one.
 func TestZooPackagesOverHTTP(t *testing.T) {
-	s := startServer(t)
+	// 32 images of 3x224x224 float32 are 19 MB, over the default request limit.
+	s := startServer(t, "--max-request-size", "32000000")
 	for _, m := range zooPackages {
 		t.Run(m.name, func(t *testing.T) {
 			s.register(t, "url=pt2/"+m.name+".mar&max_batch_delay=20&initial_workers=1&synchronous=true")
@@ -151,6 +152,9 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 			wg.Wait()
 			for i := range k {
 				closeTo(t, fmt.Sprintf("row %d batched against alone", i), batched[i], alone[i], 1e-5)
+			}
+			if _, mean := s.batching(t, m.name); mean <= 1.05 {
+				t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
 			}
 		})
 	}
