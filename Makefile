@@ -46,7 +46,7 @@ else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
 
-.PHONY: setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: models-bf16 setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -106,6 +106,11 @@ models: $(STORE)/.done
 $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
+
+# Every zoo package also in bf16 (model_bf16.pt2; make models builds digits' and MiniLM's):
+# what bench/pt2.sh and the image models' bf16 gates (TestBF16Gates) use. Minutes per model.
+models-bf16: $(MODELS_OUT)/.done
+	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --dtype bf16
 
 # The zoo's archives, built with torchd's own archiver. digits_tensor is the digits CNN
 # behind the tensor handler; slow is the controllable test model. They are stored

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-
-	"github.com/torchd/torchd/archive"
 )
 
 // Config is torchd's server configuration. It is read once, at start-up, by LoadConfig, from
@@ -65,7 +63,7 @@ type ModelSettings struct {
 	Device          string
 	Threads         int // intra-op threads per worker; 0: cores / workers
 	Freeze          bool
-	Precision       string // fp32 or bf16
+	Precision       string // fp32 or bf16: the registration's, else the archive's, else fp32
 
 	// Self-tuning batching (autotune.go): the daemon picks the batch size, the delay or
 	// the workers itself; LatencyTarget is the p99 it holds (0: none).
@@ -251,8 +249,6 @@ var settings = []setting{
 		apply: intSetting(func(c *Config) *int { return &c.Model.Threads }, 0)},
 	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
 		apply: boolSetting(func(c *Config) *bool { return &c.Model.Freeze })},
-	{key: "precision", def: "fp32", model: true, help: "fp32, or bf16: TorchScript models run under autocast to bfloat16; an AOTInductor package must have been exported in bfloat16",
-		apply: strSetting(func(c *Config) *string { return &c.Model.Precision }, archive.Precisions...)},
 }
 
 func init() {

@@ -215,15 +215,15 @@ func TestPackageOverHTTP(t *testing.T) {
 	}
 }
 
-// writePackageArchive writes the digits package into the store as a directory archive named
-// name with config, then lets edit change its manifest.
-func writePackageArchive(t *testing.T, name, config string, edit func(*archive.Manifest)) {
+// writeDigitsArchive writes models/out/digits/<file> into the store's pt2/ as a directory
+// archive named name with config, then lets edit change its manifest.
+func writeDigitsArchive(t *testing.T, name, file, config string, edit func(*archive.Manifest)) {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "model-config.toml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := archive.Write(archive.WriteOptions{ModelName: name, SerializedFile: filepath.Join(zooDir, "digits", "model.pt2"),
+	out, err := archive.Write(archive.WriteOptions{ModelName: name, SerializedFile: filepath.Join(zooDir, "digits", file),
 		ConfigFile: cfg, ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
 	if err != nil {
 		t.Fatal(err)
@@ -258,14 +258,14 @@ func TestPackageRegistrationRefusals(t *testing.T) {
 	r := do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2.mar&batch_size=65&initial_workers=1&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "batch_size 65 is outside the batch range [1, 64]")
 	// The archive's record is what registration reads.
-	writePackageArchive(t, "digits_pt2_narrow", "handler = \"tensor\"\n", func(m *archive.Manifest) {
+	writeDigitsArchive(t, "digits_pt2_narrow", "model.pt2", "handler = \"tensor\"\n", func(m *archive.Manifest) {
 		rec := m.Model.Extensions[archive.PackageExtension].(map[string]any)
 		in := rec["inputs"].([]any)[0].(map[string]any)
 		in["max"].([]any)[0] = 16
 	})
 	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_narrow&batch_size=32&initial_workers=1&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "batch_size 32 is outside the batch range [1, 16]")
-	writePackageArchive(t, "digits_pt2_bf16", "handler = \"tensor\"\nprecision = \"bf16\"\n", nil)
+	writeDigitsArchive(t, "digits_pt2_bf16", "model.pt2", "handler = \"tensor\"\nprecision = \"bf16\"\n", nil)
 	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_bf16&initial_workers=1&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision bf16, but model.pt2 was exported in fp32")
 	s.register(t, "url=pt2/digits_pt2.mar&batch_size=64&initial_workers=1&synchronous=true")
@@ -273,4 +273,57 @@ func TestPackageRegistrationRefusals(t *testing.T) {
 	if len(tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(body)))) != 10 {
 		t.Fatal("no 10 logits after a refused registration")
 	}
+}
+
+// TestPrecisionBF16OverHTTP serves the digits CNN in bf16 as TorchScript (autocast) and as its
+// package exported in bf16, from archives whose config says precision = "bf16", and as
+// TorchScript registered with precision=bf16: each answers
+// logits close to float32's, not equal to them, with the same top digit. A bf16 package
+// served at the server's default precision (fp32) is refused with a 400.
+func TestPrecisionBF16OverHTTP(t *testing.T) {
+	s := startServer(t)
+	const cfg = "handler = \"tensor\"\nbatch_size = 8\nprecision = \"bf16\"\n"
+	writeDigitsArchive(t, "digits_bf16_ts", "model.pt", cfg, nil)
+	writeDigitsArchive(t, "digits_bf16_pt2", "model_bf16.pt2", cfg, nil)
+	writeDigitsArchive(t, "digits_bf16_pt2_at_fp32", "model_bf16.pt2", "handler = \"tensor\"\n", nil)
+	s.register(t, "url=digits_tensor.mar&initial_workers=1&synchronous=true")
+	rows := packageRows(t, "digits", 16)
+	want := inferPackage(t, s, "digits_tensor", rows)
+	// The registration's precision parameter does what the archive's config does.
+	s.register(t, "url=digits_tensor.mar&model_name=digits_bf16_param&precision=bf16&initial_workers=1&synchronous=true")
+	r := do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp16", "", nil)
+	errorShape(t, r, 400, "BadRequestException", `precision "fp16": want one of ["fp32" "bf16"]`)
+	for _, name := range []string{"digits_bf16_ts", "digits_bf16_pt2", "digits_bf16_param"} {
+		if name != "digits_bf16_param" {
+			s.register(t, "url=pt2/"+name+"&initial_workers=1&synchronous=true")
+		}
+		got := inferPackage(t, s, name, rows)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d logits, want %d", name, len(got), len(want))
+		}
+		d := 0.0
+		for i := range got {
+			d = math.Max(d, math.Abs(float64(got[i]-want[i])))
+		}
+		if d == 0 || d > 0.25 {
+			t.Errorf("%s: max |logit diff| %g to float32, want some and at most 0.25", name, d)
+		}
+		for r := range 16 {
+			if argmax(got[r*10:(r+1)*10]) != argmax(want[r*10:(r+1)*10]) {
+				t.Errorf("%s: row %d: digit %d in bf16, %d in float32", name, r, argmax(got[r*10:(r+1)*10]), argmax(want[r*10:(r+1)*10]))
+			}
+		}
+	}
+	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_pt2_at_fp32&initial_workers=1&synchronous=true", "", nil)
+	errorShape(t, r, 400, "ModelException", "precision fp32, but model_bf16.pt2 was exported in bf16")
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i := range v {
+		if v[i] > v[best] {
+			best = i
+		}
+	}
+	return best
 }

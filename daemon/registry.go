@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -40,10 +41,12 @@ type ModelVersion struct {
 	Startup       bool // loaded at start-up rather than through the API
 	// persist records the version in the snapshot (registered through the API, or restored
 	// from the snapshot); handlerArg is the handler given at registration, if any, and
-	// requestedThreads the threads parameter (0: none).
-	persist          bool
-	handlerArg       string
-	requestedThreads int
+	// requestedThreads and requestedPrecision the threads and precision parameters (0, "":
+	// none).
+	persist            bool
+	handlerArg         string
+	requestedThreads   int
+	requestedPrecision string
 
 	archive *archive.Model
 	module  torch.Model
@@ -127,9 +130,10 @@ type RegisterRequest struct {
 	ResponseTimeout time.Duration
 	StartupTimeout  *time.Duration // nil: unset; 0: no time at all, so the registration fails
 	Startup         bool
-	Persist         bool // record in the snapshot
-	MaxWorkers      int  // 0: unset
-	Threads         int  // intra-op threads per worker; 0: unset
+	Persist         bool   // record in the snapshot
+	MaxWorkers      int    // 0: unset
+	Threads         int    // intra-op threads per worker; 0: unset
+	Precision       string // fp32 or bf16; "": the archive's
 	// "auto" at registration for batch_size, max_batch_delay, initial_workers, and the
 	// latency_target_ms parameter.
 	BatchSizeAuto, DelayAuto, WorkersAuto bool
@@ -337,9 +341,7 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if !set["freeze"] && ac.Freeze {
 		s.Freeze = true
 	}
-	if !set["precision"] && ac.Precision != "" {
-		s.Precision = ac.Precision
-	}
+	s.Precision = cmp.Or(req.Precision, ac.Precision, "fp32")
 	switch {
 	case req.BatchSize > 0:
 		s.BatchSize, s.AutoBatch = req.BatchSize, false
@@ -438,7 +440,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	v := &ModelVersion{
 		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
-		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads,
+		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads, requestedPrecision: req.Precision,
 		archive: am, module: module, handler: h,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 	}

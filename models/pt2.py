@@ -147,9 +147,13 @@ class Cast(nn.Module):
         super().__init__()
         self.module, self.dtype = module.to(dtype), dtype
 
-    def forward(self, *xs):
-        xs = [x.to(self.dtype) if x.is_floating_point() else x for x in xs]
-        return self.module(*xs).float()
+    # Positional arguments, not *args, so that the exported signature is the module's: an
+    # image (float) or token ids and their attention mask (int64).
+    def forward(self, x, mask=None):
+        if x.is_floating_point():
+            x = x.to(self.dtype)
+        y = self.module(x) if mask is None else self.module(x, mask)
+        return y.float()
 
 
 def file_hash(h, path):
