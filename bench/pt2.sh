@@ -10,7 +10,8 @@
 #
 # The bf16 packages are exported first if missing (models/pt2.py --dtype bf16, minutes per
 # model). Results go to build/pt2-bench/; BENCH_ARGS adds bench-model flags (e.g. --rounds 5
-# --time 2s). On a CPU without avx512_bf16 or AMX, bf16 is emulated and slower than fp32.
+# --time 2s); ONLY="digits minilm" runs some of the models. On a CPU without avx512_bf16 or
+# AMX, bf16 is emulated and slower than fp32.
 set -euo pipefail
 
 BIN=${BIN:-bin/torchd}
@@ -46,9 +47,12 @@ bf16_archive() {
   echo "$OUT/${name}_pt2_bf16.mar"
 }
 
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
 ceiling() {
   for m in "${MODELS[@]}"; do
     read -r name zoo input ctype batches <<<"$m"
+    wanted "$name" || continue
     for variant in "torchscript fp32 $STORE/$name.mar" "pt2 fp32 $STORE/${name}_pt2.mar" \
                    "torchscript bf16 $STORE/$name.mar" "pt2 bf16 bf16"; do
       read -r format precision archive <<<"$variant"
@@ -57,20 +61,29 @@ ceiling() {
       # shellcheck disable=SC2086
       "$BIN" bench-model --json --precision "$precision" --input "$input" --content-type "$ctype" \
         --batch-sizes "$batches" ${BENCH_ARGS:-} "$archive" >"$OUT/$name-$format-$precision.json"
-      "$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(f"{r[\"archive\"]:40} {r[\"format\"]:11} {r[\"precision\"]}  single {r[\"single_ns\"]/1e6:8.2f} ms  best {r[\"best\"][\"throughput\"]:8.1f} req/s at batch {r[\"best\"][\"batch\"]}")' \
-        "$OUT/$name-$format-$precision.json"
+      "$PYTHON" - "$OUT/$name-$format-$precision.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("%-20s %-11s %s  one request %8.2f ms  best %8.1f req/s at batch %d" % (
+    r["archive"].rsplit("/", 1)[-1], r["format"], r["precision"], r["single_ns"] / 1e6,
+    r["best"]["throughput"], r["best"]["batch"]))
+EOF
     done
   done | tee "$OUT/ceiling.txt"
 }
 
 # Time from start to the first 200 from /ping (every start-up model loaded and warm).
 cold() {
-  local port=18480
+  local port
   for m in "${MODELS[@]}"; do
     read -r name _ <<<"$m"
+    wanted "$name" || continue
     for archive in "$name.mar" "${name}_pt2.mar"; do
       for _ in $(seq "$ROUNDS"); do
         local start end pid
+        # A free port: nothing may answer there before the server starts.
+        port=$((20000 + RANDOM % 40000))
+        while curl -s -o /dev/null "http://127.0.0.1:$port/ping"; do port=$((20000 + RANDOM % 40000)); done
         start=$(date +%s.%N)
         "$BIN" serve --model-store "$STORE" --models "$name=$archive" --inference-address "127.0.0.1:$port" \
           --management-address "127.0.0.1:$((port + 1))" --metrics-address "127.0.0.1:$((port + 2))" \

@@ -15,9 +15,9 @@ import (
 // run the digits package, which is what it checks from outside.
 const decoyChildEnv = "TORCHD_TEST_DECOY_CHILD"
 
-// decoyLibraries writes, into a new directory, a libtorch.so, libtorch_cpu.so and libc10.so
-// that abort the process as soon as they are loaded: the names an AOTInductor package's
-// compiled library NEEDs without a path.
+// decoyLibraries writes, into a new directory, a libtorch.so, libtorch_cpu.so, libc10.so and
+// libgomp.so.1 that abort the process as soon as they are loaded: the names an AOTInductor
+// package's compiled library NEEDs without a path.
 func decoyLibraries(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -27,7 +27,7 @@ func decoyLibraries(t *testing.T) string {
 	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"libtorch.so", "libtorch_cpu.so", "libc10.so"} {
+	for _, name := range []string{"libtorch.so", "libtorch_cpu.so", "libc10.so", "libgomp.so.1"} {
 		out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(dir, name), "-Wl,-soname,"+name, src).CombinedOutput()
 		if err != nil {
 			t.Fatalf("gcc: %v\n%s", err, out)
