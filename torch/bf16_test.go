@@ -1,7 +1,6 @@
 package torch_test
 
 import (
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -74,8 +73,10 @@ func minilmCosines(t *testing.T, model torch.Model, n int64) []float64 {
 		t.Fatal(err)
 	}
 	got := pooled(t, float32s(t, out), mask, int(n)) // before out is closed
-	want := npyFloat32s(readNpy(t, zoo(t, "minilm", fmt.Sprintf("pt2_ref_pooled_b%d.npy", n))))
-	h := len(want) / int(n)
+	// A text's pooled embedding does not depend on the others in its batch.
+	all := readNpy(t, zoo(t, "minilm", "pt2_ref_pooled_b64.npy"))
+	want := npyFloat32s(all)
+	h := len(want) / int(all.Shape[0])
 	cos := make([]float64, n)
 	for i := range cos {
 		cos[i] = cosine(got[i], want[i*h:(i+1)*h])
@@ -149,19 +150,19 @@ func TestBF16Runs(t *testing.T) {
 
 }
 
-// TestBF16GateMiniLM is the accuracy gate of precision bf16 for MiniLM: each of 64 texts'
+// TestBF16GateMiniLM is the accuracy gate of precision bf16 for MiniLM: each of 32 texts'
 // embedding, in bfloat16, has a cosine of at least 0.999 to eager PyTorch's float32 one.
 func TestBF16GateMiniLM(t *testing.T) {
 	_, bf16 := bf16Models(t, "minilm")
 	for kind, m := range bf16 {
 		worst := 1.0
-		for i, c := range minilmCosines(t, m, 64) {
+		for i, c := range minilmCosines(t, m, 32) {
 			worst = min(worst, c)
 			if c < 0.999 {
 				t.Errorf("%s: text %d: cosine %.5f to float32, want >= 0.999", kind, i, c)
 			}
 		}
-		t.Logf("minilm %s bf16: lowest cosine %.5f over 64 texts", kind, worst)
+		t.Logf("minilm %s bf16: lowest cosine %.5f over 32 texts", kind, worst)
 	}
 }
 
