@@ -134,21 +134,23 @@ $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive to
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
-# beside them (its RUNPATH starts with $$ORIGIN), the LibTorch libraries it loads. A CPU build
+# beside them (its RPATH starts with $$ORIGIN), the LibTorch libraries it loads. A CPU build
 # takes those ldd resolves from LIBTORCH (libtorch_cpu, libc10, libgomp and the small CUDA
 # runtime stubs libtorch_cpu needs); TORCH_CUDA=1 takes all of LIBTORCH's and the nvidia
 # wheels' libraries, since cuDNN and CUDA load some of theirs with dlopen (each has $$ORIGIN
-# in its rpath, so one folder serves them all).
+# in its rpath, so one folder serves them all). The stand-in libtorch.so goes in last, over the
+# wheel's: AOTInductor packages bind to it.
 DIST ?= build/dist
 dist: $(BIN)/torchd
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
-	cp $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(DIST)/bin/
+	cp $(BIN)/torchd $(BIN)/libtorchd_c.so $(DIST)/bin/
 ifeq ($(TORCH_CUDA),1)
 	cp -L $(LIBTORCH)/lib/*.so* $(foreach d,$(NVIDIA_LIBS),$(d)/*.so*) $(DIST)/bin/
 else
 	ldd $(BIN)/libtorchd_c.so | awk -v d=$(realpath $(LIBTORCH))/lib/ 'index($$3, d) == 1 {print $$3}' | \
 	  xargs -r cp -L -t $(DIST)/bin/
 endif
+	cp $(BIN)/libtorch.so $(DIST)/bin/
 	@! ldd $(DIST)/bin/libtorchd_c.so | grep 'not found'
 	@du -sh $(DIST)/bin
 
