@@ -25,8 +25,10 @@ APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver
 
 TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
 # $ORIGIN first: an install (a container image) puts the LibTorch libraries beside
-# libtorchd_c.so; a build tree finds them in LIBTORCH.
-TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(abspath $(LIBTORCH))/lib
+# libtorchd_c.so; a build tree finds them in LIBTORCH. --disable-new-dtags writes them as
+# DT_RPATH, which the dynamic loader searches before LD_LIBRARY_PATH (DT_RUNPATH comes after
+# it): a LibTorch on the library path never replaces ours.
+TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,$(abspath $(LIBTORCH))/lib
 # A CPU build links only libtorch_cpu and libc10, so it loads without the CUDA libraries.
 # With TORCH_CUDA=1, --no-as-needed keeps libtorch_cuda, whose static initializers register
 # the CUDA backend (without it cuda:0 fails at run time). The wheel's libraries find the CUDA
@@ -44,7 +46,7 @@ else
   TORCH_LIBS := -ltorch_cpu -lc10
 endif
 
-.PHONY: proto pyclients pyclients-http setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -105,30 +107,39 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
 
+# Every zoo package also in bf16 (model_bf16.pt2; make models builds digits' and MiniLM's):
+# what bench/pt2.sh and the image models' bf16 gates (TestBF16Gates) use. Minutes per model.
+models-bf16: $(MODELS_OUT)/.done
+	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --dtype bf16
+
 # The zoo's archives, built with torchd's own archiver. digits_tensor is the digits CNN
 # behind the tensor handler; slow is the controllable test model. They are stored
 # uncompressed (zip-store): weights deflate by ~8%, and inflating resnet18.mar cost ~0.35 s
 # of a 1.1 s cold start (docs/benchmarks.md).
+# NAME_pt2 is the zoo model's AOTInductor package (model.pt2, models/pt2.py) with NAME's config.
 ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm
+PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)
-	@for a in $(ARCHIVES); do name=$${a%%:*}; zoo=$${a##*:}; \
+	@for a in $(ARCHIVES) $(foreach m,$(PT2_ARCHIVES),$(m)_pt2:$(m)); do name=$${a%%:*}; zoo=$${a##*:}; \
+	  file=model.pt; config=$$name; case $$name in *_pt2) file=model.pt2; config=$${name%_pt2};; esac; \
 	  extra=$$(for f in index_to_name.json vocab.txt vocab.json st; do [ -e $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
 	  extra=$${extra%,}; [ -n "$$extra" ] && extra="--extra-files $$extra"; \
-	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/model.pt \
-	    --config-file models/configs/$$name.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
+	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/$$file \
+	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
 $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd daemon handlers archive torch internal oip proto -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
-# beside them (its RUNPATH starts with $$ORIGIN), the LibTorch libraries it loads. A CPU build
+# beside them (its RPATH starts with $$ORIGIN), the LibTorch libraries it loads. A CPU build
 # takes those ldd resolves from LIBTORCH (libtorch_cpu, libc10, libgomp and the small CUDA
 # runtime stubs libtorch_cpu needs); TORCH_CUDA=1 takes all of LIBTORCH's and the nvidia
 # wheels' libraries, since cuDNN and CUDA load some of theirs with dlopen (each has $$ORIGIN
-# in its rpath, so one folder serves them all).
+# in its rpath, so one folder serves them all). The stand-in libtorch.so goes in last, over the
+# wheel's: AOTInductor packages bind to it.
 DIST ?= build/dist
 dist: $(BIN)/torchd
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
@@ -139,6 +150,7 @@ else
 	ldd $(BIN)/libtorchd_c.so | awk -v d=$(realpath $(LIBTORCH))/lib/ 'index($$3, d) == 1 {print $$3}' | \
 	  xargs -r cp -L -t $(DIST)/bin/
 endif
+	cp $(BIN)/libtorch.so $(DIST)/bin/
 	@! ldd $(DIST)/bin/libtorchd_c.so | grep 'not found'
 	@du -sh $(DIST)/bin
 

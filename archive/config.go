@@ -78,6 +78,9 @@ type ModelConfig struct {
 	// Triton config's INTER_OP_THREAD_COUNT); 0 leaves LibTorch's default.
 	InteropThreads int
 	Freeze         bool // run torch.jit.freeze on the loaded module; default false
+	// Precision is "fp32" or "bf16" (a TorchScript model runs under autocast to bfloat16; an
+	// AOTInductor package must have been exported in it); "" leaves the daemon's choice.
+	Precision string
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec
@@ -92,6 +95,9 @@ type TensorSpec struct {
 	// reshape), without the batch dimension that Shape leads with when batching; nil: Shape.
 	Reshape []int64
 }
+
+// Precisions are the values of ModelConfig.Precision.
+var Precisions = []string{"fp32", "bf16"}
 
 // DTypes are the dtype names a TensorSpec may use. "string" is the Open Inference
 // Protocol's BYTES, one text per element, for an input that a handler tokenizes.

@@ -22,6 +22,7 @@ device = "cuda"
 device_ids = [0, 1]
 threads = 1
 freeze = true
+precision = "bf16"
 [options]                # handler options, validated by the handler
 image_size = 224
 resize = 256
@@ -49,7 +50,7 @@ func TestParseTOML(t *testing.T) {
 		File: ConfigTOML, Handler: "image_classifier",
 		BatchSize: 8, MaxBatchDelay: &delay, MinWorkers: 1, MaxWorkers: 2, JobQueueSize: 100,
 		ResponseTimeout: 120 * time.Second, StartupTimeout: 60 * time.Second,
-		Device: "cuda", DeviceIDs: []int{0, 1}, Threads: 1, Freeze: true,
+		Device: "cuda", DeviceIDs: []int{0, 1}, Threads: 1, Freeze: true, Precision: "bf16",
 		Options: map[string]any{
 			"image_size": int64(224), "resize": int64(256),
 			"mean": []any{0.485, 0.456, 0.406}, "std": []any{0.229, 0.224, 0.225},
@@ -87,6 +88,8 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`device_ids = [0, -1]`, "device_ids[1]", "must be one of GPU indexes >= 0, got integer -1"},
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
+		{`precision = "fp16"`, "precision", `must be one of ["fp32" "bf16"], got "fp16"`},
+		{`precision = 16`, "precision", `must be a string`},
 		{`handler = 5`, "handler", "must be a string, got integer 5"},
 		{`handler = "my_handler.py"`, "handler", "custom Python handler"},
 		{`serialized_file = "../model.pt"`, "serialized_file", `path has a ".." component`},

@@ -44,6 +44,9 @@ type Model struct {
 	SerializedFile string         // the TorchScript file, slash-separated, relative to Dir
 	Labels         map[int]string // from index_to_name.json or options.label_file; nil if neither
 	Files          []File         // every file of the model, sorted by name
+	// Package is an AOTInductor package's signature: the one the manifest records (Write
+	// records it), else the package's own; nil for TorchScript.
+	Package *PackageSignature
 
 	tmp string // the extraction directory Close removes; "" when nothing was extracted
 }
@@ -203,6 +206,9 @@ func openTorchScript(m *Model, abs string, fi fs.FileInfo, o openOptions) (*Mode
 	if err := checkHandler(o.handler); err != nil {
 		return nil, &ConfigError{Key: "handler", Err: err}
 	}
+	if err := m.loadPackage(); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -248,6 +254,9 @@ func (m *Model) load(o openOptions) error {
 		return err
 	}
 	if err := m.resolveSerialized(); err != nil {
+		return err
+	}
+	if err := m.loadPackage(); err != nil {
 		return err
 	}
 	return m.loadLabels()

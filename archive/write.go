@@ -37,7 +37,7 @@ var Formats = []Format{FormatDefault, FormatZipStore, FormatTGZ, FormatNoArchive
 type WriteOptions struct {
 	ModelName      string   // required; must match ^[A-Za-z0-9][A-Za-z0-9_\-.]*$, as torch-model-archiver requires
 	Version        string   // modelVersion; "" leaves it out and readers use "1.0"
-	SerializedFile string   // required: the TorchScript file, stored at the root under its base name
+	SerializedFile string   // required: the TorchScript file or AOTInductor package (.pt2), stored at the root under its base name
 	Handler        string   // a built-in handler (see HandlerNames); "" takes the config's handler
 	ExtraFiles     []string // files stored at the root under their base names; a directory's contents go to the root
 	// ConfigFile is a model-config.toml (stored as model-config.toml, where
@@ -264,7 +264,17 @@ func collect(o WriteOptions, out string) ([]source, Manifest, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	return files, NewManifest(o.ModelName, o.Version, serialized, handler, manifestConfig, now), nil
+	manifest := NewManifest(o.ModelName, o.Version, serialized, handler, manifestConfig, now)
+	if IsPackageName(serialized) {
+		sig, err := ReadPackageSignature(o.SerializedFile)
+		if err != nil {
+			return nil, Manifest{}, err
+		}
+		if err := recordPackage(&manifest, sig); err != nil {
+			return nil, Manifest{}, err
+		}
+	}
+	return files, manifest, nil
 }
 
 // progress reports bytes written to a callback.

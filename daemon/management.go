@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,12 +14,13 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/internal/memtrim"
 )
 
 func (d *Daemon) managementRouter() *router {
 	return withDescription("management", []*route{
-		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, synchronous, response_timeout, startup_timeout", handle: d.register},
+		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32 or bf16), synchronous, response_timeout, startup_timeout", handle: d.register},
 		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
 		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},
 		{method: "GET", pattern: "/models/{model_name}/{model_version}", summary: "Describe a version, or every version with 'all'", handle: d.describe},
@@ -178,6 +180,13 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 	if startup, set = a.num("startup_timeout", "the archive's or the server's startup_timeout"); set && startup != -1 {
 		st := time.Duration(max(startup, 0)) * time.Second
 		req.StartupTimeout = &st
+	}
+	if p, ok := a.str("precision"); ok {
+		if !slices.Contains(archive.Precisions, p) {
+			writeError(ctx, 400, "BadRequestException", fmt.Sprintf("precision %q: want one of %q", p, archive.Precisions))
+			return
+		}
+		req.Precision = p
 	}
 	req.Synchronous = a.bool("synchronous", true)
 	req.Persist = true

@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -39,10 +41,12 @@ type ModelVersion struct {
 	Startup       bool // loaded at start-up rather than through the API
 	// persist records the version in the snapshot (registered through the API, or restored
 	// from the snapshot); handlerArg is the handler given at registration, if any, and
-	// requestedThreads the threads parameter (0: none).
-	persist          bool
-	handlerArg       string
-	requestedThreads int
+	// requestedThreads and requestedPrecision the threads and precision parameters (0, "":
+	// none).
+	persist            bool
+	handlerArg         string
+	requestedThreads   int
+	requestedPrecision string
 
 	archive *archive.Model
 	module  torch.Model
@@ -144,9 +148,10 @@ type RegisterRequest struct {
 	ResponseTimeout time.Duration
 	StartupTimeout  *time.Duration // nil: unset; 0: no time at all, so the registration fails
 	Startup         bool
-	Persist         bool // record in the snapshot
-	MaxWorkers      int  // 0: unset
-	Threads         int  // intra-op threads per worker; 0: unset
+	Persist         bool   // record in the snapshot
+	MaxWorkers      int    // 0: unset
+	Threads         int    // intra-op threads per worker; 0: unset
+	Precision       string // fp32 or bf16; "": the archive's
 	// "auto" at registration for batch_size, max_batch_delay, initial_workers, and the
 	// latency_target_ms parameter.
 	BatchSizeAuto, DelayAuto, WorkersAuto bool
@@ -361,6 +366,7 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if !set["freeze"] && ac.Freeze {
 		s.Freeze = true
 	}
+	s.Precision = cmp.Or(req.Precision, ac.Precision, "fp32")
 	switch {
 	case req.BatchSize > 0:
 		s.BatchSize, s.AutoBatch = req.BatchSize, false
@@ -426,12 +432,21 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if t := req.triton; t != nil && strings.HasPrefix(s.Device, "cuda") && !torch.CUDAAvailable() {
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: instance_group kind KIND_GPU, but this torchd has no GPU (a CPU build, or no CUDA device): use KIND_CPU", name)
 	}
-	var lopts []torch.LoadOption
-	lopts = append(lopts, torch.WithDevice(s.Device))
-	if s.Freeze {
-		lopts = append(lopts, torch.WithFreeze())
+	// A package's compiled code runs only the batch sizes it was exported for, and does not
+	// check them itself: a batch_size outside the range the archive records is refused now,
+	// before the package is loaded, not at a request.
+	if p := am.Package; p != nil {
+		if err := p.CheckBatchSize(s.BatchSize); err != nil {
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
+		}
+		if err := checkPrecision(am, s.Precision); err != nil {
+			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
+		}
 	}
-	module, err := loadModel(am, s, lopts)
+	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
+		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
+	}
+	module, err := LoadModel(am, s)
 	if err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "failed to load model %s version %s: %v", name, version, err)
 	}
@@ -439,8 +454,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		module.Close()
 		return nil, err
 	}
-	// A package's compiled code runs only the batch sizes it was exported for, and does not
-	// check them itself: a batch_size outside that range is refused now, not at a request.
+	// The package's own specs decide, should the archive's record disagree with them.
 	if p, ok := module.(*torch.Package); ok {
 		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
 			module.Close()
@@ -460,7 +474,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	v := &ModelVersion{
 		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
-		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads,
+		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads, requestedPrecision: req.Precision,
 		archive: am, module: module, handler: h,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 		triton:  req.triton,
@@ -537,6 +551,17 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	return v, nil
 }
 
+// cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).
+func cpuHasBF16() bool {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "flags") {
+			return strings.Contains(line+" ", " avx512_bf16 ") || strings.Contains(line+" ", " amx_bf16 ")
+		}
+	}
+	return false
+}
+
 // startupTimedOut is TorchServe's answer to workers that did not start within
 // startup_timeout, with the reason added.
 func startupTimedOut(name, version string, limit time.Duration) error {
@@ -544,11 +569,32 @@ func startupTimedOut(name, version string, limit time.Duration) error {
 		"Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
 }
 
-// loadModel loads the archive's serialized file: an AOTInductor package with one runner per
-// worker the pool may grow to (a worker beyond them waits for one), else TorchScript.
-func loadModel(am *archive.Model, s ModelSettings, lopts []torch.LoadOption) (torch.Model, error) {
+// checkPrecision refuses a package served in another precision than it was exported in: a
+// package's precision is compiled in.
+func checkPrecision(am *archive.Model, precision string) error {
+	if p := am.Package; p != nil && p.Precision != precision {
+		return fmt.Errorf("precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
+			precision, filepath.Base(am.SerializedPath()), p.Precision, precision, p.Precision)
+	}
+	return nil
+}
+
+// LoadModel loads the archive's serialized file with the settings' device, precision and
+// freeze: an AOTInductor package with one runner per worker the pool may grow to (a worker
+// beyond them waits for one), else TorchScript.
+func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 	if am.IsPackage() {
+		if err := checkPrecision(am, s.Precision); err != nil {
+			return nil, err
+		}
 		return torch.LoadPackage(am.SerializedPath(), torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers)))
+	}
+	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
+	if s.Precision == "bf16" {
+		lopts = append(lopts, torch.WithBF16())
+	}
+	if s.Freeze {
+		lopts = append(lopts, torch.WithFreeze())
 	}
 	return torch.Load(am.SerializedPath(), lopts...)
 }

@@ -43,6 +43,8 @@ type snapshotModel struct {
 	// Threads is the intra-op threads per worker when set (0: cores / workers, or chosen by
 	// workers = "auto").
 	Threads int `json:"threads,omitempty"`
+	// Precision is the registration's precision parameter, if it gave one.
+	Precision string `json:"precision,omitempty"`
 	// Failed is why the registration failed to restore at the last start; it is tried again
 	// at every start until it loads or is unregistered.
 	Failed string `json:"failed,omitempty"`
@@ -124,6 +126,7 @@ func (d *Daemon) saveSnapshot() {
 				AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
 				LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
 				Threads:         v.requestedThreads,
+				Precision:       v.requestedPrecision,
 			})
 		}
 	}
@@ -194,7 +197,8 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 					InitialWorkers: &workers, ResponseTimeout: time.Duration(m.ResponseTimeout * float64(time.Second)),
 					Synchronous: true, Startup: true, Persist: true, MaxWorkers: m.MaxWorkers,
 					BatchSizeAuto: m.AutoBatch, DelayAuto: m.AutoDelay, WorkersAuto: m.AutoWorkers,
-					LatencyTarget: time.Duration(m.LatencyTargetMS * float64(time.Millisecond)), Threads: m.Threads}
+					LatencyTarget: time.Duration(m.LatencyTargetMS * float64(time.Millisecond)), Threads: m.Threads,
+					Precision: m.Precision}
 				// A setting that was automatic is automatic again, not frozen at its value.
 				if m.AutoBatch {
 					req.BatchSize = 0

@@ -8,8 +8,43 @@ import (
 )
 
 // Infer runs one batch through h's own Inferer, or the default: concatenate the samples
-// along their leading dimension, run forward once, and split every output back.
+// along their leading dimension, run forward once, and split every output back. An
+// AOTInductor package runs only the batch sizes it was exported for, so a batch of more rows
+// than its maximum (samples may hold several rows each) runs in consecutive parts.
 func Infer(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
+	if p, ok := m.(*torch.Package); ok && len(batch) > 1 {
+		_, hi := p.BatchRange()
+		if parts := splitRows(batch, hi); len(parts) > 1 {
+			outs := make([][]Tensor, 0, len(batch))
+			for _, part := range parts {
+				o, err := inferOnce(h, m, part)
+				if err != nil {
+					return nil, err
+				}
+				outs = append(outs, o...)
+			}
+			return outs, nil
+		}
+	}
+	return inferOnce(h, m, batch)
+}
+
+// splitRows cuts batch into runs of consecutive samples of at most max rows each; a sample
+// of more rows than max is a run of its own (the package refuses it with a clear error).
+func splitRows(batch []*Sample, max int64) [][]*Sample {
+	var parts [][]*Sample
+	start, rows := 0, int64(0)
+	for i, s := range batch {
+		if i > start && rows+int64(s.Items) > max {
+			parts = append(parts, batch[start:i])
+			start, rows = i, 0
+		}
+		rows += int64(s.Items)
+	}
+	return append(parts, batch[start:])
+}
+
+func inferOnce(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
 	if inf, ok := h.(Inferer); ok {
 		return inf.Infer(m, batch)
 	}

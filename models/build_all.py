@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm.
 
-models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2).
+models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2, and
+model_bf16.pt2 for digits and MiniLM).
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
@@ -41,13 +42,13 @@ def up_to_date(out, name):
     return built is not None and built > max(os.path.getmtime(s) for s in sources)
 
 
-def run(script, out):
+def run(script, out, *extra):
     # TorchScript emits some generated code (e.g. a module's Final constants) in Python set
     # order, which hash randomization shuffles between runs; a fixed seed makes model.pt
     # byte-identical from run to run (for the same checkout path, which its debug info names).
     env = dict(os.environ, PYTHONHASHSEED="0")
     # sys.executable rather than "python3": the python3 first on PATH has no torch.
-    result = subprocess.run([sys.executable, os.path.join(HERE, script), "--out", out], env=env)
+    result = subprocess.run([sys.executable, os.path.join(HERE, script), "--out", out, *extra], env=env)
     if result.returncode != 0:
         sys.exit(f"build_all: {script} failed (exit status {result.returncode})")
 
@@ -75,9 +76,11 @@ def main():
     run("explain_ref.py", args.out)
     print(f"explain_ref: {time.monotonic() - t:.1f} s", flush=True)
     # The .pt2 packages come from the models' weights; pt2.py caches them by input hash, so
-    # it recompiles only what changed.
+    # it recompiles only what changed. The bf16 packages of digits and MiniLM are what the
+    # tests run in bf16; `make models-bf16` exports the others.
     t = time.monotonic()
     run("pt2.py", args.out)
+    run("pt2.py", args.out, "--dtype", "bf16", "--models", "digits,minilm")
     print(f"pt2: {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
     run("verify.py", args.out)

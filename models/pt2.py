@@ -1,29 +1,45 @@
 #!/usr/bin/env python3
 """Export zoo models as AOTInductor packages: OUT/<name>/model.pt2 beside model.pt.
 
-Each package is exported with torch.export from the module class and the weights of the
-TorchScript model.pt already in OUT/<name>/, with a dynamic batch dimension
-[1, BATCH_MAX], and compiled by torch._inductor.aoti_compile_and_package for a stated CPU
+Each package is exported with torch.export from the model's eager module and the weights of
+the TorchScript model.pt already in OUT/<name>/, with a dynamic batch dimension
+[1, BATCH_MAX] (and, for the text models, a dynamic sequence length [1, SEQ_MAX]), and
+compiled by torch._inductor.aoti_compile_and_package. For CPU it is compiled for a stated
 baseline instead of the building machine (-march=native): MARCH (x86-64-v3: AVX2, FMA, BMI2,
 F16C) with AVX2 vectorization (SIMDLEN 256), so a package built on an AVX-512 machine serves on
 any x86-64-v3 one. torchd refuses a package whose baseline the host lacks.
 
 The package's metadata carries what torchd needs and AOTInductor does not expose: the input
-specs with each dimension's bounds (torchd.inputs), the output specs (torchd.outputs) and the
--march (torchd.march).
+specs with each dimension's bounds (torchd.inputs), the output specs (torchd.outputs), the
+-march (torchd.march) and the precision of its weights (torchd.precision).
 
-Compiling takes about a minute per small model on 2 cores, so packages are cached in CACHE
-(default build/pt2-cache), keyed by a hash of this script, common.py, the torch version, the
-model's weights file and the compile settings: an unchanged model is copied, not recompiled.
+--dtype bf16 (or fp16) exports the model with its weights in that dtype; inputs and outputs
+stay float32 (the package casts them), so handlers and clients are unchanged. --device cuda
+compiles for CUDA (on a machine with a GPU and the CUDA torch); --models picks the models.
 
-Files, per model:
-  model.pt2                 the package.
-  pt2_ref_input.npy         BATCH_MAX rows of inputs, from the model's own reference data.
+Compiling takes a minute or more per model on 2 cores, so packages are cached in CACHE
+(default build/pt2-cache), keyed by a hash of the code that builds and compiles the model, its
+weights file, the torch version and the compile settings: an unchanged model is copied, not
+recompiled.
+
+Files, per model (the references only for the default CPU fp32 package):
+  model.pt2                 the CPU fp32 package; model_bf16.pt2, model_cuda.pt2,
+                            model_cuda_fp16.pt2, ... for the other devices and dtypes.
+  pt2_ref_input.npy         BATCH_MAX rows of inputs (an image model's), or for a text model
+  pt2_ref_input_ids.npy     BATCH_MAX rows of token ids and their attention mask, padded to
+  pt2_ref_attention_mask.npy  the longest; the first N rows trimmed to their own longest are
+                            what batch N runs on.
   pt2_ref_output_bN.npy     eager PyTorch's output for the first N rows, N in 1, 2, 7, BATCH_MAX.
+  pt2_ref_pooled_bN.npy     MiniLM: the mean-pooled, L2-normalized embeddings of those outputs,
+                            as the text_embedding handler answers.
+  bf16_gate_images.npy      EfficientNet-Lite0: GATE_IMAGES photos, uint8 [N, 3, 224, 224] after
+                            Resize(256) and CenterCrop(224), for the bf16 accuracy gate.
 
 Usage: .venv/bin/python models/pt2.py --out DIR [--models digits,resnet18] [--cache DIR]
+                                      [--device cpu|cuda] [--dtype fp32|bf16|fp16]
 """
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -33,6 +49,7 @@ import time
 
 import numpy as np
 import torch
+from torch import nn
 
 import common
 
@@ -40,38 +57,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARCH = "x86-64-v3"
 SIMDLEN = 256
 REF_BATCHES = (1, 2, 7)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def digits():
-    from digits import DigitsCNN
-    return DigitsCNN(), "heldout.npy"
+class Model:
+    """One zoo model to export: its eager module, batch and sequence maxima, input names, and
+    its reference rows (numpy arrays, BATCH_MAX rows each)."""
 
-
-def resnet18():
-    import torchvision
-    return torchvision.models.resnet18(weights=None), "ref_input.npy"
-
-
-# name -> (factory returning (module, input .npy in OUT/<name>), batch max, input name).
-# The batch max is at least the model config's batch_size (models/configs/<name>.toml).
-MODELS = {
-    "digits": (digits, 64, "input__0"),
-    "resnet18": (resnet18, 32, "input__0"),
-}
-
-
-def file_hash(h, path):
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-
-
-def cache_key(name, batch_max):
-    h = hashlib.sha256()
-    for f in (os.path.abspath(__file__), os.path.join(HERE, "common.py")):
-        file_hash(h, f)
-    h.update(f"{torch.__version__} {MARCH} {SIMDLEN} {batch_max}".encode())
-    return h
+    def __init__(self, module, batch_max, inputs, rows, seq_max=None, weights="model.pt"):
+        self.module, self.batch_max, self.inputs, self.rows = module, batch_max, inputs, rows
+        self.seq_max, self.weights = seq_max, weights
 
 
 def rows(x, n):
@@ -80,56 +75,232 @@ def rows(x, n):
     return np.concatenate([x] * reps)[:n]
 
 
-def compile_package(module, example, batch_max, input_name, path):
+def scripted_weights(module, d):
+    module.load_state_dict(torch.jit.load(os.path.join(d, "model.pt")).state_dict())
+    return module.eval()
+
+
+def digits(d):
+    from digits import DigitsCNN
+    x = rows(np.load(os.path.join(d, "heldout.npy")), 64)
+    return Model(scripted_weights(DigitsCNN(), d), 64, ["input__0"], [x])
+
+
+def resnet18(d):
+    import torchvision
+    torch.manual_seed(1)
+    x = torch.randn(32, 3, 224, 224).numpy()
+    return Model(scripted_weights(torchvision.models.resnet18(weights=None), d), 32, ["input__0"], [x])
+
+
+def efficientnet_lite0(d):
+    import glob
+    import efficientnet
+    paths = sorted(glob.glob(os.path.join(d, "images", "*.jpg")))
+    x = rows(np.stack([efficientnet.preprocess(p).numpy() for p in paths]), 32)
+    return Model(scripted_weights(efficientnet.build_model(), d), 32, ["input__0"], [x])
+
+
+def pad(seqs, width=None):
+    width = width or max(len(s) for s in seqs)
+    ids = np.zeros((len(seqs), width), dtype=np.int64)
+    mask = np.zeros((len(seqs), width), dtype=np.int64)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = s
+        mask[i, :len(s)] = 1
+    return ids, mask
+
+
+def textcls(d):
+    import textcls as tc
+    with open(os.path.join(d, "vocab.txt"), encoding="utf-8") as f:
+        vocab_size = sum(1 for _ in f)
+    with open(os.path.join(d, "heldout.json"), encoding="utf-8") as f:
+        seqs = [item["ids"] for item in json.load(f)["items"]]
+    # Short and long sentences mixed, so every batch is padded.
+    seqs = sorted(seqs, key=len)
+    seqs = [seqs[(i * 97) % len(seqs)] for i in range(64)]
+    module = scripted_weights(tc.TextClassifier(vocab_size), d)
+    return Model(module, 64, ["input_ids", "attention_mask"], list(pad(seqs)), seq_max=tc.MAX_LENGTH)
+
+
+def minilm(d):
+    import minilm as ml
+    from transformers import AutoModel
+    with open(os.path.join(d, "tokenizer_refs.json"), encoding="utf-8") as f:
+        refs = json.load(f)
+    seqs = [item["ids"] for item in refs["items"] if len(item["ids"]) <= 128][:64]
+    bert = AutoModel.from_pretrained(ml.package_dir(), attn_implementation="sdpa").eval()
+    return Model(ml.TokenEmbeddings(bert).eval(), 64, ["input_ids", "attention_mask"], list(pad(seqs)),
+                 seq_max=refs["max_length"])
+
+
+# The batch max is at least the model config's batch_size (models/configs/<name>.toml).
+MODELS = {"digits": digits, "resnet18": resnet18, "efficientnet_lite0": efficientnet_lite0,
+          "textcls": textcls, "minilm": minilm}
+
+
+class Cast(nn.Module):
+    """The module with its weights in dtype, taking and returning float32."""
+
+    def __init__(self, module, dtype):
+        super().__init__()
+        self.module, self.dtype = module.to(dtype), dtype
+
+    # Positional arguments, not *args, so that the exported signature is the module's: an
+    # image (float) or token ids and their attention mask (int64).
+    def forward(self, x, mask=None):
+        if x.is_floating_point():
+            x = x.to(self.dtype)
+        y = self.module(x) if mask is None else self.module(x, mask)
+        return y.float()
+
+
+def file_hash(h, path):
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def package_name(device, dtype):
+    return "model" + ("" if device == "cpu" else "_" + device) + ("" if dtype == "fp32" else "_" + dtype) + ".pt2"
+
+
+def batch_rows(m, n):
+    """The inputs of batch n: the first n rows, a text batch trimmed to its longest."""
+    xs = [x[:n] for x in m.rows]
+    if m.seq_max is not None:
+        width = int(xs[1].sum(axis=1).max())
+        xs = [x[:, :width] for x in xs]
+    return [torch.from_numpy(np.ascontiguousarray(x)) for x in xs]
+
+
+def spec(name, t, lo, hi):
+    return {"name": name, "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": [-1 if a != b else a for a, b in zip(lo, hi)], "min": lo, "max": hi}
+
+
+def compile_package(m, device, dtype, path):
     import torch._inductor.config as inductor_config
-    batch = torch.export.Dim("batch", min=1, max=batch_max)
-    ep = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
-    shape = list(example.shape)
-    spec = [{"name": input_name, "dtype": str(example.dtype).removeprefix("torch."),
-             "shape": [-1] + shape[1:], "min": [1] + shape[1:], "max": [batch_max] + shape[1:]}]
-    with torch.inference_mode():
-        out = module(example)
+    module = m.module if dtype == "fp32" else Cast(m.module, DTYPES[dtype])
+    module = module.to(device).eval()
+    batch = torch.export.Dim("batch", min=1, max=m.batch_max)
+    # Export on a batch of 2 and, for text, a padded length of at least 2 (torch.export
+    # specializes dimensions of size 0 and 1).
+    example = [x.to(device) for x in batch_rows(m, 2)]
+    dims = {0: batch}
+    if m.seq_max is not None:
+        seq = torch.export.Dim("seq", min=1, max=m.seq_max)
+        dims = {0: batch, 1: seq}
+        if example[0].shape[1] < 2:
+            example = [torch.cat([x, torch.zeros_like(x[:, :1])], 1) for x in example]
+    dynamic = tuple(dict(dims) for _ in example)
+    ep = torch.export.export(module, tuple(example), dynamic_shapes=dynamic)
+    with torch.no_grad():
+        out = module(*example)
+    specs = []
+    for name, x in zip(m.inputs, example):
+        lo, hi = list(x.shape), list(x.shape)
+        lo[0], hi[0] = 1, m.batch_max
+        if m.seq_max is not None:
+            lo[1], hi[1] = 1, m.seq_max
+        specs.append(spec(name, x, lo, hi))
     outputs = [{"name": "output__0", "dtype": str(out.dtype).removeprefix("torch."),
                 "shape": [-1] + list(out.shape[1:])}]
-    inductor_config.cpp.march = MARCH
-    inductor_config.cpp.simdlen = SIMDLEN
-    metadata = {"torchd.inputs": json.dumps(spec), "torchd.outputs": json.dumps(outputs),
-                "torchd.march": MARCH}
-    torch._inductor.aoti_compile_and_package(
-        ep, package_path=path, inductor_configs={"aot_inductor.metadata": metadata})
+    metadata = {"torchd.inputs": json.dumps(specs), "torchd.outputs": json.dumps(outputs),
+                "torchd.precision": dtype}
+    configs = {"aot_inductor.metadata": metadata}
+    if device == "cpu":
+        # Older torch has no cpp.march: there the package is compiled for this machine.
+        if hasattr(inductor_config.cpp, "march"):
+            configs["cpp.march"] = MARCH
+            metadata["torchd.march"] = MARCH
+        configs["cpp.simdlen"] = SIMDLEN
+    torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
 
 
-def build(out, cache, name):
-    factory, batch_max, input_name = MODELS[name]
+def build(out, cache, name, device, dtype):
     d = os.path.join(out, name)
-    weights = os.path.join(d, "model.pt")
+    m = MODELS[name](d)
+    weights = os.path.join(d, m.weights)
     if not os.path.exists(weights):
         sys.exit(f"pt2: {weights} is missing; build the zoo first (models/build_all.py)")
-    module, input_file = factory()
-    module.load_state_dict(torch.jit.load(weights).state_dict())
-    module.eval()
-    x = torch.from_numpy(rows(np.load(os.path.join(d, input_file)), batch_max))
-
-    h = cache_key(name, batch_max)
+    # The key covers what the package is made from: the code that builds the module and
+    # compiles it, the weights, the torch version and the settings (not the references).
+    h = hashlib.sha256()
+    for fn in (MODELS[name], Cast, batch_rows, compile_package):
+        h.update(inspect.getsource(fn).encode())
     file_hash(h, weights)
-    cached = os.path.join(cache, f"{name}-{h.hexdigest()[:24]}.pt2")
+    h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN} {m.batch_max} {m.seq_max}".encode())
+    stem = package_name(device, dtype).removesuffix(".pt2")
+    cached = os.path.join(cache, f"{name}-{stem}-{h.hexdigest()[:24]}.pt2")
     if os.path.exists(cached):
-        print(f"pt2 {name}: cached {cached}", flush=True)
+        print(f"pt2 {name} {device} {dtype}: cached {cached}", flush=True)
     else:
         t = time.monotonic()
         # The package's folder inside the zip is named after the file: compile to NAME.pt2.
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             partial = os.path.join(tmp, f"{name}.pt2")
-            compile_package(module, x[:2].clone(), batch_max, input_name, partial)
+            compile_package(m, device, dtype, partial)
             os.replace(partial, cached)
-        print(f"pt2 {name}: compiled in {time.monotonic() - t:.1f} s", flush=True)
-    shutil.copyfile(cached, os.path.join(d, "model.pt2"))
+        print(f"pt2 {name} {device} {dtype}: compiled in {time.monotonic() - t:.1f} s", flush=True)
+    shutil.copyfile(cached, os.path.join(d, package_name(device, dtype)))
+    if device != "cpu" or dtype != "fp32":
+        return
 
-    np.save(os.path.join(d, "pt2_ref_input.npy"), x.numpy())
-    for n in REF_BATCHES + (batch_max,):
+    if name == "efficientnet_lite0":
+        np.save(os.path.join(d, "bf16_gate_images.npy"), gate_images())
+    if m.seq_max is None:
+        np.save(os.path.join(d, "pt2_ref_input.npy"), m.rows[0])
+    else:
+        np.save(os.path.join(d, "pt2_ref_input_ids.npy"), m.rows[0])
+        np.save(os.path.join(d, "pt2_ref_attention_mask.npy"), m.rows[1])
+    for n in REF_BATCHES + (m.batch_max,):
+        xs = batch_rows(m, n)
         with torch.inference_mode():
-            y = module(x[:n].clone())
+            y = m.module(*xs)
         np.save(os.path.join(d, f"pt2_ref_output_b{n}.npy"), y.numpy())
+        if name == "minilm":
+            # The text_embedding handler's pooling (modules.json): the mean over the mask's
+            # tokens, then L2 normalization.
+            mask = xs[1].unsqueeze(-1).to(y.dtype)
+            pooled = (y * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+            np.save(os.path.join(d, f"pt2_ref_pooled_b{n}.npy"), pooled.numpy())
+
+
+GATE_IMAGES = 240
+
+
+def gate_images(n=GATE_IMAGES):
+    """n photos for the bf16 accuracy gate, as uint8 [n, 3, 224, 224] after Resize(256) and
+    CenterCrop(224): random crops (a third of the photo to all of it), flips, rotations and
+    scales of scikit-learn's two sample photos, china.jpg and flower.jpg."""
+    import random
+    import efficientnet
+    from PIL import Image
+    rng = random.Random(2048)
+    photos = [Image.open(os.path.join(efficientnet.SKLEARN_IMAGES, f)).convert("RGB")
+              for f in ("china.jpg", "flower.jpg")]
+    out = np.empty((n, 3, efficientnet.CROP, efficientnet.CROP), dtype=np.uint8)
+    for i in range(n):
+        img = photos[i % 2]
+        w, h = img.size
+        area = rng.uniform(0.33, 1.0) * w * h
+        aspect = rng.uniform(3 / 4, 4 / 3)
+        cw, ch = min(w, int((area * aspect) ** 0.5)), min(h, int((area / aspect) ** 0.5))
+        x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
+        img = img.crop((x, y, x + cw, y + ch))
+        if rng.random() < 0.5:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        img = img.rotate(rng.uniform(-30, 30), resample=Image.Resampling.BILINEAR)
+        s = rng.uniform(0.6, 1.4)
+        img = img.resize((max(32, int(img.width * s)), max(32, int(img.height * s))), Image.Resampling.BILINEAR)
+        img = img.resize(efficientnet.resized_size(*img.size), Image.Resampling.BILINEAR)
+        left, top = (img.width - efficientnet.CROP) // 2, (img.height - efficientnet.CROP) // 2
+        img = img.crop((left, top, left + efficientnet.CROP, top + efficientnet.CROP))
+        out[i] = np.asarray(img).transpose(2, 0, 1)
+    return out
 
 
 def main():
@@ -137,10 +308,19 @@ def main():
         p.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo names")
         p.add_argument("--cache", default=os.path.normpath(os.path.join(HERE, "..", "build", "pt2-cache")),
                        help="compiled packages, by input hash")
+        p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+        p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
+                       help="the dtype of the package's weights; inputs and outputs stay float32")
     args = common.parse_args(__doc__.splitlines()[0], flags)
+    if args.device != "cpu":
+        # No references are made there, and CUDA's matrix products refuse deterministic mode
+        # unless CUBLAS_WORKSPACE_CONFIG is set.
+        torch.use_deterministic_algorithms(False)
     os.makedirs(args.cache, exist_ok=True)
     for name in args.models.split(","):
-        build(args.out, args.cache, name)
+        if name not in MODELS:
+            sys.exit(f"pt2: unknown model {name!r}; the zoo's packages are {', '.join(MODELS)}")
+        build(args.out, args.cache, name, args.device, args.dtype)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ func WithDevice(device string) LoadOption { return func(o *loadOptions) { o.devi
 // Every method is kept.
 func WithFreeze() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_FREEZE } }
 
+// WithBF16 runs the module under autocast to bfloat16: matrix products and convolutions in
+// bfloat16, the ops autocast keeps in float32 in float32. Floating outputs are float32.
+func WithBF16() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_BF16 } }
+
 // WithOptimize applies torch.jit.optimize_for_inference, which implies freezing.
 func WithOptimize() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_OPTIMIZE } }
 

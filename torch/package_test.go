@@ -3,6 +3,7 @@ package torch_test
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/torchd/torchd/internal/npy"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -19,7 +21,67 @@ import (
 var zooPackages = []struct {
 	name     string
 	batchMax int64
-}{{"digits", 64}, {"resnet18", 32}}
+}{{"digits", 64}, {"resnet18", 32}, {"efficientnet_lite0", 32}, {"textcls", 64}, {"minilm", 64}}
+
+// packageInputs returns batch n of a zoo package's reference inputs: the first n rows, for a
+// text model (token ids and attention mask) trimmed to the longest of them.
+func packageInputs(t *testing.T, name string, n int64) []any {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join("..", "models", "out", name, "pt2_ref_input.npy")); err == nil {
+		in := readNpy(t, zoo(t, name, "pt2_ref_input.npy"))
+		row := len(in.Data) / int(in.Shape[0])
+		x, err := torch.FromBytes(torch.Float32, in.Data[:int(n)*row], append([]int64{n}, in.Shape[1:]...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []any{x}
+	}
+	ids, mask := readNpy(t, zoo(t, name, "pt2_ref_input_ids.npy")), readNpy(t, zoo(t, name, "pt2_ref_attention_mask.npy"))
+	width := int(ids.Shape[1])
+	int64s := func(b []byte) []int64 {
+		v := make([]int64, len(b)/8)
+		for i := range v {
+			v[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		return v
+	}
+	m := int64s(mask.Data)
+	longest := 0
+	for i := range int(n) {
+		k := 0
+		for _, v := range m[i*width : (i+1)*width] {
+			k += int(v)
+		}
+		longest = max(longest, k)
+	}
+	var args []any
+	for _, a := range []npy.Array{ids, mask} {
+		v := int64s(a.Data)
+		rows := make([]int64, 0, int(n)*longest)
+		for i := range int(n) {
+			rows = append(rows, v[i*width:i*width+longest]...)
+		}
+		args = append(args, mustTensor(t, rows, n, int64(longest)))
+	}
+	return args
+}
+
+// realTokens keeps the rows of x, token embeddings [N, L, H], whose attention mask [N, L] is 1.
+func realTokens(t *testing.T, mask *torch.Tensor, x []float32) []float32 {
+	t.Helper()
+	m, err := torch.Data[int64](mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := len(x) / len(m)
+	var out []float32
+	for i, v := range m {
+		if v != 0 {
+			out = append(out, x[i*h:(i+1)*h]...)
+		}
+	}
+	return out
+}
 
 // TestPackagesMatchEager runs each zoo package at batch sizes 1, 2, 7 and its exported max,
 // one package for all of them, against eager PyTorch's outputs for the same rows.
@@ -34,19 +96,21 @@ func TestPackagesMatchEager(t *testing.T) {
 			if lo, hi := p.BatchRange(); lo != 1 || hi != m.batchMax {
 				t.Fatalf("batch range [%d, %d], want [1, %d]", lo, hi, m.batchMax)
 			}
-			in := readNpy(t, zoo(t, m.name, "pt2_ref_input.npy"))
-			row := len(in.Data) / int(in.Shape[0])
 			for _, n := range []int64{1, 2, 7, m.batchMax} {
-				x, err := torch.FromBytes(torch.Float32, in.Data[:int(n)*row], append([]int64{n}, in.Shape[1:]...)...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				out, err := p.Forward(x)
+				args := packageInputs(t, m.name, n)
+				out, err := p.Forward(args...)
 				if err != nil {
 					t.Fatalf("batch %d: %v", n, err)
 				}
 				got := float32s(t, out)
 				want := npyFloat32s(readNpy(t, zoo(t, m.name, fmt.Sprintf("pt2_ref_output_b%d.npy", n))))
+				if len(args) == 2 && len(got) != len(want) {
+					t.Fatalf("batch %d: %d outputs, want %d", n, len(got), len(want))
+				}
+				if shape := out.(*torch.Tensor).Shape(); len(shape) == 3 {
+					// Token embeddings: the ones of padding are no one's output.
+					got, want = realTokens(t, args[1].(*torch.Tensor), got), realTokens(t, args[1].(*torch.Tensor), want)
+				}
 				if d := maxAbsDiff(got, want); d > 1e-5 {
 					t.Errorf("batch %d: max |diff| %g from eager PyTorch, want <= 1e-5", n, d)
 				}
@@ -229,7 +293,7 @@ func TestBadPackages(t *testing.T) {
 			name, path string
 			opts       []torch.PackageOption
 			want       string
-		}{"CPU capability the host lacks", editMetadata(t, good, map[string]string{"AOTI_CPU_ISA": "AMX"}), nil, "this CPU lacks amx_tile"})
+		}{"CPU capability the host lacks", editMetadata(t, good, map[string]string{"AOTI_CPU_ISA": "AMX"}), nil, "compiled for CPU capability AMX (AOTI_CPU_ISA), but this CPU lacks"})
 	}
 	if !hostHasFlag("avx512f") {
 		cases = append(cases, struct {

@@ -1,11 +1,12 @@
 package torch
 
 // The library is looked up next to the binary first ($ORIGIN: bin/torchd beside
-// bin/libtorchd_c.so), then in the source tree's bin/ so `go test` works after `make lib`.
+// bin/libtorchd_c.so), then in the source tree's bin/ so `go test` works after `make lib`;
+// as DT_RPATH, searched before LD_LIBRARY_PATH.
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/capi
-#cgo LDFLAGS: -L${SRCDIR}/../bin -ltorchd_c -Wl,-rpath,$ORIGIN -Wl,-rpath,${SRCDIR}/../bin
+#cgo LDFLAGS: -L${SRCDIR}/../bin -ltorchd_c -Wl,--disable-new-dtags -Wl,-rpath,$ORIGIN -Wl,-rpath,${SRCDIR}/../bin
 #include <stdlib.h>
 #include "torchd.h"
 */

@@ -34,7 +34,7 @@ func runArchive(args []string) error {
 	var extra, format string
 	fs.StringVar(&o.ModelName, "model-name", "", "model name, also the archive's file name (required)")
 	fs.StringVar(&o.Version, "version", "", "model version; readers default to 1.0")
-	fs.StringVar(&o.SerializedFile, "serialized-file", "", "TorchScript file saved with torch.jit.save (required)")
+	fs.StringVar(&o.SerializedFile, "serialized-file", "", "TorchScript file saved with torch.jit.save, or an AOTInductor package (.pt2) (required)")
 	fs.StringVar(&o.Handler, "handler", "", "built-in handler: "+strings.Join(archive.HandlerNames(), ", ")+"; default: the config's")
 	fs.StringVar(&extra, "extra-files", "", "comma-separated files to add at the root; a directory adds its contents")
 	fs.StringVar(&o.ConfigFile, "config-file", "", "model-config.toml, or TorchServe's model-config.yaml")
@@ -61,7 +61,7 @@ func runArchive(args []string) error {
 	case o.ModelName == "":
 		return errors.New("--model-name is required")
 	case o.SerializedFile == "":
-		return errors.New("--serialized-file is required: torchd serves TorchScript files")
+		return errors.New("--serialized-file is required: torchd serves TorchScript files and AOTInductor packages (.pt2)")
 	}
 	for _, f := range strings.Split(extra, ",") {
 		if f = strings.TrimSpace(f); f != "" {
@@ -84,7 +84,7 @@ func runInspect(args []string) error {
 	fs := flag.NewFlagSet("torchd archive inspect", flag.ContinueOnError)
 	handler := fs.String("handler", "", "handler for a bare TorchScript file")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: torchd archive inspect [--handler H] FILE\n\nFILE is a .mar, .tar.gz, .tgz, a directory, or a TorchScript file.")
+		fmt.Fprintln(fs.Output(), "usage: torchd archive inspect [--handler H] FILE\n\nFILE is a .mar, .tar.gz, .tgz, a directory, a TorchScript file or a .pt2 package.")
 		printFlags(fs)
 	}
 	files, err := parseInterspersed(fs, args)
@@ -187,6 +187,14 @@ func printModel(w io.Writer, m *archive.Model) error {
 	}
 	tw.Flush()
 
+	if p := m.Package; p != nil {
+		fmt.Fprintf(w, "\n# AOTInductor package: %s, %s, precision %s\n", p.Device, p.March, p.Precision)
+		fmt.Fprintf(w, "batch range: [%d, %d]\n", p.BatchMin, p.BatchMax)
+		for _, d := range p.Dynamic {
+			fmt.Fprintf(w, "dynamic:     %s dimension %d in [%d, %d]\n", d.Input, d.Dim, d.Min, d.Max)
+		}
+	}
+
 	if m.Labels != nil {
 		fmt.Fprintf(w, "\n# labels: %d classes\n", len(m.Labels))
 	}
@@ -250,6 +258,11 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 		fmt.Fprintln(w, "# threads: LibTorch's default")
 	}
 	line("freeze", c.Freeze, set.Freeze, "")
+	if c.Precision != "" {
+		line("precision", c.Precision, true, "")
+	} else {
+		fmt.Fprintln(w, "# precision: the daemon's (fp32 unless set)")
+	}
 	if len(c.Options) == 0 {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/daemon"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
@@ -30,6 +32,8 @@ func init() {
 // machine's ceiling for the model.
 type benchModelResult struct {
 	Archive     string `json:"archive"`
+	Format      string `json:"format"` // torchscript or pt2
+	Precision   string `json:"precision"`
 	Handler     string `json:"handler"`
 	Input       string `json:"input"`
 	InputBytes  int    `json:"input_bytes"`
@@ -68,6 +72,8 @@ func runBenchModel(args []string) error {
 	minTime := fs.Duration("time", time.Second, "least time per batch size per round")
 	rounds := fs.Int("rounds", 3, "rounds; each figure is the median over rounds")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	precision := fs.String("precision", "", "fp32 or bf16 (TorchScript under autocast; a .pt2 must have been exported in it); default: the archive's, else fp32")
+	device := fs.String("device", "cpu", "cpu, cuda or cuda:N")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: torchd bench-model --input FILE [flags] ARCHIVE")
 		printFlags(fs)
@@ -103,7 +109,20 @@ func runBenchModel(args []string) error {
 		return err
 	}
 	defer am.Close()
-	m, err := torch.Load(am.SerializedPath())
+	if *precision == "" {
+		*precision = cmp.Or(am.Config.Precision, "fp32")
+	}
+	if !slices.Contains(archive.Precisions, *precision) {
+		return fmt.Errorf("--precision %q: want one of %q", *precision, archive.Precisions)
+	}
+	if p := am.Package; p != nil {
+		for _, n := range batches {
+			if err := p.CheckBatchSize(n); err != nil {
+				return fmt.Errorf("--batch-sizes: %v", err)
+			}
+		}
+	}
+	m, err := daemon.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: 1})
 	if err != nil {
 		return err
 	}
@@ -117,8 +136,11 @@ func runBenchModel(args []string) error {
 	defer close(b.fwd)
 
 	res := benchModelResult{
-		Archive: fs.Arg(0), Handler: am.Config.Handler, Input: *input, InputBytes: len(body),
+		Archive: fs.Arg(0), Format: "torchscript", Precision: *precision, Handler: am.Config.Handler, Input: *input, InputBytes: len(body),
 		Threads: *threads, GOMAXPROCS: runtime.GOMAXPROCS(0), LibTorch: torch.Version(), Rounds: *rounds,
+	}
+	if am.IsPackage() {
+		res.Format = "pt2"
 	}
 	// Warm-up: TorchScript's profiling executor settles after a few runs per shape.
 	for _, n := range batches {
@@ -167,7 +189,7 @@ func runBenchModel(args []string) error {
 // as on a daemon worker, because LibTorch's thread settings belong to the calling thread.
 type modelBench struct {
 	h           handlers.Handler
-	m           *torch.Module
+	m           torch.Model
 	body        []byte
 	contentType string
 	threads     int
@@ -292,8 +314,8 @@ func (b *modelBench) singles(minTime time.Duration) (pre, post, whole time.Durat
 }
 
 func printBenchModel(r benchModelResult) {
-	fmt.Printf("%s (%s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, LibTorch %s, median of %d rounds\n",
-		r.Archive, r.Handler, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, r.LibTorch, r.Rounds)
+	fmt.Printf("%s (%s, %s %s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, LibTorch %s, median of %d rounds\n",
+		r.Archive, r.Handler, r.Format, r.Precision, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, r.LibTorch, r.Rounds)
 	fmt.Printf("one request: preprocess %v, postprocess %v, end to end %v\n",
 		time.Duration(r.PreprocessN), time.Duration(r.PostprocN), time.Duration(r.SingleN))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -7,6 +7,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
@@ -16,6 +17,7 @@
 #include <malloc.h>
 #endif
 #include <dlfcn.h>
+#include <link.h>
 
 #include <climits>
 #include <cstdlib>
@@ -32,6 +34,7 @@
 struct td_module {
   torch::jit::Module module;
   c10::Device device = c10::Device(c10::kCPU);
+  bool bf16 = false;  // TD_LOAD_BF16
 };
 
 // td_package owns one AOTInductor package loader; its runner holds num_runners model
@@ -374,6 +377,124 @@ void check_cpu(const std::map<std::string, std::string> &md) {
   }
 }
 
+// Autocast turns autocast to dtype on for device on this thread (autocast state is
+// thread-local) until it goes out of scope, and then restores what was there.
+class Autocast {
+ public:
+  Autocast(c10::DeviceType device, at::ScalarType dtype)
+      : device_(device),
+        enabled_(at::autocast::is_autocast_enabled(device)),
+        dtype_(at::autocast::get_autocast_dtype(device)) {
+    at::autocast::set_autocast_enabled(device, true);
+    at::autocast::set_autocast_dtype(device, dtype);
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    // The cache holds the weights' casts for the length of one call.
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(device_, enabled_);
+    at::autocast::set_autocast_dtype(device_, dtype_);
+  }
+  Autocast(const Autocast &) = delete;
+  Autocast &operator=(const Autocast &) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool enabled_;
+  at::ScalarType dtype_;
+};
+
+// float32_outputs returns v with every reduced-precision floating tensor in it (in tensors,
+// tuples and lists) as float32.
+c10::IValue float32_outputs(const c10::IValue &v) {
+  if (v.isTensor()) {
+    const at::Tensor &t = v.toTensor();
+    if (t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf) return t.to(at::kFloat);
+    return v;
+  }
+  if (v.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const auto &e : v.toTupleRef().elements()) items.push_back(float32_outputs(e));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor &t : v.toTensorList()) out.push_back(float32_outputs(t).toTensor());
+    return out;
+  }
+  if (v.isList()) {
+    auto in = v.toList();
+    c10::impl::GenericList out(in.elementType());
+    for (const auto &e : in) out.push_back(float32_outputs(e));
+    return out;
+  }
+  return v;
+}
+
+// own_dir is the directory this library was loaded from.
+std::string own_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void *>(&td_package_load), &info) == 0 || info.dli_fname == nullptr) {
+    throw std::runtime_error("cannot find where libtorchd_c.so was loaded from");
+  }
+  std::string path = info.dli_fname;
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// loaded_path returns the file of the loaded library whose name or SONAME is soname, or "".
+std::string loaded_path(const char *soname) {
+  void *h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+  if (h == nullptr) return "";
+  struct link_map *lm = nullptr;
+  std::string path;
+  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != nullptr && lm->l_name != nullptr) path = lm->l_name;
+  dlclose(h);
+  return path;
+}
+
+std::string real(const std::string &path) {
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) == nullptr ? path : std::string(buf);
+}
+
+// bind_own_libtorch makes sure that a package's compiled library, whose NEEDED entries name
+// libtorch.so, libtorch_cpu.so and libc10.so without a path, binds to the LibTorch this
+// library runs on. The dynamic loader never searches for a SONAME that is already loaded, so
+// each must be loaded now and be ours: libtorchd_c.so is linked with an RPATH (searched
+// before LD_LIBRARY_PATH) and NEEDs the stand-in libtorch.so beside it. If the stand-in is not
+// loaded it is loaded here by its absolute path; any other libtorch.so, or a libtorch_cpu.so
+// other than the one this library calls into, refuses the package, which would otherwise run
+// against another LibTorch (a SIGBUS) or pull in every CUDA library.
+void bind_own_libtorch() {
+  std::string dir = own_dir();
+  std::string standin = loaded_path("libtorch.so");
+  if (standin.empty()) {
+    std::string path = dir + "/libtorch.so";
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      const char *e = dlerror();
+      throw std::runtime_error("cannot load torchd's libtorch.so stand-in: " + std::string(e ? e : path));
+    }
+    standin = loaded_path("libtorch.so");
+  }
+  Dl_info info{};
+  std::string cpu;
+  if (dladdr(reinterpret_cast<void *>(&at::globalContext), &info) != 0 && info.dli_fname != nullptr) {
+    cpu = real(info.dli_fname);
+  }
+  std::string loaded_cpu = loaded_path("libtorch_cpu.so");
+  if (!cpu.empty() && !loaded_cpu.empty() && real(loaded_cpu) != cpu) {
+    throw std::runtime_error("the loaded libtorch_cpu.so is " + loaded_cpu + ", not " + cpu +
+                             ", the one torchd runs on; a package would bind to the wrong LibTorch");
+  }
+  // The stand-in links only libtorch_cpu and libc10 (a CUDA build loads libtorch_cuda itself);
+  // the wheel's libtorch.so would pull in libtorch_cuda and every CUDA library.
+  if (real(standin) != real(dir + "/libtorch.so")) {
+    throw std::runtime_error("the loaded libtorch.so is " + standin + ", not torchd's stand-in " + dir +
+                             "/libtorch.so; a package would bind to it (is LD_PRELOAD set?)");
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -408,6 +529,7 @@ td_error td_module_load(const char *path, const char *device, int flags, td_modu
       m->module = torch::jit::freeze(m->module, keep);
       if (flags & TD_LOAD_OPTIMIZE) m->module = torch::jit::optimize_for_inference(m->module, keep);
     }
+    m->bf16 = (flags & TD_LOAD_BF16) != 0;
     *out = m.release();
   });
 }
@@ -427,7 +549,13 @@ td_error td_module_run(td_module *m, const char *method, const td_node *nodes, i
     Builder b{nodes, n_nodes, 0, m->device};
     std::vector<c10::IValue> args;
     while (b.pos < n_nodes) args.push_back(b.value());
-    c10::IValue res = (*fn)(std::move(args));
+    c10::IValue res;
+    if (m->bf16) {
+      Autocast ac(m->device.type(), at::kBFloat16);
+      res = float32_outputs((*fn)(std::move(args)));
+    } else {
+      res = (*fn)(std::move(args));
+    }
     Flattener{r.get(), b.borrowed}.value(res);
   });
   if (err != nullptr) {
@@ -487,6 +615,7 @@ td_error td_package_load(const char *path, const char *model, const char *device
                                ", not for " + dev.str());
     }
     if (dev.is_cpu()) check_cpu(p->metadata);
+    bind_own_libtorch();
     p->device = dev;
     p->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         path, name, /*run_single_threaded=*/false, static_cast<size_t>(num_runners),

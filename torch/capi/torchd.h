@@ -60,6 +60,10 @@ enum {
 enum {
   TD_LOAD_FREEZE = 1,   /* torch::jit::freeze after eval() */
   TD_LOAD_OPTIMIZE = 2, /* torch::jit::optimize_for_inference (implies freeze) */
+  /* Run every method under autocast to bfloat16 on the module's device: matrix products and
+   * convolutions in bfloat16, the ops autocast keeps in float32 in float32. Floating outputs
+   * come back as float32, so callers see the same dtypes as without it. */
+  TD_LOAD_BF16 = 4,
 };
 
 /*

@@ -1,0 +1,262 @@
+package torch_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/torchd/torchd/torch"
+)
+
+// bf16Native reports whether this CPU computes in bfloat16 (elsewhere LibTorch emulates it,
+// and convolutions fall back to a slow path many times slower than float32).
+func bf16Native() bool { return hostHasFlag("avx512_bf16") || hostHasFlag("amx_bf16") }
+
+// pooled returns mean-pooled, L2-normalized embeddings of token embeddings [N, L, H] over the
+// mask [N, L], as the text_embedding handler computes them.
+func pooled(t *testing.T, x []float32, mask []int64, n int) [][]float64 {
+	t.Helper()
+	l := len(mask) / n
+	h := len(x) / len(mask)
+	out := make([][]float64, n)
+	for i := range n {
+		v := make([]float64, h)
+		count := 0
+		for j := range l {
+			if mask[i*l+j] == 0 {
+				continue
+			}
+			count++
+			for k := range h {
+				v[k] += float64(x[(i*l+j)*h+k])
+			}
+		}
+		norm := 0.0
+		for k := range v {
+			v[k] /= float64(count)
+			norm += v[k] * v[k]
+		}
+		for k := range v {
+			v[k] /= math.Max(math.Sqrt(norm), 1e-12)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func cosine(a []float64, b []float32) float64 {
+	var dot, na, nb float64
+	for k := range a {
+		dot += a[k] * float64(b[k])
+		na += a[k] * a[k]
+		nb += float64(b[k]) * float64(b[k])
+	}
+	return dot / math.Sqrt(na*nb)
+}
+
+// minilmCosines runs MiniLM's first n reference sequences through model and returns each
+// embedding's cosine to eager PyTorch's float32 one.
+func minilmCosines(t *testing.T, model torch.Model, n int64) []float64 {
+	t.Helper()
+	args := packageInputs(t, "minilm", n)
+	out, err := model.Forward(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseValue(out)
+	if dt := out.(*torch.Tensor).DType(); dt != torch.Float32 {
+		t.Fatalf("bf16 model answers %v, want float32", dt)
+	}
+	mask, err := torch.Data[int64](args[1].(*torch.Tensor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pooled(t, float32s(t, out), mask, int(n)) // before out is closed
+	// A text's pooled embedding does not depend on the others in its batch.
+	all := readNpy(t, zoo(t, "minilm", "pt2_ref_pooled_b64.npy"))
+	want := npyFloat32s(all)
+	h := len(want) / int(all.Shape[0])
+	cos := make([]float64, n)
+	for i := range cos {
+		cos[i] = cosine(got[i], want[i*h:(i+1)*h])
+	}
+	return cos
+}
+
+// bf16Models loads a zoo model's float32 TorchScript, and its bfloat16 variants: TorchScript
+// under autocast, and the package exported in bfloat16 when models/pt2.py --dtype bf16 has
+// made it (model_bf16.pt2).
+func bf16Models(t *testing.T, name string) (fp32 torch.Model, bf16 map[string]torch.Model) {
+	t.Helper()
+	load := func(opts ...torch.LoadOption) torch.Model {
+		m, err := torch.Load(zoo(t, name, "model.pt"), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	fp32 = load()
+	bf16 = map[string]torch.Model{"torchscript": load(torch.WithBF16())}
+	pkg := filepath.Join("..", "models", "out", name, "model_bf16.pt2")
+	if _, err := os.Stat(pkg); err == nil {
+		p, err := torch.LoadPackage(pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		if md := p.Metadata(); md["torchd.precision"] != "bf16" {
+			t.Fatalf("%s: torchd.precision %q, want bf16", pkg, md["torchd.precision"])
+		}
+		bf16["pt2"] = p
+	} else {
+		t.Logf("%s: no bf16 package (models/pt2.py --dtype bf16 makes it); TorchScript only", name)
+	}
+	return fp32, bf16
+}
+
+// TestBF16Runs checks, cheaply enough for every run, that precision bf16 reaches the model:
+// the digits CNN in bfloat16 (TorchScript under autocast, and its bf16 package) answers
+// float32 logits that differ from float32's, yet agree on the digit for the held-out rows.
+func TestBF16Runs(t *testing.T) {
+	fp32, bf16 := bf16Models(t, "digits")
+	if _, ok := bf16["pt2"]; !ok {
+		t.Fatal("models/out/digits/model_bf16.pt2 is missing: make models builds it")
+	}
+	x := packageInputs(t, "digits", 64)[0]
+	want, err := fp32.Forward(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseValue(want)
+	w := float32s(t, want)
+	for kind, m := range bf16 {
+		out, err := m.Forward(x)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		g := append([]float32(nil), float32s(t, out)...)
+		torch.CloseValue(out)
+		d := maxAbsDiff(g, w)
+		if d == 0 || d > 0.25 {
+			t.Errorf("%s: max |logit diff| %g to float32; want some (bfloat16 has 8 bits of mantissa), and at most 0.25", kind, d)
+		}
+		if a := top1Agreement(g, w, 10); a < 1 {
+			t.Errorf("%s: top-1 agrees with float32 on %.1f%% of 64 digits, want all", kind, 100*a)
+		}
+		t.Logf("digits %s bf16: max |logit diff| %.3g", kind, d)
+	}
+
+}
+
+// TestBF16GateMiniLM is the accuracy gate of precision bf16 for MiniLM: each of 32 texts'
+// embedding, in bfloat16, has a cosine of at least 0.999 to eager PyTorch's float32 one.
+func TestBF16GateMiniLM(t *testing.T) {
+	_, bf16 := bf16Models(t, "minilm")
+	for kind, m := range bf16 {
+		worst := 1.0
+		for i, c := range minilmCosines(t, m, 32) {
+			worst = min(worst, c)
+			if c < 0.999 {
+				t.Errorf("%s: text %d: cosine %.5f to float32, want >= 0.999", kind, i, c)
+			}
+		}
+		t.Logf("minilm %s bf16: lowest cosine %.5f over 32 texts", kind, worst)
+	}
+}
+
+func top1Agreement(a, b []float32, classes int) float64 {
+	argmax := func(v []float32) int {
+		best := 0
+		for i := range v {
+			if v[i] > v[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	n, same := len(a)/classes, 0
+	for i := range n {
+		if argmax(a[i*classes:(i+1)*classes]) == argmax(b[i*classes:(i+1)*classes]) {
+			same++
+		}
+	}
+	return float64(same) / float64(n)
+}
+
+// gateImages returns the bf16 gate's photos (models/pt2.py: crops, flips, rotations and
+// scales of scikit-learn's china.jpg and flower.jpg, 224x224) normalized with mean and std.
+func gateImages(t *testing.T, mean, std [3]float32) (data []float32, n int) {
+	t.Helper()
+	a := readNpy(t, zoo(t, "efficientnet_lite0", "bf16_gate_images.npy"))
+	n = int(a.Shape[0])
+	plane := 224 * 224
+	data = make([]float32, len(a.Data))
+	for i, u := range a.Data {
+		c := (i / plane) % 3
+		data[i] = (float32(u)/255 - mean[c]) / std[c]
+	}
+	return data, n
+}
+
+// logitsOf runs model over images in batches of 16.
+func logitsOf(t *testing.T, m torch.Model, images []float32, n int) []float32 {
+	t.Helper()
+	row := len(images) / n
+	var out []float32
+	for i := 0; i < n; i += 16 {
+		k := min(16, n-i)
+		x := mustTensor(t, images[i*row:(i+k)*row], int64(k), 3, 224, 224)
+		y, err := m.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, float32s(t, y)...)
+		torch.CloseValue(y)
+	}
+	return out
+}
+
+// TestBF16Gates are the image models' accuracy gates of precision bf16 (MiniLM's is
+// TestBF16GateMiniLM), so that the trade-off is a number:
+//   - EfficientNet-Lite0: top-1 equals float32's on at least 99% of 240 photos;
+//   - ResNet-18 on the same photos (ImageNet's normalization): top-1 equals float32's on at
+//     least 99%, and no logit is more than 0.1 off. Under autocast the largest difference
+//     measured was 0.023 (48 of the photos; their float32 logits span about 9), so the bound
+//     leaves room for the package's all-bfloat16 weights.
+//
+// They run where the CPU computes in bfloat16 (avx512_bf16 or AMX), or with
+// TORCHD_BF16_GATES=1: elsewhere LibTorch emulates bfloat16, and the convolutions take a slow
+// path that makes the 240 photos a matter of many minutes.
+func TestBF16Gates(t *testing.T) {
+	if !bf16Native() && os.Getenv("TORCHD_BF16_GATES") == "" {
+		t.Skip("this CPU has neither avx512_bf16 nor amx_bf16, so bfloat16 is emulated (slowly); TORCHD_BF16_GATES=1 runs the gates anyway")
+	}
+	for _, g := range []struct {
+		name      string
+		mean, std [3]float32
+		agree     float64
+		maxDiff   float64
+	}{
+		{"efficientnet_lite0", [3]float32{127. / 255, 127. / 255, 127. / 255}, [3]float32{128. / 255, 128. / 255, 128. / 255}, 0.99, math.Inf(1)},
+		{"resnet18", [3]float32{0.485, 0.456, 0.406}, [3]float32{0.229, 0.224, 0.225}, 0.99, 0.1},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			images, n := gateImages(t, g.mean, g.std)
+			fp32, bf16 := bf16Models(t, g.name)
+			want := logitsOf(t, fp32, images, n)
+			for kind, m := range bf16 {
+				got := logitsOf(t, m, images, n)
+				a, d := top1Agreement(got, want, 1000), maxAbsDiff(got, want)
+				t.Logf("%s %s bf16: top-1 agrees on %.1f%% of %d photos, max |logit diff| %.3g", g.name, kind, 100*a, n, d)
+				if a < g.agree {
+					t.Errorf("%s: top-1 agrees with float32 on %.1f%% of %d photos, want >= %.0f%%", kind, 100*a, n, 100*g.agree)
+				}
+				if float64(d) > g.maxDiff {
+					t.Errorf("%s: max |logit diff| %g to float32, want <= %g", kind, d, g.maxDiff)
+				}
+			}
+		})
+	}
+}
