@@ -47,7 +47,7 @@ $B/torchd archive --model-name resnet18_pt2 --version 1.0 --serialized-file "$W/
   --config-file "$G/resnet18.toml" --export-path "$W/store" --archive-format zip-store --force >/dev/null
 curl -s -X POST "localhost:8081/models?url=resnet18_pt2.mar&batch_size=32&initial_workers=2&synchronous=true"; echo
 python3 "$G/check.py" http://localhost:8080 resnet18_pt2 "$W/resnet18" 5e-3 1,2,7,32 33
-for c in 1 32; do for m in resnet18_pt2 resnet18; do
+for c in ${PT2_CONCURRENCY:-1 32}; do for m in resnet18_pt2 resnet18; do
   echo "$m c=$c"; $PA -m $m --concurrency-range $c 2>&1 | grep -E 'Throughput|p50|p99'; done; done
 kill -INT $spid; wait $spid
 echo "== $(date -u +%T) done"
