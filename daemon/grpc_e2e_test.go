@@ -198,10 +198,22 @@ func TestGRPC(t *testing.T) {
 			}
 			closeTo(t, "gRPC output", f32s(outputBytes(t, r)), f32s(rest.Data), 1e-6)
 		}
+		// An input that is not the model's goes through the handler, as TorchServe's kservev2
+		// envelope: one output named after the input, the handler's answer flattened.
+		req := fp32Request("digits_tensor", x.Shape, x.Data, false)
+		req.Inputs[0].Name = "data"
+		r, err := oipc.ModelInfer(callCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := r.GetOutputs()[0]; o.GetName() != "data" || o.GetDatatype() != "FP32" || !slicesEqual(o.GetShape(), []int64{40}) || r.GetId() == "" {
+			t.Fatalf("through the handler: %v", r)
+		}
+		closeTo(t, "handler output", f32s(outputBytes(t, r)), f32s(rest.Data), 1e-5)
 		// A requested output that the model does not have.
-		req := fp32Request("digits_tensor", x.Shape, x.Data, true)
+		req = fp32Request("digits_tensor", x.Shape, x.Data, true)
 		req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "nope"}}
-		_, err := oipc.ModelInfer(callCtx(t), req)
+		_, err = oipc.ModelInfer(callCtx(t), req)
 		wantCode(t, err, codes.InvalidArgument, `unknown output "nope"`)
 	})
 
