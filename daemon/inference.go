@@ -369,6 +369,13 @@ func (d *Daemon) runSample(c call, v *ModelVersion, rsv *reservation, sample *ha
 			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
 		}
 	}
+	// A package runs at most the rows it was exported for in one forward; the batcher splits
+	// batches to fit, but one request of more rows is the client's to split.
+	if p, ok := v.module.(*torch.Package); ok {
+		if _, hi := p.BatchRange(); int64(sample.Items) > hi {
+			return jobResult{}, apiErr(400, "BadRequestException", "model %s takes at most %d rows a request (the batch range its package was exported for), got %d", v.Name, hi, sample.Items)
+		}
+	}
 	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan jobResult, 1), gone: c.gone}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)

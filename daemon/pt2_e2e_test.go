@@ -273,6 +273,20 @@ func TestPackageRegistrationRefusals(t *testing.T) {
 	if len(tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(body)))) != 10 {
 		t.Fatal("no 10 logits after a refused registration")
 	}
+	// One request of more rows than the package runs at once is the client's error, over
+	// KServe v2 (tensors straight to the model) and through the handler alike.
+	rows := func(n int) string { return strings.TrimSuffix(strings.Repeat("0.5,", n*784), ",") }
+	v2 := fmt.Sprintf(`{"inputs": [{"name": "input__0", "shape": [65, 1, 28, 28], "datatype": "FP32", "data": [%s]}]}`, rows(65))
+	r = do(t, "POST", s.inf+"/v2/models/digits_pt2/infer", "application/json", []byte(v2))
+	if r.status != 400 || !strings.Contains(string(r.body), "at most 64 rows a request") {
+		t.Fatalf("v2, 65 rows: %d %s", r.status, r.body)
+	}
+	r = do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(`{"data": [`+rows(65)+`], "shape": [65, 1, 28, 28]}`))
+	errorShape(t, r, 400, "BadRequestException", "at most 64 rows a request")
+	v2 = fmt.Sprintf(`{"inputs": [{"name": "input__0", "shape": [64, 1, 28, 28], "datatype": "FP32", "data": [%s]}]}`, rows(64))
+	if r = do(t, "POST", s.inf+"/v2/models/digits_pt2/infer", "application/json", []byte(v2)); r.status != 200 {
+		t.Fatalf("v2, 64 rows: %d %s", r.status, r.body)
+	}
 }
 
 // TestPrecisionBF16OverHTTP serves the digits CNN in bf16 as TorchScript (autocast) and as its

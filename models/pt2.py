@@ -18,7 +18,8 @@ stay float32 (the package casts them), so handlers and clients are unchanged. --
 compiles for CUDA (on a machine with a GPU and the CUDA torch); --models picks the models.
 
 Compiling takes a minute or more per model on 2 cores, so packages are cached in CACHE
-(default build/pt2-cache), keyed by a hash of the code that builds and compiles the model, its
+(default ~/.cache/torchd/pt2, beside third_party/get-libtorch.sh's wheels, so that a fresh
+clone on the same machine reuses them), keyed by a hash of the code that builds and compiles the model, its
 weights file, the torch version and the compile settings: an unchanged model is copied, not
 recompiled.
 
@@ -306,7 +307,8 @@ def gate_images(n=GATE_IMAGES):
 def main():
     def flags(p):
         p.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo names")
-        p.add_argument("--cache", default=os.path.normpath(os.path.join(HERE, "..", "build", "pt2-cache")),
+        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torchd", "pt2")
+        p.add_argument("--cache", default=cache,
                        help="compiled packages, by input hash")
         p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
         p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
