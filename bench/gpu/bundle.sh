@@ -22,11 +22,15 @@ fi
 [ -d "$wheels/torch-$ver" ] || { mkdir -p "$wheels/torch-$ver.tmp" && \
   unzip -q "$whl" 'torch/include/*' 'torch/lib/*' -d "$wheels/torch-$ver.tmp" && mv "$wheels/torch-$ver.tmp" "$wheels/torch-$ver"; }
 T=$wheels/torch-$ver/torch
-g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I$T/include -I$T/include/torch/csrc/api/include \
-  -c torch/capi/torchd.cc -o build/torchd-gpu.o
-# --no-as-needed keeps libtorch_cuda, whose static initializers register the CUDA backend.
-g++ -shared -o "$out/bin/libtorchd_c.so" build/torchd-gpu.o -L$T/lib -Wl,-rpath,'$ORIGIN' -Wl,-rpath,"$rpath" \
-  -Wl,--no-as-needed -ltorch -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed
+[ build/torchd-gpu.o -nt torch/capi/torchd.cc ] || g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 \
+  -I$T/include -I$T/include/torch/csrc/api/include -c torch/capi/torchd.cc -o build/torchd-gpu.o
+# As `make lib TORCH_CUDA=1`: the libtorch.so stand-in (libtorch_cpu and libc10 only), which a
+# package's library binds to, and --no-as-needed to keep libtorch_cuda, whose static
+# initializers register the CUDA backend. RPATH, not RUNPATH: searched before LD_LIBRARY_PATH.
+g++ -shared -x c /dev/null -o "$out/bin/libtorch.so" -Wl,-soname,libtorch.so -L$T/lib -Wl,--disable-new-dtags \
+  -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch_cpu -lc10
+g++ -shared -o "$out/bin/libtorchd_c.so" build/torchd-gpu.o -L"$out/bin" -L$T/lib -Wl,--disable-new-dtags \
+  -Wl,-rpath,'$ORIGIN' -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed
 cp bin/torchd "$out/bin/"
 cp -L "$(ldconfig -p | awk '/libturbojpeg.so.0 /{print $NF; exit}')" "$out/bin/"
 # perf_analyzer as bench/perf_analyzer.sh takes it: the binary in tritonclient 2.40's wheel, with
