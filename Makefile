@@ -165,8 +165,8 @@ build/hadolint/.$(HADOLINT_VERSION):
 	@touch $@
 
 # Builds Dockerfile.cpu in a private dockerd and runs it as the README says
-# (deploy/docker/test.sh, docs/guide/container.md). It takes 7-8 minutes on a quiet machine, too
-# close to CI's 10, so it is not part of make test: run it before a change to the Dockerfiles or deploy/ lands. Needs
+# (deploy/docker/test.sh, docs/guide/container.md). It takes about 20 minutes from nothing, so
+# it is not part of make test: run it before a change to the Dockerfiles or deploy/ lands. Needs
 # root; installs docker.io and debootstrap.
 docker-test:
 	@if dpkg -s docker.io debootstrap apache2-utils curl >/dev/null 2>&1; then :; else \
