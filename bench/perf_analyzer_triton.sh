@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # perf_analyzer against one model served two ways by one torchd: from a Triton model
 # repository (digits_repo: config.pbtxt + 1/model.pt) and from its .mar (digits_tensor), with
-# the same batching (batch 32, 2 ms delay, queue 256, one worker). Rounds alternate the two,
-# so that the machine's drift falls on both; the figures should agree within noise.
+# the same batching (batch 32, 2 ms delay, queue 256, one worker). Each round runs both, and
+# the one that goes first alternates between rounds, so that neither drift nor order favours
+# one; the figures should agree within noise.
 #
 # perf_analyzer comes from bench/perf_analyzer.sh (PA_ONLY=1), into build/perf_analyzer.
 #
@@ -41,7 +42,9 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 for _ in $(seq 1 120); do curl -sf 127.0.0.1:18180/v2/health/ready >/dev/null && break; sleep 0.5; done
 curl -sf 127.0.0.1:18180/v2/models/digits_repo/ready >/dev/null || { cat "$log"; exit 1; }
 for round in $(seq 1 "$rounds"); do
-  for model in digits_repo digits_tensor; do
+  order="digits_repo digits_tensor"
+  ((round % 2 == 0)) && order="digits_tensor digits_repo"
+  for model in $order; do
     echo "== round $round: $model"
     LD_LIBRARY_PATH=$dir/nvidia/cuda_runtime/lib "$pa" -m "$model" -u 127.0.0.1:18180 -i http --shared-memory none \
       --concurrency-range "$range" --measurement-interval "${INTERVAL_MS:-3000}" -f "$dir/triton-$model-$round.csv" "$@" |

@@ -85,6 +85,15 @@ func (r *Registry) SetRepository(dir, mode string) {
 func (r *Registry) RepositoryIndex(ready bool) ([]RepositoryModel, error) {
 	var out []RepositoryModel
 	seen := map[string]bool{}
+	// What is registered now: a repository model unregistered through the TorchServe API
+	// keeps its READY state in the repository's books, but is not served.
+	loaded := map[[2]string]bool{}
+	for _, v := range r.Defaults() {
+		vs, _, _ := r.Versions(v.Name)
+		for _, x := range vs {
+			loaded[[2]string{x.Name, x.Version}] = true
+		}
+	}
 	if p := r.repo; p != nil {
 		names, err := triton.List(p.dir)
 		if err != nil {
@@ -112,6 +121,9 @@ func (r *Registry) RepositoryIndex(ready bool) ([]RepositoryModel, error) {
 				continue
 			}
 			for _, s := range m.states {
+				if s.State == StateReady && !loaded[[2]string{n, s.Version}] {
+					s.State, s.Reason = StateUnavailable, "unloaded through the management API"
+				}
 				if s.State == StateReady && m.reason != "" {
 					// A reload failed; what was loaded before serves on.
 					s.Reason = "serving the previous config; the new one fails: " + m.reason
@@ -123,13 +135,9 @@ func (r *Registry) RepositoryIndex(ready bool) ([]RepositoryModel, error) {
 		}
 		p.mu.Unlock()
 	}
-	for _, v := range r.Defaults() {
-		if seen[v.Name] {
-			continue
-		}
-		vs, _, _ := r.Versions(v.Name)
-		for _, x := range vs {
-			out = append(out, RepositoryModel{Name: x.Name, Version: x.Version, State: StateReady})
+	for nv := range loaded {
+		if !seen[nv[0]] {
+			out = append(out, RepositoryModel{Name: nv[0], Version: nv[1], State: StateReady})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -386,6 +386,23 @@ func TestTritonExplicitControl(t *testing.T) {
 	if got := settled(t, s)["other 1"]; got != "UNAVAILABLE: unloaded" {
 		t.Fatalf("index of the unloaded model: %q", got)
 	}
+	// Unregistered through the TorchServe management API instead: the index says so, and the
+	// repository API loads it again.
+	if r := post("/v2/repository/models/other/load", ""); r.status != 200 {
+		t.Fatalf("load again: %d %s", r.status, r.body)
+	}
+	if r := do(t, "DELETE", s.mgmt+"/models/other", "", nil); r.status != 200 {
+		t.Fatalf("DELETE through the management API: %d %s", r.status, r.body)
+	}
+	if got := settled(t, s)["other 1"]; got != "UNAVAILABLE: unloaded through the management API" {
+		t.Fatalf("index after the management API's DELETE: %q", got)
+	}
+	if r := post("/v2/repository/models/other/load", ""); r.status != 200 {
+		t.Fatalf("load after the management API's DELETE: %d %s", r.status, r.body)
+	}
+	if r := infer("other", 1); r.status != 200 || settled(t, s)["other 1"] != "READY" {
+		t.Fatalf("reloaded after the management API's DELETE: %d %s %v", r.status, r.body, settled(t, s))
+	}
 
 	// Errors.
 	for _, c := range []struct{ path, body, want string }{

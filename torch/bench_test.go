@@ -52,3 +52,64 @@ func BenchmarkResNet18Forward(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOptimizeForInference compares a zoo model's forward as loaded with
+// torch.jit.optimize_for_inference (WithOptimize) and without, on one locked thread with
+// TORCHD_BENCH_THREADS intra-op threads (default 2). The two variants alternate within each
+// run, so with -count=N every pair shares the machine's state of the moment.
+func BenchmarkOptimizeForInference(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	threads := 2
+	if n, err := strconv.Atoi(os.Getenv("TORCHD_BENCH_THREADS")); err == nil && n > 0 {
+		threads = n
+	}
+	torch.SetNumThreads(threads)
+	for _, c := range []struct {
+		model string
+		shape []int64
+		batch []int
+	}{{"resnet18", []int64{3, 224, 224}, []int{1, 8}}, {"digits", []int64{1, 28, 28}, []int{1, 32}}} {
+		for _, bs := range c.batch {
+			for _, opt := range []bool{false, true} {
+				name := fmt.Sprintf("%s/batch%d/plain", c.model, bs)
+				var opts []torch.LoadOption
+				if opt {
+					name, opts = fmt.Sprintf("%s/batch%d/optimized", c.model, bs), []torch.LoadOption{torch.WithOptimize()}
+				}
+				b.Run(name, func(b *testing.B) {
+					m, err := torch.Load(zoo(b, c.model, "model.pt"), opts...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer m.Close()
+					n := bs
+					for _, d := range c.shape {
+						n *= int(d)
+					}
+					data := make([]float32, n)
+					for i := range data {
+						data[i] = float32(i%255)/255 - 0.5
+					}
+					x, _ := torch.NewTensor(data, append([]int64{int64(bs)}, c.shape...)...)
+					defer x.Close()
+					for range 3 { // the profiling executor settles on this shape
+						out, err := m.Forward(x)
+						if err != nil {
+							b.Fatal(err)
+						}
+						torch.CloseValue(out)
+					}
+					b.ResetTimer()
+					for b.Loop() {
+						out, err := m.Forward(x)
+						if err != nil {
+							b.Fatal(err)
+						}
+						torch.CloseValue(out)
+					}
+				})
+			}
+		}
+	}
+}

@@ -115,7 +115,7 @@ func loadConfig() (*config, error) {
 		c.sweepConc = 8
 	} else {
 		c.runs, c.secondaryRuns, c.coldRuns = max(envInt("BENCH_RUNS", 3), 1), max(envInt("BENCH_SECONDARY_RUNS", 1), 1), 3
-		c.peers = []string{"tornado", "fastapi", "torchserve", "mms"}
+		c.peers = []string{"torchd-pt2", "tornado", "fastapi", "torchserve", "mms"}
 		c.work = filepath.Join(root, "build", "bench", "data")
 		c.out = filepath.Join(root, "docs")
 		c.doc = filepath.Join(c.out, "benchmarks.md")
@@ -567,6 +567,8 @@ func (h *harness) startServers(ctx context.Context) error {
 				continue
 			}
 			s, err = newPythonPeer(cfg, p)
+		case "torchd-pt2":
+			s, err = newTorchdPT2(cfg)
 		case "torchserve", "mms":
 			jp := javaPeers[p]
 			if why := jp.unavailable(cfg.root); why != "" {
@@ -575,7 +577,7 @@ func (h *harness) startServers(ctx context.Context) error {
 			}
 			s, err = newJavaPeer(cfg, jp)
 		default:
-			return fmt.Errorf("unknown peer %q (BENCH_PEERS takes tornado, fastapi, torchserve, mms)", p)
+			return fmt.Errorf("unknown peer %q (BENCH_PEERS takes torchd-pt2, tornado, fastapi, torchserve, mms)", p)
 		}
 		if err != nil {
 			h.res.Unavailable[p] = err.Error()
@@ -686,7 +688,7 @@ func (h *harness) registerAll() error {
 			defer wg.Done()
 			for _, m := range []string{"resnet18", "digits", "digits_tensor"} {
 				workers := 0
-				if i == 0 {
+				if s.metrics != "" { // torchd, and torchd serving .pt2 packages
 					workers = cfg.torchdWorkers[m]
 				}
 				if errs[i] = s.register(m, batch[m], cfg.delayMS, workers); errs[i] != nil {

@@ -15,6 +15,7 @@ import (
 // serverStyle keeps each server's colour the same in every plot.
 var serverStyle = map[string]string{
 	"torchd":     `lc rgb "#1f4e9c" lw 3`,
+	"torchd-pt2": `lc rgb "#4fa3e0" lw 2`,
 	"tornado":    `lc rgb "#e07b00" lw 2`,
 	"fastapi":    `lc rgb "#2a9d3a" lw 2`,
 	"torchserve": `lc rgb "#c62828" lw 2`,

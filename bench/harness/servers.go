@@ -220,23 +220,60 @@ func logTail(path string) string {
 // TorchScript files (models/out/*/model.pt), one model worker each, on the same cores.
 
 func newTorchd(cfg *config) (*server, error) {
+	return startTorchd(cfg, "torchd", "model-store",
+		"(intra-op threads: cores / workers, torchd's default)")
+}
+
+// newTorchdPT2 is torchd again, serving the zoo's AOTInductor packages (models/out/*/model.pt2,
+// models/pt2.py) under the same names and configs, so that the tables put each model's .pt2
+// beside its TorchScript file.
+func newTorchdPT2(cfg *config) (*server, error) {
+	store := filepath.Join(cfg.work, "store-pt2")
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		return nil, err
+	}
+	for _, a := range [][3]string{{"resnet18", "resnet18", "resnet18"}, {"digits", "digits", "digits"}, {"digits_tensor", "digits", "digits_tensor"}} {
+		name, zoo, config := a[0], a[1], a[2]
+		args := []string{"archive", "--model-name", name, "--version", "1.0",
+			"--serialized-file", filepath.Join("models/out", zoo, "model.pt2"), "--config-file", filepath.Join("models/configs", config+".toml"),
+			"--export-path", store, "--archive-format", "zip-store", "--force"}
+		if idx := filepath.Join("models/out", zoo, "index_to_name.json"); fileExists(filepath.Join(cfg.root, idx)) {
+			args = append(args, "--extra-files", idx)
+		}
+		cmd := exec.Command(cfg.torchd, args...)
+		cmd.Dir = cfg.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("archive %s.pt2: %v: %s", name, err, lastLines(string(out), 2))
+		}
+	}
+	return startTorchd(cfg, "torchd-pt2", store,
+		"from the zoo's .pt2 packages (`models/pt2.py`: AOTInductor, batch dimension dynamic) under the same names and configs; "+
+			"the same workers and batching as torchd")
+}
+
+func fileExists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+func startTorchd(cfg *config, name, store, what string) (*server, error) {
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{
-		Name:  "torchd",
+		Name:  name,
 		Label: "torchd (this repository)",
 		Config: "`bin/torchd serve --access-log=false --enable-snapshots=false --job-queue-size 1024`; each model registered " +
-			"through the management API with the workers and batching given below (intra-op threads: cores / workers, torchd's default)",
+			"through the management API with the workers and batching given below " + what,
 		base:    fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		mgmt:    fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		metrics: fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
-		logPath: filepath.Join(cfg.work, "logs", "torchd.log"),
+		logPath: filepath.Join(cfg.work, "logs", name+".log"),
+	}
+	if name != "torchd" {
+		s.Label = "torchd, AOTInductor packages (.pt2)"
 	}
 	s.workers = 1
 	err = s.start(cfg.root, cfg.serverEnv(), cfg.torchd, "serve", "--access-log=false", "--enable-snapshots=false", "--job-queue-size", "1024",
-		"--model-store", "model-store",
+		"--model-store", store,
 		"--inference-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		"--management-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[2]),
