@@ -78,6 +78,10 @@ type ModelConfig struct {
 	// Triton config's INTER_OP_THREAD_COUNT); 0 leaves LibTorch's default.
 	InteropThreads int
 	Freeze         bool // run torch.jit.freeze on the loaded module; default false
+	// Optimize runs torch.jit.optimize_for_inference (which freezes) on the loaded module:
+	// it folds batch norms into convolutions and picks oneDNN layouts, which pays for
+	// batched forwards and can cost at batch 1 (docs/design/binding.md).
+	Optimize bool
 	// Precision is "fp32" or "bf16" (a TorchScript model runs under autocast to bfloat16; an
 	// AOTInductor package must have been exported in it); "" leaves the daemon's choice.
 	Precision string

@@ -88,6 +88,7 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`device_ids = [0, -1]`, "device_ids[1]", "must be one of GPU indexes >= 0, got integer -1"},
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
+		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
 		{`precision = "fp16"`, "precision", `must be one of ["fp32" "bf16"], got "fp16"`},
 		{`precision = 16`, "precision", `must be a string`},
 		{`handler = 5`, "handler", "must be a string, got integer 5"},

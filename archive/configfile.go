@@ -41,7 +41,7 @@ func ParseModelConfig(name string, data []byte) (ModelConfig, error) {
 var tomlKeys = []string{
 	"handler", "serialized_file", "batch_size", "max_batch_delay", "min_workers", "max_workers",
 	"job_queue_size", "response_timeout", "startup_timeout", "device", "device_ids", "threads",
-	"freeze", "options", "inputs", "outputs", "latency_target_ms", "precision",
+	"freeze", "optimize_for_inference", "options", "inputs", "outputs", "latency_target_ms", "precision",
 }
 
 func parseTOML(file string, data []byte) (ModelConfig, error) {
@@ -121,6 +121,9 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 	}
 	if b, ok := f.boolean("freeze"); ok {
 		c.Freeze = b
+	}
+	if b, ok := f.boolean("optimize_for_inference"); ok {
+		c.Optimize = b
 	}
 	if s, ok := f.str("precision"); ok {
 		if !slices.Contains(Precisions, s) {

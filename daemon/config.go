@@ -79,6 +79,7 @@ type ModelSettings struct {
 	Device          string
 	Threads         int // intra-op threads per worker; 0: cores / workers
 	Freeze          bool
+	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
 	Precision       string // fp32 or bf16: the registration's, else the archive's, else fp32
 
 	// Self-tuning batching (autotune.go): the daemon picks the batch size, the delay or
@@ -290,6 +291,8 @@ var settings = []setting{
 		apply: intSetting(func(c *Config) *int { return &c.Model.Threads }, 0)},
 	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
 		apply: boolSetting(func(c *Config) *bool { return &c.Model.Freeze })},
+	{key: "optimize_for_inference", def: "false", model: true, help: "torch.jit.optimize_for_inference TorchScript models at load (freezes them; folds batch norms, oneDNN layouts): faster batched forwards, can be slower at batch 1",
+		apply: boolSetting(func(c *Config) *bool { return &c.Model.Optimize })},
 }
 
 func init() {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchd/torchd/client"
 	"github.com/torchd/torchd/internal/npy"
@@ -292,4 +293,27 @@ func TestV2VersionedRoutes(t *testing.T) {
 	if _, _, err := c.Infer(ctx, "digits_tensor", "9.9", []oip.Tensor{input}, client.InferOptions{Binary: true}); err == nil {
 		t.Fatal("infer on an unknown version succeeded")
 	}
+}
+
+// TestOptimizeForInference serves the digits CNN loaded through
+// torch.jit.optimize_for_inference (the server-wide setting): the loader logs it, and batched
+// answers still match Python's reference.
+func TestOptimizeForInference(t *testing.T) {
+	s := startServer(t, "--optimize-for-inference=true")
+	s.register(t, "url=digits_tensor.mar&batch_size=8&max_batch_delay=2&initial_workers=1")
+	// The log reaches the test through a pipe, after the registration's answer.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.Log(), "optimize_for_inference=true"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the load did not use optimize_for_inference:\n%s", s.Log())
+		}
+	}
+	x := readZooNpy(t, "digits", "ref_input.npy")
+	want := f32s(readZooNpy(t, "digits", "ref_output.npy").Data)
+	_, outs, err := client.New(s.inf).Infer(context.Background(), "digits_tensor", "",
+		[]oip.Tensor{{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data}}, client.InferOptions{Binary: true})
+	if err != nil || len(outs) != 1 || outs[0].Shape[0] != x.Shape[0] {
+		t.Fatalf("infer: %v %+v", err, outs)
+	}
+	// Folding batch norms into convolutions reorders float sums.
+	closeTo(t, "optimized output", f32s(outs[0].Data), want, 1e-4)
 }

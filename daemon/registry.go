@@ -366,6 +366,9 @@ func resolveModelSettings(cfg *Config, ac archive.ModelConfig, req RegisterReque
 	if !set["freeze"] && ac.Freeze {
 		s.Freeze = true
 	}
+	if !set["optimize_for_inference"] && ac.Optimize {
+		s.Optimize = true
+	}
 	s.Precision = cmp.Or(req.Precision, ac.Precision, "fp32")
 	switch {
 	case req.BatchSize > 0:
@@ -547,7 +550,8 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
-		"threads", v.pool.Threads(), "device", module.Device(), "load_time", time.Since(start).Round(time.Millisecond))
+		"threads", v.pool.Threads(), "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
+		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
 }
 
@@ -595,6 +599,9 @@ func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 	}
 	if s.Freeze {
 		lopts = append(lopts, torch.WithFreeze())
+	}
+	if s.Optimize {
+		lopts = append(lopts, torch.WithOptimize())
 	}
 	return torch.Load(am.SerializedPath(), lopts...)
 }

@@ -32,8 +32,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from PIL import Image
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import common
 
@@ -101,6 +99,10 @@ def train(x, y):
 
 def main():
     args = common.parse_args(__doc__.splitlines()[0])
+    # Imported here: exporting the model (models/pt2.py, also on a GPU machine) needs only
+    # DigitsCNN, not the data set.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
     data = load_digits()
     images = np.stack([to_28x28(d) for d in data.images])
     labels = data.target.astype(np.int64)

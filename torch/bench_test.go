@@ -55,8 +55,9 @@ func BenchmarkResNet18Forward(b *testing.B) {
 
 // BenchmarkOptimizeForInference compares a zoo model's forward as loaded with
 // torch.jit.optimize_for_inference (WithOptimize) and without, on one locked thread with
-// TORCHD_BENCH_THREADS intra-op threads (default 2). The two variants alternate within each
-// run, so with -count=N every pair shares the machine's state of the moment.
+// TORCHD_BENCH_THREADS intra-op threads (default 2). Each plain run is followed by its
+// optimized twin; -count repeats a sub-benchmark back to back, so for pairs that share the
+// machine's moment repeat the whole command (-count 1) instead.
 func BenchmarkOptimizeForInference(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()

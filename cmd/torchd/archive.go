@@ -258,6 +258,7 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 		fmt.Fprintln(w, "# threads: LibTorch's default")
 	}
 	line("freeze", c.Freeze, set.Freeze, "")
+	line("optimize_for_inference", c.Optimize, set.Optimize, "")
 	if c.Precision != "" {
 		line("precision", c.Precision, true, "")
 	} else {

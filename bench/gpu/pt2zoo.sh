@@ -1,0 +1,39 @@
+#!/bin/bash
+# The zoo's own export for CUDA, on a machine with an NVIDIA GPU and a CUDA PyTorch (python3),
+# run from the repository root with build/gpucheck beside it (bench/gpu/bundle.sh, which also
+# copies the digits model there): models/pt2.py --device cuda compiles the digits CNN with
+# that machine's torch (fp32 and fp16), torchd archives and serves each package on cuda:0,
+# and bench/gpu/check.py compares its answers at batch 1, 2, 7 and 64 with eager PyTorch's
+# (the references models/pt2.py made on the CPU). Output: PASS/FAIL lines on stdout.
+set -u
+G=build/gpucheck
+W=${WORK:-/tmp/pt2zoo}; rm -rf "$W"; mkdir -p "$W/out" "$W/store"
+cp -r "$G/zoo/digits" "$W/out/digits"
+T=$(python3 -c 'import torch,os;print(os.path.dirname(torch.__file__))')
+export LD_LIBRARY_PATH=$T/lib:$G/lib
+for dtype in fp32 fp16; do
+  timeout 300 python3 models/pt2.py --out "$W/out" --models digits --device cuda --dtype $dtype --cache "$W/cache" 2>&1 |
+    grep -v -i warn || echo "models/pt2.py --device cuda --dtype $dtype: FAIL"
+done
+ls -l "$W/out/digits/"*.pt2
+python3 - "$W/out/digits" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+np.save(f"{d}/ref_x.npy", np.load(f"{d}/pt2_ref_input.npy"))
+np.save(f"{d}/ref_y.npy", np.load(f"{d}/pt2_ref_output_b64.npy"))
+PY
+for p in model_cuda model_cuda_fp16; do
+  $G/bin/torchd archive --model-name "digits_$p" --version 1.0 --serialized-file "$W/out/digits/$p.pt2" \
+    --config-file models/configs/digits_tensor.toml --export-path "$W/store" --archive-format zip-store --force >/dev/null ||
+    echo "archive $p: FAIL"
+done
+TORCHD_DEVICE=cuda:0 $G/bin/torchd serve --access-log=false --model-store "$W/store" \
+  --models digits_model_cuda=digits_model_cuda.mar,digits_model_cuda_fp16=digits_model_cuda_fp16.mar \
+  --inference-address 127.0.0.1:18280 --management-address 127.0.0.1:18281 --metrics-address 127.0.0.1:18282 \
+  --grpc-address= --grpc-inference-address= --grpc-management-address= > "$W/serve.log" 2>&1 &
+spid=$!
+for _ in $(seq 1 240); do curl -sf 127.0.0.1:18280/ping >/dev/null && break; sleep 0.5; done
+grep -E "loaded|ERROR|error" "$W/serve.log" | head -5
+python3 "$G/check.py" http://127.0.0.1:18280 digits_model_cuda "$W/out/digits/ref" 1e-4 1,2,7,64 65
+python3 "$G/check.py" http://127.0.0.1:18280 digits_model_cuda_fp16 "$W/out/digits/ref" 5e-2 1,2,7,64
+kill -INT $spid; wait $spid
