@@ -91,8 +91,8 @@ func (c *curve) plateau(frac float64) []int {
 // worker, and the knee for several.
 //
 // The forward alone cannot tell the batches of a plateau apart (its noise is about the
-// plateau's width), and serving can at both ends. Of the rules measured in full bench runs,
-// the largest within 20% did best (docs/design/self-tuning.md, "The starting point").
+// plateau's width), and serving can at both ends. Of the rules measured end to end, the
+// largest within startFrac served best (docs/design/self-tuning.md, "The starting point").
 func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limit int) {
 	limit = 1
 	if n := len(c.Points); n > 0 {

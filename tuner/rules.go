@@ -145,8 +145,8 @@ func (t *Tuner) probeGains(trial, before, after window) (r, lat, closer, slower 
 // "undecided" (probed again after one window, up to maxEvidence probes). The standard error
 // is that of the windows' measured noise, or of the probes' own spread where that is wider:
 // the noise is measured between neighbouring windows, which move together on a shared
-// machine, and probes minutes apart differ by more: two probes of +22.7% and -6.7% are not
-// the evidence their windows' noise alone would make them.
+// machine, and probes minutes apart differ by more (docs/design/self-tuning.md, "Figures
+// behind the code's comments").
 func (t *Tuner) byRate(e evidence, after window) (verdict, why string) {
 	n := float64(e.n)
 	mean, sd := e.sum/n, t.sigma()
@@ -172,8 +172,8 @@ func (t *Tuner) byRate(e evidence, after window) (verdict, why string) {
 // byLatency decides a probe with a latency target, from the p99 of the neighbour's trial
 // windows and of the windows at the current settings since they were set, each as a mean of
 // log(p99 / target), with a standard error from p99's measured noise. A single window
-// decides nothing: near the target p99 is noisy (a stolen second doubles one window's tail),
-// and deciding on one or two windows moves a setting back and forth.
+// decides nothing: near the target p99 is noisy (stolen CPU time alone can stretch one
+// window's tail), and deciding on one or two windows moves a setting back and forth.
 //   - The current settings meet the target (their mean): a neighbour whose mean is over it is
 //     declined; one the rate would adopt is adopted only once its mean is under the target by
 //     two standard errors (until then undecided: breaking the target costs more than the

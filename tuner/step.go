@@ -69,9 +69,10 @@ func (t *Tuner) step(w window) time.Duration {
 		t.noise(t.before, w)
 		t.prev = w
 		t.hear(w)
-		// Windows are noisy (on a shared machine the served rate moves ±15% from one window
-		// to the next, p99 more): the evidence of every probe of this neighbour at this load adds
-		// up, weighed against the noise measured as the tuner serves.
+		// Windows are noisy (on a shared machine the served rate moves from one window to
+		// the next by more than the gains sought, p99 more): the evidence of every probe of
+		// this neighbour at this load adds up, weighed against the noise measured as the
+		// tuner serves.
 		k := probeKey{t.cand, t.candDly > 0, t.candThr}
 		if t.evidence == nil {
 			t.evidence = map[probeKey]evidence{}

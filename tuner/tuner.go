@@ -13,7 +13,7 @@ import (
 
 // Tuner adapts one model version's batching while it serves.
 //
-// It works in measuring windows (eight forwards' time, 0.3–4 s). The settings move only
+// It works in measuring windows of about eight forwards (see windowLen). The settings move only
 // through probes: with the load busy enough for them to matter, the tuner serves one window
 // at a neighbouring setting (double the limit, half the batches being served, or with one
 // worker lingering turned on or off), then one more at the current setting; the probe's
@@ -114,8 +114,8 @@ const (
 
 	// lingerProbes is the fewest probes that turn lingering on. Lingering makes every request
 	// of a batch wait for the batch to fill, and in a closed loop it rarely pays
-	// (bench/linger-ab.sh); two lucky probes could adopt it, and the probes back off it were
-	// then too noisy to decide.
+	// (bench/linger-ab.sh): two lucky probes could adopt it, and the probes back off it are
+	// too noisy to decide.
 	lingerProbes  = 3
 	probeGain     = 1.05 // a neighbour must serve this much more to be adopted,
 	saturatedGain = 1.02 // a bigger limit under a load that keeps it full this much (see saturatedUp)
@@ -153,7 +153,7 @@ const (
 // eight forwards, within bounds: at least minWindow, and at most longWindow unless four
 // forwards take longer (a window is judged on three batches or more). A probe takes three
 // windows and two settlings, and a burst of load of a few seconds must hold the window
-// before it and its trial: with longer windows a slow model made no probe at all.
+// before it and its trial: longer windows leave a slow model no room for a probe.
 func (t *Tuner) windowLen() time.Duration {
 	b := t.limit
 	if t.phase == phaseProbing {

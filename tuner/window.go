@@ -50,8 +50,7 @@ func (s *logNoise) add(a, b float64) {
 
 // window is one window's standard deviation (half the variance of the difference of two),
 // within [lo, hi]; def until it has four samples. The EWMA starts from 0: divided by its
-// weight so far, it is not biased low while it has few samples (after 4 it holds 41% of the
-// variance).
+// weight so far, it is not biased low while it has few samples.
 func (s *logNoise) window(def, lo, hi float64) float64 {
 	if s.n < 4 {
 		return def
