@@ -58,20 +58,3 @@ func readCurve(path string) (curve, bool) {
 	}
 	return c, true
 }
-
-// writeCurve writes c to path through a temporary file, so that a reader never sees half a
-// curve.
-func writeCurve(path string, c curve) error {
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}

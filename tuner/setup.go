@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/jsonfile"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -85,7 +86,7 @@ func New(m Model, s *Settings, cacheDir string, log *slog.Logger) (*Tuner, error
 				c.Took += one.Took
 			}
 		}
-		if err := writeCurve(path, c); err != nil {
+		if err := jsonfile.Write(path, c); err != nil {
 			log.Warn("batching curve not cached", "model", name, "err", err)
 		}
 	}
