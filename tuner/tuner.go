@@ -13,8 +13,8 @@ import (
 
 // Tuner adapts one model version's batching while it serves.
 //
-// It works in measuring windows of about eight forwards (see windowLen). The settings move only
-// through probes: with the load busy enough for them to matter, the tuner serves one window
+// It works in measuring windows of about eight forwards (see windowLen). The settings move
+// only through probes: with the load busy enough for them to matter, the tuner serves one window
 // at a neighbouring setting (double the limit, half the batches being served, or with one
 // worker lingering turned on or off), then one more at the current setting; the probe's
 // gain is the neighbour's served rate over the mean of the two windows around it
@@ -32,6 +32,9 @@ import (
 // a steady load settles on one setting and probes rarely, and a change of load is followed
 // within a few windows. What the probes leave at a load level is remembered: when the load
 // comes back to it, its settings return at once.
+//
+// Enter and Record are called on every request and take no lock; Status and SetWorkers may
+// be called from any goroutine; everything else belongs to Run's goroutine.
 type Tuner struct {
 	name    string
 	log     *slog.Logger
