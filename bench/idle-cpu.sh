@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The machine's idle CPU while `ab -k` drives one fixed setting: is there an idle core for a
 # second intra-op thread? (The self-tuning batching probes more threads only with 0.6 cores
-# idle: daemon/autotune.go, dirThreads.) One torchd (ports 19580–19582) serves digits_tensor
+# idle: tuner/step.go, dirThreads.) One torchd (ports 19580–19582) serves digits_tensor
 # (batch 32, no delay) and resnet18 (batch 8, no delay) at 1 and at 2 intra-op threads, one
 # worker each; each point reads /proc/stat before and after. Prints
 # "model c=N rps=R idle=I steal=S" (I, S: shares of the machine's CPU time).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Self-tuning batching against batch 32 at three delays, closed loop, many rounds: the focused
-# A/B behind the lingering rules of daemon/autotune.go (dirLinger). One torchd (ports
+# A/B behind the lingering rules of tuner/step.go (dirLinger). One torchd (ports
 # 19590–19592) serves digits_tensor five times, one worker each: `auto` (batch_size and
 # max_batch_delay auto, threads tuned), and batch 32 on one intra-op thread at 0 ms (twice:
 # d0, d0copy), 2 ms (d2) and 5 ms (d5). Each round runs every variant once with `ab -k` for 4 s,

@@ -82,7 +82,7 @@ type ModelSettings struct {
 	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
 	Precision       string // fp32 or bf16: the registration's, else the archive's, else fp32
 
-	// Self-tuning batching (autotune.go): the daemon picks the batch size, the delay or
+	// Self-tuning batching (package tuner): the daemon picks the batch size, the delay or
 	// the workers itself; LatencyTarget is the p99 it holds (0: none).
 	AutoBatch, AutoDelay, AutoWorkers bool
 	LatencyTarget                     time.Duration

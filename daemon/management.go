@@ -16,6 +16,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/internal/memtrim"
+	"github.com/torchd/torchd/tuner"
 )
 
 func (d *Daemon) managementRouter() *router {
@@ -280,7 +281,7 @@ type describeModel struct {
 	ParallelLevel        int              `json:"parallelLevel"`
 	DeviceType           string           `json:"deviceType"`
 	LoadedAtStartup      bool             `json:"loadedAtStartup"`
-	AutoBatching         *autoStatus      `json:"autoBatching,omitempty"`
+	AutoBatching         *tuner.Status    `json:"autoBatching,omitempty"`
 	Handler              string           `json:"handler"`
 	Workers              []describeWorker `json:"workers"`
 	JobQueueStatus       jobQueueStatus   `json:"jobQueueStatus"`
@@ -346,7 +347,7 @@ func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 		},
 	}
 	if v.tuner != nil {
-		m.AutoBatching = v.tuner.status()
+		m.AutoBatching = v.tuner.Status()
 	}
 	for _, w := range v.pool.Workers() {
 		m.Workers = append(m.Workers, describeWorker{

@@ -16,6 +16,7 @@ import (
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
+	"github.com/torchd/torchd/tuner"
 )
 
 // APIError is an error with the HTTP status and TorchServe exception type it is answered with.
@@ -57,7 +58,7 @@ type ModelVersion struct {
 	stats   *versionStats
 	active  atomic.Int64 // requests between enter and answered
 	warm    atomic.Bool
-	tuner   *tuner // nil unless batching is automatic
+	tuner   *tuner.Tuner // nil unless batching is automatic
 	// triton is set when the version comes from a Triton model repository.
 	triton *tritonModel
 }
@@ -67,14 +68,14 @@ type ModelVersion struct {
 func (v *ModelVersion) enter() {
 	v.active.Add(1)
 	if v.tuner != nil {
-		v.tuner.enter()
+		v.tuner.Enter()
 	}
 }
 
 // observe records an answered request's latency for the auto-batching tuner.
 func (v *ModelVersion) observe(d time.Duration) {
 	if v.tuner != nil {
-		v.tuner.record(d)
+		v.tuner.Record(d)
 	}
 }
 
@@ -93,7 +94,7 @@ func (v *ModelVersion) Pending() int { return v.batcher.Pending() }
 // close stops the workers and frees the module and the extracted archive.
 func (v *ModelVersion) close() {
 	if v.tuner != nil {
-		close(v.tuner.stop)
+		v.tuner.Stop()
 	}
 	v.batcher.closed.Store(true)
 	v.pool.Stop()
@@ -516,21 +517,17 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if tn != nil {
 		v.Settings = s
 		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
-		tn.b = v.batcher
 		v.tuner = tn
 	}
 	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	v.pool.stats = v.stats
-	if v.tuner != nil {
-		v.tuner.pool = v.pool
-	}
 	done := make(chan struct{})
 	go func() {
 		v.pool.Scale(s.MinWorkers, true)
 		v.warm.Store(true)
 		close(done)
 		if v.tuner != nil {
-			v.tuner.run()
+			v.tuner.Run(tuned{v})
 		}
 	}()
 	if wait {
@@ -704,10 +701,7 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	if v.tuner != nil {
 		// The workers' threads follow the count (cores / workers) unless they were set; a
 		// thread count the tuner chose for the old count starts over from them.
-		v.tuner.mu.Lock()
-		v.tuner.workers = minWorkers
-		v.tuner.threads = v.pool.Threads()
-		v.tuner.mu.Unlock()
+		v.tuner.SetWorkers(minWorkers, v.pool.Threads())
 	}
 	return v, nil
 }

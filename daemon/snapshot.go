@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/torchd/torchd/internal/jsonfile"
 )
 
 // Snapshots bring back the models registered through the management API after a restart,
@@ -133,26 +134,9 @@ func (d *Daemon) saveSnapshot() {
 	r.mu.RUnlock()
 	snap.Models = append(snap.Models, d.failed.all()...)
 	sortSnapshot(snap.Models)
-	if err := writeFileAtomic(d.cfg.SnapshotFile, snap); err != nil {
+	if err := jsonfile.Write(d.cfg.SnapshotFile, snap); err != nil {
 		d.log.Error("snapshot not written", "file", d.cfg.SnapshotFile, "err", err)
 	}
-}
-
-func writeFileAtomic(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	if dir := filepath.Dir(path); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // readSnapshot returns the snapshot's models, grouped by name with the default version last

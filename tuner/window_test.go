@@ -1,4 +1,4 @@
-package daemon
+package tuner
 
 import (
 	"math"
@@ -7,15 +7,6 @@ import (
 
 	"github.com/torchd/torchd/internal/cpustat"
 )
-
-// dispatchAt records a dispatch of a batch of n at the given time, as the batcher does.
-func dispatchAt(b *Batcher, at time.Time, n int64) {
-	b.markMu.Lock()
-	b.mark = dispatchMark{at, b.batches.Load(), b.batchItems.Load()}
-	b.batches.Add(1)
-	b.batchItems.Add(n)
-	b.markMu.Unlock()
-}
 
 // The meter measures a window's rate over whole batches and corrects it for stolen CPU
 // time: batches of 8 every 100 ms are 80 requests/s, though a 750 ms window holds only 7
@@ -28,7 +19,7 @@ func TestMeterWholeBatches(t *testing.T) {
 		readings = readings[1:]
 		return r, true
 	}
-	dispatch := func(at time.Time, n int64) { dispatchAt(tn.b, at, n) }
+	dispatch := tn.core().dispatch
 	t0 := time.Now()
 	dispatch(t0.Add(-10*time.Millisecond), 8) // before the window
 	m := meter{t: tn}
@@ -78,12 +69,42 @@ func TestMeterLoadStopped(t *testing.T) {
 		m := meter{t: tn}
 		m.begin(t0)
 		for at := c.every; at <= c.until; at += c.every {
-			dispatchAt(tn.b, t0.Add(at), 1)
+			tn.core().dispatch(t0.Add(at), 1)
 			m.tick(1)
 		}
 		w := m.window(t0.Add(300*time.Millisecond), 0)
 		if w.stopped != c.stopped || w.cut() != c.stopped {
 			t.Errorf("%s: stopped %v, cut %v; want %v", c.name, w.stopped, w.cut(), c.stopped)
 		}
+	}
+}
+
+// After a pause the meter starts its window again at every tick that finds the server idle
+// and the window empty, and marks it fresh; a request in the server, or a dispatch, ends
+// that.
+func TestMeterIdle(t *testing.T) {
+	tn := newTestTuner(0, 1, 8, 64)
+	tn.cpu = func() (cpustat.Times, bool) { return cpustat.Times{}, false }
+	m := meter{t: tn}
+	m.begin(time.Now())
+	if !m.idle(0) {
+		t.Fatal("a new window with nothing in the server is not idle")
+	}
+	if m.idle(1) {
+		t.Fatal("a request in the server: idle")
+	}
+	m.tick(1)
+	if m.idle(0) {
+		t.Fatal("a window that saw a request is idle")
+	}
+	m.begin(time.Now())
+	tn.core().batches += 1
+	if m.idle(0) {
+		t.Fatal("a window with a dispatch is idle")
+	}
+	m.fresh = true
+	m.begin(time.Now())
+	if w := m.window(time.Now(), 0); w.fresh {
+		t.Fatal("begin did not clear fresh")
 	}
 }

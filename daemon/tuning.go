@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
+	"github.com/torchd/torchd/tuner"
+)
+
+// setupAuto measures (or reads from the cache) the model's batching curve and fills in the
+// automatic settings: s.BatchSize, s.MaxBatchDelay and s.MinWorkers. It returns the tuner
+// that adapts them while serving, or nil when nothing is automatic.
+func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, m torch.Model, modelPath string, warmup []*handlers.Sample) (*tuner.Tuner, error) {
+	ts := tuner.Settings{
+		AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
+		BatchSize: s.BatchSize, MaxBatchDelay: s.MaxBatchDelay, MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers,
+		Threads: s.Threads, JobQueueSize: s.JobQueueSize, LatencyTarget: s.LatencyTarget,
+	}
+	if !ts.Auto() {
+		return nil, nil
+	}
+	if len(warmup) == 0 {
+		return nil, fmt.Errorf("model %s: auto batching needs a warm-up input (declare [[inputs]] in the archive's config)", name)
+	}
+	t, err := tuner.New(tuner.Model{Name: name, Handler: h, Module: m, Path: modelPath, Sample: warmup[0]}, &ts, r.cfg.CacheDir, r.log)
+	if err != nil {
+		return nil, err
+	}
+	s.BatchSize, s.MaxBatchDelay, s.MinWorkers, s.MaxWorkers, s.Threads = ts.BatchSize, ts.MaxBatchDelay, ts.MinWorkers, ts.MaxWorkers, ts.Threads
+	return t, nil
+}
+
+// tuned is a model version as its tuner sees it (tuner.Target): the tuner sets the batching
+// and the workers' threads and reads the dispatch counters, and nothing else.
+type tuned struct{ v *ModelVersion }
+
+func (t tuned) SetBatching(limit int, delay time.Duration) { t.v.batcher.SetBatching(limit, delay) }
+
+// SetThreads sets the intra-op threads the workers run with; a worker takes them before its
+// next batch (see WorkerPool.run).
+func (t tuned) SetThreads(n int) { t.v.pool.threads.Store(int64(n)) }
+
+func (t tuned) Stats() tuner.Stats {
+	b := t.v.batcher
+	last := b.last()
+	return tuner.Stats{
+		Batches: b.batches.Load(), Items: b.batchItems.Load(), Busy: time.Duration(b.busy.Load()),
+		Last:      tuner.Dispatch{At: last.at, Batches: last.batches, Before: last.before},
+		BatchSize: int(b.batchSize.Load()), MaxDelay: time.Duration(b.maxDelay.Load()),
+	}
+}
