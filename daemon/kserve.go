@@ -149,8 +149,13 @@ func datatypeOfName(dtype string) string {
 
 // signature is a model version's inputs and outputs: an AOTInductor package's recorded specs,
 // else the archive's declared ones, else inputs named after forward's Tensor arguments with
-// unknown shapes.
+// unknown shapes. Callers must not modify them.
 func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
+	v.sigOnce.Do(func() { v.sigIns, v.sigOuts = v.resolveSignature() })
+	return v.sigIns, v.sigOuts
+}
+
+func (v *ModelVersion) resolveSignature() (ins, outs []oip.MetadataTensor) {
 	// A package records its own signature, which its compiled code was made for; a Triton
 	// repository model's config names the tensors, and was checked against it at load.
 	if p, ok := v.module.(*torch.Package); ok && v.triton == nil {

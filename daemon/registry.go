@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/torch"
 	"github.com/torchd/torchd/tuner"
 )
@@ -36,10 +37,14 @@ func apiErr(status int, typ, format string, args ...any) *APIError {
 // workers.
 type ModelVersion struct {
 	Name, Version string
-	URL           string
-	HandlerName   string
-	Settings      ModelSettings
-	Startup       bool // loaded at start-up rather than through the API
+	// sig is the v2 signature, resolved once (signature()): a TorchScript schema is a cgo
+	// call and a regexp, which no request should pay.
+	sigOnce         sync.Once
+	sigIns, sigOuts []oip.MetadataTensor
+	URL             string
+	HandlerName     string
+	Settings        ModelSettings
+	Startup         bool // loaded at start-up rather than through the API
 	// persist records the version in the snapshot (registered through the API, or restored
 	// from the snapshot); handlerArg is the handler given at registration, if any, and
 	// requestedThreads and requestedPrecision the threads and precision parameters (0, "":
@@ -545,6 +550,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			<-done
 		}
 	}
+	v.signature() // resolved at load, not on the first request
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
 		"threads", v.pool.Threads(), "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
