@@ -144,3 +144,26 @@ func TestBurstHoldsBoundedInput(t *testing.T) {
 		t.Fatalf("200 concurrent requests, yet none waited for the window of %d", size)
 	}
 }
+
+// A request waiting for a place in a full window gives up at its own limit
+// (X-Request-Timeout), not at the model's response_timeout, and is answered 504 saying so;
+// once places free, requests are answered again.
+func TestWindowWaitHonoursRequestTimeout(t *testing.T) {
+	imgs, _ := heldOut(t)
+	v, url := startEngine(t, 2, "--workers", "1", "--batch-size", "1", "--response-timeout", "600")
+	release := daemon.HoldWindow(v)
+	req, _ := http.NewRequest("POST", url+"/predictions/digits", bytes.NewReader(imgs[0]))
+	req.Header.Set("Content-Type", "image/png")
+	req.Header.Set(daemon.HeaderRequestTimeout, "200")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 504 || !bytes.Contains(body, []byte("within the request's own limit (200ms)")) {
+		t.Fatalf("a request whose limit passes while the window is full: %d %s", resp.StatusCode, body)
+	}
+	release()
+	postDigit(t, url, imgs[0])
+}

@@ -17,3 +17,20 @@ func WindowStats(v *ModelVersion) (held, peak, waited, size int) {
 	defer v.batcher.win.mu.Unlock()
 	return held, peak, waited, v.batcher.win.limit
 }
+
+// HoldWindow takes every free place of v's window, as requests holding decoded input would,
+// and returns the function that gives them back.
+func HoldWindow(v *ModelVersion) (release func()) {
+	w := &v.batcher.win
+	w.mu.Lock()
+	n := w.limit - w.held
+	w.mu.Unlock()
+	for range n {
+		w.enter(0)
+	}
+	return func() {
+		for range n {
+			w.leave()
+		}
+	}
+}

@@ -104,7 +104,7 @@ func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.Mo
 	var resp *pb.ModelInferResponse
 	var fail error
 	err := d.served(c, r.GetModelName(), r.GetModelVersion(), func(v *ModelVersion, arrived time.Time) outcome {
-		rsv, ae := admit(v)
+		rsv, ae := admit(c, v)
 		if ae != nil {
 			fail = ae
 			return outcome{status: ae.Status}

@@ -80,7 +80,7 @@ func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
 // runExplain preprocesses req and explains it with the handler; items is the number of
 // inputs (images, texts) explained.
 func (d *Daemon) runExplain(v *ModelVersion, ex handlers.Explainer, req *handlers.Request, target int) (_ *handlers.Response, items int, _ error) {
-	rsv, fail := admit(v)
+	rsv, fail := admit(call{}, v)
 	if fail != nil {
 		return nil, 0, fail
 	}
@@ -284,7 +284,7 @@ func restCall(ctx *fasthttp.RequestCtx) call {
 // handler: admit → decode (which preprocesses, here) → batcher → worker. decode runs once
 // the request holds its place in v's queue; each API encodes the result its own way.
 func (d *Daemon) infer(c call, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, *APIError)) (*handlers.Sample, jobResult, *APIError) {
-	rsv, fail := admit(v)
+	rsv, fail := admit(c, v)
 	if fail != nil {
 		return nil, jobResult{}, fail
 	}
@@ -313,14 +313,25 @@ func preprocess(v *ModelVersion, req *handlers.Request) (*handlers.Sample, *APIE
 
 // admit reserves the request's place in v's queue before its body is decoded; a full queue
 // is 503 at once. Then it waits, in arrival order, for a place in v's window of requests
-// that hold decoded input (see inputWindow), at most response_timeout.
-func admit(v *ModelVersion) (*reservation, *APIError) {
+// that hold decoded input (see inputWindow), at most response_timeout or the client's own
+// limit, whichever is shorter.
+func admit(c call, v *ModelVersion) (*reservation, *APIError) {
 	rsv, ok := v.batcher.reserve()
 	if !ok {
 		return nil, queueFull(v)
 	}
-	if !rsv.wait(v.Settings.ResponseTimeout) {
+	limit, own := v.Settings.ResponseTimeout, time.Duration(0)
+	if c.timeout != nil {
+		// A malformed header is answered 400 by runSample, once the request is decoded.
+		if ct, err := c.timeout(); err == nil && ct > 0 && (limit <= 0 || ct < limit) {
+			limit, own = ct, ct
+		}
+	}
+	if !rsv.wait(limit) {
 		rsv.release()
+		if own > 0 {
+			return nil, apiErr(504, "RequestTimeoutException", "model %s: %v: no place for its input within the request's own limit (%v)", v.Name, errExpired, own)
+		}
 		return nil, apiErr(504, "RequestTimeoutException", "model %s: %v (response_timeout %v)", v.Name, errExpired, v.Settings.ResponseTimeout)
 	}
 	return rsv, nil

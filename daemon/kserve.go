@@ -332,7 +332,7 @@ func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, ser
 }
 
 func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
-	rsv, fail := admit(v)
+	rsv, fail := admit(c, v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return outcome{status: fail.Status}
@@ -878,7 +878,7 @@ func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
 		}
 		target = int(f)
 	}
-	rsv, fail := admit(v)
+	rsv, fail := admit(restCall(ctx), v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return
