@@ -849,7 +849,7 @@ func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
 		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName))
 		return
 	}
-	req, tensors, err := oip.DecodeRequest(ctx.Request.SwapBody(nil), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+	req, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
 	if err != nil {
 		v2APIError(ctx, err)
 		return

@@ -10,7 +10,7 @@
 #   4. with BASELINE_BIN=dir (a folder holding an older torchd, its libtorchd_c.so and libtorch.so
 #      stand-in, as bundle.sh makes in baseline/ with BASELINE=rev): resnet50 fp16 at c=PAIRED_C
 #      (128) with WORKERS workers, served by the baseline and by this build in turn, in the
-#      order baseline, new, new, baseline (ROUNDS=2 pairs), each on a fresh server, so that the
+#      order baseline, new, new, baseline (ROUNDS times; 1), each on a fresh server, so that the
 #      ratio new/baseline comes from one machine. PAIRED_ONLY=1 runs step 4 alone (after step 1).
 # Output goes to $OUT (log.txt, cpu.pprof of the resnet50 run, paired.txt). Nothing is asserted
 # by exit code beyond the steps running; the log holds PASS/FAIL lines and the figures.
@@ -28,7 +28,8 @@ $B/torchd version || exit 1
 [ -f "$B/REVISION" ] && echo "this build: $(cat "$B/REVISION")"
 
 # paired_point BIN LABEL ROUND: one fresh server of BIN/torchd serving resnet50_fp16, one
-# perf_analyzer point; a line "PAIRED label round throughput p50_us p99_us mean_batch" to paired.txt.
+# perf_analyzer point after a short warm-up; a line "PAIRED label round=R throughput=... p50_us=...
+# p99_us=... mean_batch=..." to paired.txt (perf_analyzer's own log stays in WORK).
 paired_point() {
   TORCHD_MAX_REQUEST_SIZE=67108864 TORCHD_DEVICE=cuda:0 WORKERS=${WORKERS:-4} \
     "$1/torchd" serve --access-log=false --model-store "$W/store" --models resnet50_fp16=resnet50_fp16.mar \
@@ -39,15 +40,16 @@ paired_point() {
   $PA -m resnet50_fp16 --concurrency-range ${PAIRED_C:-128} --measurement-interval 2000 --max-trials 1 >/dev/null 2>&1 # warm-up
   local m0 m1
   m0=$(curl -s localhost:8082/metrics | awk '/^torchd_batch_size_(sum|count)\{model="resnet50_fp16"/{printf "%s ", $2}')
-  $PA -m resnet50_fp16 --concurrency-range ${PAIRED_C:-128} -f "$W/pa-$2-$3.csv" > "$W/pa-$2-$3.log" 2>&1
+  $PA -m resnet50_fp16 --concurrency-range ${PAIRED_C:-128} > "$W/pa-$2-$3.log" 2>&1
   m1=$(curl -s localhost:8082/metrics | awk '/^torchd_batch_size_(sum|count)\{model="resnet50_fp16"/{printf "%s ", $2}')
   kill -INT $pid; wait $pid
-  grep -E 'Throughput|p50|p99' "$W/pa-$2-$3.log" | tail -3
-  # The CSV's columns by name; the mean batch of the measured part from the metrics' sum and count.
-  awk -F, -v l="$2" -v r="$3" -v m0="$m0" -v m1="$m1" 'NR==1{for(i=1;i<=NF;i++)c[$i]=i; next}
-    {split(m0,a," "); split(m1,b," "); mb=(b[2]-a[2]>0)?(b[1]-a[1])/(b[2]-a[2]):0
-     printf "PAIRED %s round=%s throughput=%s p50_us=%s p99_us=%s mean_batch=%.1f\n", l, r, $c["Inferences/Second"], $c["p50 latency"], $c["p99 latency"], mb}' \
-    "$W/pa-$2-$3.csv" | tee -a "$O/paired.txt"
+  # perf_analyzer's last "Throughput: N infer/sec", "p50 latency: N usec" and "p99 latency: N usec";
+  # the mean batch of the measured part from the metrics' sum and count before and after it.
+  awk -v l="$2" -v r="$3" -v m0="$m0" -v m1="$m1" '/Throughput:/{tp=$2} /p50 latency:/{p50=$3} /p99 latency:/{p99=$3}
+    END{split(m0,a," "); split(m1,b," "); mb=(b[2]-a[2]>0)?(b[1]-a[1])/(b[2]-a[2]):0
+        if (tp=="") {print "FAIL " l " round " r ": no throughput from perf_analyzer"; exit}
+        printf "PAIRED %s round=%s throughput=%s p50_us=%s p99_us=%s mean_batch=%.1f\n", l, r, tp, p50, p99, mb}' \
+    "$W/pa-$2-$3.log" | tee -a "$O/paired.txt"
 }
 
 paired() {
@@ -57,12 +59,12 @@ paired() {
   echo "== $(date -u +%T) paired: baseline $base ($(cat "$base/REVISION" 2>/dev/null)) against this build, c=${PAIRED_C:-128}, WORKERS=${WORKERS:-4}"
   "$base/torchd" version || return
   rm -f "$O/paired.txt"
-  for r in $(seq 1 ${ROUNDS:-2}); do
+  for r in $(seq 1 ${ROUNDS:-1}); do
     paired_point "$base" baseline $r; paired_point "$new" new $r
     paired_point "$new" new $r.b; paired_point "$base" baseline $r.b
   done
-  awk '{split($4,t,"="); n[$2]++; s[$2]+=t[2]} END{if(n["baseline"]&&n["new"]&&s["baseline"]>0)
-    printf "PAIRED mean throughput: baseline %.0f, new %.0f inf/s (%d points each): new/baseline %.3f\n", s["baseline"]/n["baseline"], s["new"]/n["new"], n["new"], (s["new"]/n["new"])/(s["baseline"]/n["baseline"])}' \
+  awk '/^PAIRED (baseline|new) round=/{split($4,t,"="); n[$2]++; s[$2]+=t[2]} END{if(n["baseline"]&&n["new"]&&s["baseline"]>0)
+    printf "PAIRED mean throughput: baseline %.0f inf/s (%d points), new %.0f inf/s (%d points): new/baseline %.3f\n", s["baseline"]/n["baseline"], n["baseline"], s["new"]/n["new"], n["new"], (s["new"]/n["new"])/(s["baseline"]/n["baseline"])}' \
     "$O/paired.txt" | tee -a "$O/paired.txt"
 }
 
