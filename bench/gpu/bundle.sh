@@ -39,7 +39,9 @@ gpulib() { # gpulib object.o dir: the stand-in and libtorchd_c.so in dir
   cp -L "$(ldconfig -p | awk '/libturbojpeg.so.0 /{print $NF; exit}')" "$2/"
 }
 gpulib build/torchd-gpu.o "$out/bin"
-cp bin/torchd "$out/bin/"
+# Without the symbol table and DWARF (profiles still name functions, from the pcln table), so
+# that the folder with a baseline stays under 64 MiB.
+go build -ldflags='-s -w' -o "$out/bin/torchd" ./cmd/torchd
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!build' || echo ' plus uncommitted changes')" > "$out/bin/REVISION"
 rm -rf "$out/baseline"
 if [ -n "${BASELINE:-}" ]; then
@@ -51,7 +53,7 @@ if [ -n "${BASELINE:-}" ]; then
   git worktree add -q --detach "$src" "$BASELINE"
   mkdir -p "$src/bin" "$out/baseline"
   cp bin/libtorchd_c.so bin/libtorch.so "$src/bin/"
-  (cd "$src" && go build -o bin/torchd ./cmd/torchd)
+  (cd "$src" && go build -ldflags='-s -w' -o bin/torchd ./cmd/torchd)
   rev=$(git -C "$src" rev-parse HEAD)
   obj=build/torchd-gpu-$ver-$rev.o # compiled once per revision and torch version
   [ -f "$obj" ] || g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I$T/include -I$T/include/torch/csrc/api/include \
