@@ -16,25 +16,36 @@ import (
 // cores, and returns the model's version and the inference address.
 func startEngine(t *testing.T, cores int, args ...string) (*daemon.ModelVersion, string) {
 	t.Helper()
-	args = append([]string{"--model-store", store, "--models", "digits=digits.mar", "--inference-address", "127.0.0.1:0",
-		"--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--access-log=false"}, args...)
+	d, v := startInProcess(t, "digits", append([]string{"--models", "digits=digits.mar"}, args...), func(d *daemon.Daemon) { daemon.ShareCores(d, cores) })
+	inf, _, _ := d.Addrs()
+	return v, "http://" + inf
+}
+
+// startInProcess runs a daemon in this process with args, calling setup before it starts, and
+// returns it and the default version of model.
+func startInProcess(t *testing.T, model string, args []string, setup func(*daemon.Daemon)) (*daemon.Daemon, *daemon.ModelVersion) {
+	t.Helper()
+	args = append([]string{"--model-store", store, "--inference-address", "127.0.0.1:0",
+		"--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--access-log=false",
+		"--grpc-address=", "--grpc-inference-address=", "--grpc-management-address="}, args...)
 	cfg, err := daemon.LoadConfig(args, func(string) string { return "" })
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := daemon.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	daemon.ShareCores(d, cores)
+	if setup != nil {
+		setup(d)
+	}
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Shutdown(t.Context()) })
 	d.WaitStartup()
-	v, err := d.Registry.Get("digits", "")
+	v, err := d.Registry.Get(model, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	inf, _, _ := d.Addrs()
-	return v, "http://" + inf
+	return d, v
 }
 
 func postDigit(t *testing.T, url string, img []byte) {

@@ -2,6 +2,12 @@ package daemon
 
 // Hooks into the engine for the end-to-end tests of package daemon_test.
 
+import (
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
 // ShareCores makes the forwards of models registered from now on share n cores.
 func ShareCores(d *Daemon, n int) { d.Registry.cores = newCoreShare(n) }
 
@@ -33,4 +39,14 @@ func HoldWindow(v *ModelVersion) (release func()) {
 			w.leave()
 		}
 	}
+}
+
+// ServeREST serves ctx's request to v as POST /predictions (v2 false) or POST
+// /v2/models/{name}/infer (v2 true) does once the registry has found v, and returns the status.
+func ServeREST(d *Daemon, ctx *fasthttp.RequestCtx, v *ModelVersion, v2 bool) int {
+	c := restCall(ctx)
+	if v2 {
+		return d.v2InferVersion(ctx, c, v, time.Now()).status
+	}
+	return d.predictVersion(ctx, c, v, time.Now()).status
 }

@@ -267,6 +267,10 @@ type call struct {
 	// timeout is the client's own limit on the request, counted from its arrival (0: none).
 	// It is read once the request holds its place in the queue and is decoded.
 	timeout func() (time.Duration, error)
+	// keep, when set, makes the request's input outlive the protocol's handler: the request's
+	// tensors point into a body the HTTP server reuses once its handler returns, which a 504
+	// does while the request may still be in a running batch. nil: the input is the request's.
+	keep func()
 }
 
 // restCall is a fasthttp request's call: its connection, and its X-Request-Timeout header.
@@ -277,7 +281,7 @@ func restCall(ctx *fasthttp.RequestCtx) call {
 			return 0, nil
 		}
 		return parseRequestTimeout(string(h))
-	}}
+	}, keep: func() { ctx.Request.SwapBody(nil) }}
 }
 
 // infer is the request path past the registry, shared by the APIs that answer through a
@@ -407,6 +411,9 @@ func (d *Daemon) runSample(c call, v *ModelVersion, rsv *reservation, sample *ha
 			timer.Stop()
 		case <-timer.C:
 			j.leaveWindow()
+			if c.keep != nil {
+				c.keep() // the batch may still read the body: the server must not reuse it
+			}
 			return jobResult{queued: j.queuedFor(time.Now())}, apiErr(504, "RequestTimeoutException", "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
 		}
 	} else {
@@ -480,10 +487,10 @@ func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, 
 		}
 		return req, nil
 	}
-	// The body is taken from fasthttp, which would otherwise reuse its buffer for the next
-	// request on the connection while a handler's tensor may still point into it (a
-	// request answered 504 can still be in a running batch).
-	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: ctx.Request.SwapBody(nil)}}
+	// The body stays fasthttp's, which reuses its buffer for the next request on the
+	// connection once this one is answered: a request answered while its batch may still
+	// read the body (a 504) takes it from fasthttp first (call.keep).
+	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: ctx.Request.Body()}}
 	return req, nil
 }
 

@@ -351,9 +351,9 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersio
 	var req *oip.InferRequest
 	var tensors []oip.Tensor
 	var err error
-	// Binary tensors point into the body: take it from fasthttp, which would otherwise reuse
-	// the buffer while a batch that outlived a 504 still reads it.
-	body := ctx.Request.SwapBody(nil)
+	// Binary tensors point into the body, which fasthttp reuses once the request is answered;
+	// a 504 that may leave the batch still reading it takes it from fasthttp (call.keep).
+	body := ctx.Request.Body()
 	enc := string(ctx.Request.Header.Peek("Content-Encoding"))
 	if oip.IsRaw(headerLen) {
 		if len(ins) != 1 {
@@ -854,7 +854,7 @@ func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
 		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName))
 		return
 	}
-	req, tensors, err := oip.DecodeRequest(ctx.Request.SwapBody(nil), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+	req, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
 	if err != nil {
 		v2APIError(ctx, err)
 		return

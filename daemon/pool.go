@@ -271,6 +271,10 @@ func (p *WorkerPool) run(w *worker) {
 	// The thread is never unlocked: when the goroutine ends, the thread ends with it, and
 	// so does its OpenMP pool.
 	runtime.LockOSThread()
+	// The worker's staging buffer, reused by every batch it runs; page-locked for a GPU model
+	// (ordinary memory where there is no CUDA device).
+	stage := handlers.NewStage(p.module.Device() != "cpu", int(p.batcher.batchSize.Load()))
+	defer stage.Close()
 	p.warm()
 	p.metrics.workerLoaded(w.id, time.Since(w.started))
 	close(w.ready)
@@ -288,7 +292,7 @@ func (p *WorkerPool) run(w *worker) {
 		}
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
-		p.runBatch(batch)
+		p.runBatch(batch, stage)
 		p.putThreads(n)
 		w.batchStart.Store(0)
 		w.busy.Store(false)
@@ -322,7 +326,7 @@ func (p *WorkerPool) warm() {
 
 // runBatch runs one batch. If the batch fails, it is retried request by request, so one bad
 // input fails alone and never takes its neighbours with it.
-func (p *WorkerPool) runBatch(batch []*job) {
+func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	dispatched := time.Now()
 	defer func() { p.batcher.busy.Add(int64(time.Since(dispatched))) }()
 	samples := make([]*handlers.Sample, len(batch))
@@ -330,7 +334,7 @@ func (p *WorkerPool) runBatch(batch []*job) {
 		samples[i] = j.sample
 	}
 	start := time.Now()
-	outs, err := p.infer(samples)
+	outs, err := p.infer(samples, stage)
 	elapsed := time.Since(start)
 	p.metrics.observeBatch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	p.stats.executed(samples, elapsed)
@@ -347,7 +351,7 @@ func (p *WorkerPool) runBatch(batch []*job) {
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
 		start := time.Now()
-		outs, err := p.infer([]*handlers.Sample{j.sample})
+		outs, err := p.infer([]*handlers.Sample{j.sample}, stage)
 		r := jobResult{err: err, queued: j.queuedFor(dispatched), inference: time.Since(start), batchSize: 1}
 		if err == nil {
 			r.out = outs[0]
@@ -358,14 +362,14 @@ func (p *WorkerPool) runBatch(batch []*job) {
 
 // infer calls the handler's batch step, turning a panic in Go handler code into an error so
 // that a worker never dies on input.
-func (p *WorkerPool) infer(samples []*handlers.Sample) (outs [][]handlers.Tensor, err error) {
+func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage) (outs [][]handlers.Tensor, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)
 			p.log.Error("handler panic", "model", p.name, "panic", r)
 		}
 	}()
-	outs, err = handlers.Infer(p.handler, p.module, samples)
+	outs, err = handlers.InferStaged(p.handler, p.module, samples, stage)
 	if err == nil && len(outs) != len(samples) {
 		err = fmt.Errorf("handler returned %d results for %d requests", len(outs), len(samples))
 	}

@@ -17,7 +17,7 @@ import (
 
 // zooHandler builds the named handler with models/configs/<config>.toml over the model of
 // models/out/<zoo>.
-func zooHandler(t *testing.T, name, zoo, config string) (handlers.Handler, *torch.Module) {
+func zooHandler(t testing.TB, name, zoo, config string) (handlers.Handler, *torch.Module) {
 	t.Helper()
 	dir := filepath.Join("..", "models", "out", zoo)
 	m, err := torch.Load(filepath.Join(dir, "model.pt"))

@@ -3,6 +3,7 @@ package handlers
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/torchd/torchd/torch"
 )
@@ -10,14 +11,21 @@ import (
 // Infer runs one batch through h's own Inferer, or the default: concatenate the samples
 // along their leading dimension, run forward once, and split every output back. An
 // AOTInductor package runs only the batch sizes it was exported for, so a batch of more rows
-// than its maximum (samples may hold several rows each) runs in consecutive parts.
+// than its maximum (samples may hold several rows each) runs in consecutive parts. The
+// concatenation goes into a stage lent for the call; a worker passes its own to InferStaged.
 func Infer(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
+	return InferStaged(h, m, batch, nil)
+}
+
+// InferStaged is Infer stacking the batch into st, the worker's own stage (nil: one lent
+// for the call).
+func InferStaged(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
 	if p, ok := m.(*torch.Package); ok && len(batch) > 1 {
 		_, hi := p.BatchRange()
 		if parts := splitRows(batch, hi); len(parts) > 1 {
 			outs := make([][]Tensor, 0, len(batch))
 			for _, part := range parts {
-				o, err := inferOnce(h, m, part)
+				o, err := inferOnce(h, m, part, st)
 				if err != nil {
 					return nil, err
 				}
@@ -26,7 +34,7 @@ func Infer(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
 			return outs, nil
 		}
 	}
-	return inferOnce(h, m, batch)
+	return inferOnce(h, m, batch, st)
 }
 
 // splitRows cuts batch into runs of consecutive samples of at most max rows each; a sample
@@ -44,65 +52,53 @@ func splitRows(batch []*Sample, max int64) [][]*Sample {
 	return append(parts, batch[start:])
 }
 
-func inferOnce(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
+func inferOnce(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
 	if inf, ok := h.(Inferer); ok {
 		return inf.Infer(m, batch)
 	}
-	return DefaultInfer(m, batch)
+	return DefaultInferStaged(m, batch, st)
 }
 
-// batchBuffers recycles the concatenation buffers, which for image models are megabytes
-// per batch.
+// batchBuffers recycles the captioner's concatenation buffers, which are megabytes per batch.
 var batchBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // DefaultInfer is the concatenate → forward → split step.
 func DefaultInfer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
+	return DefaultInferStaged(m, batch, nil)
+}
+
+// DefaultInferStaged is DefaultInfer concatenating into st (nil: a stage lent for the call).
+// A batch of one request runs on its own memory, without a copy, when its tensors are aligned
+// for their element type and st is not for a GPU: there the copy into page-locked memory is
+// what lets the batch cross to the device asynchronously.
+func DefaultInferStaged(m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	nIn := len(batch[0].Tensors)
-	total := 0
-	for _, s := range batch {
-		if len(s.Tensors) != nIn {
-			return nil, fmt.Errorf("samples of one batch have %d and %d inputs", nIn, len(s.Tensors))
+	var data [][]byte
+	total := batch[0].Items
+	if len(batch) == 1 && (st == nil || !st.pin) && aligned(batch[0]) {
+		for _, t := range batch[0].Tensors {
+			if _, err := rowSize(t, total); err != nil {
+				return nil, err
+			}
+			data = append(data, t.Data)
 		}
-		total += s.Items
-	}
-	args := make([]any, nIn)
-	var bufs []*[]byte
-	defer func() {
-		for _, b := range bufs {
-			batchBuffers.Put(b)
+	} else {
+		if st == nil {
+			st = stages.Get().(*Stage)
+			defer stages.Put(st)
 		}
-	}()
-	for i := range nIn {
-		first := batch[0].Tensors[i]
-		rowBytes, err := rowSize(first, batch[0].Items)
-		if err != nil {
+		var err error
+		if data, total, err = st.Stack(batch); err != nil {
 			return nil, err
 		}
-		var data []byte
-		if len(batch) == 1 {
-			data = first.Data
-		} else {
-			bp := batchBuffers.Get().(*[]byte)
-			bufs = append(bufs, bp)
-			need := rowBytes * total
-			if cap(*bp) < need {
-				*bp = make([]byte, need)
-			}
-			data = (*bp)[:need]
-			off := 0
-			for _, s := range batch {
-				t := s.Tensors[i]
-				if t.DType != first.DType || !sameTrailing(t.Shape, first.Shape) {
-					return nil, fmt.Errorf("input %d: a sample of %v %v cannot batch with %v %v", i, t.DType, t.Shape, first.DType, first.Shape)
-				}
-				off += copy(data[off:], t.Data)
-			}
-		}
+	}
+	args := make([]any, len(data))
+	for i, d := range data {
+		first := batch[0].Tensors[i]
 		shape := append([]int64{int64(total)}, first.Shape[1:]...)
-		x, err := torch.FromBytes(first.DType, data, shape...)
+		x, err := torch.FromBytes(first.DType, d, shape...)
 		if err != nil {
 			return nil, err
 		}
@@ -118,6 +114,17 @@ func DefaultInfer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 		return nil, err
 	}
 	return Split(outs, batch, total)
+}
+
+// aligned reports whether every tensor of s starts at a multiple of its element size, as
+// LibTorch's kernels assume (torch.FromBytes copies one that does not).
+func aligned(s *Sample) bool {
+	for _, t := range s.Tensors {
+		if size := t.DType.Size(); size > 1 && len(t.Data) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(t.Data)))%uintptr(size) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func rowSize(t Tensor, items int) (int, error) {

@@ -5,7 +5,11 @@
 # from the same PyPI wheel; RUNPATH points at that machine's torch/lib), libturbojpeg, and
 # perf_analyzer with the two libraries it needs (bench/perf_analyzer.sh fetches them).
 #
-# Usage: bench/gpu/bundle.sh [torch version] [that machine's torch/lib path]
+# With BASELINE=<git revision>, the folder also holds that revision's torchd and libtorchd_c.so
+# (built the same way, from a worktree in build/baseline-src) in baseline/, for run.sh's
+# paired comparison (BASELINE_BIN=baseline there).
+#
+# Usage: [BASELINE=rev] bench/gpu/bundle.sh [torch version] [that machine's torch/lib path]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ver=${1:-2.11.0}
@@ -27,12 +31,38 @@ T=$wheels/torch-$ver/torch
 # As `make lib TORCH_CUDA=1`: the libtorch.so stand-in (libtorch_cpu and libc10 only), which a
 # package's library binds to, and --no-as-needed to keep libtorch_cuda, whose static
 # initializers register the CUDA backend. RPATH, not RUNPATH: searched before LD_LIBRARY_PATH.
-g++ -shared -x c /dev/null -o "$out/bin/libtorch.so" -Wl,-soname,libtorch.so -L$T/lib -Wl,--disable-new-dtags \
-  -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch_cpu -lc10
-g++ -shared -o "$out/bin/libtorchd_c.so" build/torchd-gpu.o -L"$out/bin" -L$T/lib -Wl,--disable-new-dtags \
-  -Wl,-rpath,'$ORIGIN' -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed
-cp bin/torchd "$out/bin/"
-cp -L "$(ldconfig -p | awk '/libturbojpeg.so.0 /{print $NF; exit}')" "$out/bin/"
+gpulib() { # gpulib object.o dir: the stand-in and libtorchd_c.so in dir
+  g++ -shared -x c /dev/null -o "$2/libtorch.so" -Wl,-soname,libtorch.so -L$T/lib -Wl,--disable-new-dtags \
+    -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch_cpu -lc10
+  g++ -shared -o "$2/libtorchd_c.so" "$1" -L"$2" -L$T/lib -Wl,--disable-new-dtags \
+    -Wl,-rpath,'$ORIGIN' -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed
+  cp -L "$(ldconfig -p | awk '/libturbojpeg.so.0 /{print $NF; exit}')" "$2/"
+}
+gpulib build/torchd-gpu.o "$out/bin"
+# Without the symbol table and DWARF (profiles still name functions, from the pcln table), so
+# that the folder with a baseline stays under 64 MiB.
+go build -ldflags='-s -w' -o "$out/bin/torchd" ./cmd/torchd
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!build' || echo ' plus uncommitted changes')" > "$out/bin/REVISION"
+rm -rf "$out/baseline"
+if [ -n "${BASELINE:-}" ]; then
+  # The baseline's Go code is linked here against this tree's CPU libtorchd_c.so (the same C ABI
+  # or a superset of it); there it loads its own, beside it, compiled from its own torchd.cc.
+  src=build/baseline-src
+  git worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+  git worktree prune
+  git worktree add -q --detach "$src" "$BASELINE"
+  mkdir -p "$src/bin" "$out/baseline"
+  cp bin/libtorchd_c.so bin/libtorch.so "$src/bin/"
+  (cd "$src" && go build -ldflags='-s -w' -o bin/torchd ./cmd/torchd)
+  rev=$(git -C "$src" rev-parse HEAD)
+  obj=build/torchd-gpu-$ver-$rev.o # compiled once per revision and torch version
+  [ -f "$obj" ] || g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I$T/include -I$T/include/torch/csrc/api/include \
+    -c "$src/torch/capi/torchd.cc" -o "$obj"
+  gpulib "$obj" "$out/baseline"
+  cp "$src/bin/torchd" "$out/baseline/"
+  echo "$rev" > "$out/baseline/REVISION"
+  git worktree remove --force "$src"
+fi
 # perf_analyzer as bench/perf_analyzer.sh takes it: the binary in tritonclient 2.40's wheel, with
 # libcudart.so.12 from NVIDIA's runtime wheel and Debian's libb64.
 pa=$wheels/pa

@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>
 #include <torch/version.h>
@@ -123,6 +124,8 @@ struct Builder {
   int pos = 0;
   c10::Device device;
   std::vector<Span> borrowed;
+  // async is set once an input crossed to the device from pinned memory without waiting.
+  bool async = false;
 
   const td_node &next() {
     if (pos >= n) throw std::invalid_argument("malformed input tree: ran out of nodes");
@@ -148,7 +151,18 @@ struct Builder {
       const char *p = static_cast<const char *>(nd.data);
       borrowed.push_back({p, p + t.nbytes()});
     }
-    return device.is_cpu() ? t : t.to(device);
+    if (device.is_cpu()) return t;
+    // From pinned memory (td_host_buffer) the copy is queued on the device's stream and the
+    // call waits for it at its end (finish); from pageable memory it is synchronous.
+    bool pinned = nd.data != nullptr && t.is_pinned();
+    async = async || pinned;
+    return t.to(device, /*non_blocking=*/pinned);
+  }
+
+  // finish waits for the input copies queued from pinned memory, whose source the caller may
+  // overwrite as soon as the call returns.
+  void finish() const {
+    if (async) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
   }
 
   c10::IValue value() {
@@ -556,6 +570,7 @@ td_error td_module_run(td_module *m, const char *method, const td_node *nodes, i
     } else {
       res = (*fn)(std::move(args));
     }
+    b.finish();
     Flattener{r.get(), b.borrowed}.value(res);
   });
   if (err != nullptr) {
@@ -640,6 +655,7 @@ td_error td_package_run(td_package *p, const td_node *nodes, int n_nodes, td_res
       inputs.push_back(v.toTensor().contiguous());
     }
     std::vector<at::Tensor> outs = p->loader->run(inputs);
+    b.finish();
     Flattener f{r.get(), b.borrowed};
     if (outs.size() == 1) {
       f.value(c10::IValue(outs[0]));
@@ -680,6 +696,22 @@ const td_node *td_result_nodes(td_result *r, int *n) {
 void td_result_free(td_result *r) { delete r; }
 
 void td_tensor_free(td_tensor *t) { delete t; }
+
+td_error td_host_buffer(int64_t nbytes, int pin, td_tensor **out, void **data, int *pinned) {
+  *out = nullptr;
+  *data = nullptr;
+  *pinned = 0;
+  return guard([&] {
+    if (nbytes < 0) throw std::invalid_argument("host buffer of negative size " + std::to_string(nbytes));
+    // Pinned memory comes from the CUDA hooks, which a CPU build or a machine with no GPU
+    // lacks: there the buffer is ordinary memory.
+    bool want = pin != 0 && at::hasCUDA() && at::getNumGPUs() > 0;
+    at::Tensor t = at::empty({nbytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(want));
+    *data = t.data_ptr();
+    *pinned = want ? 1 : 0;
+    *out = new td_tensor{std::move(t)};
+  });
+}
 
 td_error td_tensor_to_cpu(td_tensor *t, td_tensor **out, void **data) {
   *out = nullptr;

@@ -165,6 +165,14 @@ void td_tensor_free(td_tensor *t);
  * elements. */
 td_error td_tensor_to_cpu(td_tensor *t, td_tensor **out, void **data);
 
+/* Allocates nbytes of CPU memory to stage a batch's inputs in, held by a uint8 tensor (*out,
+ * freed with td_tensor_free; *data points at its first byte). With pin set and a CUDA device
+ * present, the memory is page-locked (pinned), so that an input given by data from it crosses to
+ * the device asynchronously (td_module_run and td_package_run wait for that copy before they
+ * return, so the memory may be rewritten afterwards); without a CUDA device, or on a CPU build,
+ * it is ordinary memory and that is no error. *pinned says which it is. */
+td_error td_host_buffer(int64_t nbytes, int pin, td_tensor **out, void **data, int *pinned);
+
 /* Intra-op and inter-op thread pools. Inter-op can be set once, before any parallel work. */
 void td_set_num_threads(int n);
 int td_get_num_threads(void);

@@ -1,0 +1,94 @@
+package daemon_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"github.com/torchd/torchd/daemon"
+	"github.com/valyala/fasthttp"
+)
+
+// A request's tensors point into its body, which fasthttp keeps and reuses for the next
+// request on the connection once the handler returns. A request answered 200 leaves the body
+// there, uncopied, for that reuse; one answered 504 while its batch may still read the body
+// takes it from fasthttp first, so that the next request's bytes never land under a running
+// batch. Here the worker is held before its forward until the request has timed out and the
+// server has reused the request (Reset, then the next body): the held request's bytes are as
+// they were. Both the TorchServe and the KServe v2 binary-tensor paths.
+func TestTimedOutRequestKeepsItsBody(t *testing.T) {
+	d, v := startInProcess(t, "digits_tensor", []string{"--models", "digits_tensor=digits_tensor.mar", "--batch-size", "1", "--workers", "1"}, nil)
+	npy, err := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const header = `{"inputs":[{"name":"input__0","shape":[1,1,28,28],"datatype":"FP32","parameters":{"binary_data_size":3136}}]}`
+	raw := npy[len(npy)-3136:] // the npy's float32 data
+	v2 := append([]byte(header), raw...)
+	for _, c := range []struct {
+		name, ct string
+		v2       bool
+		body     []byte
+	}{{"predictions npy", "application/x-npy", false, npy}, {"v2 binary", "application/octet-stream", true, v2}} {
+		t.Run(c.name, func(t *testing.T) {
+			newCtx := func(timeout string) *fasthttp.RequestCtx {
+				ctx := &fasthttp.RequestCtx{}
+				ctx.Request.Header.SetMethod("POST")
+				ctx.Request.Header.SetContentType(c.ct)
+				if c.v2 {
+					ctx.Request.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(header)))
+				}
+				if timeout != "" {
+					ctx.Request.Header.Set(daemon.HeaderRequestTimeout, timeout)
+				}
+				ctx.Request.SetBody(c.body)
+				return ctx
+			}
+
+			// Answered: the body stays fasthttp's, in the same buffer.
+			ctx := newCtx("")
+			body := ctx.Request.Body()
+			if st := daemon.ServeREST(d, ctx, v, c.v2); st != 200 {
+				t.Fatalf("status %d: %s", st, ctx.Response.Body())
+			}
+			if !sameArray(ctx.Request.Body(), body) {
+				t.Error("an answered request's body was taken from fasthttp")
+			}
+
+			// Timed out while its worker is held: the body is taken before the handler returns.
+			held, release := make(chan struct{}), make(chan struct{})
+			daemon.OnForward(v, func(int) {
+				close(held)
+				<-release
+			})
+			ctx = newCtx("300")
+			body = ctx.Request.Body()
+			st := daemon.ServeREST(d, ctx, v, c.v2)
+			select {
+			case <-held:
+			default:
+				t.Fatalf("status %d before the worker took the request", st)
+			}
+			if st != 504 {
+				t.Fatalf("status %d, want 504: %s", st, ctx.Response.Body())
+			}
+			if sameArray(ctx.Request.Body(), body) || len(ctx.Request.Body()) != 0 {
+				t.Error("a request answered 504 left its body to fasthttp while its batch may read it")
+			}
+			ctx.Request.Reset()
+			ctx.Request.SetBody(bytes.Repeat([]byte{0xff}, len(c.body)))
+			if !bytes.Equal(body, c.body) {
+				t.Error("the next request's body overwrote the one its held batch reads")
+			}
+			daemon.OnForward(v, func(int) {})
+			close(release)
+		})
+	}
+}
+
+func sameArray(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
