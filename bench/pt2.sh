@@ -87,7 +87,7 @@ cold() {
         start=$(date +%s.%N)
         "$BIN" serve --model-store "$STORE" --models "$name=$archive" --inference-address "127.0.0.1:$port" \
           --management-address "127.0.0.1:$((port + 1))" --metrics-address "127.0.0.1:$((port + 2))" \
-          --enable-snapshots=false >"$OUT/cold-$name.log" 2>&1 &
+          --enable-snapshots=false --grpc-address= --grpc-inference-address= --grpc-management-address= >"$OUT/cold-$name.log" 2>&1 &
         pid=$!
         until curl -sf -o /dev/null "http://127.0.0.1:$port/ping"; do
           kill -0 "$pid" 2>/dev/null || { echo "server for $archive exited; see $OUT/cold-$name.log" >&2; exit 1; }
