@@ -217,6 +217,7 @@ func (m *encodedCaptioner) encodePart(x *torch.Tensor) (*torch.Tensor, error) {
 	return nil, fmt.Errorf("image_captioner: the encoder must return float32 features [N, F], got %v", out)
 }
 
+// Device is the TorchScript model's; the package was loaded on the same one.
 func (m *encodedCaptioner) Device() string { return m.decoder.Device() }
 
 // Close closes the package and the TorchScript model.
