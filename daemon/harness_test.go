@@ -76,6 +76,10 @@ var storeArchives = []storeArchive{
 	{"slow", "slow", "slow", "1.0", ""},
 }
 
+// storeExtras are files of an archive's models/out directory that only that archive carries,
+// by archive name (the captioner's encoder package).
+var storeExtras = map[string][]string{}
+
 // storePackages are built like storeArchives, from the zoo's AOTInductor package (model.pt2)
 // instead of its TorchScript file.
 var storePackages []storeArchive
@@ -100,7 +104,7 @@ func buildStore(dir string) error {
 			return err
 		}
 		var extra []string
-		for _, f := range []string{"index_to_name.json", "vocab.txt", "vocab.json", "st"} {
+		for _, f := range append([]string{"index_to_name.json", "vocab.txt", "vocab.json", "st"}, storeExtras[a.name]...) {
 			if p := filepath.Join(zooDir, a.zoo, f); fileExists(p) {
 				extra = append(extra, p)
 			}

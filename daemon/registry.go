@@ -481,6 +481,14 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		module.Close()
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
 	}
+	// A handler may run more than the serialized file (the captioner's encoder package); the
+	// model it returns owns both, one runner per worker the pool may grow to.
+	bound, err := handlers.Bind(h, module, max(1, s.MaxWorkers))
+	if err != nil {
+		module.Close()
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
+	}
+	module = bound
 	v := &ModelVersion{
 		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
 		persist: req.Persist, handlerArg: req.Handler, requestedThreads: req.Threads, requestedPrecision: req.Precision,

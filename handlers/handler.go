@@ -87,6 +87,22 @@ type Inferer interface {
 	Infer(m torch.Model, batch []*Sample) ([][]Tensor, error)
 }
 
+// ModelBinder is implemented by handlers that run more than the archive's serialized file,
+// e.g. the captioner's encoder package beside its TorchScript decoder. BindModel takes the
+// loaded model and returns the one the workers run, which then owns m (on an error, m is
+// still the caller's); runners is how many workers may run it at once.
+type ModelBinder interface {
+	BindModel(m torch.Model, runners int) (torch.Model, error)
+}
+
+// Bind returns the model h runs: BindModel's when h is a ModelBinder, else m.
+func Bind(h Handler, m torch.Model, runners int) (torch.Model, error) {
+	if b, ok := h.(ModelBinder); ok {
+		return b.BindModel(m, runners)
+	}
+	return m, nil
+}
+
 // TensorPreprocessor is implemented by handlers that also take a request's input as a
 // tensor, as TorchServe's handlers take a KServe v2 input's data. Its errors are the
 // client's (400), as Preprocess's.
@@ -94,12 +110,13 @@ type TensorPreprocessor interface {
 	PreprocessTensor(t Tensor) (*Sample, error)
 }
 
-// The handlers that run batches themselves: a signature that drifts from Inferer's would
-// silently fall back to the default concatenate → forward → split.
+// The handlers that run batches or bind models themselves: a signature that drifts from
+// Inferer's or ModelBinder's would silently fall back to the default.
 var (
-	_ Inferer = (*ImageCaptioner)(nil)
-	_ Inferer = (*TextClassifier)(nil)
-	_ Inferer = (*TextEmbedding)(nil)
+	_ Inferer     = (*ImageCaptioner)(nil)
+	_ Inferer     = (*TextClassifier)(nil)
+	_ Inferer     = (*TextEmbedding)(nil)
+	_ ModelBinder = (*ImageCaptioner)(nil)
 )
 
 // Error is a handler error with the HTTP status it maps to.

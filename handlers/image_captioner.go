@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -23,13 +24,19 @@ func init() { Register("image_captioner", newImageCaptioner) }
 // row the caption's tokens, then the end token, then padding. Options (model-config.toml
 // [options]): width and height (the model's input size; required), mean and std (ImageNet's),
 // vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32),
-// max_images (64, per request), max_request_pixels (400 M, per request).
+// max_images (64, per request), max_request_pixels (400 M, per request), encoder (none).
+//
+// encoder names an AOTInductor package in the archive (models/pt2.py's encoder.pt2) that
+// computes the features from the images in place of the model's own encoder; the scripted
+// decode(features, max_length) then runs the decoding loop, which torch.export cannot take.
 type ImageCaptioner struct {
 	transform vision.Transform
 	vocab     captionVocab
 	maxLen    int
 	limits    imageLimits
 	h, w      int
+	file      string // the config file, for errors
+	encoder   string // the encoder package's path; "" when the model encodes itself
 }
 
 // captionVocab is the vocabulary file: {"itos": ["<pad>", "<bos>", "<eos>", "a", ...],
@@ -89,9 +96,132 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
 	}
+	encoder, err := cfg.StringOption("encoder", "")
+	if err != nil {
+		return nil, err
+	}
+	if encoder != "" {
+		// Opened through os.OpenInRoot, as the vocabulary: the name comes from an untrusted archive.
+		f, err := os.OpenInRoot(ctx.Dir, encoder)
+		if err != nil {
+			return nil, fmt.Errorf("%s: option encoder: %w", cfg.File, err)
+		}
+		f.Close()
+		encoder = filepath.Join(ctx.Dir, encoder)
+	}
 	t := vision.Transform{Width: w, Height: h, Mean: floats32(mean), Std: floats32(std)}
-	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, limits: limits, h: h, w: w}, nil
+	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, limits: limits, h: h, w: w,
+		file: cfg.File, encoder: encoder}, nil
 }
+
+// BindModel loads the encoder package, when option encoder names one, beside the TorchScript
+// model, and returns the two as the model the workers run. The package must take the
+// images the handler makes: one float32 input [-1, 3, height, width].
+func (c *ImageCaptioner) BindModel(m torch.Model, runners int) (torch.Model, error) {
+	if c.encoder == "" {
+		return m, nil
+	}
+	dec, ok := m.(*torch.Module)
+	if !ok {
+		return nil, fmt.Errorf("%s: option encoder: the model must be TorchScript with a decode method, not %T", c.file, m)
+	}
+	if _, err := dec.Schema("decode"); err != nil {
+		return nil, fmt.Errorf("%s: option encoder: the TorchScript model has no decode(features, max_length) method: %w", c.file, err)
+	}
+	p, err := torch.LoadPackage(c.encoder, torch.WithPackageDevice(dec.Device()), torch.WithRunners(runners))
+	if err != nil {
+		return nil, fmt.Errorf("%s: option encoder: %w", c.file, err)
+	}
+	want := []int64{-1, 3, int64(c.h), int64(c.w)}
+	if in := p.Inputs(); len(in) != 1 || in[0].DType != "float32" || !slices.Equal(in[0].Shape, want) {
+		p.Close()
+		takes := make([]string, len(in))
+		for i, s := range in {
+			takes[i] = fmt.Sprintf("%s %v", s.DType, s.Shape)
+		}
+		return nil, fmt.Errorf("%s: option encoder: %s must take one float32 input of shape %v, it takes %v",
+			c.file, filepath.Base(c.encoder), want, takes)
+	}
+	return &encodedCaptioner{encoder: p, decoder: dec, maxLen: int64(c.maxLen)}, nil
+}
+
+// encodedCaptioner is a captioner whose encoder is an AOTInductor package: the images go
+// through it in parts of at most its batch maximum, their features through the TorchScript
+// model's decode. It owns both.
+type encodedCaptioner struct {
+	encoder *torch.Package
+	decoder *torch.Module
+	maxLen  int64
+}
+
+// Forward captions images [N, 3, H, W] (on the CPU) into token ids [N, T], as generate does.
+func (m *encodedCaptioner) Forward(args ...any) (any, error) {
+	var x *torch.Tensor
+	if len(args) == 1 {
+		x, _ = args[0].(*torch.Tensor)
+	}
+	if x == nil || !x.OnCPU() || len(x.Shape()) == 0 {
+		return nil, errors.New("image_captioner: the captioner takes one CPU tensor of images [N, 3, H, W]")
+	}
+	feat, err := m.encode(x)
+	if err != nil {
+		return nil, err
+	}
+	defer feat.Close()
+	return m.decoder.Run("decode", feat, m.maxLen)
+}
+
+// encode runs the encoder on x's rows, in parts when there are more than it was exported for.
+func (m *encodedCaptioner) encode(x *torch.Tensor) (*torch.Tensor, error) {
+	shape := x.Shape()
+	n := shape[0]
+	_, hi := m.encoder.BatchRange()
+	if n <= hi {
+		return m.encodePart(x)
+	}
+	data := x.Bytes()
+	row := int64(len(data)) / n
+	var feats []byte
+	var dims []int64
+	for start := int64(0); start < n; start += hi {
+		k := min(hi, n-start)
+		part, err := torch.FromBytes(x.DType(), data[start*row:(start+k)*row], append([]int64{k}, shape[1:]...)...)
+		if err != nil {
+			return nil, err
+		}
+		f, err := m.encodePart(part)
+		if err != nil {
+			return nil, err
+		}
+		c, err := f.ToCPU()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		feats, dims = append(feats, c.Bytes()...), c.Shape()[1:]
+		c.Close()
+		f.Close()
+	}
+	return torch.FromBytes(torch.Float32, feats, append([]int64{n}, dims...)...)
+}
+
+func (m *encodedCaptioner) encodePart(x *torch.Tensor) (*torch.Tensor, error) {
+	out, err := m.encoder.Forward(x)
+	if err != nil {
+		return nil, err
+	}
+	if f, ok := out.(*torch.Tensor); ok && f.DType() == torch.Float32 && len(f.Shape()) == 2 {
+		return f, nil
+	}
+	torch.CloseValue(out)
+	return nil, fmt.Errorf("image_captioner: the encoder must return float32 features [N, F], got %v", out)
+}
+
+// Device is the TorchScript model's; the package was loaded on the same one.
+func (m *encodedCaptioner) Device() string { return m.decoder.Device() }
+
+// Close closes the package and the TorchScript model.
+func (m *encodedCaptioner) Close() error { return errors.Join(m.encoder.Close(), m.decoder.Close()) }
 
 // readCaptionVocab reads and checks the vocabulary file name of the archive in dir. The file
 // is opened through os.OpenInRoot: the name comes from an untrusted archive.
@@ -131,12 +261,21 @@ func (c *ImageCaptioner) Preprocess(r *Request) (*Sample, error) {
 // WarmupSample is a black image of the model's input shape.
 func (c *ImageCaptioner) WarmupSample() *Sample { return blankImage(c.transform) }
 
-// Infer runs the batch through generate, not forward: the decoding loop is the model's, so
-// one call captions every image of the batch.
+// Infer runs the batch through generate, not forward (or, with an encoder package, through
+// the package and then decode): the decoding loop is the model's, so one call captions every
+// image of the batch.
 func (c *ImageCaptioner) Infer(model torch.Model, batch []*Sample) ([][]Tensor, error) {
 	// generate is a TorchScript method; a .pt2 package has only forward.
-	m, ok := model.(*torch.Module)
-	if !ok {
+	var run func(x *torch.Tensor) (any, error)
+	switch m := model.(type) {
+	case *encodedCaptioner:
+		run = func(x *torch.Tensor) (any, error) { return m.Forward(x) }
+	case *torch.Module:
+		if c.encoder != "" {
+			return nil, errors.New("image_captioner: option encoder is set, but the model was not bound to its package (handlers.Bind)")
+		}
+		run = func(x *torch.Tensor) (any, error) { return m.Run("generate", x, int64(c.maxLen)) }
+	default:
 		return nil, fmt.Errorf("image_captioner: the model must be TorchScript with a generate method, not %T", model)
 	}
 	rowBytes := 3 * c.h * c.w * 4
@@ -164,7 +303,7 @@ func (c *ImageCaptioner) Infer(model torch.Model, batch []*Sample) ([][]Tensor, 
 	if err != nil {
 		return nil, err
 	}
-	out, err := m.Run("generate", x, int64(c.maxLen))
+	out, err := run(x)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm.
 
-models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2, and
-model_bf16.pt2 for digits and MiniLM).
+models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2,
+model_bf16.pt2 for digits and MiniLM, and the captioner's encoder as OUT/captioner/encoder.pt2).
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has

@@ -16,6 +16,10 @@ Model (model.pt, TorchScript, eval mode):
   generate(images: Tensor[N,3,64,64], max_len: int) -> int64 Tensor[N, max_len]
       greedy decoding of the whole batch: row i holds the caption's word ids, then EOS, then
       PAD to the end (no BOS). The loop stops early once every row has emitted EOS.
+      generate(images, max_len) = decode(encode(images), max_len).
+  decode(features: Tensor[N,128], max_len: int) -> int64 Tensor[N, max_len]
+      the same decoding from the encoder's features, for models/pt2.py's encoder.pt2 (the
+      encoder as an AOTInductor package; the decoding loop stays TorchScript).
   forward(images) = generate(images, MAX_LEN).
 
 Files:
@@ -163,12 +167,17 @@ class Captioner(nn.Module):
 
     @torch.jit.export
     def generate(self, images: torch.Tensor, max_len: int) -> torch.Tensor:
-        n = images.size(0)
-        feat = self.encode(images)
+        return self.decode(self.encode(images), max_len)
+
+    @torch.jit.export
+    def decode(self, feat: torch.Tensor, max_len: int) -> torch.Tensor:
+        """Greedy decoding from encode's features: what runs after an encoder exported on its
+        own (models/pt2.py's encoder.pt2)."""
+        n = feat.size(0)
         h = feat
-        tokens = torch.full([n], self.bos, dtype=torch.long, device=images.device)
-        out = torch.full([n, max_len], self.pad, dtype=torch.long, device=images.device)
-        done = torch.zeros([n], dtype=torch.bool, device=images.device)
+        tokens = torch.full([n], self.bos, dtype=torch.long, device=feat.device)
+        out = torch.full([n, max_len], self.pad, dtype=torch.long, device=feat.device)
+        done = torch.zeros([n], dtype=torch.bool, device=feat.device)
         for t in range(max_len):
             logits, h = self.step(tokens, feat, h)
             tokens = logits.argmax(1).masked_fill(done, self.pad)

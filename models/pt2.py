@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Export zoo models as AOTInductor packages: OUT/<name>/model.pt2 beside model.pt.
+"""Export zoo models as AOTInductor packages: OUT/<name>/model.pt2 beside model.pt, and the
+captioner's encoder as OUT/captioner/encoder.pt2 (its decoding loop stays in model.pt).
 
 Each package is exported with torch.export from the model's eager module and the weights of
 the TorchScript model.pt already in OUT/<name>/, with a dynamic batch dimension
@@ -26,11 +27,14 @@ recompiled.
 Files, per model (the references only for the default CPU fp32 package):
   model.pt2                 the CPU fp32 package; model_bf16.pt2, model_cuda.pt2,
                             model_cuda_fp16.pt2, ... for the other devices and dtypes.
+                            The captioner's are encoder.pt2, encoder_bf16.pt2, ...: images
+                            [N, 3, 64, 64] -> the features [N, 128] model.pt's decode takes.
   pt2_ref_input.npy         BATCH_MAX rows of inputs (an image model's), or for a text model
   pt2_ref_input_ids.npy     BATCH_MAX rows of token ids and their attention mask, padded to
   pt2_ref_attention_mask.npy  the longest; the first N rows trimmed to their own longest are
                             what batch N runs on.
-  pt2_ref_output_bN.npy     eager PyTorch's output for the first N rows, N in 1, 2, 7, BATCH_MAX.
+  pt2_ref_output_bN.npy     eager PyTorch's output for the first N rows, N in 1, 2, 7, BATCH_MAX
+                            (the captioner's: its encoder's features).
   pt2_ref_pooled_bN.npy     MiniLM: the mean-pooled, L2-normalized embeddings of those outputs,
                             as the text_embedding handler answers.
   bf16_gate_images.npy      EfficientNet-Lite0: GATE_IMAGES photos, uint8 [N, 3, 224, 224] after
@@ -62,12 +66,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Model:
-    """One zoo model to export: its eager module, batch and sequence maxima, input names, and
-    its reference rows (numpy arrays, BATCH_MAX rows each)."""
+    """One zoo model to export: its eager module, batch and sequence maxima, input names, its
+    reference rows (numpy arrays, BATCH_MAX rows each) and the package's file stem."""
 
-    def __init__(self, module, batch_max, inputs, rows, seq_max=None, weights="model.pt"):
+    def __init__(self, module, batch_max, inputs, rows, seq_max=None, weights="model.pt", stem="model"):
         self.module, self.batch_max, self.inputs, self.rows = module, batch_max, inputs, rows
-        self.seq_max, self.weights = seq_max, weights
+        self.seq_max, self.weights, self.stem = seq_max, weights, stem
 
 
 def rows(x, n):
@@ -136,9 +140,32 @@ def minilm(d):
                  seq_max=refs["max_length"])
 
 
+def captioner(d):
+    """The captioner's encoder alone (images -> features, Captioner.encode) as encoder.pt2:
+    its greedy decoding loop stops when every row has ended, a data-dependent loop that
+    torch.export does not take, so it stays in model.pt (Captioner.decode)."""
+    import captioner as cap
+    from PIL import Image
+
+    class Encoder(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            # Only the encoder's weights, so that the package carries no decoder weights.
+            self.encoder, self.project = model.encoder, model.project
+
+        def forward(self, images):
+            return cap.Captioner.encode(self, images)
+
+    model = scripted_weights(cap.Captioner(len(cap.ITOS)), d)
+    names = sorted(f for f in os.listdir(os.path.join(d, "heldout")) if f.endswith(".png"))[:64]
+    x = cap.normalize(np.stack([np.asarray(Image.open(os.path.join(d, "heldout", n)).convert("RGB"))
+                                for n in names]))
+    return Model(Encoder(model).eval(), 64, ["input__0"], [rows(x, 64)], stem="encoder")
+
+
 # The batch max is at least the model config's batch_size (models/configs/<name>.toml).
 MODELS = {"digits": digits, "resnet18": resnet18, "efficientnet_lite0": efficientnet_lite0,
-          "textcls": textcls, "minilm": minilm}
+          "textcls": textcls, "minilm": minilm, "captioner": captioner}
 
 
 class Cast(nn.Module):
@@ -163,8 +190,8 @@ def file_hash(h, path):
             h.update(chunk)
 
 
-def package_name(device, dtype):
-    return "model" + ("" if device == "cpu" else "_" + device) + ("" if dtype == "fp32" else "_" + dtype) + ".pt2"
+def package_name(device, dtype, stem="model"):
+    return stem + ("" if device == "cpu" else "_" + device) + ("" if dtype == "fp32" else "_" + dtype) + ".pt2"
 
 
 def batch_rows(m, n):
@@ -233,7 +260,8 @@ def build(out, cache, name, device, dtype):
         h.update(inspect.getsource(fn).encode())
     file_hash(h, weights)
     h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN} {m.batch_max} {m.seq_max}".encode())
-    stem = package_name(device, dtype).removesuffix(".pt2")
+    file = package_name(device, dtype, m.stem)
+    stem = file.removesuffix(".pt2")
     cached = os.path.join(cache, f"{name}-{stem}-{h.hexdigest()[:24]}.pt2")
     if os.path.exists(cached):
         print(f"pt2 {name} {device} {dtype}: cached {cached}", flush=True)
@@ -245,7 +273,7 @@ def build(out, cache, name, device, dtype):
             compile_package(m, device, dtype, partial)
             os.replace(partial, cached)
         print(f"pt2 {name} {device} {dtype}: compiled in {time.monotonic() - t:.1f} s", flush=True)
-    shutil.copyfile(cached, os.path.join(d, package_name(device, dtype)))
+    shutil.copyfile(cached, os.path.join(d, file))
     if device != "cpu" or dtype != "fp32":
         return
 

@@ -17,11 +17,15 @@ import (
 	"github.com/torchd/torchd/torch"
 )
 
-// zooPackages are the models models/pt2.py exports, with their batch max.
+// zooPackages are the packages models/pt2.py exports, with their batch max: each model's
+// model.pt2, and the captioner's encoder alone (encoder.pt2, images to features).
 var zooPackages = []struct {
-	name     string
-	batchMax int64
-}{{"digits", 64}, {"resnet18", 32}, {"efficientnet_lite0", 32}, {"textcls", 64}, {"minilm", 64}}
+	name, file string
+	batchMax   int64
+}{
+	{"digits", "model.pt2", 64}, {"resnet18", "model.pt2", 32}, {"efficientnet_lite0", "model.pt2", 32},
+	{"textcls", "model.pt2", 64}, {"minilm", "model.pt2", 64}, {"captioner", "encoder.pt2", 64},
+}
 
 // packageInputs returns batch n of a zoo package's reference inputs: the first n rows, for a
 // text model (token ids and attention mask) trimmed to the longest of them.
@@ -88,7 +92,7 @@ func realTokens(t *testing.T, mask *torch.Tensor, x []float32) []float32 {
 func TestPackagesMatchEager(t *testing.T) {
 	for _, m := range zooPackages {
 		t.Run(m.name, func(t *testing.T) {
-			p, err := torch.LoadPackage(zoo(t, m.name, "model.pt2"), torch.WithPackageDevice(testDevice()))
+			p, err := torch.LoadPackage(zoo(t, m.name, m.file), torch.WithPackageDevice(testDevice()))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -126,8 +126,14 @@ func runBenchModel(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer m.Close()
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
+	if err == nil {
+		var bound torch.Model
+		if bound, err = handlers.Bind(h, m, 1); err == nil {
+			m = bound
+		}
+	}
+	defer m.Close()
 	if err != nil {
 		return err
 	}
