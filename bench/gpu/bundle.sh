@@ -75,7 +75,7 @@ fi
 cp "$pa/perf_analyzer" "$out/" && chmod +x "$out/perf_analyzer"
 cp "$pa/libcudart.so.12" "$pa/libb64.so.0d" "$out/lib/"
 cp bench/gpu/*.py bench/gpu/*.toml bench/gpu/run.sh "$out/"
-# The digits CNN for bench/gpu/pt2zoo.sh: its weights, held-out rows and references.
+# The digits CNN for bench/gpu/pt2zoo.sh: its weights and held-out rows.
 mkdir -p "$out/zoo/digits"
-cp models/out/digits/{model.pt,heldout.npy,pt2_ref_input.npy,pt2_ref_output_b64.npy} "$out/zoo/digits/"
+cp models/out/digits/{model.pt,heldout.npy} "$out/zoo/digits/"
 du -sh "$out"
