@@ -16,6 +16,7 @@ for dtype in fp32 fp16; do
     grep -v -i warn || echo "models/pt2.py --device cuda --dtype $dtype: FAIL"
 done
 ls -l "$W/out/digits/"*.pt2
+echo "== $(date -u +%T) references, archives, serve"
 # The reference: eager PyTorch on this machine's CPU, from the same TorchScript weights.
 python3 - "$W/out/digits" <<'PY'
 import sys, numpy as np, torch
@@ -36,8 +37,10 @@ TORCHD_DEVICE=cuda:0 $G/bin/torchd serve --access-log=false --model-store "$W/st
   --inference-address 127.0.0.1:18280 --management-address 127.0.0.1:18281 --metrics-address 127.0.0.1:18282 \
   --grpc-address= --grpc-inference-address= --grpc-management-address= > "$W/serve.log" 2>&1 &
 spid=$!
-for _ in $(seq 1 240); do curl -sf 127.0.0.1:18280/ping >/dev/null && break; sleep 0.5; done
-grep -E "loaded|ERROR|error" "$W/serve.log" | head -5
+up=
+for _ in $(seq 1 120); do curl -sf 127.0.0.1:18280/ping >/dev/null && { up=1; break; }; sleep 0.5; done
+[ -n "$up" ] || { echo "FAIL: the server did not answer /ping"; tail -20 "$W/serve.log"; kill -9 $spid; exit 1; }
+grep -E "registered|ERROR|error" "$W/serve.log" | head -5
 python3 "$G/check.py" http://127.0.0.1:18280 digits_model_cuda "$W/out/digits/ref" 5e-3 1,2,7,64 65
 python3 "$G/check.py" http://127.0.0.1:18280 digits_model_cuda_fp16 "$W/out/digits/ref" 5e-2 1,2,7,64
 kill -INT $spid; wait $spid
