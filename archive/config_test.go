@@ -89,7 +89,7 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
 		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
-		{`precision = "fp16"`, "precision", `must be one of ["fp32" "bf16"], got "fp16"`},
+		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16"], got "fp8"`},
 		{`precision = 16`, "precision", `must be a string`},
 		{`handler = 5`, "handler", "must be a string, got integer 5"},
 		{`handler = "my_handler.py"`, "handler", "custom Python handler"},

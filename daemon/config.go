@@ -80,7 +80,7 @@ type ModelSettings struct {
 	Threads         int // intra-op threads per worker; 0: cores / workers
 	Freeze          bool
 	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
-	Precision       string // fp32 or bf16: the registration's, else the archive's, else fp32
+	Precision       string // fp32, bf16 or fp16 (packages only): the registration's, else the archive's, else fp32
 
 	// Self-tuning batching (package tuner): the daemon picks the batch size, the delay or
 	// the workers itself; LatencyTarget is the p99 it holds (0: none).

@@ -25,17 +25,20 @@ func WindowStats(v *ModelVersion) (held, peak, waited, size int) {
 }
 
 // HoldWindow takes every free place of v's window, as requests holding decoded input would,
-// and returns the function that gives them back.
+// and returns the function that gives them back (each ended before queueing).
 func HoldWindow(v *ModelVersion) (release func()) {
 	w := &v.batcher.win
 	w.mu.Lock()
 	n := w.limit - w.held
 	w.mu.Unlock()
+	var places []uint64
 	for range n {
-		w.enter(0)
+		p, _ := w.enter(0)
+		places = append(places, p)
 	}
 	return func() {
-		for range n {
+		for _, p := range places {
+			w.resolve(p, nil)
 			w.leave()
 		}
 	}

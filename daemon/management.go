@@ -21,7 +21,7 @@ import (
 
 func (d *Daemon) managementRouter() *router {
 	return withDescription("management", []*route{
-		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32 or bf16), synchronous, response_timeout, startup_timeout", handle: d.register},
+		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32, bf16, or fp16 for a package exported in it), synchronous, response_timeout, startup_timeout", handle: d.register},
 		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
 		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},
 		{method: "GET", pattern: "/models/{model_name}/{model_version}", summary: "Describe a version, or every version with 'all'", handle: d.describe},

@@ -268,6 +268,9 @@ func TestPackageRegistrationRefusals(t *testing.T) {
 	writeDigitsArchive(t, "digits_pt2_bf16", "model.pt2", "handler = \"tensor\"\nprecision = \"bf16\"\n", nil)
 	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_bf16&initial_workers=1&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision bf16, but model.pt2 was exported in fp32")
+	writeDigitsArchive(t, "digits_pt2_fp16", "model.pt2", "handler = \"tensor\"\nprecision = \"fp16\"\n", nil)
+	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_fp16&initial_workers=1&synchronous=true", "", nil)
+	errorShape(t, r, 400, "ModelException", "precision fp16, but model.pt2 was exported in fp32")
 	s.register(t, "url=pt2/digits_pt2.mar&batch_size=64&initial_workers=1&synchronous=true")
 	body := `{"data": [` + strings.TrimSuffix(strings.Repeat("0.5,", 784), ",") + `], "shape": [1, 1, 28, 28]}`
 	if len(tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(body)))) != 10 {
@@ -305,8 +308,11 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 	want := inferPackage(t, s, "digits_tensor", rows)
 	// The registration's precision parameter does what the archive's config does.
 	s.register(t, "url=digits_tensor.mar&model_name=digits_bf16_param&precision=bf16&initial_workers=1&synchronous=true")
-	r := do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp16", "", nil)
-	errorShape(t, r, 400, "BadRequestException", `precision "fp16": want one of ["fp32" "bf16"]`)
+	r := do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp8", "", nil)
+	errorShape(t, r, 400, "BadRequestException", `precision "fp8": want one of ["fp32" "bf16" "fp16"]`)
+	// fp16 is a package's precision (exported in it, for a GPU), never TorchScript's.
+	r = do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp16&synchronous=true", "", nil)
+	errorShape(t, r, 400, "ModelException", "precision fp16 is for AOTInductor packages exported in fp16")
 	for _, name := range []string{"digits_bf16_ts", "digits_bf16_pt2", "digits_bf16_param"} {
 		if name != "digits_bf16_param" {
 			s.register(t, "url=pt2/"+name+"&initial_workers=1&synchronous=true")

@@ -157,7 +157,7 @@ type RegisterRequest struct {
 	Persist         bool   // record in the snapshot
 	MaxWorkers      int    // 0: unset
 	Threads         int    // intra-op threads per worker; 0: unset
-	Precision       string // fp32 or bf16; "": the archive's
+	Precision       string // fp32, bf16 or fp16 (packages only); "": the archive's
 	// "auto" at registration for batch_size, max_batch_delay, initial_workers, and the
 	// latency_target_ms parameter.
 	BatchSizeAuto, DelayAuto, WorkersAuto bool
@@ -448,9 +448,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		if err := p.CheckBatchSize(s.BatchSize); err != nil {
 			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
 		}
-		if err := checkPrecision(am, s.Precision); err != nil {
-			return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
-		}
+	}
+	if err := checkPrecision(am, s.Precision); err != nil {
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: %v", name, err)
 	}
 	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
@@ -587,6 +587,10 @@ func startupTimedOut(name, version string, limit time.Duration) error {
 // checkPrecision refuses a package served in another precision than it was exported in: a
 // package's precision is compiled in.
 func checkPrecision(am *archive.Model, precision string) error {
+	if am.Package == nil && precision == "fp16" {
+		return fmt.Errorf("precision fp16 is for AOTInductor packages exported in fp16 (models/pt2.py --dtype fp16); %s is TorchScript, which runs in fp32 or bf16",
+			filepath.Base(am.SerializedPath()))
+	}
 	if p := am.Package; p != nil && p.Precision != precision {
 		return fmt.Errorf("precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
 			precision, filepath.Base(am.SerializedPath()), p.Precision, precision, p.Precision)
@@ -603,6 +607,9 @@ func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 			return nil, err
 		}
 		return torch.LoadPackage(am.SerializedPath(), torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers)))
+	}
+	if err := checkPrecision(am, s.Precision); err != nil {
+		return nil, err
 	}
 	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
 	if s.Precision == "bf16" {

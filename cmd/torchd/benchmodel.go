@@ -72,7 +72,7 @@ func runBenchModel(args []string) error {
 	minTime := fs.Duration("time", time.Second, "least time per batch size per round")
 	rounds := fs.Int("rounds", 3, "rounds; each figure is the median over rounds")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	precision := fs.String("precision", "", "fp32 or bf16 (TorchScript under autocast; a .pt2 must have been exported in it); default: the archive's, else fp32")
+	precision := fs.String("precision", "", "fp32, bf16 or fp16 (bf16: TorchScript under autocast; a .pt2 must have been exported in it; fp16: packages only); default: the archive's, else fp32")
 	device := fs.String("device", "cpu", "cpu, cuda or cuda:N")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: torchd bench-model --input FILE [flags] ARCHIVE")
