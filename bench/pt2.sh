@@ -81,9 +81,10 @@ cold() {
     for archive in "$name.mar" "${name}_pt2.mar"; do
       for _ in $(seq "$ROUNDS"); do
         local start end pid
-        # A free port: nothing may answer there before the server starts.
-        port=$((20000 + RANDOM % 40000))
-        while curl -s -o /dev/null "http://127.0.0.1:$port/ping"; do port=$((20000 + RANDOM % 40000)); done
+        # A free port below the ephemeral range (32768 and up), where clients' sockets take
+        # ports: nothing may answer there before the server starts.
+        port=$((20000 + RANDOM % 12000))
+        while curl -s -o /dev/null "http://127.0.0.1:$port/ping"; do port=$((20000 + RANDOM % 12000)); done
         start=$(date +%s.%N)
         "$BIN" serve --model-store "$STORE" --models "$name=$archive" --inference-address "127.0.0.1:$port" \
           --management-address "127.0.0.1:$((port + 1))" --metrics-address "127.0.0.1:$((port + 2))" \
