@@ -28,26 +28,7 @@ func BenchmarkResNet18Forward(b *testing.B) {
 	defer m.Close()
 	for _, bs := range []int{1, 32} {
 		b.Run(fmt.Sprintf("batch%d", bs), func(b *testing.B) {
-			data := make([]float32, bs*3*224*224)
-			for i := range data {
-				data[i] = float32(i%255)/255 - 0.5
-			}
-			x, _ := torch.NewTensor(data, int64(bs), 3, 224, 224)
-			for range 3 { // the profiling executor settles on this shape
-				out, err := m.Forward(x)
-				if err != nil {
-					b.Fatal(err)
-				}
-				torch.CloseValue(out)
-			}
-			b.ResetTimer()
-			for b.Loop() {
-				out, err := m.Forward(x)
-				if err != nil {
-					b.Fatal(err)
-				}
-				torch.CloseValue(out)
-			}
+			benchForward(b, m, int64(bs), 3, 224, 224)
 			b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "img/s")
 		})
 	}
@@ -84,33 +65,42 @@ func BenchmarkOptimizeForInference(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer m.Close()
-					n := bs
-					for _, d := range c.shape {
-						n *= int(d)
-					}
-					data := make([]float32, n)
-					for i := range data {
-						data[i] = float32(i%255)/255 - 0.5
-					}
-					x, _ := torch.NewTensor(data, append([]int64{int64(bs)}, c.shape...)...)
-					defer x.Close()
-					for range 3 { // the profiling executor settles on this shape
-						out, err := m.Forward(x)
-						if err != nil {
-							b.Fatal(err)
-						}
-						torch.CloseValue(out)
-					}
-					b.ResetTimer()
-					for b.Loop() {
-						out, err := m.Forward(x)
-						if err != nil {
-							b.Fatal(err)
-						}
-						torch.CloseValue(out)
-					}
+					benchForward(b, m, append([]int64{int64(bs)}, c.shape...)...)
 				})
 			}
 		}
+	}
+}
+
+// benchForward times m's forward on a deterministic input of the given shape, after three
+// untimed runs in which the profiling executor settles on it.
+func benchForward(b *testing.B, m *torch.Module, shape ...int64) {
+	n := 1
+	for _, d := range shape {
+		n *= int(d)
+	}
+	data := make([]float32, n)
+	for i := range data {
+		data[i] = float32(i%255)/255 - 0.5
+	}
+	x, err := torch.NewTensor(data, shape...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	for range 3 {
+		out, err := m.Forward(x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		torch.CloseValue(out)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		out, err := m.Forward(x)
+		if err != nil {
+			b.Fatal(err)
+		}
+		torch.CloseValue(out)
 	}
 }
