@@ -87,7 +87,13 @@ func FuzzRequestPayloads(f *testing.F) {
 		if total > fuzzMaxBody {
 			t.Fatalf("%d bytes of inputs from a limit of %d", total, fuzzMaxBody)
 		}
-		// The connection's next request reuses the buffers: the inputs must not change.
+		// A raw body's input is fasthttp's body itself, which stays the request's until it is
+		// answered (one answered 504 takes it first: TestTimedOutRequestKeepsItsBody). A form's
+		// inputs are copies: the connection's next request reuses the buffers, and they must
+		// not change.
+		if !multipart {
+			return
+		}
 		ctx.Request.RemoveMultipartFormFiles()
 		ctx.Request.Reset()
 		ctx.Request.SetBody(bytes.Repeat([]byte{0xAA}, len(body)+64))
