@@ -14,13 +14,7 @@ import (
 // threads (TORCHD_BENCH_THREADS) on a locked OS thread, as a daemon worker runs it. testdata/bench_python.py
 // measures the same forward from /usr/bin/python3; `make bench-binding` runs both.
 func BenchmarkResNet18Forward(b *testing.B) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	threads := 2
-	if n, err := strconv.Atoi(os.Getenv("TORCHD_BENCH_THREADS")); err == nil && n > 0 {
-		threads = n
-	}
-	torch.SetNumThreads(threads)
+	defer lockBenchThread()()
 	m, err := torch.Load(zoo(b, "resnet18", "model.pt"))
 	if err != nil {
 		b.Fatal(err)
@@ -40,13 +34,7 @@ func BenchmarkResNet18Forward(b *testing.B) {
 // optimized twin; -count repeats a sub-benchmark back to back, so for pairs that share the
 // machine's moment repeat the whole command (-count 1) instead.
 func BenchmarkOptimizeForInference(b *testing.B) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	threads := 2
-	if n, err := strconv.Atoi(os.Getenv("TORCHD_BENCH_THREADS")); err == nil && n > 0 {
-		threads = n
-	}
-	torch.SetNumThreads(threads)
+	defer lockBenchThread()()
 	for _, c := range []struct {
 		model string
 		shape []int64
@@ -103,4 +91,16 @@ func benchForward(b *testing.B, m *torch.Module, shape ...int64) {
 		}
 		torch.CloseValue(out)
 	}
+}
+
+// lockBenchThread locks the goroutine to its OS thread, as a daemon worker's is, and sets
+// LibTorch's intra-op threads to TORCHD_BENCH_THREADS (default 2); the result unlocks.
+func lockBenchThread() (unlock func()) {
+	runtime.LockOSThread()
+	threads := 2
+	if n, err := strconv.Atoi(os.Getenv("TORCHD_BENCH_THREADS")); err == nil && n > 0 {
+		threads = n
+	}
+	torch.SetNumThreads(threads)
+	return runtime.UnlockOSThread
 }
