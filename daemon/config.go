@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/torchd/torchd/core"
 )
 
 // Config is torchd's server configuration. It is read once, at start-up, by LoadConfig, from
@@ -67,26 +68,8 @@ type Config struct {
 	ModelSet map[string]bool
 }
 
-// ModelSettings are the per-model-version serving settings.
-type ModelSettings struct {
-	BatchSize       int
-	MaxBatchDelay   time.Duration
-	MinWorkers      int
-	MaxWorkers      int
-	JobQueueSize    int
-	ResponseTimeout time.Duration
-	StartupTimeout  time.Duration
-	Device          string
-	Threads         int // intra-op threads per worker; 0: cores / workers
-	Freeze          bool
-	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
-	Precision       string // fp32, bf16 or fp16 (packages only): the registration's, else the archive's, else fp32
-
-	// Self-tuning batching (package tuner): the daemon picks the batch size, the delay or
-	// the workers itself; LatencyTarget is the p99 it holds (0: none).
-	AutoBatch, AutoDelay, AutoWorkers bool
-	LatencyTarget                     time.Duration
-}
+// ModelSettings are the per-model-version serving settings (package core resolves them).
+type ModelSettings = core.ModelSettings
 
 // setting is one configuration key: its name in torchd.toml, its environment variables
 // (the first wins), its flag, its default and how it is applied.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -105,13 +106,13 @@ func TestResolveModelSettings(t *testing.T) {
 	c, _ := LoadConfig(nil, envOf(map[string]string{"BATCH_SIZE": "32"}))
 	delay := 3 * time.Millisecond
 	ac := archive.ModelConfig{BatchSize: 8, MaxBatchDelay: &delay, MinWorkers: 2, JobQueueSize: 10, Freeze: true}
-	s := resolveModelSettings(c, ac, RegisterRequest{})
+	s := core.Options{Defaults: c.Model, Set: c.ModelSet}.Resolve(ac, RegisterRequest{})
 	if s.BatchSize != 32 || s.MaxBatchDelay != delay || s.MinWorkers != 2 || s.JobQueueSize != 10 || !s.Freeze {
 		t.Errorf("env over archive over defaults: %+v", s)
 	}
 	w := 0
 	d := time.Duration(0)
-	s = resolveModelSettings(c, ac, RegisterRequest{BatchSize: 4, InitialWorkers: &w, MaxBatchDelay: &d, ResponseTimeout: time.Second})
+	s = core.Options{Defaults: c.Model, Set: c.ModelSet}.Resolve(ac, RegisterRequest{BatchSize: 4, InitialWorkers: &w, MaxBatchDelay: &d, ResponseTimeout: time.Second})
 	if s.BatchSize != 4 || s.MinWorkers != 0 || s.MaxBatchDelay != 0 || s.ResponseTimeout != time.Second {
 		t.Errorf("registration over everything: %+v", s)
 	}

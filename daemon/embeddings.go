@@ -87,7 +87,7 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 		openAIError(ctx, 404, "model", "model_not_found", fmt.Sprintf("The model '%s' does not exist.", model))
 		return
 	}
-	emb, ok := v.handler.(embedder)
+	emb, ok := v.Handler().(embedder)
 	if !ok {
 		openAIError(ctx, 400, "model", "", fmt.Sprintf("The model '%s' is not an embedding model (its handler is %s).", model, v.HandlerName))
 		return
@@ -101,14 +101,14 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 			return
 		}
 	}
-	v.enter()
+	v.Enter()
 	code := d.embedVersion(ctx, v, emb, req.Input, base64Format, arrived)
-	v.answered(code.status, time.Since(arrived), code.res)
+	v.Answered(code.status, time.Since(arrived), code.res)
 }
 
 func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) outcome {
-	sample, res, fail := d.infer(restCall(ctx), v, arrived, func() (*handlers.Sample, *APIError) {
-		return preprocess(v, &handlers.Request{
+	sample, res, fail := infer(restCall(ctx), v, arrived, func() (*handlers.Sample, error) {
+		return v.Preprocess(&handlers.Request{
 			Inputs: []handlers.Payload{{Name: "input", ContentType: "application/json", Data: input}},
 			Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },
 		})
@@ -122,11 +122,11 @@ func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb emb
 		return outcome{fail.Status, res}
 	}
 	dim := emb.Dim()
-	if len(res.out) != 1 || len(res.out[0].Data) != 4*dim*sample.Items {
+	if len(res.Out) != 1 || len(res.Out[0].Data) != 4*dim*sample.Items {
 		openAIError(ctx, 500, "", "", fmt.Sprintf("model %s did not answer %d embeddings of %d floats", v.Name, sample.Items, dim))
 		return outcome{500, res}
 	}
-	data := res.out[0].Data
+	data := res.Out[0].Data
 	b := make([]byte, 0, 64+sample.Items*(dim*12+48))
 	b = append(b, `{"object":"list","data":[`...)
 	for i := range sample.Items {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
@@ -202,11 +203,11 @@ func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start
 
 // grpcCall is a gRPC request's call: a client that cancelled is gone, and its deadline is
 // its own time limit, which the batcher enforces as it does X-Request-Timeout.
-func grpcCall(ctx context.Context) call {
+func grpcCall(ctx context.Context) core.Call {
 	arrived := time.Now()
-	c := call{gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
+	c := core.Call{Gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
 	if dl, ok := ctx.Deadline(); ok {
-		c.timeout = func() (time.Duration, error) {
+		c.Timeout = func() (time.Duration, error) {
 			// A deadline already past still expires the request, rather than lifting its limit.
 			return max(dl.Sub(arrived), time.Nanosecond), nil
 		}
@@ -244,17 +245,14 @@ func grpcCode(httpStatus int) codes.Code {
 	return codes.Internal
 }
 
-// grpcError is err as a gRPC status: an APIError by its HTTP status, a bad request as
-// INVALID_ARGUMENT, anything else INTERNAL.
+// grpcError is err as a gRPC status: a bad request as INVALID_ARGUMENT, anything else by
+// the HTTP status TorchServe's REST answers it with (INTERNAL for an unknown error).
 func grpcError(err error) error {
-	var ae *APIError
-	switch {
-	case errors.As(err, &ae):
-		return status.Error(grpcCode(ae.Status), ae.Msg)
-	case errors.Is(err, oip.ErrBadRequest):
+	if errors.Is(err, oip.ErrBadRequest) {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	return status.Error(codes.Internal, err.Error())
+	ae := apiErrorOf(err)
+	return status.Error(grpcCode(ae.Status), ae.Msg)
 }
 
 // healthService is grpc.health.v1: SERVING once the start-up models are warm and every

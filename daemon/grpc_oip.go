@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
 )
@@ -43,7 +44,7 @@ func (s *oipService) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.S
 // ModelReady is false, not an error, for a model that is not loaded, as Triton answers.
 func (s *oipService) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
 	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
-	return &pb.ModelReadyResponse{Ready: err == nil && v.ready()}, nil
+	return &pb.ModelReadyResponse{Ready: err == nil && v.Ready()}, nil
 }
 
 // ServerMetadata advertises "statistics" only while every loaded version is an integer, as
@@ -90,7 +91,7 @@ func (s *oipService) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &pb.ModelConfigResponse{Config: v.servedConfig()}, nil
+	return &pb.ModelConfigResponse{Config: servedConfig(v)}, nil
 }
 
 func (s *oipService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
@@ -109,13 +110,13 @@ func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.Mo
 			fail = ae
 			return outcome{status: ae.Status}
 		}
-		defer rsv.release()
+		defer rsv.Release()
 		req, tensors, err := oip.DecodeInferRequest(r)
 		if err != nil {
 			fail = err
 			return outcome{status: 400}
 		}
-		ins, outs := v.signature()
+		ins, outs := signature(v)
 		ans, ae := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
 		if ae != nil {
 			fail = ae
@@ -201,7 +202,9 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	dur := func(x StatDuration) *pb.StatisticDuration { return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns} }
+	dur := func(x core.StatDuration) *pb.StatisticDuration {
+		return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns}
+	}
 	out := &pb.ModelStatisticsResponse{}
 	for _, m := range all {
 		st := m.InferenceStats
@@ -226,9 +229,9 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 // warm), the registrations that failed, and the model store's archives not loaded.
 func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
 	out := &pb.RepositoryIndexResponse{}
-	if s.d.Registry.ControlMode() != "" {
+	if s.d.Repository.ControlMode() != "" {
 		// A Triton model repository (--model-repository): its index, as REST's.
-		idx, err := s.d.Registry.RepositoryIndex(r.GetReady())
+		idx, err := s.d.Repository.RepositoryIndex(r.GetReady())
 		if err != nil {
 			return nil, grpcError(err)
 		}
@@ -244,7 +247,7 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 		versions, _, _ := s.d.Registry.Versions(name)
 		for _, v := range versions {
 			m := &pb.RepositoryIndexResponse_ModelIndex{Name: name, Version: v.Version, State: "READY"}
-			if !v.ready() {
+			if !v.Ready() {
 				m.State, m.Reason = "UNAVAILABLE", "not warm, or no worker"
 			}
 			if !r.GetReady() || m.State == "READY" {
@@ -270,7 +273,7 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 // does; a model already loaded is left as it is.
 func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
 	name := r.GetModelName()
-	if s.d.Registry.ControlMode() != "" {
+	if s.d.Repository.ControlMode() != "" {
 		// A Triton model repository: its load, with "config" overriding config.pbtxt.
 		var config []byte
 		for k, p := range r.GetParameters() {
@@ -279,7 +282,7 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 			}
 			config = []byte(p.GetStringParam())
 		}
-		if err := s.d.Registry.RepositoryLoad(name, config); err != nil {
+		if err := s.d.Repository.RepositoryLoad(name, config); err != nil {
 			return nil, grpcError(err)
 		}
 		return &pb.RepositoryModelLoadResponse{}, nil
@@ -302,8 +305,8 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 // RepositoryModelUnload unregisters every version of the model, as DELETE /models does.
 func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
 	name := r.GetModelName()
-	if s.d.Registry.ControlMode() != "" {
-		if err := s.d.Registry.RepositoryUnload(name); err != nil {
+	if s.d.Repository.ControlMode() != "" {
+		if err := s.d.Repository.RepositoryUnload(name); err != nil {
 			return nil, grpcError(err)
 		}
 		return &pb.RepositoryModelUnloadResponse{}, nil

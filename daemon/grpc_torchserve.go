@@ -68,7 +68,7 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*ts
 				names = append(names, n)
 			}
 			sort.Strings(names)
-			req := &handlers.Request{Canceled: c.gone, Header: func(n string) string {
+			req := &handlers.Request{Canceled: c.Gone, Header: func(n string) string {
 				if vs := md.Get(n); len(vs) > 0 {
 					return vs[0]
 				}

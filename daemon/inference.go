@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
@@ -52,7 +53,7 @@ func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
 		writeAPIError(ctx, err)
 		return
 	}
-	ex, ok := v.handler.(handlers.Explainer)
+	ex, ok := v.Handler().(handlers.Explainer)
 	if !ok {
 		writeError(ctx, 501, "NotImplementedException", fmt.Sprintf("model %s: its handler (%s) does not explain", p[0], v.HandlerName))
 		return
@@ -80,12 +81,12 @@ func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
 // runExplain preprocesses req and explains it with the handler; items is the number of
 // inputs (images, texts) explained.
 func (d *Daemon) runExplain(v *ModelVersion, ex handlers.Explainer, req *handlers.Request, target int) (_ *handlers.Response, items int, _ error) {
-	rsv, fail := admit(call{}, v)
+	rsv, fail := admit(core.Call{}, v)
 	if fail != nil {
 		return nil, 0, fail
 	}
-	defer rsv.release()
-	sample, err := v.handler.Preprocess(req)
+	defer rsv.Release()
+	sample, err := v.Handler().Preprocess(req)
 	if err != nil {
 		return nil, 0, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%v", err)
 	}
@@ -95,7 +96,7 @@ func (d *Daemon) runExplain(v *ModelVersion, ex handlers.Explainer, req *handler
 
 func explainSample(v *ModelVersion, ex handlers.Explainer, sample *handlers.Sample, target int) (*handlers.Response, error) {
 	// Integrated gradients need TorchScript's autograd; a compiled package has no backward.
-	m, ok := v.module.(*torch.Module)
+	m, ok := v.Module().(*torch.Module)
 	if !ok {
 		return nil, apiErr(501, "ServiceUnavailableException", "model %s is an AOTInductor package, which cannot be explained", v.Name)
 	}
@@ -183,7 +184,7 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 
 // served resolves a model version, serves the request with serve, and records its status
 // and latency, whatever the protocol. Its error is the registry's, for the protocol to answer.
-func (d *Daemon) served(c call, name, ver string, serve func(v *ModelVersion, arrived time.Time) outcome) error {
+func (d *Daemon) served(c core.Call, name, ver string, serve func(v *ModelVersion, arrived time.Time) outcome) error {
 	arrived := time.Now()
 	v, err := d.Registry.Get(name, ver)
 	if err != nil {
@@ -191,9 +192,9 @@ func (d *Daemon) served(c call, name, ver string, serve func(v *ModelVersion, ar
 	}
 	d.requestStarted()
 	defer d.requestDone()
-	v.enter()
+	v.Enter()
 	code := serve(v, arrived)
-	v.answered(countGone(c, code.status), time.Since(arrived), code.res)
+	v.Answered(countGone(c, code.status), time.Since(arrived), code.res)
 	return nil
 }
 
@@ -201,10 +202,10 @@ func (d *Daemon) served(c call, name, ver string, serve func(v *ModelVersion, ar
 // (zero when it never reached one).
 type outcome struct {
 	status int
-	res    jobResult
+	res    core.Result
 }
 
-func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
+func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
 	resp, code, fail := d.handle(c, v, arrived, func() (*handlers.Request, *APIError) {
 		req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
 		if err != nil {
@@ -233,25 +234,22 @@ func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersio
 // handle is a request through v's handler, for the APIs that answer with the handler's
 // response (TorchServe's): infer, then postprocess. read gives the request's payloads once
 // it holds its place in v's queue.
-func (d *Daemon) handle(c call, v *ModelVersion, arrived time.Time, read func() (*handlers.Request, *APIError)) (*handlers.Response, outcome, *APIError) {
+func (d *Daemon) handle(c core.Call, v *ModelVersion, arrived time.Time, read func() (*handlers.Request, *APIError)) (*handlers.Response, outcome, *APIError) {
 	t0 := time.Now() // HandlerTime: decode, preprocess, forward and postprocess, less the queue
-	sample, res, fail := d.infer(c, v, arrived, func() (*handlers.Sample, *APIError) {
+	sample, res, fail := infer(c, v, arrived, func() (*handlers.Sample, error) {
 		req, fail := read()
 		if fail != nil {
 			return nil, fail
 		}
-		return preprocess(v, req)
+		return v.Preprocess(req)
 	})
 	if fail != nil {
 		return nil, outcome{status: fail.Status, res: res}, fail
 	}
-	t1 := time.Now()
-	resp, err := v.handler.Postprocess(sample, res.out)
-	v.metrics.observePostprocess(t1)
-	v.metrics.observeHandler(time.Since(t0) - res.queued)
+	resp, err := v.Postprocess(sample, res, t0)
 	if err != nil {
-		status := handlers.StatusOf(err, 500)
-		return nil, outcome{status: status, res: res}, apiErr(status, "InternalServerException", "%s", err.Error())
+		ae := apiErrorOf(err)
+		return nil, outcome{status: ae.Status, res: res}, ae
 	}
 	status := resp.Status
 	if status == 0 {
@@ -260,89 +258,42 @@ func (d *Daemon) handle(c call, v *ModelVersion, arrived time.Time, read func() 
 	return resp, outcome{status: status, res: res}, nil
 }
 
-// call is what the request path needs from a request's transport, whatever its protocol.
-type call struct {
-	// gone reports a client that disconnected or cancelled; nil: never.
-	gone func() bool
-	// timeout is the client's own limit on the request, counted from its arrival (0: none).
-	// It is read once the request holds its place in the queue and is decoded.
-	timeout func() (time.Duration, error)
-	// keep, when set, makes the request's input outlive the protocol's handler: the request's
-	// tensors point into a body the HTTP server reuses once its handler returns, which a 504
-	// does while the request may still be in a running batch. nil: the input is the request's.
-	keep func()
-}
-
 // restCall is a fasthttp request's call: its connection, and its X-Request-Timeout header.
-func restCall(ctx *fasthttp.RequestCtx) call {
-	return call{gone: clientGone(ctx.Conn()), timeout: func() (time.Duration, error) {
+func restCall(ctx *fasthttp.RequestCtx) core.Call {
+	return core.Call{Gone: clientGone(ctx.Conn()), Timeout: func() (time.Duration, error) {
 		h := ctx.Request.Header.Peek(HeaderRequestTimeout)
 		if len(h) == 0 {
 			return 0, nil
 		}
 		return parseRequestTimeout(string(h))
-	}, keep: func() { ctx.Request.SwapBody(nil) }}
+	}, Keep: func() { ctx.Request.SwapBody(nil) }}
 }
 
-// infer is the request path past the registry, shared by the APIs that answer through a
-// handler: admit → decode (which preprocesses, here) → batcher → worker. decode runs once
-// the request holds its place in v's queue; each API encodes the result its own way.
-func (d *Daemon) infer(c call, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, *APIError)) (*handlers.Sample, jobResult, *APIError) {
-	rsv, fail := admit(c, v)
-	if fail != nil {
-		return nil, jobResult{}, fail
-	}
-	defer rsv.release()
-	sample, fail := decode()
-	if fail != nil {
-		return nil, jobResult{}, fail
-	}
-	res, fail := d.runSample(c, v, rsv, sample, arrived, 0)
-	return sample, res, fail
-}
-
-// preprocess runs v's handler on a decoded request; its errors are the client's.
-func preprocess(v *ModelVersion, req *handlers.Request) (*handlers.Sample, *APIError) {
-	t0 := time.Now()
-	sample, err := v.handler.Preprocess(req)
-	v.metrics.observePreprocess(t0)
-	if errors.Is(err, handlers.ErrCanceled) {
-		return nil, apiErr(statusClientClosed, "ClientClosedRequest", "%s", err.Error())
-	}
+// infer is v.Infer with its error as TorchServe's REST answers it.
+func infer(c core.Call, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, error)) (*handlers.Sample, core.Result, *APIError) {
+	sample, res, err := v.Infer(c, arrived, decode)
 	if err != nil {
-		return nil, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%s", err.Error())
+		return nil, res, apiErrorOf(err)
 	}
-	return sample, nil
+	return sample, res, nil
 }
 
-// admit reserves the request's place in v's queue before its body is decoded; a full queue
-// is 503 at once. Then it waits, in arrival order, for a place in v's window of requests
-// that hold decoded input (see inputWindow), at most response_timeout or the client's own
-// limit, whichever is shorter.
-func admit(c call, v *ModelVersion) (*reservation, *APIError) {
-	rsv, ok := v.batcher.reserve()
-	if !ok {
-		return nil, queueFull(v)
+// admit is v.Admit with its error as TorchServe's REST answers it.
+func admit(c core.Call, v *ModelVersion) (*core.Admission, *APIError) {
+	a, err := v.Admit(c)
+	if err != nil {
+		return nil, apiErrorOf(err)
 	}
-	limit, own := v.Settings.ResponseTimeout, time.Duration(0)
-	if c.timeout != nil {
-		// A malformed header is answered 400 by runSample, once the request is decoded.
-		if ct, err := c.timeout(); err == nil && ct > 0 && (limit <= 0 || ct < limit) {
-			limit, own = ct, ct
-		}
-	}
-	if !rsv.wait(limit) {
-		rsv.release()
-		if own > 0 {
-			return nil, apiErr(504, "RequestTimeoutException", "model %s: %v: no place for its input within the request's own limit (%v)", v.Name, errExpired, own)
-		}
-		return nil, apiErr(504, "RequestTimeoutException", "model %s: %v (response_timeout %v)", v.Name, errExpired, v.Settings.ResponseTimeout)
-	}
-	return rsv, nil
+	return a, nil
 }
 
-func queueFull(v *ModelVersion) *APIError {
-	return apiErr(503, "ServiceUnavailableException", "Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity())
+// run is a.Run with its error as TorchServe's REST answers it.
+func run(a *core.Admission, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (core.Result, *APIError) {
+	res, err := a.Run(sample, arrived, timeout)
+	if err != nil {
+		return res, apiErrorOf(err)
+	}
+	return res, nil
 }
 
 // HeaderRequestTimeout carries a request's own deadline, counted from its arrival: a number
@@ -359,90 +310,6 @@ func parseRequestTimeout(v string) (time.Duration, error) {
 		return d, nil
 	}
 	return 0, fmt.Errorf("header %s must be a positive number of milliseconds or a duration like 1.5s, got %q", HeaderRequestTimeout, v)
-}
-
-// runSample queues one preprocessed request on v's batcher and waits for its share of the
-// batch output. The deadline is the earliest of response_timeout, timeout (0: none) and the
-// client's own limit (the X-Request-Timeout header, a gRPC deadline), from arrival. Failures
-// come back as an APIError with the status to answer.
-func (d *Daemon) runSample(c call, v *ModelVersion, rsv *reservation, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (jobResult, *APIError) {
-	defer rsv.release()
-	if c.timeout != nil {
-		ct, err := c.timeout()
-		if err != nil {
-			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
-		}
-		if ct > 0 && (timeout <= 0 || ct < timeout) {
-			timeout = ct
-		}
-	}
-	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
-		timeout = rt
-	}
-	if v.triton != nil {
-		if err := v.triton.toModel(sample); err != nil {
-			return jobResult{}, apiErr(400, "BadRequestException", "%v", err)
-		}
-	}
-	// A package runs at most the rows it was exported for in one forward; the batcher splits
-	// batches to fit, but one request of more rows is the client's to split.
-	if p, ok := v.module.(*torch.Package); ok {
-		if _, hi := p.BatchRange(); int64(sample.Items) > hi {
-			return jobResult{}, apiErr(400, "BadRequestException", "model %s takes at most %d rows a request (the batch range its package was exported for), got %d", v.Name, hi, sample.Items)
-		}
-	}
-	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan jobResult, 1), gone: c.gone}
-	if timeout > 0 {
-		j.deadline = arrived.Add(timeout)
-	}
-	if v.pool.Count() == 0 {
-		return jobResult{}, apiErr(503, "ServiceUnavailableException", "Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name)
-	}
-	err := v.batcher.Submit(j)
-	rsv.release()
-	if err != nil {
-		return jobResult{}, queueFull(v)
-	}
-	var res jobResult
-	if timeout > 0 {
-		timer := time.NewTimer(time.Until(j.deadline))
-		select {
-		case res = <-j.done:
-			timer.Stop()
-		case <-timer.C:
-			j.leaveWindow()
-			if c.keep != nil {
-				c.keep() // the batch may still read the body: the server must not reuse it
-			}
-			return jobResult{queued: j.queuedFor(time.Now())}, apiErr(504, "RequestTimeoutException", "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
-		}
-	} else {
-		res = <-j.done
-	}
-	res.input = j.enqueued.Sub(arrived)
-	if res.err == nil && v.triton != nil {
-		res.err = v.triton.fromModel(res.out, sample.Items)
-	}
-	if res.err == nil {
-		return res, nil
-	}
-	var ae *APIError
-	switch {
-	case errors.Is(res.err, errExpired):
-		return res, apiErr(504, "RequestTimeoutException", "%v", res.err)
-	case errors.Is(res.err, errClientGone):
-		return res, apiErr(statusClientClosed, "ClientClosedRequest", "%v", res.err)
-	case errors.Is(res.err, ErrQueueFull):
-		return res, queueFull(v)
-	case errors.As(res.err, &ae):
-		return res, ae
-	}
-	status := handlers.StatusOf(res.err, 500)
-	typ := "InternalServerException"
-	if status < 500 {
-		typ = "BadRequestException"
-	}
-	return res, apiErr(status, typ, "%s", res.err.Error())
 }
 
 // requestPayloads reads the request's inputs: one per multipart field or file (several files
@@ -507,19 +374,14 @@ func readFile(fh *multipart.FileHeader) ([]byte, error) {
 	return b, nil
 }
 
-// statusClientClosed counts a request whose client disconnected before its answer
-// (nginx's and TorchServe's 499, "client closed request"). It is never seen by the client;
-// it keeps such requests out of the 200s in the metrics and the access log.
-const statusClientClosed = 499
-
 // countGone returns 499 in place of status, for the metrics, when the request's client has
 // gone, whatever the request would have answered. The response itself is left as it is: a
 // client that only shut down its sending side still reads it.
-func countGone(c call, status int) int {
+func countGone(c core.Call, status int) int {
 	if status == statusClientClosed {
 		return status
 	}
-	if c.gone != nil && c.gone() {
+	if c.Gone != nil && c.Gone() {
 		return statusClientClosed
 	}
 	return status

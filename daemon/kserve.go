@@ -7,13 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/proto/inference"
@@ -67,16 +68,12 @@ func v2Error(ctx *fasthttp.RequestCtx, status int, msg string) {
 }
 
 func v2APIError(ctx *fasthttp.RequestCtx, err error) {
-	var ae *APIError
-	if errors.As(err, &ae) {
-		v2Error(ctx, ae.Status, ae.Msg)
-		return
-	}
 	if errors.Is(err, oip.ErrBadRequest) {
 		v2Error(ctx, 400, err.Error())
 		return
 	}
-	v2Error(ctx, 500, err.Error())
+	ae := apiErrorOf(err)
+	v2Error(ctx, ae.Status, ae.Msg)
 }
 
 func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
@@ -110,15 +107,12 @@ func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
 
 func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
-	if err != nil || !v.ready() {
+	if err != nil || !v.Ready() {
 		ctx.SetStatusCode(400)
 		return
 	}
 	ctx.SetStatusCode(200)
 }
-
-// ready reports whether the version is warm and has a worker to serve it.
-func (v *ModelVersion) ready() bool { return v.warm.Load() && v.pool.Count() > 0 }
 
 // datatypes maps the protocol's datatypes to LibTorch's; UINT16/32/64 and BYTES have no
 // LibTorch 1.13 tensor type.
@@ -147,58 +141,17 @@ func datatypeOfName(dtype string) string {
 	return datatypeOf(dt)
 }
 
-// signature is a model version's inputs and outputs: an AOTInductor package's recorded specs,
-// else the archive's declared ones, else inputs named after forward's Tensor arguments with
-// unknown shapes. Callers must not modify them.
-func (v *ModelVersion) signature() (ins, outs []oip.MetadataTensor) {
-	v.sigOnce.Do(func() { v.sigIns, v.sigOuts = v.resolveSignature() })
-	return v.sigIns, v.sigOuts
+// signature is a model version's inputs and outputs in the protocol's terms (core resolved
+// them at load). Callers must not modify them.
+func signature(v *ModelVersion) (ins, outs []oip.MetadataTensor) {
+	cin, cout := v.Signature()
+	return metadataTensors(cin), metadataTensors(cout)
 }
 
-func (v *ModelVersion) resolveSignature() (ins, outs []oip.MetadataTensor) {
-	// A package records its own signature, which its compiled code was made for; a Triton
-	// repository model's config names the tensors, and was checked against it at load.
-	if p, ok := v.module.(*torch.Package); ok && v.triton == nil {
-		for _, s := range p.Inputs() {
-			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
-		}
-		for _, s := range p.Outputs() {
-			outs = append(outs, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
-		}
-	}
-	if ins == nil {
-		for _, s := range v.archive.Config.Inputs {
-			ins = append(ins, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
-		}
-	}
-	if outs == nil {
-		for _, s := range v.archive.Config.Outputs {
-			outs = append(outs, oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape})
-		}
-	}
-	if m, ok := v.module.(*torch.Module); ok && ins == nil {
-		ins = schemaInputs(m)
-	}
-	if outs == nil {
-		outs = []oip.MetadataTensor{{Name: "output__0", Datatype: "FP32", Shape: []int64{-1}}}
-	}
-	return ins, outs
-}
-
-var schemaArg = regexp.MustCompile(`Tensor\??\s+(\w+)`)
-
-// schemaInputs infers inputs from forward's TorchScript schema, e.g.
-// "forward(__torch__.Net self, Tensor x) -> Tensor". The schema carries no dtype or shape:
-// FP32 and an unknown shape are assumed.
-func schemaInputs(m *torch.Module) []oip.MetadataTensor {
-	s, err := m.Schema("forward")
-	if err != nil {
-		return nil
-	}
-	args, _, _ := strings.Cut(s, ") ->")
-	var out []oip.MetadataTensor
-	for _, a := range schemaArg.FindAllStringSubmatch(args, -1) {
-		out = append(out, oip.MetadataTensor{Name: a[1], Datatype: "FP32", Shape: []int64{-1}})
+func metadataTensors(specs []archive.TensorSpec) []oip.MetadataTensor {
+	out := make([]oip.MetadataTensor, len(specs))
+	for i, s := range specs {
+		out[i] = oip.MetadataTensor{Name: s.Name, Datatype: datatypeOfName(s.DType), Shape: s.Shape}
 	}
 	return out
 }
@@ -223,10 +176,10 @@ func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) 
 	for _, x := range all {
 		versions = append(versions, x.Version)
 	}
-	ins, outs := v.signature()
+	ins, outs := signature(v)
 	platform := "pytorch_libtorch"
-	if v.triton != nil {
-		platform = v.triton.Platform()
+	if tritonOf(v) != nil {
+		platform = tritonOf(v).Platform()
 	}
 	return oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs}, nil
 }
@@ -239,8 +192,8 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	c := v.servedConfig()
-	if v.triton != nil {
+	c := servedConfig(v)
+	if tritonOf(v) != nil {
 		writeCompactJSON(ctx, configJSON(c))
 		return
 	}
@@ -271,11 +224,11 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 
 // servedConfig is the Triton model configuration a version is served with: a repository
 // model's own, else one made from its signature and batching settings.
-func (v *ModelVersion) servedConfig() *inference.ModelConfig {
-	if c := v.TritonConfig(); c != nil {
+func servedConfig(v *ModelVersion) *inference.ModelConfig {
+	if c := tritonConfig(v); c != nil {
 		return c
 	}
-	ins, outs := v.signature()
+	ins, outs := signature(v)
 	dt := func(datatype string) inference.DataType {
 		if datatype == "BYTES" {
 			return inference.DataType_TYPE_STRING
@@ -289,16 +242,16 @@ func (v *ModelVersion) servedConfig() *inference.ModelConfig {
 		}
 		return shape
 	}
-	bs := v.batcher.batchSize.Load()
+	bs, delay := v.Batching()
 	c := &inference.ModelConfig{
 		Name: v.Name, Platform: "pytorch_libtorch", Backend: "pytorch",
 		VersionPolicy: &inference.ModelVersionPolicy{PolicyChoice: &inference.ModelVersionPolicy_Latest_{Latest: &inference.ModelVersionPolicy_Latest{NumVersions: 1}}},
 		MaxBatchSize:  int32(bs),
 		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{
 			PreferredBatchSize:        []int32{int32(bs)},
-			MaxQueueDelayMicroseconds: uint64(v.batcher.maxDelay.Load() / 1000),
+			MaxQueueDelayMicroseconds: uint64(delay.Microseconds()),
 		}},
-		InstanceGroup: []*inference.ModelInstanceGroup{{Count: int32(v.pool.Count()), Kind: inference.ModelInstanceGroup_Kind(inference.ModelInstanceGroup_Kind_value[kindOf(v)])}},
+		InstanceGroup: []*inference.ModelInstanceGroup{{Count: int32(v.WorkerCount()), Kind: inference.ModelInstanceGroup_Kind(inference.ModelInstanceGroup_Kind_value[kindOf(v)])}},
 	}
 	for _, t := range ins {
 		c.Input = append(c.Input, &inference.ModelInput{Name: t.Name, DataType: dt(t.Datatype), Dims: dims(t.Shape)})
@@ -310,7 +263,7 @@ func (v *ModelVersion) servedConfig() *inference.ModelConfig {
 }
 
 func kindOf(v *ModelVersion) string {
-	if strings.HasPrefix(v.module.Device(), "cuda") {
+	if strings.HasPrefix(v.Module().Device(), "cuda") {
 		return "KIND_GPU"
 	}
 	return "KIND_CPU"
@@ -324,20 +277,20 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
 
 // serveKServe resolves the model version of a KServe inference request, serves it with
 // serve, and records its status and latency.
-func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, call, *ModelVersion, time.Time) outcome) {
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, core.Call, *ModelVersion, time.Time) outcome) {
 	c := restCall(ctx)
 	if err := d.served(c, name, version, func(v *ModelVersion, arrived time.Time) outcome { return serve(ctx, c, v, arrived) }); err != nil {
 		v2APIError(ctx, err)
 	}
 }
 
-func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
+func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
 	rsv, fail := admit(c, v)
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return outcome{status: fail.Status}
 	}
-	defer rsv.release()
+	defer rsv.Release()
 	headerLen := -1
 	if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
 		n, err := strconv.Atoi(string(h))
@@ -347,7 +300,7 @@ func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersio
 		}
 		headerLen = n
 	}
-	ins, outs := v.signature()
+	ins, outs := signature(v)
 	var req *oip.InferRequest
 	var tensors []oip.Tensor
 	var err error
@@ -401,22 +354,22 @@ type v2Answer struct {
 	outs     []oip.Tensor
 	binary   func(string) bool
 	envelope bool
-	res      jobResult // the batch's share, for the statistics
+	res      core.Result // the batch's share, for the statistics
 }
 
 // v2Run serves a decoded v2 inference request that holds its place in v's queue, whatever
 // the protocol: its tensors go straight to the model, or through the handler.
-func (d *Daemon) v2Run(c call, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, ins, outs []oip.MetadataTensor, arrived time.Time) (v2Answer, *APIError) {
+func (d *Daemon) v2Run(c core.Call, v *ModelVersion, rsv *core.Admission, req *oip.InferRequest, tensors []oip.Tensor, ins, outs []oip.MetadataTensor, arrived time.Time) (v2Answer, *APIError) {
 	timeout, err := scheduleParams(req.Parameters)
 	if err != nil {
 		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
 	}
-	declared := v.archive.Config.Inputs != nil
-	if tp, ok := v.handler.(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+	declared := v.Archive().Config.Inputs != nil
+	if tp, ok := v.Handler().(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
 		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
 	}
 	var sample *handlers.Sample
-	if ts, ok := v.handler.(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
+	if ts, ok := v.Handler().(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
 		sample, err = textSample(ts, tensors[0])
 	} else {
 		sample, err = v2Sample(tensors, ins, declared)
@@ -424,11 +377,11 @@ func (d *Daemon) v2Run(c call, v *ModelVersion, rsv *reservation, req *oip.Infer
 	if err != nil {
 		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
 	}
-	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
+	res, fail := run(rsv, sample, arrived, timeout)
 	if fail != nil {
 		return v2Answer{res: res}, fail
 	}
-	resp, outTensors, binary, err := v2Response(v, req, res.out, outs)
+	resp, outTensors, binary, err := v2Response(v, req, res.Out, outs)
 	if err != nil {
 		return v2Answer{res: res}, apiErr(400, "BadRequestException", "%s", err.Error())
 	}
@@ -448,7 +401,7 @@ func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
 // v2RunHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
 // goes through the model's handler, and its answer comes back as an output named after the
 // input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
-func (d *Daemon) v2RunHandler(c call, v *ModelVersion, rsv *reservation, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (v2Answer, *APIError) {
+func (d *Daemon) v2RunHandler(c core.Call, v *ModelVersion, rsv *core.Admission, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (v2Answer, *APIError) {
 	if len(tensors) != 1 {
 		// torchd's handlers take one input per request; TorchServe's envelope would make each
 		// input a request of the handler's batch.
@@ -463,11 +416,11 @@ func (d *Daemon) v2RunHandler(c call, v *ModelVersion, rsv *reservation, req *oi
 	if err != nil {
 		return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "input %q: %v", t.Name, err)
 	}
-	res, fail := d.runSample(c, v, rsv, sample, arrived, timeout)
+	res, fail := run(rsv, sample, arrived, timeout)
 	if fail != nil {
 		return v2Answer{res: res}, fail
 	}
-	resp, err := v.handler.Postprocess(sample, res.out)
+	resp, err := v.Handler().Postprocess(sample, res.Out)
 	if err != nil {
 		return v2Answer{res: res}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
 	}
@@ -704,7 +657,7 @@ func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
 	d.serveKServe(ctx, p[0], "", d.v1PredictVersion)
 }
 
-func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVersion, arrived time.Time) outcome {
+func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
@@ -715,14 +668,14 @@ func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c call, v *ModelVers
 	req := &handlers.Request{
 		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
 		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
-		Canceled: c.gone,
+		Canceled: c.Gone,
 	}
-	sample, res, fail := d.infer(c, v, arrived, func() (*handlers.Sample, *APIError) { return preprocess(v, req) })
+	sample, res, fail := infer(c, v, arrived, func() (*handlers.Sample, error) { return v.Preprocess(req) })
 	if fail != nil {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return outcome{status: fail.Status, res: res}
 	}
-	resp, err := v.handler.Postprocess(sample, res.out)
+	resp, err := v.Handler().Postprocess(sample, res.Out)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
 		return outcome{status: 500, res: res}
@@ -785,7 +738,7 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.ready()})
+	writeCompactJSON(ctx, map[string]any{"name": v.Name, "ready": v.Ready()})
 }
 
 // v1Explain is KServe v1's explain: the instances go through the model's handler as for
@@ -796,7 +749,7 @@ func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	ex, ok := v.handler.(handlers.Explainer)
+	ex, ok := v.Handler().(handlers.Explainer)
 	if !ok {
 		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain", v.Name, v.HandlerName))
 		return
@@ -848,8 +801,8 @@ func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
 		v2APIError(ctx, err)
 		return
 	}
-	ex, ok := v.handler.(handlers.Explainer)
-	tp, takesTensors := v.handler.(handlers.TensorPreprocessor)
+	ex, ok := v.Handler().(handlers.Explainer)
+	tp, takesTensors := v.Handler().(handlers.TensorPreprocessor)
 	if !ok || !takesTensors {
 		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName))
 		return
@@ -883,7 +836,7 @@ func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
 		v2Error(ctx, fail.Status, fail.Msg)
 		return
 	}
-	defer rsv.release()
+	defer rsv.Release()
 	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
 	if err != nil {
 		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/tuner"
 )
@@ -191,7 +192,7 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 	}
 	req.Synchronous = a.bool("synchronous", true)
 	req.Persist = true
-	v, err := d.Registry.Register(req)
+	v, err := d.registerModel(req)
 	if err != nil {
 		writeAPIError(ctx, err)
 		return
@@ -330,26 +331,25 @@ func (d *Daemon) describe(ctx *fasthttp.RequestCtx, p params) {
 func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 	s := v.Settings
 	dev := "cpu"
-	if strings.HasPrefix(v.module.Device(), "cuda") {
+	if strings.HasPrefix(v.Module().Device(), "cuda") {
 		dev = "gpu"
 	}
+	st := v.Stats()
 	m := describeModel{
 		ModelName: v.Name, ModelVersion: v.Version, ModelURL: v.URL, Runtime: "torchscript",
 		MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers, BatchSize: s.BatchSize,
 		MaxBatchDelay: s.MaxBatchDelay.Milliseconds(), ResponseTimeout: int64(s.ResponseTimeout.Seconds()),
 		StartupTimeout: int64(s.StartupTimeout.Seconds()), MaxRetryTimeoutInSec: 300, DeviceType: dev,
 		LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
-		JobQueueStatus: jobQueueStatus{RemainingCapacity: v.batcher.Capacity() - v.batcher.Pending(), PendingRequests: v.batcher.Pending()},
+		JobQueueStatus: jobQueueStatus{RemainingCapacity: st.Capacity - st.Pending, PendingRequests: st.Pending},
 		Batching: batchingStatus{
-			BatchSize: int(v.batcher.batchSize.Load()), MaxBatchDelay: float64(v.batcher.maxDelay.Load()) / 1e6,
-			Threads: v.pool.Threads(), Batches: v.batcher.batches.Load(), Requests: v.batcher.batchItems.Load(),
-			MeanBatchSize: v.batcher.MeanBatchSize(),
+			BatchSize: st.BatchSize, MaxBatchDelay: float64(st.MaxDelay) / 1e6,
+			Threads: st.Threads, Batches: st.Batches, Requests: st.Items,
+			MeanBatchSize: st.MeanBatchSize(),
 		},
+		AutoBatching: v.AutoBatching(),
 	}
-	if v.tuner != nil {
-		m.AutoBatching = v.tuner.Status()
-	}
-	for _, w := range v.pool.Workers() {
+	for _, w := range v.Workers() {
 		m.Workers = append(m.Workers, describeWorker{
 			ID: strconv.Itoa(9000 + w.ID), StartTime: w.StartTime.UTC().Format("2006-01-02T15:04:05.000Z"),
 			Status: w.Status, PID: pid, GPU: dev == "gpu", GPUUsage: "N/A",
@@ -404,8 +404,8 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
 
 func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
 	if err := d.Registry.Unregister(p[0], version(p)); err != nil {
-		var ae *APIError
-		if !(errors.As(err, &ae) && ae.Status == 404 && d.failed.remove(p[0], version(p))) {
+		notFound := errors.Is(err, core.ErrModelNotFound) || errors.Is(err, core.ErrVersionNotFound)
+		if !(notFound && d.failed.remove(p[0], version(p))) {
 			writeAPIError(ctx, err)
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/torchd/torchd/core"
 )
 
 // Metrics are served in the Prometheus text format on the metrics port. They live in one
@@ -38,7 +39,7 @@ type tsHostMetrics struct {
 
 // Buckets of the histograms: seconds from 100 µs to 30 s, and batch sizes in powers of two.
 var (
-	secondBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	secondBuckets = core.LatencyBuckets
 	batchBuckets  = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 )
 
@@ -100,7 +101,7 @@ type modelMetrics struct {
 	stuck   atomic.Int64
 	// batcher is the serving version's: a version reloaded in place (a Triton repository's
 	// poll) takes over its predecessor's series, and its queue is the one to report.
-	batcher atomic.Pointer[Batcher]
+	version atomic.Pointer[core.ModelVersion]
 	codes   sync.Map // status code → *metrics.Counter
 
 	// series are the names of every series above, codes included, so that unregistering
@@ -118,21 +119,22 @@ func (mm *modelMetrics) track(name string) string {
 	return name
 }
 
-func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
+func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 	if m.off {
-		return nil
+		return (*modelMetrics)(nil)
 	}
+	name, version := v.Name, v.Version
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := name + "\x00" + version
 	if mm, ok := m.models[key]; ok {
-		mm.batcher.Store(b)
+		mm.version.Store(v)
 		return mm
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
 	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
 	mm := &modelMetrics{set: m.set, labels: l, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
-	mm.batcher.Store(b)
+	mm.version.Store(v)
 	model := fmt.Sprintf(`{ModelName=%q,Level="Model",Hostname=%q}`, name, m.hostname)
 	// Not dropped with the version: TorchServe keeps them, and versions of a model share them.
 	mm.handlerTime = m.set.GetOrCreateGauge("HandlerTime"+model, nil)
@@ -150,19 +152,19 @@ func (m *Metrics) model(name, version string, b *Batcher) *modelMetrics {
 	mm.tsLatencyUS = m.set.GetOrCreateFloatCounter(mm.track("ts_inference_latency_microseconds{" + ts + "}"))
 	mm.tsQueueUS = m.set.GetOrCreateFloatCounter(mm.track("ts_queue_latency_microseconds{" + ts + "}"))
 	gauge := func(n string, f func() float64) { m.set.GetOrCreateGauge(mm.track(n+"{"+l+"}"), f) }
-	gauge("torchd_queue_depth", func() float64 { return float64(mm.batcher.Load().Pending()) })
-	gauge("torchd_batch_size_limit", func() float64 { return float64(mm.batcher.Load().batchSize.Load()) })
-	gauge("torchd_batch_delay_seconds", func() float64 { return time.Duration(mm.batcher.Load().maxDelay.Load()).Seconds() })
+	gauge("torchd_queue_depth", func() float64 { return float64(mm.version.Load().Pending()) })
+	gauge("torchd_batch_size_limit", func() float64 { return float64(mm.version.Load().Stats().BatchSize) })
+	gauge("torchd_batch_delay_seconds", func() float64 { return mm.version.Load().Stats().MaxDelay.Seconds() })
 	gauge("torchd_workers", func() float64 { return float64(mm.workers.Load()) })
 	gauge("torchd_stuck_workers", func() float64 { return float64(mm.stuck.Load()) })
 	m.models[key] = mm
 	return mm
 }
 
-// drop removes a model version's series: it is called when the version is unregistered or
+// Drop removes a model version's series: it is called when the version is unregistered or
 // fails to load. A request still in flight updates its own counters, which are no longer
 // written out; Prometheus treats the series as ended.
-func (m *Metrics) drop(name, version string) {
+func (m *Metrics) Drop(name, version string) {
 	if m.off {
 		return
 	}
@@ -182,35 +184,35 @@ func (m *Metrics) drop(name, version string) {
 	mm.series, mm.dropped = nil, true
 }
 
-// The observe methods do nothing on a nil receiver (metrics off).
+// The Observer methods do nothing on a nil receiver (metrics off).
 
-func (mm *modelMetrics) setWorkers(n int) {
+func (mm *modelMetrics) Workers(n int) {
 	if mm != nil {
 		mm.workers.Store(int64(n))
 	}
 }
 
-func (mm *modelMetrics) setStuck(n int) {
+func (mm *modelMetrics) Stuck(n int) {
 	if mm != nil {
 		mm.stuck.Store(int64(n))
 	}
 }
 
-func (mm *modelMetrics) observePreprocess(start time.Time) {
+func (mm *modelMetrics) Preprocess(start time.Time) {
 	if mm != nil {
 		mm.preprocess.UpdateDuration(start)
 	}
 }
 
-func (mm *modelMetrics) observePostprocess(start time.Time) {
+func (mm *modelMetrics) Postprocess(start time.Time) {
 	if mm != nil {
 		mm.postprocess.UpdateDuration(start)
 	}
 }
 
-// observeBatch records a batch's forward (d) and the rest of the worker's time on it
+// Batch records a batch's forward (d) and the rest of the worker's time on it
 // (overhead: TorchServe's WorkerThreadTime, the worker's time outside the backend).
-func (mm *modelMetrics) observeBatch(size int, d, overhead time.Duration) {
+func (mm *modelMetrics) Batch(size int, d, overhead time.Duration) {
 	if mm == nil {
 		return
 	}
@@ -220,17 +222,17 @@ func (mm *modelMetrics) observeBatch(size int, d, overhead time.Duration) {
 	mm.host.workerThreadTime.Set(ms(overhead))
 }
 
-// observeHandler records the handler's time for one request: preprocess, its batch's
+// Handler records the handler's time for one request: preprocess, its batch's
 // forward and postprocess.
-func (mm *modelMetrics) observeHandler(d time.Duration) {
+func (mm *modelMetrics) Handler(d time.Duration) {
 	if mm != nil {
 		mm.handlerTime.Set(ms(d))
 	}
 }
 
-// workerLoaded records how long worker id took to load and warm up, as TorchServe's
+// WorkerLoaded records how long worker id took to load and warm up, as TorchServe's
 // WorkerLoadTime{WorkerName="W-9000-digits_1.0"}.
-func (mm *modelMetrics) workerLoaded(id int, d time.Duration) {
+func (mm *modelMetrics) WorkerLoaded(id int, d time.Duration) {
 	if mm == nil {
 		return
 	}
@@ -240,7 +242,7 @@ func (mm *modelMetrics) workerLoaded(id int, d time.Duration) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func (mm *modelMetrics) observeRequest(code int, total, queued time.Duration) {
+func (mm *modelMetrics) Request(code int, total, queued time.Duration) {
 	if mm == nil {
 		return
 	}

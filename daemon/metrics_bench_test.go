@@ -3,6 +3,8 @@ package daemon
 import (
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/core"
 )
 
 // BenchmarkMetricsPerRequest is what the metrics add to one request: the updates the
@@ -11,13 +13,13 @@ import (
 // docs/benchmarks.md.
 func BenchmarkMetricsPerRequest(b *testing.B) {
 	m := newMetrics(true)
-	mm := m.model("bench", "1.0", NewBatcher(1, 1, 0))
+	mm := m.Version(&core.ModelVersion{Name: "bench", Version: "1.0"}).(*modelMetrics)
 	start := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
 		mm.preprocess.UpdateDuration(start)
-		mm.observeBatch(8, time.Millisecond, 50*time.Microsecond)
+		mm.Batch(8, time.Millisecond, 50*time.Microsecond)
 		mm.postprocess.UpdateDuration(start)
-		mm.observeRequest(200, 3*time.Millisecond, time.Millisecond)
+		mm.Request(200, 3*time.Millisecond, time.Millisecond)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/memtrim"
 
 	"github.com/torchd/torchd/torch"
@@ -35,12 +35,14 @@ import (
 type Daemon struct {
 	cfg      *Config
 	log      *slog.Logger
-	Registry *Registry
-	metrics  *Metrics
-	keys     *keyring // nil: token authorization off
-	snapMu   sync.Mutex
-	failed   failedRestores // snapshot registrations that did not load
-	uiStats  uiStats        // the web page's live view (webui_stats.go)
+	Registry *core.Registry
+	// Repository is the Triton model repository served, if any (its dir is "" without one).
+	Repository *Repository
+	metrics    *Metrics
+	keys       *keyring // nil: token authorization off
+	snapMu     sync.Mutex
+	failed     failedRestores // snapshot registrations that did not load
+	uiStats    uiStats        // the web page's live view (webui_stats.go)
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -74,9 +76,9 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
-	reg := NewRegistry(cfg, m, log)
+	reg := core.NewRegistry(core.Options{Defaults: cfg.Model, Set: cfg.ModelSet, CacheDir: cfg.CacheDir, Metrics: m, Log: log})
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
-	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: &Repository{reg: reg, log: log, models: map[string]*repoModel{}}, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 }
 
@@ -175,7 +177,7 @@ func (d *Daemon) Start() error {
 		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {
 			return fmt.Errorf("model_repository %s: not a directory", d.cfg.ModelRepository)
 		}
-		d.Registry.SetRepository(d.cfg.ModelRepository, d.cfg.ModelControlMode)
+		d.Repository.SetRepository(d.cfg.ModelRepository, d.cfg.ModelControlMode)
 	}
 	d.sweep()
 	d.trimWhenIdle()
@@ -332,7 +334,7 @@ func (d *Daemon) loadStartupModels() {
 		d.log.Info("restoring models from the snapshot", "file", d.cfg.SnapshotFile, "versions", len(snap))
 		d.restoreSnapshot(snap)
 	}
-	if d.Registry.repo != nil {
+	if d.Repository.dir != "" {
 		d.startupWG.Add(1)
 		go func() {
 			defer d.startupWG.Done()
@@ -349,15 +351,14 @@ func (d *Daemon) loadStartupModels() {
 		go func() {
 			defer d.startupWG.Done()
 			req := RegisterRequest{URL: s.url, Name: s.name, Startup: true, Synchronous: true}
-			if _, err := d.Registry.Register(req); err != nil {
-				var ae *APIError
-				if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+			if _, err := d.registerModel(req); err != nil {
+				if errors.Is(err, core.ErrConflict) {
 					// Registered through the API before a restart, and back from the snapshot.
-					d.log.Info("start-up model already loaded from the snapshot", "url", s.url, "msg", ae.Msg)
+					d.log.Info("start-up model already loaded from the snapshot", "url", s.url, "msg", err.Error())
 					return
 				}
 				d.log.Error("start-up model failed to load", "url", s.url, "err", err)
-				d.Registry.failStartup(s.name, err)
+				d.Registry.FailStartup(s.name, err)
 			}
 		}()
 	}
@@ -456,26 +457,15 @@ func writeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
 }
 
 func writeAPIError(ctx *fasthttp.RequestCtx, err error) {
-	var ae *APIError
-	if errors.As(err, &ae) {
-		if ae.Status == 503 {
-			ctx.Response.Header.Set("Retry-After", "1")
-		}
-		writeError(ctx, ae.Status, ae.Type, ae.Msg)
-		return
+	ae := apiErrorOf(err)
+	if ae.Status == 503 {
+		ctx.Response.Header.Set("Retry-After", "1")
 	}
-	writeError(ctx, 500, "InternalServerException", err.Error())
+	writeError(ctx, ae.Status, ae.Type, ae.Msg)
 }
 
 func writeStatus(ctx *fasthttp.RequestCtx, code int, status string) {
 	writeJSON(ctx, code, map[string]string{"status": status})
-}
-
-// Failed start-up models stay visible to /ping as unhealthy.
-func (r *Registry) failStartup(name string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failed = append(r.failed, fmt.Sprintf("%s: %v", name, err))
 }
 
 // countResponses counts h's answers in TorchServe's Requests2XX/4XX/5XX.
@@ -503,7 +493,7 @@ func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ params) {
 // the repository until Shutdown. Models that fail are listed in the repository index with
 // their reason; the rest serve.
 func (d *Daemon) loadRepository() {
-	if err := d.Registry.LoadRepository(d.cfg.LoadModels); err != nil {
+	if err := d.Repository.LoadRepository(d.cfg.LoadModels); err != nil {
 		d.log.Error("model repository: some models are not served (see POST /v2/repository/index)", "err", err)
 	}
 	if d.cfg.ModelControlMode != ControlPoll {
@@ -519,7 +509,7 @@ func (d *Daemon) loadRepository() {
 			case <-d.pollStop:
 				return
 			case <-tick.C:
-				d.Registry.Poll()
+				d.Repository.Poll()
 			}
 		}
 	}()

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/jsonfile"
 )
 
@@ -112,26 +112,24 @@ func (d *Daemon) saveSnapshot() {
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	snap := snapshotFile{Saved: time.Now().UTC().Format(time.RFC3339), Models: []snapshotModel{}}
-	r := d.Registry
-	r.mu.RLock()
-	for _, e := range r.models {
-		for _, v := range e.versions {
-			if v.pool == nil || !v.persist {
-				continue
-			}
+	for _, e := range d.Registry.List() {
+		v, req := e.ModelVersion, e.Request()
+		if v.State() == core.StateLoading || !req.Persist {
+			continue
+		}
+		{
 			s := v.Settings
 			snap.Models = append(snap.Models, snapshotModel{
-				Name: v.Name, Version: v.Version, URL: v.URL, Handler: v.handlerArg, Default: e.defaultVersion == v.Version,
+				Name: v.Name, Version: v.Version, URL: v.URL, Handler: req.Handler, Default: e.Default,
 				BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
 				Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
 				AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
 				LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
-				Threads:         v.requestedThreads,
-				Precision:       v.requestedPrecision,
+				Threads:         req.Threads,
+				Precision:       req.Precision,
 			})
 		}
 	}
-	r.mu.RUnlock()
 	snap.Models = append(snap.Models, d.failed.all()...)
 	sortSnapshot(snap.Models)
 	if err := jsonfile.Write(d.cfg.SnapshotFile, snap); err != nil {
@@ -193,9 +191,8 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 				if m.AutoWorkers {
 					req.InitialWorkers = nil
 				}
-				if _, err := d.Registry.Register(req); err != nil {
-					var ae *APIError
-					if errors.As(err, &ae) && ae.Status == http.StatusConflict {
+				if _, err := d.registerModel(req); err != nil {
+					if errors.Is(err, core.ErrConflict) {
 						d.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)
 						continue
 					}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/archive/triton"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/torch"
@@ -41,9 +43,17 @@ func (t *tritonModel) Platform() string {
 	return triton.PlatformLibTorch
 }
 
-// prepare checks the loaded model against the config and puts the declared inputs in the
+// Check refuses a KIND_GPU instance group on a torchd without a GPU, before the load.
+func (t *tritonModel) Check(s core.ModelSettings) error {
+	if strings.HasPrefix(s.Device, "cuda") && !torch.CUDAAvailable() {
+		return errors.New("instance_group kind KIND_GPU, but this torchd has no GPU (a CPU build, or no CUDA device): use KIND_CPU")
+	}
+	return nil
+}
+
+// Prepare checks the loaded model against the config and puts the declared inputs in the
 // order forward takes them, by the PyTorch backend's naming rule.
-func (t *tritonModel) prepare(am *archive.Model, m torch.Model) error {
+func (t *tritonModel) Prepare(am *archive.Model, m torch.Model) error {
 	if p, ok := m.(*torch.Package); ok {
 		var args []string
 		for _, s := range p.Inputs() {
@@ -144,9 +154,9 @@ func forwardArgs(schema string) ([]string, error) {
 	return args, nil
 }
 
-// toModel refuses a request larger than max_batch_size, as Triton does, and reshapes its
+// ToModel refuses a request larger than max_batch_size, as Triton does, and reshapes its
 // tensors from their declared shapes to the model's.
-func (t *tritonModel) toModel(s *handlers.Sample) error {
+func (t *tritonModel) ToModel(s *handlers.Sample) error {
 	if t.batch && s.Items > int(t.config.MaxBatchSize) {
 		return fmt.Errorf("inference request batch-size must be <= %d for '%s', got %d", t.config.MaxBatchSize, t.config.Name, s.Items)
 	}
@@ -166,8 +176,8 @@ func (t *tritonModel) toModel(s *handlers.Sample) error {
 	return nil
 }
 
-// fromModel reshapes a result's tensors from the model's shapes to the declared ones.
-func (t *tritonModel) fromModel(out []handlers.Tensor, items int) error {
+// FromModel reshapes a result's tensors from the model's shapes to the declared ones.
+func (t *tritonModel) FromModel(out []handlers.Tensor, items int) error {
 	for i := range out {
 		if i >= len(t.outs) || t.outs[i].Reshape == nil {
 			continue
@@ -213,10 +223,10 @@ func (t *tritonModel) reshape(x handlers.Tensor, to []int64, items int) ([]int64
 	return shape, nil
 }
 
-// warmup returns the samples each worker runs before serving: the config's model_warmup
+// Warmup returns the samples each worker runs before serving: the config's model_warmup
 // (zero_data, random_data, or input_data_file from the model's warmup/ directory, count
 // times each), else zeros of the declared inputs at batch 1, three times.
-func (t *tritonModel) warmup() ([]*handlers.Sample, error) {
+func (t *tritonModel) Warmup() ([]*handlers.Sample, error) {
 	if len(t.config.ModelWarmup) == 0 {
 		s := &handlers.Sample{Items: 1}
 		for _, in := range t.ins {
@@ -302,7 +312,7 @@ func (t *tritonModel) warmupSample(w *inference.ModelWarmup) (*handlers.Sample, 
 		}
 		s.Tensors = append(s.Tensors, x)
 	}
-	if err := t.toModel(s); err != nil {
+	if err := t.ToModel(s); err != nil {
 		return nil, err
 	}
 	if !t.batch {
@@ -411,14 +421,14 @@ func (t *tritonModel) effective(v *ModelVersion) *inference.ModelConfig {
 		c.Backend = triton.BackendPyTorch
 	}
 	if c.DefaultModelFilename == "" {
-		c.DefaultModelFilename = filepath.Base(v.archive.SerializedFile)
+		c.DefaultModelFilename = filepath.Base(v.Archive().SerializedFile)
 	}
 	kind := inference.ModelInstanceGroup_KIND_CPU
-	if strings.HasPrefix(v.module.Device(), "cuda") {
+	if strings.HasPrefix(v.Module().Device(), "cuda") {
 		kind = inference.ModelInstanceGroup_KIND_GPU
 	}
 	if len(c.InstanceGroup) == 0 {
-		c.InstanceGroup = []*inference.ModelInstanceGroup{{Name: c.Name, Kind: kind, Count: int32(v.pool.Count())}}
+		c.InstanceGroup = []*inference.ModelInstanceGroup{{Name: c.Name, Kind: kind, Count: int32(v.WorkerCount())}}
 	}
 	for _, g := range c.InstanceGroup {
 		if g.Kind == inference.ModelInstanceGroup_KIND_AUTO {
@@ -428,11 +438,11 @@ func (t *tritonModel) effective(v *ModelVersion) *inference.ModelConfig {
 	return c
 }
 
-// TritonConfig returns the Triton model configuration a version is served with: for a
+// tritonConfig returns the Triton model configuration a version is served with: for a
 // repository model its config.pbtxt (or load override) filled in; nil for other models.
-func (v *ModelVersion) TritonConfig() *inference.ModelConfig {
-	if v.triton == nil {
+func tritonConfig(v *ModelVersion) *inference.ModelConfig {
+	if tritonOf(v) == nil {
 		return nil
 	}
-	return v.triton.effective(v)
+	return tritonOf(v).effective(v)
 }

@@ -63,7 +63,7 @@ func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ params) {
 		v2Error(ctx, 400, err.Error())
 		return
 	}
-	idx, err := d.Registry.RepositoryIndex(req.Ready)
+	idx, err := d.Repository.RepositoryIndex(req.Ready)
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -97,7 +97,7 @@ func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p params) {
 			return
 		}
 	}
-	if err := d.Registry.RepositoryLoad(p[0], config); err != nil {
+	if err := d.Repository.RepositoryLoad(p[0], config); err != nil {
 		v2APIError(ctx, err)
 		return
 	}
@@ -119,7 +119,7 @@ func (d *Daemon) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p params) {
 			return
 		}
 	}
-	if err := d.Registry.RepositoryUnload(p[0]); err != nil {
+	if err := d.Repository.RepositoryUnload(p[0]); err != nil {
 		v2APIError(ctx, err)
 		return
 	}

@@ -3,6 +3,8 @@ package daemon
 import (
 	"fmt"
 	"io"
+
+	"github.com/torchd/torchd/core"
 )
 
 // Triton's metric names, with its labels model and version, for the dashboards and alerts
@@ -23,28 +25,6 @@ var tritonCounters = []struct {
 	{"nv_inference_compute_output_duration_us", "Cumulative time turning outputs into responses, in microseconds", func(s *ModelStatistics) uint64 { return s.InferenceStats.ComputeOutput.Ns / 1000 }},
 }
 
-// Failure reasons of nv_inference_request_failure, as Triton's.
-const (
-	failRejected = "REJECTED" // a full queue, a timeout, or no worker: 503 and 504
-	failCanceled = "CANCELED" // the client left (499)
-	failBackend  = "BACKEND"  // the model failed (500)
-	failOther    = "OTHER"    // the request was wrong (4xx)
-)
-
-var failReasons = []string{failRejected, failCanceled, failBackend, failOther}
-
-func failReason(status int) string {
-	switch {
-	case status == 503 || status == 504:
-		return failRejected
-	case status == statusClientClosed:
-		return failCanceled
-	case status >= 500:
-		return failBackend
-	}
-	return failOther
-}
-
 // writeTriton writes Triton's families for the versions in stats.
 func writeTriton(w io.Writer, stats []ModelStatistics) {
 	if len(stats) == 0 {
@@ -59,12 +39,12 @@ func writeTriton(w io.Writer, stats []ModelStatistics) {
 	}
 	fmt.Fprintf(w, "# HELP nv_inference_request_failure Number of failed inference requests, by reason\n# TYPE nv_inference_request_failure counter\n")
 	for i := range stats {
-		for _, r := range failReasons {
-			fmt.Fprintf(w, "nv_inference_request_failure{%s,reason=%q} %d\n", labels(&stats[i]), r, stats[i].failures[r])
+		for _, r := range core.FailReasons {
+			fmt.Fprintf(w, "nv_inference_request_failure{%s,reason=%q} %d\n", labels(&stats[i]), r, stats[i].Failures[r])
 		}
 	}
 	fmt.Fprintf(w, "# HELP nv_inference_pending_request_count Requests accepted and not yet running, queued or being decoded\n# TYPE nv_inference_pending_request_count gauge\n")
 	for i := range stats {
-		fmt.Fprintf(w, "nv_inference_pending_request_count{%s} %d\n", labels(&stats[i]), stats[i].pending)
+		fmt.Fprintf(w, "nv_inference_pending_request_count{%s} %d\n", labels(&stats[i]), stats[i].Pending)
 	}
 }

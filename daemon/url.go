@@ -11,20 +11,57 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/torchd/torchd/archive"
 )
+
+// registerModel opens the archive a registration names and loads it as a model version. It answers 409 for a version already registered, 400 for
+// an archive or handler torchd cannot serve, and 500 when the model fails to load or warm up;
+// a failed registration leaves nothing behind.
+func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
+	if req.Handler != "" && !archive.IsHandlerName(req.Handler) {
+		// TorchServe lets handler= override the archive's and then fails the registration
+		// when that handler cannot be loaded, with 500 (its worker fails to start); so does
+		// torchd, naming the handler.
+		return nil, apiErr(http.StatusInternalServerError, "InternalServerException",
+			"handler %q given at registration does not exist; torchd has %s", req.Handler, strings.Join(archive.HandlerNames(), ", "))
+	}
+	path, cleanup, err := d.resolveURL(req.URL)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	var opts []archive.Option
+	if req.Handler != "" {
+		opts = append(opts, archive.WithHandler(req.Handler))
+	}
+	am, err := archive.Open(path, opts...)
+	if err != nil {
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+	}
+	// A registration parameter overrides the archive's own setting, the handler included.
+	if req.Handler != "" {
+		am.Config.Handler = req.Handler
+	}
+	name := req.Name
+	if name == "" {
+		name = am.Name
+	}
+	return d.Registry.Add(name, am.Version, req, am)
+}
 
 // resolveURL maps a registration url to a local path, and returns what removes a downloaded
 // copy once the archive is opened (extracted), a no-op otherwise. A plain name or relative path is looked
 // up in the model store and may not leave it; file:// and http(s):// URLs must match
 // allowed_urls, whose default allows the model store only.
-func (r *Registry) resolveURL(raw string) (string, func(), error) {
+func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	none := func() {}
 	if raw == "" {
 		return "", none, apiErr(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
-		p, err := r.storePath(raw)
+		p, err := d.storePath(raw)
 		return p, none, err
 	}
 	// allowed_urls is matched against the URL as it will be used: decoded (%2e%2e is ..) and
@@ -36,11 +73,11 @@ func (r *Registry) resolveURL(raw string) (string, func(), error) {
 	switch u.Scheme {
 	case "file":
 		clean := filepath.Clean("/" + u.Path)
-		if !r.allowed("file://" + clean) {
+		if !d.allowed("file://" + clean) {
 			return "", none, refused
 		}
 		real, err := filepath.EvalSymlinks(clean)
-		if err != nil || !r.allowed("file://"+real) {
+		if err != nil || !d.allowed("file://"+real) {
 			return "", none, refused
 		}
 		return real, none, nil
@@ -51,27 +88,27 @@ func (r *Registry) resolveURL(raw string) (string, func(), error) {
 			c.Path = ""
 		}
 		clean := c.String()
-		if !r.allowed(clean) {
+		if !d.allowed(clean) {
 			return "", none, refused
 		}
-		p, err := r.download(clean, &c)
+		p, err := d.download(clean, &c)
 		if err != nil {
 			return "", none, err
 		}
 		return p, func() { os.RemoveAll(filepath.Dir(p)) }, nil
 	}
-	if !r.allowed(raw) {
+	if !d.allowed(raw) {
 		return "", none, refused
 	}
 	return "", none, apiErr(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
 }
 
-func (r *Registry) storePath(name string) (string, error) {
+func (d *Daemon) storePath(name string) (string, error) {
 	if strings.Contains(name, "..") {
 		// TorchServe answers 404 for a ".." in the URL.
 		return "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
 	}
-	store, err := filepath.Abs(r.cfg.ModelStore)
+	store, err := filepath.Abs(d.cfg.ModelStore)
 	if err != nil {
 		return "", err
 	}
@@ -82,8 +119,8 @@ func (r *Registry) storePath(name string) (string, error) {
 	return p, nil
 }
 
-func (r *Registry) allowed(raw string) bool {
-	for _, pat := range r.cfg.AllowedURLs {
+func (d *Daemon) allowed(raw string) bool {
+	for _, pat := range d.cfg.AllowedURLs {
 		if re, err := regexp.Compile("^(?:" + pat + ")$"); err == nil && re.MatchString(raw) {
 			return true
 		}
@@ -93,8 +130,8 @@ func (r *Registry) allowed(raw string) bool {
 
 // download fetches an archive into the model store's download directory, size- and
 // time-limited, keeping the URL's file name (its extension tells the format).
-func (r *Registry) download(raw string, u *url.URL) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.DownloadTimeout)
+func (d *Daemon) download(raw string, u *url.URL) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DownloadTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
@@ -121,7 +158,7 @@ func (r *Registry) download(raw string, u *url.URL) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	limit := r.cfg.MaxDownloadSize
+	limit := d.cfg.MaxDownloadSize
 	if resp.ContentLength > limit {
 		f.Close()
 		os.RemoveAll(dir)
@@ -131,7 +168,7 @@ func (r *Registry) download(raw string, u *url.URL) (string, error) {
 	f.Close()
 	switch {
 	case err != nil && ctx.Err() != nil:
-		err = fmt.Errorf("download_timeout (%v) passed after %d bytes", r.cfg.DownloadTimeout, n)
+		err = fmt.Errorf("download_timeout (%v) passed after %d bytes", d.cfg.DownloadTimeout, n)
 	case err == nil && n > limit:
 		err = fmt.Errorf("larger than max_download_size (%d bytes)", limit)
 	}

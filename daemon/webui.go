@@ -7,9 +7,9 @@ import (
 	"io/fs"
 	"net"
 	"path"
-	"sort"
 	"strings"
 
+	"github.com/torchd/torchd/core"
 	"github.com/valyala/fasthttp"
 )
 
@@ -211,52 +211,33 @@ func (d *Daemon) uiModels(ctx *fasthttp.RequestCtx, _ params) {
 
 // uiModelList lists every version, loading ones included, sorted by name and version.
 func (d *Daemon) uiModelList() []uiModel {
-	type entry struct {
-		v     *ModelVersion
-		def   bool
-		s     ModelSettings
-		ready bool
-	}
-	r := d.Registry
-	var all []entry
-	r.mu.RLock()
-	for _, e := range r.models {
-		for ver, v := range e.versions {
-			all = append(all, entry{v: v, def: ver == e.defaultVersion, s: v.Settings, ready: v.pool != nil})
-		}
-	}
-	r.mu.RUnlock()
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].v.Name != all[j].v.Name {
-			return all[i].v.Name < all[j].v.Name
-		}
-		return all[i].v.Version < all[j].v.Version
-	})
+	all := d.Registry.List()
 	out := make([]uiModel, 0, len(all))
 	for _, e := range all {
-		v := e.v
-		m := uiModel{Name: v.Name, Version: v.Version, Default: e.def, State: "LOADING", WorkerStatus: map[string]int{}, Inputs: []uiTensorSpec{}}
-		if e.ready {
+		v := e.ModelVersion
+		m := uiModel{Name: v.Name, Version: v.Version, Default: e.Default, State: "LOADING", WorkerStatus: map[string]int{}, Inputs: []uiTensorSpec{}}
+		if v.State() != core.StateLoading {
+			st := v.Stats()
 			m.Handler = v.HandlerName
-			m.MinWorkers, m.MaxWorkers = e.s.MinWorkers, e.s.MaxWorkers
-			m.BatchSize = int(v.batcher.batchSize.Load())
-			m.MaxBatchDelayMs = float64(v.batcher.maxDelay.Load()) / 1e6
-			m.Queue, m.QueueCapacity = v.batcher.Pending(), v.batcher.Capacity()
-			for _, w := range v.pool.Workers() {
+			m.MinWorkers, m.MaxWorkers = v.Settings.MinWorkers, v.Settings.MaxWorkers
+			m.BatchSize = st.BatchSize
+			m.MaxBatchDelayMs = float64(st.MaxDelay) / 1e6
+			m.Queue, m.QueueCapacity = st.Pending, st.Capacity
+			for _, w := range v.Workers() {
 				m.WorkerStatus[w.Status]++
 				if w.Status != "STUCK" {
 					m.Workers++
 				}
 			}
 			switch {
-			case !v.warm.Load():
+			case v.State() == core.StateWarming:
 				m.State = "WARMING"
 			case m.Workers == 0:
 				m.State = "NO WORKERS"
 			default:
 				m.State = "READY"
 			}
-			for _, in := range v.archive.Config.Inputs {
+			for _, in := range v.Archive().Config.Inputs {
 				m.Inputs = append(m.Inputs, uiTensorSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
 			}
 		}

@@ -1,21 +1,20 @@
 package daemon
 
 import (
-	"bufio"
-	"bytes"
 	"math"
+	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/torchd/torchd/core"
 	"github.com/valyala/fasthttp"
 )
 
-// The web page's live view. A sampler reads, every statsInterval, counters the daemon keeps
-// anyway: the batcher's dispatched batches and requests, its queue, and the request-latency
-// histogram of the metrics set. It keeps statsPoints points per model version in a ring. The
-// request path does no extra work for it: no counter, lock or allocation is added there.
+// The web page's live view. A sampler reads, every statsInterval, each version's Stats(),
+// which the core keeps anyway: the dispatched batches and requests, the queue, and the
+// request-latency histogram. It keeps statsPoints points per model version in a ring. The
+// request path does no extra work for it.
 //
 // The sampler starts with the first /ui/api/stats request and stops by itself once nobody
 // has asked for statsIdle, so a server whose page is not open pays nothing; the history
@@ -33,7 +32,6 @@ type uiStats struct {
 	running  bool
 	lastRead time.Time
 	series   map[*ModelVersion]*statsSeries
-	buf      bytes.Buffer // the metrics text, reused
 }
 
 // statsSeries is one model version's ring of points, and the counters of its last sample.
@@ -47,8 +45,8 @@ type statsSeries struct {
 	prevSample time.Time
 }
 
-// statsPoint is one interval. Latencies are NaN without requests or without metrics; batch
-// is NaN without batches.
+// statsPoint is one interval. Latencies are NaN without requests; batch is NaN without
+// batches.
 type statsPoint struct {
 	at                          time.Time
 	rps, p50, p99, queue, batch float64
@@ -57,11 +55,11 @@ type statsPoint struct {
 // statsCounters are the cumulative counters a point is the difference of.
 type statsCounters struct {
 	batches, items int64
-	latency        histogramCounts // nil: metrics off
+	latency        histogramCounts
 }
 
-// histogramCounts are a Prometheus histogram's cumulative bucket counts; the last bucket is
-// +Inf, so it is the total.
+// histogramCounts are a histogram's cumulative bucket counts; the last bucket is +Inf, so
+// it is the total.
 type histogramCounts struct {
 	le     []float64
 	counts []float64
@@ -105,15 +103,9 @@ func (d *Daemon) sampleStats(st *uiStats) {
 // sampleOnce adds a point to every registered version's series, and drops the series of
 // versions that are gone.
 func (d *Daemon) sampleOnce(st *uiStats, now time.Time) {
-	versions := d.allVersions()
+	versions := d.Registry.Loaded()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	var latency map[string]histogramCounts
-	if !d.metrics.off {
-		st.buf.Reset()
-		d.metrics.set.WritePrometheus(&st.buf)
-		latency = parseHistograms(st.buf.Bytes(), "torchd_request_seconds")
-	}
 	if st.series == nil {
 		st.series = map[*ModelVersion]*statsSeries{}
 	}
@@ -125,11 +117,12 @@ func (d *Daemon) sampleOnce(st *uiStats, now time.Time) {
 			s = &statsSeries{name: v.Name, version: v.Version}
 			st.series[v] = s
 		}
-		c := statsCounters{batches: v.batcher.batches.Load(), items: v.batcher.batchItems.Load()}
-		if latency != nil && v.metrics != nil {
-			c.latency = latency[v.metrics.labels]
+		vs := v.Stats()
+		c := statsCounters{batches: vs.Batches, items: vs.Items, latency: histogramCounts{le: latencyBounds, counts: make([]float64, len(vs.Latency))}}
+		for i, n := range vs.Latency {
+			c.latency.counts[i] = float64(n)
 		}
-		s.add(now, c, float64(v.batcher.Pending()))
+		s.add(now, c, float64(vs.Pending))
 	}
 	for v := range st.series {
 		if !live[v] {
@@ -138,21 +131,8 @@ func (d *Daemon) sampleOnce(st *uiStats, now time.Time) {
 	}
 }
 
-// allVersions returns every loaded version.
-func (d *Daemon) allVersions() []*ModelVersion {
-	r := d.Registry
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	var out []*ModelVersion
-	for _, e := range r.models {
-		for _, v := range e.versions {
-			if v.pool != nil {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
-}
+// latencyBounds are the latency histogram's bounds, +Inf last.
+var latencyBounds = append(slices.Clone(core.LatencyBuckets), math.Inf(1))
 
 // add appends the point between the previous counters and c. The first sample only sets
 // the baseline.
@@ -169,17 +149,14 @@ func (s *statsSeries) add(now time.Time, c statsCounters, queue float64) {
 	if db := c.batches - s.prev.batches; db > 0 {
 		p.batch = float64(c.items-s.prev.items) / float64(db)
 	}
-	if c.latency.counts != nil && len(c.latency.counts) == len(s.prev.latency.counts) {
+	if n := len(c.latency.counts); n > 0 && n == len(s.prev.latency.counts) {
 		delta := c.latency.minus(s.prev.latency)
-		total := delta.counts[len(delta.counts)-1]
+		total := delta.counts[n-1]
 		p.rps = total / dt
 		if total > 0 {
 			p.p50 = delta.quantile(0.5) * 1000
 			p.p99 = delta.quantile(0.99) * 1000
 		}
-	} else {
-		// Metrics off: requests that reached a batch.
-		p.rps = float64(c.items-s.prev.items) / dt
 	}
 	s.points[s.next] = p
 	s.next = (s.next + 1) % statsPoints
@@ -216,38 +193,6 @@ func (h histogramCounts) quantile(q float64) float64 {
 		below = c
 	}
 	return lower
-}
-
-// parseHistograms reads a histogram's cumulative buckets, per label set, from the Prometheus
-// text format: name_bucket{labels,le="x"} count. Labels are the key, without le.
-func parseHistograms(text []byte, name string) map[string]histogramCounts {
-	prefix := []byte(name + "_bucket{")
-	out := map[string]histogramCounts{}
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.HasPrefix(line, prefix) {
-			continue
-		}
-		rest := line[len(prefix):]
-		i := bytes.LastIndex(rest, []byte(`le="`))
-		j := bytes.LastIndex(rest, []byte(`"} `))
-		if i < 0 || j < i {
-			continue
-		}
-		labels := string(bytes.TrimSuffix(rest[:i], []byte(",")))
-		le, err1 := strconv.ParseFloat(string(rest[i+4:j]), 64)
-		count, err2 := strconv.ParseFloat(string(bytes.TrimSpace(rest[j+3:])), 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		h := out[labels]
-		h.le = append(h.le, le)
-		h.counts = append(h.counts, count)
-		out[labels] = h
-	}
-	return out
 }
 
 // statsResponse is the live view's JSON: per model version, one array per quantity, oldest

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"math"
 	"regexp"
 	"slices"
@@ -67,29 +66,6 @@ func TestHistogramQuantile(t *testing.T) {
 	}
 	if got := (histogramCounts{le: []float64{inf}, counts: []float64{0}}).quantile(0.5); !math.IsNaN(got) {
 		t.Errorf("empty: %v", got)
-	}
-}
-
-// The sampler reads the request-latency histogram back from the metrics text.
-func TestParseHistogramsFromMetrics(t *testing.T) {
-	m := newMetrics(true)
-	mm := m.model("digits", "1.0", NewBatcher(1, 1, 0))
-	m.model("other", "2", NewBatcher(1, 1, 0))
-	for i := range 100 {
-		mm.observeRequest(200, time.Duration(i+1)*100*time.Microsecond, 0) // 0.1 … 10 ms
-	}
-	var buf bytes.Buffer
-	m.set.WritePrometheus(&buf)
-	hs := parseHistograms(buf.Bytes(), "torchd_request_seconds")
-	h, ok := hs[mm.labels]
-	if !ok || len(hs) != 2 {
-		t.Fatalf("parsed %d histograms; %q missing: %v", len(hs), mm.labels, hs)
-	}
-	if len(h.le) != len(secondBuckets)+1 || !math.IsInf(h.le[len(h.le)-1], 1) || h.counts[len(h.counts)-1] != 100 {
-		t.Fatalf("buckets %v counts %v", h.le, h.counts)
-	}
-	if p50 := h.quantile(0.5); p50 < 0.0025 || p50 > 0.01 {
-		t.Errorf("p50 %v s, want about 5 ms", p50)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/daemon"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
@@ -122,7 +123,7 @@ func runBenchModel(args []string) error {
 			}
 		}
 	}
-	m, err := daemon.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: 1})
+	m, err := core.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: 1})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package daemon
+package core
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 	if len(warmup) == 0 {
 		return nil, fmt.Errorf("model %s: auto batching needs a warm-up input (declare [[inputs]] in the archive's config)", name)
 	}
-	t, err := tuner.New(tuner.Model{Name: name, Handler: h, Module: m, Path: modelPath, Sample: warmup[0]}, &ts, r.cfg.CacheDir, r.log)
+	t, err := tuner.New(tuner.Model{Name: name, Handler: h, Module: m, Path: modelPath, Sample: warmup[0]}, &ts, r.opts.CacheDir, r.log)
 	if err != nil {
 		return nil, err
 	}

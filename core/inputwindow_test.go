@@ -1,4 +1,4 @@
-package daemon
+package core
 
 import (
 	"testing"
@@ -27,7 +27,7 @@ func TestWindowKeepsArrivalOrder(t *testing.T) {
 	for range 6 {
 		r := admitted(t, b)
 		rsv = append(rsv, r)
-		jobs = append(jobs, &job{rsv: r, enqueued: time.Now(), done: make(chan jobResult, 1)})
+		jobs = append(jobs, &job{rsv: r, enqueued: time.Now(), done: make(chan Result, 1)})
 	}
 	// Preprocessing ends last-first, and the third request fails before queueing.
 	for _, i := range []int{5, 4, 3, 1} {
@@ -58,9 +58,9 @@ func TestWindowKeepsArrivalOrder(t *testing.T) {
 		t.Fatalf("%d queue places still reserved", b.reserved.Load())
 	}
 	for _, j := range batch {
-		j.finish(jobResult{})
+		j.finish(Result{})
 	}
-	if held, _, _ := b.win.stats(); held != 0 {
+	if held, _, _, _ := b.win.stats(); held != 0 {
 		t.Fatalf("%d window places held after every request finished", held)
 	}
 }
@@ -90,21 +90,21 @@ func TestWindowBoundsHeldInput(t *testing.T) {
 		waiting <- r.wait(0)
 	}()
 	for {
-		if _, _, waited := b.win.stats(); waited == 2 {
+		if _, _, waited, _ := b.win.stats(); waited == 2 {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	j := &job{rsv: first, enqueued: time.Now(), done: make(chan jobResult, 1)}
+	j := &job{rsv: first, enqueued: time.Now(), done: make(chan Result, 1)}
 	if err := b.Submit(j); err != nil {
 		t.Fatal(err)
 	}
 	first.release()
-	b.next(nil)[0].finish(jobResult{})
+	b.next(nil)[0].finish(Result{})
 	if !<-waiting {
 		t.Fatal("the waiting request got no place when a job finished")
 	}
-	if held, peak, _ := b.win.stats(); held != size || peak != size {
+	if held, peak, _, _ := b.win.stats(); held != size || peak != size {
 		t.Fatalf("%d places held (most %d), want the window's %d", held, peak, size)
 	}
 }
@@ -115,22 +115,22 @@ func TestWindowPlaceGivenBackOnce(t *testing.T) {
 	b := NewBatcher(16, 4, 0)
 	r := admitted(t, b)
 	other := admitted(t, b)
-	j := &job{rsv: r, enqueued: time.Now(), done: make(chan jobResult, 1)}
+	j := &job{rsv: r, enqueued: time.Now(), done: make(chan Result, 1)}
 	if err := b.Submit(j); err != nil {
 		t.Fatal(err)
 	}
 	r.release()
 	batch := b.next(nil)
 	j.leaveWindow()
-	if held, _, _ := b.win.stats(); held != 1 {
+	if held, _, _, _ := b.win.stats(); held != 1 {
 		t.Fatalf("%d places held after the request gave up, want 1 (the other request's)", held)
 	}
-	batch[0].finish(jobResult{})
-	if held, _, _ := b.win.stats(); held != 1 {
+	batch[0].finish(Result{})
+	if held, _, _, _ := b.win.stats(); held != 1 {
 		t.Fatalf("%d places held after the abandoned job finished, want still 1", held)
 	}
 	other.release()
-	if held, _, _ := b.win.stats(); held != 0 {
+	if held, _, _, _ := b.win.stats(); held != 0 {
 		t.Fatalf("%d places held after every request ended", held)
 	}
 }

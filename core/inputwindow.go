@@ -1,4 +1,4 @@
-package daemon
+package core
 
 import (
 	"sync"
@@ -132,9 +132,10 @@ func (w *inputWindow) resolve(n uint64, j *job) {
 	}
 }
 
-// stats returns the places held, the most held at once, and the requests that waited.
-func (w *inputWindow) stats() (held, peak, waited int) {
+// stats returns the places held, the most held at once, the requests that waited, and the
+// window's size.
+func (w *inputWindow) stats() (held, peak, waited, size int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.held, w.peak, w.waited
+	return w.held, w.peak, w.waited, w.limit
 }

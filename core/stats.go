@@ -1,8 +1,7 @@
-package daemon
+package core
 
 import (
 	"cmp"
-	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -67,9 +66,10 @@ type ModelStatistics struct {
 	InferenceStats InferenceStats `json:"inference_stats"`
 	BatchStats     []BatchStats   `json:"batch_stats"`
 
-	// For Triton's metrics: failures by reason, and the requests accepted but not yet running.
-	failures map[string]uint64
-	pending  int
+	// For Triton's metrics: failures by reason (FailReasons), and the requests accepted
+	// but not yet running.
+	Failures map[string]uint64 `json:"-"`
+	Pending  int               `json:"-"`
 }
 
 // statDuration is the lock-free form of StatDuration.
@@ -87,8 +87,9 @@ func (s *statDuration) load() StatDuration { return StatDuration{s.count.Load(),
 type versionStats struct {
 	success, fail, queue, input, infer, output statDuration
 	inferences, executions                     atomic.Uint64
-	failures                                   [4]atomic.Uint64 // by failReasons
-	last                                       atomic.Int64     // UnixMilli
+	failures                                   [4]atomic.Uint64           // by failReasons
+	last                                       atomic.Int64               // UnixMilli
+	latency                                    [latencyBins]atomic.Uint64 // per bucket; the last is +Inf
 
 	mu      sync.Mutex
 	batches map[int]*statDuration // batch size → forwards
@@ -119,24 +120,25 @@ func (s *versionStats) executed(samples []*handlers.Sample, infer time.Duration)
 
 // answered records a request at its end: total is its whole time in the server; res is
 // its share of the batch when it reached one (zero otherwise).
-func (s *versionStats) answered(status int, total time.Duration, res jobResult) {
+func (s *versionStats) answered(status int, total time.Duration, res Result) {
 	if s == nil {
 		return
 	}
 	s.last.Store(time.Now().UnixMilli())
+	s.latency[sort.SearchFloat64s(LatencyBuckets, total.Seconds())].Add(1)
 	if status < 200 || status >= 300 {
 		s.fail.add(total)
-		s.failures[slices.Index(failReasons, failReason(status))].Add(1)
+		s.failures[slices.Index(FailReasons, failReason(status))].Add(1)
 		return
 	}
 	s.success.add(total)
-	if res.batchSize == 0 {
+	if res.BatchSize == 0 {
 		return // answered without the model (none today; kept honest for future paths)
 	}
-	s.input.add(res.input)
-	s.queue.add(res.queued)
-	s.infer.add(res.inference)
-	s.output.add(total - res.input - res.queued - res.inference)
+	s.input.add(res.Input)
+	s.queue.add(res.Queued)
+	s.infer.add(res.Inference)
+	s.output.add(total - res.Input - res.Queued - res.Inference)
 }
 
 func (s *versionStats) snapshot(name, version string) ModelStatistics {
@@ -150,9 +152,9 @@ func (s *versionStats) snapshot(name, version string) ModelStatistics {
 	if t := s.last.Load(); t > 0 {
 		out.LastInference = uint64(t)
 	}
-	out.failures = map[string]uint64{}
-	for i, r := range failReasons {
-		out.failures[r] = s.failures[i].Load()
+	out.Failures = map[string]uint64{}
+	for i, r := range FailReasons {
+		out.Failures[r] = s.failures[i].Load()
 	}
 	s.mu.Lock()
 	for n, b := range s.batches {
@@ -166,54 +168,40 @@ func (s *versionStats) snapshot(name, version string) ModelStatistics {
 }
 
 // Statistics returns the statistics of every loaded version of a model, or of one version,
-// or (name "") of every loaded model, sorted by name and version. An unknown model or
-// version is a 404 APIError.
+// or (name "") of every loaded model, sorted by name and version.
 func (r *Registry) Statistics(name, version string) ([]ModelStatistics, error) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	var out []ModelStatistics
-	add := func(v *ModelVersion) {
-		if v.pool != nil && v.stats != nil {
-			st := v.stats.snapshot(v.Name, v.Version)
-			st.pending = v.Pending() + int(v.batcher.reserved.Load())
-			out = append(out, st)
-		}
-	}
+	var vs []*ModelVersion
 	switch {
 	case name == "":
-		for _, e := range r.models {
-			for _, v := range e.versions {
-				add(v)
-			}
+		vs = r.Loaded()
+	case version == "":
+		all, _, err := r.Versions(name)
+		if err != nil {
+			return nil, errorf(ErrModelNotFound, "requested model '%s' is not available", name)
 		}
+		vs = all
 	default:
-		e, ok := r.models[name]
+		v, ok := r.Peek(name, version)
 		if !ok {
-			return nil, apiErr(http.StatusNotFound, "ModelNotFoundException", "requested model '%s' is not available", name)
-		}
-		if version == "" {
-			for _, v := range e.versions {
-				add(v)
+			if _, _, err := r.Versions(name); err != nil {
+				return nil, errorf(ErrModelNotFound, "requested model '%s' is not available", name)
 			}
-			break
+			return nil, errorf(ErrVersionNotFound, "requested model '%s' version %s is not available", name, version)
 		}
-		v, ok := e.versions[version]
-		if !ok || v.pool == nil {
-			return nil, apiErr(http.StatusNotFound, "ModelVersionNotFoundException", "requested model '%s' version %s is not available", name, version)
-		}
-		add(v)
+		vs = []*ModelVersion{v}
+	}
+	out := make([]ModelStatistics, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, v.Statistics())
 	}
 	slices.SortFunc(out, func(a, b ModelStatistics) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), compareVersions(a.Version, b.Version))
+		return cmp.Or(cmp.Compare(a.Name, b.Name), CompareVersions(a.Version, b.Version))
 	})
-	if out == nil {
-		out = []ModelStatistics{}
-	}
 	return out, nil
 }
 
-// compareVersions orders numeric versions (Triton's) by number, and others as strings.
-func compareVersions(a, b string) int {
+// CompareVersions orders numeric versions (Triton's) by number, and others as strings.
+func CompareVersions(a, b string) int {
 	x, errA := strconv.ParseInt(a, 10, 64)
 	y, errB := strconv.ParseInt(b, 10, 64)
 	switch {
@@ -221,4 +209,56 @@ func compareVersions(a, b string) int {
 		return cmp.Compare(x, y)
 	}
 	return cmp.Compare(a, b)
+}
+
+// Failure reasons of Triton's nv_inference_request_failure.
+const (
+	FailRejected = "REJECTED" // a full queue, a timeout, or no worker: 503 and 504
+	FailCanceled = "CANCELED" // the client left (499)
+	FailBackend  = "BACKEND"  // the model failed (500)
+	FailOther    = "OTHER"    // the request was wrong (4xx)
+)
+
+// FailReasons lists the failure reasons in ModelStatistics.Failures.
+var FailReasons = []string{FailRejected, FailCanceled, FailBackend, FailOther}
+
+// StatusClientClosed is the status of a request whose client disconnected before its answer
+// (nginx's and TorchServe's 499, "client closed request").
+const StatusClientClosed = 499
+
+func failReason(status int) string {
+	switch {
+	case status == 503 || status == 504:
+		return FailRejected
+	case status == StatusClientClosed:
+		return FailCanceled
+	case status >= 500:
+		return FailBackend
+	}
+	return FailOther
+}
+
+// LatencyBuckets are the upper bounds, in seconds, of a version's request-latency
+// histogram (Stats.Latency), which the metrics' torchd_request_seconds shares.
+var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
+// latencyBins is LatencyBuckets' length and one for +Inf (an array's length is a constant).
+const latencyBins = 18
+
+func init() {
+	if len(LatencyBuckets)+1 != latencyBins {
+		panic("core: latencyBins does not match LatencyBuckets")
+	}
+}
+
+// latencyCounts returns the histogram's cumulative counts, one per bucket of LatencyBuckets
+// and a last one for +Inf, which is the total.
+func (s *versionStats) latencyCounts() []uint64 {
+	out := make([]uint64, len(s.latency))
+	var sum uint64
+	for i := range s.latency {
+		sum += s.latency[i].Load()
+		out[i] = sum
+	}
+	return out
 }

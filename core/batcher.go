@@ -1,22 +1,11 @@
-package daemon
+package core
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/torchd/torchd/handlers"
-)
-
-// ErrQueueFull is returned by Batcher.Submit when the model's queue holds job_queue_size
-// requests; the client gets 503 at once.
-var ErrQueueFull = errors.New("queue full")
-
-// errExpired and errClientGone answer jobs dropped before inference.
-var (
-	errExpired    = errors.New("request deadline passed while queued")
-	errClientGone = errors.New("client disconnected while queued")
 )
 
 // job is one request waiting for inference.
@@ -26,16 +15,17 @@ type job struct {
 	enqueued time.Time
 	deadline time.Time   // zero: none
 	gone     func() bool // reports a disconnected client; nil: never
-	done     chan jobResult
+	done     chan Result
 }
 
-type jobResult struct {
-	out       []handlers.Tensor
+// Result is a request's share of the batch it ran in, and its time in each stage.
+type Result struct {
+	Out       []handlers.Tensor
 	err       error
-	input     time.Duration // arrival → enqueue: decoding and preprocessing, set by runSample
-	queued    time.Duration // enqueue → batch dispatch
-	inference time.Duration // the batched forward
-	batchSize int           // requests in the batch this one ran in
+	Input     time.Duration // arrival → enqueue: decoding and preprocessing
+	Queued    time.Duration // enqueue → batch dispatch
+	Inference time.Duration // the batched forward
+	BatchSize int           // requests in the batch this one ran in (0: it reached none)
 }
 
 // queuedFor is how long j has waited by now: in the queue, and before that for its place in
@@ -50,7 +40,7 @@ func (j *job) queuedFor(now time.Time) time.Duration {
 
 // finish answers j; done has capacity 1, so it never blocks. The request's input is no
 // longer needed by the batcher, so its place in the window goes to the next request.
-func (j *job) finish(r jobResult) {
+func (j *job) finish(r Result) {
 	j.done <- r
 	j.leaveWindow()
 }
@@ -206,7 +196,7 @@ func (b *Batcher) push(j *job) {
 	if b.closed.Load() {
 		// The model is being unregistered: its queue was (or is being) answered, and no
 		// worker will take this job.
-		go j.finish(jobResult{err: ErrQueueFull})
+		go j.finish(Result{err: ErrQueueFull})
 		b.reserved.Add(-1)
 		return
 	}
@@ -214,7 +204,7 @@ func (b *Batcher) push(j *job) {
 	case b.queue <- j:
 	default:
 		// Cannot happen while reservations are counted; answered outside the window's lock.
-		go j.finish(jobResult{err: ErrQueueFull})
+		go j.finish(Result{err: ErrQueueFull})
 	}
 	b.reserved.Add(-1)
 }
@@ -237,11 +227,11 @@ func (b *Batcher) MeanBatchSize() float64 {
 // live drops j, answering it, if its deadline passed or its client left.
 func live(j *job, now time.Time) bool {
 	if !j.deadline.IsZero() && now.After(j.deadline) {
-		j.finish(jobResult{err: errExpired, queued: j.queuedFor(now)})
+		j.finish(Result{err: ErrDeadline, Queued: j.queuedFor(now)})
 		return false
 	}
 	if j.gone != nil && j.gone() {
-		j.finish(jobResult{err: errClientGone, queued: j.queuedFor(now)})
+		j.finish(Result{err: ErrClientGone, Queued: j.queuedFor(now)})
 		return false
 	}
 	return true

@@ -1,4 +1,4 @@
-package daemon
+package core
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 )
 
 func newJob(enqueued time.Time) *job {
-	return &job{enqueued: enqueued, done: make(chan jobResult, 1)}
+	return &job{enqueued: enqueued, done: make(chan Result, 1)}
 }
 
 // A full batch goes at once, however long the delay.
@@ -88,10 +88,10 @@ func TestDroppedBeforeInference(t *testing.T) {
 	if len(batch) != 1 || batch[0] != ok {
 		t.Fatalf("batch %v, want only the live request", batch)
 	}
-	if r := <-expired.done; !errors.Is(r.err, errExpired) {
+	if r := <-expired.done; !errors.Is(r.err, ErrDeadline) {
 		t.Errorf("expired: %v", r.err)
 	}
-	if r := <-gone.done; !errors.Is(r.err, errClientGone) {
+	if r := <-gone.done; !errors.Is(r.err, ErrClientGone) {
 		t.Errorf("gone: %v", r.err)
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package core
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ type WorkerPool struct {
 	// forward with the intra-op threads LibTorch reports there.
 	onForward atomic.Pointer[func(threads int)]
 	log       *slog.Logger
-	metrics   *modelMetrics
+	metrics   Observer
 	stats     *versionStats // set before the first worker starts
 	warmup    []*handlers.Sample
 
@@ -76,7 +76,7 @@ type WorkerInfo struct {
 
 // newWorkerPool returns a pool with no workers yet. threads 0 means the engine's share of
 // cores (see coreShare), at least cores / workers, following the worker count as it scales.
-func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm *modelMetrics, log *slog.Logger) *WorkerPool {
+func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm Observer, log *slog.Logger) *WorkerPool {
 	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
 		stuckAfter: stuckAfter, watchStop: make(chan struct{})}
 	// A forward on a GPU keeps a core busy at most: it takes no share of the cores.
@@ -130,7 +130,7 @@ func (p *WorkerPool) replaceStuck(now time.Time) {
 		p.workers = append(p.workers[:i], p.workers[i+1:]...)
 		i--
 		p.stuck = append(p.stuck, w)
-		p.metrics.setStuck(len(p.stuck))
+		p.metrics.Stuck(len(p.stuck))
 		p.log.Error("worker stuck in a forward past response_timeout; replacing it", "model", p.name, "worker", w.id,
 			"running", now.Sub(time.Unix(0, start)).Round(time.Millisecond), "response_timeout", p.stuckAfter)
 		p.startWorker()
@@ -147,7 +147,7 @@ func (p *WorkerPool) unstick(w *worker) {
 			break
 		}
 	}
-	p.metrics.setStuck(len(p.stuck))
+	p.metrics.Stuck(len(p.stuck))
 	p.log.Warn("stuck worker's forward returned; its thread exits", "model", p.name, "worker", w.id)
 }
 
@@ -189,7 +189,7 @@ func (p *WorkerPool) Scale(n int, wait bool) {
 		close(w.stop)
 		stopped = append(stopped, w)
 	}
-	p.metrics.setWorkers(len(p.workers))
+	p.metrics.Workers(len(p.workers))
 	p.mu.Unlock()
 	if wait {
 		for _, w := range started {
@@ -276,7 +276,7 @@ func (p *WorkerPool) run(w *worker) {
 	stage := handlers.NewStage(p.module.Device() != "cpu", int(p.batcher.batchSize.Load()))
 	defer stage.Close()
 	p.warm()
-	p.metrics.workerLoaded(w.id, time.Since(w.started))
+	p.metrics.WorkerLoaded(w.id, time.Since(w.started))
 	close(w.ready)
 	for {
 		batch := p.batcher.next(w.stop)
@@ -336,25 +336,25 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	start := time.Now()
 	outs, err := p.infer(samples, stage)
 	elapsed := time.Since(start)
-	p.metrics.observeBatch(len(batch), elapsed, time.Since(dispatched)-elapsed)
+	p.metrics.Batch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	p.stats.executed(samples, elapsed)
 	if err == nil {
 		for i, j := range batch {
-			j.finish(jobResult{out: outs[i], queued: j.queuedFor(dispatched), inference: elapsed, batchSize: len(batch)})
+			j.finish(Result{Out: outs[i], Queued: j.queuedFor(dispatched), Inference: elapsed, BatchSize: len(batch)})
 		}
 		return
 	}
 	if len(batch) == 1 {
-		batch[0].finish(jobResult{err: err, queued: batch[0].queuedFor(dispatched), inference: elapsed, batchSize: 1})
+		batch[0].finish(Result{err: err, Queued: batch[0].queuedFor(dispatched), Inference: elapsed, BatchSize: 1})
 		return
 	}
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
 		start := time.Now()
 		outs, err := p.infer([]*handlers.Sample{j.sample}, stage)
-		r := jobResult{err: err, queued: j.queuedFor(dispatched), inference: time.Since(start), batchSize: 1}
+		r := Result{err: err, Queued: j.queuedFor(dispatched), Inference: time.Since(start), BatchSize: 1}
 		if err == nil {
-			r.out = outs[0]
+			r.Out = outs[0]
 		}
 		j.finish(r)
 	}

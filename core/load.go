@@ -1,0 +1,307 @@
+package core
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
+)
+
+// load builds a version whole: it resolves the settings, loads the module, makes the
+// handler, checks one forward, measures the batching curve when batching is automatic, and
+// starts the workers.
+func (r *Registry) load(name, version string, req RegisterRequest, am *archive.Model) (_ *ModelVersion, err error) {
+	handedOff := false // the archive now belongs to a version closing in the background
+	defer func() {
+		if err != nil && !handedOff {
+			am.Close()
+		}
+	}()
+	s := r.opts.Resolve(am.Config, req)
+	start := time.Now()
+	counted := start // startup_timeout counts from here
+	// A registration that waits for its workers fails, as TorchServe's does, when they are not
+	// loaded and warm within startup_timeout. A load or forward in LibTorch cannot be
+	// interrupted, so the steps on this goroutine are checked when each returns.
+	wait := req.Synchronous || req.Startup
+	timedOut := func() error {
+		if !wait || s.MinWorkers == 0 && !s.AutoWorkers || time.Since(counted) <= s.StartupTimeout {
+			return nil
+		}
+		return startupTimedOut(name, version, s.StartupTimeout)
+	}
+	if err := timedOut(); err != nil {
+		return nil, err
+	}
+	if a := req.Adapter; a != nil {
+		if err := a.Check(s); err != nil {
+			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+		}
+	}
+	// A package's compiled code runs only the batch sizes it was exported for, and does not
+	// check them itself: a batch_size outside the range the archive records is refused now,
+	// before the package is loaded, not at a request.
+	if p := am.Package; p != nil {
+		if err := p.CheckBatchSize(s.BatchSize); err != nil {
+			return nil, errorf(ErrBadModel, "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
+		}
+	}
+	if err := checkPrecision(am, s.Precision); err != nil {
+		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	}
+	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
+		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
+	}
+	module, err := LoadModel(am, s)
+	if err != nil {
+		return nil, errorf(ErrLoadFailed, "failed to load model %s version %s: %v", name, version, err)
+	}
+	if err := timedOut(); err != nil {
+		module.Close()
+		return nil, err
+	}
+	// The package's own specs decide, should the archive's record disagree with them.
+	if p, ok := module.(*torch.Package); ok {
+		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
+			module.Close()
+			return nil, errorf(ErrBadModel, "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(am.SerializedPath()))
+		}
+	}
+	if a := req.Adapter; a != nil {
+		if err := a.Prepare(am, module); err != nil {
+			module.Close()
+			return nil, errorf(ErrBadModel, "model %s version %s: %v", name, version, err)
+		}
+	}
+	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
+	if err != nil {
+		module.Close()
+		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	}
+	// A handler may run more than the serialized file (the captioner's encoder package); the
+	// model it returns owns both, one runner per worker the pool may grow to.
+	bound, err := handlers.Bind(h, module, max(1, s.MaxWorkers))
+	if err != nil {
+		module.Close()
+		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	}
+	module = bound
+	v := &ModelVersion{
+		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
+		req: req, archive: am, module: module, handler: h, adapter: req.Adapter,
+		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
+		stats:   newVersionStats(),
+	}
+	v.state.Store(int32(StateWarming))
+	v.ins, v.outs = resolveSignature(am, module, req.Adapter != nil)
+	v.metrics = r.metrics.Version(v)
+	warmup, err := warmupSamples(h, am.Config)
+	if req.Adapter != nil {
+		warmup, err = req.Adapter.Warmup()
+	}
+	if err != nil {
+		module.Close()
+		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	}
+	// Check the model once on this goroutine so that a model that cannot run its own
+	// declared input fails registration with LibTorch's message.
+	for _, smp := range warmup[:min(1, len(warmup))] {
+		if _, err := handlers.Infer(h, module, []*handlers.Sample{smp}); err != nil {
+			module.Close()
+			return nil, errorf(ErrLoadFailed, "model %s version %s failed its warm-up forward: %v", name, version, err)
+		}
+	}
+	if err := timedOut(); err != nil {
+		module.Close()
+		return nil, err
+	}
+	// Measuring the batching curve is torchd's own calibration, not the workers' start:
+	// startup_timeout does not count it.
+	tuneStart := time.Now()
+	tn, err := r.setupAuto(name, &s, h, module, am.SerializedPath(), warmup)
+	counted = counted.Add(time.Since(tuneStart))
+	if err != nil {
+		module.Close()
+		return nil, errorf(ErrBadModel, "%v", err)
+	}
+	if tn != nil {
+		v.Settings = s
+		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
+		v.tuner = tn
+	}
+	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	v.pool.stats = v.stats
+	done := make(chan struct{})
+	go func() {
+		v.pool.Scale(s.MinWorkers, true)
+		v.state.Store(int32(StateReady))
+		close(done)
+		if v.tuner != nil {
+			v.tuner.Run(tuned{v})
+		}
+	}()
+	if wait {
+		timer := time.NewTimer(max(s.StartupTimeout-time.Since(counted), 0))
+		select {
+		case <-done:
+			timer.Stop()
+		case <-timer.C:
+			if s.MinWorkers > 0 || s.AutoWorkers {
+				// The workers still starting are stopped once they are up.
+				handedOff = true
+				go func() { <-done; v.close() }()
+				return nil, startupTimedOut(name, version, s.StartupTimeout)
+			}
+			<-done
+		}
+	}
+	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
+		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
+		"threads", v.pool.Threads(), "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
+		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
+	return v, nil
+}
+
+// cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).
+func cpuHasBF16() bool {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "flags") {
+			return strings.Contains(line+" ", " avx512_bf16 ") || strings.Contains(line+" ", " amx_bf16 ")
+		}
+	}
+	return false
+}
+
+// startupTimedOut is TorchServe's answer to workers that did not start within
+// startup_timeout, with the reason added.
+func startupTimedOut(name, version string, limit time.Duration) error {
+	return errorf(ErrStartupTimeout, "Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
+}
+
+// checkPrecision refuses a package served in another precision than it was exported in: a
+// package's precision is compiled in.
+func checkPrecision(am *archive.Model, precision string) error {
+	if am.Package == nil && precision == "fp16" {
+		return fmt.Errorf("precision fp16 is for AOTInductor packages exported in fp16 (models/pt2.py --dtype fp16); %s is TorchScript, which runs in fp32 or bf16",
+			filepath.Base(am.SerializedPath()))
+	}
+	if p := am.Package; p != nil && p.Precision != precision {
+		return fmt.Errorf("precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
+			precision, filepath.Base(am.SerializedPath()), p.Precision, precision, p.Precision)
+	}
+	return nil
+}
+
+// LoadModel loads the archive's serialized file with the settings' device, precision and
+// freeze: an AOTInductor package with one runner per worker the pool may grow to (a worker
+// beyond them waits for one), else TorchScript.
+func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
+	if am.IsPackage() {
+		if err := checkPrecision(am, s.Precision); err != nil {
+			return nil, err
+		}
+		return torch.LoadPackage(am.SerializedPath(), torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers)))
+	}
+	if err := checkPrecision(am, s.Precision); err != nil {
+		return nil, err
+	}
+	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
+	if s.Precision == "bf16" {
+		lopts = append(lopts, torch.WithBF16())
+	}
+	if s.Freeze {
+		lopts = append(lopts, torch.WithFreeze())
+	}
+	if s.Optimize {
+		lopts = append(lopts, torch.WithOptimize())
+	}
+	return torch.Load(am.SerializedPath(), lopts...)
+}
+
+// warmupSamples returns the inputs each worker runs before serving: the handler's own, or
+// zeros of the archive's declared input signature (variable dimensions as 1), or none.
+func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Sample, error) {
+	var s *handlers.Sample
+	if w, ok := h.(handlers.Warmer); ok {
+		s = w.WarmupSample()
+	} else if len(ac.Inputs) > 0 {
+		s = &handlers.Sample{Items: 1}
+		for _, in := range ac.Inputs {
+			dt, err := torch.ParseDType(in.DType)
+			if err != nil {
+				return nil, err
+			}
+			shape := make([]int64, len(in.Shape))
+			n := int64(1)
+			for i, d := range in.Shape {
+				if d < 0 {
+					d = 1
+				}
+				shape[i] = d
+				n *= d
+			}
+			if len(shape) == 0 || shape[0] != 1 {
+				shape = append([]int64{1}, shape...)
+			}
+			s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n*int64(dt.Size()))})
+		}
+	}
+	if s == nil {
+		return nil, nil
+	}
+	// Three runs let TorchScript's profiling executor settle on this input shape.
+	return []*handlers.Sample{s, s, s}, nil
+}
+
+var schemaArg = regexp.MustCompile(`Tensor\??\s+(\w+)`)
+
+// resolveSignature is a version's inputs and outputs: an AOTInductor package's recorded
+// specs, else the archive's declared ones, else inputs named after forward's Tensor
+// arguments with unknown shapes. A package's specs are what its compiled code was made
+// for; an adapted registration's (Triton's config) were checked against them at load.
+func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs []archive.TensorSpec) {
+	if p, ok := m.(*torch.Package); ok && !adapted {
+		for _, s := range p.Inputs() {
+			ins = append(ins, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
+		}
+		for _, s := range p.Outputs() {
+			outs = append(outs, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
+		}
+	}
+	if ins == nil {
+		ins = am.Config.Inputs
+	}
+	if outs == nil {
+		outs = am.Config.Outputs
+	}
+	if mod, ok := m.(*torch.Module); ok && ins == nil {
+		ins = schemaInputs(mod)
+	}
+	if outs == nil {
+		outs = []archive.TensorSpec{{Name: "output__0", DType: "float32", Shape: []int64{-1}}}
+	}
+	return ins, outs
+}
+
+// schemaInputs infers inputs from forward's TorchScript schema, e.g.
+// "forward(__torch__.Net self, Tensor x) -> Tensor". The schema carries no dtype or shape:
+// float32 and an unknown shape are assumed.
+func schemaInputs(m *torch.Module) []archive.TensorSpec {
+	s, err := m.Schema("forward")
+	if err != nil {
+		return nil
+	}
+	args, _, _ := strings.Cut(s, ") ->")
+	var out []archive.TensorSpec
+	for _, a := range schemaArg.FindAllStringSubmatch(args, -1) {
+		out = append(out, archive.TensorSpec{Name: a[1], DType: "float32", Shape: []int64{-1}})
+	}
+	return out
+}

@@ -1,0 +1,37 @@
+package core
+
+import "time"
+
+// Recorder is where the core reports what it serves (package daemon's metrics): an Observer
+// per model version, and Drop when a version leaves. A reloaded version gets the Observer of
+// the version it replaces, which then reports the new one.
+type Recorder interface {
+	Version(v *ModelVersion) Observer
+	Drop(name, version string)
+}
+
+// Observer records one model version's requests, batches and workers.
+type Observer interface {
+	Request(status int, took, queued time.Duration)
+	Batch(size int, forward, overhead time.Duration)
+	Preprocess(start time.Time)
+	Postprocess(start time.Time)
+	Handler(d time.Duration) // decode, preprocess, forward and postprocess, less the queue
+	Workers(n int)
+	Stuck(n int)
+	WorkerLoaded(id int, d time.Duration)
+}
+
+// nothing records nothing, for a registry without a Recorder.
+type nothing struct{}
+
+func (nothing) Version(*ModelVersion) Observer            { return nothing{} }
+func (nothing) Drop(string, string)                       {}
+func (nothing) Request(int, time.Duration, time.Duration) {}
+func (nothing) Batch(int, time.Duration, time.Duration)   {}
+func (nothing) Preprocess(time.Time)                      {}
+func (nothing) Postprocess(time.Time)                     {}
+func (nothing) Handler(time.Duration)                     {}
+func (nothing) Workers(int)                               {}
+func (nothing) Stuck(int)                                 {}
+func (nothing) WorkerLoaded(int, time.Duration)           {}

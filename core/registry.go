@@ -1,0 +1,385 @@
+// Package core is torchd's serving core: the registry of model versions, each version's
+// batcher and worker pool, and the one request path every protocol uses (Infer). The
+// protocol front-ends (package daemon) turn bytes into one core call and back; nothing
+// outside this package touches its locks or counters.
+package core
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/torchd/torchd/archive"
+)
+
+type modelEntry struct {
+	versions       map[string]*ModelVersion
+	defaultVersion string
+}
+
+// Options configure a registry.
+type Options struct {
+	// Defaults are the server's per-model settings, and Set the keys among them given by a
+	// flag, the environment or torchd.toml (which then beat an archive's own config).
+	Defaults ModelSettings
+	Set      map[string]bool
+	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
+	CacheDir string
+	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
+	Cores   int
+	Metrics Recorder // nil: none
+	Log     *slog.Logger
+}
+
+// Registry owns every loaded model version and its lifetime.
+type Registry struct {
+	opts    Options
+	log     *slog.Logger
+	metrics Recorder
+	// cores is shared by every model's workers: a forward's threads depend on all forwards.
+	cores *coreShare
+
+	mu     sync.RWMutex
+	models map[string]*modelEntry
+	failed []string // start-up models that failed to load
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(o Options) *Registry {
+	r := &Registry{opts: o, log: o.Log, metrics: o.Metrics, cores: newCoreShare(cmp.Or(o.Cores, cores())), models: map[string]*modelEntry{}}
+	if r.metrics == nil {
+		r.metrics = nothing{}
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	return r
+}
+
+// Get returns a loaded model version; version "" is the default one.
+func (r *Registry) Get(name, version string) (*ModelVersion, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.models[name]
+	if !ok {
+		return nil, errorf(ErrModelNotFound, "Model not found: %s", name)
+	}
+	if version == "" {
+		version = e.defaultVersion
+	}
+	v, ok := e.versions[version]
+	if !ok {
+		return nil, errorf(ErrVersionNotFound, "Model version: %s does not exist for model: %s", version, name)
+	}
+	if !v.loaded() {
+		return nil, errorf(ErrLoading, "Model %s version %s is still loading", name, version)
+	}
+	return v, nil
+}
+
+// Peek returns a loaded version, or false.
+func (r *Registry) Peek(name, version string) (*ModelVersion, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if e := r.models[name]; e != nil {
+		if v := e.versions[version]; v != nil && v.loaded() {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// Versions returns a model's loaded versions sorted by version, and its default version.
+func (r *Registry) Versions(name string) ([]*ModelVersion, string, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.models[name]
+	if !ok {
+		return nil, "", errorf(ErrModelNotFound, "Model not found: %s", name)
+	}
+	out := make([]*ModelVersion, 0, len(e.versions))
+	for _, v := range e.versions {
+		if v.loaded() {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out, e.defaultVersion, nil
+}
+
+// Defaults returns the default version of every model, sorted by name.
+func (r *Registry) Defaults() []*ModelVersion {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*ModelVersion, 0, len(r.models))
+	for _, e := range r.models {
+		if v := e.versions[e.defaultVersion]; v != nil && v.loaded() {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Listed is a version as List gives it.
+type Listed struct {
+	*ModelVersion
+	Default bool
+}
+
+// List returns every version, the ones still loading included (State StateLoading, with
+// only Name and Version set), sorted by name and version.
+func (r *Registry) List() []Listed {
+	r.mu.RLock()
+	var out []Listed
+	for _, e := range r.models {
+		for ver, v := range e.versions {
+			out = append(out, Listed{v, ver == e.defaultVersion})
+		}
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Listed) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Version, b.Version)) })
+	return out
+}
+
+// Loaded returns every loaded version.
+func (r *Registry) Loaded() []*ModelVersion {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []*ModelVersion
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.loaded() {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// Healthy reports whether every model loaded at start-up is warm.
+func (r *Registry) Healthy() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.failed) > 0 {
+		return false
+	}
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.Startup && v.State() != StateReady {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// FailStartup records a start-up model that failed to load: the server is unhealthy.
+func (r *Registry) FailStartup(name string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = append(r.failed, fmt.Sprintf("%s: %v", name, err))
+}
+
+// Add loads an opened archive as version of name, which must not be registered yet
+// (ErrConflict). A failed load leaves nothing behind and closes the archive.
+func (r *Registry) Add(name, version string, req RegisterRequest, am *archive.Model) (*ModelVersion, error) {
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		am.Close()
+		return nil, errorf(ErrBadInput, "invalid model name %q", name)
+	}
+	// Reserve the name and version before the slow load, so a concurrent duplicate gets 409.
+	r.mu.Lock()
+	e := r.models[name]
+	if e != nil {
+		if _, dup := e.versions[version]; dup {
+			r.mu.Unlock()
+			am.Close()
+			return nil, errorf(ErrConflict, "Model version %s is already registered for model %s", version, name)
+		}
+	} else {
+		e = &modelEntry{versions: map[string]*ModelVersion{}}
+		r.models[name] = e
+	}
+	e.versions[version] = &ModelVersion{Name: name, Version: version} // StateLoading
+	r.mu.Unlock()
+
+	v, err := r.load(name, version, req, am)
+	r.mu.Lock()
+	if err != nil {
+		r.metrics.Drop(name, version)
+		delete(e.versions, version)
+		if len(e.versions) == 0 {
+			delete(r.models, name)
+		}
+	} else {
+		e.versions[version] = v
+		if e.defaultVersion == "" {
+			e.defaultVersion = version
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Replace loads a new copy of a loaded version and swaps it in once it is warm; the old
+// one answers what it has accepted, then closes. If the new copy fails, the old one stays.
+func (r *Registry) Replace(old *ModelVersion, req RegisterRequest, am *archive.Model) (*ModelVersion, error) {
+	v, err := r.load(old.Name, old.Version, req, am)
+	if err != nil {
+		// The failed copy took over the series both share; they report the old one again.
+		r.metrics.Version(old)
+		return nil, err
+	}
+	r.mu.Lock()
+	e := r.models[old.Name]
+	if e == nil || e.versions[old.Version] != old {
+		r.mu.Unlock()
+		v.close()
+		return nil, errorf(ErrConflict, "model %s version %s changed while reloading", old.Name, old.Version)
+	}
+	e.versions[old.Version] = v
+	r.mu.Unlock()
+	old.drain()
+	old.close()
+	// The old pool's stop zeroed the series both share.
+	v.metrics.Workers(v.pool.Count())
+	r.log.Info("model reloaded", "model", v.Name, "version", v.Version)
+	return v, nil
+}
+
+// Retire takes a version out of the registry, waits for its accepted requests, and closes
+// it. When it was the default, the model's highest remaining version becomes the default.
+func (r *Registry) Retire(v *ModelVersion) {
+	r.mu.Lock()
+	if e := r.models[v.Name]; e != nil && e.versions[v.Version] == v {
+		delete(e.versions, v.Version)
+		if len(e.versions) == 0 {
+			delete(r.models, v.Name)
+		} else if e.defaultVersion == v.Version {
+			e.defaultVersion = ""
+		}
+	}
+	r.mu.Unlock()
+	r.DefaultToHighest(v.Name)
+	v.drain()
+	v.close()
+	r.metrics.Drop(v.Name, v.Version)
+}
+
+// DefaultToHighest makes the highest loaded version (CompareVersions) the model's default,
+// which is the version Triton serves a request that names none.
+func (r *Registry) DefaultToHighest(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.models[name]
+	if e == nil {
+		return
+	}
+	best := ""
+	for ver, v := range e.versions {
+		if v.loaded() && (best == "" || CompareVersions(ver, best) > 0) {
+			best = ver
+		}
+	}
+	if best != "" {
+		e.defaultVersion = best
+	}
+}
+
+// Unregister removes a model version; version "" is the default. The default version cannot
+// be removed while other versions exist (ErrDefaultVersion, as TorchServe).
+func (r *Registry) Unregister(name, version string) error {
+	r.mu.Lock()
+	e, ok := r.models[name]
+	if !ok {
+		r.mu.Unlock()
+		return errorf(ErrModelNotFound, "Model not found: %s", name)
+	}
+	if version == "" {
+		version = e.defaultVersion
+	}
+	v, ok := e.versions[version]
+	if !ok || !v.loaded() {
+		r.mu.Unlock()
+		return errorf(ErrVersionNotFound, "Model version: %s does not exist for model: %s", version, name)
+	}
+	if version == e.defaultVersion && len(e.versions) > 1 {
+		r.mu.Unlock()
+		return errorf(ErrDefaultVersion, "Cannot remove default version for model %s", name)
+	}
+	delete(e.versions, version)
+	if len(e.versions) == 0 {
+		delete(r.models, name)
+	}
+	r.mu.Unlock()
+	v.close()
+	r.metrics.Drop(name, version)
+	r.log.Info("model unregistered", "model", name, "version", version)
+	return nil
+}
+
+// SetDefault makes version the model's default.
+func (r *Registry) SetDefault(name, version string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.models[name]
+	if !ok {
+		return errorf(ErrModelNotFound, "Model not found: %s", name)
+	}
+	if v, ok := e.versions[version]; !ok || !v.loaded() {
+		return errorf(ErrVersionNotFound, "Model version: %s does not exist for model: %s", version, name)
+	}
+	e.defaultVersion = version
+	return nil
+}
+
+// Scale sets a version's workers to minWorkers (TorchServe scales to min; max is recorded).
+func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait bool) (*ModelVersion, error) {
+	v, err := r.Get(name, version)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	v.Settings.MinWorkers, v.Settings.MaxWorkers = minWorkers, maxWorkers
+	r.mu.Unlock()
+	v.pool.Scale(minWorkers, wait)
+	if v.tuner != nil {
+		// The workers' threads follow the count (cores / workers) unless they were set; a
+		// thread count the tuner chose for the old count starts over from them.
+		v.tuner.SetWorkers(minWorkers, v.pool.Threads())
+	}
+	return v, nil
+}
+
+// Close unregisters every model.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	var all []*ModelVersion
+	for _, e := range r.models {
+		for _, v := range e.versions {
+			if v.loaded() {
+				all = append(all, v)
+			}
+		}
+	}
+	r.models = map[string]*modelEntry{}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, v := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); v.close() }()
+	}
+	wg.Wait()
+}
+
+// SetCores makes the forwards of versions loaded from now on share n cores, as on a machine
+// of n (tests).
+func (r *Registry) SetCores(n int) { r.cores = newCoreShare(n) }
