@@ -3,6 +3,7 @@ package daemon
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -39,6 +40,7 @@ type Config struct {
 	Profile               string // cpu|mem|block|mutex, written through pkg/profile
 	ProfilePath           string
 	LogFormat             string // text|json
+	LogLevel              slog.Level
 	AccessLog             bool
 	EnableMetrics         bool
 	CacheDir              string
@@ -222,6 +224,8 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.Profile }, "", "cpu", "mem", "block", "mutex")},
 	{key: "profile_path", def: ".", help: "directory for --profile output",
 		apply: strSetting(func(c *Config) *string { return &c.ProfilePath })},
+	{key: "log_level", def: "info", help: "debug, info, warn or error; debug adds the auto-batching tuner's windows and declined probes",
+		apply: func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(strings.TrimSpace(v))) }},
 	{key: "log_format", def: "text", help: "text or json (log/slog)",
 		apply: strSetting(func(c *Config) *string { return &c.LogFormat }, "text", "json")},
 	{key: "access_log", def: "true", help: "one log line per request: method, path, status, latency",

@@ -117,18 +117,16 @@ func (d *Daemon) saveSnapshot() {
 		if v.State() == core.StateLoading || !req.Persist {
 			continue
 		}
-		{
-			s := v.Settings
-			snap.Models = append(snap.Models, snapshotModel{
-				Name: v.Name, Version: v.Version, URL: v.URL, Handler: req.Handler, Default: e.Default,
-				BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
-				Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
-				AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
-				LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
-				Threads:         req.Threads,
-				Precision:       req.Precision,
-			})
-		}
+		s := v.Settings
+		snap.Models = append(snap.Models, snapshotModel{
+			Name: v.Name, Version: v.Version, URL: v.URL, Handler: req.Handler, Default: e.Default,
+			BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
+			Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
+			AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
+			LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
+			Threads:         req.Threads,
+			Precision:       req.Precision,
+		})
 	}
 	snap.Models = append(snap.Models, d.failed.all()...)
 	sortSnapshot(snap.Models)

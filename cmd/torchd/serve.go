@@ -22,17 +22,10 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	// TORCHD_LOG_LEVEL=debug adds the auto-batching tuner's declined probes.
 	// The level is a LevelVar so that Triton's logging API (POST /v2/logging) can change it.
 	level := new(slog.LevelVar)
+	level.Set(cfg.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
-	if lv := os.Getenv("TORCHD_LOG_LEVEL"); lv != "" {
-		var l slog.Level
-		if err := l.UnmarshalText([]byte(lv)); err != nil {
-			return fmt.Errorf("TORCHD_LOG_LEVEL: %v", err)
-		}
-		level.Set(l)
-	}
 	var h slog.Handler = slog.NewTextHandler(os.Stderr, opts)
 	if cfg.LogFormat == "json" {
 		h = slog.NewJSONHandler(os.Stderr, opts)

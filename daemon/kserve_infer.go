@@ -1,0 +1,404 @@
+package daemon
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/oip"
+	"github.com/valyala/fasthttp"
+)
+
+// v2 inference over REST: decode, the core's path, encode. gRPC's ModelInfer shares v2Run.
+
+// v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
+// with everyone else's requests, and answers JSON or binary outputs.
+func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
+	d.serveKServe(ctx, p[0], v2Version(p), d.v2InferVersion)
+}
+
+// serveKServe resolves the model version of a KServe inference request, serves it with
+// serve, and records its status and latency.
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, core.Call, *ModelVersion, time.Time) outcome) {
+	c := restCall(ctx)
+	if err := d.served(c, name, version, func(v *ModelVersion, arrived time.Time) outcome { return serve(ctx, c, v, arrived) }); err != nil {
+		v2APIError(ctx, err)
+	}
+}
+
+func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
+	rsv, fail := admit(c, v)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return outcome{status: fail.Status}
+	}
+	defer rsv.Release()
+	headerLen := -1
+	if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
+		n, err := strconv.Atoi(string(h))
+		if err != nil || n < 0 {
+			v2Error(ctx, 400, fmt.Sprintf("invalid %s header %q", oip.HeaderContentLength, h))
+			return outcome{status: 400}
+		}
+		headerLen = n
+	}
+	ins, outs := signature(v)
+	var req *oip.InferRequest
+	var tensors []oip.Tensor
+	var err error
+	// Binary tensors point into the body, which fasthttp reuses once the request is answered;
+	// a 504 that may leave the batch still reading it takes it from fasthttp (call.keep).
+	body := ctx.Request.Body()
+	enc := string(ctx.Request.Header.Peek("Content-Encoding"))
+	if oip.IsRaw(headerLen) {
+		if len(ins) != 1 {
+			v2Error(ctx, 400, fmt.Sprintf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins)))
+			return outcome{status: 400}
+		}
+		req, tensors, err = oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
+	} else {
+		req, tensors, err = oip.DecodeRequest(body, headerLen, enc, d.cfg.MaxRequestSize)
+	}
+	if err != nil {
+		v2APIError(ctx, err)
+		return outcome{status: 400}
+	}
+	ans, fail := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
+	if fail != nil {
+		v2Error(ctx, fail.Status, fail.Msg)
+		return outcome{status: fail.Status, res: ans.res}
+	}
+	if ans.envelope {
+		out := ans.resp.Outputs[0]
+		writeCompactJSON(ctx, map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+		return outcome{status: 200, res: ans.res}
+	}
+	body, hlen, err := oip.EncodeResponse(ans.resp, ans.outs, ans.binary)
+	if err != nil {
+		v2Error(ctx, 500, err.Error())
+		return outcome{status: 500, res: ans.res}
+	}
+	if hlen >= 0 {
+		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
+		ctx.SetContentType("application/octet-stream")
+	} else {
+		ctx.SetContentType("application/json")
+	}
+	ctx.SetBody(body)
+	return outcome{status: 200, res: ans.res}
+}
+
+// v2Answer is a v2 inference request's answer, for each protocol to encode: the response
+// and its output tensors (binary says which go as binary data over REST); or, through the
+// handler (envelope), the response with the handler's answer as its one output's JSON data.
+type v2Answer struct {
+	resp     *oip.InferResponse
+	outs     []oip.Tensor
+	binary   func(string) bool
+	envelope bool
+	res      core.Result // the batch's share, for the statistics
+}
+
+// v2Run serves a decoded v2 inference request that holds its place in v's queue, whatever
+// the protocol: its tensors go straight to the model, or through the handler.
+func (d *Daemon) v2Run(c core.Call, v *ModelVersion, rsv *core.Admission, req *oip.InferRequest, tensors []oip.Tensor, ins, outs []oip.MetadataTensor, arrived time.Time) (v2Answer, *APIError) {
+	timeout, err := scheduleParams(req.Parameters)
+	if err != nil {
+		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	declared := v.Archive().Config.Inputs != nil
+	if tp, ok := v.Handler().(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
+	}
+	var sample *handlers.Sample
+	if ts, ok := v.Handler().(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
+		sample, err = textSample(ts, tensors[0])
+	} else {
+		sample, err = v2Sample(tensors, ins, declared)
+	}
+	if err != nil {
+		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	res, fail := run(rsv, sample, arrived, timeout)
+	if fail != nil {
+		return v2Answer{res: res}, fail
+	}
+	resp, outTensors, binary, err := v2Response(v, req, res.Out, outs)
+	if err != nil {
+		return v2Answer{res: res}, apiErr(400, "BadRequestException", "%s", err.Error())
+	}
+	return v2Answer{resp: resp, outs: outTensors, binary: binary, res: res}, nil
+}
+
+// namesInputs reports whether the request names every one of the model's inputs.
+func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
+	for _, in := range ins {
+		if !slices.ContainsFunc(tensors, func(t oip.Tensor) bool { return t.Name == in.Name }) {
+			return false
+		}
+	}
+	return true
+}
+
+// v2RunHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
+// goes through the model's handler, and its answer comes back as an output named after the
+// input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
+func (d *Daemon) v2RunHandler(c core.Call, v *ModelVersion, rsv *core.Admission, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (v2Answer, *APIError) {
+	if len(tensors) != 1 {
+		// torchd's handlers take one input per request; TorchServe's envelope would make each
+		// input a request of the handler's batch.
+		return v2Answer{}, apiErr(400, "BadRequestException", "through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors))
+	}
+	t := tensors[0]
+	dt, ok := datatypes[t.Datatype]
+	if !ok {
+		return v2Answer{}, apiErr(400, "BadRequestException", "input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
+	}
+	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	if err != nil {
+		return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "input %q: %v", t.Name, err)
+	}
+	res, fail := run(rsv, sample, arrived, timeout)
+	if fail != nil {
+		return v2Answer{res: res}, fail
+	}
+	resp, err := v.Handler().Postprocess(sample, res.Out)
+	if err != nil {
+		return v2Answer{res: res}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
+	}
+	out, err := envelopeOutput(t.Name, resp.Body)
+	if err != nil {
+		return v2Answer{res: res}, apiErr(500, "InternalServerException", "%s", err.Error())
+	}
+	id := req.ID
+	if strings.TrimSpace(id) == "" {
+		id = newRequestID()
+	}
+	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true, res: res}, nil
+}
+
+// envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
+// flattened, named after the input, with shape [len(data)].
+func envelopeOutput(name string, body []byte) (oip.ResponseOutput, error) {
+	body = bytes.TrimSpace(body)
+	if !json.Valid(body) {
+		return oip.ResponseOutput{}, errors.New("the handler's answer is not JSON, which a KServe v2 response needs")
+	}
+	out := oip.ResponseOutput{Name: name, Datatype: "BYTES"}
+	// Answers are kept as raw JSON, so that a {label: probability} object keeps its order.
+	var data []any
+	var tensor struct {
+		DType string `json:"dtype"`
+		Shape []any  `json:"shape"`
+		Data  []any  `json:"data"`
+	}
+	var list []json.RawMessage
+	switch {
+	case body[0] == '{' && json.Unmarshal(body, &tensor) == nil && tensor.DType != "" && tensor.Shape != nil && tensor.Data != nil:
+		// The tensor handler's {"dtype", "shape", "data"}: its data, flattened.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		_ = dec.Decode(&tensor)
+		data = flatten(tensor.Data, nil)
+		out.Datatype = datatypeOfName(tensor.DType)
+	case body[0] == '[' && json.Unmarshal(body, &list) == nil:
+		// Nested lists of numbers (attributions) flatten to FP64, as NumPy makes Python
+		// floats; a list of anything else is one BYTES item per element.
+		var nested []any
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		_ = dec.Decode(&nested)
+		if flat := flatten(nested, nil); allNumbers(flat) {
+			data, out.Datatype = flat, "FP64"
+			break
+		}
+		for _, e := range list {
+			data = append(data, e)
+		}
+	default:
+		data = []any{json.RawMessage(body)}
+	}
+	out.Data, out.Shape = data, []int64{int64(len(data))}
+	return out, nil
+}
+
+func allNumbers(v []any) bool {
+	for _, e := range v {
+		if _, ok := e.(json.Number); !ok {
+			return false
+		}
+	}
+	return len(v) > 0
+}
+
+func flatten(v []any, into []any) []any {
+	for _, e := range v {
+		if l, ok := e.([]any); ok {
+			into = flatten(l, into)
+		} else {
+			into = append(into, e)
+		}
+	}
+	return into
+}
+
+// newRequestID is a random UUID (version 4), TorchServe's id for a request that brings none.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// scheduleParams honours the schedule policy parameters: timeout (µs) becomes the request's
+// deadline; priority levels are refused, as torchd's batcher has one queue.
+func scheduleParams(p oip.Parameters) (time.Duration, error) {
+	var timeout time.Duration
+	if t, ok := p["timeout"]; ok {
+		f, ok := t.(float64)
+		if !ok || f < 0 {
+			return 0, fmt.Errorf("parameter timeout must be a non-negative number of microseconds, got %v", t)
+		}
+		timeout = time.Duration(f) * time.Microsecond
+	}
+	if pr, ok := p["priority"]; ok {
+		if f, ok := pr.(float64); !ok || f != 0 {
+			return 0, fmt.Errorf("parameter priority %v is not supported: torchd has one priority level (send 0 or leave it out)", pr)
+		}
+	}
+	return timeout, nil
+}
+
+// v2Sample orders the request's tensors as the model's inputs and checks them against the
+// declared signature.
+func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*handlers.Sample, error) {
+	byName := map[string]oip.Tensor{}
+	for _, t := range tensors {
+		byName[t.Name] = t
+	}
+	ordered := tensors
+	if declared {
+		if len(tensors) != len(ins) {
+			return nil, fmt.Errorf("model takes %d inputs, request has %d", len(ins), len(tensors))
+		}
+		ordered = make([]oip.Tensor, len(ins))
+		for i, in := range ins {
+			t, ok := byName[in.Name]
+			if !ok {
+				return nil, fmt.Errorf("missing input %q", in.Name)
+			}
+			if t.Datatype != in.Datatype {
+				return nil, fmt.Errorf("input %q must be %s, got %s", in.Name, in.Datatype, t.Datatype)
+			}
+			if !shapeFits(t.Shape, in.Shape) {
+				return nil, fmt.Errorf("input %q must have shape %v (-1: any), got %v", in.Name, in.Shape, t.Shape)
+			}
+			ordered[i] = t
+		}
+	}
+	s := &handlers.Sample{}
+	for i, t := range ordered {
+		dt, ok := datatypes[t.Datatype]
+		if !ok {
+			return nil, fmt.Errorf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
+		}
+		if len(t.Shape) == 0 || t.Shape[0] < 1 {
+			return nil, fmt.Errorf("input %q: the first dimension is the batch and must be ≥ 1, got shape %v", t.Name, t.Shape)
+		}
+		if i == 0 {
+			s.Items = int(t.Shape[0])
+		} else if int(t.Shape[0]) != s.Items {
+			return nil, fmt.Errorf("inputs disagree on the batch size: %d and %d", s.Items, t.Shape[0])
+		}
+		s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	}
+	if len(s.Tensors) == 0 {
+		return nil, errors.New("the request has no inputs")
+	}
+	return s, nil
+}
+
+// textSample hands a BYTES tensor of texts, shape [N] or [N, 1], to a handler that
+// tokenizes them itself.
+func textSample(ts handlers.TextSampler, t oip.Tensor) (*handlers.Sample, error) {
+	if len(t.Shape) == 0 || len(t.Shape) > 2 || len(t.Shape) == 2 && t.Shape[1] != 1 {
+		return nil, fmt.Errorf("input %q: BYTES texts must have shape [N] or [N, 1], got %v", t.Name, t.Shape)
+	}
+	var texts []string
+	for b := t.Data; len(b) > 0; {
+		if len(b) < 4 {
+			return nil, fmt.Errorf("input %q: a BYTES element is cut short", t.Name)
+		}
+		n := binary.LittleEndian.Uint32(b)
+		if uint64(n) > uint64(len(b)-4) {
+			return nil, fmt.Errorf("input %q: a BYTES element's length %d runs past the data", t.Name, n)
+		}
+		s := b[4 : 4+n]
+		if !utf8.Valid(s) {
+			return nil, fmt.Errorf("input %q: text %d is not valid UTF-8", t.Name, len(texts))
+		}
+		texts = append(texts, string(s))
+		b = b[4+n:]
+	}
+	if int64(len(texts)) != t.Shape[0] {
+		return nil, fmt.Errorf("input %q: shape %v but %d texts", t.Name, t.Shape, len(texts))
+	}
+	return ts.TextSample(texts)
+}
+
+func shapeFits(got, want []int64) bool {
+	if len(want) == 0 {
+		return true
+	}
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range want {
+		if want[i] >= 0 && want[i] != got[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// v2Response names the outputs, keeps the requested ones, and decides which go binary.
+func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
+	resp := &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: req.ID}
+	var tensors []oip.Tensor
+	for i, t := range out {
+		name := "output__" + strconv.Itoa(i)
+		if i < len(decl) {
+			name = decl[i].Name
+		}
+		tensors = append(tensors, oip.Tensor{Name: name, Datatype: datatypeOf(t.DType), Shape: t.Shape, Data: t.Data})
+	}
+	if len(req.Outputs) > 0 {
+		byName := map[string]oip.Tensor{}
+		for _, t := range tensors {
+			byName[t.Name] = t
+		}
+		var kept []oip.Tensor
+		for _, o := range req.Outputs {
+			t, ok := byName[o.Name]
+			if !ok {
+				return nil, nil, nil, fmt.Errorf("unknown output %q requested", o.Name)
+			}
+			kept = append(kept, t)
+		}
+		tensors = kept
+	}
+	for _, t := range tensors {
+		resp.Outputs = append(resp.Outputs, oip.ResponseOutput{Name: t.Name, Shape: t.Shape, Datatype: t.Datatype})
+	}
+	return resp, tensors, req.WantsBinary, nil
+}
