@@ -170,7 +170,7 @@ build/hadolint/.$(HADOLINT_VERSION):
 # (deploy/docker/test.sh, docs/guide/container.md). It takes about 20 minutes from nothing, so
 # it is not part of make test: run it before a change to the Dockerfiles or deploy/ lands. Needs
 # root; installs docker.io and debootstrap.
-docker-test:
+docker-test: pyclients
 	@if dpkg -s docker.io debootstrap apache2-utils curl >/dev/null 2>&1; then :; else \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap apache2-utils curl; fi
 	$(SUDO) deploy/docker/test.sh

@@ -11,11 +11,12 @@
 # (ext4 here: each build step then stores only its changes), else vfs (a full copy per step,
 # slow with the build stage's 7 GB). This machine's dockerd has no bridge (--bridge=none, --iptables=false), so builds and
 # containers use the host's network: the container's ports are the host's, set through
-# TORCHD_*_ADDRESS to 18080-18082 (TORCHD_TEST_PORT) so as not to meet another torchd.
+# TORCHD_*_ADDRESS to 18080-18085 (TORCHD_TEST_PORT) so as not to meet another torchd.
 #
 # Checks: the image's libraries all resolve and it holds no compiler, Go or Python; /ping is
 # healthy; a model registered through the management port predicts through the inference
-# port; describe shows the environment's batch size, delay and workers; `docker stop` under an
+# port; describe shows the environment's batch size, delay and workers; Triton's gRPC client
+# finds the server and the model ready on the gRPC port; `docker stop` under an
 # ab load answers every request torchd accepted (every response is a 200, the container exits
 # 0 from its drain). Prints the image size and the time from `docker run` to healthy.
 #
@@ -158,11 +159,13 @@ log "the image: every library resolves; no compiler, Go or Python"
     if command -v $c; then echo "$c is in the image"; exit 1; fi
   done' || fail "the runtime image is not as it should be"
 
-log "docker run -e BATCH_SIZE=32 -e WORKERS=2 -e LINGER_MS=10 torchd   (host network, ports $port-$((port + 2)))"
+log "docker run -e BATCH_SIZE=32 -e WORKERS=2 -e LINGER_MS=10 torchd   (host network, ports $port-$((port + 5)))"
 t=$(now)
 "$docker" run -d --name torchd-test --network host \
   -e BATCH_SIZE=32 -e WORKERS=2 -e LINGER_MS=10 \
   -e TORCHD_INFERENCE_ADDRESS=$inf -e TORCHD_MANAGEMENT_ADDRESS=$mgmt -e TORCHD_METRICS_ADDRESS=$metrics \
+  -e TORCHD_GRPC_ADDRESS=127.0.0.1:$((port + 3)) -e TORCHD_GRPC_INFERENCE_ADDRESS=127.0.0.1:$((port + 4)) \
+  -e TORCHD_GRPC_MANAGEMENT_ADDRESS=127.0.0.1:$((port + 5)) \
   torchd >/dev/null
 for _ in $(seq 600); do curl -fs "http://$inf/ping" >/dev/null 2>&1 && break; sleep 0.05; done
 healthy_s=$(since "$t")
@@ -181,6 +184,16 @@ grep -Eq '"batchSize": *32' <<<"$desc" || fail "describe: batch size is not 32"
 grep -Eq '"maxBatchDelay": *10' <<<"$desc" || fail "describe: max batch delay is not 10 ms"
 grep -Eq '"minWorkers": *2' <<<"$desc" || fail "describe: min workers is not 2"
 [ "$(grep -Ec '"status": *"READY"' <<<"$desc")" = 2 ] || fail "describe: not 2 ready workers"
+
+log "gRPC: Triton's own client (Open Inference Protocol) reaches the container's port"
+"${PYCLIENTS:-build/pyclients}/bin/python" - "127.0.0.1:$((port + 3))" <<'PY' || fail "gRPC: Triton's client could not use the model"
+import sys
+import tritonclient.grpc as g
+c = g.InferenceServerClient(sys.argv[1])
+assert c.is_server_ready(), "server not ready"
+assert c.is_model_ready("digits"), "digits not ready"
+print("gRPC", sys.argv[1], "server and digits ready;", c.get_model_metadata("digits").inputs[0].name)
+PY
 
 log "docker stop under ab -k -c 16: every accepted request is answered"
 # ab's summary is no use here: -r makes it count each refused connection after the stop as a
