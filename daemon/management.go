@@ -133,7 +133,7 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 		writeError(ctx, 400, "BadRequestException", "Invalid RuntimeType value: "+req.Runtime)
 		return
 	}
-	if err := a.settings(&req.Settings, d.log); err != nil {
+	if err := a.settings(&req.Settings); err != nil {
 		writeAPIError(ctx, err)
 		return
 	}
@@ -160,7 +160,7 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 // initial_workers take "auto"; a number below its minimum, or an unknown precision, is 400,
 // and a number that does not parse leaves the setting to the archive or the server, as
 // TorchServe's defaults would.
-func (a args) settings(s *archive.Settings, log *slog.Logger) error {
+func (a args) settings(s *archive.Settings) error {
 	isAuto := func(key string) bool { v, _ := a.str(key); return v == "auto" }
 	if isAuto("batch_size") {
 		s.BatchSize = archive.Auto[int]()
@@ -181,7 +181,7 @@ func (a args) settings(s *archive.Settings, log *slog.Logger) error {
 	} else if n, set := a.num("initial_workers", "the archive's or the server's workers"); set {
 		if n < 0 {
 			// TorchServe registers a model with a negative initial_workers with none.
-			log.Warn("initial_workers is negative; registering with 0 workers, as TorchServe does", "value", n)
+			a.log.Warn("initial_workers is negative; registering with 0 workers, as TorchServe does", "value", n)
 			n = 0
 		}
 		s.MinWorkers = archive.Fixed(n)

@@ -48,8 +48,8 @@ func (l layers) resolve(t *testing.T) ModelSettings {
 	var q fasthttp.Args
 	q.Parse(l.query)
 	var reg archive.Settings
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := (args{query: &q, log: log}).settings(&reg, log); err != nil {
+	a := args{query: &q, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if err := a.settings(&reg); err != nil {
 		t.Fatal(err)
 	}
 	return core.Resolve(ModelDefaults(), ac.Settings, c.Model, reg)
