@@ -13,7 +13,7 @@ func TestParseAutoBatching(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.BatchSizeAuto || !c.MaxBatchDelayAuto || !c.WorkersAuto || c.LatencyTarget != 80*time.Millisecond || c.BatchSize != 0 || c.MaxBatchDelay != nil {
+	if c.BatchSize != Auto[int]() || c.MaxBatchDelay != Auto[time.Duration]() || c.MinWorkers != Auto[int]() || c.LatencyTarget != Of(80*time.Millisecond) {
 		t.Fatalf("%+v", c)
 	}
 	for _, bad := range []string{`batch_size = "big"`, `latency_target_ms = 0`, `max_batch_delay = "Auto"`} {

@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 )
 
 // Config file names.
@@ -17,23 +16,10 @@ const (
 	ConfigYAML = "model-config.yaml"
 )
 
-// Defaults that WithDefaults fills in. They match TorchServe's where it has one.
-const (
-	DefaultBatchSize       = 1
-	DefaultMaxBatchDelay   = 100 * time.Millisecond
-	DefaultMinWorkers      = 1
-	DefaultJobQueueSize    = 100
-	DefaultResponseTimeout = 120 * time.Second
-	DefaultStartupTimeout  = 120 * time.Second
-)
-
-// ModelConfig is a model's serving configuration as the archive declares it,
-// read from model-config.toml or TorchServe's model-config.yaml.
-//
-// A zero field was not set by the archive, so the daemon can apply its
-// precedence (flags > env > torchd.toml > archive > defaults) field by field;
-// WithDefaults fills the rest. MaxBatchDelay is a pointer because an
-// explicit 0 ("never wait for a fuller batch") differs from unset.
+// ModelConfig is a model's configuration as the archive declares it, read from
+// model-config.toml or TorchServe's model-config.yaml: its handler and options, its
+// signature, and its serving Settings, of which a setting the file does not give stays
+// unset (the server's configuration and its defaults decide it; see core.Resolve).
 type ModelConfig struct {
 	// File is the file the config came from (ConfigTOML, or the manifest's
 	// configFile); "" when the archive has none. Errors name it.
@@ -52,39 +38,14 @@ type ModelConfig struct {
 	// IntOption.
 	Options map[string]any
 
-	BatchSize     int            // requests per forward; default 1
-	MaxBatchDelay *time.Duration // longest wait to fill a batch; default 100ms; files give ms
-	MinWorkers    int            // default 1
-	MaxWorkers    int            // default MinWorkers
-	JobQueueSize  int            // queued requests before 503; default 100
+	// Settings are the serving settings the file gives; files give max_batch_delay and
+	// latency_target_ms in ms, the timeouts in seconds.
+	Settings
 
-	// Self-tuning batching: "auto" in the file for batch_size, max_batch_delay or
-	// min_workers leaves the value to the daemon, which measures the model and adapts
-	// while serving; LatencyTarget (latency_target_ms) is the p99 it holds. 0: none.
-	BatchSizeAuto, MaxBatchDelayAuto, WorkersAuto bool
-	LatencyTarget                                 time.Duration
-
-	ResponseTimeout time.Duration // per batch; default 120s; files give seconds
-	StartupTimeout  time.Duration // per model load; default 120s; files give seconds
-
-	// Device is "cpu", "cuda" (GPUs round-robin, or DeviceIDs) or "cuda:N".
-	// "" leaves the choice to the daemon, even after WithDefaults.
-	Device    string
 	DeviceIDs []int // GPUs to use with Device "cuda"; from YAML deviceIds or TOML device_ids
-	// Threads is LibTorch's intra-op threads per worker; 0 leaves LibTorch's
-	// default, even after WithDefaults.
-	Threads int
 	// InteropThreads is LibTorch's inter-op threads, process-wide and settable once (a
 	// Triton config's INTER_OP_THREAD_COUNT); 0 leaves LibTorch's default.
 	InteropThreads int
-	Freeze         bool // run torch.jit.freeze on the loaded module; default false
-	// Optimize runs torch.jit.optimize_for_inference (which freezes) on the loaded module:
-	// it folds batch norms into convolutions and picks oneDNN layouts, which pays for
-	// batched forwards and can cost at batch 1 (docs/design/binding.md).
-	Optimize bool
-	// Precision is "fp32" or "bf16" (a TorchScript model runs under autocast to bfloat16; an
-	// AOTInductor package must have been exported in it); "" leaves the daemon's choice.
-	Precision string
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec
@@ -100,7 +61,7 @@ type TensorSpec struct {
 	Reshape []int64
 }
 
-// Precisions are the values of ModelConfig.Precision.
+// Precisions are the values of Settings.Precision.
 // fp16 is for AOTInductor packages exported in it (for a GPU, models/pt2.py --dtype fp16);
 // TorchScript runs in fp32 or, under autocast, bf16.
 var Precisions = []string{"fp32", "bf16", "fp16"}
@@ -108,39 +69,6 @@ var Precisions = []string{"fp32", "bf16", "fp16"}
 // DTypes are the dtype names a TensorSpec may use. "string" is the Open Inference
 // Protocol's BYTES, one text per element, for an input that a handler tokenizes.
 var DTypes = []string{"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool", "string"}
-
-// WithDefaults returns a copy of c with every unset field at its default.
-// Device and Threads stay as they are: their zero values mean "the daemon's
-// or LibTorch's choice".
-func (c ModelConfig) WithDefaults() ModelConfig {
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.MaxBatchDelay == nil {
-		d := DefaultMaxBatchDelay
-		c.MaxBatchDelay = &d
-	}
-	if c.MinWorkers == 0 {
-		c.MinWorkers = DefaultMinWorkers
-	}
-	if c.MaxWorkers == 0 {
-		c.MaxWorkers = c.MinWorkers
-	}
-	if c.MaxWorkers < c.MinWorkers {
-		// ParseModelConfig refuses this; a config built in code might not.
-		c.MaxWorkers = c.MinWorkers
-	}
-	if c.JobQueueSize == 0 {
-		c.JobQueueSize = DefaultJobQueueSize
-	}
-	if c.ResponseTimeout == 0 {
-		c.ResponseTimeout = DefaultResponseTimeout
-	}
-	if c.StartupTimeout == 0 {
-		c.StartupTimeout = DefaultStartupTimeout
-	}
-	return c
-}
 
 // optionKey is how errors name an option: TOML keeps options in a table.
 func (c *ModelConfig) optionKey(key string) string {

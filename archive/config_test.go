@@ -45,12 +45,14 @@ func TestParseTOML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	delay := 5 * time.Millisecond
 	want := ModelConfig{
 		File: ConfigTOML, Handler: "image_classifier",
-		BatchSize: 8, MaxBatchDelay: &delay, MinWorkers: 1, MaxWorkers: 2, JobQueueSize: 100,
-		ResponseTimeout: 120 * time.Second, StartupTimeout: 60 * time.Second,
-		Device: "cuda", DeviceIDs: []int{0, 1}, Threads: 1, Freeze: true, Precision: "bf16",
+		Settings: Settings{
+			BatchSize: Fixed(8), MaxBatchDelay: Fixed(5 * time.Millisecond), MinWorkers: Fixed(1), MaxWorkers: Of(2), JobQueueSize: Of(100),
+			ResponseTimeout: Of(120 * time.Second), StartupTimeout: Of(60 * time.Second),
+			Device: Of("cuda"), Threads: Of(1), Freeze: Of(true), Precision: Of("bf16"),
+		},
+		DeviceIDs: []int{0, 1},
 		Options: map[string]any{
 			"image_size": int64(224), "resize": int64(256),
 			"mean": []any{0.485, 0.456, 0.406}, "std": []any{0.229, 0.224, 0.225},
@@ -65,7 +67,7 @@ func TestParseTOML(t *testing.T) {
 
 	// An empty file sets nothing, and explicit zero delay differs from unset.
 	c, err = ParseModelConfig(ConfigTOML, []byte("max_batch_delay = 0\ninputs = [{name = \"x\", dtype = \"bool\"}]"))
-	if err != nil || c.MaxBatchDelay == nil || *c.MaxBatchDelay != 0 || c.BatchSize != 0 || c.Inputs[0].Shape != nil {
+	if err != nil || c.MaxBatchDelay != Fixed(time.Duration(0)) || c.BatchSize.Given() || c.Inputs[0].Shape != nil {
 		t.Errorf("got %+v, %v", c, err)
 	}
 }
@@ -148,11 +150,14 @@ top_k: 7               # top-level wins over handler:
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := time.Duration(0)
 	want := ModelConfig{
-		File: "cfg.yml", MinWorkers: 2, BatchSize: 4, MaxBatchDelay: &zero, StartupTimeout: 300 * time.Second,
-		Device: "cuda", DeviceIDs: []int{2, 3}, JobQueueSize: 50,
-		Options: map[string]any{"parallelType": "tp", "top_k": int64(7), "mean": []any{0.5, 0.5, 0.5}},
+		File: "cfg.yml",
+		Settings: Settings{
+			MinWorkers: Fixed(2), BatchSize: Fixed(4), MaxBatchDelay: Fixed(time.Duration(0)), StartupTimeout: Of(300 * time.Second),
+			Device: Of("cuda"), JobQueueSize: Of(50),
+		},
+		DeviceIDs: []int{2, 3},
+		Options:   map[string]any{"parallelType": "tp", "top_k": int64(7), "mean": []any{0.5, 0.5, 0.5}},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", c, want)
@@ -179,24 +184,6 @@ top_k: 7               # top-level wins over handler:
 	}
 	if _, err := ParseModelConfig("config.json", nil); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("json config: %v", err)
-	}
-}
-
-func TestWithDefaults(t *testing.T) {
-	d := ModelConfig{}.WithDefaults()
-	delay := DefaultMaxBatchDelay
-	want := ModelConfig{BatchSize: 1, MaxBatchDelay: &delay, MinWorkers: 1, MaxWorkers: 1, JobQueueSize: 100,
-		ResponseTimeout: 120 * time.Second, StartupTimeout: 120 * time.Second}
-	if !reflect.DeepEqual(d, want) {
-		t.Errorf("defaults = %+v", d)
-	}
-	zero := time.Duration(0)
-	set := ModelConfig{BatchSize: 8, MaxBatchDelay: &zero, MinWorkers: 3, Device: "cpu", Threads: 2}.WithDefaults()
-	if set.BatchSize != 8 || *set.MaxBatchDelay != 0 || set.MinWorkers != 3 || set.MaxWorkers != 3 || set.Device != "cpu" || set.Threads != 2 {
-		t.Errorf("set values changed: %+v", set)
-	}
-	if c := (ModelConfig{MaxWorkers: 4}).WithDefaults(); c.MinWorkers != 1 || c.MaxWorkers != 4 {
-		t.Errorf("max only: %+v", c)
 	}
 }
 

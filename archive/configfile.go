@@ -74,62 +74,61 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 		c.SerializedFile = s
 	}
 	if f.auto("batch_size") {
-		c.BatchSizeAuto = true
+		c.BatchSize = Auto[int]()
 	} else if n, ok := f.integer("batch_size", 1, maxCount); ok {
-		c.BatchSize = int(n)
+		c.BatchSize = Fixed(int(n))
 	}
 	if f.auto("max_batch_delay") {
-		c.MaxBatchDelayAuto = true
+		c.MaxBatchDelay = Auto[time.Duration]()
 	} else if n, ok := f.integer("max_batch_delay", 0, maxUnits); ok {
-		d := time.Duration(n) * time.Millisecond
-		c.MaxBatchDelay = &d
+		c.MaxBatchDelay = Fixed(time.Duration(n) * time.Millisecond)
 	}
 	if f.auto("min_workers") {
-		c.WorkersAuto = true
+		c.MinWorkers = Auto[int]()
 	} else if n, ok := f.integer("min_workers", 1, maxCount); ok {
-		c.MinWorkers = int(n)
+		c.MinWorkers = Fixed(int(n))
 	}
 	if n, ok := f.integer("latency_target_ms", 1, maxUnits); ok {
-		c.LatencyTarget = time.Duration(n) * time.Millisecond
+		c.LatencyTarget = Of(time.Duration(n) * time.Millisecond)
 	}
 	if n, ok := f.integer("max_workers", 1, maxCount); ok {
-		c.MaxWorkers = int(n)
+		c.MaxWorkers = Of(int(n))
 	}
 	if n, ok := f.integer("job_queue_size", 1, maxCount); ok {
-		c.JobQueueSize = int(n)
+		c.JobQueueSize = Of(int(n))
 	}
 	if n, ok := f.integer("response_timeout", 1, maxUnits); ok {
-		c.ResponseTimeout = time.Duration(n) * time.Second
+		c.ResponseTimeout = Of(time.Duration(n) * time.Second)
 	}
 	if n, ok := f.integer("startup_timeout", 1, maxUnits); ok {
-		c.StartupTimeout = time.Duration(n) * time.Second
+		c.StartupTimeout = Of(time.Duration(n) * time.Second)
 	}
 	if s, ok := f.str("device"); ok {
 		if err := checkDevice(s); err != nil {
 			f.failErr("device", err)
 		}
-		c.Device = s
+		c.Device = Of(s)
 	}
 	if ids, ok := f.ints("device_ids", 0, "GPU indexes >= 0"); ok {
-		if c.Device != "" && c.Device != "cuda" {
-			f.fail("device_ids", `needs device = "cuda" (or no device), not %q`, c.Device)
+		if c.Device.Set && c.Device.V != "cuda" {
+			f.fail("device_ids", `needs device = "cuda" (or no device), not %q`, c.Device.V)
 		}
 		c.DeviceIDs = toInts(ids)
 	}
 	if n, ok := f.integer("threads", 1, maxCount); ok {
-		c.Threads = int(n)
+		c.Threads = Of(int(n))
 	}
 	if b, ok := f.boolean("freeze"); ok {
-		c.Freeze = b
+		c.Freeze = Of(b)
 	}
 	if b, ok := f.boolean("optimize_for_inference"); ok {
-		c.Optimize = b
+		c.Optimize = Of(b)
 	}
 	if s, ok := f.str("precision"); ok {
 		if !slices.Contains(Precisions, s) {
 			f.fail("precision", "must be one of %q, got %q", Precisions, s)
 		} else {
-			c.Precision = s
+			c.Precision = Of(s)
 		}
 	}
 	if v, ok := f.get("options"); ok {
@@ -170,33 +169,32 @@ func parseYAML(file string, data []byte) (ModelConfig, error) {
 		return int(n), ok && n > 0
 	}
 	if n, ok := positive("minWorkers"); ok {
-		c.MinWorkers = n
+		c.MinWorkers = Fixed(n)
 	}
 	if n, ok := positive("maxWorkers"); ok {
-		c.MaxWorkers = n
+		c.MaxWorkers = Of(n)
 	}
 	if n, ok := positive("batchSize"); ok {
-		c.BatchSize = n
+		c.BatchSize = Fixed(n)
 	}
 	if n, ok := f.integer("maxBatchDelay", 0, maxUnits); ok {
-		d := time.Duration(n) * time.Millisecond
-		c.MaxBatchDelay = &d
+		c.MaxBatchDelay = Fixed(time.Duration(n) * time.Millisecond)
 	}
 	if n, ok := f.integer("responseTimeout", 0, maxUnits); ok && n > 0 {
-		c.ResponseTimeout = time.Duration(n) * time.Second
+		c.ResponseTimeout = Of(time.Duration(n) * time.Second)
 	}
 	if n, ok := f.integer("startupTimeout", 0, maxUnits); ok && n > 0 {
-		c.StartupTimeout = time.Duration(n) * time.Second
+		c.StartupTimeout = Of(time.Duration(n) * time.Second)
 	}
 	if n, ok := positive("jobQueueSize"); ok {
-		c.JobQueueSize = n
+		c.JobQueueSize = Of(n)
 	}
 	if s, ok := f.str("deviceType"); ok {
 		switch strings.ToLower(s) {
 		case "cpu":
-			c.Device = "cpu"
+			c.Device = Of("cpu")
 		case "gpu":
-			c.Device = "cuda"
+			c.Device = Of("cuda")
 		default:
 			f.fail("deviceType", "must be cpu or gpu, got %q", s)
 		}
@@ -410,8 +408,8 @@ func (f *fields) specs(key string) []TensorSpec {
 
 // checkWorkers refuses max < min when the file sets both.
 func (f *fields) checkWorkers(c *ModelConfig, minKey, maxKey string) {
-	if c.MinWorkers > 0 && c.MaxWorkers > 0 && c.MaxWorkers < c.MinWorkers {
-		f.fail(maxKey, "must be >= %s (%d), got %d", minKey, c.MinWorkers, c.MaxWorkers)
+	if c.MinWorkers.Set && c.MaxWorkers.Set && c.MaxWorkers.V < c.MinWorkers.V {
+		f.fail(maxKey, "must be >= %s (%d), got %d", minKey, c.MinWorkers.V, c.MaxWorkers.V)
 	}
 }
 

@@ -42,11 +42,12 @@ func Example() {
 	}
 	defer m.Close() // removes the extracted files
 
-	c := m.Config.WithDefaults()
+	c := m.Config
 	topK, _ := c.IntOption("top_k", 5)
 	fmt.Println(m.Name, m.Version, c.Handler, m.SerializedFile)
-	fmt.Println(c.BatchSize, *c.MaxBatchDelay, c.MaxWorkers, topK)
+	// What the config does not set is left to the server (core.Resolve).
+	fmt.Println(c.BatchSize, c.MaxBatchDelay, topK)
 	// Output:
 	// resnet-18 1.0 image_classifier resnet18.pt
-	// 8 100ms 1 3
+	// 8 unset 3
 }

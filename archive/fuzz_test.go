@@ -134,8 +134,8 @@ func FuzzParseModelConfig(f *testing.F) {
 		if c.Handler != "" && !IsHandlerName(c.Handler) {
 			t.Fatalf("accepted handler %q", c.Handler)
 		}
-		if c.BatchSize < 0 || c.MinWorkers < 0 || c.MaxWorkers < 0 || c.JobQueueSize < 0 || c.Threads < 0 ||
-			c.ResponseTimeout < 0 || c.StartupTimeout < 0 || (c.MaxBatchDelay != nil && *c.MaxBatchDelay < 0) {
+		if c.BatchSize.V < 0 || c.MinWorkers.V < 0 || c.MaxWorkers.V < 0 || c.JobQueueSize.V < 0 || c.Threads.V < 0 ||
+			c.ResponseTimeout.V < 0 || c.StartupTimeout.V < 0 || c.MaxBatchDelay.V < 0 {
 			t.Fatalf("accepted a negative value: %+v", c)
 		}
 		for _, s := range append(c.Inputs, c.Outputs...) {
@@ -143,7 +143,6 @@ func FuzzParseModelConfig(f *testing.F) {
 				t.Fatalf("accepted tensor spec %+v", s)
 			}
 		}
-		c.WithDefaults()
 	})
 }
 

@@ -38,7 +38,7 @@ type Model struct {
 	Manifest    Manifest // as read; zero when HasManifest is false
 	HasManifest bool
 	// Config is what the archive declares, with Handler resolved to the handler
-	// the model uses. Zero fields were not set; see ModelConfig.WithDefaults.
+	// the model uses. Settings it does not give are unset.
 	Config ModelConfig
 
 	SerializedFile string         // the TorchScript file, slash-separated, relative to Dir

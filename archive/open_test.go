@@ -39,12 +39,14 @@ func checkTorchServeModel(t *testing.T, m *Model) {
 	if m.Labels[0] != "tench" || m.Labels[1] != "goldfish" || len(m.Labels) != 2 {
 		t.Errorf("labels = %v", m.Labels)
 	}
-	delay := 50 * time.Millisecond
 	want := ModelConfig{
 		File: "model-config.yaml", Handler: "image_classifier",
-		MinWorkers: 1, MaxWorkers: 2, BatchSize: 4, MaxBatchDelay: &delay, ResponseTimeout: 30 * time.Second,
-		Device: "cuda", DeviceIDs: []int{0, 1}, JobQueueSize: 10,
-		Options: map[string]any{"pt2": map[string]any{"backend": "inductor"}},
+		Settings: Settings{
+			MinWorkers: Fixed(1), MaxWorkers: Of(2), BatchSize: Fixed(4), MaxBatchDelay: Fixed(50 * time.Millisecond),
+			ResponseTimeout: Of(30 * time.Second), Device: Of("cuda"), JobQueueSize: Of(10),
+		},
+		DeviceIDs: []int{0, 1},
+		Options:   map[string]any{"pt2": map[string]any{"backend": "inductor"}},
 	}
 	if !reflect.DeepEqual(m.Config, want) {
 		t.Errorf("config =\n%+v\nwant\n%+v", m.Config, want)
@@ -257,7 +259,7 @@ func TestOpenTOMLOverridesManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Config.Handler != "image_classifier" || m.Config.BatchSize != 8 || m.Config.File != ConfigTOML {
+	if m.Config.Handler != "image_classifier" || m.Config.BatchSize != Fixed(8) || m.Config.File != ConfigTOML {
 		t.Errorf("config = %+v", m.Config)
 	}
 }

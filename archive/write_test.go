@@ -120,7 +120,7 @@ func TestWriteRoundTrip(t *testing.T) {
 			if len(names) != len(want) {
 				t.Errorf("files %q, want the keys of %v", names, want)
 			}
-			if m.Name != "resnet-18" || m.Version != "2.0" || m.Config.Handler != "image_classifier" || m.Config.BatchSize != 8 ||
+			if m.Name != "resnet-18" || m.Version != "2.0" || m.Config.Handler != "image_classifier" || m.Config.BatchSize != Fixed(8) ||
 				m.Labels[0] != "tench" || m.SerializedFile != "resnet18.pt" || len(m.Config.Inputs) != 1 {
 				t.Errorf("model = %+v", m)
 			}
@@ -208,7 +208,7 @@ func TestWriteYAMLConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Manifest.Model.ConfigFile != "model-config.yaml" || m.Config.BatchSize != 4 || m.Config.Options["top_k"] != int64(3) || m.Version != "1.0" {
+	if m.Manifest.Model.ConfigFile != "model-config.yaml" || m.Config.BatchSize != Fixed(4) || m.Config.Options["top_k"] != int64(3) || m.Version != "1.0" {
 		t.Errorf("model = %+v", m)
 	}
 	if m.Manifest.Model.ModelVersion != "" {

@@ -23,7 +23,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			am.Close()
 		}
 	}()
-	s := r.opts.Resolve(am.Config, req)
+	s := r.opts.resolve(am, req)
 	start := time.Now()
 	counted := start // startup_timeout counts from here
 	// A registration that waits for its workers fails, as TorchServe's does, when they are not
@@ -31,7 +31,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	// interrupted, so the steps on this goroutine are checked when each returns.
 	wait := req.Synchronous || req.Startup
 	timedOut := func() error {
-		if !wait || s.MinWorkers == 0 && !s.AutoWorkers || time.Since(counted) <= s.StartupTimeout {
+		if !wait || s.MinWorkers == 0 && !s.Auto.MinWorkers || time.Since(counted) <= s.StartupTimeout {
 			return nil
 		}
 		return startupTimedOut(name, version, s.StartupTimeout)
@@ -152,7 +152,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		case <-done:
 			timer.Stop()
 		case <-timer.C:
-			if s.MinWorkers > 0 || s.AutoWorkers {
+			if s.MinWorkers > 0 || s.Auto.MinWorkers {
 				// The workers still starting are stopped once they are up.
 				handedOff = true
 				go func() { <-done; v.close() }()

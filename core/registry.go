@@ -23,10 +23,9 @@ type modelEntry struct {
 
 // Options configure a registry.
 type Options struct {
-	// Defaults are the server's per-model settings, and Set the keys among them given by a
-	// flag, the environment or torchd.toml (which then beat an archive's own config).
-	Defaults ModelSettings
-	Set      map[string]bool
+	// Defaults are the built-in per-model settings, below an archive's config; Server are
+	// the ones the server's configuration set, above it (see Resolve).
+	Defaults, Server archive.Settings
 	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
 	CacheDir string
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).

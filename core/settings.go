@@ -1,7 +1,6 @@
 package core
 
 import (
-	"cmp"
 	"time"
 
 	"github.com/torchd/torchd/archive"
@@ -9,7 +8,8 @@ import (
 	"github.com/torchd/torchd/torch"
 )
 
-// ModelSettings are the per-model-version serving settings.
+// ModelSettings are a model version's serving settings, resolved (Resolve): every value
+// concrete, and Auto marking the ones the tuner picks.
 type ModelSettings struct {
 	BatchSize       int
 	MaxBatchDelay   time.Duration
@@ -22,35 +22,28 @@ type ModelSettings struct {
 	Threads         int // intra-op threads per worker; 0: cores / workers
 	Freeze          bool
 	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
-	Precision       string // fp32, bf16 or fp16 (packages only): the registration's, else the archive's, else fp32
+	Precision       string // fp32, bf16 or fp16 (packages only)
 
-	// Self-tuning batching (package tuner): the daemon picks the batch size, the delay or
-	// the workers itself; LatencyTarget is the p99 it holds (0: none).
-	AutoBatch, AutoDelay, AutoWorkers bool
-	LatencyTarget                     time.Duration
+	// Self-tuning batching (package tuner): the daemon picks the settings marked in Auto
+	// itself; LatencyTarget is the p99 it holds (0: none).
+	Auto          Auto
+	LatencyTarget time.Duration
 }
 
-// RegisterRequest carries the management API's register parameters. Zero fields are unset.
+// Auto marks the settings that are "auto".
+type Auto struct{ BatchSize, MaxBatchDelay, MinWorkers bool }
+
+// RegisterRequest carries a registration: what to load, how, and its own Settings, which
+// beat every other source for its model.
 type RegisterRequest struct {
-	URL             string
-	Name            string
-	Handler         string
-	Runtime         string
-	BatchSize       int
-	MaxBatchDelay   *time.Duration
-	InitialWorkers  *int
-	Synchronous     bool
-	ResponseTimeout time.Duration
-	StartupTimeout  *time.Duration // nil: unset; 0: no time at all, so the registration fails
-	Startup         bool
-	Persist         bool   // record in the snapshot
-	MaxWorkers      int    // 0: unset
-	Threads         int    // intra-op threads per worker; 0: unset
-	Precision       string // fp32, bf16 or fp16 (packages only); "": the archive's
-	// "auto" at registration for batch_size, max_batch_delay, initial_workers, and the
-	// latency_target_ms parameter.
-	BatchSizeAuto, DelayAuto, WorkersAuto bool
-	LatencyTarget                         time.Duration
+	URL         string
+	Name        string
+	Handler     string
+	Runtime     string
+	Synchronous bool
+	Startup     bool
+	Persist     bool // record in the snapshot
+	archive.Settings
 
 	// Adapter, when set, joins the version's path (a Triton repository model's).
 	Adapter Adapter
@@ -71,101 +64,49 @@ type Adapter interface {
 	FromModel(out []handlers.Tensor, items int) error
 }
 
-// Resolve applies the per-model precedence: registration parameters > flags,
-// environment and torchd.toml (the server's model defaults, where set) > the archive's
-// config > the built-in defaults.
-func (o Options) Resolve(ac archive.ModelConfig, req RegisterRequest) ModelSettings {
-	s := o.Defaults
-	set := o.Set
-	pickInt := func(key string, server int, arch int) int {
-		if set[key] || arch == 0 {
-			return server
-		}
-		return arch
+// Resolve layers a model's settings, lowest first: in the daemon the built-in defaults, the
+// archive's config, the server's configuration (what its file, environment or flags set), and
+// the registration's parameters. The highest layer that gives a setting decides it; for
+// batch_size, max_batch_delay and the workers that decides between a number and "auto", so a
+// number always beats a lower "auto", and "auto" keeps the lower layers' number until the
+// tuner replaces it. Workers above max_workers raise it.
+func Resolve(layers ...archive.Settings) ModelSettings {
+	var s ModelSettings
+	for _, l := range layers {
+		tune(&s.BatchSize, &s.Auto.BatchSize, l.BatchSize)
+		tune(&s.MaxBatchDelay, &s.Auto.MaxBatchDelay, l.MaxBatchDelay)
+		tune(&s.MinWorkers, &s.Auto.MinWorkers, l.MinWorkers)
+		take(&s.MaxWorkers, l.MaxWorkers)
+		take(&s.JobQueueSize, l.JobQueueSize)
+		take(&s.LatencyTarget, l.LatencyTarget)
+		take(&s.ResponseTimeout, l.ResponseTimeout)
+		take(&s.StartupTimeout, l.StartupTimeout)
+		take(&s.Device, l.Device)
+		take(&s.Threads, l.Threads)
+		take(&s.Freeze, l.Freeze)
+		take(&s.Optimize, l.Optimize)
+		take(&s.Precision, l.Precision)
 	}
-	// batch_size, max_batch_delay and workers may each be "auto"; whichever source wins
-	// decides between a number and auto, so a manual setting always beats a lower "auto".
-	if !set["batch_size"] {
-		switch {
-		case ac.BatchSizeAuto:
-			s.AutoBatch = true
-		case ac.BatchSize > 0:
-			s.BatchSize, s.AutoBatch = ac.BatchSize, false
-		}
-	}
-	if !set["max_batch_delay"] {
-		switch {
-		case ac.MaxBatchDelayAuto:
-			s.AutoDelay = true
-		case ac.MaxBatchDelay != nil:
-			s.MaxBatchDelay, s.AutoDelay = *ac.MaxBatchDelay, false
-		}
-	}
-	if !set["workers"] {
-		switch {
-		case ac.WorkersAuto:
-			s.AutoWorkers = true
-		case ac.MinWorkers > 0:
-			s.MinWorkers, s.AutoWorkers = ac.MinWorkers, false
-		}
-	}
-	if !set["latency_target_ms"] && ac.LatencyTarget > 0 {
-		s.LatencyTarget = ac.LatencyTarget
-	}
-	s.MaxWorkers = pickInt("max_workers", o.Defaults.MaxWorkers, ac.MaxWorkers)
-	s.JobQueueSize = pickInt("job_queue_size", o.Defaults.JobQueueSize, ac.JobQueueSize)
-	s.Threads = pickInt("threads", o.Defaults.Threads, ac.Threads)
-	if !set["response_timeout"] && ac.ResponseTimeout > 0 {
-		s.ResponseTimeout = ac.ResponseTimeout
-	}
-	if !set["startup_timeout"] && ac.StartupTimeout > 0 {
-		s.StartupTimeout = ac.StartupTimeout
-	}
-	if !set["device"] && ac.Device != "" {
-		s.Device = ac.Device
-	}
-	if !set["freeze"] && ac.Freeze {
-		s.Freeze = true
-	}
-	if !set["optimize_for_inference"] && ac.Optimize {
-		s.Optimize = true
-	}
-	s.Precision = cmp.Or(req.Precision, ac.Precision, "fp32")
-	switch {
-	case req.BatchSize > 0:
-		s.BatchSize, s.AutoBatch = req.BatchSize, false
-	case req.BatchSizeAuto:
-		s.AutoBatch = true
-	}
-	switch {
-	case req.MaxBatchDelay != nil:
-		s.MaxBatchDelay, s.AutoDelay = *req.MaxBatchDelay, false
-	case req.DelayAuto:
-		s.AutoDelay = true
-	}
-	switch {
-	case req.InitialWorkers != nil:
-		s.MinWorkers, s.AutoWorkers = *req.InitialWorkers, false
-	case req.WorkersAuto:
-		s.AutoWorkers = true
-	}
-	if req.LatencyTarget > 0 {
-		s.LatencyTarget = req.LatencyTarget
-	}
-	if req.Threads > 0 {
-		s.Threads = req.Threads
-	}
-	if req.ResponseTimeout > 0 {
-		s.ResponseTimeout = req.ResponseTimeout
-	}
-	if req.StartupTimeout != nil {
-		s.StartupTimeout = *req.StartupTimeout
-	}
-	if req.MaxWorkers > 0 {
-		s.MaxWorkers = req.MaxWorkers
-	}
-	if s.MaxWorkers < s.MinWorkers {
-		s.MaxWorkers = s.MinWorkers
-	}
+	s.MaxWorkers = max(s.MaxWorkers, s.MinWorkers)
 	return s
+}
+
+func take[T any](dst *T, v archive.Value[T]) {
+	if v.Set {
+		*dst = v.V
+	}
+}
+
+func tune[T any](dst *T, auto *bool, v archive.Tunable[T]) {
+	switch {
+	case v.Auto:
+		*auto = true
+	case v.Set:
+		*dst, *auto = v.V, false
+	}
+}
+
+// resolve is the settings of a version of the archive am, registered by req.
+func (o Options) resolve(am *archive.Model, req RegisterRequest) ModelSettings {
+	return Resolve(o.Defaults, am.Config.Settings, o.Server, req.Settings)
 }

@@ -14,7 +14,7 @@ import (
 // that adapts them while serving, or nil when nothing is automatic.
 func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, m torch.Model, modelPath string, warmup []*handlers.Sample) (*tuner.Tuner, error) {
 	ts := tuner.Settings{
-		AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
+		AutoBatch: s.Auto.BatchSize, AutoDelay: s.Auto.MaxBatchDelay, AutoWorkers: s.Auto.MinWorkers,
 		BatchSize: s.BatchSize, MaxBatchDelay: s.MaxBatchDelay, MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers,
 		Threads: s.Threads, JobQueueSize: s.JobQueueSize, LatencyTarget: s.LatencyTarget,
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 )
 
@@ -63,14 +64,13 @@ type Config struct {
 	LoadModels         []string
 	RepositoryPollSecs time.Duration
 
-	// Model are the defaults for every model. The ones set above the built-in defaults
-	// (see ModelSet) override the archive's own config; registration parameters override
-	// them for their own model.
-	Model    ModelSettings
-	ModelSet map[string]bool
+	// Model are the per-model settings that the file, the environment or the flags set, for
+	// every model: they beat an archive's own config, and a registration's parameters beat
+	// them (core.Resolve). The built-in defaults, below the archive's, are ModelDefaults.
+	Model archive.Settings
 }
 
-// ModelSettings are the per-model-version serving settings (package core resolves them).
+// ModelSettings are a model version's resolved serving settings (core.Resolve).
 type ModelSettings = core.ModelSettings
 
 // setting is one configuration key: its name in torchd.toml, its environment variables
@@ -81,72 +81,108 @@ type setting struct {
 	def   string
 	help  string
 	apply func(c *Config, v string) error
-	model bool // a per-model default, recorded in ModelSet when set
+	model bool // a per-model setting, applied to Config.Model
 	// repeat: the flag may be given several times, its values joined with commas.
 	repeat bool
 }
 
-func intSetting(dst func(*Config) *int, min int) func(*Config, string) error {
-	return func(c *Config, v string) error {
+// Each parser reads a setting's text into its value, or says what it wants.
+
+func parseInt(min int) func(string) (int, error) {
+	return func(v string) (int, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || n < min {
-			return fmt.Errorf("want an integer ≥ %d, got %q", min, v)
+			return 0, fmt.Errorf("want an integer ≥ %d, got %q", min, v)
 		}
-		*dst(c) = n
-		return nil
+		return n, nil
 	}
 }
 
-// autoSetting accepts "auto" (setting the flag) or a value for next (clearing it).
-func autoSetting(flag func(*Config) *bool, next func(*Config, string) error) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		if strings.TrimSpace(v) == "auto" {
-			*flag(c) = true
-			return nil
-		}
-		if err := next(c, v); err != nil {
-			return fmt.Errorf(`%v, or "auto"`, err)
-		}
-		*flag(c) = false
-		return nil
-	}
-}
-
-func durSetting(dst func(*Config) *time.Duration, unit time.Duration) func(*Config, string) error {
-	return func(c *Config, v string) error {
+func parseDur(unit time.Duration) func(string) (time.Duration, error) {
+	return func(v string) (time.Duration, error) {
 		v = strings.TrimSpace(v)
 		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			*dst(c) = d
-			return nil
+			return d, nil
 		}
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0 {
-			return fmt.Errorf("want a non-negative number of %v or a duration like 250ms, got %q", unit, v)
+			return 0, fmt.Errorf("want a non-negative number of %v or a duration like 250ms, got %q", unit, v)
 		}
-		*dst(c) = time.Duration(f * float64(unit))
-		return nil
+		return time.Duration(f * float64(unit)), nil
 	}
+}
+
+func parseStr(allowed ...string) func(string) (string, error) {
+	return func(v string) (string, error) {
+		if len(allowed) > 0 && !contains(allowed, v) {
+			return "", fmt.Errorf("want one of %s, got %q", strings.Join(allowed, ", "), v)
+		}
+		return v, nil
+	}
+}
+
+func parseBool(v string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("want true or false, got %q", v)
+	}
+	return b, nil
+}
+
+func parseDevice(v string) (string, error) {
+	if v != "cpu" && v != "cuda" && !strings.HasPrefix(v, "cuda:") {
+		return "", fmt.Errorf("want cpu, cuda or cuda:N, got %q", v)
+	}
+	return v, nil
+}
+
+// field applies a server setting: its parsed value goes to dst.
+func field[T any](dst func(*Config) *T, parse func(string) (T, error)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		x, err := parse(v)
+		if err == nil {
+			*dst(c) = x
+		}
+		return err
+	}
+}
+
+func intSetting(dst func(*Config) *int, min int) func(*Config, string) error {
+	return field(dst, parseInt(min))
+}
+
+func durSetting(dst func(*Config) *time.Duration, unit time.Duration) func(*Config, string) error {
+	return field(dst, parseDur(unit))
 }
 
 func strSetting(dst func(*Config) *string, allowed ...string) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		if len(allowed) > 0 && !contains(allowed, v) {
-			return fmt.Errorf("want one of %s, got %q", strings.Join(allowed, ", "), v)
-		}
-		*dst(c) = v
-		return nil
-	}
+	return field(dst, parseStr(allowed...))
 }
 
 func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("want true or false, got %q", v)
+	return field(dst, parseBool)
+}
+
+// modelSetting applies a per-model setting to Config.Model.
+func modelSetting[T any](dst func(*archive.Settings) *archive.Value[T], parse func(string) (T, error)) func(*Config, string) error {
+	return field(func(c *Config) *archive.Value[T] { return dst(&c.Model) }, func(v string) (archive.Value[T], error) {
+		x, err := parse(v)
+		return archive.Of(x), err
+	})
+}
+
+// autoSetting applies a per-model setting that may be "auto".
+func autoSetting[T any](dst func(*archive.Settings) *archive.Tunable[T], parse func(string) (T, error)) func(*Config, string) error {
+	return field(func(c *Config) *archive.Tunable[T] { return dst(&c.Model) }, func(v string) (archive.Tunable[T], error) {
+		if strings.TrimSpace(v) == "auto" {
+			return archive.Auto[T](), nil
 		}
-		*dst(c) = b
-		return nil
-	}
+		x, err := parse(v)
+		if err != nil {
+			return archive.Tunable[T]{}, fmt.Errorf(`%v, or "auto"`, err)
+		}
+		return archive.Fixed(x), nil
+	})
 }
 
 func contains(list []string, s string) bool {
@@ -249,37 +285,46 @@ var settings = []setting{
 		apply: durSetting(func(c *Config) *time.Duration { return &c.RepositoryPollSecs }, time.Second)},
 
 	{key: "batch_size", env: []string{"BATCH_SIZE"}, def: "1", model: true, help: `largest batch per forward, or "auto"`,
-		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoBatch }, intSetting(func(c *Config) *int { return &c.Model.BatchSize }, 1))},
+		apply: autoSetting(func(m *archive.Settings) *archive.Tunable[int] { return &m.BatchSize }, parseInt(1))},
 	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: `ms a batch waits to fill, from its oldest request, or "auto"`,
-		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoDelay }, durSetting(func(c *Config) *time.Duration { return &c.Model.MaxBatchDelay }, time.Millisecond))},
+		apply: autoSetting(func(m *archive.Settings) *archive.Tunable[time.Duration] { return &m.MaxBatchDelay }, parseDur(time.Millisecond))},
 	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards on a locked OS thread`,
-		apply: autoSetting(func(c *Config) *bool { return &c.Model.AutoWorkers }, intSetting(func(c *Config) *int { return &c.Model.MinWorkers }, 0))},
+		apply: autoSetting(func(m *archive.Settings) *archive.Tunable[int] { return &m.MinWorkers }, parseInt(0))},
 	{key: "latency_target_ms", def: "0", model: true, help: "p99 latency objective for auto batching, in ms; 0: none (lowest latency at the offered load)",
-		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.LatencyTarget }, time.Millisecond)},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.LatencyTarget }, parseDur(time.Millisecond))},
 	{key: "cache_dir", def: "", help: "where measured batching curves are cached; empty: the user cache directory/torchd",
 		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
-		apply: intSetting(func(c *Config) *int { return &c.Model.MaxWorkers }, 0)},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.MaxWorkers }, parseInt(0))},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",
-		apply: intSetting(func(c *Config) *int { return &c.Model.JobQueueSize }, 1)},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.JobQueueSize }, parseInt(1))},
 	{key: "response_timeout", def: "120", model: true, help: "seconds a request may take once queued (504 after)",
-		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.ResponseTimeout }, time.Second)},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.ResponseTimeout }, parseDur(time.Second))},
 	{key: "startup_timeout", def: "120", model: true, help: "seconds a model may take to load and warm up",
-		apply: durSetting(func(c *Config) *time.Duration { return &c.Model.StartupTimeout }, time.Second)},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.StartupTimeout }, parseDur(time.Second))},
 	{key: "device", def: "cpu", model: true, help: "cpu, cuda or cuda:N",
-		apply: func(c *Config, v string) error {
-			if v != "cpu" && v != "cuda" && !strings.HasPrefix(v, "cuda:") {
-				return fmt.Errorf("want cpu, cuda or cuda:N, got %q", v)
-			}
-			c.Model.Device = v
-			return nil
-		}},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[string] { return &m.Device }, parseDevice)},
 	{key: "threads", def: "0", model: true, help: "intra-op threads of every forward; 0: each forward takes the cores no other forward holds, or an even share of them (all of them alone, cores / workers when every worker runs)",
-		apply: intSetting(func(c *Config) *int { return &c.Model.Threads }, 0)},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.Threads }, parseInt(0))},
 	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
-		apply: boolSetting(func(c *Config) *bool { return &c.Model.Freeze })},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[bool] { return &m.Freeze }, parseBool)},
 	{key: "optimize_for_inference", def: "false", model: true, help: "torch.jit.optimize_for_inference TorchScript models at load (freezes them; folds batch norms, oneDNN layouts): faster batched forwards, can be slower at batch 1",
-		apply: boolSetting(func(c *Config) *bool { return &c.Model.Optimize })},
+		apply: modelSetting(func(m *archive.Settings) *archive.Value[bool] { return &m.Optimize }, parseBool)},
+}
+
+// ModelDefaults are the built-in per-model settings, the lowest layer of every model's
+// (core.Resolve): the settings list's defaults, and fp32.
+func ModelDefaults() archive.Settings {
+	var c Config
+	for _, s := range settings {
+		if s.model {
+			if err := s.apply(&c, s.def); err != nil {
+				panic(fmt.Sprintf("default of %s: %v", s.key, err))
+			}
+		}
+	}
+	c.Model.Precision = archive.Of("fp32")
+	return c.Model
 }
 
 func init() {
@@ -302,11 +347,15 @@ func splitList(v string) []string {
 func flagName(key string) string { return strings.ReplaceAll(key, "_", "-") }
 
 // LoadConfig reads the configuration with its precedence, flags > environment > torchd.toml
-// (--config or TORCHD_CONFIG, else ./torchd.toml if present) > defaults. This function is
-// the one place where that precedence lives.
+// (--config or TORCHD_CONFIG, else ./torchd.toml if present) > defaults. Per-model settings
+// keep only what was set (Config.Model): their defaults are a layer of their own,
+// ModelDefaults, below an archive's config.
 func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
-	c := &Config{ModelSet: map[string]bool{}}
+	c := &Config{}
 	for _, s := range settings {
+		if s.model {
+			continue
+		}
 		if err := s.apply(c, s.def); err != nil {
 			panic(fmt.Sprintf("default of %s: %v", s.key, err))
 		}
@@ -360,9 +409,6 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 	if (c.CertificateFile == "") != (c.PrivateKeyFile == "") {
 		return nil, fmt.Errorf("TLS needs both certificate_file and private_key_file")
 	}
-	if c.Model.MaxWorkers < c.Model.MinWorkers {
-		c.Model.MaxWorkers = c.Model.MinWorkers
-	}
 	if err := c.checkRepository(); err != nil {
 		return nil, err
 	}
@@ -391,9 +437,6 @@ func (f *flagValue) IsBoolFlag() bool { return f.boolean }
 func (c *Config) set(s setting, v, source string) error {
 	if err := s.apply(c, v); err != nil {
 		return fmt.Errorf("%s: %v", source, err)
-	}
-	if s.model {
-		c.ModelSet[s.key] = true
 	}
 	return nil
 }

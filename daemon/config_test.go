@@ -29,12 +29,16 @@ func TestConfigDefaults(t *testing.T) {
 	if c.InferenceAddress != "127.0.0.1:8080" || c.ManagementAddress != "127.0.0.1:8081" || c.MetricsAddress != "127.0.0.1:8082" {
 		t.Errorf("addresses %q %q %q", c.InferenceAddress, c.ManagementAddress, c.MetricsAddress)
 	}
-	if c.MaxRequestSize != 6553500 || c.Model.BatchSize != 1 || c.Model.MaxBatchDelay != 100*time.Millisecond ||
-		c.Model.JobQueueSize != 100 || c.Model.ResponseTimeout != 120*time.Second || c.Model.MinWorkers != 1 {
+	if c.MaxRequestSize != 6553500 {
 		t.Errorf("defaults %+v", c)
 	}
-	if len(c.ModelSet) != 0 {
-		t.Errorf("nothing was set, got %v", c.ModelSet)
+	if c.Model != (archive.Settings{}) {
+		t.Errorf("nothing was set, got %+v", c.Model)
+	}
+	want := ModelSettings{BatchSize: 1, MaxBatchDelay: 100 * time.Millisecond, MinWorkers: 1, MaxWorkers: 1, JobQueueSize: 100,
+		ResponseTimeout: 120 * time.Second, StartupTimeout: 120 * time.Second, Device: "cpu", Precision: "fp32"}
+	if d := core.Resolve(ModelDefaults()); d != want {
+		t.Errorf("model defaults\n got %+v\nwant %+v", d, want)
 	}
 	if !c.KeepFreedMemory {
 		t.Error("keep_freed_memory should default to true")
@@ -52,11 +56,11 @@ func TestConfigPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Model.BatchSize != 32 || c.Model.MinWorkers != 2 || c.Model.MaxBatchDelay != 10*time.Millisecond {
+	if c.Model.BatchSize != archive.Fixed(32) || c.Model.MinWorkers != archive.Fixed(2) || c.Model.MaxBatchDelay != archive.Fixed(10*time.Millisecond) {
 		t.Errorf("environment should beat the file: %+v", c.Model)
 	}
-	if c.Model.JobQueueSize != 70 {
-		t.Errorf("flag should beat environment: %d", c.Model.JobQueueSize)
+	if c.Model.JobQueueSize != archive.Of(70) {
+		t.Errorf("flag should beat environment: %v", c.Model.JobQueueSize)
 	}
 	if c.ModelStore != "/from/file" || len(c.AllowedURLs) != 2 {
 		t.Errorf("file values: %q %v", c.ModelStore, c.AllowedURLs)
@@ -64,13 +68,12 @@ func TestConfigPrecedence(t *testing.T) {
 	// TORCHD_BATCH_SIZE is an alias; BATCH_SIZE, listed first, wins when both are set.
 	env["TORCHD_BATCH_SIZE"] = "5"
 	c, _ = LoadConfig(nil, envOf(env))
-	if c.Model.BatchSize != 32 {
-		t.Errorf("BATCH_SIZE over TORCHD_BATCH_SIZE: %d", c.Model.BatchSize)
+	if c.Model.BatchSize != archive.Fixed(32) {
+		t.Errorf("BATCH_SIZE over TORCHD_BATCH_SIZE: %v", c.Model.BatchSize)
 	}
-	for _, k := range []string{"batch_size", "workers", "max_batch_delay", "job_queue_size"} {
-		if !c.ModelSet[k] {
-			t.Errorf("%s not recorded as set", k)
-		}
+	// What no source set stays unset, so that an archive's config can give it.
+	if c.Model.MaxWorkers.Set || c.Model.Threads.Set || c.Model.Device.Set {
+		t.Errorf("unset settings recorded as set: %+v", c.Model)
 	}
 }
 
@@ -98,23 +101,6 @@ func TestConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %v: error %v, want it to contain %q", c.args, c.env, err, c.want)
 		}
-	}
-}
-
-// The per-model precedence: registration > server settings that were set > archive > defaults.
-func TestResolveModelSettings(t *testing.T) {
-	c, _ := LoadConfig(nil, envOf(map[string]string{"BATCH_SIZE": "32"}))
-	delay := 3 * time.Millisecond
-	ac := archive.ModelConfig{BatchSize: 8, MaxBatchDelay: &delay, MinWorkers: 2, JobQueueSize: 10, Freeze: true}
-	s := core.Options{Defaults: c.Model, Set: c.ModelSet}.Resolve(ac, RegisterRequest{})
-	if s.BatchSize != 32 || s.MaxBatchDelay != delay || s.MinWorkers != 2 || s.JobQueueSize != 10 || !s.Freeze {
-		t.Errorf("env over archive over defaults: %+v", s)
-	}
-	w := 0
-	d := time.Duration(0)
-	s = core.Options{Defaults: c.Model, Set: c.ModelSet}.Resolve(ac, RegisterRequest{BatchSize: 4, InitialWorkers: &w, MaxBatchDelay: &d, ResponseTimeout: time.Second})
-	if s.BatchSize != 4 || s.MinWorkers != 0 || s.MaxBatchDelay != 0 || s.ResponseTimeout != time.Second {
-		t.Errorf("registration over everything: %+v", s)
 	}
 }
 

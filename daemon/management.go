@@ -133,62 +133,9 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 		writeError(ctx, 400, "BadRequestException", "Invalid RuntimeType value: "+req.Runtime)
 		return
 	}
-	var set bool
-	isAuto := func(key string) bool { v, _ := a.str(key); return v == "auto" }
-	req.BatchSizeAuto, req.DelayAuto, req.WorkersAuto = isAuto("batch_size"), isAuto("max_batch_delay"), isAuto("initial_workers")
-	if !req.BatchSizeAuto {
-		if req.BatchSize, _, err = a.int("batch_size", 1, "the archive's or the server's batch_size"); err != nil {
-			writeAPIError(ctx, err)
-			return
-		}
-	}
-	var delay, workers, timeout, target, startup int
-	if req.DelayAuto {
-	} else if delay, set, err = a.int("max_batch_delay", 0, "the archive's or the server's max_batch_delay"); err != nil {
+	if err := a.settings(&req.Settings); err != nil {
 		writeAPIError(ctx, err)
 		return
-	} else if set {
-		dd := time.Duration(delay) * time.Millisecond
-		req.MaxBatchDelay = &dd
-	}
-	if !req.WorkersAuto {
-		if workers, set = a.num("initial_workers", "the archive's or the server's workers"); set {
-			if workers < 0 {
-				// TorchServe registers a model with a negative initial_workers with none.
-				d.log.Warn("initial_workers is negative; registering with 0 workers, as TorchServe does", "value", workers)
-				workers = 0
-			}
-			req.InitialWorkers = &workers
-		}
-	}
-	if target, set, err = a.int("latency_target_ms", 1, "the server's latency_target_ms"); err != nil {
-		writeAPIError(ctx, err)
-		return
-	} else if set {
-		req.LatencyTarget = time.Duration(target) * time.Millisecond
-	}
-	if req.Threads, _, err = a.int("threads", 1, "the server's threads"); err != nil {
-		writeAPIError(ctx, err)
-		return
-	}
-	if timeout, set, err = a.int("response_timeout", 1, "the archive's or the server's response_timeout"); err != nil {
-		writeAPIError(ctx, err)
-		return
-	} else if set {
-		req.ResponseTimeout = time.Duration(timeout) * time.Second
-	}
-	// As TorchServe: -1 is the default, and 0 or less leaves the workers no time to start,
-	// so the registration fails.
-	if startup, set = a.num("startup_timeout", "the archive's or the server's startup_timeout"); set && startup != -1 {
-		st := time.Duration(max(startup, 0)) * time.Second
-		req.StartupTimeout = &st
-	}
-	if p, ok := a.str("precision"); ok {
-		if !slices.Contains(archive.Precisions, p) {
-			writeError(ctx, 400, "BadRequestException", fmt.Sprintf("precision %q: want one of %q", p, archive.Precisions))
-			return
-		}
-		req.Precision = p
 	}
 	req.Synchronous = a.bool("synchronous", true)
 	req.Persist = true
@@ -207,6 +154,65 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 	default:
 		writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" Version: %s registered with %d initial workers", v.Name, v.Version, v.Settings.MinWorkers))
 	}
+}
+
+// settings reads a registration's serving settings. batch_size, max_batch_delay and
+// initial_workers take "auto"; a number below its minimum, or an unknown precision, is 400,
+// and a number that does not parse leaves the setting to the archive or the server, as
+// TorchServe's defaults would.
+func (a args) settings(s *archive.Settings) error {
+	isAuto := func(key string) bool { v, _ := a.str(key); return v == "auto" }
+	if isAuto("batch_size") {
+		s.BatchSize = archive.Auto[int]()
+	} else if n, set, err := a.int("batch_size", 1, "the archive's or the server's batch_size"); err != nil {
+		return err
+	} else if set {
+		s.BatchSize = archive.Fixed(n)
+	}
+	if isAuto("max_batch_delay") {
+		s.MaxBatchDelay = archive.Auto[time.Duration]()
+	} else if ms, set, err := a.int("max_batch_delay", 0, "the archive's or the server's max_batch_delay"); err != nil {
+		return err
+	} else if set {
+		s.MaxBatchDelay = archive.Fixed(time.Duration(ms) * time.Millisecond)
+	}
+	if isAuto("initial_workers") {
+		s.MinWorkers = archive.Auto[int]()
+	} else if n, set := a.num("initial_workers", "the archive's or the server's workers"); set {
+		if n < 0 {
+			// TorchServe registers a model with a negative initial_workers with none.
+			a.log.Warn("initial_workers is negative; registering with 0 workers, as TorchServe does", "value", n)
+			n = 0
+		}
+		s.MinWorkers = archive.Fixed(n)
+	}
+	if ms, set, err := a.int("latency_target_ms", 1, "the server's latency_target_ms"); err != nil {
+		return err
+	} else if set {
+		s.LatencyTarget = archive.Of(time.Duration(ms) * time.Millisecond)
+	}
+	if n, set, err := a.int("threads", 1, "the server's threads"); err != nil {
+		return err
+	} else if set {
+		s.Threads = archive.Of(n)
+	}
+	if sec, set, err := a.int("response_timeout", 1, "the archive's or the server's response_timeout"); err != nil {
+		return err
+	} else if set {
+		s.ResponseTimeout = archive.Of(time.Duration(sec) * time.Second)
+	}
+	// As TorchServe: -1 is the default, and 0 or less leaves the workers no time to start,
+	// so the registration fails.
+	if sec, set := a.num("startup_timeout", "the archive's or the server's startup_timeout"); set && sec != -1 {
+		s.StartupTimeout = archive.Of(time.Duration(max(sec, 0)) * time.Second)
+	}
+	if p, ok := a.str("precision"); ok {
+		if !slices.Contains(archive.Precisions, p) {
+			return apiErr(400, "BadRequestException", "precision %q: want one of %q", p, archive.Precisions)
+		}
+		s.Precision = archive.Of(p)
+	}
+	return nil
 }
 
 type listEntry struct {

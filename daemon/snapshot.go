@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/jsonfile"
 )
@@ -49,6 +50,33 @@ type snapshotModel struct {
 	// Failed is why the registration failed to restore at the last start; it is tried again
 	// at every start until it loads or is unregistered.
 	Failed string `json:"failed,omitempty"`
+}
+
+// settings are the registration settings that bring m back as it was saved. A setting that
+// was automatic is automatic again, not frozen at its value.
+func (m snapshotModel) settings() archive.Settings {
+	s := archive.Settings{
+		MaxBatchDelay:   archive.Fixed(time.Duration(m.MaxBatchDelayMS * float64(time.Millisecond))),
+		MinWorkers:      archive.Fixed(m.Workers),
+		MaxWorkers:      archive.NonZero(m.MaxWorkers),
+		ResponseTimeout: archive.NonZero(time.Duration(m.ResponseTimeout * float64(time.Second))),
+		LatencyTarget:   archive.NonZero(time.Duration(m.LatencyTargetMS * float64(time.Millisecond))),
+		Threads:         archive.NonZero(m.Threads),
+		Precision:       archive.NonZero(m.Precision),
+	}
+	if m.BatchSize > 0 {
+		s.BatchSize = archive.Fixed(m.BatchSize)
+	}
+	if m.AutoBatch {
+		s.BatchSize = archive.Auto[int]()
+	}
+	if m.AutoDelay {
+		s.MaxBatchDelay = archive.Auto[time.Duration]()
+	}
+	if m.AutoWorkers {
+		s.MinWorkers = archive.Auto[int]()
+	}
+	return s
 }
 
 // failedRestores are the snapshot's registrations that failed to load at start-up. They
@@ -122,10 +150,10 @@ func (d *Daemon) saveSnapshot() {
 			Name: v.Name, Version: v.Version, URL: v.URL, Handler: req.Handler, Default: e.Default,
 			BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
 			Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
-			AutoBatch: s.AutoBatch, AutoDelay: s.AutoDelay, AutoWorkers: s.AutoWorkers,
+			AutoBatch: s.Auto.BatchSize, AutoDelay: s.Auto.MaxBatchDelay, AutoWorkers: s.Auto.MinWorkers,
 			LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
-			Threads:         req.Threads,
-			Precision:       req.Precision,
+			Threads:         req.Threads.V,
+			Precision:       req.Precision.V,
 		})
 	}
 	snap.Models = append(snap.Models, d.failed.all()...)
@@ -171,24 +199,8 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 			restored := 0
 			for _, m := range versions {
 				m.Failed = ""
-				delay := time.Duration(m.MaxBatchDelayMS * float64(time.Millisecond))
-				workers := m.Workers
-				req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, BatchSize: m.BatchSize, MaxBatchDelay: &delay,
-					InitialWorkers: &workers, ResponseTimeout: time.Duration(m.ResponseTimeout * float64(time.Second)),
-					Synchronous: true, Startup: true, Persist: true, MaxWorkers: m.MaxWorkers,
-					BatchSizeAuto: m.AutoBatch, DelayAuto: m.AutoDelay, WorkersAuto: m.AutoWorkers,
-					LatencyTarget: time.Duration(m.LatencyTargetMS * float64(time.Millisecond)), Threads: m.Threads,
-					Precision: m.Precision}
-				// A setting that was automatic is automatic again, not frozen at its value.
-				if m.AutoBatch {
-					req.BatchSize = 0
-				}
-				if m.AutoDelay {
-					req.MaxBatchDelay = nil
-				}
-				if m.AutoWorkers {
-					req.InitialWorkers = nil
-				}
+				req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, Synchronous: true, Startup: true, Persist: true,
+					Settings: m.settings()}
 				if _, err := d.registerModel(req); err != nil {
 					if errors.Is(err, core.ErrConflict) {
 						d.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)

@@ -59,16 +59,14 @@ func (m *Model) Settings() (archive.ModelConfig, error) {
 func (m *Model) settings() (archive.ModelConfig, []string, error) {
 	c := m.Config
 	var warn []string
-	s := archive.ModelConfig{File: ConfigFile, Handler: "tensor", BatchSize: 1}
-	zero := time.Duration(0)
-	s.MaxBatchDelay = &zero
+	s := archive.ModelConfig{File: ConfigFile, Handler: "tensor"}
+	s.BatchSize, s.MaxBatchDelay = archive.Fixed(1), archive.Fixed(time.Duration(0))
 	batching := c.MaxBatchSize > 0
 	if db := c.GetDynamicBatching(); db != nil {
 		if batching {
-			s.BatchSize = int(c.MaxBatchSize)
+			s.BatchSize = archive.Fixed(int(c.MaxBatchSize))
 		}
-		d := time.Duration(db.MaxQueueDelayMicroseconds) * time.Microsecond
-		s.MaxBatchDelay = &d
+		s.MaxBatchDelay = archive.Fixed(time.Duration(db.MaxQueueDelayMicroseconds) * time.Microsecond)
 		if db.PriorityLevels > 1 || len(db.PriorityQueuePolicy) > 0 {
 			return s, nil, fmt.Errorf("%w: dynamic_batching priority_levels %d: torchd has one priority level per model", ErrUnsupported, db.PriorityLevels)
 		}
@@ -79,8 +77,8 @@ func (m *Model) settings() (archive.ModelConfig, []string, error) {
 			if q.TimeoutAction == inference.ModelQueuePolicy_DELAY {
 				return s, nil, fmt.Errorf("%w: default_queue_policy timeout_action DELAY; torchd rejects a request whose timeout passed (REJECT)", ErrUnsupported)
 			}
-			s.JobQueueSize = int(q.MaxQueueSize) // 0 (Triton: unbounded) leaves torchd's bound
-			s.ResponseTimeout = time.Duration(q.DefaultTimeoutMicroseconds) * time.Microsecond
+			s.JobQueueSize = archive.NonZero(int(q.MaxQueueSize)) // 0 (Triton: unbounded) leaves torchd's bound
+			s.ResponseTimeout = archive.NonZero(time.Duration(q.DefaultTimeoutMicroseconds) * time.Microsecond)
 		}
 	} else if batching {
 		warn = append(warn, "max_batch_size > 0 without dynamic_batching: each request runs alone, as in Triton")
@@ -192,6 +190,7 @@ func checkReshape(dims, shape []int64) error {
 // instances maps instance_group onto workers and the device.
 func (m *Model) instances(s *archive.ModelConfig) error {
 	var kind inference.ModelInstanceGroup_Kind
+	workers := 0
 	for i, g := range m.Config.InstanceGroup {
 		if i > 0 && g.Kind != kind {
 			return fmt.Errorf("%w: instance groups of different kinds (%s and %s); torchd runs a model's workers on one kind of device", ErrUnsupported, kind, g.Kind)
@@ -204,7 +203,7 @@ func (m *Model) instances(s *archive.ModelConfig) error {
 		if n == 0 {
 			n = 1 // Triton's default count
 		}
-		s.MinWorkers += n
+		workers += n
 		for _, id := range g.Gpus {
 			if !slices.Contains(s.DeviceIDs, int(id)) {
 				s.DeviceIDs = append(s.DeviceIDs, int(id))
@@ -214,15 +213,17 @@ func (m *Model) instances(s *archive.ModelConfig) error {
 			return fmt.Errorf("%w: instance_group %q: profile, passive, host_policy, secondary_devices and rate_limiter", ErrUnsupported, g.Name)
 		}
 	}
-	s.MaxWorkers = s.MinWorkers
+	if workers > 0 {
+		s.MinWorkers, s.MaxWorkers = archive.Fixed(workers), archive.Of(workers)
+	}
 	switch kind {
 	case inference.ModelInstanceGroup_KIND_GPU:
-		s.Device = "cuda"
+		s.Device = archive.Of("cuda")
 		if len(s.DeviceIDs) == 1 {
-			s.Device = "cuda:" + strconv.Itoa(s.DeviceIDs[0])
+			s.Device = archive.Of("cuda:" + strconv.Itoa(s.DeviceIDs[0]))
 		}
 	case inference.ModelInstanceGroup_KIND_CPU:
-		s.Device = "cpu"
+		s.Device = archive.Of("cpu")
 	case inference.ModelInstanceGroup_KIND_MODEL:
 		return fmt.Errorf("%w: instance_group kind KIND_MODEL (the model places itself on devices); use KIND_CPU or KIND_GPU", ErrUnsupported)
 	}
@@ -261,7 +262,7 @@ func (m *Model) parameters(s *archive.ModelConfig) ([]string, error) {
 				return nil, fmt.Errorf("parameters %s: want a count ≥ 0, got %q", k, v)
 			}
 			if k == ParamIntraOpThreadCount {
-				s.Threads = n // 0: torchd's default, cores / workers
+				s.Threads = archive.NonZero(n) // 0: torchd's default
 			} else {
 				s.InteropThreads = n
 			}

@@ -82,10 +82,13 @@ func TestReadMapsTheConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := am.Config
-	delay := 2 * time.Millisecond
 	want := archive.ModelConfig{
-		File: ConfigFile, Handler: "tensor", BatchSize: 8, MaxBatchDelay: &delay, JobQueueSize: 64,
-		ResponseTimeout: 500 * time.Millisecond, MinWorkers: 2, MaxWorkers: 2, Device: "cpu", Threads: 1, InteropThreads: 1,
+		File: ConfigFile, Handler: "tensor", InteropThreads: 1,
+		Settings: archive.Settings{
+			BatchSize: archive.Fixed(8), MaxBatchDelay: archive.Fixed(2 * time.Millisecond), JobQueueSize: archive.Of(64),
+			ResponseTimeout: archive.Of(500 * time.Millisecond), MinWorkers: archive.Fixed(2), MaxWorkers: archive.Of(2),
+			Device: archive.Of("cpu"), Threads: archive.Of(1),
+		},
 		Inputs:  []archive.TensorSpec{{Name: "INPUT__0", DType: "float32", Shape: []int64{-1, 1, 28, 28}}},
 		Outputs: []archive.TensorSpec{{Name: "OUTPUT__0", DType: "float32", Shape: []int64{-1, 10}}},
 	}

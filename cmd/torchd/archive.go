@@ -14,6 +14,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/daemon"
 )
 
 func init() {
@@ -218,7 +220,7 @@ func printModel(w io.Writer, m *archive.Model) error {
 // printConfig writes the config after defaults as model-config.toml, so it
 // can be copied into one.
 func printConfig(w io.Writer, set archive.ModelConfig) error {
-	c := set.WithDefaults()
+	c := core.Resolve(daemon.ModelDefaults(), set.Settings)
 	line := func(key string, value any, isSet bool, unit string) {
 		s := fmt.Sprintf("%s = %v", key, value)
 		if str, ok := value.(string); ok {
@@ -236,35 +238,49 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 		}
 		fmt.Fprintln(w, s)
 	}
-	line("handler", c.Handler, true, "")
-	line("batch_size", c.BatchSize, set.BatchSize != 0, "")
-	line("max_batch_delay", c.MaxBatchDelay.Milliseconds(), set.MaxBatchDelay != nil, "ms")
-	line("min_workers", c.MinWorkers, set.MinWorkers != 0, "")
-	line("max_workers", c.MaxWorkers, set.MaxWorkers != 0, "")
-	line("job_queue_size", c.JobQueueSize, set.JobQueueSize != 0, "")
-	line("response_timeout", int64(c.ResponseTimeout/time.Second), set.ResponseTimeout != 0, "s")
-	line("startup_timeout", int64(c.StartupTimeout/time.Second), set.StartupTimeout != 0, "s")
-	if c.Device != "" {
+	// tunable is a value, or "auto" (a string, so quoted as TOML wants it).
+	tunable := func(auto bool, v any) any {
+		if auto {
+			return "auto"
+		}
+		return v
+	}
+	line("handler", set.Handler, true, "")
+	line("batch_size", tunable(c.Auto.BatchSize, c.BatchSize), set.BatchSize.Given(), "")
+	delayUnit := "ms"
+	if c.Auto.MaxBatchDelay {
+		delayUnit = ""
+	}
+	line("max_batch_delay", tunable(c.Auto.MaxBatchDelay, c.MaxBatchDelay.Milliseconds()), set.MaxBatchDelay.Given(), delayUnit)
+	line("min_workers", tunable(c.Auto.MinWorkers, c.MinWorkers), set.MinWorkers.Given(), "")
+	line("max_workers", c.MaxWorkers, set.MaxWorkers.Set, "")
+	line("job_queue_size", c.JobQueueSize, set.JobQueueSize.Set, "")
+	line("response_timeout", int64(c.ResponseTimeout/time.Second), set.ResponseTimeout.Set, "s")
+	line("startup_timeout", int64(c.StartupTimeout/time.Second), set.StartupTimeout.Set, "s")
+	if set.LatencyTarget.Set {
+		line("latency_target_ms", c.LatencyTarget.Milliseconds(), true, "")
+	}
+	if set.Device.Set {
 		line("device", c.Device, true, "")
 	} else {
 		fmt.Fprintln(w, "# device: the daemon's choice")
 	}
-	if c.DeviceIDs != nil {
-		line("device_ids", strings.ReplaceAll(fmt.Sprint(c.DeviceIDs), " ", ", "), true, "")
+	if set.DeviceIDs != nil {
+		line("device_ids", strings.ReplaceAll(fmt.Sprint(set.DeviceIDs), " ", ", "), true, "")
 	}
-	if c.Threads != 0 {
+	if set.Threads.Set {
 		line("threads", c.Threads, true, "")
 	} else {
 		fmt.Fprintln(w, "# threads: LibTorch's default")
 	}
-	line("freeze", c.Freeze, set.Freeze, "")
-	line("optimize_for_inference", c.Optimize, set.Optimize, "")
-	if c.Precision != "" {
+	line("freeze", c.Freeze, set.Freeze.Set, "")
+	line("optimize_for_inference", c.Optimize, set.Optimize.Set, "")
+	if set.Precision.Set {
 		line("precision", c.Precision, true, "")
 	} else {
 		fmt.Fprintln(w, "# precision: the daemon's (fp32 unless set)")
 	}
-	if len(c.Options) == 0 {
+	if len(set.Options) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
@@ -272,7 +288,7 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 	enc.Indent = ""
 	return enc.Encode(struct {
 		Options map[string]any `toml:"options"`
-	}{c.Options})
+	}{set.Options})
 }
 
 // humanBytes formats a size the way people read it: 312 B, 44.7 MiB.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -111,7 +110,7 @@ func runBenchModel(args []string) error {
 	}
 	defer am.Close()
 	if *precision == "" {
-		*precision = cmp.Or(am.Config.Precision, "fp32")
+		*precision = core.Resolve(daemon.ModelDefaults(), am.Config.Settings).Precision
 	}
 	if !slices.Contains(archive.Precisions, *precision) {
 		return fmt.Errorf("--precision %q: want one of %q", *precision, archive.Precisions)
