@@ -85,6 +85,11 @@ type ModelConfig struct {
 	// Precision is "fp32" or "bf16" (a TorchScript model runs under autocast to bfloat16; an
 	// AOTInductor package must have been exported in it); "" leaves the daemon's choice.
 	Precision string
+	// FP32Modules are the submodules (dotted paths, as PyTorch's named_modules gives them)
+	// that stay float32 when a TorchScript model runs in bf16: mixed precision, as AMP keeps
+	// numerically sensitive layers in float32. A package's are compiled in (models/pt2.py
+	// exports the same list).
+	FP32Modules []string
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec

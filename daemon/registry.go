@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -456,6 +457,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
 	}
 	module, err := LoadModel(am, s)
+	if errors.Is(err, torch.ErrFP32Modules) {
+		return nil, apiErr(http.StatusBadRequest, "ModelException", "model %s: fp32_modules: %v", name, err)
+	}
 	if err != nil {
 		return nil, apiErr(http.StatusInternalServerError, "InternalServerException", "failed to load model %s version %s: %v", name, version, err)
 	}
@@ -613,7 +617,7 @@ func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 	}
 	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
 	if s.Precision == "bf16" {
-		lopts = append(lopts, torch.WithBF16())
+		lopts = append(lopts, torch.WithBF16(am.Config.FP32Modules...))
 	}
 	if s.Freeze {
 		lopts = append(lopts, torch.WithFreeze())

@@ -1,11 +1,16 @@
 package torch_test
 
 import (
+	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -84,11 +89,27 @@ func minilmCosines(t *testing.T, model torch.Model, n int64) []float64 {
 	return cos
 }
 
+// zooFP32Modules returns the fp32_modules of a zoo model's archive config
+// (models/configs/NAME.toml): the submodules its bfloat16 recipe keeps in float32.
+func zooFP32Modules(t *testing.T, name string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "models", "configs", name+".toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := archive.ParseModelConfig(archive.ConfigTOML, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.FP32Modules
+}
+
 // bf16Models loads a zoo model's float32 TorchScript, and its bfloat16 variants: TorchScript
 // under autocast, and the package exported in bfloat16 when models/pt2.py --dtype bf16 has
-// made it (model_bf16.pt2).
+// made it (model_bf16.pt2), each with the float32 submodules of the model's config.
 func bf16Models(t *testing.T, name string) (fp32 torch.Model, bf16 map[string]torch.Model) {
 	t.Helper()
+	keep := zooFP32Modules(t, name)
 	load := func(opts ...torch.LoadOption) torch.Model {
 		m, err := torch.Load(zoo(t, name, "model.pt"), opts...)
 		if err != nil {
@@ -98,7 +119,7 @@ func bf16Models(t *testing.T, name string) (fp32 torch.Model, bf16 map[string]to
 		return m
 	}
 	fp32 = load()
-	bf16 = map[string]torch.Model{"torchscript": load(torch.WithBF16())}
+	bf16 = map[string]torch.Model{"torchscript": load(torch.WithBF16(keep...))}
 	pkg := filepath.Join("..", "models", "out", name, "model_bf16.pt2")
 	if _, err := os.Stat(pkg); err == nil {
 		p, err := torch.LoadPackage(pkg)
@@ -106,8 +127,18 @@ func bf16Models(t *testing.T, name string) (fp32 torch.Model, bf16 map[string]to
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
-		if md := p.Metadata(); md["torchd.precision"] != "bf16" {
+		md := p.Metadata()
+		if md["torchd.precision"] != "bf16" {
 			t.Fatalf("%s: torchd.precision %q, want bf16", pkg, md["torchd.precision"])
+		}
+		var got []string
+		if s := md["torchd.fp32_modules"]; s != "" {
+			if err := json.Unmarshal([]byte(s), &got); err != nil {
+				t.Fatalf("%s: torchd.fp32_modules: %v", pkg, err)
+			}
+		}
+		if !slices.Equal(got, keep) {
+			t.Fatalf("%s: float32 modules %q, but the config's are %q: rebuild it (models/pt2.py --dtype bf16)", pkg, got, keep)
 		}
 		bf16["pt2"] = p
 	} else {
@@ -148,6 +179,59 @@ func TestBF16Runs(t *testing.T) {
 		t.Logf("digits %s bf16: max |logit diff| %.3g", kind, d)
 	}
 
+}
+
+// TestBF16FP32Modules checks the float32 islands of precision bf16 on the digits CNN: with
+// every layer kept float32 the bf16 module answers exactly float32's logits (autocast is off
+// inside each, and each hands float32 on); with only the last layer kept, bfloat16 shows
+// again; a name that forward never calls, or that is no dotted path, is refused at load.
+func TestBF16FP32Modules(t *testing.T) {
+	x := packageInputs(t, "digits", 64)[0]
+	forward := func(opts ...torch.LoadOption) []float32 {
+		m, err := torch.Load(zoo(t, "digits", "model.pt"), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		out, err := m.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer torch.CloseValue(out)
+		if dt := out.(*torch.Tensor).DType(); dt != torch.Float32 {
+			t.Fatalf("answers %v, want float32", dt)
+		}
+		return append([]float32(nil), float32s(t, out)...)
+	}
+	want := forward()
+	if d := maxAbsDiff(forward(torch.WithBF16("conv1", "conv2", "fc1", "fc2")), want); d != 0 {
+		t.Errorf("every layer float32: max |logit diff| %g to float32, want 0", d)
+	}
+	bf16 := forward(torch.WithBF16())
+	last := forward(torch.WithBF16("fc2"))
+	if d := maxAbsDiff(last, want); d == 0 {
+		t.Error("fc2 float32 only: logits equal float32's, want bfloat16's differences")
+	}
+	if d := maxAbsDiff(last, bf16); d == 0 {
+		t.Error("fc2 float32 only: logits equal all-bfloat16's, want fc2 in float32")
+	}
+	for _, c := range []struct {
+		names []string
+		err   string
+	}{
+		{[]string{"conv3"}, "float32 module conv3: forward calls no submodule of that name"},
+		{[]string{"conv1.weight"}, "float32 module conv1.weight: forward calls no submodule of that name"},
+		{[]string{"conv1,conv2"}, `float32 module "conv1,conv2": want a dotted submodule path`},
+		{[]string{""}, `float32 module "": want a dotted submodule path`},
+	} {
+		m, err := torch.Load(zoo(t, "digits", "model.pt"), torch.WithBF16(c.names...))
+		if err == nil {
+			m.Close()
+			t.Errorf("%q: loaded, want an error", c.names)
+		} else if !strings.Contains(err.Error(), c.err) || !errors.Is(err, torch.ErrFP32Modules) {
+			t.Errorf("%q: %v, want %q, and ErrFP32Modules", c.names, err, c.err)
+		}
+	}
 }
 
 // TestBF16GateMiniLM is the accuracy gate of precision bf16 for MiniLM: each of 32 texts'
