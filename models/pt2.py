@@ -172,26 +172,29 @@ MODELS = {"digits": digits, "resnet18": resnet18, "efficientnet_lite0": efficien
 
 
 class Float32(nn.Module):
-    """A submodule kept in float32 inside a reduced-precision model: it casts its floating
-    tensor input to float32 and its output back to the input's dtype (other arguments, such as
-    a block's drop-connect rate, pass as they are)."""
+    """A submodule kept in float32 inside an autocast model: autocast off, its input cast to
+    float32 and its output back to the input's dtype (other arguments, such as a block's
+    drop-connect rate, pass as they are), as torchd runs TorchScript's float32 modules."""
 
     def __init__(self, module):
         super().__init__()
-        self.module = module.float()
+        self.module = module
 
     def forward(self, x, *args, **kwargs):
-        return self.module(x.float(), *args, **kwargs).to(x.dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return self.module(x.float(), *args, **kwargs).to(x.dtype)
 
 
 class Cast(nn.Module):
-    """The module with its weights in dtype, except the submodules named in fp32_modules, which
-    stay float32 (mixed precision, as AMP keeps numerically sensitive layers in float32);
-    it takes and returns float32."""
+    """The module under autocast to dtype, as torchd runs TorchScript in bf16: matrix products
+    and convolutions in dtype, the ops autocast keeps in float32 in float32, and the weights
+    kept float32 and cast as they are used. Converting the weights and every activation to bfloat16 instead costs far more
+    accuracy (docs/guide/pt2.md, Precision). The submodules named in fp32_modules stay
+    float32; it takes and returns float32."""
 
     def __init__(self, module, dtype, fp32_modules=()):
         super().__init__()
-        self.module, self.dtype = module.to(dtype), dtype
+        self.module, self.dtype = module, dtype
         for name in fp32_modules:
             parent, _, leaf = name.rpartition(".")
             # setattr replaces a ModuleList's item too: its items are attributes named "0", "1", ...
@@ -200,9 +203,8 @@ class Cast(nn.Module):
     # Positional arguments, not *args, so that the exported signature is the module's: an
     # image (float) or token ids and their attention mask (int64).
     def forward(self, x, mask=None):
-        if x.is_floating_point():
-            x = x.to(self.dtype)
-        y = self.module(x) if mask is None else self.module(x, mask)
+        with torch.autocast(x.device.type, dtype=self.dtype):
+            y = self.module(x) if mask is None else self.module(x, mask)
         return y.float()
 
 
