@@ -12,13 +12,15 @@ any x86-64-v3 one. torchd refuses a package whose baseline the host lacks.
 
 The package's metadata carries what torchd needs and AOTInductor does not expose: the input
 specs with each dimension's bounds (torchd.inputs), the output specs (torchd.outputs), the
--march (torchd.march) and the precision of its weights (torchd.precision).
+-march (torchd.march) and the precision it computes in (torchd.precision).
 
---dtype bf16 (or fp16) exports the model with its weights in that dtype; inputs and outputs
-stay float32 (the package casts them), so handlers and clients are unchanged. The submodules
-named by fp32_modules in the model's archive config (models/configs/NAME.toml) stay float32,
-cast in and out (mixed precision); torchd keeps the same ones in float32 when it serves the
-TorchScript model.pt in bf16, and the package records them (torchd.fp32_modules). --device cuda
+--dtype bf16 (or fp16) exports the model under autocast to that dtype, as torchd runs
+TorchScript in bf16: matrix products and convolutions in it, the weights kept float32 and cast
+where autocast uses them; inputs and outputs stay float32, so handlers and clients are
+unchanged. The submodules named by fp32_modules in the model's archive config
+(models/configs/NAME.toml) run with autocast off, cast in and out (mixed precision); torchd
+keeps the same ones in float32 when it serves the TorchScript model.pt in bf16, and the
+package records them (torchd.fp32_modules). --device cuda
 compiles for CUDA (on a machine with a GPU and the CUDA torch); --models picks the models.
 
 Compiling takes a minute or more per model on 2 cores, so packages are cached in CACHE
@@ -379,7 +381,7 @@ def main():
                        help="compiled packages, by input hash")
         p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
         p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
-                       help="the dtype of the package's weights; inputs and outputs stay float32")
+                       help="the dtype the package computes in (autocast); inputs and outputs stay float32")
     args = common.parse_args(__doc__.splitlines()[0], flags)
     if args.device != "cpu":
         # No references are made there, and CUDA's matrix products refuse deterministic mode
