@@ -181,9 +181,10 @@ func TestBF16Runs(t *testing.T) {
 }
 
 // TestBF16FP32Modules checks the float32 islands of precision bf16 on the digits CNN: with
-// every layer kept float32 the bf16 module answers exactly float32's logits (autocast is off
-// inside each, and each hands float32 on); with only the last layer kept, bfloat16 shows
-// again; a name that forward never calls, or that is no dotted path, is refused at load.
+// every layer kept float32 the bf16 module answers exactly float32's logits, frozen or not
+// (autocast is off inside each, and each hands float32 on); with only the last layer kept,
+// bfloat16 shows again; a name that forward never calls, or that is no dotted path, is
+// refused at load.
 func TestBF16FP32Modules(t *testing.T) {
 	x := packageInputs(t, "digits", 64)[0]
 	forward := func(opts ...torch.LoadOption) []float32 {
@@ -203,8 +204,13 @@ func TestBF16FP32Modules(t *testing.T) {
 		return append([]float32(nil), float32s(t, out)...)
 	}
 	want := forward()
-	if d := maxAbsDiff(forward(torch.WithBF16("conv1", "conv2", "fc1", "fc2")), want); d != 0 {
+	all := torch.WithBF16("conv1", "conv2", "fc1", "fc2")
+	if d := maxAbsDiff(forward(all), want); d != 0 {
 		t.Errorf("every layer float32: max |logit diff| %g to float32, want 0", d)
+	}
+	// Freezing inlines the calls; the islands stay.
+	if d := maxAbsDiff(forward(all, torch.WithFreeze()), forward(torch.WithFreeze())); d != 0 {
+		t.Errorf("every layer float32, frozen: max |logit diff| %g to float32 frozen, want 0", d)
 	}
 	bf16 := forward(torch.WithBF16())
 	last := forward(torch.WithBF16("fc2"))
@@ -230,6 +236,31 @@ func TestBF16FP32Modules(t *testing.T) {
 		} else if !strings.Contains(err.Error(), c.err) || !errors.Is(err, torch.ErrFP32Modules) {
 			t.Errorf("%q: %v, want %q, and ErrFP32Modules", c.names, err, c.err)
 		}
+	}
+}
+
+// TestBF16TracedConvolutions checks that a traced model's convolutions run in bfloat16: its
+// graph has aten::_convolution, which autocast's own CPU list leaves in float32. With
+// EfficientNet-Lite0's classifier (its only linear layer) kept float32, the convolutions are
+// all that can differ from float32, and they must.
+func TestBF16TracedConvolutions(t *testing.T) {
+	images, _ := gateImages(t, [3]float32{0.5, 0.5, 0.5}, [3]float32{0.5, 0.5, 0.5})
+	x := mustTensor(t, images[:2*3*224*224], 2, 3, 224, 224)
+	forward := func(opts ...torch.LoadOption) []float32 {
+		m, err := torch.Load(zoo(t, "efficientnet_lite0", "model.pt"), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		out, err := m.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer torch.CloseValue(out)
+		return append([]float32(nil), float32s(t, out)...)
+	}
+	if d := maxAbsDiff(forward(torch.WithBF16("_fc")), forward()); d == 0 {
+		t.Error("classifier float32: logits equal float32's, want the convolutions' bfloat16 differences")
 	}
 }
 

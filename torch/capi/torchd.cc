@@ -458,6 +458,28 @@ TORCH_LIBRARY(torchd, m) {
         &fp32_exit);
 }
 
+// Autocast's CPU list names aten::_convolution's deprecated overload only, but a traced
+// model's convolutions are the current one (F.conv2d decomposes into it before the tracer
+// sees it), so without this kernel they would stay float32 under autocast. It does what
+// autocast does for conv2d: the floating arguments cast to the autocast dtype, autocast off
+// below. (CUDA's autocast has a kernel for it.)
+at::Tensor autocast_convolution(const at::Tensor &input, const at::Tensor &weight,
+                                const std::optional<at::Tensor> &bias, c10::SymIntArrayRef stride,
+                                c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
+                                c10::SymIntArrayRef output_padding, c10::SymInt groups, bool benchmark,
+                                bool deterministic, bool cudnn_enabled, bool allow_tf32) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCPU);
+  constexpr auto cpu = c10::DeviceType::CPU;
+  auto dtype = at::autocast::get_autocast_dtype(cpu);
+  return at::_convolution_symint(at::autocast::cached_cast(dtype, input, cpu),
+                                 at::autocast::cached_cast(dtype, weight, cpu),
+                                 at::autocast::cached_cast(dtype, bias, cpu), stride, padding, dilation,
+                                 transposed, output_padding, std::move(groups), benchmark, deterministic,
+                                 cudnn_enabled, allow_tf32);
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastCPU, m) { m.impl("_convolution", &autocast_convolution); }
+
 // module_path returns the dotted path from graph's self to the module v is (a chain of
 // prim::GetAttr), or false when v is no submodule of self.
 bool module_path(torch::jit::Value *v, torch::jit::Value *self, std::string &path) {
