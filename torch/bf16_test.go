@@ -349,9 +349,9 @@ func logitsOf(t *testing.T, m torch.Model, images []float32, n int) []float32 {
 // TestBF16GateMiniLM), so that the trade-off is a number:
 //   - EfficientNet-Lite0: top-1 equals float32's on at least 99% of 240 photos;
 //   - ResNet-18 on the same photos (ImageNet's normalization): top-1 equals float32's on at
-//     least 99%, and no logit is more than 0.1 off. Under autocast the largest difference
-//     measured was 0.023 (48 of the photos; their float32 logits span about 9), so the bound
-//     leaves room for the package's all-bfloat16 weights.
+//     least 99%, and no logit is more than 0.1 off (its float32 logits span about 9).
+//
+// Each runs with the float32 modules of the model's config (fp32_modules).
 //
 // They run where the CPU computes in bfloat16 (avx512_bf16 or AMX), or with
 // TORCHD_BF16_GATES=1: elsewhere LibTorch emulates bfloat16, and the convolutions take a slow
