@@ -180,29 +180,33 @@ func TestBF16Runs(t *testing.T) {
 
 }
 
+// forwardZoo loads a zoo model's model.pt with opts and returns its float32 output for x.
+func forwardZoo(t *testing.T, name string, x *torch.Tensor, opts ...torch.LoadOption) []float32 {
+	t.Helper()
+	m, err := torch.Load(zoo(t, name, "model.pt"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	out, err := m.Forward(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseValue(out)
+	if dt := out.(*torch.Tensor).DType(); dt != torch.Float32 {
+		t.Fatalf("%s answers %v, want float32", name, dt)
+	}
+	return append([]float32(nil), float32s(t, out)...)
+}
+
 // TestBF16FP32Modules checks the float32 islands of precision bf16 on the digits CNN: with
 // every layer kept float32 the bf16 module answers exactly float32's logits, frozen or not
 // (autocast is off inside each, and each hands float32 on); with only the last layer kept,
 // bfloat16 shows again; a name that forward never calls, or that is no dotted path, is
 // refused at load.
 func TestBF16FP32Modules(t *testing.T) {
-	x := packageInputs(t, "digits", 64)[0]
-	forward := func(opts ...torch.LoadOption) []float32 {
-		m, err := torch.Load(zoo(t, "digits", "model.pt"), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		out, err := m.Forward(x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer torch.CloseValue(out)
-		if dt := out.(*torch.Tensor).DType(); dt != torch.Float32 {
-			t.Fatalf("answers %v, want float32", dt)
-		}
-		return append([]float32(nil), float32s(t, out)...)
-	}
+	x := packageInputs(t, "digits", 64)[0].(*torch.Tensor)
+	forward := func(opts ...torch.LoadOption) []float32 { return forwardZoo(t, "digits", x, opts...) }
 	want := forward()
 	all := torch.WithBF16("conv1", "conv2", "fc1", "fc2")
 	if d := maxAbsDiff(forward(all), want); d != 0 {
@@ -246,20 +250,8 @@ func TestBF16FP32Modules(t *testing.T) {
 func TestBF16TracedConvolutions(t *testing.T) {
 	images, _ := gateImages(t, [3]float32{0.5, 0.5, 0.5}, [3]float32{0.5, 0.5, 0.5})
 	x := mustTensor(t, images[:2*3*224*224], 2, 3, 224, 224)
-	forward := func(opts ...torch.LoadOption) []float32 {
-		m, err := torch.Load(zoo(t, "efficientnet_lite0", "model.pt"), opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
-		out, err := m.Forward(x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer torch.CloseValue(out)
-		return append([]float32(nil), float32s(t, out)...)
-	}
-	if d := maxAbsDiff(forward(torch.WithBF16("_fc")), forward()); d == 0 {
+	bf16, fp32 := forwardZoo(t, "efficientnet_lite0", x, torch.WithBF16("_fc")), forwardZoo(t, "efficientnet_lite0", x)
+	if d := maxAbsDiff(bf16, fp32); d == 0 {
 		t.Error("classifier float32: logits equal float32's, want the convolutions' bfloat16 differences")
 	}
 }
