@@ -46,6 +46,11 @@ type ModelConfig struct {
 	// InteropThreads is LibTorch's inter-op threads, process-wide and settable once (a
 	// Triton config's INTER_OP_THREAD_COUNT); 0 leaves LibTorch's default.
 	InteropThreads int
+	// FP32Modules are the submodules (dotted paths, as PyTorch's named_modules gives them)
+	// that stay float32 when a TorchScript model runs in bf16: mixed precision, as AMP keeps
+	// numerically sensitive layers in float32. A package's are compiled in (models/pt2.py
+	// exports the same list).
+	FP32Modules []string
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec

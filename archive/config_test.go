@@ -23,6 +23,7 @@ device_ids = [0, 1]
 threads = 1
 freeze = true
 precision = "bf16"
+fp32_modules = ["stem", "blocks.0"]
 [options]                # handler options, validated by the handler
 image_size = 224
 resize = 256
@@ -52,7 +53,8 @@ func TestParseTOML(t *testing.T) {
 			ResponseTimeout: Of(120 * time.Second), StartupTimeout: Of(60 * time.Second),
 			Device: Of("cuda"), Threads: Of(1), Freeze: Of(true), Precision: Of("bf16"),
 		},
-		DeviceIDs: []int{0, 1},
+		DeviceIDs:   []int{0, 1},
+		FP32Modules: []string{"stem", "blocks.0"},
 		Options: map[string]any{
 			"image_size": int64(224), "resize": int64(256),
 			"mean": []any{0.485, 0.456, 0.406}, "std": []any{0.229, 0.224, 0.225},
@@ -93,6 +95,10 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
 		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16"], got "fp8"`},
 		{`precision = 16`, "precision", `must be a string`},
+		{`fp32_modules = "fc"`, "fp32_modules", `must be an array of submodule paths, got string "fc"`},
+		{`fp32_modules = ["fc", 3]`, "fp32_modules[1]", `must be a submodule path such as "features.0", got integer 3`},
+		{`fp32_modules = ["fc,head"]`, "fp32_modules[0]", `got string "fc,head"`},
+		{`fp32_modules = [""]`, "fp32_modules[0]", `got string ""`},
 		{`handler = 5`, "handler", "must be a string, got integer 5"},
 		{`handler = "my_handler.py"`, "handler", "custom Python handler"},
 		{`serialized_file = "../model.pt"`, "serialized_file", `path has a ".." component`},

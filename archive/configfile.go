@@ -42,6 +42,7 @@ var tomlKeys = []string{
 	"handler", "serialized_file", "batch_size", "max_batch_delay", "min_workers", "max_workers",
 	"job_queue_size", "response_timeout", "startup_timeout", "device", "device_ids", "threads",
 	"freeze", "optimize_for_inference", "options", "inputs", "outputs", "latency_target_ms", "precision",
+	"fp32_modules",
 }
 
 func parseTOML(file string, data []byte) (ModelConfig, error) {
@@ -129,6 +130,19 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 			f.fail("precision", "must be one of %q, got %q", Precisions, s)
 		} else {
 			c.Precision = Of(s)
+		}
+	}
+	if v, ok := f.get("fp32_modules"); ok {
+		list, isList := v.([]any)
+		if !isList {
+			f.fail("fp32_modules", "must be an array of submodule paths, got %s", describe(v))
+		}
+		for i, e := range list {
+			if s, isStr := e.(string); !isStr || s == "" || strings.ContainsAny(s, ", ") {
+				f.fail(fmt.Sprintf("fp32_modules[%d]", i), "must be a submodule path such as \"features.0\", got %s", describe(e))
+			} else {
+				c.FP32Modules = append(c.FP32Modules, s)
+			}
 		}
 	}
 	if v, ok := f.get("options"); ok {

@@ -59,6 +59,7 @@
 //	threads = 1                  # LibTorch intra-op threads per worker; default LibTorch's
 //	freeze = true                # torch.jit.freeze the module; default false
 //	precision = "bf16"           # "fp32" or "bf16"; default: the daemon's (fp32)
+//	fp32_modules = ["fc"]        # submodules a TorchScript model keeps in float32 in bf16
 //
 //	[options]                    # the handler's; it validates them
 //	image_size = 224

@@ -54,7 +54,7 @@ type PackageSignature struct {
 	Dynamic   []DynamicDim    `json:"dynamic_dims"`
 	Device    string          `json:"device,omitempty"`    // AOTI_DEVICE_KEY: cpu or cuda
 	March     string          `json:"march,omitempty"`     // the -march of a CPU package
-	Precision string          `json:"precision,omitempty"` // fp32, bf16 or fp16: the dtype its weights were exported in
+	Precision string          `json:"precision,omitempty"` // fp32, bf16 or fp16: the dtype it was exported to compute in
 }
 
 // ReadPackageSignature reads the signature of the AOTInductor package at file from the

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,6 +60,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
 	}
 	module, err := LoadModel(am, s)
+	if errors.Is(err, torch.ErrFP32Modules) {
+		return nil, errorf(ErrBadModel, "model %s: fp32_modules: %v", name, err)
+	}
 	if err != nil {
 		return nil, errorf(ErrLoadFailed, "failed to load model %s version %s: %v", name, version, err)
 	}
@@ -214,7 +218,7 @@ func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 	}
 	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
 	if s.Precision == "bf16" {
-		lopts = append(lopts, torch.WithBF16())
+		lopts = append(lopts, torch.WithBF16(am.Config.FP32Modules...))
 	}
 	if s.Freeze {
 		lopts = append(lopts, torch.WithFreeze())

@@ -336,6 +336,15 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 	}
 	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_pt2_at_fp32&initial_workers=1&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision fp32, but model_bf16.pt2 was exported in bf16")
+	// Mixed precision: the config's float32 modules are the model's, or registration is refused.
+	writeDigitsArchive(t, "digits_bf16_ts_fc2", "model.pt", cfg+"fp32_modules = [\"fc2\"]\n", nil)
+	s.register(t, "url=pt2/digits_bf16_ts_fc2&initial_workers=1&synchronous=true")
+	if got := inferPackage(t, s, "digits_bf16_ts_fc2", rows); len(got) != len(want) {
+		t.Fatalf("digits_bf16_ts_fc2: %d logits, want %d", len(got), len(want))
+	}
+	writeDigitsArchive(t, "digits_bf16_ts_conv3", "model.pt", cfg+"fp32_modules = [\"conv3\"]\n", nil)
+	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_ts_conv3&initial_workers=1&synchronous=true", "", nil)
+	errorShape(t, r, 400, "ModelException", "float32 module conv3: forward calls no submodule of that name")
 }
 
 func argmax(v []float32) int {

@@ -12,10 +12,15 @@ any x86-64-v3 one. torchd refuses a package whose baseline the host lacks.
 
 The package's metadata carries what torchd needs and AOTInductor does not expose: the input
 specs with each dimension's bounds (torchd.inputs), the output specs (torchd.outputs), the
--march (torchd.march) and the precision of its weights (torchd.precision).
+-march (torchd.march) and the precision it computes in (torchd.precision).
 
---dtype bf16 (or fp16) exports the model with its weights in that dtype; inputs and outputs
-stay float32 (the package casts them), so handlers and clients are unchanged. --device cuda
+--dtype bf16 (or fp16) exports the model under autocast to that dtype, as torchd runs
+TorchScript in bf16: matrix products and convolutions in it, the weights kept float32 and cast
+where autocast uses them; inputs and outputs stay float32, so handlers and clients are
+unchanged. The submodules named by fp32_modules in the model's archive config
+(models/configs/NAME.toml) run with autocast off, cast in and out (mixed precision); torchd
+keeps the same ones in float32 when it serves the TorchScript model.pt in bf16, and the
+package records them (torchd.fp32_modules). --device cuda
 compiles for CUDA (on a machine with a GPU and the CUDA torch); --models picks the models.
 
 Compiling takes a minute or more per model on 2 cores, so packages are cached in CACHE
@@ -168,20 +173,53 @@ MODELS = {"digits": digits, "resnet18": resnet18, "efficientnet_lite0": efficien
           "textcls": textcls, "minilm": minilm, "captioner": captioner}
 
 
-class Cast(nn.Module):
-    """The module with its weights in dtype, taking and returning float32."""
+class Float32(nn.Module):
+    """A submodule kept in float32 inside an autocast model: autocast off, its input cast to
+    float32 and its output back to the input's dtype (other arguments, such as a block's
+    drop-connect rate, pass as they are), as torchd runs TorchScript's float32 modules."""
 
-    def __init__(self, module, dtype):
+    def __init__(self, module):
         super().__init__()
-        self.module, self.dtype = module.to(dtype), dtype
+        self.module = module
+
+    def forward(self, x, *args, **kwargs):
+        with torch.autocast(x.device.type, enabled=False):
+            return self.module(x.float(), *args, **kwargs).to(x.dtype)
+
+
+class Cast(nn.Module):
+    """The module under autocast to dtype, as torchd runs TorchScript in bf16: matrix products
+    and convolutions in dtype, the ops autocast keeps in float32 in float32, and the weights
+    kept float32 and cast as they are used. Converting the weights and every activation to bfloat16 instead costs far more
+    accuracy (docs/guide/pt2.md, Precision). The submodules named in fp32_modules stay
+    float32; it takes and returns float32."""
+
+    def __init__(self, module, dtype, fp32_modules=()):
+        super().__init__()
+        self.module, self.dtype = module, dtype
+        for name in fp32_modules:
+            parent, _, leaf = name.rpartition(".")
+            # setattr replaces a ModuleList's item too: its items are attributes named "0", "1", ...
+            setattr(self.module.get_submodule(parent), leaf, Float32(self.module.get_submodule(name)))
 
     # Positional arguments, not *args, so that the exported signature is the module's: an
     # image (float) or token ids and their attention mask (int64).
     def forward(self, x, mask=None):
-        if x.is_floating_point():
-            x = x.to(self.dtype)
-        y = self.module(x) if mask is None else self.module(x, mask)
+        with torch.autocast(x.device.type, dtype=self.dtype):
+            y = self.module(x) if mask is None else self.module(x, mask)
         return y.float()
+
+
+def fp32_modules(name):
+    """The submodules that stay float32 in a bf16 or fp16 export: the fp32_modules of the
+    model's archive config (models/configs/NAME.toml), which torchd keeps in float32 when it
+    serves the TorchScript model.pt in bf16, so that both formats have one recipe."""
+    import tomllib
+    path = os.path.join(HERE, "configs", name + ".toml")
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        return list(tomllib.load(f).get("fp32_modules", []))
 
 
 def file_hash(h, path):
@@ -208,9 +246,9 @@ def spec(name, t, lo, hi):
             "shape": [-1 if a != b else a for a, b in zip(lo, hi)], "min": lo, "max": hi}
 
 
-def compile_package(m, device, dtype, path):
+def compile_package(m, device, dtype, path, fp32=()):
     import torch._inductor.config as inductor_config
-    module = m.module if dtype == "fp32" else Cast(m.module, DTYPES[dtype])
+    module = m.module if dtype == "fp32" else Cast(m.module, DTYPES[dtype], fp32)
     module = module.to(device).eval()
     batch = torch.export.Dim("batch", min=1, max=m.batch_max)
     # Export on a batch of 2 and, for text, a padded length of at least 2 (torch.export
@@ -237,6 +275,8 @@ def compile_package(m, device, dtype, path):
                 "shape": [-1] + list(out.shape[1:])}]
     metadata = {"torchd.inputs": json.dumps(specs), "torchd.outputs": json.dumps(outputs),
                 "torchd.precision": dtype}
+    if dtype != "fp32" and fp32:
+        metadata["torchd.fp32_modules"] = json.dumps(list(fp32))
     configs = {"aot_inductor.metadata": metadata}
     if device == "cpu":
         # Older torch has no cpp.march: there the package is compiled for this machine.
@@ -256,10 +296,11 @@ def build(out, cache, name, device, dtype):
     # The key covers what the package is made from: the code that builds the module and
     # compiles it, the weights, the torch version and the settings (not the references).
     h = hashlib.sha256()
-    for fn in (MODELS[name], Cast, batch_rows, compile_package):
+    fp32 = fp32_modules(name) if dtype != "fp32" else []
+    for fn in (MODELS[name], Float32, Cast, batch_rows, compile_package):
         h.update(inspect.getsource(fn).encode())
     file_hash(h, weights)
-    h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN} {m.batch_max} {m.seq_max}".encode())
+    h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN} {m.batch_max} {m.seq_max} {fp32}".encode())
     file = package_name(device, dtype, m.stem)
     stem = file.removesuffix(".pt2")
     cached = os.path.join(cache, f"{name}-{stem}-{h.hexdigest()[:24]}.pt2")
@@ -270,7 +311,7 @@ def build(out, cache, name, device, dtype):
         # The package's folder inside the zip is named after the file: compile to NAME.pt2.
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             partial = os.path.join(tmp, f"{name}.pt2")
-            compile_package(m, device, dtype, partial)
+            compile_package(m, device, dtype, partial, fp32)
             os.replace(partial, cached)
         print(f"pt2 {name} {device} {dtype}: compiled in {time.monotonic() - t:.1f} s", flush=True)
     shutil.copyfile(cached, os.path.join(d, file))
@@ -340,7 +381,7 @@ def main():
                        help="compiled packages, by input hash")
         p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
         p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
-                       help="the dtype of the package's weights; inputs and outputs stay float32")
+                       help="the dtype the package computes in (autocast); inputs and outputs stay float32")
     args = common.parse_args(__doc__.splitlines()[0], flags)
     if args.device != "cpu":
         # No references are made there, and CUDA's matrix products refuse deterministic mode

@@ -7,9 +7,11 @@ package torch
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 )
@@ -24,8 +26,9 @@ type Module struct {
 }
 
 type loadOptions struct {
-	device string
-	flags  C.int
+	device      string
+	flags       C.int
+	fp32Modules []string
 }
 
 // LoadOption configures Load.
@@ -41,10 +44,22 @@ func WithFreeze() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOA
 
 // WithBF16 runs the module under autocast to bfloat16: matrix products and convolutions in
 // bfloat16, the ops autocast keeps in float32 in float32. Floating outputs are float32.
-func WithBF16() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_BF16 } }
+// fp32Modules names submodules (dotted paths, as named_modules gives them) that stay float32,
+// as mixed precision keeps numerically sensitive layers: their calls run with autocast off.
+func WithBF16(fp32Modules ...string) LoadOption {
+	return func(o *loadOptions) {
+		o.flags |= C.TD_LOAD_BF16
+		o.fp32Modules = fp32Modules
+	}
+}
 
 // WithOptimize applies torch.jit.optimize_for_inference, which implies freezing.
 func WithOptimize() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_LOAD_OPTIMIZE } }
+
+// ErrFP32Modules is wrapped by Load's error when a module named by WithBF16 cannot stay
+// float32: forward calls no submodule of that name, or it is no dotted path, or its call
+// takes or returns other than one tensor. It is the caller's error, not the runtime's.
+var ErrFP32Modules = errors.New("float32 modules")
 
 // Load reads a TorchScript module saved by torch.jit.save.
 func Load(path string, opts ...LoadOption) (*Module, error) {
@@ -60,8 +75,18 @@ func Load(path string, opts ...LoadOption) (*Module, error) {
 	defer freePath()
 	cdev, freeDev := cstring(o.device)
 	defer freeDev()
+	for _, name := range o.fp32Modules {
+		if name == "" || strings.Contains(name, ",") {
+			return nil, fmt.Errorf("torch: load %s: float32 module %q: want a dotted submodule path: %w", path, name, ErrFP32Modules)
+		}
+	}
+	cfp32, freeFP32 := cstring(strings.Join(o.fp32Modules, ","))
+	defer freeFP32()
 	var h *C.td_module
-	if err := statusError("load "+path, C.td_module_load(cpath, cdev, o.flags, &h)); err != nil {
+	if err := statusError("load "+path, C.td_module_load(cpath, cdev, o.flags, cfp32, &h)); err != nil {
+		if len(o.fp32Modules) > 0 && strings.Contains(err.Error(), ": float32 module") {
+			return nil, fmt.Errorf("%w: %w", ErrFP32Modules, err)
+		}
 		return nil, err
 	}
 	dev := C.td_module_device(h)

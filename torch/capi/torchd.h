@@ -89,8 +89,13 @@ typedef struct td_node {
 } td_node;
 
 /* Wraps torch::jit::load on device ("cpu", "cuda", "cuda:N"), then eval() and the
- * TD_LOAD_* flags. On success *out is a new module. */
-td_error td_module_load(const char *path, const char *device, int flags, td_module **out);
+ * TD_LOAD_* flags. fp32_modules (NULL or "" for none; with TD_LOAD_BF16 only) is a
+ * comma-separated list of submodules, dotted paths as named_modules gives them, that stay
+ * float32: each call of one that forward makes runs with autocast off, its tensor input cast
+ * to float32 and its output back to the input's dtype. Each must take one tensor first and
+ * return one tensor. On success *out is a new module. */
+td_error td_module_load(const char *path, const char *device, int flags, const char *fp32_modules,
+                        td_module **out);
 
 /* Frees a module. It must not be running. */
 void td_module_free(td_module *m);
