@@ -37,6 +37,8 @@ paired_point() {
   local pid=$! up=
   for _ in $(seq 1 240); do curl -sf localhost:8080/ping >/dev/null && { up=1; break; }; sleep 0.5; done
   if [ -z "$up" ]; then echo "FAIL $2 round $3: no /ping"; tail -5 "$W/serve-$2-$3.log"; kill -9 $pid; wait $pid 2>/dev/null; return; fi
+  # The new build's answers, once, before its first point.
+  [ "$2/$3" = new/1 ] && python3 "$G/check.py" http://localhost:8080 resnet50_fp16 "$W/resnet50_fp16" 0.1 1,8
   $PA -m resnet50_fp16 --concurrency-range ${PAIRED_C:-128} --measurement-interval 2000 --max-trials 1 >/dev/null 2>&1 # warm-up
   local m0 m1
   m0=$(curl -s localhost:8082/metrics | awk '/^torchd_batch_size_(sum|count)\{model="resnet50_fp16"/{printf "%s ", $2}')

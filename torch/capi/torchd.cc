@@ -9,6 +9,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/csrc/jit/passes/autocast.h>
@@ -28,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -113,6 +115,25 @@ int32_t from_scalar_type(c10::ScalarType st) {
 
 void noop_deleter(void *) {}
 
+// OnWorkerStream makes the calling thread's own stream from the device's pool current for one
+// call on a GPU, so that a worker's copies and forward neither queue behind nor wait for other
+// workers' work on the shared default stream. Each worker calls from its own locked OS thread.
+struct OnWorkerStream {
+  std::optional<c10::StreamGuard> guard;
+  explicit OnWorkerStream(c10::Device d) {
+    if (d.is_cpu()) return;
+    thread_local std::vector<c10::Stream> streams;
+    for (const auto &s : streams) {
+      if (s.device() == d) {
+        guard.emplace(s);
+        return;
+      }
+    }
+    streams.push_back(c10::impl::VirtualGuardImpl(d.type()).getStreamFromGlobalPool(d));
+    guard.emplace(streams.back());
+  }
+};
+
 // Span is the memory of one input tensor built over caller memory.
 struct Span {
   const char *begin, *end;
@@ -160,10 +181,11 @@ struct Builder {
     return t.to(device, /*non_blocking=*/pinned);
   }
 
-  // finish waits for the input copies queued from pinned memory, whose source the caller may
-  // overwrite as soon as the call returns.
+  // finish waits, on a GPU, for the call's work on its worker stream: the input copies queued
+  // from pinned memory, whose source the caller may overwrite once the call returns, and the
+  // forward, whose outputs are read later from another stream.
   void finish() const {
-    if (async) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
+    if (!device.is_cpu()) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
   }
 
   c10::IValue value() {
@@ -702,6 +724,7 @@ td_error td_module_run(td_module *m, const char *method, const td_node *nodes, i
     std::string name = method == nullptr || *method == '\0' ? "forward" : method;
     auto fn = m->module.find_method(name);
     if (!fn) throw std::invalid_argument("model has no method '" + name + "'");
+    OnWorkerStream on_stream(m->device);
     Builder b{nodes, n_nodes, 0, m->device};
     std::vector<c10::IValue> args;
     while (b.pos < n_nodes) args.push_back(b.value());
@@ -773,6 +796,7 @@ td_error td_package_load(const char *path, const char *model, const char *device
                                ", not for " + dev.str());
     }
     if (dev.is_cpu()) check_cpu(p->metadata);
+    if (dev.is_cuda() && !dev.has_index()) dev = c10::Device(c10::kCUDA, 0);
     bind_own_libtorch();
     p->device = dev;
     p->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
@@ -789,6 +813,7 @@ td_error td_package_run(td_package *p, const td_node *nodes, int n_nodes, td_res
   auto r = std::make_unique<td_result>();
   td_error err = guard([&] {
     c10::InferenceMode guard_mode;
+    OnWorkerStream on_stream(p->device);
     Builder b{nodes, n_nodes, 0, p->device};
     std::vector<at::Tensor> inputs;
     while (b.pos < n_nodes) {
