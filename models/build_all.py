@@ -2,7 +2,8 @@
 """Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm.
 
 models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2,
-model_bf16.pt2 for digits and MiniLM, and the captioner's encoder as OUT/captioner/encoder.pt2).
+model_bf16.pt2 for digits and MiniLM, model_fp16.pt2 for digits, and the captioner's encoder
+as OUT/captioner/encoder.pt2).
 
 A model whose OUT/<name>/ is newer than its script and common.py is skipped (--force
 rebuilds it). That is safe because a script only puts OUT/<name>/ in place once it has
@@ -81,6 +82,8 @@ def main():
     t = time.monotonic()
     run("pt2.py", args.out)
     run("pt2.py", args.out, "--dtype", "bf16", "--models", "digits,minilm")
+    # fp16 is for GPUs; digits' fp16 package for the CPU lets the tests serve precision fp16.
+    run("pt2.py", args.out, "--dtype", "fp16", "--models", "digits")
     print(f"pt2: {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
     run("verify.py", args.out)
