@@ -131,7 +131,9 @@ func PackageSpecs(md map[string]string) (inputs, outputs []Spec, err error) {
 
 // LoadPackage loads the AOTInductor package at path. It refuses, with an error and before
 // the package's compiled library is loaded, a package compiled for another device kind or for
-// CPU features this host lacks, and one without torchd's input specs.
+// CPU features this host lacks, and one without torchd's input specs. It is safe to call from
+// several goroutines: loads and metadata reads take turns in the C ABI, since LibTorch's
+// loader parses into shared state.
 func LoadPackage(path string, opts ...PackageOption) (*Package, error) {
 	o := packageOptions{device: "cpu", model: "model", runners: 1}
 	for _, opt := range opts {

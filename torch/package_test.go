@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -360,5 +361,56 @@ func TestPackageConcurrentRunners(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestConcurrentPackageLoads loads several packages at once, some the same file under other
+// names, while their metadata is read beside: LibTorch's loader parses every package's JSON
+// into one static object, which crashed such loads (or could give one package another's
+// metadata) before the C ABI made them take turns. Each package must keep its own metadata.
+func TestConcurrentPackageLoads(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for i := range 3 {
+		b, err := os.ReadFile(zoo(t, "digits", "model.pt2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("digits%d.pt2", i))
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	paths = append(paths, zoo(t, "textcls", "model.pt2"), zoo(t, "minilm", "model.pt2"))
+	want := map[string]map[string]string{}
+	for _, p := range paths {
+		md, err := torch.ReadPackageMetadata(p, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[p] = md
+	}
+	for range 30 {
+		var wg sync.WaitGroup
+		for _, p := range paths {
+			wg.Go(func() {
+				pk, err := torch.LoadPackage(p)
+				if err != nil {
+					t.Errorf("%s: %v", filepath.Base(p), err)
+					return
+				}
+				defer pk.Close()
+				if got := pk.Metadata(); !maps.Equal(got, want[p]) {
+					t.Errorf("%s: metadata %v, want %v", filepath.Base(p), got, want[p])
+				}
+			})
+			wg.Go(func() {
+				if md, err := torch.ReadPackageMetadata(p, ""); err != nil || !maps.Equal(md, want[p]) {
+					t.Errorf("%s: metadata read beside the loads: %v, %v", filepath.Base(p), md, err)
+				}
+			})
+		}
+		wg.Wait()
 	}
 }

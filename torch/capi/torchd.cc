@@ -29,6 +29,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -760,10 +761,16 @@ td_error td_module_schema(td_module *m, const char *method, char **out) {
 
 char *td_module_device(td_module *m) { return dup(m->device.str()); }
 
+// package_loads makes package loads and metadata reads take turns: LibTorch's package loader
+// parses every package's JSON into one static object, so two at once corrupt it (a SIGSEGV,
+// or one package's metadata read as another's). Runs do not parse it and go on in parallel.
+std::mutex package_loads;
+
 td_error td_package_metadata(const char *path, const char *model, char **out) {
   *out = nullptr;
   return guard([&] {
     std::string name = model == nullptr || *model == '\0' ? "model" : model;
+    std::lock_guard<std::mutex> lock(package_loads);
     auto md = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, name);
     std::map<std::string, std::string> sorted(md.begin(), md.end());
     std::string s;
@@ -785,6 +792,7 @@ td_error td_package_load(const char *path, const char *model, const char *device
       throw std::runtime_error(std::string("device ") + device + ": only cpu and cuda are supported");
     }
     if (num_runners < 1) throw std::invalid_argument("num_runners must be at least 1");
+    std::lock_guard<std::mutex> lock(package_loads);
     auto md = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, name);
     auto p = std::make_unique<td_package>();
     p->metadata.insert(md.begin(), md.end());
