@@ -147,8 +147,6 @@ struct Builder {
   int pos = 0;
   c10::Device device;
   std::vector<Span> borrowed;
-  // async is set once an input crossed to the device from pinned memory without waiting.
-  bool async = false;
 
   const td_node &next() {
     if (pos >= n) throw std::invalid_argument("malformed input tree: ran out of nodes");
@@ -178,7 +176,6 @@ struct Builder {
     // From pinned memory (td_host_buffer) the copy is queued on the device's stream and the
     // call waits for it at its end (finish); from pageable memory it is synchronous.
     bool pinned = nd.data != nullptr && t.is_pinned();
-    async = async || pinned;
     return t.to(device, /*non_blocking=*/pinned);
   }
 
