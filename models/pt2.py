@@ -27,7 +27,7 @@ Compiling takes a minute or more per model on 2 cores, so packages are cached in
 (default ~/.cache/torchd/pt2, beside third_party/get-libtorch.sh's wheels, so that a fresh
 clone on the same machine reuses them), keyed by a hash of the code that builds and compiles the model, its
 weights file, the torch version and the compile settings: an unchanged model is copied, not
-recompiled.
+recompiled. The four most recently used packages of each model, device and dtype are kept.
 
 Files, per model (the references only for the default CPU fp32 package):
   model.pt2                 the CPU fp32 package; model_bf16.pt2, model_cuda.pt2,
@@ -287,6 +287,20 @@ def compile_package(m, device, dtype, path, fp32=()):
     torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
 
 
+# Packages kept per model, device and dtype: enough for main and a few clones of other
+# revisions on one machine, while the cache stays bounded as the recipes change.
+CACHE_KEEP = 4
+
+
+def prune_cache(cache, prefix):
+    """Delete all but the CACHE_KEEP most recently used packages whose names start with prefix."""
+    entries = [os.path.join(cache, f) for f in os.listdir(cache)
+               if f.startswith(prefix) and f.endswith(".pt2") and len(f) == len(prefix) + 24 + 4]
+    entries.sort(key=os.path.getmtime, reverse=True)
+    for old in entries[CACHE_KEEP:]:
+        os.remove(old)
+
+
 def build(out, cache, name, device, dtype):
     d = os.path.join(out, name)
     m = MODELS[name](d)
@@ -305,6 +319,7 @@ def build(out, cache, name, device, dtype):
     stem = file.removesuffix(".pt2")
     cached = os.path.join(cache, f"{name}-{stem}-{h.hexdigest()[:24]}.pt2")
     if os.path.exists(cached):
+        os.utime(cached)  # marks it used, for prune_cache
         print(f"pt2 {name} {device} {dtype}: cached {cached}", flush=True)
     else:
         t = time.monotonic()
@@ -314,6 +329,7 @@ def build(out, cache, name, device, dtype):
             compile_package(m, device, dtype, partial, fp32)
             os.replace(partial, cached)
         print(f"pt2 {name} {device} {dtype}: compiled in {time.monotonic() - t:.1f} s", flush=True)
+        prune_cache(cache, f"{name}-{stem}-")
     shutil.copyfile(cached, os.path.join(d, file))
     if device != "cpu" or dtype != "fp32":
         return
