@@ -42,8 +42,9 @@ Files, per model (the references only for the default CPU fp32 package):
                             (the captioner's: its encoder's features).
   pt2_ref_pooled_bN.npy     MiniLM: the mean-pooled, L2-normalized embeddings of those outputs,
                             as the text_embedding handler answers.
-  bf16_gate_images.npy      EfficientNet-Lite0: GATE_IMAGES photos, uint8 [N, 3, 224, 224] after
-                            Resize(256) and CenterCrop(224), for the bf16 accuracy gate.
+  bf16_gate_images.npy      EfficientNet-Lite0: the bf16 accuracy gate's 200 images, uint8
+                            [200, 3, 224, 224] after Resize(256) and CenterCrop(224): the
+                            photographs of PyPI's ai-benchmark and their mirror images.
 
 Usage: .venv/bin/python models/pt2.py --out DIR [--models digits,resnet18] [--cache DIR]
                                       [--device cpu|cuda] [--dtype fp32|bf16|fp16]
@@ -355,37 +356,24 @@ def build(out, cache, name, device, dtype):
             np.save(os.path.join(d, f"pt2_ref_pooled_b{n}.npy"), pooled.numpy())
 
 
-GATE_IMAGES = 240
-
-
-def gate_images(n=GATE_IMAGES):
-    """n photos for the bf16 accuracy gate, as uint8 [n, 3, 224, 224] after Resize(256) and
-    CenterCrop(224): random crops (a third of the photo to all of it), flips, rotations and
-    scales of scikit-learn's two sample photos, china.jpg and flower.jpg."""
-    import random
+def gate_images():
+    """The bf16 accuracy gate's images, as uint8 [200, 3, 224, 224] after Resize(256) and
+    CenterCrop(224): the 100 photographs of PyPI's ai-benchmark
+    (its classification set, each of a different ImageNet class), then their mirror images."""
+    import importlib.util
     import efficientnet
     from PIL import Image
-    rng = random.Random(2048)
-    photos = [Image.open(os.path.join(efficientnet.SKLEARN_IMAGES, f)).convert("RGB")
-              for f in ("china.jpg", "flower.jpg")]
-    out = np.empty((n, 3, efficientnet.CROP, efficientnet.CROP), dtype=np.uint8)
-    for i in range(n):
-        img = photos[i % 2]
-        w, h = img.size
-        area = rng.uniform(0.33, 1.0) * w * h
-        aspect = rng.uniform(3 / 4, 4 / 3)
-        cw, ch = min(w, int((area * aspect) ** 0.5)), min(h, int((area / aspect) ** 0.5))
-        x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
-        img = img.crop((x, y, x + cw, y + ch))
-        if rng.random() < 0.5:
-            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        img = img.rotate(rng.uniform(-30, 30), resample=Image.Resampling.BILINEAR)
-        s = rng.uniform(0.6, 1.4)
-        img = img.resize((max(32, int(img.width * s)), max(32, int(img.height * s))), Image.Resampling.BILINEAR)
+    spec = importlib.util.find_spec("ai_benchmark")  # its data only; importing it needs TensorFlow
+    if spec is None:
+        sys.exit("pt2: the ai-benchmark package is missing; make venv installs it (models/requirements.txt)")
+    d = os.path.join(list(spec.submodule_search_locations)[0], "data", "classification")
+    photos = [Image.open(os.path.join(d, f"{i}.jpg")).convert("RGB") for i in range(100)]
+    photos += [p.transpose(Image.Transpose.FLIP_LEFT_RIGHT) for p in photos]
+    out = np.empty((len(photos), 3, efficientnet.CROP, efficientnet.CROP), dtype=np.uint8)
+    for i, img in enumerate(photos):
         img = img.resize(efficientnet.resized_size(*img.size), Image.Resampling.BILINEAR)
         left, top = (img.width - efficientnet.CROP) // 2, (img.height - efficientnet.CROP) // 2
-        img = img.crop((left, top, left + efficientnet.CROP, top + efficientnet.CROP))
-        out[i] = np.asarray(img).transpose(2, 0, 1)
+        out[i] = np.asarray(img.crop((left, top, left + efficientnet.CROP, top + efficientnet.CROP))).transpose(2, 0, 1)
     return out
 
 

@@ -304,8 +304,8 @@ func top1Agreement(a, b []float32, classes int) (agree, widest float64) {
 	return float64(same) / float64(n), widest
 }
 
-// gateImages returns the bf16 gate's photos (models/pt2.py: crops, flips, rotations and
-// scales of scikit-learn's china.jpg and flower.jpg, 224x224) normalized with mean and std.
+// gateImages returns the bf16 gate's images (models/pt2.py gate_images: ai-benchmark's 100
+// photographs and their mirror images, 224x224) normalized with mean and std.
 func gateImages(t *testing.T, mean, std [3]float32) (data []float32, n int) {
 	t.Helper()
 	a := readNpy(t, zoo(t, "efficientnet_lite0", "bf16_gate_images.npy"))
@@ -339,15 +339,16 @@ func logitsOf(t *testing.T, m torch.Model, images []float32, n int) []float32 {
 
 // TestBF16Gates are the image models' accuracy gates of precision bf16 (MiniLM's is
 // TestBF16GateMiniLM), so that the trade-off is a number:
-//   - EfficientNet-Lite0: top-1 equals float32's on at least 99% of 240 photos;
-//   - ResNet-18 on the same photos (ImageNet's normalization): top-1 equals float32's on at
+//   - EfficientNet-Lite0: top-1 equals float32's on at least 99% of 200 images (100
+//     photographs, each of a different ImageNet class, and their mirror images);
+//   - ResNet-18 on the same images (ImageNet's normalization): top-1 equals float32's on at
 //     least 99%, and no logit is more than 0.1 off (its float32 logits span about 9).
 //
 // Each runs with the float32 modules of the model's config (fp32_modules).
 //
 // They run where the CPU computes in bfloat16 (avx512_bf16 or AMX), or with
 // TORCHD_BF16_GATES=1: elsewhere LibTorch emulates bfloat16, and the convolutions take a slow
-// path that makes the 240 photos a matter of many minutes.
+// path that makes the 200 images a matter of many minutes.
 func TestBF16Gates(t *testing.T) {
 	if !bf16Native() && os.Getenv("TORCHD_BF16_GATES") == "" {
 		t.Skip("this CPU has neither avx512_bf16 nor amx_bf16, so bfloat16 is emulated (slowly); TORCHD_BF16_GATES=1 runs the gates anyway")
@@ -369,10 +370,10 @@ func TestBF16Gates(t *testing.T) {
 				got := logitsOf(t, m, images, n)
 				a, widest := top1Agreement(got, want, 1000)
 				d := maxAbsDiff(got, want)
-				t.Logf("%s %s bf16: top-1 agrees on %.1f%% of %d photos (where it differs, float32's top two are at most %.3g apart), max |logit diff| %.3g",
+				t.Logf("%s %s bf16: top-1 agrees on %.1f%% of %d images (where it differs, float32's top two are at most %.3g apart), max |logit diff| %.3g",
 					g.name, kind, 100*a, n, widest, d)
 				if a < g.agree {
-					t.Errorf("%s: top-1 agrees with float32 on %.1f%% of %d photos, want >= %.0f%%", kind, 100*a, n, 100*g.agree)
+					t.Errorf("%s: top-1 agrees with float32 on %.1f%% of %d images, want >= %.0f%%", kind, 100*a, n, 100*g.agree)
 				}
 				if float64(d) > g.maxDiff {
 					t.Errorf("%s: max |logit diff| %g to float32, want <= %g", kind, d, g.maxDiff)
