@@ -326,14 +326,16 @@ func zeros(dtype string, shape []int64) (handlers.Tensor, error) {
 	if err != nil {
 		return handlers.Tensor{}, err
 	}
-	n := int64(1)
 	for _, d := range shape {
 		if d < 0 {
 			return handlers.Tensor{}, fmt.Errorf("dims %v have a variable dimension: give the warm-up's size", shape)
 		}
-		n *= d
 	}
-	return handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n*int64(dt.Size()))}, nil
+	n, err := archive.SampleBytes(shape, int64(dt.Size()))
+	if err != nil {
+		return handlers.Tensor{}, err
+	}
+	return handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n)}, nil
 }
 
 // fillRandom fills x with values in [0, 1) for floats, and 0 or 1 for integers and bools,
