@@ -157,8 +157,10 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			timer.Stop()
 		case <-timer.C:
 			if s.MinWorkers > 0 || s.Auto.MinWorkers {
-				// The workers still starting are stopped once they are up.
+				// The workers still warming up stop at their next forward, then the version
+				// closes (a forward in progress cannot be interrupted).
 				handedOff = true
+				v.pool.abandon()
 				go func() { <-done; v.close() }()
 				return nil, startupTimedOut(name, version, s.StartupTimeout)
 			}

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,5 +86,37 @@ func TestTritonHugeDims(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(repo, "dropped")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Triton model_warmup with a huge count and a short startup_timeout: the model is listed
+// UNAVAILABLE when the load is given up, and its worker stops warming up then (it warmed up
+// at a core's worth until the server exited); a count past torchd's bound is refused as the
+// config is read. The rest serve.
+func TestTritonWarmupGivenUp(t *testing.T) {
+	repo := t.TempDir()
+	warmup := func(name string, count int) string {
+		return strings.Replace(tritonDigits, `name: "digits"`, `name: "`+name+`"`, 1) +
+			fmt.Sprintf(`model_warmup [ { name: "long" batch_size: 1 count: %d inputs { key: "INPUT__0" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true } } } ]`, count)
+	}
+	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	repoModel(t, repo, "long_warmup", warmup("long_warmup", 60000), "digits", "model.pt", "1")
+	repoModel(t, repo, "endless_warmup", warmup("endless_warmup", 4000000000), "digits", "model.pt", "1")
+	s := startServer(t, "--model-repository", repo, "--startup-timeout", "1")
+	idx := settled(t, s)
+	if st := idx["long_warmup 1"]; !strings.HasPrefix(st, "UNAVAILABLE") || !strings.Contains(st, "startup_timeout") {
+		t.Fatalf("long_warmup: %q (index %v)", st, idx)
+	}
+	if st := idx["endless_warmup 1"] + idx["endless_warmup"]; !strings.HasPrefix(st, "UNAVAILABLE") || !strings.Contains(st, "warm-up runs torchd does") {
+		t.Fatalf("endless_warmup: %q (index %v)", st, idx)
+	}
+	waitFor(t, answerBound, "the given-up load's worker to stop warming up", func() bool {
+		return strings.Contains(s.Log(), `msg="warm-up stopped: the load was given up" model=long_warmup:1`)
+	})
+	if idx["digits 1"] != "READY" {
+		t.Fatalf("digits: %q", idx["digits 1"])
+	}
+	if out, _ := v2Out(t, s.inf+"/v2/models/digits/infer", "INPUT__0", []int64{1, 1, 28, 28}, digitsInput(0)); len(out) != 10 {
+		t.Fatalf("digits answered %v", out)
 	}
 }

@@ -223,6 +223,10 @@ func (t *tritonModel) reshape(x handlers.Tensor, to []int64, items int) ([]int64
 	return shape, nil
 }
 
+// maxWarmupRuns bounds a repository model's warm-up runs, all its model_warmup entries
+// together: a count of 4 billion would be 32 GB of slots before the first forward.
+const maxWarmupRuns = 1 << 16
+
 // Warmup returns the samples each worker runs before serving: the config's model_warmup
 // (zero_data, random_data, or input_data_file from the model's warmup/ directory, count
 // times each), else zeros of the declared inputs at batch 1, three times.
@@ -248,7 +252,12 @@ func (t *tritonModel) Warmup() ([]*handlers.Sample, error) {
 		return []*handlers.Sample{s, s, s}, nil
 	}
 	var out []*handlers.Sample
+	runs := 0
 	for _, w := range t.config.ModelWarmup {
+		// count is a uint32: each run is a slot here, and a forward per worker.
+		if runs += int(max(w.Count, 1)); runs > maxWarmupRuns {
+			return nil, fmt.Errorf("model_warmup %q: count %d makes more than the %d warm-up runs torchd does", w.Name, w.Count, maxWarmupRuns)
+		}
 		s, err := t.warmupSample(w)
 		if err != nil {
 			return nil, fmt.Errorf("model_warmup %q: %w", w.Name, err)
