@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,7 +40,14 @@ const (
 	maxPackageEntries  = 10000
 	maxPackageBytes    = 64 << 30 // the biggest packages (an LLM's weights) are tens of GB
 	maxPackageMetadata = 1 << 20
+	// A package extracts to at most packageRatio times its own size, plus packageSlack:
+	// torch writes packages uncompressed, so more is a zip bomb filling the disk.
+	packageRatio = 16
 )
+
+// packageSlack is what a package may extract to beyond packageRatio times its size (a var
+// for tests).
+var packageSlack int64 = 1 << 30
 
 // ErrBadPackage is wrapped by every error about a package's files: its zip, its names, its
 // compiled library.
@@ -52,8 +60,10 @@ func badPackage(file, format string, args ...any) error {
 // openPackage opens a package's zip and checks every entry: a relative name that stays in
 // the directory it is extracted to, and a regular file or a directory.
 func openPackage(file string) (*zip.ReadCloser, error) {
-	if _, err := os.Stat(file); err != nil {
-		return nil, fmt.Errorf("torch: package %s: %w", file, err)
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("torch: package %s: no such file", file)
+	} else if err != nil {
+		return nil, fmt.Errorf("torch: package %s: cannot be read", file)
 	}
 	zr, err := zip.OpenReader(file)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
@@ -139,8 +149,8 @@ func readMetadata(file string, zr *zip.ReadCloser, model string) (map[string]str
 // extractPackage writes the package's files into a new directory of this process's and
 // returns it; the caller removes it. Every write goes through an os.Root, so a name the
 // checks missed still cannot leave the directory.
-func extractPackage(file string, zr *zip.ReadCloser) (dir string, err error) {
-	dir, err = os.MkdirTemp("", packageDirPattern())
+func extractPackage(file string, zr *zip.ReadCloser) (_ string, err error) {
+	dir, err := os.MkdirTemp("", packageDirPattern())
 	if err != nil {
 		return "", fmt.Errorf("torch: package %s: cannot make a directory to extract it to in %s", filepath.Base(file), os.TempDir())
 	}
@@ -154,6 +164,11 @@ func extractPackage(file string, zr *zip.ReadCloser) (dir string, err error) {
 		return "", err
 	}
 	defer root.Close()
+	fi, err := os.Stat(file)
+	if err != nil {
+		return "", fmt.Errorf("torch: package %s: cannot be read", file)
+	}
+	limit := min(maxPackageBytes, packageRatio*fi.Size()+packageSlack)
 	var total int64
 	for _, f := range zr.File {
 		name := path.Clean(f.Name)
@@ -168,7 +183,7 @@ func extractPackage(file string, zr *zip.ReadCloser) (dir string, err error) {
 				return "", badPackage(file, "entry %q: cannot create its directory", f.Name)
 			}
 		}
-		n, err := extractEntry(root, name, f, maxPackageBytes-total)
+		n, err := extractEntry(root, name, f, limit-total)
 		total += n
 		if err != nil {
 			return "", badPackage(file, "entry %q: %v", f.Name, err)
@@ -199,7 +214,7 @@ func extractEntry(root *os.Root, name string, f *zip.File, limit int64) (int64, 
 	case err != nil:
 		return n, fmt.Errorf("unreadable (%v)", err)
 	case n > limit:
-		return n, fmt.Errorf("the package is over the %d GiB a package may extract to", maxPackageBytes>>30)
+		return n, fmt.Errorf("the package extracts to more than %d times its size plus %d MiB, or %d GiB (a zip bomb?)", packageRatio, packageSlack>>20, maxPackageBytes>>30)
 	}
 	return n, nil
 }

@@ -209,11 +209,15 @@ func TestTruncatedLibraryRefused(t *testing.T) {
 	if err := os.WriteFile(flipped, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	tmp, _ := isolatedTemp(t)
 	if p, err := torch.LoadPackage(flipped); err == nil {
 		p.Close()
 		t.Error("loaded a package whose library does not match its CRC-32")
 	} else if !strings.Contains(err.Error(), "CRC-32") {
 		t.Errorf("flipped byte: %v, want an error about the recorded CRC-32", err)
+	}
+	if got := listTree(t, tmp); len(got) != 0 {
+		t.Errorf("a package refused as it was extracted left %v in TMPDIR", got)
 	}
 	out, err := before.Forward(mustTensor(t, make([]float32, 784), 1, 1, 28, 28))
 	if err != nil {
