@@ -167,6 +167,8 @@ func LoadPackage(path string, opts ...PackageOption) (_ *Package, err error) {
 	}
 	cdir, freeDir := cstring(dir)
 	defer freeDir()
+	cpath, freePath := cstring(path)
+	defer freePath()
 	cmodel, freeModel := cstring(o.model)
 	defer freeModel()
 	cdev, freeDev := cstring(o.device)
@@ -174,7 +176,7 @@ func LoadPackage(path string, opts ...PackageOption) (_ *Package, err error) {
 	cmeta, freeMeta := cstring(lines.String())
 	defer freeMeta()
 	var h *C.td_package
-	if err := statusError("load package "+path, C.td_package_load(cdir, cmodel, cdev, cmeta, C.int(o.runners), &h)); err != nil {
+	if err := statusError("load package "+path, C.td_package_load(cdir, cpath, cmodel, cdev, cmeta, C.int(o.runners), &h)); err != nil {
 		return nil, err
 	}
 	dev := C.td_package_device(h)

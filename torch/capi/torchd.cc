@@ -763,8 +763,16 @@ char *td_module_device(td_module *m) { return dup(m->device.str()); }
 // package's metadata read as another's). Runs do not parse it and go on in parallel.
 std::mutex package_loads;
 
-td_error td_package_load(const char *dir, const char *model, const char *device, const char *metadata,
-                         int num_runners, td_package **out) {
+// LibTorch loads an extracted package in place from 2.15 on (checked there); 2.11, the GPU
+// check's, takes only a zip (its loader answers "Failed to initialize zip archive").
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+constexpr bool kLoadsPackageDirs = true;
+#else
+constexpr bool kLoadsPackageDirs = false;
+#endif
+
+td_error td_package_load(const char *dir, const char *package, const char *model, const char *device,
+                         const char *metadata, int num_runners, td_package **out) {
   *out = nullptr;
   return guard([&] {
     std::string name = model == nullptr || *model == '\0' ? "model" : model;
@@ -795,7 +803,7 @@ td_error td_package_load(const char *dir, const char *model, const char *device,
     bind_own_libtorch();
     p->device = dev;
     p->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        dir, name, /*run_single_threaded=*/false, static_cast<size_t>(num_runners),
+        kLoadsPackageDirs ? dir : package, name, /*run_single_threaded=*/false, static_cast<size_t>(num_runners),
         dev.is_cuda() ? dev.index() : static_cast<c10::DeviceIndex>(-1));
     *out = p.release();
   });
