@@ -95,8 +95,10 @@ func checkEntry(f *zip.File) error {
 			return errors.New("leaves the package's directory (..)")
 		}
 	}
-	if m := f.Mode(); !m.IsRegular() && !m.IsDir() {
-		return fmt.Errorf("is a %v, not a file or a directory", m.Type())
+	if m := f.Mode(); m&fs.ModeSymlink != 0 {
+		return errors.New("is a symbolic link, which could point anywhere")
+	} else if !m.IsRegular() && !m.IsDir() {
+		return errors.New("is neither a file nor a directory")
 	}
 	return nil
 }

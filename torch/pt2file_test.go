@@ -16,10 +16,11 @@ import (
 // LibTorch sees the package, nothing is written outside the directory torchd extracts to,
 // that directory goes with the package (or the failed load), and the process carries on.
 
-// packageEntry is one entry to add to a package: its name and bytes.
+// packageEntry is one entry to add to a package: its name and bytes, and a mode (0: a file).
 type packageEntry struct {
 	name string
 	data []byte
+	mode os.FileMode
 }
 
 // withEntries copies the package at src with extra entries appended after its own.
@@ -38,7 +39,11 @@ func withEntries(t *testing.T, src string, extra ...packageEntry) string {
 		}
 	}
 	for _, e := range extra {
-		fw, err := w.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Store})
+		h := &zip.FileHeader{Name: e.name, Method: zip.Store}
+		if e.mode != 0 {
+			h.SetMode(e.mode)
+		}
+		fw, err := w.CreateHeader(h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,16 +107,22 @@ func TestPackageTraversalRefused(t *testing.T) {
 		name  string
 		entry string
 		opts  []torch.PackageOption
+		mode  os.FileMode
 	}{
-		{"into TMPDIR", deep + "../../../../../escaped_tmp", nil},
-		{"into TMPDIR's parent", deep + "../../../../../../escaped_outer", nil},
-		{"metadata beside", deep + "../../../../../x_wrapper_metadata.json", nil},
-		{"a failed load alike", deep + "../../../../../../escaped_failed", []torch.PackageOption{torch.WithPackageDevice("cuda:0")}},
-		{"absolute", "/tmp/escaped_abs", nil},
+		{"into TMPDIR", deep + "../../../../../escaped_tmp", nil, 0},
+		{"into TMPDIR's parent", deep + "../../../../../../escaped_outer", nil, 0},
+		{"metadata beside", deep + "../../../../../x_wrapper_metadata.json", nil, 0},
+		{"a failed load alike", deep + "../../../../../../escaped_failed", []torch.PackageOption{torch.WithPackageDevice("cuda:0")}, 0},
+		{"absolute", "/tmp/escaped_abs", nil, 0},
+		{"a symbolic link", deep + "link", nil, os.ModeSymlink | 0o777},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pkg := withEntries(t, good, packageEntry{c.entry, []byte(`{"AOTI_DEVICE_KEY": "cpu"}`)})
+			data := []byte(`{"AOTI_DEVICE_KEY": "cpu"}`)
+			if c.mode != 0 {
+				data = []byte("/etc")
+			}
+			pkg := withEntries(t, good, packageEntry{c.entry, data, c.mode})
 			tmp, outer := isolatedTemp(t)
 			p, err := torch.LoadPackage(pkg, c.opts...)
 			if err == nil {
