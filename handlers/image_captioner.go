@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,7 +91,12 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := readCaptionVocab(ctx.Dir, name)
+	vf, err := openArchiveFile(ctx, "vocab", name)
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := readCaptionVocab(vf, name)
+	vf.Close()
 	if err != nil {
 		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
 	}
@@ -101,10 +105,10 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 		return nil, err
 	}
 	if encoder != "" {
-		// Opened through os.OpenInRoot, as the vocabulary: the name comes from an untrusted archive.
-		f, err := os.OpenInRoot(ctx.Dir, encoder)
+		// Opened inside the archive, as the vocabulary: the name comes from an untrusted archive.
+		f, err := openArchiveFile(ctx, "encoder", encoder)
 		if err != nil {
-			return nil, fmt.Errorf("%s: option encoder: %w", cfg.File, err)
+			return nil, err
 		}
 		f.Close()
 		encoder = filepath.Join(ctx.Dir, encoder)
@@ -223,15 +227,9 @@ func (m *encodedCaptioner) Device() string { return m.decoder.Device() }
 // Close closes the package and the TorchScript model.
 func (m *encodedCaptioner) Close() error { return errors.Join(m.encoder.Close(), m.decoder.Close()) }
 
-// readCaptionVocab reads and checks the vocabulary file name of the archive in dir. The file
-// is opened through os.OpenInRoot: the name comes from an untrusted archive.
-func readCaptionVocab(dir, name string) (captionVocab, error) {
+// readCaptionVocab reads and checks the vocabulary file name, opened as f.
+func readCaptionVocab(f io.Reader, name string) (captionVocab, error) {
 	var v captionVocab
-	f, err := os.OpenInRoot(dir, name)
-	if err != nil {
-		return v, err
-	}
-	defer f.Close()
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return v, err

@@ -1,0 +1,177 @@
+package handlers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
+)
+
+// The tensor handler over models of two inputs (input_ids, attention_mask), from
+// models/hfbert.py: a traced Hugging Face BERT whose answers are a tuple or a dict.
+
+var hfZoo = filepath.Join("..", "models", "out", "hfbert")
+
+type hfRef struct {
+	Text   string      `json:"text"`
+	IDs    []int64     `json:"ids"`
+	Logits []float64   `json:"logits"`
+	Hidden [][]float64 `json:"last_hidden_state"`
+	Pooler []float64   `json:"pooler_output"`
+}
+
+func hfRefs(t testing.TB) []hfRef {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(hfZoo, "refs.json"))
+	if err != nil {
+		t.Skipf("%v: run `make models` first", err)
+	}
+	var r struct{ Items []hfRef }
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Items
+}
+
+// bertInputs are the declared inputs of a BERT-style model: a variable sequence length.
+var bertInputs = []archive.TensorSpec{
+	{Name: "input_ids", DType: "int64", Shape: []int64{-1, -1}},
+	{Name: "attention_mask", DType: "int64", Shape: []int64{-1, -1}},
+}
+
+func bertHandler(t *testing.T, file string, outs []archive.TensorSpec) (handlers.Handler, *torch.Module) {
+	t.Helper()
+	m, err := torch.Load(filepath.Join(hfZoo, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	h, err := handlers.New("tensor", handlers.Context{Config: archive.ModelConfig{Handler: "tensor", Inputs: bertInputs, Outputs: outs}, Dir: hfZoo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, m
+}
+
+// bertRequest is one text's ids and mask as the JSON object the handler takes.
+func bertRequest(ids []int64) *handlers.Request {
+	mask := make([]int64, len(ids))
+	for i := range mask {
+		mask[i] = 1
+	}
+	body, _ := json.Marshal(map[string]any{"input_ids": [][]int64{ids}, "attention_mask": [][]int64{mask}})
+	return &handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body}}, Header: func(string) string { return "" }}
+}
+
+func floats(t handlers.Tensor) []float64 {
+	out := make([]float64, 0, len(t.Data)/4)
+	for _, f := range logits(t) {
+		out = append(out, float64(f))
+	}
+	return out
+}
+
+func maxDiff(a, b []float64) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	worst := 0.0
+	for i := range a {
+		worst = math.Max(worst, math.Abs(a[i]-b[i]))
+	}
+	return worst
+}
+
+// Texts of different lengths run as one batch, padded to the longest; each answer equals
+// Python's for the text alone, and the sequence output is cut back to the text's length.
+func TestTensorHandlerPadsSequences(t *testing.T) {
+	refs := hfRefs(t)
+	for _, file := range []string{"model.pt", "encoder.pt", "encoder_dict.pt"} {
+		t.Run(file, func(t *testing.T) {
+			var outs []archive.TensorSpec
+			if file != "model.pt" {
+				outs = []archive.TensorSpec{{Name: "last_hidden_state", DType: "float32", Shape: []int64{-1, -1, 32}}, {Name: "pooler_output", DType: "float32", Shape: []int64{-1, 32}}}
+			}
+			h, m := bertHandler(t, file, outs)
+			var batch []*handlers.Sample
+			for _, r := range refs {
+				s, err := h.Preprocess(bertRequest(r.IDs))
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, s)
+			}
+			outsByText, err := handlers.Infer(h, m, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worst := 0.0
+			for i, r := range refs {
+				out := outsByText[i]
+				if file == "model.pt" {
+					worst = math.Max(worst, maxDiff(floats(out[0]), r.Logits))
+					continue
+				}
+				if len(out) != 2 {
+					t.Fatalf("%d outputs, want 2", len(out))
+				}
+				hidden, pooler := out[0], out[1]
+				if file == "encoder_dict.pt" && (hidden.Name != "last_hidden_state" || pooler.Name != "pooler_output") {
+					t.Fatalf("dict outputs named %q, %q", hidden.Name, pooler.Name)
+				}
+				if want := fmt.Sprint([]int64{1, int64(len(r.IDs)), 32}); fmt.Sprint(hidden.Shape) != want {
+					t.Fatalf("text %d: last_hidden_state %v, want %s (cut back to its length)", i, hidden.Shape, want)
+				}
+				var flat []float64
+				for _, row := range r.Hidden {
+					flat = append(flat, row...)
+				}
+				worst = math.Max(worst, math.Max(maxDiff(floats(hidden), flat), maxDiff(floats(pooler), r.Pooler)))
+			}
+			t.Logf("%d texts of lengths padded together: max |torchd - Python| = %.3g", len(refs), worst)
+			if worst > 1e-4 {
+				t.Fatalf("answers differ from Python's by %.3g", worst)
+			}
+			// The answer names both outputs.
+			resp, err := h.Postprocess(batch[0], outsByText[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if file != "model.pt" && (!strings.Contains(string(resp.Body), `"last_hidden_state": {"dtype": "float32", "shape": [1,`) || !strings.Contains(string(resp.Body), `"pooler_output"`)) {
+				t.Fatalf("answer %.200s", resp.Body)
+			}
+		})
+	}
+}
+
+// What the tensor handler refuses from a request for a model of two inputs.
+func TestTensorHandlerNamedInputsRefused(t *testing.T) {
+	h, err := handlers.New("tensor", handlers.Context{Config: archive.ModelConfig{Handler: "tensor", Inputs: bertInputs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ body, msg string }{
+		{`[[1, 2]]`, "the model takes 2 inputs (input_ids, attention_mask): send a JSON object with one tensor per input name"},
+		{`{"input_ids": [[1, 2]]}`, `missing input "attention_mask"`},
+		{`{"input_ids": [[1, 2]], "attention_mask": [[1, 1]], "token_type_ids": [[0, 0]]}`, `unknown input "token_type_ids"`},
+		{`{"input_ids": [[1, 2]], "attention_mask": [[1, 1], [1, 1]]}`, `inputs disagree on the batch size`},
+		{`{"input_ids": [[1.5, 2]], "attention_mask": [[1, 1]]}`, `input "input_ids"`},
+		{`{"input_ids": {"data": [1, 2], "dtype": "float32"}, "attention_mask": [[1, 1]]}`, `input "input_ids" must be int64, got float32`},
+	} {
+		_, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: []byte(c.body)}}, Header: func(string) string { return "" }})
+		if err == nil || handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %v, want a 400 with %q", c.body, err, c.msg)
+		}
+	}
+	th := h.(handlers.TensorPreprocessor)
+	if _, err := th.PreprocessTensor(handlers.Tensor{DType: torch.Int64, Shape: []int64{1, 2}, Data: make([]byte, 16)}); err == nil || !strings.Contains(err.Error(), "send each as an input named input_ids, attention_mask") {
+		t.Errorf("one tensor for two inputs: %v", err)
+	}
+}
