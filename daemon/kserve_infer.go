@@ -377,7 +377,10 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 	var tensors []oip.Tensor
 	for i, t := range out {
 		name := "output__" + strconv.Itoa(i)
-		if i < len(decl) {
+		switch {
+		case t.Name != "":
+			name = t.Name // a dict's key
+		case i < len(decl):
 			name = decl[i].Name
 		}
 		tensors = append(tensors, oip.Tensor{Name: name, Datatype: datatypeOf(t.DType), Shape: t.Shape, Data: t.Data})
@@ -397,8 +400,35 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 		}
 		tensors = kept
 	}
+	for i, o := range req.Outputs {
+		k, err := classCount(o.Parameters)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("output %q: %v", o.Name, err)
+		}
+		if k > 0 {
+			if tensors[i], err = classify(tensors[i], k, batchedOutputs(v), outputLabels(v, o.Name)); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+	}
 	for _, t := range tensors {
 		resp.Outputs = append(resp.Outputs, oip.ResponseOutput{Name: t.Name, Shape: t.Shape, Datatype: t.Datatype})
 	}
 	return resp, tensors, req.WantsBinary, nil
+}
+
+// batchedOutputs reports whether v's outputs lead with the batch dimension: every model's
+// but a Triton model's without batching (max_batch_size 0).
+func batchedOutputs(v *ModelVersion) bool {
+	t := tritonOf(v)
+	return t == nil || t.batch
+}
+
+// outputLabels are the class labels of v's output name: a Triton model's label_filename, an
+// archive's index_to_name.json; nil when it has none.
+func outputLabels(v *ModelVersion, name string) map[int]string {
+	if t := tritonOf(v); t != nil {
+		return t.labels[name]
+	}
+	return v.Archive().Labels
 }

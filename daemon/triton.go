@@ -32,6 +32,8 @@ type tritonModel struct {
 	ins    []archive.TensorSpec
 	outs   []archive.TensorSpec
 	batch  bool // max_batch_size > 0: tensors lead with the batch dimension
+	// labels are the outputs' label_filename files by output name, for classification.
+	labels map[string]map[int]string
 }
 
 // Platform is what the v2 metadata reports: the config's platform, or pytorch_libtorch for
@@ -85,6 +87,19 @@ func (t *tritonModel) Prepare(am *archive.Model, m torch.Model) error {
 		am.Config.Inputs = triton.Permute(am.Config.Inputs, order)
 	}
 	t.ins, t.outs = am.Config.Inputs, am.Config.Outputs
+	for _, o := range t.config.Output {
+		if o.LabelFilename == "" {
+			continue
+		}
+		labels, err := readLabelFile(t.dir, o.LabelFilename)
+		if err != nil {
+			return fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		if t.labels == nil {
+			t.labels = map[string]map[int]string{}
+		}
+		t.labels[o.Name] = labels
+	}
 	return nil
 }
 
