@@ -175,3 +175,73 @@ func TestTensorHandlerNamedInputsRefused(t *testing.T) {
 		t.Errorf("one tensor for two inputs: %v", err)
 	}
 }
+
+// A Hugging Face sequence classifier traced as users trace it (it returns a tuple whose first
+// element is the logits), served by text_classifier with its tokenizer.json: the texts,
+// special tokens written in them included, get Python's probabilities.
+func TestTextClassifierHFExport(t *testing.T) {
+	refs := hfRefs(t)
+	m, err := torch.Load(filepath.Join(hfZoo, "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	b, err := os.ReadFile(filepath.Join(hfZoo, "index_to_name.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, err := archive.ParseLabels("index_to_name.json", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := archive.ModelConfig{File: "model-config.toml", Handler: "text_classifier", Options: map[string]any{"tokenizer": "tokenizer.json", "max_length": int64(64)}}
+	h, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch []*handlers.Sample
+	for _, r := range refs {
+		s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "text/plain", Data: []byte(r.Text)}}, Header: func(string) string { return "" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, s)
+	}
+	outs, err := handlers.Infer(h, m, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i, r := range refs {
+		resp, err := h.Postprocess(batch[i], outs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]float64
+		if err := json.Unmarshal(resp.Body, &got); err != nil {
+			t.Fatalf("%s: %v", resp.Body, err)
+		}
+		sum := 0.0
+		for _, l := range r.Logits {
+			sum += math.Exp(l)
+		}
+		for k, l := range r.Logits {
+			worst = math.Max(worst, math.Abs(got[labels[k]]-math.Exp(l)/sum))
+		}
+	}
+	t.Logf("%d texts: max |torchd - Python| probability = %.3g", len(refs), worst)
+	if worst > 1e-5 {
+		t.Fatalf("probabilities differ from Python's by %.3g", worst)
+	}
+	// The tokenizer option names a file the archive lacks, or a BPE tokenizer: refused.
+	for file, msg := range map[string]string{
+		"nope.json":          `model-config.toml: option tokenizer: the archive has no file "nope.json"`,
+		"../hfbert/x.json":   `option tokenizer: "../hfbert/x.json" is not a file inside the archive`,
+		"tokenizer_bpe.json": `tokenizer_bpe.json: model type "BPE" is not supported`,
+	} {
+		cfg.Options = map[string]any{"tokenizer": file}
+		if _, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo}); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("tokenizer %q: %v, want %q", file, err, msg)
+		}
+	}
+}
