@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -272,8 +271,6 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 	return []*handlers.Sample{s, s, s}, nil
 }
 
-var schemaArg = regexp.MustCompile(`Tensor\??\s+(\w+)`)
-
 // resolveSignature is a version's inputs and outputs: an AOTInductor package's recorded
 // specs (unless it is a plain package whose config declares them), else the archive's declared ones, else inputs named after forward's Tensor
 // arguments with unknown shapes. A package's specs are what its compiled code was made
@@ -307,14 +304,15 @@ func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs
 // "forward(__torch__.Net self, Tensor x) -> Tensor". The schema carries no dtype or shape:
 // float32 and an unknown shape are assumed.
 func schemaInputs(m *torch.Module) []archive.TensorSpec {
-	s, err := m.Schema("forward")
+	args, err := m.Args("forward")
 	if err != nil {
 		return nil
 	}
-	args, _, _ := strings.Cut(s, ") ->")
 	var out []archive.TensorSpec
-	for _, a := range schemaArg.FindAllStringSubmatch(args, -1) {
-		out = append(out, archive.TensorSpec{Name: a[1], DType: "float32", Shape: []int64{-1}})
+	for _, a := range args {
+		if a.Type == "Tensor" || a.Type == "Tensor?" {
+			out = append(out, archive.TensorSpec{Name: a.Name, DType: "float32", Shape: []int64{-1}})
+		}
 	}
 	return out
 }

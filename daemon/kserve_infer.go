@@ -279,14 +279,22 @@ func scheduleParams(p oip.Parameters) (time.Duration, error) {
 	return timeout, nil
 }
 
-// v2Sample orders the request's tensors as the model's inputs and checks them against the
-// declared signature.
+// v2Sample orders the request's tensors as the model's inputs (by name) and checks them
+// against the declared signature.
 func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*handlers.Sample, error) {
 	byName := map[string]oip.Tensor{}
 	for _, t := range tensors {
 		byName[t.Name] = t
 	}
 	ordered := tensors
+	if !declared && len(ins) == len(tensors) && namesInputs(tensors, ins) {
+		// Undeclared inputs are named after forward's arguments: a request that names them
+		// all is given to forward in its order, whatever the request's.
+		ordered = make([]oip.Tensor, len(ins))
+		for i, in := range ins {
+			ordered[i] = byName[in.Name]
+		}
+	}
 	if declared {
 		if len(tensors) != len(ins) {
 			return nil, fmt.Errorf("model takes %d inputs, request has %d", len(ins), len(tensors))

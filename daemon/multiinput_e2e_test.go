@@ -392,3 +392,37 @@ shape = [-1, 3]
 		t.Errorf("archiving an exported program: %v", err)
 	}
 }
+
+// A TorchScript model of two inputs registered without declaring them: a v2 request that
+// names them after forward's arguments reaches forward in its order, whatever the request's.
+func TestUndeclaredInputsByName(t *testing.T) {
+	refs := bertRefs(t)
+	s := startServer(t)
+	cfg := filepath.Join(t.TempDir(), "model-config.toml")
+	if err := os.WriteFile(cfg, []byte("handler = \"tensor\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := archive.Write(archive.WriteOptions{ModelName: "bert_undeclared", SerializedFile: filepath.Join(hfbertDir, "model.pt"),
+		ConfigFile: cfg, ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(out) })
+	s.register(t, "url=pt2/bert_undeclared&initial_workers=1&synchronous=true")
+	r := refs[2]
+	mask := make([]int64, len(r.IDs))
+	for i := range mask {
+		mask[i] = 1
+	}
+	shape := []int{1, len(r.IDs)}
+	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{
+		{"name": "attention_mask", "datatype": "INT64", "shape": shape, "data": mask},
+		{"name": "input_ids", "datatype": "INT64", "shape": shape, "data": r.IDs},
+	}})
+	resp := do(t, "POST", s.inf+"/v2/models/bert_undeclared/infer", "application/json", body)
+	var o v2Outputs
+	resp.json(t, &o)
+	if got, _ := o.floats(t, "output__0"); maxAbs(got, r.Logits) > 1e-4 {
+		t.Errorf("inputs by name: %v, Python %v", got, r.Logits)
+	}
+}
