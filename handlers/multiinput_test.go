@@ -245,3 +245,28 @@ func TestTextClassifierHFExport(t *testing.T) {
 		}
 	}
 }
+
+// An archive that holds a Hugging Face export's tokenizer.json beside its vocab.txt is
+// tokenized by the tokenizer.json when no option names either: "[SEP]" in the text is the
+// [SEP] token, as Hugging Face keeps it, not "[", "sep", "]".
+func TestTextClassifierPrefersTokenizerJSON(t *testing.T) {
+	cfg := archive.ModelConfig{File: "model-config.toml", Handler: "text_classifier", Options: map[string]any{}}
+	ids := func(options map[string]any) string {
+		cfg.Options = options
+		h, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "text/plain", Data: []byte("a [SEP] b")}}, Header: func(string) string { return "" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(s.State)
+	}
+	if got := ids(map[string]any{}); got != "{[[101 1037 102 1038 102]]}" {
+		t.Errorf("the archive's tokenizer.json: %s, want [SEP] kept (102)", got)
+	}
+	if got := ids(map[string]any{"vocab": "vocab.txt"}); got == "{[[101 1037 102 1038 102]]}" {
+		t.Errorf("vocab.txt named: %s, want BERT's tokenization.py, which splits [SEP]", got)
+	}
+}

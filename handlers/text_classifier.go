@@ -20,7 +20,7 @@ func init() { Register("text_classifier", newTextClassifier) }
 //
 // Options (model-config.toml [options]): vocab ("vocab.txt", a file of the archive), or
 // tokenizer (a Hugging Face tokenizer.json of a WordPiece tokenizer, whose lower-casing and
-// special tokens it follows; used too when the archive has it and no vocab.txt), max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
+// special tokens it follows; the archive's tokenizer.json is used when neither is set), max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
 // take), lowercase (true: an uncased model), top_k (all classes).
 type TextClassifier struct {
 	tok      *text.WordPiece

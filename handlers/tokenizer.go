@@ -10,9 +10,9 @@ import (
 )
 
 // loadTokenizer reads the text handlers' tokenizer from the archive: the tokenizer option's
-// Hugging Face tokenizer.json, else the vocab option's vocab.txt (with lowercase and the
-// Hugging Face pipeline as opts say), else, when the archive has no vocab.txt but a
-// tokenizer.json, that.
+// Hugging Face tokenizer.json; else, with neither option set, the archive's tokenizer.json
+// when it has one (a Hugging Face export's, whose special tokens it follows); else the vocab
+// option's vocab.txt (with lowercase and the Hugging Face pipeline as opts say).
 func loadTokenizer(ctx Context, opts text.Options) (*text.WordPiece, error) {
 	cfg := &ctx.Config
 	tj, err := cfg.StringOption("tokenizer", "")
@@ -24,7 +24,7 @@ func loadTokenizer(ctx Context, opts text.Options) (*text.WordPiece, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tj == "" && !vocabSet && !archiveHas(ctx.Dir, vocab) && archiveHas(ctx.Dir, "tokenizer.json") {
+	if tj == "" && !vocabSet && archiveHas(ctx.Dir, "tokenizer.json") {
 		tj = "tokenizer.json"
 	}
 	if tj != "" {
