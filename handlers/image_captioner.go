@@ -127,7 +127,7 @@ func (c *ImageCaptioner) BindModel(m torch.Model, runners int) (torch.Model, err
 	}
 	dec, ok := m.(*torch.Module)
 	if !ok {
-		return nil, fmt.Errorf("%s: option encoder: the model must be TorchScript with a decode method, not %T", c.file, m)
+		return nil, fmt.Errorf("%s: option encoder: the model must be TorchScript with a decode method, not an AOTInductor package", c.file)
 	}
 	if _, err := dec.Schema("decode"); err != nil {
 		return nil, fmt.Errorf("%s: option encoder: the TorchScript model has no decode(features, max_length) method: %w", c.file, err)
@@ -274,7 +274,7 @@ func (c *ImageCaptioner) Infer(model torch.Model, batch []*Sample) ([][]Tensor, 
 		}
 		run = func(x *torch.Tensor) (any, error) { return m.Run("generate", x, int64(c.maxLen)) }
 	default:
-		return nil, fmt.Errorf("image_captioner: the model must be TorchScript with a generate method, not %T", model)
+		return nil, errors.New("image_captioner: the model must be TorchScript with a generate method, not an AOTInductor package")
 	}
 	rowBytes := 3 * c.h * c.w * 4
 	total := 0

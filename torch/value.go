@@ -254,7 +254,7 @@ func (d *decoder) dict(pairs int) (any, error) {
 		default:
 			closeValue(v)
 			closeValue(k)
-			return nil, fmt.Errorf("torch: unsupported dict key type %T in result", k)
+			return nil, fmt.Errorf("torch: the result holds a dict whose keys are %s; torchd reads str and int keys", KindOf(k))
 		}
 	}
 	if intMap != nil {
