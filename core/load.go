@@ -272,8 +272,9 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 }
 
 // resolveSignature is a version's inputs and outputs: an AOTInductor package's recorded
-// specs (unless it is a plain package whose config declares them), else the archive's declared ones, else inputs named after forward's Tensor
-// arguments with unknown shapes. A package's specs are what its compiled code was made
+// specs (unless it is a plain package whose config declares and names them), else the
+// archive's declared ones, else inputs named after forward's Tensor arguments with unknown
+// shapes. A package's specs are what its compiled code was made
 // for; an adapted registration's (Triton's config) were checked against them at load.
 func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs []archive.TensorSpec) {
 	plain := am.Package != nil && am.Package.Plain && am.Config.Inputs != nil
