@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/npy"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -268,5 +270,46 @@ func TestTextClassifierPrefersTokenizerJSON(t *testing.T) {
 	}
 	if got := ids(map[string]any{"vocab": "vocab.txt"}); got == "{[[101 1037 102 1038 102]]}" {
 		t.Errorf("vocab.txt named: %s, want BERT's tokenization.py, which splits [SEP]", got)
+	}
+}
+
+// A model of two inputs takes them as multipart fields named after them, .npy or JSON each,
+// and answers as for the JSON object.
+func TestTensorHandlerNamedFields(t *testing.T) {
+	refs := hfRefs(t)
+	h, m := bertHandler(t, "model.pt", nil)
+	r := refs[1]
+	idsData := make([]byte, 8*len(r.IDs))
+	maskJSON := "[["
+	for i, id := range r.IDs {
+		binary.LittleEndian.PutUint64(idsData[8*i:], uint64(id))
+		if i > 0 {
+			maskJSON += ", "
+		}
+		maskJSON += "1"
+	}
+	maskJSON += "]]"
+	ids, err := npy.Encode(npy.Array{DType: "int64", Shape: []int64{1, int64(len(r.IDs))}, Data: idsData})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &handlers.Request{Inputs: []handlers.Payload{
+		{Name: "attention_mask", ContentType: "application/json", Data: []byte(maskJSON)},
+		{Name: "input_ids", ContentType: "application/x-npy", Data: ids},
+	}, Header: func(string) string { return "" }}
+	s, err := h.Preprocess(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := handlers.Infer(h, m, []*handlers.Sample{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(floats(out[0][0]), r.Logits); d > 1e-4 {
+		t.Fatalf("logits differ from Python's by %.3g", d)
+	}
+	req.Inputs[0].Name = "mask"
+	if _, err := h.Preprocess(req); err == nil || !strings.Contains(err.Error(), `unknown input "mask": the model takes input_ids, attention_mask`) {
+		t.Fatalf("a field of another name: %v", err)
 	}
 }
