@@ -40,6 +40,8 @@
 //
 // # model-config.toml
 //
+// Each built-in handler's options are in docs/guide/handlers.md.
+//
 // torchd's per-model config sits at the archive root under exactly this
 // name. Every key is optional; a key that is not set takes the daemon's
 // value (flags > env > torchd.toml > archive > defaults), and unknown keys
@@ -70,6 +72,7 @@
 //	color = "rgb"
 //	label_file = "classes.txt"   # read by archive into Model.Labels; default index_to_name.json
 //	vocab = "vocab.txt"          # a file of the archive; handlers find it with Model.Path
+//	tokenizer = "tokenizer.json" # a Hugging Face tokenizer.json (text handlers)
 //	max_length = 128
 //
 //	[[inputs]]                   # the declared signature; optional

@@ -55,6 +55,10 @@ type PackageSignature struct {
 	Device    string          `json:"device,omitempty"`    // AOTI_DEVICE_KEY: cpu or cuda
 	March     string          `json:"march,omitempty"`     // the -march of a CPU package
 	Precision string          `json:"precision,omitempty"` // fp32, bf16 or fp16: the dtype it was exported to compute in
+	// Plain marks a package without torchd's metadata (plain aoti_compile_and_package): its
+	// inputs were read from its generated code and are named input__<n>; the config's
+	// declared inputs name them.
+	Plain bool `json:"plain,omitempty"`
 }
 
 // ReadPackageSignature reads the signature of the AOTInductor package at file from the
@@ -86,8 +90,17 @@ func ReadPackageSignature(file string) (*PackageSignature, error) {
 		}
 		break
 	}
+	if md == nil && isExportedProgram(&r.Reader) {
+		return nil, fmt.Errorf("%w: %s is an exported program (torch.export.save), not a compiled package: compile it with torch._inductor.aoti_compile_and_package(ep, package_path=\"model.pt2\") and serve that (docs/guide/pt2.md)", ErrUnsupportedModel, path.Base(file))
+	}
 	if md == nil {
 		return nil, fmt.Errorf("%w: %s has no metadata for a model named \"model\" (data/aotinductor/model/*_metadata.json)", ErrUnsupportedModel, file)
+	}
+	if _, ok := md[metaInputs]; !ok {
+		sig, err := plainSignature(&r.Reader, md)
+		if err != nil || sig != nil {
+			return sig, err
+		}
 	}
 	return packageSignature(md)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -213,7 +212,15 @@ func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
 		if err := checkPrecision(am, s.Precision); err != nil {
 			return nil, err
 		}
-		return torch.LoadPackage(am.SerializedPath(), torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers)))
+		opts := []torch.PackageOption{torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers))}
+		if p := am.Package; p != nil && p.Plain {
+			var specs []torch.Spec
+			for _, in := range p.Inputs {
+				specs = append(specs, torch.Spec{Name: in.Name, DType: in.DType, Shape: in.Shape, Min: in.Min, Max: in.Max})
+			}
+			opts = append(opts, torch.WithInputSpecs(specs))
+		}
+		return torch.LoadPackage(am.SerializedPath(), opts...)
 	}
 	if err := checkPrecision(am, s.Precision); err != nil {
 		return nil, err
@@ -266,14 +273,14 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 	return []*handlers.Sample{s, s, s}, nil
 }
 
-var schemaArg = regexp.MustCompile(`Tensor\??\s+(\w+)`)
-
 // resolveSignature is a version's inputs and outputs: an AOTInductor package's recorded
-// specs, else the archive's declared ones, else inputs named after forward's Tensor
-// arguments with unknown shapes. A package's specs are what its compiled code was made
+// specs (unless it is a plain package whose config declares and names them), else the
+// archive's declared ones, else inputs named after forward's Tensor arguments with unknown
+// shapes. A package's specs are what its compiled code was made
 // for; an adapted registration's (Triton's config) were checked against them at load.
 func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs []archive.TensorSpec) {
-	if p, ok := m.(*torch.Package); ok && !adapted {
+	plain := am.Package != nil && am.Package.Plain && am.Config.Inputs != nil
+	if p, ok := m.(*torch.Package); ok && !adapted && !plain {
 		for _, s := range p.Inputs() {
 			ins = append(ins, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
 		}
@@ -300,14 +307,15 @@ func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs
 // "forward(__torch__.Net self, Tensor x) -> Tensor". The schema carries no dtype or shape:
 // float32 and an unknown shape are assumed.
 func schemaInputs(m *torch.Module) []archive.TensorSpec {
-	s, err := m.Schema("forward")
+	args, err := m.Args("forward")
 	if err != nil {
 		return nil
 	}
-	args, _, _ := strings.Cut(s, ") ->")
 	var out []archive.TensorSpec
-	for _, a := range schemaArg.FindAllStringSubmatch(args, -1) {
-		out = append(out, archive.TensorSpec{Name: a[1], DType: "float32", Shape: []int64{-1}})
+	for _, a := range args {
+		if a.Type == "Tensor" || a.Type == "Tensor?" {
+			out = append(out, archive.TensorSpec{Name: a.Name, DType: "float32", Shape: []int64{-1}})
+		}
 	}
 	return out
 }

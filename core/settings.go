@@ -107,6 +107,12 @@ func tune[T any](dst *T, auto *bool, v archive.Tunable[T]) {
 }
 
 // resolve is the settings of a version of the archive am, registered by req.
+// A package's precision is compiled in, so it sits just above the defaults: a bf16 package
+// is served in bf16 unless a setting says otherwise (which checkPrecision then refuses).
 func (o Options) resolve(am *archive.Model, req RegisterRequest) ModelSettings {
-	return Resolve(o.Defaults, am.Config.Settings, o.Server, req.Settings)
+	var pkg archive.Settings
+	if p := am.Package; p != nil && p.Precision != "" {
+		pkg.Precision = archive.Of(p.Precision)
+	}
+	return Resolve(o.Defaults, pkg, am.Config.Settings, o.Server, req.Settings)
 }

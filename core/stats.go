@@ -43,7 +43,8 @@ type InferenceStats struct {
 	CacheMiss     StatDuration `json:"cache_miss"`
 }
 
-// BatchStats are the executions of one batch size (the number of requests in a batch).
+// BatchStats are the executions of one batch size: the rows of a batch, as Triton counts it
+// (two requests of 2 rows each are a batch of 4).
 // Triton's backends report the three compute phases per batch; torchd times a batch's
 // forward as one step (ComputeInfer), and counts ComputeInput and ComputeOutput with no time.
 type BatchStats struct {
@@ -92,7 +93,7 @@ type versionStats struct {
 	latency                                    [latencyBins]atomic.Uint64 // per bucket; the last is +Inf
 
 	mu      sync.Mutex
-	batches map[int]*statDuration // batch size → forwards
+	batches map[int]*statDuration // batch size (rows) → forwards
 }
 
 func newVersionStats() *versionStats { return &versionStats{batches: map[int]*statDuration{}} }
@@ -102,17 +103,17 @@ func (s *versionStats) executed(samples []*handlers.Sample, infer time.Duration)
 	if s == nil {
 		return
 	}
-	n, items := len(samples), 0
+	items := 0
 	for _, smp := range samples {
 		items += smp.Items
 	}
 	s.executions.Add(1)
 	s.inferences.Add(uint64(items))
 	s.mu.Lock()
-	b := s.batches[n]
+	b := s.batches[items]
 	if b == nil {
 		b = &statDuration{}
-		s.batches[n] = b
+		s.batches[items] = b
 	}
 	s.mu.Unlock()
 	b.add(infer)

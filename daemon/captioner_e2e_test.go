@@ -250,7 +250,7 @@ func TestCaptionerEncoderPackageRefusals(t *testing.T) {
 		msg              string
 	}{
 		{"corrupt", model, good[:len(good)/2], "option encoder"},
-		{"missing", model, nil, "option encoder: openat encoder.pt2: no such file"},
+		{"missing", model, nil, `option encoder: the archive has no file "encoder.pt2"`},
 		{"digits", model, digits, "encoder.pt2 must take one float32 input of shape [-1 3 64 64], it takes [float32 [-1 1 28 28]]"},
 		{"nodecode", filepath.Join(zooDir, "digits", "model.pt"), good, "has no decode(features, max_length) method"},
 	} {

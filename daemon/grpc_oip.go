@@ -29,7 +29,7 @@ type oipService struct {
 
 // grpcExtensions are the protocol extensions torchd serves over gRPC, less "statistics":
 // see ServerMetadata.
-var grpcExtensions = []string{"model_configuration", "schedule_policy", "model_repository", "logging"}
+var grpcExtensions = []string{"model_configuration", "schedule_policy", "model_repository", "logging", "classification"}
 
 func (s *oipService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
 	return &pb.ServerLiveResponse{Live: true}, nil

@@ -279,14 +279,22 @@ func scheduleParams(p oip.Parameters) (time.Duration, error) {
 	return timeout, nil
 }
 
-// v2Sample orders the request's tensors as the model's inputs and checks them against the
-// declared signature.
+// v2Sample orders the request's tensors as the model's inputs (by name) and checks them
+// against the declared signature.
 func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*handlers.Sample, error) {
 	byName := map[string]oip.Tensor{}
 	for _, t := range tensors {
 		byName[t.Name] = t
 	}
 	ordered := tensors
+	if !declared && len(ins) == len(tensors) && namesInputs(tensors, ins) {
+		// Undeclared inputs are named after forward's arguments: a request that names them
+		// all is given to forward in its order, whatever the request's.
+		ordered = make([]oip.Tensor, len(ins))
+		for i, in := range ins {
+			ordered[i] = byName[in.Name]
+		}
+	}
 	if declared {
 		if len(tensors) != len(ins) {
 			return nil, fmt.Errorf("model takes %d inputs, request has %d", len(ins), len(tensors))
@@ -377,7 +385,10 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 	var tensors []oip.Tensor
 	for i, t := range out {
 		name := "output__" + strconv.Itoa(i)
-		if i < len(decl) {
+		switch {
+		case t.Name != "":
+			name = t.Name // a dict's key
+		case i < len(decl):
 			name = decl[i].Name
 		}
 		tensors = append(tensors, oip.Tensor{Name: name, Datatype: datatypeOf(t.DType), Shape: t.Shape, Data: t.Data})
@@ -397,8 +408,35 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 		}
 		tensors = kept
 	}
+	for i, o := range req.Outputs {
+		k, err := classCount(o.Parameters)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("output %q: %v", o.Name, err)
+		}
+		if k > 0 {
+			if tensors[i], err = classify(tensors[i], k, batchedOutputs(v), outputLabels(v, o.Name)); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+	}
 	for _, t := range tensors {
 		resp.Outputs = append(resp.Outputs, oip.ResponseOutput{Name: t.Name, Shape: t.Shape, Datatype: t.Datatype})
 	}
 	return resp, tensors, req.WantsBinary, nil
+}
+
+// batchedOutputs reports whether v's outputs lead with the batch dimension: every model's
+// but a Triton model's without batching (max_batch_size 0).
+func batchedOutputs(v *ModelVersion) bool {
+	t := tritonOf(v)
+	return t == nil || t.batch
+}
+
+// outputLabels are the class labels of v's output name: a Triton model's label_filename, an
+// archive's index_to_name.json; nil when it has none.
+func outputLabels(v *ModelVersion, name string) map[int]string {
+	if t := tritonOf(v); t != nil {
+		return t.labels[name]
+	}
+	return v.Archive().Labels
 }

@@ -341,8 +341,12 @@ func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 		dev = "gpu"
 	}
 	st := v.Stats()
+	runtime := "torchscript"
+	if v.Archive().IsPackage() {
+		runtime = "aoti" // an AOTInductor package (.pt2)
+	}
 	m := describeModel{
-		ModelName: v.Name, ModelVersion: v.Version, ModelURL: v.URL, Runtime: "torchscript",
+		ModelName: v.Name, ModelVersion: v.Version, ModelURL: v.URL, Runtime: runtime,
 		MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers, BatchSize: s.BatchSize,
 		MaxBatchDelay: s.MaxBatchDelay.Milliseconds(), ResponseTimeout: int64(s.ResponseTimeout.Seconds()),
 		StartupTimeout: int64(s.StartupTimeout.Seconds()), MaxRetryTimeoutInSec: 300, DeviceType: dev,

@@ -296,14 +296,15 @@ func TestPackageRegistrationRefusals(t *testing.T) {
 // package exported in bf16, from archives whose config says precision = "bf16", as
 // TorchScript registered with precision=bf16, and as its package exported in fp16 (for a GPU,
 // here compiled for the CPU) with precision = "fp16": each answers logits close to float32's,
-// not equal to them, with the same top digit. A bf16 package served at the server's default
-// precision (fp32) is refused with a 400.
+// not equal to them, with the same top digit. A bf16 package registered without a precision
+// is served in bf16, as the package says; one registered with precision fp32 is refused with
+// a 400.
 func TestPrecisionBF16OverHTTP(t *testing.T) {
 	s := startServer(t)
 	const cfg = "handler = \"tensor\"\nbatch_size = 8\nprecision = \"bf16\"\n"
 	writeDigitsArchive(t, "digits_bf16_ts", "model.pt", cfg, nil)
 	writeDigitsArchive(t, "digits_bf16_pt2", "model_bf16.pt2", cfg, nil)
-	writeDigitsArchive(t, "digits_bf16_pt2_at_fp32", "model_bf16.pt2", "handler = \"tensor\"\n", nil)
+	writeDigitsArchive(t, "digits_bf16_pt2_untold", "model_bf16.pt2", "handler = \"tensor\"\nbatch_size = 8\n", nil)
 	writeDigitsArchive(t, "digits_fp16_pt2", "model_fp16.pt2", "handler = \"tensor\"\nbatch_size = 8\nprecision = \"fp16\"\n", nil)
 	s.register(t, "url=digits_tensor.mar&initial_workers=1&synchronous=true")
 	rows := packageRows(t, "digits", 16)
@@ -315,7 +316,7 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 	// fp16 is a package's precision (exported in it, for a GPU), never TorchScript's.
 	r = do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp16&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision fp16 is for AOTInductor packages exported in fp16")
-	for _, name := range []string{"digits_bf16_ts", "digits_bf16_pt2", "digits_bf16_param", "digits_fp16_pt2"} {
+	for _, name := range []string{"digits_bf16_ts", "digits_bf16_pt2", "digits_bf16_param", "digits_fp16_pt2", "digits_bf16_pt2_untold"} {
 		if name != "digits_bf16_param" {
 			s.register(t, "url=pt2/"+name+"&initial_workers=1&synchronous=true")
 		}
@@ -336,7 +337,7 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 			}
 		}
 	}
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_pt2_at_fp32&initial_workers=1&synchronous=true", "", nil)
+	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_pt2_untold&model_name=at_fp32&precision=fp32&initial_workers=1&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision fp32, but model_bf16.pt2 was exported in bf16")
 	// Mixed precision: the config's float32 modules are the model's, or registration is refused.
 	writeDigitsArchive(t, "digits_bf16_ts_fc2", "model.pt", cfg+"fp32_modules = [\"fc2\"]\n", nil)

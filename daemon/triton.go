@@ -32,6 +32,8 @@ type tritonModel struct {
 	ins    []archive.TensorSpec
 	outs   []archive.TensorSpec
 	batch  bool // max_batch_size > 0: tensors lead with the batch dimension
+	// labels are the outputs' label_filename files by output name, for classification.
+	labels map[string]map[int]string
 }
 
 // Platform is what the v2 metadata reports: the config's platform, or pytorch_libtorch for
@@ -70,11 +72,7 @@ func (t *tritonModel) Prepare(am *archive.Model, m torch.Model) error {
 			}
 		}
 	} else if mod, ok := m.(*torch.Module); ok {
-		schema, err := mod.Schema("forward")
-		if err != nil {
-			return err
-		}
-		args, err := forwardArgs(schema)
+		args, err := forwardArgs(mod)
 		if err != nil {
 			return err
 		}
@@ -85,6 +83,19 @@ func (t *tritonModel) Prepare(am *archive.Model, m torch.Model) error {
 		am.Config.Inputs = triton.Permute(am.Config.Inputs, order)
 	}
 	t.ins, t.outs = am.Config.Inputs, am.Config.Outputs
+	for _, o := range t.config.Output {
+		if o.LabelFilename == "" {
+			continue
+		}
+		labels, err := readLabelFile(t.dir, o.LabelFilename)
+		if err != nil {
+			return fmt.Errorf("output %q: %w", o.Name, err)
+		}
+		if t.labels == nil {
+			t.labels = map[string]map[int]string{}
+		}
+		t.labels[o.Name] = labels
+	}
 	return nil
 }
 
@@ -115,43 +126,21 @@ func (t *tritonModel) modelShape(s archive.TensorSpec) []int64 {
 	return s.Reshape
 }
 
-// forwardArgs returns the names of forward's arguments after self, from its TorchScript
-// schema, e.g. "forward(__torch__.Net self, Tensor x, Tensor y) -> Tensor". A
-// Dict(str, Tensor) input, which the backend feeds by name, is refused.
-func forwardArgs(schema string) ([]string, error) {
-	open, close := strings.Index(schema, "("), strings.LastIndex(schema, ") ->")
-	if open < 0 || close < open {
-		return nil, fmt.Errorf("cannot read forward's schema %q", schema)
+// forwardArgs returns the names of forward's arguments after self. A Dict(str, Tensor)
+// input, which the backend feeds by name, is refused.
+func forwardArgs(mod *torch.Module) ([]string, error) {
+	args, err := mod.Args("forward")
+	if err != nil {
+		return nil, err
 	}
-	var args []string
-	depth, start := 0, open+1
-	for i := open + 1; i <= close; i++ {
-		switch c := schema[i]; {
-		case c == '(' || c == '[':
-			depth++
-		case (c == ')' || c == ']') && i < close:
-			depth--
-		case c == ',' && depth == 0 || i == close:
-			arg := strings.TrimSpace(schema[start:i])
-			start = i + 1
-			if arg == "" {
-				continue
-			}
-			typ, name := arg, ""
-			if j := strings.LastIndex(arg, " "); j >= 0 {
-				typ, name = arg[:j], arg[j+1:]
-			}
-			name, _, _ = strings.Cut(name, "=")
-			if strings.HasPrefix(typ, "__torch__") || name == "self" {
-				continue
-			}
-			if strings.HasPrefix(typ, "Dict(") {
-				return nil, fmt.Errorf("%w: forward takes %s %s; torchd feeds forward positional tensors (a dict input is fed by key in Triton)", triton.ErrUnsupported, typ, name)
-			}
-			args = append(args, name)
+	var names []string
+	for _, a := range args {
+		if strings.HasPrefix(a.Type, "Dict(") {
+			return nil, fmt.Errorf("%w: forward takes %s %s; torchd feeds forward positional tensors (a dict input is fed by key in Triton)", triton.ErrUnsupported, a.Type, a.Name)
 		}
+		names = append(names, a.Name)
 	}
-	return args, nil
+	return names, nil
 }
 
 // ToModel refuses a request larger than max_batch_size, as Triton does, and reshapes its

@@ -27,7 +27,7 @@ func (d *Daemon) tritonRoutes() []*route {
 
 // tritonExtensions are the Triton extensions advertised in GET /v2 beside the core protocol;
 // "statistics" too while every version is an integer (see v2Server).
-var tritonExtensions = []string{"model_repository", "logging"}
+var tritonExtensions = []string{"model_repository", "logging", "classification"}
 
 func (d *Daemon) v2Stats(ctx *fasthttp.RequestCtx, p params) {
 	name := ""

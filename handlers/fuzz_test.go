@@ -23,7 +23,7 @@ func FuzzDecodeJSONTensor(f *testing.F) {
 	f.Add([]byte(`{"data": [1, 2, 3, 4], "shape": [2, 2], "dtype": "int64"}`))
 	f.Add([]byte(`{"data": [[true, false]], "dtype": "bool"}`))
 	f.Add([]byte(`[[1, 2], [3]]`))
-	h := &TensorHandler{spec: &archive.TensorSpec{Name: "x", DType: "float32", Shape: []int64{-1, 2, 2}}}
+	h := &TensorHandler{ins: []archive.TensorSpec{{Name: "x", DType: "float32", Shape: []int64{-1, 2, 2}}}}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeJSONTensor(b)
 		want, refErr := referenceJSONTensor(b)

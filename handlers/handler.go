@@ -45,6 +45,8 @@ type Tensor struct {
 	DType torch.DType
 	Shape []int64
 	Data  []byte
+	// Name is an output's name where the model gave one (the key of a dict it returned).
+	Name string
 }
 
 // Numel returns the number of elements its shape holds.

@@ -70,7 +70,7 @@ func TestTensorJSONValuesOutOfRange(t *testing.T) {
 // Shapes that overflow, shapes larger than the data, deep nesting and long arrays are 400s
 // that say which, and cost no allocation of the declared size.
 func TestTensorHostileShapes(t *testing.T) {
-	h := &TensorHandler{spec: &archive.TensorSpec{Name: "input__0", DType: "float32", Shape: []int64{-1, 1, 28, 28}}}
+	h := &TensorHandler{ins: []archive.TensorSpec{{Name: "input__0", DType: "float32", Shape: []int64{-1, 1, 28, 28}}}}
 	npyHeader := func(shape string) []byte {
 		hdr := "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }\n"
 		return append(append([]byte("\x93NUMPY\x01\x00"), byte(len(hdr)), byte(len(hdr)>>8)), hdr...)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,7 +91,12 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	vocab, err := readCaptionVocab(ctx.Dir, name)
+	vf, err := openArchiveFile(ctx, "vocab", name)
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := readCaptionVocab(vf, name)
+	vf.Close()
 	if err != nil {
 		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
 	}
@@ -101,10 +105,10 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 		return nil, err
 	}
 	if encoder != "" {
-		// Opened through os.OpenInRoot, as the vocabulary: the name comes from an untrusted archive.
-		f, err := os.OpenInRoot(ctx.Dir, encoder)
+		// Opened inside the archive, as the vocabulary: the name comes from an untrusted archive.
+		f, err := openArchiveFile(ctx, "encoder", encoder)
 		if err != nil {
-			return nil, fmt.Errorf("%s: option encoder: %w", cfg.File, err)
+			return nil, err
 		}
 		f.Close()
 		encoder = filepath.Join(ctx.Dir, encoder)
@@ -123,7 +127,7 @@ func (c *ImageCaptioner) BindModel(m torch.Model, runners int) (torch.Model, err
 	}
 	dec, ok := m.(*torch.Module)
 	if !ok {
-		return nil, fmt.Errorf("%s: option encoder: the model must be TorchScript with a decode method, not %T", c.file, m)
+		return nil, fmt.Errorf("%s: option encoder: the model must be TorchScript with a decode method, not an AOTInductor package", c.file)
 	}
 	if _, err := dec.Schema("decode"); err != nil {
 		return nil, fmt.Errorf("%s: option encoder: the TorchScript model has no decode(features, max_length) method: %w", c.file, err)
@@ -223,15 +227,9 @@ func (m *encodedCaptioner) Device() string { return m.decoder.Device() }
 // Close closes the package and the TorchScript model.
 func (m *encodedCaptioner) Close() error { return errors.Join(m.encoder.Close(), m.decoder.Close()) }
 
-// readCaptionVocab reads and checks the vocabulary file name of the archive in dir. The file
-// is opened through os.OpenInRoot: the name comes from an untrusted archive.
-func readCaptionVocab(dir, name string) (captionVocab, error) {
+// readCaptionVocab reads and checks the vocabulary file name, opened as f.
+func readCaptionVocab(f io.Reader, name string) (captionVocab, error) {
 	var v captionVocab
-	f, err := os.OpenInRoot(dir, name)
-	if err != nil {
-		return v, err
-	}
-	defer f.Close()
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return v, err
@@ -276,7 +274,7 @@ func (c *ImageCaptioner) Infer(model torch.Model, batch []*Sample) ([][]Tensor, 
 		}
 		run = func(x *torch.Tensor) (any, error) { return m.Run("generate", x, int64(c.maxLen)) }
 	default:
-		return nil, fmt.Errorf("image_captioner: the model must be TorchScript with a generate method, not %T", model)
+		return nil, errors.New("image_captioner: the model must be TorchScript with a generate method, not an AOTInductor package")
 	}
 	rowBytes := 3 * c.h * c.w * 4
 	total := 0

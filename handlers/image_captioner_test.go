@@ -356,7 +356,7 @@ func TestCaptionerOptions(t *testing.T) {
 		{"width not int", map[string]any{"width": "64"}, "options.width"},
 		{"max_length 0", map[string]any{"max_length": int64(0)}, "max_length"},
 		{"mean of 1", map[string]any{"mean": []any{0.5}}, "mean and std"},
-		{"missing vocab", map[string]any{"vocab": "nope.json"}, "option vocab"},
+		{"missing vocab", map[string]any{"vocab": "nope.json"}, `option vocab: the archive has no file "nope.json"`},
 		{"vocab outside", map[string]any{"vocab": "../vocab.json"}, "option vocab"},
 		{"vocab absolute", map[string]any{"vocab": filepath.Join(dir, "vocab.json")}, "option vocab"},
 		{"no eos", map[string]any{"vocab": "no_eos.json"}, `"eos"`},

@@ -334,7 +334,7 @@ func jsonImages(b []byte) ([][]byte, error) {
 			}
 			return BadInput(`JSON image input needs "data", "body", "b64" or "instances"`)
 		default:
-			return BadInput("JSON image input must hold base64 strings, got %T", v)
+			return BadInput("JSON image input must hold base64 strings, got %s", jsonType(v))
 		}
 		return nil
 	}

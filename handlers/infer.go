@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -56,6 +58,11 @@ func inferOnce(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor
 	if inf, ok := h.(Inferer); ok {
 		return inf.Infer(m, batch)
 	}
+	if pd, ok := h.(padder); ok && len(batch) > 1 {
+		if p := pd.padding(); p != nil && !sameShapes(batch) {
+			return inferPadded(p, m, batch, st)
+		}
+	}
 	return DefaultInferStaged(m, batch, st)
 }
 
@@ -109,11 +116,20 @@ func DefaultInferStaged(m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, 
 		return nil, err
 	}
 	defer torch.CloseValue(out)
-	outs, err := outputTensors(out)
+	outs, names, err := outputTensors(out)
 	if err != nil {
 		return nil, err
 	}
-	return Split(outs, batch, total)
+	res, err := Split(outs, batch, total)
+	if err != nil || names == nil {
+		return res, err
+	}
+	for _, r := range res {
+		for i := range r {
+			r[i].Name = names[i]
+		}
+	}
+	return res, nil
 }
 
 // aligned reports whether every tensor of s starts at a multiple of its element size, as
@@ -152,17 +168,32 @@ func sameTrailing(a, b []int64) bool {
 	return true
 }
 
-// outputTensors accepts a tensor, or a tuple or list of tensors.
-func outputTensors(v any) ([]*torch.Tensor, error) {
+// outputTensors accepts a tensor, a tuple or list of tensors, or a dict of tensors by name,
+// whose names it returns too (sorted: a TorchScript dict's order does not survive the
+// binding, and a sorted one is the same from call to call).
+func outputTensors(v any) ([]*torch.Tensor, []string, error) {
 	switch x := v.(type) {
 	case *torch.Tensor:
-		return []*torch.Tensor{x}, nil
+		return []*torch.Tensor{x}, nil, nil
 	case torch.Tuple:
-		return tensorList(x)
+		t, err := tensorList(x)
+		return t, nil, err
 	case []any:
-		return tensorList(x)
+		t, err := tensorList(x)
+		return t, nil, err
+	case map[string]any:
+		names := slices.Sorted(maps.Keys(x))
+		out := make([]*torch.Tensor, len(names))
+		for i, k := range names {
+			t, ok := x[k].(*torch.Tensor)
+			if !ok {
+				return nil, nil, fmt.Errorf("model output %q is %s, not a tensor", k, torch.KindOf(x[k]))
+			}
+			out[i] = t
+		}
+		return out, names, nil
 	}
-	return nil, fmt.Errorf("model returned %T; the default handler step takes a tensor, or a tuple or list of tensors", v)
+	return nil, nil, fmt.Errorf("the model returned %s; the default handler step takes a tensor, a tuple or list of tensors, or a dict of tensors by name", torch.KindOf(v))
 }
 
 func tensorList(vs []any) ([]*torch.Tensor, error) {
@@ -170,7 +201,7 @@ func tensorList(vs []any) ([]*torch.Tensor, error) {
 	for i, v := range vs {
 		t, ok := v.(*torch.Tensor)
 		if !ok {
-			return nil, fmt.Errorf("model output %d is %T, not a tensor", i, v)
+			return nil, fmt.Errorf("model output %d is %s, not a tensor", i, torch.KindOf(v))
 		}
 		out[i] = t
 	}

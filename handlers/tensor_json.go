@@ -17,12 +17,17 @@ const maxJSONElements = 1 << 24
 // maxJSONDepth bounds the nesting of a JSON tensor's lists.
 const maxJSONDepth = 32
 
-// decodeJSONTensor reads nested lists, or {"data", "shape", "dtype"} with flat or nested data.
+// decodeJSONTensor reads nested lists, or {"data", "shape", "dtype"} with flat or nested data,
+// as float32 unless the object names its dtype.
+func decodeJSONTensor(b []byte) (Tensor, error) { return decodeJSONTensorAs(b, torch.Float32) }
+
+// decodeJSONTensorAs is decodeJSONTensor with dtype for the values whose dtype is not named:
+// a declared int64 input takes nested lists of integers as int64.
 //
 // The lists are scanned byte by byte into the dtype's bytes: decoding them into []any first
 // costs two allocations and about half a microsecond per number, which made a 6 MB array of
 // zeros take 1.5 s of CPU to refuse.
-func decodeJSONTensor(b []byte) (Tensor, error) {
+func decodeJSONTensorAs(b []byte, dtype torch.DType) (Tensor, error) {
 	// Unmarshal validates the whole body (syntax, nesting up to encoding/json's 10,000
 	// levels), so the scanner below can trust the structure.
 	var raw json.RawMessage
@@ -30,7 +35,6 @@ func decodeJSONTensor(b []byte) (Tensor, error) {
 		return Tensor{}, BadInput("invalid JSON: %v", err)
 	}
 	raw = bytes.TrimSpace(raw)
-	dtype := torch.Float32
 	var shape []int64
 	if raw[0] == '{' {
 		var obj map[string]json.RawMessage

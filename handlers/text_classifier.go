@@ -3,7 +3,6 @@ package handlers
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -19,8 +18,9 @@ func init() { Register("text_classifier", newTextClassifier) }
 // padded to the batch's longest text → softmax → {label: probability}, all classes by
 // default, most probable first.
 //
-// Options (model-config.toml [options]): vocab ("vocab.txt", a file of the archive),
-// max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
+// Options (model-config.toml [options]): vocab ("vocab.txt", a file of the archive), or
+// tokenizer (a Hugging Face tokenizer.json of a WordPiece tokenizer, whose lower-casing and
+// special tokens it follows; the archive's tokenizer.json is used when neither is set), max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
 // take), lowercase (true: an uncased model), top_k (all classes).
 type TextClassifier struct {
 	tok      *text.WordPiece
@@ -31,10 +31,6 @@ type TextClassifier struct {
 
 func newTextClassifier(ctx Context) (Handler, error) {
 	cfg := ctx.Config
-	vocab, err := cfg.StringOption("vocab", "vocab.txt")
-	if err != nil {
-		return nil, err
-	}
 	maxLength, err := cfg.IntOption("max_length", 128)
 	if err != nil {
 		return nil, err
@@ -60,16 +56,9 @@ func newTextClassifier(ctx Context) (Handler, error) {
 	if maxTexts < 1 {
 		return nil, fmt.Errorf("%s: option max_texts must be ≥ 1, got %d", cfg.File, maxTexts)
 	}
-	// The archive is untrusted: OpenInRoot refuses a vocab option that leaves it, by ".." or
-	// through a link.
-	f, err := os.OpenInRoot(ctx.Dir, vocab)
+	tok, err := loadTokenizer(ctx, text.Options{Lowercase: lowercase, MaxLength: maxLength})
 	if err != nil {
-		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
-	}
-	defer f.Close()
-	tok, err := text.Read(f, text.Options{Lowercase: lowercase, MaxLength: maxLength})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", vocab, err)
+		return nil, err
 	}
 	return &TextClassifier{tok: tok, topK: topK, maxTexts: maxTexts, labels: ctx.Labels}, nil
 }
@@ -151,7 +140,7 @@ func jsonTexts(b []byte) ([]string, error) {
 			}
 			return BadInput(`JSON text input needs "text" or "data"`)
 		default:
-			return BadInput("JSON text input must hold strings, got %T", v)
+			return BadInput("JSON text input must hold strings, got %s", jsonType(v))
 		}
 		return nil
 	}
@@ -198,9 +187,9 @@ func (tc *TextClassifier) Infer(m torch.Model, batch []*Sample) ([][]Tensor, err
 		return nil, err
 	}
 	defer torch.CloseValue(out)
-	logits, ok := out.(*torch.Tensor)
-	if !ok {
-		return nil, fmt.Errorf("text_classifier: the model returned %T, want a tensor of logits", out)
+	logits, err := firstTensor(out)
+	if err != nil {
+		return nil, fmt.Errorf("text_classifier: %v, want a tensor of logits (or a tuple that starts with it)", err)
 	}
 	return Split([]*torch.Tensor{logits}, batch, len(seqs))
 }
@@ -241,4 +230,27 @@ func (tc *TextClassifier) sampleSequences(s *Sample) ([][]int64, error) {
 // probability} object; several texts give a JSON array of them.
 func (tc *TextClassifier) Postprocess(s *Sample, out []Tensor) (*Response, error) {
 	return topKResponse("text_classifier", s, out, tc.topK, tc.labels)
+}
+
+// firstTensor is a model's answer as a tensor: the tensor it returned, or the first element
+// of its tuple or list, as a Hugging Face model traced with return_dict=False (torchscript=True)
+// returns (logits,) or (last_hidden_state, pooler_output).
+func firstTensor(out any) (*torch.Tensor, error) {
+	switch x := out.(type) {
+	case *torch.Tensor:
+		return x, nil
+	case torch.Tuple:
+		if len(x) > 0 {
+			if t, ok := x[0].(*torch.Tensor); ok {
+				return t, nil
+			}
+		}
+	case []any:
+		if len(x) > 0 {
+			if t, ok := x[0].(*torch.Tensor); ok {
+				return t, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("the model returned %s", torch.KindOf(out))
 }

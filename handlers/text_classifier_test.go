@@ -152,7 +152,7 @@ func TestTextClassifierOptions(t *testing.T) {
 		msg     string
 	}{
 		{"vocab outside the archive", map[string]any{"vocab": "../textcls/vocab.txt"}, "option vocab"},
-		{"missing vocab", map[string]any{"vocab": "nope.txt"}, "option vocab"},
+		{"missing vocab", map[string]any{"vocab": "nope.txt"}, `option vocab: the archive has no file "nope.txt"`},
 		{"not a vocabulary", map[string]any{"vocab": "index_to_name.json"}, "no [UNK]"},
 		{"max_length", map[string]any{"max_length": int64(1)}, "max_length"},
 		{"top_k", map[string]any{"top_k": int64(-1)}, "top_k"},

@@ -25,7 +25,8 @@ func init() { Register("text_embedding", newTextEmbedding) }
 //
 // The archive holds modules.json, sentence_bert_config.json (max_seq_length) and the
 // Pooling module's config.json (e.g. 1_Pooling/config.json). Options (model-config.toml
-// [options]): vocab ("vocab.txt"), lowercase (true: an uncased model), truncate (true: text
+// [options]): vocab ("vocab.txt") or tokenizer (a Hugging Face tokenizer.json, as for
+// text_classifier), lowercase (true: an uncased model), truncate (true: text
 // over max_seq_length is cut, as sentence-transformers' encode() cuts it; false: refused),
 // max_texts (256).
 type TextEmbedding struct {
@@ -46,10 +47,6 @@ type stModule struct {
 
 func newTextEmbedding(ctx Context) (Handler, error) {
 	cfg := ctx.Config
-	vocab, err := cfg.StringOption("vocab", "vocab.txt")
-	if err != nil {
-		return nil, err
-	}
 	lowercase, err := cfg.BoolOption("lowercase", true)
 	if err != nil {
 		return nil, err
@@ -129,19 +126,14 @@ func newTextEmbedding(ctx Context) (Handler, error) {
 	}
 	te.maxLen = sb.MaxSeqLength
 
-	f, err := os.OpenInRoot(ctx.Dir, vocab)
-	if err != nil {
-		return nil, fmt.Errorf("%s: option vocab: %w", cfg.File, err)
-	}
-	defer f.Close()
 	// Refusing over-long text needs to see one id past the limit.
 	limit := te.maxLen
 	if !truncate {
 		limit++
 	}
-	te.tok, err = text.Read(f, text.Options{Lowercase: lowercase, MaxLength: limit, HuggingFace: true})
+	te.tok, err = loadTokenizer(ctx, text.Options{Lowercase: lowercase, MaxLength: limit, HuggingFace: true})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", vocab, err)
+		return nil, err
 	}
 	return te, nil
 }
@@ -285,10 +277,16 @@ func jsonType(v any) string {
 		return "null"
 	case bool:
 		return "a boolean"
-	case float64:
+	case float64, json.Number:
 		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
 	}
-	return fmt.Sprintf("%T", v)
+	return "a value of another kind"
 }
 
 // encode tokenizes input i, cutting or refusing it past max_seq_length as configured.
@@ -354,9 +352,9 @@ func (te *TextEmbedding) Infer(m torch.Model, batch []*Sample) ([][]Tensor, erro
 		return nil, err
 	}
 	defer torch.CloseValue(out)
-	h, ok := out.(*torch.Tensor)
-	if !ok {
-		return nil, fmt.Errorf("text_embedding: the model returned %T, want token embeddings", out)
+	h, err := firstTensor(out)
+	if err != nil {
+		return nil, fmt.Errorf("text_embedding: %v, want token embeddings (or a tuple that starts with them)", err)
 	}
 	c, err := h.ToCPU()
 	if err != nil {

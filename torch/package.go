@@ -55,6 +55,7 @@ type packageOptions struct {
 	device  string
 	model   string
 	runners int
+	inputs  []Spec // for a package without torchd's metadata
 }
 
 // PackageOption configures LoadPackage.
@@ -68,6 +69,13 @@ func WithPackageDevice(device string) PackageOption {
 
 // WithModelName picks a model of a package that holds several; the default is "model".
 func WithModelName(name string) PackageOption { return func(o *packageOptions) { o.model = name } }
+
+// WithInputSpecs gives the input specs of a package made without torchd's metadata (plain
+// aoti_compile_and_package), read from its generated code or declared by a config; a package
+// that records its own ignores them.
+func WithInputSpecs(specs []Spec) PackageOption {
+	return func(o *packageOptions) { o.inputs = specs }
+}
 
 // WithRunners sets how many Forward calls run at once (default 1): one per worker that
 // shares the package. Each runner has its own activation buffers; weights are shared.
@@ -145,9 +153,13 @@ func LoadPackage(path string, opts ...PackageOption) (_ *Package, err error) {
 	if err != nil {
 		return nil, err
 	}
-	inputs, outputs, err := PackageSpecs(md)
-	if err != nil {
-		return nil, err
+	var inputs, outputs []Spec
+	if _, ok := md[MetaInputs]; ok || o.inputs == nil {
+		if inputs, outputs, err = PackageSpecs(md); err != nil {
+			return nil, err
+		}
+	} else {
+		inputs = o.inputs
 	}
 	dir, err := extractPackage(path, zr)
 	if err != nil {
@@ -239,7 +251,7 @@ func (p *Package) CheckInputs(args []any) error {
 	for i, a := range args {
 		t, ok := a.(*Tensor)
 		if !ok {
-			return fmt.Errorf("torch: package input %d is %T; a package takes tensors only", i, a)
+			return fmt.Errorf("torch: package input %d is %s; a package takes tensors only", i, KindOf(a))
 		}
 		s := p.inputs[i]
 		if t.DType().String() != s.DType {

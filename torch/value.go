@@ -254,7 +254,7 @@ func (d *decoder) dict(pairs int) (any, error) {
 		default:
 			closeValue(v)
 			closeValue(k)
-			return nil, fmt.Errorf("torch: unsupported dict key type %T in result", k)
+			return nil, fmt.Errorf("torch: the result holds a dict whose keys are %s; torchd reads str and int keys", KindOf(k))
 		}
 	}
 	if intMap != nil {
@@ -292,3 +292,31 @@ func closeValue(v any) {
 
 // CloseValue closes every tensor inside a value returned by Module.Run.
 func CloseValue(v any) { closeValue(v) }
+
+// KindOf names a value returned by Module.Run as TorchScript would, for messages that must
+// not show Go type names: "a tensor", "a tuple", "a dict", ...
+func KindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "None"
+	case *Tensor:
+		return "a tensor"
+	case Tuple:
+		return "a tuple"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a dict with str keys"
+	case map[int64]any:
+		return "a dict with int keys"
+	case string:
+		return "a str"
+	case bool:
+		return "a bool"
+	case int64:
+		return "an int"
+	case float64:
+		return "a float"
+	}
+	return "a value of an unsupported kind"
+}

@@ -360,10 +360,18 @@ func (m *Model) Archive(v Version) (*archive.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &archive.Model{
+	am := &archive.Model{
 		Source: filepath.Dir(v.Path), Kind: archive.KindTriton, Dir: filepath.Dir(v.Path),
 		Name: m.Name, Version: v.Version, Config: s,
 		SerializedFile: filepath.Base(v.Path),
 		Files:          []archive.File{{Name: filepath.Base(v.Path), Size: fi.Size()}},
-	}, nil
+	}
+	// A package's signature: torchd's metadata, or what a plain package's code checks (its
+	// batch range and precision come from there).
+	if archive.IsPackageName(v.Path) {
+		if am.Package, err = archive.ReadPackageSignature(v.Path); err != nil {
+			return nil, err
+		}
+	}
+	return am, nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/torchd/torchd/handlers/text"
@@ -127,4 +128,70 @@ func TestTokenizerMatchesHFOnMiniLM(t *testing.T) {
 		t.Errorf("%d of %d texts differ", bad, len(refs.Items))
 	}
 	t.Logf("%d texts, %d of them cut at max_length %d", len(refs.Items), truncated, refs.MaxLength)
+}
+
+// A Hugging Face tokenizer.json read as it is (models/hfbert.py copies all-MiniLM-L6-v2's)
+// gives the ids of the fast tokenizer on every text of models/out/hfbert/tokenizer_refs.json,
+// special tokens written in the text ([SEP], [MASK], ...), accents, CJK and emoji included.
+func TestTokenizerJSONMatchesHF(t *testing.T) {
+	dir := filepath.Join("..", "..", "models", "out", "hfbert")
+	var refs struct {
+		MaxLength int `json:"max_length"`
+		Items     []struct {
+			Text string  `json:"text"`
+			IDs  []int64 `json:"ids"`
+		} `json:"items"`
+	}
+	readJSON(t, filepath.Join(dir, "tokenizer_refs.json"), &refs)
+	f, err := os.Open(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := text.ReadTokenizerJSON(f, text.Options{MaxLength: refs.MaxLength})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(refs.Items) < 1000 {
+		t.Fatalf("tokenizer_refs.json has %d texts, want 1000 or more", len(refs.Items))
+	}
+	bad, special := 0, 0
+	for i, it := range refs.Items {
+		if got := w.Encode(it.Text); !slices.Equal(got, it.IDs) {
+			bad++
+			if bad <= 20 {
+				t.Errorf("text %d %+q:\n Go %v\n HF %v", i, it.Text, got, it.IDs)
+			}
+		}
+		if strings.Contains(it.Text, "[SEP]") || strings.Contains(it.Text, "[MASK]") {
+			special++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d texts differ", bad, len(refs.Items))
+	}
+	if special == 0 {
+		t.Fatal("no text spells out a special token")
+	}
+	t.Logf("%d texts, %d with special tokens written in them", len(refs.Items), special)
+}
+
+// What ReadTokenizerJSON refuses, with messages that say why.
+func TestTokenizerJSONRefusals(t *testing.T) {
+	bpe, err := os.ReadFile(filepath.Join("..", "..", "models", "out", "hfbert", "tokenizer_bpe.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ json, msg string }{
+		{string(bpe), `model type "BPE" is not supported: torchd's tokenizer reads BERT-style WordPiece tokenizers`},
+		{`{"model": {"type": "WordPiece"}, "normalizer": {"type": "NFC"}}`, "the normalizer must be BertNormalizer"},
+		{`not json`, "not a Hugging Face tokenizer.json"},
+		{`{"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 5}},
+		  "normalizer": {"type": "BertNormalizer", "lowercase": true}, "pre_tokenizer": {"type": "BertPreTokenizer"}}`, "the vocabulary's ids must be 0 to 1"},
+	} {
+		_, err := text.ReadTokenizerJSON(strings.NewReader(c.json), text.Options{})
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%.60s: %v, want %q", c.json, err, c.msg)
+		}
+	}
 }

@@ -69,21 +69,34 @@ func Load(vocabPath string, opts Options) (*WordPiece, error) {
 // Read reads a vocabulary in BERT's vocab.txt format: one token per line, its id the line
 // number from 0, surrounding whitespace trimmed. It must hold [UNK], [CLS], [SEP] and [PAD].
 func Read(r io.Reader, opts Options) (*WordPiece, error) {
-	if opts.MaxLength < 0 || opts.MaxLength == 1 {
-		return nil, fmt.Errorf("max length %d leaves no room for [CLS] and [SEP]", opts.MaxLength)
-	}
-	w := &WordPiece{opts: opts, ids: map[string]int64{}}
+	var tokens []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		tok := strings.TrimSpace(sc.Text())
-		// A repeated token takes its last line's id, as BERT's load_vocab gives it.
-		w.ids[tok] = int64(len(w.tokens))
-		w.tokens = append(w.tokens, tok)
-		w.longest = max(w.longest, len(tok))
+		tokens = append(tokens, strings.TrimSpace(sc.Text()))
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
+	}
+	var specials []string
+	if opts.HuggingFace {
+		// tokenizer.json's added_tokens for a BERT vocabulary.
+		specials = []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}
+	}
+	return fromTokens(tokens, opts, specials)
+}
+
+// fromTokens makes a WordPiece of tokens, each token's id its index; specials are the
+// special tokens the text may spell out (those in the vocabulary are kept).
+func fromTokens(tokens []string, opts Options, specials []string) (*WordPiece, error) {
+	if opts.MaxLength < 0 || opts.MaxLength == 1 {
+		return nil, fmt.Errorf("max length %d leaves no room for [CLS] and [SEP]", opts.MaxLength)
+	}
+	w := &WordPiece{opts: opts, ids: make(map[string]int64, len(tokens)), tokens: tokens}
+	for i, tok := range tokens {
+		// A repeated token takes its last line's id, as BERT's load_vocab gives it.
+		w.ids[tok] = int64(i)
+		w.longest = max(w.longest, len(tok))
 	}
 	for _, s := range []struct {
 		tok string
@@ -95,12 +108,9 @@ func Read(r io.Reader, opts Options) (*WordPiece, error) {
 		}
 		*s.id = id
 	}
-	if opts.HuggingFace {
-		// tokenizer.json's added_tokens for a BERT vocabulary.
-		for _, tok := range []string{"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"} {
-			if id, ok := w.ids[tok]; ok {
-				w.specials = append(w.specials, special{tok, id})
-			}
+	for _, tok := range specials {
+		if id, ok := w.ids[tok]; ok && tok != "" {
+			w.specials = append(w.specials, special{tok, id})
 		}
 	}
 	return w, nil
@@ -202,21 +212,17 @@ func (w *WordPiece) appendText(ids []int64, text string, limit int) []int64 {
 	return w.appendSegment(ids, text, left())
 }
 
-// nextSpecial finds the first special token in text: its offset (-1: none) and which.
+// nextSpecial finds the first special token in text, the longest where several start
+// there, as Hugging Face's added-token matching does: its offset (-1: none) and which.
 func (w *WordPiece) nextSpecial(text string) (int, special) {
-	for off := 0; ; {
-		i := strings.IndexByte(text[off:], '[')
-		if i < 0 {
-			return -1, special{}
+	at, found := -1, special{}
+	for _, sp := range w.specials {
+		i := strings.Index(text, sp.tok)
+		if i >= 0 && (at < 0 || i < at || i == at && len(sp.tok) > len(found.tok)) {
+			at, found = i, sp
 		}
-		off += i
-		for _, sp := range w.specials {
-			if strings.HasPrefix(text[off:], sp.tok) {
-				return off, sp
-			}
-		}
-		off++
 	}
+	return at, found
 }
 
 // appendSegment is appendText for text without special tokens.

@@ -375,6 +375,12 @@ const std::map<std::string, std::vector<std::string>> kISAFlags = {
     {"AVX512", {"avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"}},
     {"AMX", {"avx512f", "avx512dq", "avx512vl", "avx512bw", "avx512_vnni", "amx_tile", "amx_bf16",
              "amx_int8"}},
+    // Extensions inductor adds to AOTI_CPU_ISA after the base ISA, e.g. "AVX512 AVX512_VNNI".
+    {"AVX512_VNNI", {"avx512_vnni"}},
+    {"AVX512_BF16", {"avx512_bf16"}},
+    {"AVX512_FP16", {"avx512_fp16"}},
+    {"AVX_VNNI", {"avx_vnni"}},
+    {"AMX_FP16", {"amx_fp16"}},
     {"x86-64-v2", {"sse4_2", "popcnt", "ssse3"}},
     {"x86-64-v3", {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"}},
     {"x86-64-v4", {"avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm", "avx512f", "avx512bw",
@@ -391,23 +397,27 @@ void check_cpu(const std::map<std::string, std::string> &md) {
   for (const char *key : {"AOTI_CPU_ISA", "torchd.march"}) {
     auto it = md.find(key);
     if (it == md.end() || it->second.empty()) continue;
-    auto req = kISAFlags.find(it->second);
-    if (req == kISAFlags.end()) {
-      if (std::string(key) == "AOTI_CPU_ISA" && it->second != "INVALID_VEC_ISA") {
-        throw std::runtime_error("package compiled for CPU capability " + it->second +
-                                 ", which torchd does not know how to check on this host");
+    // AOTI_CPU_ISA may list several: the base ISA, then its extensions.
+    std::istringstream words(it->second);
+    for (std::string isa; words >> isa;) {
+      auto req = kISAFlags.find(isa);
+      if (req == kISAFlags.end()) {
+        if (std::string(key) == "AOTI_CPU_ISA" && isa != "INVALID_VEC_ISA") {
+          throw std::runtime_error("package compiled for CPU capability " + it->second +
+                                   ", which torchd does not know how to check on this host");
+        }
+        continue;
       }
-      continue;
-    }
-    std::string missing;
-    for (const auto &f : req->second) {
-      if (!have.count(f)) missing += (missing.empty() ? "" : " ") + f;
-    }
-    if (!missing.empty()) {
-      throw std::runtime_error("package compiled for CPU capability " + it->second + " (" + key +
-                               "), but this CPU lacks " + missing +
-                               "; compile it for this host or a baseline it has "
-                               "(torch._inductor.config.cpp.march, cpp.simdlen)");
+      std::string missing;
+      for (const auto &f : req->second) {
+        if (!have.count(f)) missing += (missing.empty() ? "" : " ") + f;
+      }
+      if (!missing.empty()) {
+        throw std::runtime_error("package compiled for CPU capability " + it->second + " (" +
+                                 key + "), but this CPU lacks " + missing +
+                                 "; compile it for this host or a baseline it has "
+                                 "(torch._inductor.config.cpp.march, cpp.simdlen)");
+      }
     }
   }
 }
