@@ -112,6 +112,9 @@ func TestParseTOMLErrors(t *testing.T) {
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\nshape = [1, 0]", "inputs[0].shape[1]", "must be -1 (variable) or >= 1, got 0"},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\nshape = [-2]", "inputs[0].shape[0]", "-1 for variable"},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\nshape = \"1,2\"", "inputs[0].shape", "must be an array of dimensions"},
+		// Each dimension is in range, their product is not: an overflow, and 40 GB.
+		{"[[inputs]]\nname = \"x\"\ndtype = \"float32\"\nshape = [-1, 100000, 100000, 100000]", "inputs[0].shape", "holds more than the 1024 MiB a sample may"},
+		{"[[inputs]]\nname = \"x\"\ndtype = \"float32\"\nshape = [-1, 10000, 1000, 1000]", "inputs[0].shape", "holds more than the 1024 MiB a sample may"},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\n[[inputs]]\nname = \"x\"\ndtype = \"int64\"", "inputs[1].name", `"x" is declared twice`},
 		{"[[inputs]]\nname = \"x\"\ndtype = \"int64\"\ndims = [1]", "inputs[0].dims", "unknown key; allowed: name, dtype, shape"},
 		{`batchSize = 8`, "batchSize", "unknown key; allowed: handler, serialized_file, batch_size"},

@@ -412,6 +412,9 @@ func (f *fields) specs(key string) []TensorSpec {
 				}
 			}
 			s.Shape = dims
+			if _, err := s.SampleBytes(); err != nil {
+				g.fail("shape", "%v", err)
+			}
 		}
 		g.unknownAreErrors([]string{"name", "dtype", "shape"})
 		f.errs = append(f.errs, g.errs...)

@@ -156,8 +156,10 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			timer.Stop()
 		case <-timer.C:
 			if s.MinWorkers > 0 || s.Auto.MinWorkers {
-				// The workers still starting are stopped once they are up.
+				// The workers still warming up stop at their next forward, then the version
+				// closes (a forward in progress cannot be interrupted).
 				handedOff = true
+				v.pool.abandon()
 				go func() { <-done; v.close() }()
 				return nil, startupTimedOut(name, version, s.StartupTimeout)
 			}
@@ -249,19 +251,19 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 			if err != nil {
 				return nil, err
 			}
+			// The product is checked as a whole: each dimension alone may be in range.
+			n, err := archive.SampleBytes(in.Shape, int64(dt.Size()))
+			if err != nil {
+				return nil, fmt.Errorf("input %q: %v", in.Name, err)
+			}
 			shape := make([]int64, len(in.Shape))
-			n := int64(1)
 			for i, d := range in.Shape {
-				if d < 0 {
-					d = 1
-				}
-				shape[i] = d
-				n *= d
+				shape[i] = max(d, 1)
 			}
 			if len(shape) == 0 || shape[0] != 1 {
 				shape = append([]int64{1}, shape...)
 			}
-			s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n*int64(dt.Size()))})
+			s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n)})
 		}
 	}
 	if s == nil {

@@ -36,6 +36,11 @@ type WorkerPool struct {
 	metrics   Observer
 	stats     *versionStats // set before the first worker starts
 	warmup    []*handlers.Sample
+	// abandoned closes when the load that started the pool is given up (startup_timeout):
+	// workers stop warming up, between two forwards, and exit.
+	abandoned    chan struct{}
+	abandonOnce  sync.Once
+	warmForwards atomic.Int64 // warm-up forwards run, all workers together
 
 	// stuckAfter is how long a forward may run before its worker is declared stuck and
 	// replaced (the model's response_timeout; 0: never).
@@ -78,7 +83,7 @@ type WorkerInfo struct {
 // cores (see coreShare), at least cores / workers, following the worker count as it scales.
 func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm Observer, log *slog.Logger) *WorkerPool {
 	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
-		stuckAfter: stuckAfter, watchStop: make(chan struct{})}
+		stuckAfter: stuckAfter, watchStop: make(chan struct{}), abandoned: make(chan struct{})}
 	// A forward on a GPU keeps a core busy at most: it takes no share of the cores.
 	if m.Device() == "cpu" {
 		p.cores = cores
@@ -275,7 +280,10 @@ func (p *WorkerPool) run(w *worker) {
 	// (ordinary memory where there is no CUDA device).
 	stage := handlers.NewStage(p.module.Device() != "cpu", int(p.batcher.batchSize.Load()))
 	defer stage.Close()
-	p.warm()
+	if !p.warm(w) {
+		close(w.ready)
+		return
+	}
 	p.metrics.WorkerLoaded(w.id, time.Since(w.started))
 	close(w.ready)
 	for {
@@ -307,21 +315,38 @@ func (p *WorkerPool) run(w *worker) {
 // profiling runs or this thread's pool start-up. oneDNN builds a kernel for the thread
 // count it first runs at, so with a share that varies they run at both ends of it: every
 // core, and the share of all workers running. Failures are logged; the model was already
-// checked at load.
-func (p *WorkerPool) warm() {
+// checked at load. It returns false, between two forwards, once the worker is stopped or
+// the load given up (a forward itself cannot be interrupted): the worker then exits.
+func (p *WorkerPool) warm(w *worker) bool {
 	counts := []int{int(p.threads.Load())}
 	if p.autoThreads && p.cores != nil && p.cores.cores != counts[0] {
 		counts = append(counts, p.cores.cores)
 	}
 	for _, n := range counts {
 		torch.SetNumThreadsHere(n)
-		for _, s := range p.warmup {
+		for i, s := range p.warmup {
+			select {
+			case <-p.abandoned:
+				p.log.Info("warm-up stopped: the load was given up", "model", p.name, "worker", w.id, "forwards", i, "of", len(p.warmup)*len(counts))
+				return false
+			case <-w.stop:
+				return false
+			default:
+			}
+			p.warmForwards.Add(1)
 			if _, err := handlers.Infer(p.handler, p.module, []*handlers.Sample{s}); err != nil {
 				p.log.Warn("warm-up forward failed", "model", p.name, "err", err)
-				return
+				return true
 			}
 		}
 	}
+	return true
+}
+
+// abandon gives up the load that started the pool: workers still warming up stop at their
+// next forward and exit instead of serving.
+func (p *WorkerPool) abandon() {
+	p.abandonOnce.Do(func() { close(p.abandoned) })
 }
 
 // runBatch runs one batch. If the batch fails, it is retried request by request, so one bad

@@ -145,8 +145,8 @@ func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(p
 				writeError(ctx, 400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not provided correctly: /token takes the API key")
 				return
 			}
-		case !d.keys.allowed(ctx, kind):
-			msg := fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", kind)
+		case !d.keys.allowed(ctx, keyFor(kind, path)):
+			msg := fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", keyFor(kind, path))
 			if strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/") {
 				v2Error(ctx, 400, msg) // the KServe protocols' {"error": ...}
 				return
@@ -156,6 +156,15 @@ func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(p
 		}
 		h(ctx)
 	}
+}
+
+// keyFor is the key a path on kind's port takes: the repository API's load and unload are
+// management actions on the inference port.
+func keyFor(kind, path string) string {
+	if kind == "inference" && repositoryControlPath(path) {
+		return "management"
+	}
+	return kind
 }
 
 func healthPath(p string) bool {

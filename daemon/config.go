@@ -277,7 +277,7 @@ var settings = []setting{
 
 	{key: "model_repository", def: "", help: "a Triton model repository (<model>/config.pbtxt, <model>/<version>/model.pt or model.pt2) to serve; see docs/guide/triton.md",
 		apply: strSetting(func(c *Config) *string { return &c.ModelRepository })},
-	{key: "model_control_mode", def: "none", help: "Triton's: none (load every repository model at start), explicit (load_model at start, then the repository API) or poll (follow the repository's changes)",
+	{key: "model_control_mode", def: "none", help: "Triton's: none (load every repository model at start; the repository API loads and unloads nothing), explicit (load_model at start, then the repository API, over REST and gRPC, with the management key; without a model_repository it loads the model store's archives) or poll (follow the repository's changes)",
 		apply: strSetting(func(c *Config) *string { return &c.ModelControlMode }, ControlNone, ControlExplicit, ControlPoll)},
 	{key: "load_model", def: "", repeat: true, help: `repository models loaded at start in explicit mode; the flag repeats, "*" is every model`,
 		apply: func(c *Config, v string) error { c.LoadModels = splitList(v); return nil }},
@@ -483,11 +483,12 @@ func (c *Config) applyFile(path string, explicit bool) error {
 }
 
 // checkRepository applies Triton's rules to the repository settings: --load-model only in
-// explicit mode, and a poll interval for poll mode.
+// explicit mode, and a poll interval for poll mode. Explicit mode without a repository
+// lets the repository API load and unload the model store's archives.
 func (c *Config) checkRepository() error {
 	switch {
-	case c.ModelRepository == "" && (c.ModelControlMode != ControlNone || len(c.LoadModels) > 0):
-		return fmt.Errorf("model_control_mode and load_model need model_repository (--model-repository DIR)")
+	case c.ModelRepository == "" && (c.ModelControlMode == ControlPoll || len(c.LoadModels) > 0):
+		return fmt.Errorf("model_control_mode poll and load_model need model_repository (--model-repository DIR)")
 	case len(c.LoadModels) > 0 && c.ModelControlMode != ControlExplicit:
 		return fmt.Errorf("load_model is only read with model_control_mode explicit, as in Triton")
 	case c.ModelControlMode == ControlPoll && c.RepositoryPollSecs < time.Second/10:

@@ -115,8 +115,9 @@ func TestRepositorySettings(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 	for args, want := range map[string]string{
-		"--model-control-mode poll":                                               "need model_repository",
-		"--model-repository r --load-model a":                                     "only read with model_control_mode explicit",
+		"--model-control-mode poll":           "need model_repository",
+		"--load-model a":                      "need model_repository",
+		"--model-repository r --load-model a": "only read with model_control_mode explicit",
 		"--model-repository r --model-control-mode poll --repository-poll-secs 0": "at least 0.1",
 		"--model-repository r --model-control-mode sometimes":                     "want one of none, explicit, poll",
 	} {

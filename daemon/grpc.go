@@ -143,6 +143,9 @@ func (d *Daemon) grpcAllowed(ctx context.Context, method, kind string) error {
 	if d.keys == nil || grpcExempt(method) {
 		return nil
 	}
+	if repositoryControlMethods[method] {
+		kind = "management"
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, h := range md.Get("authorization") {
 		got, ok := strings.CutPrefix(h, "Bearer ")

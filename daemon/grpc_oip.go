@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -269,59 +267,27 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 	return out, nil
 }
 
-// RepositoryModelLoad registers the model store's archive of that name, as POST /models
-// does; a model already loaded is left as it is.
+// RepositoryModelLoad loads a model as POST /v2/repository/models/{name}/load does
+// (repositoryLoad); it takes the management key.
 func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
-	name := r.GetModelName()
-	if s.d.Repository.ControlMode() != "" {
-		// A Triton model repository: its load, with "config" overriding config.pbtxt.
-		var config []byte
-		for k, p := range r.GetParameters() {
-			if k != "config" {
-				return nil, status.Errorf(codes.InvalidArgument, "unknown load parameter %q (torchd reads \"config\")", k)
-			}
-			config = []byte(p.GetStringParam())
+	var config []byte
+	for k, p := range r.GetParameters() {
+		if k != "config" {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown load parameter %q (torchd reads \"config\")", k)
 		}
-		if err := s.d.Repository.RepositoryLoad(name, config); err != nil {
-			return nil, grpcError(err)
-		}
-		return &pb.RepositoryModelLoadResponse{}, nil
+		config = []byte(p.GetStringParam())
 	}
-	if _, err := s.d.Registry.Get(name, ""); err == nil {
-		return &pb.RepositoryModelLoadResponse{}, nil
-	}
-	entry := s.d.storeEntry(name)
-	if entry == "" {
-		return nil, status.Errorf(codes.NotFound, "no model %q in the model store", name)
-	}
-	q := url.Values{"url": {entry}, "model_name": {name}, "synchronous": {"true"}}
-	code, body := s.d.management("POST", "/models", q)
-	if code >= 400 {
-		return nil, restError(code, body)
+	if err := s.d.repositoryLoad(r.GetModelName(), config); err != nil {
+		return nil, grpcError(err)
 	}
 	return &pb.RepositoryModelLoadResponse{}, nil
 }
 
-// RepositoryModelUnload unregisters every version of the model, as DELETE /models does.
+// RepositoryModelUnload unloads a model as POST /v2/repository/models/{name}/unload does
+// (repositoryUnload); it takes the management key.
 func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
-	name := r.GetModelName()
-	if s.d.Repository.ControlMode() != "" {
-		if err := s.d.Repository.RepositoryUnload(name); err != nil {
-			return nil, grpcError(err)
-		}
-		return &pb.RepositoryModelUnloadResponse{}, nil
-	}
-	versions, def, err := s.d.Registry.Versions(name)
-	if err != nil {
+	if err := s.d.repositoryUnload(r.GetModelName()); err != nil {
 		return nil, grpcError(err)
-	}
-	// The default version goes last: the registry keeps it while others remain.
-	sort.SliceStable(versions, func(i, j int) bool { return versions[j].Version == def })
-	for _, v := range versions {
-		code, body := s.d.management("DELETE", "/models/"+name+"/"+v.Version, nil)
-		if code >= 400 {
-			return nil, restError(code, body)
-		}
 	}
 	return &pb.RepositoryModelUnloadResponse{}, nil
 }

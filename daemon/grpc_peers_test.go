@@ -17,7 +17,8 @@ func TestGRPCPeerClients(t *testing.T) {
 	if _, err := os.Stat(pyclients); err != nil {
 		t.Skip("no build/pyclients venv: run make pyclients (make test does)")
 	}
-	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar,digits=digits.mar")
+	// Explicit model control lets Triton's client load and unload the model store's archives.
+	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar,digits=digits.mar", "--model-control-mode", "explicit")
 	s.waitHealthy(t)
 	imgs, _ := heldOut(t)
 	png := filepath.Join(t.TempDir(), "digit.png")

@@ -22,7 +22,8 @@ import (
 )
 
 // The soak test (`make soak`, issue 7) runs the real binary under mixed load across three
-// models, one per handler, for TORCHD_SOAK (a duration: 10m, 1h), samples the server every
+// models, one per handler, and hostile registrations (soak_hostile_test.go), for TORCHD_SOAK
+// (a duration: 10m, 1h), samples the server every
 // soakEvery and fails if memory, goroutines, open files or queues grow without bound, if a
 // good request is not answered 200 with the right answer, or if the server dies.
 //
@@ -120,6 +121,10 @@ func TestSoak(t *testing.T) {
 			wg.Go(func() { load.client(i, tg, uint64(i*soakClients+c), stop) })
 		}
 	}
+	// Issue 50's attacks throughout: packages that crashed the server, a shape that did,
+	// and an unload over gRPC.
+	hostile := soakHostileModels(t)
+	wg.Go(func() { soakHostile(t, s, hostile, targets[0].model, stop) })
 	if os.Getenv("TORCHD_SOAK_INJECT_LEAK") == "1" {
 		t.Log("TORCHD_SOAK_INJECT_LEAK=1: registering a ResNet-18 copy and holding 8 idle connections every interval")
 		wg.Go(func() { soakInjectLeak(t, s, stop) })

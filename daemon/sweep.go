@@ -11,9 +11,10 @@ import (
 	"syscall"
 )
 
-// staleTemp matches the directories torchd creates in TMPDIR: extracted archives and
-// downloads, named with the pid of the process that made them.
-var staleTemp = regexp.MustCompile(`^torchd-(\d+)-(model|download)-`)
+// staleTemp matches the directories torchd creates in TMPDIR: extracted archives, downloads
+// and extracted AOTInductor packages (torch.PackageDirPrefix), named with the pid of the
+// process that made them.
+var staleTemp = regexp.MustCompile(`^torchd-(\d+)-(model|download|package)-`)
 
 // Each process holds an exclusive flock on TMPDIR/torchd-<pid>.lock for its lifetime. The
 // kernel drops it the moment the process's files are closed, before it becomes a zombie

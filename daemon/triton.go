@@ -212,6 +212,10 @@ func (t *tritonModel) reshape(x handlers.Tensor, to []int64, items int) ([]int64
 	return shape, nil
 }
 
+// maxWarmupRuns bounds a repository model's warm-up runs, all its model_warmup entries
+// together: a count of 4 billion would be 32 GB of slots before the first forward.
+const maxWarmupRuns = 1 << 16
+
 // Warmup returns the samples each worker runs before serving: the config's model_warmup
 // (zero_data, random_data, or input_data_file from the model's warmup/ directory, count
 // times each), else zeros of the declared inputs at batch 1, three times.
@@ -237,7 +241,12 @@ func (t *tritonModel) Warmup() ([]*handlers.Sample, error) {
 		return []*handlers.Sample{s, s, s}, nil
 	}
 	var out []*handlers.Sample
+	runs := 0
 	for _, w := range t.config.ModelWarmup {
+		// count is a uint32: each run is a slot here, and a forward per worker.
+		if runs += int(max(w.Count, 1)); runs > maxWarmupRuns {
+			return nil, fmt.Errorf("model_warmup %q: count %d makes more than the %d warm-up runs torchd does", w.Name, w.Count, maxWarmupRuns)
+		}
 		s, err := t.warmupSample(w)
 		if err != nil {
 			return nil, fmt.Errorf("model_warmup %q: %w", w.Name, err)
@@ -315,14 +324,16 @@ func zeros(dtype string, shape []int64) (handlers.Tensor, error) {
 	if err != nil {
 		return handlers.Tensor{}, err
 	}
-	n := int64(1)
 	for _, d := range shape {
 		if d < 0 {
 			return handlers.Tensor{}, fmt.Errorf("dims %v have a variable dimension: give the warm-up's size", shape)
 		}
-		n *= d
 	}
-	return handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n*int64(dt.Size()))}, nil
+	n, err := archive.SampleBytes(shape, int64(dt.Size()))
+	if err != nil {
+		return handlers.Tensor{}, err
+	}
+	return handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n)}, nil
 }
 
 // fillRandom fills x with values in [0, 1) for floats, and 0 or 1 for integers and bools,

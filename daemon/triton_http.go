@@ -97,7 +97,7 @@ func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p params) {
 			return
 		}
 	}
-	if err := d.Repository.RepositoryLoad(p[0], config); err != nil {
+	if err := d.repositoryLoad(p[0], config); err != nil {
 		v2APIError(ctx, err)
 		return
 	}
@@ -119,7 +119,7 @@ func (d *Daemon) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p params) {
 			return
 		}
 	}
-	if err := d.Repository.RepositoryUnload(p[0]); err != nil {
+	if err := d.repositoryUnload(p[0]); err != nil {
 		v2APIError(ctx, err)
 		return
 	}

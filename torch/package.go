@@ -23,6 +23,7 @@ import (
 type Package struct {
 	mu      sync.RWMutex // Forward holds it shared, Close exclusively
 	h       *C.td_package
+	dir     string // the extracted package, removed by Close
 	device  string
 	runners int
 	meta    map[string]string
@@ -80,28 +81,18 @@ func WithInputSpecs(specs []Spec) PackageOption {
 // shares the package. Each runner has its own activation buffers; weights are shared.
 func WithRunners(n int) PackageOption { return func(o *packageOptions) { o.runners = n } }
 
-// ReadPackageMetadata returns a package's metadata without loading its compiled code.
+// ReadPackageMetadata returns a package's metadata without loading its compiled code. It
+// reads the zip in Go: LibTorch's reader would extract the file into a directory of its own.
 func ReadPackageMetadata(path, model string) (map[string]string, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("torch: package %s: %w", path, err)
-	}
-	cpath, freePath := cstring(path)
-	defer freePath()
-	cmodel, freeModel := cstring(model)
-	defer freeModel()
-	var out *C.char
-	if err := statusError("package metadata "+path, C.td_package_metadata(cpath, cmodel, &out)); err != nil {
+	zr, err := openPackage(path)
+	if err != nil {
 		return nil, err
 	}
-	s := C.GoString(out)
-	C.td_error_free(out)
-	md := map[string]string{}
-	for line := range strings.SplitSeq(s, "\n") {
-		if k, v, ok := strings.Cut(line, "\t"); ok {
-			md[k] = v
-		}
+	defer zr.Close()
+	if model == "" {
+		model = "model"
 	}
-	return md, nil
+	return readMetadata(path, zr, model)
 }
 
 // PackageSpecs parses the input and output specs torchd records in a package's metadata.
@@ -138,16 +129,27 @@ func PackageSpecs(md map[string]string) (inputs, outputs []Spec, err error) {
 }
 
 // LoadPackage loads the AOTInductor package at path. It refuses, with an error and before
-// the package's compiled library is loaded, a package compiled for another device kind or for
-// CPU features this host lacks, and one without torchd's input specs. It is safe to call from
-// several goroutines: loads and metadata reads take turns in the C ABI, since LibTorch's
-// loader parses into shared state.
-func LoadPackage(path string, opts ...PackageOption) (*Package, error) {
+// the package's compiled library is loaded, a package whose entries would leave the directory
+// it is extracted to, one whose files do not match the sizes and checksums it records or
+// whose library is not a whole ELF shared library for this machine (pt2file.go), one compiled
+// for another device kind or for CPU features this host lacks, and one without torchd's input
+// specs. The package is extracted into a directory of torchd's that Close removes. It is safe
+// to call from several goroutines: loads take turns in the C ABI, since LibTorch's loader
+// parses into shared state.
+func LoadPackage(path string, opts ...PackageOption) (_ *Package, err error) {
 	o := packageOptions{device: "cpu", model: "model", runners: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	md, err := ReadPackageMetadata(path, o.model)
+	if o.model == "" {
+		o.model = "model"
+	}
+	zr, err := openPackage(path)
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	md, err := readMetadata(path, zr, o.model)
 	if err != nil {
 		return nil, err
 	}
@@ -159,21 +161,50 @@ func LoadPackage(path string, opts ...PackageOption) (*Package, error) {
 	} else {
 		inputs = o.inputs
 	}
+	dir, err := extractPackage(path, zr)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	if err := checkLibraries(path, dir, zr, o.model); err != nil {
+		return nil, err
+	}
+	var lines strings.Builder
+	for k, v := range md {
+		lines.WriteString(k + "\t" + v + "\n")
+	}
+	cdir, freeDir := cstring(dir)
+	defer freeDir()
 	cpath, freePath := cstring(path)
 	defer freePath()
 	cmodel, freeModel := cstring(o.model)
 	defer freeModel()
 	cdev, freeDev := cstring(o.device)
 	defer freeDev()
+	cmeta, freeMeta := cstring(lines.String())
+	defer freeMeta()
 	var h *C.td_package
-	if err := statusError("load package "+path, C.td_package_load(cpath, cmodel, cdev, C.int(o.runners), &h)); err != nil {
+	if err := statusError("load package "+path, C.td_package_load(cdir, cpath, cmodel, cdev, cmeta, C.int(o.runners), &h)); err != nil {
 		return nil, err
 	}
 	dev := C.td_package_device(h)
-	p := &Package{h: h, device: C.GoString(dev), runners: o.runners, meta: md, inputs: inputs, outputs: outputs}
+	p := &Package{h: h, dir: dir, device: C.GoString(dev), runners: o.runners, meta: md, inputs: inputs, outputs: outputs}
 	C.td_error_free(dev)
-	p.cleanup = runtime.AddCleanup(p, func(h *C.td_package) { C.td_package_free(h) }, h)
+	p.cleanup = runtime.AddCleanup(p, func(r loadedPackage) {
+		C.td_package_free(r.h)
+		os.RemoveAll(r.dir)
+	}, loadedPackage{h, dir})
 	return p, nil
+}
+
+// loadedPackage is what a Package that was never closed leaves to its cleanup.
+type loadedPackage struct {
+	h   *C.td_package
+	dir string
 }
 
 // Device returns the device the package runs on, e.g. "cpu".
@@ -309,6 +340,7 @@ func (p *Package) Close() error {
 		p.cleanup.Stop()
 		C.td_package_free(p.h)
 		p.h = nil
+		os.RemoveAll(p.dir)
 	}
 	return nil
 }

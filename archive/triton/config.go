@@ -147,6 +147,9 @@ func tensorSpec(kind, name string, dt inference.DataType, dims []int64, reshape 
 		}
 	}
 	spec := archive.TensorSpec{Name: name, DType: dtype, Shape: slices.Clone(dims)}
+	if _, err := spec.SampleBytes(); err != nil {
+		return archive.TensorSpec{}, fmt.Errorf("%s %q: %w", kind, name, err)
+	}
 	if batching {
 		spec.Shape = append([]int64{-1}, dims...)
 	}

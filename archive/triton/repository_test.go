@@ -171,6 +171,7 @@ func TestHostileRepository(t *testing.T) {
 		"bad_param":    {config: digitsConfig + `parameters: { key: "INFERENCE_MODE" value: { string_value: "maybe" } }`, reason: "INFERENCE_MODE: want true or false"},
 		"bad_reshape":  {config: strings.Replace(digitsConfig, "dims: [ 10 ]", "dims: [ 10 ] reshape: { shape: [ 3, 3 ] }", 1), reason: "reshape [3 3] does not hold the 10 elements"},
 		"no_versions":  {config: strings.Replace(digitsConfig, `"digits"`, `"no_versions"`, 1), reason: "no version directory"},
+		"huge_dims":    {config: strings.Replace(digitsConfig, "dims: [ 1, 28, 28 ]", "dims: [ 100000, 100000, 100000 ]", 1), reason: "holds more than the 1024 MiB a sample may"},
 		"link_config": {setup: func(dir string) {
 			os.Symlink(filepath.Join(outside, ConfigFile), filepath.Join(dir, ConfigFile))
 		}, reason: "outside the model repository"},

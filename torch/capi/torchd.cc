@@ -768,26 +768,21 @@ td_error td_module_schema(td_module *m, const char *method, char **out) {
 
 char *td_module_device(td_module *m) { return dup(m->device.str()); }
 
-// package_loads makes package loads and metadata reads take turns: LibTorch's package loader
-// parses every package's JSON into one static object, so two at once corrupt it (a SIGSEGV,
-// or one package's metadata read as another's). Runs do not parse it and go on in parallel.
+// package_loads makes package loads take turns: LibTorch's package loader parses every
+// package's JSON into one static object, so two at once corrupt it (a SIGSEGV, or one
+// package's metadata read as another's). Runs do not parse it and go on in parallel.
 std::mutex package_loads;
 
-td_error td_package_metadata(const char *path, const char *model, char **out) {
-  *out = nullptr;
-  return guard([&] {
-    std::string name = model == nullptr || *model == '\0' ? "model" : model;
-    std::lock_guard<std::mutex> lock(package_loads);
-    auto md = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, name);
-    std::map<std::string, std::string> sorted(md.begin(), md.end());
-    std::string s;
-    for (const auto &[k, v] : sorted) s += k + '\t' + v + '\n';
-    *out = dup(s);
-  });
-}
+// LibTorch loads an extracted package in place from 2.15 on (checked there); 2.11, the GPU
+// check's, takes only a zip (its loader answers "Failed to initialize zip archive").
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+constexpr bool kLoadsPackageDirs = true;
+#else
+constexpr bool kLoadsPackageDirs = false;
+#endif
 
-td_error td_package_load(const char *path, const char *model, const char *device, int num_runners,
-                         td_package **out) {
+td_error td_package_load(const char *dir, const char *package, const char *model, const char *device,
+                         const char *metadata, int num_runners, td_package **out) {
   *out = nullptr;
   return guard([&] {
     std::string name = model == nullptr || *model == '\0' ? "model" : model;
@@ -799,10 +794,12 @@ td_error td_package_load(const char *path, const char *model, const char *device
       throw std::runtime_error(std::string("device ") + device + ": only cpu and cuda are supported");
     }
     if (num_runners < 1) throw std::invalid_argument("num_runners must be at least 1");
-    std::lock_guard<std::mutex> lock(package_loads);
-    auto md = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, name);
     auto p = std::make_unique<td_package>();
-    p->metadata.insert(md.begin(), md.end());
+    std::istringstream lines(metadata == nullptr ? "" : metadata);
+    for (std::string line; std::getline(lines, line);) {
+      auto tab = line.find('\t');
+      if (tab != std::string::npos) p->metadata[line.substr(0, tab)] = line.substr(tab + 1);
+    }
     std::string want = dev.is_cpu() ? "cpu" : "cuda";
     auto key = p->metadata.find("AOTI_DEVICE_KEY");
     if (key == p->metadata.end()) throw std::runtime_error("package has no AOTI_DEVICE_KEY metadata");
@@ -812,10 +809,11 @@ td_error td_package_load(const char *path, const char *model, const char *device
     }
     if (dev.is_cpu()) check_cpu(p->metadata);
     if (dev.is_cuda() && !dev.has_index()) dev = c10::Device(c10::kCUDA, 0);
+    std::lock_guard<std::mutex> lock(package_loads);
     bind_own_libtorch();
     p->device = dev;
     p->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, name, /*run_single_threaded=*/false, static_cast<size_t>(num_runners),
+        kLoadsPackageDirs ? dir : package, name, /*run_single_threaded=*/false, static_cast<size_t>(num_runners),
         dev.is_cuda() ? dev.index() : static_cast<c10::DeviceIndex>(-1));
     *out = p.release();
   });

@@ -132,15 +132,16 @@ char *td_module_device(td_module *m);
  * every input against the package's specs before td_package_run (torch/package.go does).
  */
 
-/* Reads the package's metadata without loading its compiled code, as a malloc'd string of
- * "key\tvalue\n" lines sorted by key. model NULL or "" means "model". Free with td_error_free. */
-td_error td_package_metadata(const char *path, const char *model, char **out);
-
 /* Wraps AOTIModelPackageLoader for model (NULL or "": "model") on device ("cpu", "cuda:N").
- * Refuses, before loading the package's library, a package compiled for another device kind
- * or for CPU features this host lacks. On success *out is a new package. */
-td_error td_package_load(const char *path, const char *model, const char *device, int num_runners,
-                         td_package **out);
+ * The caller has checked the package file and extracted it into dir (and removes dir after
+ * td_package_free). A LibTorch from 2.15 on loads dir in place, extracting and removing
+ * nothing; an older one (whose loader takes only a zip) loads package, the checked .pt2,
+ * which it extracts into a directory of its own. metadata is the model's metadata as
+ * "key\tvalue\n" lines. Refuses, before loading the package's library, a package compiled
+ * for another device kind or for CPU features this host lacks. On success *out is a new
+ * package. */
+td_error td_package_load(const char *dir, const char *package, const char *model, const char *device,
+                         const char *metadata, int num_runners, td_package **out);
 
 /* Frees a package. It must not be running. */
 void td_package_free(td_package *p);
