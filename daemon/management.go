@@ -16,7 +16,6 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
-	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/tuner"
 )
 
@@ -419,7 +418,7 @@ func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
 	d.saveSnapshot()
 	// The module and its workers are freed: give their memory back now, rather than let
 	// registration churn grow the process in steps of the allocator's padding.
-	memtrim.Trim()
+	trimMemory()
 	writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 

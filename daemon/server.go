@@ -111,16 +111,24 @@ func (d *Daemon) trimWhenIdle() {
 				switch {
 				case last != d.trimmedAt.Load() && d.inflight.Load() == 0 && now.Sub(time.Unix(0, last)) >= idleTrimAfter:
 					d.trimmedAt.Store(last)
-					memtrim.Trim()
+					trimMemory()
 				case d.cfg.KeepFreedMemory && d.cfg.KeepFreedMemoryMB > 0 && memtrim.FreeHeld() > uint64(d.cfg.KeepFreedMemoryMB)<<20:
 					// Under load the freed memory is kept for the next forwards, up to the
 					// cap: past it, what the heaps hold free goes back, and the forwards
 					// that follow fault in what they need again.
+					torch.TrimArenas()
 					memtrim.TrimC()
 				}
 			}
 		}
 	}()
+}
+
+// trimMemory gives every free page back: the Go heap's, the C heaps' (memtrim), and first
+// the tops of the threads' C heaps, which only torch.TrimArenas reaches.
+func trimMemory() {
+	torch.TrimArenas()
+	memtrim.Trim()
 }
 
 // requestStarted and requestDone bracket every inference request for trimWhenIdle.
