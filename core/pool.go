@@ -277,6 +277,7 @@ func (p *WorkerPool) run(w *worker) {
 	defer stage.Close()
 	p.warm()
 	p.metrics.WorkerLoaded(w.id, time.Since(w.started))
+	defer p.metrics.WorkerStopped(w.id)
 	close(w.ready)
 	for {
 		batch := p.batcher.next(w.stop)
