@@ -287,6 +287,16 @@ func TestSnapshotKeepsFailedRestore(t *testing.T) {
 	if e := list(s)["digits"]; e.Status != "FAILED" || !strings.Contains(e.Error, "not allowed or not found") {
 		t.Fatalf("GET /models after a failed restore: %+v", list(s))
 	}
+	// Described as listed, not 404: GET /models/digits and its version and "all".
+	for _, path := range []string{"/models/digits", "/models/digits/1.0", "/models/digits/all"} {
+		var d []struct{ ModelName, ModelVersion, Status, Error string }
+		r := do(t, "GET", s.mgmt+path, "", nil)
+		r.json(t, &d)
+		if r.status != 200 || len(d) != 1 || d[0].ModelName != "digits" || d[0].ModelVersion != "1.0" || d[0].Status != "FAILED" || !strings.Contains(d[0].Error, "not allowed or not found") {
+			t.Fatalf("GET %s after a failed restore: %d %s", path, r.status, r.body)
+		}
+	}
+	errorShape(t, do(t, "GET", s.mgmt+"/models/digits/2.0", "", nil), 404, "", "")
 	if !strings.Contains(s.Log(), "stays in the snapshot") || strings.Contains(s.Log(), `msg="model restored from the snapshot" model=digits`) {
 		t.Errorf("the log does not tell the failure plainly:\n%s", s.Log())
 	}
