@@ -20,6 +20,7 @@ type Observer interface {
 	Workers(n int)
 	Stuck(n int)
 	WorkerLoaded(id int, d time.Duration)
+	WorkerStopped(id int) // a worker that was loaded has stopped
 }
 
 // nothing records nothing, for a registry without a Recorder.
@@ -35,3 +36,4 @@ func (nothing) Handler(time.Duration)                     {}
 func (nothing) Workers(int)                               {}
 func (nothing) Stuck(int)                                 {}
 func (nothing) WorkerLoaded(int, time.Duration)           {}
+func (nothing) WorkerStopped(int)                         {}

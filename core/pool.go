@@ -285,6 +285,7 @@ func (p *WorkerPool) run(w *worker) {
 		return
 	}
 	p.metrics.WorkerLoaded(w.id, time.Since(w.started))
+	defer p.metrics.WorkerStopped(w.id)
 	close(w.ready)
 	for {
 		batch := p.batcher.next(w.stop)

@@ -287,6 +287,16 @@ func TestSnapshotKeepsFailedRestore(t *testing.T) {
 	if e := list(s)["digits"]; e.Status != "FAILED" || !strings.Contains(e.Error, "not allowed or not found") {
 		t.Fatalf("GET /models after a failed restore: %+v", list(s))
 	}
+	// Described as listed, not 404: GET /models/digits and its version and "all".
+	for _, path := range []string{"/models/digits", "/models/digits/1.0", "/models/digits/all"} {
+		var d []struct{ ModelName, ModelVersion, Status, Error string }
+		r := do(t, "GET", s.mgmt+path, "", nil)
+		r.json(t, &d)
+		if r.status != 200 || len(d) != 1 || d[0].ModelName != "digits" || d[0].ModelVersion != "1.0" || d[0].Status != "FAILED" || !strings.Contains(d[0].Error, "not allowed or not found") {
+			t.Fatalf("GET %s after a failed restore: %d %s", path, r.status, r.body)
+		}
+	}
+	errorShape(t, do(t, "GET", s.mgmt+"/models/digits/2.0", "", nil), 404, "", "")
 	if !strings.Contains(s.Log(), "stays in the snapshot") || strings.Contains(s.Log(), `msg="model restored from the snapshot" model=digits`) {
 		t.Errorf("the log does not tell the failure plainly:\n%s", s.Log())
 	}
@@ -331,7 +341,8 @@ func modelLines(t *testing.T, s *server) []string {
 }
 
 // Register, predict and unregister under 50 different names: each unregistered name keeps
-// no series, and the model series after the churn are exactly those before it.
+// no series in any family, and the model series after the churn are exactly those before
+// it. Then scale 1→3→1 five times: the stopped workers keep no series either.
 func TestMetricsOfUnregisteredModels(t *testing.T) {
 	s := startServer(t)
 	s.register(t, "url=digits_tensor.mar&initial_workers=1")
@@ -347,14 +358,33 @@ func TestMetricsOfUnregisteredModels(t *testing.T) {
 			t.Fatalf("%s registered: %d model lines, want more than %d", name, n, before)
 		}
 		expectStatus(t, do(t, "DELETE", s.mgmt+"/models/"+name, "", nil), 200, fmt.Sprintf("Model %q unregistered", name))
-		for _, l := range modelLines(t, s) {
-			if strings.Contains(l, `"`+name+`"`) {
+		// Every family, whatever its label is called: model, model_name, TorchServe's
+		// ModelName, and the model in a WorkerName (W-9000-churn-3_1.0).
+		for _, l := range strings.Split(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), "\n") {
+			if strings.Contains(l, `"`+name+`"`) || strings.Contains(l, "-"+name+"_") {
 				t.Fatalf("%s unregistered, yet /metrics has %s", name, l)
 			}
 		}
 	}
 	if after := len(modelLines(t, s)); after != before {
 		t.Fatalf("model lines: %d before the churn, %d after", before, after)
+	}
+	// Scaling up and down: a stopped worker keeps no WorkerLoadTime series.
+	workerLines := func() (n int) {
+		for _, l := range strings.Split(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), "\n") {
+			if strings.HasPrefix(l, "WorkerLoadTime{") && strings.Contains(l, "-digits_tensor_") {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 5 {
+		for _, w := range []string{"3", "1"} {
+			expectStatus(t, do(t, "PUT", s.mgmt+"/models/digits_tensor?synchronous=true&min_worker="+w, "", nil), 200, "Workers scaled to "+w+" for model: digits_tensor")
+		}
+		if n := workerLines(); n != 1 {
+			t.Fatalf("after %d scale cycles 1→3→1: %d WorkerLoadTime series for digits_tensor, want 1", i+1, n)
+		}
 	}
 }
 

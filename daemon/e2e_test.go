@@ -238,14 +238,33 @@ func TestQueueFull(t *testing.T) {
 }
 
 // SIGTERM during load: every request the server accepted is answered. The server counts the
-// prediction requests it handled (its access log); the client counts the responses it got.
+// prediction requests it handled (its access log); the clients count the responses they got.
+// Eight clients open a connection per request; eight more keep theirs alive, and each of
+// their requests must get a whole response: a connection may end only after a response that
+// says Connection: close, or by the server's close seen before the next request is written,
+// never with a reset or nothing on a request already sent.
 func TestSIGTERMDropsNothing(t *testing.T) {
 	s := startServer(t)
 	s.register(t, "url=digits.mar&batch_size=8&max_batch_delay=5&initial_workers=1")
 	imgs, _ := heldOut(t)
 	var answered, failed atomic.Int64
+	var closedByHeader, closedBefore atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var lost sync.Map // keep-alive client → what it got instead of a response
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if why := keepAliveClient(s.inf, imgs, g, &answered); why == "close" {
+				closedByHeader.Add(1)
+			} else if why == "closed before sending" {
+				closedBefore.Add(1)
+			} else {
+				lost.Store(g, why)
+			}
+		}()
+	}
 	tr := &http.Transport{DisableKeepAlives: true}
 	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	for g := range 8 {
@@ -288,9 +307,61 @@ func TestSIGTERMDropsNothing(t *testing.T) {
 		t.Errorf("extracted archives left behind after shutdown: %v", left)
 	}
 	handled := int64(strings.Count(s.Log(), "path=/predictions/digits status=200"))
-	t.Logf("server handled %d, client got %d answers, %d requests refused after the listener closed", handled, answered.Load(), failed.Load())
+	t.Logf("server handled %d, clients got %d answers, %d requests refused after the listener closed; keep-alive connections ended by Connection: close %d, closed before a request %d",
+		handled, answered.Load(), failed.Load(), closedByHeader.Load(), closedBefore.Load())
+	lost.Range(func(g, why any) bool {
+		t.Errorf("keep-alive client %d: %v", g, why)
+		return true
+	})
 	if handled == 0 || handled != answered.Load() {
-		t.Fatalf("server handled %d predictions but the client got %d answers", handled, answered.Load())
+		t.Fatalf("server handled %d predictions but the clients got %d answers", handled, answered.Load())
+	}
+}
+
+// keepAliveClient sends predictions on one connection until it ends, counting the 200s, and
+// says how it ended: "close" (a response said Connection: close), "closed before sending"
+// (the server's close was there before the next request was written), or what went wrong.
+func keepAliveClient(base string, imgs [][]byte, g int, answered *atomic.Int64) string {
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		return "dial: " + err.Error()
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for i := g; ; i += 8 {
+		if i > g {
+			// Has the server closed the connection since its last response? Looked at just
+			// before writing, so a close after this is a close under a request in flight.
+			c.SetReadDeadline(time.Now().Add(time.Millisecond))
+			_, err := br.Peek(1)
+			if err == nil {
+				return "bytes after a response"
+			}
+			if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+				return "closed before sending"
+			}
+			c.SetReadDeadline(time.Time{})
+		}
+		img := imgs[i%len(imgs)]
+		req := fmt.Sprintf("POST /predictions/digits HTTP/1.1\r\nHost: torchd\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n", len(img))
+		if _, err := c.Write(append([]byte(req), img...)); err != nil {
+			return fmt.Sprintf("request %d written in part: %v", i, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return fmt.Sprintf("request %d sent, no response: %v", i, err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Sprintf("request %d: response cut short: %v", i, err)
+		}
+		if resp.StatusCode == 200 {
+			answered.Add(1)
+		}
+		if resp.Close {
+			return "close"
+		}
 	}
 }
 

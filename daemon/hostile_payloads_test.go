@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/binary"
 	"fmt"
 	"image"
@@ -10,9 +11,12 @@ import (
 	"image/gif"
 	"image/jpeg"
 	"image/png"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/torchd/torchd/internal/npy"
 	"golang.org/x/image/bmp"
 )
 
@@ -127,4 +131,56 @@ func npyWithHeader(shape string, data []byte) []byte {
 
 func repeatJSON(v string, n int) string {
 	return "[" + strings.TrimSuffix(strings.Repeat(v+",", n), ",") + "]"
+}
+
+// A plain body with Content-Encoding is inflated as the Open Inference Protocol's are:
+// gzip and deflate up to max_request_size, and nothing else.
+func compressedBodies(t *testing.T, inf string) {
+	imgs, _ := heldOut(t)
+	url := inf + "/predictions/digits"
+	plain := post(url, "image/png", imgs[0])
+	if plain.status != 200 {
+		t.Fatalf("the plain request: %d %s", plain.status, plain.body)
+	}
+	var deflated bytes.Buffer
+	zw := zlib.NewWriter(&deflated)
+	zw.Write(imgs[0])
+	zw.Close()
+	for enc, body := range map[string][]byte{"gzip": gzipped(t, imgs[0]), "deflate": deflated.Bytes(), "identity": imgs[0]} {
+		if r := post(url, "image/png", body, "Content-Encoding", enc); r.status != 200 || topKey(r) != topKey(plain) {
+			t.Errorf("a %s PNG: %d %s, want the plain request's answer %s", enc, r.status, r.body, plain.body)
+		}
+	}
+	bomb := gzipped(t, append(slices.Clone(imgs[0]), make([]byte, 200<<20)...))
+	r := timed(t, fmt.Sprintf("gzip bomb (%d bytes → 200 MiB)", len(bomb)), func() response {
+		return post(url, "image/png", bomb, "Content-Encoding", "gzip")
+	})
+	wantTS(t, "gzip bomb", r, 413, "decompresses to more than max_request_size")
+	wantTS(t, "gzip that is not gzip", post(url, "image/png", imgs[0], "Content-Encoding", "gzip"), 400, "gzip")
+	wantTS(t, "an encoding torchd does not decode", post(url, "image/png", imgs[0], "Content-Encoding", "br"), 400, `unsupported Content-Encoding "br"`)
+}
+
+// NaN and infinities are numbers to the model: they go in as sent (an attention mask
+// holds -Inf on purpose), and outputs that hold them come back as .npy, which JSON
+// numbers cannot carry.
+func nanAndInf(t *testing.T, inf string) {
+	for name, v := range map[string]float32{"NaN": float32(math.NaN()), "+Inf": float32(math.Inf(1)), "-Inf": float32(math.Inf(-1))} {
+		data := make([]byte, 784*4)
+		for i := 0; i < len(data); i += 4 {
+			binary.LittleEndian.PutUint32(data[i:], math.Float32bits(v))
+		}
+		r := post(inf+"/predictions/digits_tensor", "application/x-npy", npyWithHeader("(1, 1, 28, 28)", data))
+		if r.status != 200 {
+			t.Errorf("%s input: %d %s", name, r.status, r.body)
+			continue
+		}
+		a, err := npy.Decode(r.body)
+		if err != nil {
+			t.Errorf("%s input: the answer is not .npy (%v): %.200s", name, err, r.body)
+			continue
+		}
+		if out := f32s(a.Data); len(out) != 10 || !slices.ContainsFunc(out, func(f float32) bool { return math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) }) {
+			t.Errorf("%s input: outputs %v, want 10 with a NaN or an infinity among them", name, out)
+		}
+	}
 }

@@ -337,6 +337,9 @@ func TestHostileInput(t *testing.T) {
 		}
 	})
 
+	t.Run("CompressedBody", func(t *testing.T) { compressedBodies(t, inf) })
+	t.Run("NaNAndInf", func(t *testing.T) { nanAndInf(t, inf) })
+
 	t.Run("DeepJSON", func(t *testing.T) {
 		for _, depth := range []int{10_000, 100_000} {
 			deep := []byte(strings.Repeat("[", depth) + strings.Repeat("]", depth))

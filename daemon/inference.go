@@ -16,6 +16,7 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
@@ -314,7 +315,7 @@ func parseRequestTimeout(v string) (time.Duration, error) {
 
 // requestPayloads reads the request's inputs: one per multipart field or file (several files
 // are several inputs, batched together), else the raw body with its content type. A gzipped
-// multipart body may decompress to at most maxBody bytes (ErrBodyTooLarge beyond).
+// or deflated body may decompress to at most maxBody bytes (ErrBodyTooLarge beyond).
 func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, error) {
 	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }, Canceled: clientGone(ctx.Conn())}
 	ct := string(ctx.Request.Header.ContentType())
@@ -357,7 +358,20 @@ func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, 
 	// The body stays fasthttp's, which reuses its buffer for the next request on the
 	// connection once this one is answered: a request answered while its batch may still
 	// read the body (a 504) takes it from fasthttp first (call.keep).
-	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: ctx.Request.Body()}}
+	body := ctx.Request.Body()
+	if enc := ctx.Request.Header.Peek("Content-Encoding"); len(enc) > 0 {
+		// As the Open Inference Protocol's routes: gzip or deflate, inflated to at most
+		// max_request_size.
+		b, err := oip.Decompress(body, string(enc), maxBody)
+		if errors.Is(err, oip.ErrBodyTooLarge) {
+			return nil, fmt.Errorf("%s body decompresses to more than max_request_size (%d bytes): %w", enc, maxBody, fasthttp.ErrBodyTooLarge)
+		}
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	req.Inputs = []handlers.Payload{{Name: "body", ContentType: ct, Data: body}}
 	return req, nil
 }
 

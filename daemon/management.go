@@ -16,7 +16,6 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
-	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/tuner"
 )
 
@@ -293,6 +292,10 @@ type describeModel struct {
 	Workers              []describeWorker `json:"workers"`
 	JobQueueStatus       jobQueueStatus   `json:"jobQueueStatus"`
 	Batching             batchingStatus   `json:"batching"`
+	// Status and Error are set for a snapshot registration that failed to restore, as in
+	// GET /models.
+	Status string `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 type jobQueueStatus struct {
@@ -312,26 +315,49 @@ type batchingStatus struct {
 
 func (d *Daemon) describe(ctx *fasthttp.RequestCtx, p params) {
 	var versions []*ModelVersion
-	if ver := version(p); ver == "all" {
-		all, _, err := d.Registry.Versions(p[0])
-		if err != nil {
-			writeAPIError(ctx, err)
-			return
-		}
-		versions = all
+	var err error
+	ver := version(p)
+	if ver == "all" {
+		versions, _, err = d.Registry.Versions(p[0])
 	} else {
-		v, err := d.Registry.Get(p[0], ver)
-		if err != nil {
-			writeAPIError(ctx, err)
-			return
+		var v *ModelVersion
+		if v, err = d.Registry.Get(p[0], ver); err == nil {
+			versions = []*ModelVersion{v}
 		}
-		versions = []*ModelVersion{v}
 	}
-	out := make([]describeModel, 0, len(versions))
+	// A registration that failed to restore is described as GET /models lists it: FAILED,
+	// with its error, as it stands in the snapshot.
+	var failed []snapshotModel
+	if err == nil && ver == "all" || errors.Is(err, core.ErrModelNotFound) || errors.Is(err, core.ErrVersionNotFound) {
+		for _, m := range d.failed.all() {
+			if m.Name == p[0] && (ver == "" || ver == "all" || ver == m.Version) {
+				failed = append(failed, m)
+			}
+		}
+	}
+	if err != nil && len(failed) == 0 {
+		writeAPIError(ctx, err)
+		return
+	}
+	out := make([]describeModel, 0, len(versions)+len(failed))
 	for _, v := range versions {
 		out = append(out, d.describeVersion(v))
 	}
+	for _, m := range failed {
+		out = append(out, describeFailed(m))
+	}
 	writeJSON(ctx, 200, out)
+}
+
+// describeFailed describes a registration that failed to restore, from its snapshot entry.
+func describeFailed(m snapshotModel) describeModel {
+	return describeModel{
+		ModelName: m.Name, ModelVersion: m.Version, ModelURL: m.URL, Runtime: "torchscript",
+		MinWorkers: m.Workers, MaxWorkers: m.MaxWorkers, BatchSize: m.BatchSize,
+		MaxBatchDelay: int64(m.MaxBatchDelayMS), ResponseTimeout: int64(m.ResponseTimeout),
+		MaxRetryTimeoutInSec: 300, Handler: m.Handler, Workers: []describeWorker{},
+		Status: "FAILED", Error: m.Failed,
+	}
 }
 
 func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
@@ -423,7 +449,7 @@ func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
 	d.saveSnapshot()
 	// The module and its workers are freed: give their memory back now, rather than let
 	// registration churn grow the process in steps of the allocator's padding.
-	memtrim.Trim()
+	trimMemory()
 	writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,7 @@ func (m *Metrics) countResponse(code int) {
 // modelMetrics are one model version's series. Updating them costs a few atomic adds.
 type modelMetrics struct {
 	set           *metrics.Set
+	name          string
 	labels        string
 	queueTime     *metrics.PrometheusHistogram
 	inferenceTime *metrics.PrometheusHistogram
@@ -108,6 +110,7 @@ type modelMetrics struct {
 	// the version removes them all: a name that no longer exists keeps no series.
 	seriesMu sync.Mutex
 	series   []string
+	loaded   map[string]int // WorkerLoadTime's series: loaded workers of each name
 	dropped  bool
 }
 
@@ -133,12 +136,11 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
 	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
-	mm := &modelMetrics{set: m.set, labels: l, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
+	mm := &modelMetrics{set: m.set, name: name, labels: l, loaded: map[string]int{}, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
 	mm.version.Store(v)
-	model := fmt.Sprintf(`{ModelName=%q,Level="Model",Hostname=%q}`, name, m.hostname)
-	// Not dropped with the version: TorchServe keeps them, and versions of a model share them.
-	mm.handlerTime = m.set.GetOrCreateGauge("HandlerTime"+model, nil)
-	mm.predictionTime = m.set.GetOrCreateGauge("PredictionTime"+model, nil)
+	// Versions of a model share these two, as TorchServe's do: they go with the last version.
+	mm.handlerTime = m.set.GetOrCreateGauge(handlerTimeName(name, m.hostname), nil)
+	mm.predictionTime = m.set.GetOrCreateGauge(predictionTimeName(name, m.hostname), nil)
 	hist := func(n string, buckets []float64) *metrics.PrometheusHistogram {
 		return m.set.GetOrCreatePrometheusHistogramExt(mm.track(n+"{"+l+"}"), buckets)
 	}
@@ -172,6 +174,10 @@ func (m *Metrics) Drop(name, version string) {
 	key := name + "\x00" + version
 	mm := m.models[key]
 	delete(m.models, key)
+	if !m.hasVersions(name) {
+		m.set.UnregisterMetric(handlerTimeName(name, m.hostname))
+		m.set.UnregisterMetric(predictionTimeName(name, m.hostname))
+	}
 	m.mu.Unlock()
 	if mm == nil {
 		return
@@ -182,6 +188,25 @@ func (m *Metrics) Drop(name, version string) {
 		m.set.UnregisterMetric(n)
 	}
 	mm.series, mm.dropped = nil, true
+}
+
+// hasVersions reports whether any version of name still has series; m.mu is held.
+func (m *Metrics) hasVersions(name string) bool {
+	for _, mm := range m.models {
+		if mm.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TorchServe's model-level series, one per model name.
+func handlerTimeName(model, host string) string {
+	return fmt.Sprintf(`HandlerTime{ModelName=%q,Level="Model",Hostname=%q}`, model, host)
+}
+
+func predictionTimeName(model, host string) string {
+	return fmt.Sprintf(`PredictionTime{ModelName=%q,Level="Model",Hostname=%q}`, model, host)
 }
 
 // The Observer methods do nothing on a nil receiver (metrics off).
@@ -231,13 +256,47 @@ func (mm *modelMetrics) Handler(d time.Duration) {
 }
 
 // WorkerLoaded records how long worker id took to load and warm up, as TorchServe's
-// WorkerLoadTime{WorkerName="W-9000-digits_1.0"}.
+// WorkerLoadTime{WorkerName="W-9000-digits_1.0"}, until the worker stops.
 func (mm *modelMetrics) WorkerLoaded(id int, d time.Duration) {
 	if mm == nil {
 		return
 	}
-	name := fmt.Sprintf(`WorkerLoadTime{WorkerName="W-%d%s",Level="Host",Hostname=%q}`, 9000+id, mm.workerPrefix, mm.hostname)
+	name := mm.workerLoadTimeName(id)
+	mm.seriesMu.Lock()
+	defer mm.seriesMu.Unlock()
+	if mm.dropped {
+		return
+	}
+	if mm.loaded[name] == 0 {
+		mm.series = append(mm.series, name)
+	}
+	mm.loaded[name]++
 	mm.set.GetOrCreateGauge(name, nil).Set(ms(d))
+}
+
+// WorkerStopped removes the worker's WorkerLoadTime: worker ids are not reused, so scaling up
+// and down would otherwise leave a series for every worker that ever ran. A version reloaded
+// in place numbers its workers afresh, so a name's series goes with the last worker of it.
+func (mm *modelMetrics) WorkerStopped(id int) {
+	if mm == nil {
+		return
+	}
+	name := mm.workerLoadTimeName(id)
+	mm.seriesMu.Lock()
+	defer mm.seriesMu.Unlock()
+	if mm.dropped || mm.loaded[name] == 0 {
+		return
+	}
+	if mm.loaded[name]--; mm.loaded[name] > 0 {
+		return
+	}
+	delete(mm.loaded, name)
+	mm.series = slices.DeleteFunc(mm.series, func(n string) bool { return n == name })
+	mm.set.UnregisterMetric(name)
+}
+
+func (mm *modelMetrics) workerLoadTimeName(id int) string {
+	return fmt.Sprintf(`WorkerLoadTime{WorkerName="W-%d%s",Level="Host",Hostname=%q}`, 9000+id, mm.workerPrefix, mm.hostname)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -61,6 +61,10 @@ type Daemon struct {
 	// sweepStop ends the re-sweep of TMPDIR (see sweep) and the idle trim (see trimWhenIdle).
 	sweepStop chan struct{}
 	sweepWG   sync.WaitGroup
+	// draining is set when a graceful stop begins (see drain); openConns counts the HTTP
+	// APIs' connections.
+	draining  atomic.Bool
+	openConns atomic.Int64
 	// inflight counts inference requests being served; lastDone is when the latest ended
 	// (UnixNano) and trimmedAt the lastDone the latest idle trim followed.
 	inflight, lastDone, trimmedAt atomic.Int64
@@ -111,16 +115,24 @@ func (d *Daemon) trimWhenIdle() {
 				switch {
 				case last != d.trimmedAt.Load() && d.inflight.Load() == 0 && now.Sub(time.Unix(0, last)) >= idleTrimAfter:
 					d.trimmedAt.Store(last)
-					memtrim.Trim()
+					trimMemory()
 				case d.cfg.KeepFreedMemory && d.cfg.KeepFreedMemoryMB > 0 && memtrim.FreeHeld() > uint64(d.cfg.KeepFreedMemoryMB)<<20:
 					// Under load the freed memory is kept for the next forwards, up to the
 					// cap: past it, what the heaps hold free goes back, and the forwards
 					// that follow fault in what they need again.
+					torch.TrimArenas()
 					memtrim.TrimC()
 				}
 			}
 		}
 	}()
+}
+
+// trimMemory gives every free page back: the Go heap's, the C heaps' (memtrim), and first
+// the tops of the threads' C heaps, which only torch.TrimArenas reaches.
+func trimMemory() {
+	torch.TrimArenas()
+	memtrim.Trim()
 }
 
 // requestStarted and requestDone bracket every inference request for trimWhenIdle.
@@ -219,7 +231,8 @@ func (d *Daemon) Start() error {
 		}
 		d.listeners = append(d.listeners, ln)
 		srv := &fasthttp.Server{
-			Handler:            d.accessLog(a.h),
+			Handler:            d.closeWhenDraining(d.accessLog(a.h)),
+			ConnState:          d.countConns,
 			Name:               "torchd",
 			ReadTimeout:        d.cfg.ReadTimeout,
 			WriteTimeout:       d.cfg.WriteTimeout,
@@ -281,17 +294,76 @@ func (d *Daemon) Addrs() (inference, management, metrics string) {
 // WaitStartup waits until every start-up model has loaded or failed.
 func (d *Daemon) WaitStartup() { d.startupWG.Wait() }
 
-// Shutdown stops accepting connections, answers every request already accepted, then stops
-// the workers and removes the extracted archives. ctx bounds the wait for in-flight requests.
+// drainGrace is how long a graceful stop waits for keep-alive connections to send their next
+// request, which is answered with Connection: close, before it closes those still idle.
+// Closing an idle connection races a request its client may be sending on it, which the
+// client then sees reset or unanswered, and a POST cannot safely be sent again; a busy
+// client's next request comes within the grace, so only connections idle all along are
+// closed under their clients.
+const drainGrace = time.Second
+
+// closeWhenDraining answers with Connection: close once a graceful stop has begun, so that
+// a keep-alive client sends nothing more on the connection: the server closes it after the
+// response. fasthttp's CloseOnShutdown does the same only once Shutdown is called, after
+// which it also closes connections just answered without it.
+func (d *Daemon) closeWhenDraining(h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		h(ctx)
+		if d.draining.Load() {
+			ctx.SetConnectionClose()
+		}
+	}
+}
+
+// countConns counts the HTTP APIs' open connections, for drain.
+func (d *Daemon) countConns(_ net.Conn, st fasthttp.ConnState) {
+	switch st {
+	case fasthttp.StateNew:
+		d.openConns.Add(1)
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		d.openConns.Add(-1)
+	}
+}
+
+// drain stops accepting connections and has every response say Connection: close, then
+// waits until no HTTP connection is open, for at most drainGrace (or half of what is left
+// of ctx, if less). Shutdown then closes the connections left idle.
+func (d *Daemon) drain(ctx context.Context) {
+	d.draining.Store(true)
+	d.closeListeners()
+	grace := drainGrace
+	if dl, ok := ctx.Deadline(); ok {
+		grace = min(grace, time.Until(dl)/2)
+	}
+	end := time.NewTimer(grace)
+	defer end.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for d.openConns.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-end.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Shutdown stops accepting connections, answers every request already accepted (keep-alive
+// clients get Connection: close; see drain), then stops the workers and removes the
+// extracted archives. ctx bounds the wait for in-flight requests.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	var firstErr error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	d.drain(ctx)
 	for _, s := range d.servers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.ShutdownWithContext(ctx); err != nil {
+			// drain closed the listeners already.
+			if err := s.ShutdownWithContext(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 				mu.Lock()
 				firstErr = errors.Join(firstErr, err)
 				mu.Unlock()

@@ -68,6 +68,7 @@ type soakTarget struct {
 type soakRequest struct {
 	contentType string
 	body        []byte
+	encoding    string // Content-Encoding, if any
 }
 
 // soakSample is the server seen at one moment, and the load of the interval before it.
@@ -239,24 +240,26 @@ func soakTargets(t *testing.T) []*soakTarget {
 			model: "digits", url: "/predictions/digits", contentType: "image/png",
 			good: pngs, labels: digitLabels, top1: top1,
 			bad: []soakRequest{
-				{"image/png", []byte("not an image")},
-				{"image/png", pngs[0][:len(pngs[0])/2]},
+				{"image/png", []byte("not an image"), ""},
+				{"image/png", pngs[0][:len(pngs[0])/2], ""},
+				{"image/png", pngs[0], "gzip"}, // not gzip: 400, never the PNG's answer
+				{"image/png", pngs[0], "br"},   // an encoding torchd does not decode: 400
 			},
 		},
 		{
 			model: "textcls", url: "/predictions/textcls", contentType: "text/plain; charset=utf-8",
 			good: textBodies, labels: textLabels, top1: top1,
 			bad: []soakRequest{
-				{"text/plain", []byte("caf\xe9 was great")},
-				{"text/plain", []byte(" \n ")},
+				{"text/plain", []byte("caf\xe9 was great"), ""},
+				{"text/plain", []byte(" \n "), ""},
 			},
 		},
 		{
 			model: "digits_tensor", url: "/v2/models/digits_tensor/infer", contentType: "application/json",
 			good: v2Bodies, labels: v2Labels, top1: soakV2Top1,
 			bad: []soakRequest{
-				{"application/json", soakV2Body([]int{1, 1, 27, 28}, pixels[:27*28])},
-				{"application/json", soakV2Body([]int{1, 2}, []float32{1, 2})},
+				{"application/json", soakV2Body([]int{1, 1, 27, 28}, pixels[:27*28]), ""},
+				{"application/json", soakV2Body([]int{1, 2}, []float32{1, 2}), ""},
 			},
 		},
 	}
@@ -313,7 +316,7 @@ func (l *soakLoad) client(i int, tg *soakTarget, seed uint64, stop <-chan struct
 		}
 		if rng.IntN(soakBadEvery) == 0 {
 			b := tg.bad[rng.IntN(len(tg.bad))]
-			status, body, _, err := soakPost(c, l.inf+tg.url, b.contentType, b.body)
+			status, body, _, err := soakPost(c, l.inf+tg.url, b.contentType, b.encoding, b.body)
 			switch {
 			case err != nil:
 				l.fail(fmt.Sprintf("%s bad request: %v", tg.model, err))
@@ -327,7 +330,7 @@ func (l *soakLoad) client(i int, tg *soakTarget, seed uint64, stop <-chan struct
 			continue
 		}
 		k := n % len(tg.good)
-		status, body, took, err := soakPost(c, l.inf+tg.url, tg.contentType, tg.good[k])
+		status, body, took, err := soakPost(c, l.inf+tg.url, tg.contentType, "", tg.good[k])
 		switch {
 		case err != nil:
 			l.fail(fmt.Sprintf("%s: %v", tg.model, err))
@@ -347,9 +350,17 @@ func (l *soakLoad) client(i int, tg *soakTarget, seed uint64, stop <-chan struct
 	}
 }
 
-func soakPost(c *http.Client, url, contentType string, body []byte) (int, []byte, time.Duration, error) {
+func soakPost(c *http.Client, url, contentType, encoding string, body []byte) (int, []byte, time.Duration, error) {
 	start := time.Now()
-	resp, err := c.Post(url, contentType, bytes.NewReader(body))
+	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	req.Header.Set("Content-Type", contentType)
+	if encoding != "" {
+		req.Header.Set("Content-Encoding", encoding)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, nil, 0, err
 	}

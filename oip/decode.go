@@ -31,7 +31,7 @@ func DecodeRequest(body []byte, headerLen int, contentEncoding string, maxBody i
 	if headerLen == 0 {
 		return nil, nil, ErrRawRequest
 	}
-	body, err := decompress(body, contentEncoding, maxBody)
+	body, err := Decompress(body, contentEncoding, maxBody)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -99,7 +99,7 @@ func DecodeRawRequest(body []byte, contentEncoding string, maxBody int, input Me
 		// The model's metadata is the server's, so this is not the client's fault.
 		return nil, nil, errors.New("oip: raw request: model input " + input.Name + " has unknown datatype " + input.Datatype)
 	}
-	body, err := decompress(body, contentEncoding, maxBody)
+	body, err := Decompress(body, contentEncoding, maxBody)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -390,9 +390,10 @@ func checkBytesElements(data []byte, n int64) error {
 	return nil
 }
 
-// decompress undoes contentEncoding, refusing to produce more than maxBody bytes so that a
-// small compressed body cannot expand without bound.
-func decompress(body []byte, contentEncoding string, maxBody int) ([]byte, error) {
+// Decompress undoes contentEncoding (gzip, deflate or none), refusing to produce more than
+// maxBody bytes so that a small compressed body cannot expand without bound
+// (ErrBodyTooLarge). The TorchServe API's plain bodies are decoded with it too.
+func Decompress(body []byte, contentEncoding string, maxBody int) ([]byte, error) {
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBody
 	}

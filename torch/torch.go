@@ -65,6 +65,12 @@ func SetNumInteropThreads(n int) error {
 // keep_freed_memory is false. It reports false where the C library is not glibc.
 func KeepFreedMemory() bool { return C.td_keep_freed_memory() == 1 }
 
+// TrimArenas gives back to the operating system the free tops of the C heaps of every thread
+// that has run LibTorch here, which glibc's malloc_trim never trims and KeepFreedMemory keeps
+// (see td_trim_arenas). With malloc_trim after it, an idle process holds no freed memory.
+// It does nothing unless KeepFreedMemory was applied.
+func TrimArenas() { C.td_trim_arenas() }
+
 // CUDAAvailable reports whether the loaded library was built with CUDA and sees a device.
 func CUDAAvailable() bool { return C.td_cuda_is_available() != 0 }
 

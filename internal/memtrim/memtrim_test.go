@@ -1,6 +1,8 @@
 package memtrim
 
 import (
+	"os"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -18,4 +20,25 @@ func TestTrimEmptiesPools(t *testing.T) {
 	if b := p.Get(); b != nil {
 		t.Fatal("a pooled buffer survived Trim")
 	}
+}
+
+// A process linked against glibc must be seen as one: memtrim's C code once tested
+// __GLIBC__ before any C library header had defined it, so every trim was a no-op and
+// FreeHeld was always 0.
+func TestGlibcSeen(t *testing.T) {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip("no /proc/self/maps:", err)
+	}
+	linked := strings.Contains(string(maps), "/libc.so.6")
+	if linked != Glibc() {
+		t.Fatalf("glibc mapped: %v; memtrim.Glibc(): %v", linked, Glibc())
+	}
+	if !linked {
+		return
+	}
+	if cInUse() == 0 {
+		t.Fatal("glibc reports no memory in use: mallinfo2 is not reached")
+	}
+	Trim()
 }

@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -665,12 +666,42 @@ void bind_own_libtorch() {
   }
 }
 
+
+// What td_trim_arenas frees. glibc's malloc_trim gives back the free pages inside every
+// arena and the top of the main one, but never the top of a thread's arena: only a free()
+// of 64 KiB or more into that arena trims it (heap_trim), down to M_TOP_PAD and only past
+// M_TRIM_THRESHOLD, which td_keep_freed_memory puts out of reach. Those tops are up to a
+// heap (64 MiB) each, one per arena, and there are up to 8 arenas a core: registration churn
+// held gigabytes that no idle trim reached. So each thread that calls into LibTorch here
+// leaves one probe block in its arena per trim round, and td_trim_arenas frees them all with
+// the threshold and pad at zero; a probe of an exited thread's arena is freed the same way.
+std::mutex probes_mu;
+std::vector<void *> probes;
+std::atomic<unsigned> probe_round{1};
+std::atomic<bool> keeping{false};  // td_keep_freed_memory applied: the tops are kept
+thread_local unsigned probed_round = 0;
+constexpr size_t kProbeBytes = 64 << 10;  // glibc's FASTBIN_CONSOLIDATION_THRESHOLD
+
+void note_arena() {
+#ifdef __GLIBC__
+  if (!keeping.load(std::memory_order_relaxed)) return;
+  unsigned r = probe_round.load(std::memory_order_relaxed);
+  if (probed_round == r) return;
+  probed_round = r;
+  void *p = std::malloc(kProbeBytes);
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(probes_mu);
+  probes.push_back(p);
+#endif
+}
+
 }  // namespace
 
 extern "C" {
 
 td_error td_module_load(const char *path, const char *device, int flags, const char *fp32_modules,
                         td_module **out) {
+  note_arena();
   *out = nullptr;
   return guard([&] {
     c10::Device dev(device == nullptr || *device == '\0' ? "cpu" : device);
@@ -724,6 +755,7 @@ void td_module_free(td_module *m) { delete m; }
 
 td_error td_module_run(td_module *m, const char *method, const td_node *nodes, int n_nodes,
                        td_result **out) {
+  note_arena();
   *out = nullptr;
   auto r = std::make_unique<td_result>();
   td_error err = guard([&] {
@@ -783,6 +815,7 @@ constexpr bool kLoadsPackageDirs = false;
 
 td_error td_package_load(const char *dir, const char *package, const char *model, const char *device,
                          const char *metadata, int num_runners, td_package **out) {
+  note_arena();
   *out = nullptr;
   return guard([&] {
     std::string name = model == nullptr || *model == '\0' ? "model" : model;
@@ -822,6 +855,7 @@ td_error td_package_load(const char *dir, const char *package, const char *model
 void td_package_free(td_package *p) { delete p; }
 
 td_error td_package_run(td_package *p, const td_node *nodes, int n_nodes, td_result **out) {
+  note_arena();
   *out = nullptr;
   auto r = std::make_unique<td_result>();
   td_error err = guard([&] {
@@ -879,6 +913,7 @@ void td_result_free(td_result *r) { delete r; }
 void td_tensor_free(td_tensor *t) { delete t; }
 
 td_error td_host_buffer(int64_t nbytes, int pin, td_tensor **out, void **data, int *pinned) {
+  note_arena();
   *out = nullptr;
   *data = nullptr;
   *pinned = 0;
@@ -895,6 +930,7 @@ td_error td_host_buffer(int64_t nbytes, int pin, td_tensor **out, void **data, i
 }
 
 td_error td_tensor_to_cpu(td_tensor *t, td_tensor **out, void **data) {
+  note_arena();
   *out = nullptr;
   *data = nullptr;
   return guard([&] {
@@ -934,6 +970,7 @@ struct local_setters {
 }  // namespace
 
 int td_set_num_threads_here(int n) {
+  note_arena();
   static const local_setters set;
   if (n < 1) return 0;
   try {
@@ -963,8 +1000,35 @@ int td_set_num_threads_here(int n) {
 // worker still made and unmapped a heap per forward. Figures: docs/design/binding.md.
 int td_keep_freed_memory(void) {
 #ifdef __GLIBC__
-  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1 &&
-         mallopt(M_TOP_PAD, 64 << 20) == 1;
+  bool ok = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1 &&
+            mallopt(M_TOP_PAD, 64 << 20) == 1;
+  keeping.store(ok);
+  return ok;
+#else
+  return 0;
+#endif
+}
+
+// The probes are freed with the trim threshold and pad at zero, so that each free trims its
+// arena's top whole; then the settings that keep freed memory come back. Other threads'
+// frees in that moment trim their arenas too, which costs them page faults, nothing else.
+int td_trim_arenas(void) {
+#ifdef __GLIBC__
+  if (!keeping.load()) return 0;
+  static std::mutex trims;  // one round at a time: another's restore would cut this one short
+  std::lock_guard<std::mutex> one(trims);
+  std::vector<void *> ps;
+  {
+    std::lock_guard<std::mutex> lock(probes_mu);
+    ps.swap(probes);
+    probe_round.fetch_add(1);
+  }
+  mallopt(M_TRIM_THRESHOLD, 0);
+  mallopt(M_TOP_PAD, 0);
+  for (void *p : ps) std::free(p);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  mallopt(M_TOP_PAD, 64 << 20);
+  return static_cast<int>(ps.size());
 #else
   return 0;
 #endif
@@ -1010,6 +1074,7 @@ td_error td_module_integrated_gradients(td_module *m, const char *method, const 
                                         int n_nodes, int arg, const double *alphas,
                                         const double *weights, int n_steps, int64_t target,
                                         td_result **out) {
+  note_arena();
   *out = nullptr;
   auto r = std::make_unique<td_result>();
   td_error err = guard([&] {

@@ -195,6 +195,12 @@ td_error td_set_num_interop_threads(int n);
  * Returns 1 when it was applied, 0 where the C library is not glibc. */
 int td_keep_freed_memory(void);
 
+/* Gives back the free tops of the arenas of every thread that has called into this library
+ * since the last call (those threads' arenas stay noted after they exit), which malloc_trim
+ * leaves alone; malloc_trim(0) still gives back the rest. Does nothing unless
+ * td_keep_freed_memory was applied. Returns the number of arenas' probes freed. */
+int td_trim_arenas(void);
+
 /* CUDA availability of the LibTorch this library was built against. */
 int td_cuda_is_available(void);
 int td_cuda_device_count(void);
