@@ -56,6 +56,9 @@ func inferOnce(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor
 	if inf, ok := h.(Inferer); ok {
 		return inf.Infer(m, batch)
 	}
+	if sel, ok := h.(OutputSelector); ok {
+		return inferStaged(m, batch, st, sel.SelectOutputs)
+	}
 	return DefaultInferStaged(m, batch, st)
 }
 
@@ -72,6 +75,12 @@ func DefaultInfer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 // for their element type and st is not for a GPU: there the copy into page-locked memory is
 // what lets the batch cross to the device asynchronously.
 func DefaultInferStaged(m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
+	return inferStaged(m, batch, st, outputTensors)
+}
+
+// inferStaged is DefaultInferStaged taking the tensors to split from the model's output
+// with outputs.
+func inferStaged(m torch.Model, batch []*Sample, st *Stage, outputs func(any) ([]*torch.Tensor, error)) ([][]Tensor, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -109,7 +118,7 @@ func DefaultInferStaged(m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, 
 		return nil, err
 	}
 	defer torch.CloseValue(out)
-	outs, err := outputTensors(out)
+	outs, err := outputs(out)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +171,7 @@ func outputTensors(v any) ([]*torch.Tensor, error) {
 	case []any:
 		return tensorList(x)
 	}
-	return nil, fmt.Errorf("model returned %T; the default handler step takes a tensor, or a tuple or list of tensors", v)
+	return nil, fmt.Errorf("model returned %s; the default handler step takes a tensor, or a tuple or list of tensors", torch.TypeName(v))
 }
 
 func tensorList(vs []any) ([]*torch.Tensor, error) {
@@ -170,7 +179,7 @@ func tensorList(vs []any) ([]*torch.Tensor, error) {
 	for i, v := range vs {
 		t, ok := v.(*torch.Tensor)
 		if !ok {
-			return nil, fmt.Errorf("model output %d is %T, not a tensor", i, v)
+			return nil, fmt.Errorf("model output %d is %s, not a tensor", i, torch.TypeName(v))
 		}
 		out[i] = t
 	}

@@ -16,6 +16,8 @@ Files:
   ops.pt               a scripted module calling torchvision.ops on its inputs (forward's
                        outputs: nms, batched_nms, roi_align, roi_align aligned, roi_pool,
                        ps_roi_align); ops_in_<i>.npy its inputs and ops_out_<i>.npy its outputs.
+  not_a_detector.pt    forward(List[Tensor]) -> Dict[str, Tensor] of each image's mean: a model
+                       that object_detector must refuse with a clear message.
 
 Random weights give degenerate activations: the backbone's output vanishes (about 1e-8, all
 boxes alike, every score tied, and denormal floats slow every convolution). So its batch
@@ -25,6 +27,7 @@ scores. The references are checked to have no score near the threshold and no ne
 their order, so a comparison with a tolerance is meaningful.
 """
 import os
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -116,6 +119,11 @@ class Ops(torch.nn.Module):
                 torchvision.ops.ps_roi_align(feats, rois, 3, 0.5, 2))
 
 
+class NotADetector(torch.nn.Module):
+    def forward(self, images: List[torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return {"mean": torch.stack([x.mean() for x in images])}
+
+
 def ops_inputs():
     g = torch.Generator().manual_seed(7)
     xy = torch.rand(200, 2, generator=g) * 100
@@ -155,6 +163,7 @@ def main():
             refs["batch"] = [torchserve_answer(det, mapping) for det in dets]
         common.write_json(os.path.join(d, "ref_answers.json"), refs)
 
+        common.save_scripted(NotADetector(), os.path.join(d, "not_a_detector.pt"))
         ops = common.save_scripted(Ops(), os.path.join(d, "ops.pt"))
         ins = ops_inputs()
         with torch.inference_mode():
