@@ -112,15 +112,16 @@ func (od *ObjectDetector) WarmupSample() *Sample {
 func (od *ObjectDetector) Infer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 	var images []*torch.Tensor
 	for _, s := range batch {
-		if len(s.Tensors) != s.Items {
-			return nil, fmt.Errorf("object_detector: a sample of %d images has %d tensors", s.Items, len(s.Tensors))
-		}
+		n := len(images)
 		for _, t := range s.Tensors {
-			x, err := torch.FromBytes(t.DType, t.Data, t.Shape...)
+			x, err := imageTensors(t)
 			if err != nil {
 				return nil, err
 			}
-			images = append(images, x)
+			images = append(images, x...)
+		}
+		if len(images)-n != s.Items {
+			return nil, fmt.Errorf("object_detector: a sample of %d images has %d", s.Items, len(images)-n)
 		}
 	}
 	out, err := m.Forward(images)
@@ -148,6 +149,31 @@ func (od *ObjectDetector) Infer(m torch.Model, batch []*Sample) ([][]Tensor, err
 		}
 	}
 	return res, nil
+}
+
+// imageTensors wraps a sample's tensor as images: float32 [C, H, W] is one, [N, C, H, W] N.
+func imageTensors(t Tensor) ([]*torch.Tensor, error) {
+	if t.DType != torch.Float32 || len(t.Shape) < 3 || len(t.Shape) > 4 || int64(len(t.Data)) != 4*t.Numel() {
+		return nil, BadInput("object_detector takes float32 images [C, H, W] or [N, C, H, W], got %v %v", t.DType, t.Shape)
+	}
+	if len(t.Shape) == 3 {
+		x, err := torch.FromBytes(t.DType, t.Data, t.Shape...)
+		return []*torch.Tensor{x}, err
+	}
+	n := int(t.Shape[0])
+	if n == 0 {
+		return nil, nil
+	}
+	per := len(t.Data) / n
+	out := make([]*torch.Tensor, n)
+	for i := range out {
+		x, err := torch.FromBytes(t.DType, t.Data[i*per:(i+1)*per], t.Shape[1:]...)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = x
+	}
+	return out, nil
 }
 
 // detections finds the per-image list of detection dicts in a detector's output: scripted

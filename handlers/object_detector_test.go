@@ -259,4 +259,13 @@ func TestObjectDetectorRefusals(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the model returned Dict[str, Tensor]; a detector returns") || strings.Contains(err.Error(), "interface") {
 		t.Errorf("not a detector: %v", err)
 	}
+	// A sample made of a tensor of images (a KServe v2 request's) runs as its images.
+	raw := &handlers.Sample{Items: 2, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{2, 3, 4, 5}, Data: make([]byte, 4*120)}}}
+	if _, err := handlers.Infer(h, m, []*handlers.Sample{raw}); err == nil || !strings.Contains(err.Error(), "the model returned Dict[str, Tensor]") {
+		t.Errorf("images as one tensor: %v", err)
+	}
+	raw.Tensors[0].DType = torch.Int32
+	if _, err := handlers.Infer(h, m, []*handlers.Sample{raw}); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "takes float32 images") {
+		t.Errorf("int32 images: %v", err)
+	}
 }
