@@ -139,8 +139,9 @@ models-bf16: $(MODELS_OUT)/.done
 # of a 1.1 s cold start (docs/benchmarks.md).
 # NAME_pt2 is the zoo model's AOTInductor package (model.pt2, models/pt2.py) with NAME's config;
 # captioner_pt2 is the captioner's model.pt with its encoder package (encoder.pt2) beside it.
-ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm \
-            detector:detector segmenter:segmenter
+# The detector and segmenter of the zoo (116 MB together) are archived by their tests, not
+# here: they would grow the image by a tenth and slow every `--models all` start.
+ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm
 PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
