@@ -8,10 +8,12 @@ import (
 	"mime/multipart"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/internal/npy"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
@@ -19,9 +21,37 @@ import (
 // The scripted torchvision detector and segmenter of models/detector.py and segmenter.py,
 // behind object_detector and image_segmenter, answer over HTTP and gRPC as TorchServe's
 // handlers do on Python's outputs.
-func init() {
-	storeArchives = append(storeArchives, storeArchive{"detector", "detector", "detector", "1.0", ""},
-		storeArchive{"segmenter", "segmenter", "segmenter", "1.0", ""})
+
+// visionArchives writes the detector's and segmenter's archives into the store once, as
+// directories: deflating their 116 MB in TestMain would slow every run of this package.
+var visionArchives = sync.OnceValue(func() error {
+	for _, name := range []string{"detector", "segmenter"} {
+		var extra []string
+		if p := filepath.Join(zooDir, name, "index_to_name.json"); fileExists(p) {
+			extra = append(extra, p)
+		}
+		_, err := archive.Write(archive.WriteOptions{
+			ModelName: name, Version: "1.0", Format: archive.FormatNoArchive,
+			SerializedFile: filepath.Join(zooDir, name, "model.pt"), ExtraFiles: extra,
+			ConfigFile: filepath.Join("..", "models", "configs", name+".toml"), ExportPath: store,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+})
+
+// startVisionServer starts a server with the detector's and segmenter's archives in its store
+// and registers name.
+func startVisionServer(t *testing.T, name string) *server {
+	t.Helper()
+	if err := visionArchives(); err != nil {
+		t.Fatalf("%v: run `make models` first", err)
+	}
+	s := startServer(t)
+	s.register(t, "url="+name+"&batch_size=4&max_batch_delay=5&initial_workers=1&synchronous=true")
+	return s
 }
 
 // visionScenes reads a zoo directory's two scenes, in ref order.
@@ -90,8 +120,7 @@ func sameDetections(t testing.TB, what string, body []byte, want []any) {
 }
 
 func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=detector.mar&batch_size=4&max_batch_delay=5&initial_workers=1&synchronous=true")
+	s := startVisionServer(t, "detector")
 	b, err := os.ReadFile(filepath.Join(zooDir, "detector", "ref_answers.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -180,8 +209,7 @@ func float32sOf(t testing.TB, path string) []float32 {
 }
 
 func TestImageSegmenterOverHTTPAndGRPC(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=segmenter.mar&batch_size=4&max_batch_delay=5&initial_workers=1&synchronous=true")
+	s := startVisionServer(t, "segmenter")
 	ref := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_answer.npy"))
 	margin := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_margin.npy"))
 	scenes := visionScenes(t, "segmenter")
