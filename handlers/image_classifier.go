@@ -197,7 +197,12 @@ type imageLimits struct{ maxImages, maxRequestPixels int }
 
 // readImageLimits reads the max_images and max_request_pixels options.
 func readImageLimits(opts *intOptions) (imageLimits, error) {
-	l := imageLimits{maxImages: opts.get("max_images", defaultMaxImages), maxRequestPixels: opts.get("max_request_pixels", defaultMaxRequestPixels)}
+	return readImageLimitsOver(opts, defaultMaxRequestPixels)
+}
+
+// readImageLimitsOver is readImageLimits with max_request_pixels defaulting to def.
+func readImageLimitsOver(opts *intOptions, def int) (imageLimits, error) {
+	l := imageLimits{maxImages: opts.get("max_images", defaultMaxImages), maxRequestPixels: opts.get("max_request_pixels", def)}
 	if opts.err != nil {
 		return l, opts.err
 	}

@@ -27,8 +27,8 @@ func init() { Register("object_detector", newObjectDetector) }
 // share a batch.
 //
 // Options (model-config.toml [options]): threshold (0.5), color ("rgb"), mean and std (none:
-// ToTensor only, as TorchServe), max_pixels (40 M, per image), max_images (64, per request),
-// max_request_pixels (400 M, per request).
+// ToTensor only, as TorchServe), max_pixels (12 M, per image), max_images (64, per request),
+// max_request_pixels (48 M, per request).
 type ObjectDetector struct {
 	transform vision.Transform // its ApplyNative: no resize, no crop
 	threshold float64
@@ -36,11 +36,20 @@ type ObjectDetector struct {
 	labels    map[int]string
 }
 
+// A detector's input is the whole image in float32, 12 bytes a pixel, where a classifier's is
+// its 224×224 crop, so its limits are lower than image_classifier's: 12 Mpx an image (a phone's
+// photo, 144 MB as a tensor; torchvision's detectors scale every image down to about 1 Mpx
+// anyway) and 48 Mpx a request.
+const (
+	detectorMaxPixels        = 12_000_000
+	detectorMaxRequestPixels = 48_000_000
+)
+
 func newObjectDetector(ctx Context) (Handler, error) {
 	cfg := ctx.Config
 	opts := intOptions{cfg: &cfg}
-	t := vision.Transform{MaxPixels: opts.get("max_pixels", 0)}
-	limits, err := readImageLimits(&opts)
+	t := vision.Transform{MaxPixels: opts.get("max_pixels", detectorMaxPixels)}
+	limits, err := readImageLimitsOver(&opts, detectorMaxRequestPixels)
 	if err != nil {
 		return nil, err
 	}

@@ -234,6 +234,31 @@ func TestObjectDetectorOptions(t *testing.T) {
 	}
 }
 
+// The detector's default limits are lower than image_classifier's (its tensor is the whole
+// image): 12 Mpx an image, 48 Mpx a request, both refused from the headers.
+func TestObjectDetectorLimits(t *testing.T) {
+	h := detectorHandler(t, "")
+	one := func(imgs ...[]byte) error {
+		var in []handlers.Payload
+		for _, img := range imgs {
+			in = append(in, handlers.Payload{Name: "data", Data: img})
+		}
+		_, err := h.Preprocess(&handlers.Request{Inputs: in})
+		return err
+	}
+	if err := one(pngHeader(4000, 3001)); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "over the limit of 12000000 pixels") {
+		t.Errorf("a 12-Mpx image: %v", err)
+	}
+	ten := pngHeader(3000, 3334)
+	if err := one(ten, ten, ten, ten, ten); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "at most 48000000 per request (max_request_pixels)") {
+		t.Errorf("five 10-Mpx images: %v", err)
+	}
+	h = detectorHandler(t, "max_pixels = 20_000_000\n")
+	if err := one(pngHeader(4000, 3001)); err == nil || strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("a 12-Mpx image under max_pixels = 20 M: %v", err)
+	}
+}
+
 // Bad input is the client's error; a model that is no detector is named in TorchScript's
 // terms, not Go's.
 func TestObjectDetectorRefusals(t *testing.T) {
