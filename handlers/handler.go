@@ -118,8 +118,9 @@ type TensorPreprocessor interface {
 	PreprocessTensor(t Tensor) (*Sample, error)
 }
 
-// The handlers that run batches or bind models themselves: a signature that drifts from
-// Inferer's or ModelBinder's would silently fall back to the default.
+// The handlers that run batches, bind models or select outputs themselves: a signature that
+// drifts from Inferer's, ModelBinder's or OutputSelector's would silently fall back to the
+// default.
 var (
 	_ Inferer        = (*ImageCaptioner)(nil)
 	_ Inferer        = (*TextClassifier)(nil)
