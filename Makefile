@@ -320,4 +320,4 @@ perf-analyzer: build archives
 	bench/perf_analyzer.sh digits_tensor 1:16:4
 
 clean:
-	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so build
+	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(BIN)/libtorchvision.so build
