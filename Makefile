@@ -20,7 +20,7 @@ STORE      := model-store
 SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # BUILD_APT_PKGS is what building the binary, the library and the zoo needs (setup-build, for
 # the images' build stages); APT_PKGS adds the load generators and the browser tests use.
-BUILD_APT_PKGS := python3-venv libturbojpeg0-dev g++ make unzip
+BUILD_APT_PKGS := python3-venv libturbojpeg0-dev g++ make unzip patchelf
 APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver
 
 TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
@@ -35,6 +35,9 @@ TORCH_LDFLAGS := -L$(LIBTORCH)/lib -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN'
 # ones through their own RPATH, $ORIGIN/../../nvidia/*/lib: third_party/nvidia is a link to
 # the venv's nvidia wheels.
 NVIDIA_DIR    := third_party/nvidia
+# torchvision's operators (nms, roi_align, ...), from the pinned torchvision wheel
+# (third_party/get-torchvision.sh): the CPU build takes the copy without CUDA dependencies.
+TORCHVISION   ?= third_party/torchvision
 empty :=
 space := $(empty) $(empty)
 ifeq ($(TORCH_CUDA),1)
@@ -42,11 +45,15 @@ ifeq ($(TORCH_CUDA),1)
   TORCH_LIBS := -Wl,--no-as-needed -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed \
                 -Wl,-rpath-link,$(subst $(space),:,$(abspath $(wildcard $(NVIDIA_DIR)/*/lib)))
   CUDA_DEPS  := $(NVIDIA_DIR)/.linked
+  TORCHVISION_LIB := $(TORCHVISION)/lib/libtorchvision.so
+  NOCUDA_OBJ :=
 else
   TORCH_LIBS := -ltorch_cpu -lc10
+  TORCHVISION_LIB := $(TORCHVISION)/lib/cpu/libtorchvision.so
+  NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -62,12 +69,20 @@ setup-build:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BUILD_APT_PKGS); fi
 
 # The C ABI library. Compiling it takes ~15 s, so it is rebuilt only when its sources change.
+# It depends on torchvision's operator library (bin/libtorchvision.so, found by $$ORIGIN like
+# the stand-in libtorch.so), whose static initializers register the torchvision:: operators,
+# so that every process that loads LibTorch through torchd has them. Its copy gets
+# libtorchd_c's RPATH, by which the linker finds its dependencies (libcudart) at link time. The CPU build adds
+# torch/capi/nocuda.c: the three CUDA entry points torchvision's CUDA kernels name.
 lib: $(BIN)/libtorchd_c.so
-$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(CUDA_DEPS)
+$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h torch/capi/nocuda.c $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(TORCHVISION_LIB) $(CUDA_DEPS)
 	@mkdir -p $(BIN) build
+	cp $(TORCHVISION_LIB) $(BIN)/libtorchvision.so
+	patchelf --force-rpath --set-rpath '$$ORIGIN:$(abspath $(LIBTORCH))/lib' $(BIN)/libtorchvision.so
 	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
-	g++ -shared -o $@ build/torchd.o -Wl,--no-undefined -L$(BIN) $(TORCH_LDFLAGS) \
-	  -Wl,--no-as-needed -ltorch -Wl,--as-needed $(TORCH_LIBS)
+	$(if $(NOCUDA_OBJ),gcc -O2 -fPIC -Wall -c torch/capi/nocuda.c -o $(NOCUDA_OBJ))
+	g++ -shared -o $@ build/torchd.o $(NOCUDA_OBJ) -Wl,--no-undefined -L$(BIN) $(TORCH_LDFLAGS) \
+	  -Wl,--no-as-needed -ltorch -ltorchvision -Wl,--as-needed $(TORCH_LIBS)
 
 # An AOTInductor package's compiled library has NEEDED libtorch.so and libtorch_cpu.so and no
 # runpath, so the dynamic loader would search LD_LIBRARY_PATH and the system for them: the
@@ -87,6 +102,12 @@ libtorch: third_party/libtorch/lib/libtorch_cpu.so
 third_party/libtorch/lib/libtorch_cpu.so: third_party/get-libtorch.sh
 	third_party/get-libtorch.sh third_party/libtorch
 	@touch $@
+
+# torchvision's operators from the pinned torchvision wheel (a 7.6 MB download).
+torchvision: $(TORCHVISION)/lib/libtorchvision.so
+$(TORCHVISION)/lib/libtorchvision.so $(TORCHVISION)/lib/cpu/libtorchvision.so &: third_party/get-torchvision.sh
+	third_party/get-torchvision.sh $(TORCHVISION)
+	@touch $(TORCHVISION)/lib/libtorchvision.so $(TORCHVISION)/lib/cpu/libtorchvision.so
 
 $(NVIDIA_DIR)/.linked: $(VENV)/.done
 	ln -sfn $(abspath $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)) $(NVIDIA_DIR)
@@ -118,6 +139,8 @@ models-bf16: $(MODELS_OUT)/.done
 # of a 1.1 s cold start (docs/benchmarks.md).
 # NAME_pt2 is the zoo model's AOTInductor package (model.pt2, models/pt2.py) with NAME's config;
 # captioner_pt2 is the captioner's model.pt with its encoder package (encoder.pt2) beside it.
+# The detector and segmenter of the zoo (116 MB together) are archived by their tests, not
+# here: they would grow the image by a tenth and slow every `--models all` start.
 ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm
 PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
 archives: $(STORE)/.done
@@ -141,7 +164,8 @@ $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd core daemon handlers archi
 # runtime stubs libtorch_cpu needs); TORCH_CUDA=1 takes all of LIBTORCH's and the nvidia
 # wheels' libraries, since cuDNN and CUDA load some of theirs with dlopen (each has $$ORIGIN
 # in its rpath, so one folder serves them all). The stand-in libtorch.so goes in last, over the
-# wheel's: AOTInductor packages bind to it.
+# wheel's: AOTInductor packages bind to it; so does bin/libtorchvision.so, the build's copy of
+# torchvision's operators.
 DIST ?= build/dist
 dist: $(BIN)/torchd
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
@@ -152,7 +176,7 @@ else
 	ldd $(BIN)/libtorchd_c.so | awk -v d=$(realpath $(LIBTORCH))/lib/ 'index($$3, d) == 1 {print $$3}' | \
 	  xargs -r cp -L -t $(DIST)/bin/
 endif
-	cp $(BIN)/libtorch.so $(DIST)/bin/
+	cp $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(DIST)/bin/
 	@! ldd $(DIST)/bin/libtorchd_c.so | grep 'not found'
 	@du -sh $(DIST)/bin
 
@@ -296,4 +320,4 @@ perf-analyzer: build archives
 	bench/perf_analyzer.sh digits_tensor 1:16:4
 
 clean:
-	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so build
+	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(BIN)/libtorchvision.so build

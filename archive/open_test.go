@@ -293,7 +293,7 @@ func TestOpenUnsupported(t *testing.T) {
 		{"custom handler file", `{"modelName":"m","serializedFile":"model.pt","handler":"my_handler.py"}`, ErrUnsupportedHandler, "model.handler", "custom Python handler"},
 		{"custom handler module", `{"modelName":"m","serializedFile":"model.pt","handler":"my_handler"}`, ErrUnsupportedHandler, "model.handler", "torchd supports the built-in handlers"},
 		{"module:function", `{"modelName":"m","serializedFile":"model.pt","handler":"handler:handle"}`, ErrUnsupportedHandler, "model.handler", "custom Python handler"},
-		{"builtin torchd lacks", `{"modelName":"m","serializedFile":"model.pt","handler":"object_detector"}`, ErrUnsupportedHandler, "model.handler", `"object_detector"`},
+		{"builtin torchd lacks", `{"modelName":"m","serializedFile":"model.pt","handler":"keypoint_detector"}`, ErrUnsupportedHandler, "model.handler", `"keypoint_detector"`},
 		{"no handler", `{"modelName":"m","serializedFile":"model.pt","handler":""}`, ErrUnsupportedHandler, "model.handler", "no handler"},
 		{"eager model", `{"modelName":"m","serializedFile":"model.pt","handler":"image_classifier","modelFile":"model.py"}`, ErrUnsupportedModel, "model.modelFile", "torch.jit.save"},
 		{"onnx", `{"modelName":"m","serializedFile":"model.onnx","handler":"image_classifier"}`, ErrUnsupportedModel, "model.serializedFile", "TorchScript"},

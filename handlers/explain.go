@@ -143,7 +143,7 @@ func (tc *TextClassifier) explainOne(m *torch.Module, ids []int64, target int) (
 		e, ok := out.(*torch.Tensor)
 		if !ok {
 			torch.CloseValue(out)
-			return nil, fmt.Errorf("text_classifier: embed returned %s, want a tensor", torch.KindOf(out))
+			return nil, fmt.Errorf("text_classifier: embed returned %s, want a tensor", torch.TypeName(out))
 		}
 		return e, nil
 	}

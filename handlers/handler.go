@@ -89,6 +89,14 @@ type Inferer interface {
 	Infer(m torch.Model, batch []*Sample) ([][]Tensor, error)
 }
 
+// OutputSelector is implemented by handlers whose model returns more than the tensors they
+// read, e.g. a segmentation model's Dict[str, Tensor] of "out" and "aux": SelectOutputs picks
+// the tensors to split per sample (Postprocess's out) from the model's output, in the default
+// concatenate → forward → split step. It must not close what it returns.
+type OutputSelector interface {
+	SelectOutputs(v any) ([]*torch.Tensor, error)
+}
+
 // ModelBinder is implemented by handlers that run more than the archive's serialized file,
 // e.g. the captioner's encoder package beside its TorchScript decoder. BindModel takes the
 // loaded model and returns the one the workers run, which then owns m (on an error, m is
@@ -112,13 +120,16 @@ type TensorPreprocessor interface {
 	PreprocessTensor(t Tensor) (*Sample, error)
 }
 
-// The handlers that run batches or bind models themselves: a signature that drifts from
-// Inferer's or ModelBinder's would silently fall back to the default.
+// The handlers that run batches, bind models or select outputs themselves: a signature that
+// drifts from Inferer's, ModelBinder's or OutputSelector's would silently fall back to the
+// default.
 var (
-	_ Inferer     = (*ImageCaptioner)(nil)
-	_ Inferer     = (*TextClassifier)(nil)
-	_ Inferer     = (*TextEmbedding)(nil)
-	_ ModelBinder = (*ImageCaptioner)(nil)
+	_ Inferer        = (*ImageCaptioner)(nil)
+	_ Inferer        = (*TextClassifier)(nil)
+	_ Inferer        = (*TextEmbedding)(nil)
+	_ ModelBinder    = (*ImageCaptioner)(nil)
+	_ Inferer        = (*ObjectDetector)(nil)
+	_ OutputSelector = (*ImageSegmenter)(nil)
 )
 
 // Error is a handler error with the HTTP status it maps to.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers/vision"
 	"github.com/torchd/torchd/internal/jsonfloat"
 	"github.com/torchd/torchd/torch"
@@ -36,61 +37,93 @@ type ImageClassifier struct {
 
 func newImageClassifier(ctx Context) (Handler, error) {
 	cfg := ctx.Config
-	t := vision.DefaultTransform()
 	opts := intOptions{cfg: &cfg}
+	t, err := readImageTransform(&opts)
+	if err != nil {
+		return nil, err
+	}
+	topK := opts.get("top_k", 5)
+	limits, err := readImageLimits(&opts)
+	if err != nil {
+		return nil, err
+	}
+	if topK < 1 {
+		return nil, fmt.Errorf("%s: option top_k must be ≥ 1, got %d", cfg.File, topK)
+	}
+	return &ImageClassifier{transform: t, topK: topK, limits: limits, labels: ctx.Labels}, nil
+}
+
+// readImageTransform reads the options of TorchServe's image preprocessing (resize,
+// crop_size, width and height, max_pixels, color, mean and std) over its defaults: Resize(256),
+// CenterCrop(224), ImageNet's mean and std, RGB.
+func readImageTransform(opts *intOptions) (vision.Transform, error) {
+	cfg := opts.cfg
+	t := vision.DefaultTransform()
 	get := opts.get
 	t.Resize = get("resize", t.Resize)
 	crop := get("crop_size", get("image_size", t.CropW))
 	t.CropW, t.CropH = crop, crop
 	t.Width, t.Height = get("width", 0), get("height", 0)
 	t.MaxPixels = get("max_pixels", 0)
-	topK := get("top_k", 5)
-	limits, err := readImageLimits(&opts)
-	if err != nil {
-		return nil, err
+	if opts.err != nil {
+		return t, opts.err
 	}
 	if t.Width > 0 || t.Height > 0 {
 		t.Resize, t.CropW, t.CropH = 0, 0, 0
 	}
+	if err := readColor(cfg, &t); err != nil {
+		return t, err
+	}
+	_, h, w := t.OutputShape()
+	if h == 0 || w == 0 {
+		return t, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
+	}
+	return t, nil
+}
+
+// readColor reads the options color ("rgb" or "gray"), mean and std into t; mean and std
+// default to t's own (0.5 for gray), and where t has none, to none (ToTensor only).
+func readColor(cfg *archive.ModelConfig, t *vision.Transform) error {
 	color, err := cfg.StringOption("color", "rgb")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	switch color {
 	case "rgb":
 	case "gray", "grayscale", "l":
 		t.Gray = true
 	default:
-		return nil, fmt.Errorf("%s: option color must be \"rgb\" or \"gray\", got %q", cfg.File, color)
+		return fmt.Errorf("%s: option color must be \"rgb\" or \"gray\", got %q", cfg.File, color)
 	}
 	c := 3
 	if t.Gray {
 		c = 1
 	}
 	defMean, defStd := floats64(t.Mean), floats64(t.Std)
-	if t.Gray {
+	if t.Gray && t.Mean != nil {
 		defMean, defStd = []float64{0.5}, []float64{0.5}
 	}
 	mean, err := cfg.FloatsOption("mean", defMean)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	std, err := cfg.FloatsOption("std", defStd)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	if t.Mean == nil && len(mean) == 0 && len(std) == 0 {
+		return nil
 	}
 	if len(mean) != c || len(std) != c {
-		return nil, fmt.Errorf("%s: options mean and std need %d values for color %q, got %d and %d", cfg.File, c, color, len(mean), len(std))
+		return fmt.Errorf("%s: options mean and std need %d values for color %q, got %d and %d", cfg.File, c, color, len(mean), len(std))
+	}
+	for _, v := range std {
+		if v == 0 {
+			return fmt.Errorf("%s: option std has a zero", cfg.File)
+		}
 	}
 	t.Mean, t.Std = floats32(mean), floats32(std)
-	if topK < 1 {
-		return nil, fmt.Errorf("%s: option top_k must be ≥ 1, got %d", cfg.File, topK)
-	}
-	_, h, w := t.OutputShape()
-	if h == 0 || w == 0 {
-		return nil, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
-	}
-	return &ImageClassifier{transform: t, topK: topK, limits: limits, labels: ctx.Labels}, nil
+	return nil
 }
 
 func floats64(f []float32) []float64 {
@@ -164,7 +197,12 @@ type imageLimits struct{ maxImages, maxRequestPixels int }
 
 // readImageLimits reads the max_images and max_request_pixels options.
 func readImageLimits(opts *intOptions) (imageLimits, error) {
-	l := imageLimits{maxImages: opts.get("max_images", defaultMaxImages), maxRequestPixels: opts.get("max_request_pixels", defaultMaxRequestPixels)}
+	return readImageLimitsOver(opts, defaultMaxRequestPixels)
+}
+
+// readImageLimitsOver is readImageLimits with max_request_pixels defaulting to def.
+func readImageLimitsOver(opts *intOptions, def int) (imageLimits, error) {
+	l := imageLimits{maxImages: opts.get("max_images", defaultMaxImages), maxRequestPixels: opts.get("max_request_pixels", def)}
 	if opts.err != nil {
 		return l, opts.err
 	}
@@ -186,31 +224,11 @@ func imageSample(r *Request, t vision.Transform, l imageLimits) (*Sample, error)
 	if err != nil {
 		return nil, err
 	}
-	if len(images) > l.maxImages {
-		return nil, BadInput("the request has %d images; this model takes at most %d per request (max_images): send them in several requests, which are batched together", len(images), l.maxImages)
-	}
-	perImage := int64(t.MaxPixels)
-	if perImage <= 0 {
-		perImage = vision.DefaultMaxPixels
-	}
 	c, h, w := t.OutputShape()
 	per := c * h * w
-	var pixels int64
-	for i, img := range images {
-		// A header that does not parse fails below, with the image's index.
-		_, iw, ih, err := vision.DecodeConfig(img)
-		if err != nil {
-			continue
-		}
-		n := int64(iw) * int64(ih)
-		if n > perImage {
-			// Refused by max_pixels before anything is decoded, with Apply's own error.
-			return nil, imageError(i, len(images), t.Apply(img, make([]float32, per)))
-		}
-		pixels += n
-	}
-	if pixels > int64(l.maxRequestPixels) {
-		return nil, BadInput("the request's %d images have %d pixels in all; this model decodes at most %d per request (max_request_pixels): send them in several requests", len(images), pixels, l.maxRequestPixels)
+	// An image over max_pixels is refused before anything is decoded, with Apply's own error.
+	if err := checkImageLimits(images, l, t.MaxPixels, func(i int) error { return t.Apply(images[i], make([]float32, per)) }); err != nil {
+		return nil, err
 	}
 	buf := make([]float32, per*len(images))
 	for i, img := range images {
@@ -224,6 +242,36 @@ func imageSample(r *Request, t vision.Transform, l imageLimits) (*Sample, error)
 	return &Sample{Items: len(images), Tensors: []Tensor{{
 		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(c), int64(h), int64(w)}, Data: float32Bytes(buf),
 	}}}, nil
+}
+
+// checkImageLimits refuses a request over l from the images' headers alone: more than
+// max_images, more pixels in all than max_request_pixels, or an image over maxPixels (0: the
+// default), which tooLarge(i) refuses with the decoder's own message.
+func checkImageLimits(images [][]byte, l imageLimits, maxPixels int, tooLarge func(i int) error) error {
+	if len(images) > l.maxImages {
+		return BadInput("the request has %d images; this model takes at most %d per request (max_images): send them in several requests, which are batched together", len(images), l.maxImages)
+	}
+	perImage := int64(maxPixels)
+	if perImage <= 0 {
+		perImage = vision.DefaultMaxPixels
+	}
+	var pixels int64
+	for i, img := range images {
+		// A header that does not parse fails at decoding, with the image's index.
+		_, iw, ih, err := vision.DecodeConfig(img)
+		if err != nil {
+			continue
+		}
+		n := int64(iw) * int64(ih)
+		if n > perImage {
+			return imageError(i, len(images), tooLarge(i))
+		}
+		pixels += n
+	}
+	if pixels > int64(l.maxRequestPixels) {
+		return BadInput("the request's %d images have %d pixels in all; this model decodes at most %d per request (max_request_pixels): send them in several requests", len(images), pixels, l.maxRequestPixels)
+	}
+	return nil
 }
 
 // imageError is the client's error for image i of n.

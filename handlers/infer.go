@@ -63,6 +63,12 @@ func inferOnce(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor
 			return inferPadded(p, m, batch, st)
 		}
 	}
+	if sel, ok := h.(OutputSelector); ok {
+		return inferStaged(m, batch, st, func(v any) ([]*torch.Tensor, []string, error) {
+			t, err := sel.SelectOutputs(v)
+			return t, nil, err
+		})
+	}
 	return DefaultInferStaged(m, batch, st)
 }
 
@@ -79,6 +85,12 @@ func DefaultInfer(m torch.Model, batch []*Sample) ([][]Tensor, error) {
 // for their element type and st is not for a GPU: there the copy into page-locked memory is
 // what lets the batch cross to the device asynchronously.
 func DefaultInferStaged(m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
+	return inferStaged(m, batch, st, outputTensors)
+}
+
+// inferStaged is DefaultInferStaged taking the tensors to split from the model's output
+// with outputs.
+func inferStaged(m torch.Model, batch []*Sample, st *Stage, outputs func(any) ([]*torch.Tensor, []string, error)) ([][]Tensor, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -116,7 +128,7 @@ func DefaultInferStaged(m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, 
 		return nil, err
 	}
 	defer torch.CloseValue(out)
-	outs, names, err := outputTensors(out)
+	outs, names, err := outputs(out)
 	if err != nil {
 		return nil, err
 	}
@@ -187,13 +199,13 @@ func outputTensors(v any) ([]*torch.Tensor, []string, error) {
 		for i, k := range names {
 			t, ok := x[k].(*torch.Tensor)
 			if !ok {
-				return nil, nil, fmt.Errorf("model output %q is %s, not a tensor", k, torch.KindOf(x[k]))
+				return nil, nil, fmt.Errorf("model output %q is %s, not a tensor", k, torch.TypeName(x[k]))
 			}
 			out[i] = t
 		}
 		return out, names, nil
 	}
-	return nil, nil, fmt.Errorf("the model returned %s; the default handler step takes a tensor, a tuple or list of tensors, or a dict of tensors by name", torch.KindOf(v))
+	return nil, nil, fmt.Errorf("the model returned %s; the default handler step takes a tensor, a tuple or list of tensors, or a dict of tensors by name", torch.TypeName(v))
 }
 
 func tensorList(vs []any) ([]*torch.Tensor, error) {
@@ -201,7 +213,7 @@ func tensorList(vs []any) ([]*torch.Tensor, error) {
 	for i, v := range vs {
 		t, ok := v.(*torch.Tensor)
 		if !ok {
-			return nil, fmt.Errorf("model output %d is %s, not a tensor", i, torch.KindOf(v))
+			return nil, fmt.Errorf("model output %d is %s, not a tensor", i, torch.TypeName(v))
 		}
 		out[i] = t
 	}

@@ -252,5 +252,5 @@ func firstTensor(out any) (*torch.Tensor, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("the model returned %s", torch.KindOf(out))
+	return nil, fmt.Errorf("the model returned %s", torch.TypeName(out))
 }

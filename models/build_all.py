@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm, OUT/hfbert.
+"""Build the whole model zoo into OUT/ and verify it: OUT/efficientnet_lite0, OUT/resnet18, OUT/digits, OUT/multiio, OUT/slow, OUT/captioner, OUT/textcls, OUT/attention, OUT/minilm, OUT/hfbert, OUT/detector, OUT/segmenter.
 
 models/pt2.py then exports some of them as AOTInductor packages too (OUT/<name>/model.pt2,
 model_bf16.pt2 for digits and MiniLM, model_fp16.pt2 for digits, and the captioner's encoder
@@ -21,9 +21,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["efficientnet_lite0", "resnet18", "digits", "multiio", "slow", "captioner", "textcls",
-          "attention", "minilm", "hfbert"]
+          "attention", "minilm", "hfbert", "detector", "segmenter"]
 # Scripts not named after the model they build (OUT/<name>/ is built by models/<script>).
 SCRIPTS = {"efficientnet_lite0": "efficientnet.py"}
+# Scripts that import another model's script (the segmenter draws the detector's scenes).
+IMPORTS = {"segmenter": ["detector.py"]}
 
 
 def script(name):
@@ -39,7 +41,7 @@ def oldest_output(path):
 
 def up_to_date(out, name):
     built = oldest_output(os.path.join(out, name))
-    sources = [os.path.join(HERE, f) for f in (script(name), "common.py")]
+    sources = [os.path.join(HERE, f) for f in (script(name), "common.py", *IMPORTS.get(name, []))]
     return built is not None and built > max(os.path.getmtime(s) for s in sources)
 
 

@@ -167,7 +167,39 @@ def verify_efficientnet_lite0(d):
     expect(refs["images"]["china.jpg"][0][0] == "palace", f"china.jpg: {refs['images']['china.jpg']}")
 
 
-VERIFIERS = {"efficientnet_lite0": verify_efficientnet_lite0, "resnet18": verify_resnet18, "digits": verify_digits, "multiio": verify_multiio}
+def verify_detector(d):
+    """The files the Go tests read; torchvision's operators reproduce their outputs; every
+    label of the references is one of index_to_name.json's."""
+    names = set(load(d, "index_to_name.json").values())
+    refs = load(d, "ref_answers.json")
+    expect(set(refs) == {"scene_320x240.png", "scene_200x300.png", "batch"} and len(refs["batch"]) == 2,
+           f"ref_answers.json: keys {sorted(refs)}")
+    for answer in [refs["scene_320x240.png"], refs["scene_200x300.png"], *refs["batch"]]:
+        expect(len(answer) > 0, "ref_answers.json: an image without detections")
+        for det in answer:
+            label = next(k for k in det if k != "score")
+            expect(label in names and len(det[label]) == 4, f"ref_answers.json: detection {det}")
+    for f in ("model.pt", "not_a_detector.pt", "scene_320x240.png", "scene_200x300.png"):
+        expect(os.path.isfile(os.path.join(d, f)), f"{f}: missing")
+    ops = load(d, "ops.pt")
+    with torch.inference_mode():
+        outs = ops(*[torch.from_numpy(load(d, f"ops_in_{i}.npy")) for i in range(5)])
+    for i, got in enumerate(outs):
+        expect_close(got.numpy(), load(d, f"ops_out_{i}.npy"), f"ops_out_{i}.npy")
+
+
+def verify_segmenter(d):
+    """The references' shapes: [class, p] per pixel of both scenes at 224×224, p in (0, 1]."""
+    ref, margin = load(d, "ref_answer.npy"), load(d, "ref_margin.npy")
+    expect(ref.shape == (2, 224, 224, 2) and margin.shape == (2, 224, 224),
+           f"ref_answer.npy {ref.shape}, ref_margin.npy {margin.shape}")
+    expect(((ref[..., 1] > 0) & (ref[..., 1] <= 1)).all(), "ref_answer.npy: a probability out of (0, 1]")
+    for f in ("model.pt", "no_out.pt", "scene_320x240.png", "scene_200x300.png"):
+        expect(os.path.isfile(os.path.join(d, f)), f"{f}: missing")
+
+
+VERIFIERS = {"efficientnet_lite0": verify_efficientnet_lite0, "resnet18": verify_resnet18, "digits": verify_digits, "multiio": verify_multiio,
+             "detector": verify_detector, "segmenter": verify_segmenter}
 
 
 def main():

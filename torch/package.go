@@ -251,7 +251,7 @@ func (p *Package) CheckInputs(args []any) error {
 	for i, a := range args {
 		t, ok := a.(*Tensor)
 		if !ok {
-			return fmt.Errorf("torch: package input %d is %s; a package takes tensors only", i, KindOf(a))
+			return fmt.Errorf("torch: package input %d is %s; a package takes tensors only", i, TypeName(a))
 		}
 		s := p.inputs[i]
 		if t.DType().String() != s.DType {

@@ -7,7 +7,10 @@ import "C"
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
+	"strings"
 	"unsafe"
 )
 
@@ -254,7 +257,7 @@ func (d *decoder) dict(pairs int) (any, error) {
 		default:
 			closeValue(v)
 			closeValue(k)
-			return nil, fmt.Errorf("torch: the result holds a dict whose keys are %s; torchd reads str and int keys", KindOf(k))
+			return nil, fmt.Errorf("torch: the result holds a dict whose keys are %s; torchd reads str and int keys", TypeName(k))
 		}
 	}
 	if intMap != nil {
@@ -293,30 +296,49 @@ func closeValue(v any) {
 // CloseValue closes every tensor inside a value returned by Module.Run.
 func CloseValue(v any) { closeValue(v) }
 
-// KindOf names a value returned by Module.Run as TorchScript would, for messages that must
-// not show Go type names: "a tensor", "a tuple", "a dict", ...
-func KindOf(v any) string {
-	switch v.(type) {
+// TypeName names a value of Module.Run's result by its TorchScript type, for messages that
+// users read: "Tensor", "Tuple[Dict[str, Tensor], List[Dict[str, Tensor]]]", "int", ... A
+// list or dict is named after its first item (a dict's in key order); an empty one is
+// "List" or "Dict".
+func TypeName(v any) string {
+	switch x := v.(type) {
 	case nil:
 		return "None"
-	case *Tensor:
-		return "a tensor"
-	case Tuple:
-		return "a tuple"
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "a dict with str keys"
-	case map[int64]any:
-		return "a dict with int keys"
-	case string:
-		return "a str"
 	case bool:
-		return "a bool"
-	case int64:
-		return "an int"
-	case float64:
-		return "a float"
+		return "bool"
+	case int, int32, int64:
+		return "int"
+	case float32, float64:
+		return "float"
+	case string:
+		return "str"
+	case *Tensor:
+		return "Tensor"
+	case Tuple:
+		names := make([]string, len(x))
+		for i, e := range x {
+			names[i] = TypeName(e)
+		}
+		return "Tuple[" + strings.Join(names, ", ") + "]"
+	case []any:
+		if len(x) == 0 {
+			return "List"
+		}
+		return "List[" + TypeName(x[0]) + "]"
+	case []*Tensor:
+		return "List[Tensor]"
+	case map[string]any:
+		keys := slices.Sorted(maps.Keys(x))
+		if len(keys) == 0 {
+			return "Dict"
+		}
+		return "Dict[str, " + TypeName(x[keys[0]]) + "]"
+	case map[int64]any:
+		keys := slices.Sorted(maps.Keys(x))
+		if len(keys) == 0 {
+			return "Dict"
+		}
+		return "Dict[int, " + TypeName(x[keys[0]]) + "]"
 	}
-	return "a value of an unsupported kind"
+	return "an unknown value"
 }
