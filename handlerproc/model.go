@@ -121,7 +121,8 @@ var errClosed = errors.New("the model was unloaded")
 // or passes the response timeout fails this batch only: it is killed and a new one is
 // started in the background, with backoff while starts keep failing.
 func (m *Model) Predict(batch []Request) (PredictReply, error) {
-	wait := cmpDur(m.cfg.ResponseTimeout, 2*time.Minute)
+	// A free process may be one restarting: allow for its start as well as a batch ahead.
+	wait := m.cfg.StartTimeout + cmpDur(m.cfg.ResponseTimeout, 2*time.Minute)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var p *process
@@ -136,7 +137,7 @@ func (m *Model) Predict(batch []Request) (PredictReply, error) {
 		if last != nil {
 			return PredictReply{}, fmt.Errorf("no handler process is running: %w", last)
 		}
-		return PredictReply{}, errors.New("no handler process became free within the response timeout")
+		return PredictReply{}, errors.New("no handler process became free in time")
 	}
 	pr, err := p.predict(batch, m.cfg.ResponseTimeout)
 	if err != nil {
