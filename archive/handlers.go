@@ -64,6 +64,16 @@ func isPythonHandler(name string) bool {
 		slices.Contains(tsBuiltins, name)
 }
 
+// PythonEntry reports whether only a handler process can run handler name (a handler.py,
+// "module:function", TorchServe's own handlers by name or path), and the entry point
+// TorchServe's worker imports for it.
+func PythonEntry(name string) (string, bool) {
+	if pythonOnly(name) == "" {
+		return "", false
+	}
+	return tsEntry(name), true
+}
+
 // pythonOnly returns name when only a handler process can run it, else "".
 func pythonOnly(name string) string {
 	if isPythonHandler(name) && !IsHandlerName(name) {

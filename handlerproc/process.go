@@ -215,9 +215,10 @@ func (p *process) ioErr(err error, doing string) error {
 	}
 	select {
 	case <-p.done:
-	case <-time.After(2 * time.Second):
+		return fmt.Errorf("%w while %s (%v)", errExited, doing, p.exitText())
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("the handler process closed its connection while %s", doing)
 	}
-	return fmt.Errorf("%w while %s (%v)", errExited, doing, p.exitText())
 }
 
 var errTimeout = errors.New("handler timed out")
