@@ -53,7 +53,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: handler-runtime proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -120,6 +120,15 @@ venv: $(VENV)/.done
 $(VENV)/.done: models/requirements.txt
 	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -r models/requirements.txt
+	@touch $@
+
+# The handler runtime: TorchServe's worker and archiver (PyPI torchserve, torch-model-archiver)
+# in the zoo's venv, over its pinned torch. Handler processes run archives' Python handlers
+# with that worker (docs/design/handler-processes.md); the tests archive with that archiver.
+TORCHSERVE_VERSION := 0.12.0
+handler-runtime: $(VENV)/.torchserve
+$(VENV)/.torchserve: $(VENV)/.done
+	$(VENV)/bin/pip install --quiet torchserve==$(TORCHSERVE_VERSION) torch-model-archiver==$(TORCHSERVE_VERSION)
 	@touch $@
 
 # The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
@@ -200,7 +209,7 @@ docker-test: pyclients
 	$(SUDO) deploy/docker/test.sh
 
 # Serves the zoo on :8080 (inference), :8081 (management) and :8082 (metrics).
-run: setup build models archives
+run: setup build models archives handler-runtime
 	$(BIN)/torchd serve --model-store $(STORE) --models all
 
 vet:
@@ -214,7 +223,7 @@ vet:
 # (30-50 s): it checks that the harness works, not the speed. The daemon's end-to-end tests
 # take about 6 minutes alone and more on a loaded machine: go test's 10-minute default would
 # be a timing threshold, so the limit is wide.
-test: setup lib models vet lint-docker pyclients pyclients-http
+test: setup lib models handler-runtime vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 -timeout 40m ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/

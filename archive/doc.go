@@ -27,9 +27,10 @@
 // torch.jit.save), and the handler one of HandlerNames: image_classifier,
 // image_captioner, text_classifier or tensor, plus any a handlers package
 // adds with RegisterHandlerName. A custom Python handler ("my_handler.py",
-// "module:func") or an eager model (a manifest with modelFile) is refused
-// with ErrUnsupportedHandler or ErrUnsupportedModel and a message saying what
-// torchd supports.
+// "module:func", a module in the archive), a TorchServe built-in torchd has no
+// native version of, or an eager model (a manifest with modelFile) resolves to
+// HandlerPython, with PythonHandler naming what TorchServe's worker imports:
+// handler processes run it, and the serialized file is the handler's to load.
 //
 // A .mar must have MAR-INF/MANIFEST.json (ErrMissingManifest otherwise;
 // TorchServe would use an empty default and fail later). A directory or

@@ -18,6 +18,7 @@ var (
 		"image_captioner":  true,
 		"text_classifier":  true,
 		"tensor":           true,
+		HandlerPython:      true,
 	}
 )
 
@@ -48,6 +49,50 @@ func HandlerNames() []string {
 	return names
 }
 
+// HandlerPython is the handler that runs an archive's Python handler in handler processes
+// (package handlerproc), with TorchServe's own worker.
+const HandlerPython = "python"
+
+// tsBuiltins are TorchServe's built-in handlers; those torchd has no native handler for
+// run in handler processes.
+var tsBuiltins = []string{"base_handler", "image_classifier", "image_segmenter", "object_detector", "text_classifier", "densenet_handler", "vision_handler", "text_handler"}
+
+// isPythonHandler reports whether name is a handler TorchServe's worker can import: a
+// file ("x.py"), MMS's "module:function", a path to one, or a TorchServe built-in.
+func isPythonHandler(name string) bool {
+	return strings.HasSuffix(name, ".py") || strings.Contains(name, ":") || strings.ContainsAny(name, `/\`) ||
+		slices.Contains(tsBuiltins, name)
+}
+
+// PythonEntry reports whether only a handler process can run handler name (a handler.py,
+// "module:function", TorchServe's own handlers by name or path), and the entry point
+// TorchServe's worker imports for it.
+func PythonEntry(name string) (string, bool) {
+	if pythonOnly(name) == "" {
+		return "", false
+	}
+	return tsEntry(name), true
+}
+
+// pythonOnly returns name when only a handler process can run it, else "".
+func pythonOnly(name string) string {
+	if isPythonHandler(name) && !IsHandlerName(name) {
+		return name
+	}
+	return ""
+}
+
+// tsEntry is name as TorchServe's worker imports it. Its built-ins named by path
+// (".../ts/torch_handler/image_classifier.py:handle", as TorchServe's own API tests register
+// them) are imported by module name: they have no module-level function, only the class.
+func tsEntry(name string) string {
+	if i := strings.LastIndex(name, "ts/torch_handler/"); i >= 0 {
+		mod, _, _ := strings.Cut(name[i+len("ts/torch_handler/"):], ":")
+		return strings.TrimSuffix(mod, ".py")
+	}
+	return name
+}
+
 // checkHandler returns nil if name is supported, else an error wrapping
 // ErrUnsupportedHandler that says why and lists what torchd supports.
 func checkHandler(name string) error {
@@ -57,11 +102,9 @@ func checkHandler(name string) error {
 	if IsHandlerName(name) {
 		return nil
 	}
-	// torch-model-archiver stores a custom handler as "file.py", "module" (with
-	// module.py in the archive) or "module:function" (MMS); none can run here.
-	if strings.HasSuffix(name, ".py") || strings.Contains(name, ":") || strings.ContainsAny(name, `/\`) {
-		return fmt.Errorf("%w: %q is a custom Python handler; torchd runs no Python and supports only the built-in handlers %s",
-			ErrUnsupportedHandler, name, strings.Join(HandlerNames(), ", "))
+	if isPythonHandler(name) {
+		return fmt.Errorf("%w: %q is a custom Python handler: torchd runs it in a handler process when the archive's manifest names it (torch-model-archiver --handler) and this config says handler = %q; its built-in handlers are %s",
+			ErrUnsupportedHandler, name, HandlerPython, strings.Join(HandlerNames(), ", "))
 	}
 	return fmt.Errorf("%w: %q; torchd supports the built-in handlers %s", ErrUnsupportedHandler, name, strings.Join(HandlerNames(), ", "))
 }

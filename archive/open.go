@@ -47,6 +47,9 @@ type Model struct {
 	// Package is an AOTInductor package's signature: the one the manifest records (Write
 	// records it), else the package's own; nil for TorchScript.
 	Package *PackageSignature
+	// PythonHandler is the handler a handler process runs, as TorchServe's worker names it
+	// ("x.py", "module:fn", a TorchServe built-in), when Config.Handler is HandlerPython.
+	PythonHandler string
 
 	tmp string // the extraction directory Close removes; "" when nothing was extracted
 }
@@ -402,32 +405,44 @@ func cmpErr(err, def error) error {
 // resolveHandler settles which handler serves the model. model-config.toml's
 // handler wins over the manifest's, so one archive can carry a custom Python
 // handler for TorchServe and name a built-in one for torchd; the caller's
-// WithHandler is the fallback when neither names one.
+// WithHandler is the fallback when neither names one. A handler torchd has no native
+// implementation of (a custom handler.py, TorchServe's own by name or path, an eager
+// model's) resolves to HandlerPython: handler processes run it.
 func (m *Model) resolveHandler(fallback string) error {
 	mm := m.Manifest.Model
-	if m.HasManifest && mm.ModelFile != "" {
-		return configErr(ManifestPath, "model.modelFile",
-			"%w: %q makes this an eager model (Python source plus weights); torchd loads only TorchScript: "+
-				"save the model with torch.jit.script or torch.jit.trace and torch.jit.save, and archive the .pt with --serialized-file and no --model-file",
-			ErrUnsupportedModel, mm.ModelFile)
+	eager := m.HasManifest && mm.ModelFile != ""
+	switch {
+	case m.Config.Handler == HandlerPython:
+		entry := firstNonEmpty(mm.Handler, pythonOnly(fallback))
+		if entry == "" {
+			return configErr(m.Config.File, "handler", "%w: handler %q runs the manifest's handler in a handler process, and the manifest names none", ErrUnsupportedHandler, HandlerPython)
+		}
+		m.PythonHandler = tsEntry(entry)
+		return nil
+	case m.Config.Handler != "":
+		if eager {
+			return configErr(ManifestPath, "model.modelFile",
+				"%w: %q makes this an eager model (Python source plus weights), which the built-in handler %q cannot load: set handler = %q to run the archive's handler in a handler process, or save the model with torch.jit.script or torch.jit.save",
+				ErrUnsupportedModel, mm.ModelFile, m.Config.Handler, HandlerPython)
+		}
+		return nil // checked when the config was parsed
+	}
+	name, file, key := mm.Handler, ManifestPath, "model.handler"
+	if name == "" {
+		name = fallback
+		if !m.HasManifest {
+			file, key = ConfigTOML, "handler"
+		}
 	}
 	switch {
-	case m.Config.Handler != "":
-		return nil // checked when the config was parsed
-	case mm.Handler != "":
-		if err := checkHandler(mm.Handler); err != nil {
-			return &ConfigError{File: ManifestPath, Key: "model.handler", Err: err}
-		}
-		m.Config.Handler = mm.Handler
+	case name != "" && IsHandlerName(name) && name != HandlerPython && !eager:
+		m.Config.Handler = name
+	case name == "" && eager:
+		m.Config.Handler, m.PythonHandler = HandlerPython, "base_handler"
+	case isPythonHandler(name) || eager || name != "" && m.has(name+".py"):
+		m.Config.Handler, m.PythonHandler = HandlerPython, tsEntry(name)
 	default:
-		if err := checkHandler(fallback); err != nil {
-			file, key := ManifestPath, "model.handler"
-			if !m.HasManifest {
-				file, key = ConfigTOML, "handler"
-			}
-			return &ConfigError{File: file, Key: key, Err: err}
-		}
-		m.Config.Handler = fallback
+		return &ConfigError{File: file, Key: key, Err: checkHandler(name)}
 	}
 	return nil
 }
@@ -441,6 +456,9 @@ func (m *Model) resolveSerialized() error {
 		file, key, name = m.Config.File, "serialized_file", m.Config.SerializedFile
 	}
 	if name == "" {
+		if m.Config.Handler == HandlerPython {
+			return nil // the handler finds its model, as TorchServe's may
+		}
 		if m.HasManifest {
 			return configErr(file, key, "required: torchd serves the TorchScript file named here (torch-model-archiver --serialized-file)")
 		}
@@ -460,7 +478,7 @@ func (m *Model) resolveSerialized() error {
 	if err != nil || clean == "" {
 		return configErr(file, key, "%w: %q must be a relative path inside the archive", cmpErr(err, ErrUnsafePath), name)
 	}
-	if err := checkSerializedName(clean); err != nil {
+	if err := checkSerializedName(clean); err != nil && m.Config.Handler != HandlerPython {
 		return &ConfigError{File: file, Key: key, Err: err}
 	}
 	if !m.has(clean) {

@@ -264,18 +264,20 @@ func TestOpenTOMLOverridesManifest(t *testing.T) {
 	}
 }
 
-// An MMS manifest reads, and its Python handler is refused with a clear error.
+// An MMS manifest reads, and its Python handler runs in a handler process.
 func TestOpenMMSManifest(t *testing.T) {
 	mms := `{"specificationVersion":"1.0","implementationVersion":"1.0","description":"noop v1.0",
 	  "modelServerVersion":"1.0","license":"Apache 2.0","runtime":"python",
 	  "engine":{"engineName":"MXNet","engineVersion":"1.4.0"},
 	  "model":{"modelName":"noop","description":"Tests for noop","modelVersion":"0.1","handler":"service:handle"},
 	  "publisher":{"author":"MXNet SDK team","email":"noreply@amazon.com"}}`
-	_, err := Open(writeTemp(t, "noop.mar", makeZip(t, zipEntry{name: "service.py"}, zipEntry{name: ManifestPath, data: mms})))
-	var ce *ConfigError
-	if !errors.Is(err, ErrUnsupportedHandler) || !errors.As(err, &ce) || ce.Key != "model.handler" ||
-		!strings.Contains(err.Error(), "custom Python handler") || !strings.Contains(err.Error(), "image_captioner, image_classifier, tensor, text_classifier") {
-		t.Errorf("err = %v", err)
+	am, err := Open(writeTemp(t, "noop.mar", makeZip(t, zipEntry{name: "service.py"}, zipEntry{name: ManifestPath, data: mms})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer am.Close()
+	if am.Config.Handler != HandlerPython || am.PythonHandler != "service:handle" {
+		t.Errorf("handler %q, python handler %q", am.Config.Handler, am.PythonHandler)
 	}
 	m, err := ParseManifest([]byte(mms))
 	if err != nil || m.Engine.EngineName != "MXNet" || m.Publisher.Author != "MXNet SDK team" || m.Model.ModelVersion != "0.1" {
@@ -290,12 +292,9 @@ func TestOpenUnsupported(t *testing.T) {
 		want        error
 		key, msg    string
 	}{
-		{"custom handler file", `{"modelName":"m","serializedFile":"model.pt","handler":"my_handler.py"}`, ErrUnsupportedHandler, "model.handler", "custom Python handler"},
 		{"custom handler module", `{"modelName":"m","serializedFile":"model.pt","handler":"my_handler"}`, ErrUnsupportedHandler, "model.handler", "torchd supports the built-in handlers"},
-		{"module:function", `{"modelName":"m","serializedFile":"model.pt","handler":"handler:handle"}`, ErrUnsupportedHandler, "model.handler", "custom Python handler"},
 		{"builtin torchd lacks", `{"modelName":"m","serializedFile":"model.pt","handler":"keypoint_detector"}`, ErrUnsupportedHandler, "model.handler", `"keypoint_detector"`},
 		{"no handler", `{"modelName":"m","serializedFile":"model.pt","handler":""}`, ErrUnsupportedHandler, "model.handler", "no handler"},
-		{"eager model", `{"modelName":"m","serializedFile":"model.pt","handler":"image_classifier","modelFile":"model.py"}`, ErrUnsupportedModel, "model.modelFile", "torch.jit.save"},
 		{"onnx", `{"modelName":"m","serializedFile":"model.onnx","handler":"image_classifier"}`, ErrUnsupportedModel, "model.serializedFile", "TorchScript"},
 		{"no serialized file", `{"modelName":"m","handler":"image_classifier"}`, ErrInvalidConfig, "model.serializedFile", "required"},
 	} {
@@ -309,6 +308,45 @@ func TestOpenUnsupported(t *testing.T) {
 				t.Errorf("err = %v; want %v at %s containing %q", err, tc.want, tc.key, tc.msg)
 			}
 		})
+	}
+}
+
+// What only TorchServe's Python can run resolves to the python handler, with the entry
+// point TorchServe's worker imports.
+func TestOpenPythonHandlers(t *testing.T) {
+	for _, tc := range []struct{ name, model, config, entry string }{
+		{"custom handler file", `{"modelName":"m","serializedFile":"model.pt","handler":"my_handler.py"}`, "", "my_handler.py"},
+		{"module in the archive", `{"modelName":"m","serializedFile":"model.pt","handler":"model"}`, "", "model"},
+		{"module:function", `{"modelName":"m","serializedFile":"model.pt","handler":"handler:handle"}`, "", "handler:handle"},
+		{"TorchServe built-in torchd lacks", `{"modelName":"m","serializedFile":"model.pt","handler":"base_handler"}`, "", "base_handler"},
+		{"TorchServe built-in by path", `{"modelName":"m","serializedFile":"model.pt","handler":"serve/ts/torch_handler/image_classifier.py:handle"}`, "", "image_classifier"},
+		{"eager model", `{"modelName":"m","serializedFile":"model.pt","handler":"image_classifier","modelFile":"model.py"}`, "", "image_classifier"},
+		{"eager model, state dict", `{"modelName":"m","serializedFile":"weights.bin","handler":"my_handler.py","modelFile":"model.py"}`, "", "my_handler.py"},
+		{"forced by the config", `{"modelName":"m","serializedFile":"model.pt","handler":"image_classifier"}`, `handler = "python"`, "image_classifier"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files := []zipEntry{{name: "model.pt", data: fakeTorchScript}, {name: "weights.bin"}, {name: "model.py"}, {name: ManifestPath, data: manifestJSON(tc.model)}}
+			if tc.config != "" {
+				files = append(files, zipEntry{name: ConfigTOML, data: tc.config})
+			}
+			m, err := Open(writeTemp(t, "m.mar", makeZip(t, files...)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if m.Config.Handler != HandlerPython || m.PythonHandler != tc.entry {
+				t.Errorf("handler %q, python handler %q; want %q", m.Config.Handler, m.PythonHandler, tc.entry)
+			}
+		})
+	}
+	// A built-in handler cannot load an eager model: the refusal says what to set.
+	mar := makeZip(t, zipEntry{name: "model.pt", data: fakeTorchScript}, zipEntry{name: "model.py"},
+		zipEntry{name: ConfigTOML, data: `handler = "image_classifier"`},
+		zipEntry{name: ManifestPath, data: manifestJSON(`{"modelName":"m","serializedFile":"model.pt","handler":"my_handler.py","modelFile":"model.py"}`)})
+	_, err := Open(writeTemp(t, "m.mar", mar))
+	var ce *ConfigError
+	if !errors.Is(err, ErrUnsupportedModel) || !errors.As(err, &ce) || ce.Key != "model.modelFile" || !strings.Contains(err.Error(), `handler = "python"`) {
+		t.Errorf("eager model under a built-in handler: %v", err)
 	}
 }
 
@@ -356,7 +394,7 @@ func TestHandlerRegistry(t *testing.T) {
 	if !IsHandlerName("object_detector") || checkHandler("object_detector") != nil {
 		t.Error("registered handler not accepted")
 	}
-	want := []string{"image_captioner", "image_classifier", "object_detector", "tensor", "text_classifier"}
+	want := []string{"image_captioner", "image_classifier", "object_detector", "python", "tensor", "text_classifier"}
 	if got := HandlerNames(); !reflect.DeepEqual(got, want) {
 		t.Errorf("HandlerNames = %q", got)
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlerproc"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
@@ -58,7 +60,12 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
 	}
-	module, err := LoadModel(am, s)
+	var module torch.Model
+	if am.Config.Handler == archive.HandlerPython {
+		module, err = r.startHandlerProcesses(name, am, s)
+	} else {
+		module, err = LoadModel(am, s)
+	}
 	if errors.Is(err, torch.ErrFP32Modules) {
 		return nil, errorf(ErrBadModel, "model %s: fp32_modules: %v", name, err)
 	}
@@ -171,6 +178,16 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		"threads", v.pool.Threads(), "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
 		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
+}
+
+// startHandlerProcesses starts the processes that run the archive's Python handler, one
+// per worker the pool starts with (a worker beyond them waits for a free one).
+func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s ModelSettings) (torch.Model, error) {
+	return handlerproc.Start(handlerproc.Config{
+		Python: cmp.Or(r.opts.Python, "python3"), ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
+		BatchSize: s.BatchSize, Device: s.Device, Processes: max(1, s.MinWorkers),
+		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, Log: r.log,
+	})
 }
 
 // cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).

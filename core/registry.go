@@ -28,6 +28,9 @@ type Options struct {
 	Defaults, Server archive.Settings
 	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
 	CacheDir string
+	// Python is the interpreter of handler processes, which run archives' Python handlers
+	// with TorchServe's worker ("": python3 on the PATH).
+	Python string
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none

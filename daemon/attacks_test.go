@@ -208,10 +208,14 @@ func TestAllowedURLsEscape(t *testing.T) {
 // the registration with 500 naming it (TorchServe's status for the failed worker start),
 // and leaves nothing registered.
 func TestRegisterHandlerOverride(t *testing.T) {
-	s := startServer(t)
-	for _, h := range []string{"nope", "my_handler.py", "module:handle"} {
-		errorShape(t, do(t, "POST", s.mgmt+"/models?url=digits.mar&handler="+url.QueryEscape(h), "", nil),
-			500, "InternalServerException", fmt.Sprintf("handler %q given at registration does not exist", h))
+	s := startServer(t, "--python", venvPython(t))
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url=digits.mar&handler=nope", "", nil),
+		500, "InternalServerException", `handler "nope" given at registration does not exist`)
+	// A Python handler is looked for in the archive by TorchServe's worker, which fails to
+	// start without it.
+	for h, msg := range map[string]string{"my_handler.py": "my_handler'", "module:handle": "No module named 'ts.torch_handler.module:handle'"} {
+		errorShape(t, do(t, "POST", s.mgmt+"/models?url=digits.mar&initial_workers=1&synchronous=true&handler="+url.QueryEscape(h), "", nil),
+			500, "InternalServerException", msg)
 	}
 	errorShape(t, do(t, "GET", s.mgmt+"/models/digits", "", nil), 404, "ModelNotFoundException", "")
 	// digits.mar names image_classifier; handler=tensor wins, and the model takes tensors.

@@ -45,6 +45,7 @@ type Config struct {
 	AccessLog             bool
 	EnableMetrics         bool
 	CacheDir              string
+	Python                string // handler processes' interpreter; "": see PythonPath
 	TokenAuth             bool
 	EnableSnapshots       bool
 	SnapshotFile          string
@@ -294,6 +295,8 @@ var settings = []setting{
 		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.LatencyTarget }, parseDur(time.Millisecond))},
 	{key: "cache_dir", def: "", help: "where measured batching curves are cached; empty: the user cache directory/torchd",
 		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
+	{key: "python", env: []string{"TORCHD_PYTHON"}, def: "", help: "the Python that runs archives' Python handlers (custom handler.py, eager models, TorchServe's own handlers) in handler processes; it must import TorchServe's ts package (make handler-runtime); empty: the project venv beside the binary (../.venv/bin/python), else python3",
+		apply: strSetting(func(c *Config) *string { return &c.Python })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.MaxWorkers }, parseInt(0))},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",

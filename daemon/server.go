@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -80,11 +81,27 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
-	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, CacheDir: cfg.CacheDir, Metrics: m, Log: log})
+	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), Metrics: m, Log: log})
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
 	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: &Repository{reg: reg, log: log, models: map[string]*repoModel{}}, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 }
+
+// PythonPath is the handler processes' interpreter: the python setting, else the project's
+// venv beside the binary (bin/torchd → .venv/bin/python, as make run builds it), else python3.
+func (c *Config) PythonPath() string {
+	if c.Python != "" {
+		return c.Python
+	}
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), "..", ".venv", "bin", "python"); statOK(p) {
+			return p
+		}
+	}
+	return "python3"
+}
+
+func statOK(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // UseLogLevel makes lv, the level of the logger given to New, the one the logging API
 // reports and changes. Without it the API changes a level no logger reads.

@@ -19,7 +19,8 @@ import (
 // an archive or handler torchd cannot serve, and 500 when the model fails to load or warm up;
 // a failed registration leaves nothing behind.
 func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
-	if req.Handler != "" && !archive.IsHandlerName(req.Handler) {
+	entry, python := archive.PythonEntry(req.Handler)
+	if req.Handler != "" && !archive.IsHandlerName(req.Handler) && !python {
 		// TorchServe lets handler= override the archive's and then fails the registration
 		// when that handler cannot be loaded, with 500 (its worker fails to start); so does
 		// torchd, naming the handler.
@@ -32,7 +33,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	}
 	defer cleanup()
 	var opts []archive.Option
-	if req.Handler != "" {
+	if req.Handler != "" && !python {
 		opts = append(opts, archive.WithHandler(req.Handler))
 	}
 	am, err := archive.Open(path, opts...)
@@ -40,7 +41,12 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 		return nil, apiErr(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
 	}
 	// A registration parameter overrides the archive's own setting, the handler included.
-	if req.Handler != "" {
+	// A Python one runs in handler processes, and fails there, with 500, if the archive does
+	// not hold it.
+	switch {
+	case python:
+		am.Config.Handler, am.PythonHandler = archive.HandlerPython, entry
+	case req.Handler != "":
 		am.Config.Handler = req.Handler
 	}
 	name := req.Name

@@ -1,0 +1,111 @@
+package handlerproc
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/torch"
+)
+
+// The python handler passes each request's payloads to the model's handler processes as
+// they came, and their answers back: the processes do TorchServe's preprocess, inference
+// and postprocess. The core batches, queues and times the requests as for any handler.
+func init() {
+	handlers.Register(archive.HandlerPython, func(handlers.Context) (handlers.Handler, error) { return pythonHandler{}, nil })
+}
+
+type pythonHandler struct{}
+
+var _ handlers.Inferer = pythonHandler{}
+
+// call is one request on its way through a handler process: State of its Sample.
+type call struct {
+	req   Request
+	reply *Reply
+}
+
+var requestSeq atomic.Uint64
+
+// requestPrefix keeps request ids unique across restarts of torchd, as TorchServe's UUIDs are.
+var requestPrefix = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// forwardedHeaders are the request headers a handler can read with
+// context.get_request_header; the payloads carry their own content types.
+var forwardedHeaders = []string{"Content-Type", "Accept", "Authorization", "User-Agent", "X-Request-Id", "traceparent"}
+
+func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
+	c := &call{req: Request{ID: requestPrefix + "-" + strconv.FormatUint(requestSeq.Add(1), 36)}}
+	if r.Header != nil {
+		for _, h := range forwardedHeaders {
+			if v := r.Header(h); v != "" {
+				c.req.Headers = append(c.req.Headers, Header{Name: h, Value: v})
+			}
+		}
+	}
+	for _, p := range r.Inputs {
+		name := p.Name
+		if name == "" {
+			name = "body"
+		}
+		c.req.Params = append(c.req.Params, Param{Name: name, ContentType: p.ContentType, Value: p.Data})
+	}
+	// One request is one item of the batch: a handler gets one dict per request, as in
+	// TorchServe, whatever its form fields hold.
+	return &handlers.Sample{Items: 1, State: c}, nil
+}
+
+// Infer sends the batch to a process and files each request's reply in its sample.
+func (pythonHandler) Infer(m torch.Model, batch []*handlers.Sample) ([][]handlers.Tensor, error) {
+	pm, ok := m.(*Model)
+	if !ok {
+		return nil, fmt.Errorf("the python handler runs only in handler processes")
+	}
+	reqs := make([]Request, len(batch))
+	for i, s := range batch {
+		reqs[i] = s.State.(*call).req
+	}
+	pr, err := pm.Predict(reqs)
+	if err != nil {
+		return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}
+	}
+	if pr.Code != http.StatusOK {
+		// TorchServe answers every request of the batch with the worker's code and message,
+		// e.g. 503 "Prediction failed" when the handler raised.
+		return nil, &handlers.Error{Status: pr.Code, Msg: pr.Message}
+	}
+	byID := make(map[string]*Reply, len(pr.Replies))
+	for i := range pr.Replies {
+		byID[pr.Replies[i].ID] = &pr.Replies[i]
+	}
+	for _, s := range batch {
+		c := s.State.(*call)
+		if c.reply = byID[c.req.ID]; c.reply == nil {
+			return nil, &handlers.Error{Status: http.StatusServiceUnavailable, Msg: "the handler returned no answer for a request of its batch"}
+		}
+	}
+	return make([][]handlers.Tensor, len(batch)), nil
+}
+
+func (pythonHandler) Postprocess(s *handlers.Sample, _ []handlers.Tensor) (*handlers.Response, error) {
+	rep := s.State.(*call).reply
+	if rep == nil {
+		return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: "the handler process gave no answer"}
+	}
+	status := rep.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if status >= 400 {
+		msg := string(rep.Body)
+		if rep.Reason != "" {
+			msg = rep.Reason
+		}
+		return nil, &handlers.Error{Status: status, Msg: msg}
+	}
+	return &handlers.Response{Status: status, ContentType: rep.ContentType, Body: rep.Body}, nil
+}

@@ -1,0 +1,268 @@
+package handlerproc
+
+import (
+	"encoding/json"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testPython is the project venv's interpreter, which make test gives TorchServe's ts
+// package (make handler-runtime); TORCHD_PYTHON names another.
+func testPython(t testing.TB) string {
+	if p := os.Getenv("TORCHD_PYTHON"); p != "" {
+		return p
+	}
+	p, err := filepath.Abs("../.venv/bin/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FindRuntime(p); err != nil {
+		t.Fatalf("%v (make handler-runtime installs it)", err)
+	}
+	return p
+}
+
+// tinyDir copies testdata/tiny into a temporary model directory and writes the eager
+// model's state dict there with the runtime's torch, as torch-model-archiver would pack it.
+func tinyDir(t testing.TB, py string) string {
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("testdata/tiny")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-c", "import torch, model; torch.manual_seed(0); torch.save(model.TinyNet().state_dict(), 'tiny.pt')")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("writing the state dict: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func startTiny(t testing.TB, handler string, mod func(*Config)) (*Model, error) {
+	py := testPython(t)
+	c := Config{Python: py, ModelName: "tiny", ModelDir: tinyDir(t, py), Handler: handler, BatchSize: 4,
+		Processes: 1, ResponseTimeout: time.Minute, Log: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&c)
+	}
+	m, err := Start(c)
+	if err == nil {
+		t.Cleanup(func() { m.Close() })
+	}
+	return m, err
+}
+
+func jsonReq(id, body string) Request {
+	return Request{ID: id, Headers: []Header{{"X-Request-Id", "rid-" + id}},
+		Params: []Param{{Name: "body", ContentType: "application/json", Value: []byte(body)}}}
+}
+
+type tinyAnswer struct {
+	Logits    []float64 `json:"logits"`
+	Batch     int       `json:"batch"`
+	Header    string    `json:"header"`
+	BatchSize int       `json:"batch_size"`
+}
+
+// A BaseHandler subclass over an eager model answers a batch, one answer per request, with
+// TorchServe's Context (request headers, system_properties).
+func TestCustomHandlerBatch(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`), jsonReq("b", `{"x":[0,0,0,0]}`), jsonReq("c", `{"x":[1,2,3,4]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr.Code != 200 || len(pr.Replies) != 3 {
+		t.Fatalf("reply %d %q with %d answers", pr.Code, pr.Message, len(pr.Replies))
+	}
+	var ans [3]tinyAnswer
+	for i, r := range pr.Replies {
+		if r.ID != []string{"a", "b", "c"}[i] || r.Status != 200 {
+			t.Errorf("answer %d: id %q status %d", i, r.ID, r.Status)
+		}
+		if err := json.Unmarshal(r.Body, &ans[i]); err != nil {
+			t.Fatalf("answer %d: %v: %s", i, err, r.Body)
+		}
+	}
+	if ans[0].Batch != 3 || len(ans[0].Logits) != 3 || ans[0].BatchSize != 4 || ans[0].Header != "rid-a" {
+		t.Errorf("answer = %+v", ans[0])
+	}
+	for j := range ans[0].Logits {
+		if d := ans[0].Logits[j] - ans[2].Logits[j]; d > 1e-6 || d < -1e-6 {
+			t.Errorf("equal inputs answered %v and %v", ans[0].Logits, ans[2].Logits)
+		}
+	}
+}
+
+// A handler that raises fails its batch with TorchServe's 503; the process goes on serving.
+func TestHandlerRaises(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := onlyProcess(t, m).cmd.Process.Pid
+	pr, err := m.Predict([]Request{jsonReq("a", `"raise"`)})
+	if err != nil || pr.Code != 503 || pr.Message != "Prediction failed" {
+		t.Fatalf("raising handler: %+v, %v", pr, err)
+	}
+	if pr, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("after the raise: %+v, %v", pr, err)
+	}
+	if got := onlyProcess(t, m).cmd.Process.Pid; got != pid {
+		t.Errorf("the process was replaced (%d → %d) after a handler exception", pid, got)
+	}
+}
+
+// A process that dies fails only its batch; a new one takes the next.
+func TestHandlerCrashRestarts(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Predict([]Request{jsonReq("a", `"crash"`)})
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "restarting") {
+		t.Fatalf("crash: %v", err)
+	}
+	if pr, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("after the crash: %+v, %v", pr, err)
+	}
+}
+
+// A handler that hangs past the response timeout is killed, with its process group.
+func TestHandlerHangKilled(t *testing.T) {
+	m, err := startTiny(t, "handler.py", func(c *Config) { c.ResponseTimeout = 3 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := onlyProcess(t, m)
+	_, err = m.Predict([]Request{jsonReq("a", `"hang"`)})
+	if err == nil || !strings.Contains(err.Error(), "response timeout") {
+		t.Fatalf("hang: %v", err)
+	}
+	select {
+	case <-hung.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the hung process is still running")
+	}
+	if pr, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("after the hang: %+v, %v", pr, err)
+	}
+}
+
+// A handler that returns the wrong number of answers fails its batch as TorchServe does.
+func TestHandlerWrongAnswerCount(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := m.Predict([]Request{jsonReq("a", `"wrong count"`), jsonReq("b", `{"x":[1,2,3,4]}`)})
+	if err != nil || pr.Code != 503 || !strings.Contains(pr.Message, "number of batch response mismatched") {
+		t.Fatalf("wrong count: %+v, %v", pr, err)
+	}
+}
+
+// send_intermediate_predict_response's parts arrive in order, joined into one answer.
+func TestHandlerStreams(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := m.Predict([]Request{jsonReq("a", `"stream"`), jsonReq("b", `{"x":[1,2,3,4]}`)})
+	if err != nil || pr.Code != 200 || len(pr.Replies) != 2 {
+		t.Fatalf("stream: %+v, %v", pr, err)
+	}
+	for _, r := range pr.Replies {
+		if string(r.Body) != "abc" {
+			t.Errorf("%s: body %q, want the parts joined", r.ID, r.Body)
+		}
+		if _, ok := r.Headers["ts_stream_next"]; ok {
+			t.Errorf("%s: the stream marker leaked: %v", r.ID, r.Headers)
+		}
+	}
+}
+
+// MMS's module:function entry point.
+func TestModuleFunctionHandler(t *testing.T) {
+	m, err := startTiny(t, "service:handle", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := m.Predict([]Request{{ID: "a", Params: []Param{{Name: "body", ContentType: "text/plain", Value: []byte("hello")}}}})
+	if err != nil || pr.Code != 200 || len(pr.Replies) != 1 {
+		t.Fatalf("%+v, %v", pr, err)
+	}
+	var got struct{ Echo string }
+	if err := json.Unmarshal(pr.Replies[0].Body, &got); err != nil || got.Echo != "hello" {
+		t.Errorf("answer %s: %v", pr.Replies[0].Body, err)
+	}
+}
+
+// A handler that cannot be imported fails the start with Python's own error, and leaves
+// nothing running.
+func TestHandlerSyntaxError(t *testing.T) {
+	_, err := startTiny(t, "broken.py", nil)
+	if err == nil || !strings.Contains(err.Error(), "SyntaxError") {
+		t.Fatalf("err = %v; want the SyntaxError", err)
+	}
+	if _, err := startTiny(t, "missing_module.py", nil); err == nil || !strings.Contains(err.Error(), "ModuleNotFoundError") {
+		t.Errorf("missing module: %v", err)
+	}
+}
+
+// An interpreter without TorchServe is named with what to install.
+func TestRuntimeMissing(t *testing.T) {
+	_, err := FindRuntime("/bin/false")
+	if err == nil || !strings.Contains(err.Error(), "pip install torchserve") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := FindRuntime("/nonexistent/python"); err == nil || !strings.Contains(err.Error(), "not an executable") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// Close stops every process and removes their sockets, also while batches run.
+func TestCloseLeavesNothing(t *testing.T) {
+	m, err := startTiny(t, "handler.py", func(c *Config) { c.Processes = 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs []*process
+	m.mu.Lock()
+	for p := range m.live {
+		procs = append(procs, p)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); m.Predict([]Request{jsonReq("a", `"hang"`)}) }()
+	time.Sleep(500 * time.Millisecond) // let the batch reach a process; the test passes either way
+	m.Close()
+	wg.Wait()
+	for _, p := range procs {
+		if err := syscall.Kill(p.cmd.Process.Pid, 0); err == nil {
+			t.Errorf("process %d still running", p.cmd.Process.Pid)
+		}
+		if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
+			t.Errorf("socket directory %s left behind", p.dir)
+		}
+	}
+	if _, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err == nil {
+		t.Error("a closed model answered")
+	}
+}
+
+func onlyProcess(t *testing.T, m *Model) *process {
+	t.Helper()
+	p := <-m.idle
+	m.idle <- p
+	return p
+}

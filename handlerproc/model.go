@@ -1,0 +1,242 @@
+// Package handlerproc runs TorchServe archives' Python handlers in handler processes behind
+// torchd's core, as Triton's Python backend runs model.py: the core keeps the protocols,
+// batching, queues, deadlines, auth and metrics, and hands each batch to a process.
+//
+// A process is TorchServe's own worker (ts/model_service_worker.py from the PyPI torchserve
+// package), driven unchanged over its frontend–worker protocol (otf.go), so that a handler
+// sees exactly TorchServe's Context, BaseHandler and built-in handlers. docs/design/handler-processes.md
+// says why. Nothing here runs on the request path of in-process models.
+package handlerproc
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/torchd/torchd/torch"
+)
+
+// Config is how a model's handler processes are started.
+type Config struct {
+	Python    string // the interpreter; it must import ts (see FindRuntime)
+	ModelName string
+	ModelDir  string // the extracted archive, with MAR-INF/MANIFEST.json
+	Handler   string // as TorchServe names it: a built-in name, x.py, x.py:fn, module:fn
+	BatchSize int
+	Device    string // "cpu" or "cuda:N"
+	// Processes is how many processes serve at once: one per worker.
+	Processes int
+	// StartTimeout bounds a process's start and its handler's initialize.
+	StartTimeout time.Duration
+	// ResponseTimeout bounds a batch: a handler that takes longer is killed and restarted.
+	ResponseTimeout time.Duration
+	Env             []string
+	Log             *slog.Logger
+}
+
+// Model is a model served by handler processes. It implements torch.Model so that the
+// core's worker pool runs it as it runs LibTorch's, one batch per process at a time.
+type Model struct {
+	cfg  Config
+	rt   *Runtime
+	idle chan *process // processes ready for a batch
+
+	mu      sync.Mutex
+	closed  bool
+	live    map[*process]bool
+	lastErr error // why the last restart failed
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+var _ torch.Model = (*Model)(nil)
+
+// Start starts cfg.Processes handler processes and loads the model in each. It fails, with
+// the handler's own Python error where it printed one, when the first cannot load.
+func Start(cfg Config) (*Model, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Processes = max(1, cfg.Processes)
+	cfg.StartTimeout = cmpDur(cfg.StartTimeout, 2*time.Minute)
+	rt, err := FindRuntime(cfg.Python)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, cfg.Processes), live: map[*process]bool{}, stop: make(chan struct{})}
+	type started struct {
+		p   *process
+		err error
+	}
+	ch := make(chan started, cfg.Processes)
+	for range cfg.Processes {
+		go func() { p, err := m.start(); ch <- started{p, err} }()
+	}
+	var firstErr error
+	for range cfg.Processes {
+		s := <-ch
+		if s.err != nil {
+			firstErr = cmp(firstErr, s.err)
+			continue
+		}
+		m.idle <- s.p
+	}
+	if firstErr != nil {
+		m.Close()
+		return nil, firstErr
+	}
+	return m, nil
+}
+
+func (m *Model) start() (*process, error) {
+	gpu := -1
+	if n, ok := strings.CutPrefix(m.cfg.Device, "cuda:"); ok {
+		gpu, _ = strconv.Atoi(n)
+	} else if m.cfg.Device == "cuda" {
+		gpu = 0
+	}
+	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env,
+		load: Load{ModelName: m.cfg.ModelName, ModelPath: m.cfg.ModelDir, Handler: m.cfg.Handler,
+			BatchSize: max(1, m.cfg.BatchSize), GPU: gpu, LimitMaxImagePixels: true}})
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		go p.kill()
+		return nil, errClosed
+	}
+	m.live[p] = true
+	return p, nil
+}
+
+var errClosed = errors.New("the model was unloaded")
+
+// Predict runs one batch on an idle process. A process that crashes, breaks the protocol
+// or passes the response timeout fails this batch only: it is killed and a new one is
+// started in the background, with backoff while starts keep failing.
+func (m *Model) Predict(batch []Request) (PredictReply, error) {
+	// A free process may be one restarting: allow for its start as well as a batch ahead.
+	wait := m.cfg.StartTimeout + cmpDur(m.cfg.ResponseTimeout, 2*time.Minute)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	var p *process
+	select {
+	case p = <-m.idle:
+	case <-m.stop:
+		return PredictReply{}, errClosed
+	case <-t.C:
+		m.mu.Lock()
+		last := m.lastErr
+		m.mu.Unlock()
+		if last != nil {
+			return PredictReply{}, fmt.Errorf("no handler process is running: %w", last)
+		}
+		return PredictReply{}, errors.New("no handler process became free in time")
+	}
+	pr, err := p.predict(batch, m.cfg.ResponseTimeout)
+	if err != nil {
+		if errors.Is(err, errTimeout) {
+			err = fmt.Errorf("the handler did not answer within the response timeout (%v); its process was killed and is restarting", m.cfg.ResponseTimeout)
+		} else {
+			err = fmt.Errorf("%w; it is restarting", err)
+		}
+		m.cfg.Log.Warn("handler process failed a batch", "model", m.cfg.ModelName, "batch", len(batch), "err", err)
+		m.replace(p)
+		return PredictReply{}, err
+	}
+	m.idle <- p
+	return pr, nil
+}
+
+// replace kills p and starts its successor, with backoff while starts fail.
+func (m *Model) replace(p *process) {
+	m.mu.Lock()
+	delete(m.live, p)
+	closed := m.closed
+	if !closed {
+		m.wg.Add(1)
+	}
+	m.mu.Unlock()
+	go p.kill()
+	if closed {
+		return
+	}
+	go func() {
+		defer m.wg.Done()
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			np, err := m.start()
+			if err == nil {
+				m.mu.Lock()
+				m.lastErr = nil
+				m.mu.Unlock()
+				m.idle <- np
+				return
+			}
+			if errors.Is(err, errClosed) {
+				return
+			}
+			m.mu.Lock()
+			m.lastErr = err
+			m.mu.Unlock()
+			m.cfg.Log.Error("handler process failed to restart", "model", m.cfg.ModelName, "retry_in", wait, "err", err)
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(wait):
+			}
+		}
+	}()
+}
+
+// Forward is not how handler processes are called: the python handler calls Predict.
+func (m *Model) Forward(...any) (any, error) {
+	return nil, errors.New("a handler-process model runs whole requests, not tensors")
+}
+
+// Device is the device the handler was told to use.
+func (m *Model) Device() string { return cmpStr(m.cfg.Device, "cpu") }
+
+// Close stops every process and waits for them.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.stop)
+	live := make([]*process, 0, len(m.live))
+	for p := range m.live {
+		live = append(live, p)
+	}
+	m.live = nil
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range live {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.kill() }()
+	}
+	wg.Wait()
+	m.wg.Wait()
+	return nil
+}
+
+func cmpDur(a, b time.Duration) time.Duration {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

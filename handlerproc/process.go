@@ -1,0 +1,348 @@
+package handlerproc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Runtime is the Python that runs handlers: an interpreter that can import TorchServe's
+// `ts` package (PyPI torchserve), whose worker torchd drives unchanged.
+type Runtime struct {
+	Python string // the interpreter
+	tsDir  string // the ts package's directory: its metrics config lives there
+}
+
+var (
+	runtimesMu sync.Mutex
+	runtimes   = map[string]*Runtime{}
+)
+
+// FindRuntime checks once per interpreter that it can import ts.
+func FindRuntime(python string) (*Runtime, error) {
+	runtimesMu.Lock()
+	defer runtimesMu.Unlock()
+	if rt := runtimes[python]; rt != nil {
+		return rt, nil
+	}
+	if _, err := exec.LookPath(python); err != nil {
+		return nil, fmt.Errorf("the handler runtime's Python %q is not an executable (set the server's python setting)", python)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "-c", "import os, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package: install it with `pip install torchserve==0.12.0` (make handler-runtime does it for the project's venv): %s",
+			python, lastLine(out))
+	}
+	rt := &Runtime{Python: python, tsDir: strings.TrimSpace(string(out))}
+	runtimes[python] = rt
+	return rt, nil
+}
+
+// errExited is a handler process that went away while torchd waited on it.
+var errExited = errors.New("the handler process exited")
+
+// process is one TorchServe worker (ts/model_service_worker.py) serving one model over a
+// Unix socket, which only torchd connects to.
+type process struct {
+	name string // the model's name, in log lines
+	cmd  *exec.Cmd
+	dir  string // holds the socket
+	conn net.Conn
+	r    *bufio.Reader
+	done chan struct{} // closed when the process has exited
+	err  error         // how it exited, once done is closed
+	log  *slog.Logger
+}
+
+// startOptions is what a worker process is started and loaded with.
+type startOptions struct {
+	rt       *Runtime
+	load     Load
+	env      []string      // added to torchd's environment
+	timeout  time.Duration // for the start and the load together
+	log      *slog.Logger
+	logLines int // the most output lines kept for an error message
+}
+
+// startProcess starts a worker, connects to it and loads the model. On an error nothing
+// is left running.
+func startProcess(o startOptions) (_ *process, err error) {
+	dir, err := os.MkdirTemp("", "torchd-handler-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot make the handler process's socket directory: %w", cleanErr(err))
+	}
+	sock := filepath.Join(dir, ".ts.sock.0") // the worker parses the suffix after the last dot as a port
+	cmd := exec.Command(o.rt.Python, "-u", filepath.Join(o.rt.tsDir, "model_service_worker.py"),
+		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", filepath.Join(o.rt.tsDir, "configs", "metrics.yaml"))
+	cmd.Dir = o.load.ModelPath
+	// As TorchServe's frontend: the model's directory first on the path, so that its
+	// handler and model files import.
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
+	cmd.Env = append(cmd.Env, o.env...)
+	// Its own process group, so that a kill reaches whatever the handler started. Should
+	// torchd die, the worker exits by itself when its socket closes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("cannot start the handler process %s: %w", o.rt.Python, cleanErr(err))
+	}
+	p := &process{name: o.load.ModelName, cmd: cmd, dir: dir, done: make(chan struct{}), log: o.log}
+	tail := &lineTail{max: max(o.logLines, 20)}
+	logged := make(chan struct{})
+	go p.copyLog(out, tail, logged)
+	go func() {
+		<-logged // Wait must not close the pipe before its last lines are read
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	defer func() {
+		if err != nil {
+			p.kill()
+			if msg := tail.pythonError(); msg != "" {
+				err = fmt.Errorf("%w: %s", err, msg)
+			}
+		}
+	}()
+	deadline := time.Now().Add(o.timeout)
+	if err := p.connect(sock, deadline); err != nil {
+		return nil, err
+	}
+	p.conn.SetDeadline(deadline)
+	if _, err := p.conn.Write(encodeLoad(o.load)); err != nil {
+		return nil, p.ioErr(err, "loading the model")
+	}
+	code, msg, err := readLoadReply(p.r)
+	if err != nil {
+		return nil, p.ioErr(err, "loading the model")
+	}
+	if code != 200 {
+		return nil, fmt.Errorf("the handler failed to load the model (%d %s)", code, msg)
+	}
+	p.conn.SetDeadline(time.Time{})
+	return p, nil
+}
+
+// connect waits for the worker's socket: importing torch takes seconds.
+func (p *process) connect(sock string, deadline time.Time) error {
+	for wait := 20 * time.Millisecond; ; wait = min(wait*2, 250*time.Millisecond) {
+		c, err := net.DialTimeout("unix", sock, time.Until(deadline))
+		if err == nil {
+			p.conn, p.r = c, bufio.NewReaderSize(c, 64<<10)
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%w before it took a connection (%v)", errExited, p.exitText())
+		case <-time.After(wait):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the handler process did not start listening in time")
+		}
+	}
+}
+
+// predict sends a batch and reads its replies. A streaming handler sends intermediate
+// replies (header ts_stream_next=true) before the last one; their bodies are joined in order.
+func (p *process) predict(batch []Request, timeout time.Duration) (PredictReply, error) {
+	if timeout > 0 {
+		p.conn.SetDeadline(time.Now().Add(timeout))
+		defer p.conn.SetDeadline(time.Time{})
+	}
+	if _, err := p.conn.Write(encodePredict(batch)); err != nil {
+		return PredictReply{}, p.ioErr(err, "sending a batch")
+	}
+	var final PredictReply
+	parts := map[string]*Reply{}
+	for {
+		pr, err := readPredictReply(p.r)
+		if err != nil {
+			return PredictReply{}, p.ioErr(err, "waiting for the batch's answers")
+		}
+		more := false
+		for i := range pr.Replies {
+			rep := &pr.Replies[i]
+			if prev := parts[rep.ID]; prev != nil {
+				prev.Body = append(prev.Body, rep.Body...)
+				prev.Headers, prev.Status, prev.Reason, prev.ContentType = rep.Headers, rep.Status, rep.Reason, cmpStr(rep.ContentType, prev.ContentType)
+			} else {
+				parts[rep.ID] = rep
+			}
+			if rep.Headers["ts_stream_next"] == "true" {
+				more = true
+			}
+		}
+		final.Code, final.Message = pr.Code, pr.Message
+		if !more || pr.Code != 200 {
+			break
+		}
+	}
+	for _, r := range batch {
+		if rep := parts[r.ID]; rep != nil {
+			delete(rep.Headers, "ts_stream_next")
+			final.Replies = append(final.Replies, *rep)
+		}
+	}
+	return final, nil
+}
+
+// ioErr names what failed talking to the worker: its exit, a timeout, or a broken reply.
+func (p *process) ioErr(err error, doing string) error {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%w: the handler did not answer in time while %s", errTimeout, doing)
+	case errors.Is(err, errProtocol):
+		return fmt.Errorf("%v while %s", err, doing)
+	}
+	select {
+	case <-p.done:
+		return fmt.Errorf("%w while %s (%v)", errExited, doing, p.exitText())
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("the handler process closed its connection while %s", doing)
+	}
+}
+
+var errTimeout = errors.New("handler timed out")
+
+func (p *process) exitText() string {
+	select {
+	case <-p.done:
+	default:
+		return "still running"
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by signal " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	if p.err != nil {
+		return cleanErr(p.err).Error()
+	}
+	return "exit status 0"
+}
+
+// kill stops the worker's process group and removes its socket directory.
+func (p *process) kill() {
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	if p.cmd.Process != nil {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		p.log.Warn("handler process did not exit after SIGKILL", "model", p.name, "pid", p.cmd.Process.Pid)
+	}
+	os.RemoveAll(p.dir)
+}
+
+// copyLog writes the worker's output into torchd's log with the model's name. TorchServe's
+// [METRICS] lines are the worker's metrics, kept at debug level.
+func (p *process) copyLog(r io.Reader, tail *lineTail, done chan<- struct{}) {
+	defer close(done)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		tail.add(line)
+		if strings.Contains(line, "[METRICS]") {
+			p.log.Debug("handler metrics", "model", p.name, "line", line)
+			continue
+		}
+		p.log.Info("handler", "model", p.name, "pid", p.cmd.Process.Pid, "line", line)
+	}
+	io.Copy(io.Discard, r)
+}
+
+// lineTail keeps the last lines a process printed, for the error that names why it failed.
+type lineTail struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+}
+
+func (t *lineTail) add(s string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, s)
+	if len(t.lines) > t.max {
+		t.lines = t.lines[len(t.lines)-t.max:]
+	}
+}
+
+// pythonError is the last Python exception line the process printed (e.g. "SyntaxError:
+// invalid syntax"), or "".
+func (t *lineTail) pythonError() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := len(t.lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(t.lines[i])
+		if name, _, ok := strings.Cut(l, ": "); ok && !strings.ContainsAny(name, " []") &&
+			(strings.HasSuffix(name, "Error") || strings.HasSuffix(name, "Exception")) {
+			return l
+		}
+	}
+	return ""
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
+
+func joinPath(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + string(os.PathListSeparator) + b
+}
+
+func cmpStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// cleanErr drops the syscall wrapper from an os error: users see what failed, not errno names.
+func cleanErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s %s: %s", pe.Op, pe.Path, describeErrno(pe.Err))
+	}
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return errors.New(describeErrno(se.Err))
+	}
+	return err
+}
+
+func describeErrno(err error) string {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en.Error()
+	}
+	return err.Error()
+}

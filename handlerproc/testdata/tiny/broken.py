@@ -1,0 +1,2 @@
+def handle(data, context)
+    return data

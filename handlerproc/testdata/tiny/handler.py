@@ -1,0 +1,43 @@
+"""A TorchServe custom handler for handlerproc's tests: an eager model (model.py) whose
+state dict the test writes, with inputs that make it misbehave on purpose."""
+import json
+import os
+import time
+
+import torch
+from ts.handler_utils.utils import send_intermediate_predict_response
+from ts.torch_handler.base_handler import BaseHandler
+
+
+class TinyHandler(BaseHandler):
+    def preprocess(self, data):
+        rows = []
+        for d in data:
+            body = d.get("data") or d.get("body")
+            if isinstance(body, (bytes, bytearray)):
+                body = json.loads(body)
+            if body == "raise":
+                raise ValueError("asked to raise")
+            if body == "crash":
+                os._exit(3)
+            if body == "hang":
+                time.sleep(600)
+            if body == "wrong count":
+                self.wrong = True
+            if body == "stream":
+                self.stream = True
+            rows.append(torch.tensor(body["x"] if isinstance(body, dict) else [0.0] * 4, dtype=torch.float32))
+        return torch.stack(rows)
+
+    def postprocess(self, out):
+        if getattr(self, "wrong", False):
+            self.wrong = False
+            return []
+        if getattr(self, "stream", False):
+            self.stream = False
+            for part in ("a", "b"):
+                send_intermediate_predict_response([part] * len(out), self.context.request_ids, "Intermediate", 200, self.context)
+            return ["c"] * len(out)
+        header = self.context.get_request_header(0, "X-Request-Id")
+        return [{"logits": r.tolist(), "batch": len(out), "header": header,
+                 "batch_size": self.context.system_properties.get("batch_size")} for r in out]
