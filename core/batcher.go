@@ -15,6 +15,7 @@ type job struct {
 	enqueued time.Time
 	deadline time.Time   // zero: none
 	gone     func() bool // reports a disconnected client; nil: never
+	trace    Trace       // nil: untraced
 	done     chan Result
 }
 
@@ -26,6 +27,9 @@ type Result struct {
 	Queued    time.Duration // enqueue → batch dispatch
 	Inference time.Duration // the batched forward
 	BatchSize int           // requests in the batch this one ran in (0: it reached none)
+
+	dispatched time.Time // when its batch was dispatched (zero: it reached none), for its trace
+	trace      Trace     // the request's, set by Run for Postprocess
 }
 
 // queuedFor is how long j has waited by now: in the queue, and before that for its place in

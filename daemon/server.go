@@ -27,6 +27,7 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/memtrim"
+	"github.com/torchd/torchd/internal/tracing"
 
 	"github.com/torchd/torchd/torch"
 )
@@ -39,7 +40,8 @@ type Daemon struct {
 	// Repository is the Triton model repository served, if any (its dir is "" without one).
 	Repository *Repository
 	metrics    *Metrics
-	keys       *keyring // nil: token authorization off
+	keys       *keyring        // nil: token authorization off
+	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
 	snapMu     sync.Mutex
 	failed     failedRestores // snapshot registrations that did not load
 	uiStats    uiStats        // the web page's live view (webui_stats.go)
@@ -181,6 +183,9 @@ func (d *Daemon) Start() error {
 	}
 	d.sweep()
 	d.trimWhenIdle()
+	tc := d.cfg.Tracing
+	tc.Version = Version
+	d.tracer = tracing.New(tc, d.log)
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}
@@ -204,7 +209,7 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath)))},
+		{"inference", d.cfg.InferenceAddress, d.endTraces(d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath))))},
 		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath)))},
 		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().serve},
 	}
@@ -311,6 +316,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.Registry.Close()
 	close(d.sweepStop)
 	d.sweepWG.Wait()
+	if err := d.tracer.Shutdown(ctx); err != nil {
+		d.log.Warn("trace export at shutdown", "err", err)
+	}
 	return firstErr
 }
 
@@ -408,6 +416,11 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
 		h(ctx)
+		if r := restTrace(ctx); r != nil {
+			d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
+				"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start), "trace_id", r.TraceID())
+			return
+		}
 		d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
 			"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start))
 	}
