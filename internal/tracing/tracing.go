@@ -97,12 +97,14 @@ func New(cfg Config, log *slog.Logger) *Tracer {
 	}
 	// The exporter's failures (an unreachable collector) are logged, never the request's.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export", "err", err) }))
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exporter),
-		sdktrace.WithSampler(linked{sampler}),
-		sdktrace.WithResource(res),
-	)
 	log.Info("tracing on", "exporter", exp, "endpoint", endpointForLog(exp, cfg), "sampler", sampler.Description(), "propagators", cfg.Propagators, "service", name)
+	return newTracer(sdktrace.NewBatchSpanProcessor(exporter), sampler, prop, res)
+}
+
+// newTracer is a tracer whose spans go to sp: the exporter's batching queue, which never
+// blocks a request (a full queue drops spans), or a test's recorder.
+func newTracer(sp sdktrace.SpanProcessor, sampler sdktrace.Sampler, prop propagation.TextMapPropagator, res *resource.Resource) *Tracer {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithSampler(linked{sampler}), sdktrace.WithResource(res))
 	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/torchd/torchd"), prop: prop}
 }
 
