@@ -133,15 +133,17 @@ type reservation struct {
 	place  uint64
 	queued bool          // Submit handed it to the job
 	waited time.Duration // for the window place
-	left   atomic.Bool   // its job gave the window place back
+	// blocked: the window was full, and the request waited for its place.
+	blocked bool
+	left    atomic.Bool // its job gave the window place back
 }
 
 // wait takes a place in b's window, in arrival order, waiting at most timeout (0: no
 // limit); false means the timeout passed first.
 func (r *reservation) wait(timeout time.Duration) bool {
 	start := time.Now()
-	n, ok := r.b.win.enter(timeout)
-	r.waited = time.Since(start)
+	n, ok, blocked := r.b.win.enter(timeout)
+	r.waited, r.blocked = time.Since(start), blocked
 	if ok {
 		r.win, r.place = &r.b.win, n
 	}

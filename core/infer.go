@@ -69,7 +69,11 @@ func (v *ModelVersion) Admit(c Call) (*Admission, error) {
 	start := time.Now()
 	a, err := v.admit(c)
 	now := time.Now()
-	c.Trace.Stage("admission", start, now, err)
+	// A request that took its place at once has no admission span: it would cost a span a
+	// request and show nothing.
+	if err != nil || a.rsv.blocked {
+		c.Trace.Stage("admission", start, now, err)
+	}
 	if err != nil {
 		c.Trace.Fail(err)
 		return nil, err

@@ -7,8 +7,9 @@ import "time"
 // the request rides in; it never learns how they are exported. A request that is not traced
 // has a nil Trace and pays a nil check at each stage.
 type Trace interface {
-	// Stage records a stage of the request that ran from start to end: "admission",
-	// "preprocess", "queue" or "postprocess". err, when not nil, is how the stage failed.
+	// Stage records a stage of the request that ran from start to end: "admission" (when
+	// the request waited for its place, or was refused), "preprocess", "queue" or
+	// "postprocess". err, when not nil, is how the stage failed.
 	Stage(name string, start, end time.Time, err error)
 	// Fail records the error the core answers the request with.
 	Fail(err error)

@@ -366,13 +366,13 @@ func TestTracingOTLP(t *testing.T) {
 			t.Errorf("gRPC member %d: %s code %q", i, sp.Name, sp.attr("rpc.grpc.status_code"))
 		}
 		kids := children(spans, sp)
-		for _, stage := range []string{"admission", "preprocess", "queue", "batch", "postprocess"} {
+		for _, stage := range []string{"preprocess", "queue", "postprocess"} {
 			if _, ok := kids[stage]; !ok {
 				t.Errorf("member %d (%s) has no %s span; it has %v", i, sp.Name, stage, slices.Collect(maps.Keys(kids)))
 			}
 		}
-		if len(sp.Links) != 1 {
-			t.Fatalf("member %d links %d spans, want its batch", i, len(sp.Links))
+		if len(sp.Links) != 1 || sp.attr("torchd.batch.size") != "4" {
+			t.Fatalf("member %d links %d spans, batch size %q; want its batch of 4", i, len(sp.Links), sp.attr("torchd.batch.size"))
 		}
 		if batchID != "" && sp.Links[0].SpanID != batchID {
 			t.Fatalf("the members rode in different batches (%s, %s): the worker was not busy long enough", batchID, sp.Links[0].SpanID)

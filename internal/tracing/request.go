@@ -156,17 +156,16 @@ func (r *Request) Batch(b core.BatchInfo, members []core.Trace) core.BatchTrace 
 	back := trace.Link{SpanContext: span.SpanContext()}
 	for _, m := range reqs {
 		m.span.AddLink(back)
+		m.span.SetAttributes(attribute.Int("torchd.batch.size", b.Size))
 	}
-	return &batch{t: r.t, ctx: ctx, span: span, info: b, members: reqs}
+	return &batch{t: r.t, ctx: ctx, span: span}
 }
 
 // batch is an open batch span.
 type batch struct {
-	t       *Tracer
-	ctx     context.Context
-	span    trace.Span
-	info    core.BatchInfo
-	members []*Request
+	t    *Tracer
+	ctx  context.Context
+	span trace.Span
 }
 
 // Forward records a forward under the batch span.
@@ -178,17 +177,10 @@ func (b *batch) Forward(start, end time.Time, err error) {
 	s.End(trace.WithTimestamp(end))
 }
 
-// End ends the batch span, and gives each member a "batch" span over the same time, linked
-// to it, so that the request's own trace shows where it waited for the forward.
+// End ends the batch span.
 func (b *batch) End(end time.Time, err error) {
 	if err != nil {
 		b.span.SetStatus(codes.Error, err.Error())
-	}
-	link := trace.Link{SpanContext: b.span.SpanContext()}
-	for _, m := range b.members {
-		_, s := b.t.tracer.Start(m.ctx, "batch", trace.WithTimestamp(b.info.Dispatched), trace.WithLinks(link),
-			trace.WithAttributes(attribute.Int("torchd.batch.size", b.info.Size), attribute.String("torchd.device", b.info.Device)))
-		s.End(trace.WithTimestamp(end))
 	}
 	b.span.End(trace.WithTimestamp(end))
 }
