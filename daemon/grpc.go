@@ -202,6 +202,10 @@ func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start
 	if p, ok := peer.FromContext(ctx); ok {
 		remote = p.Addr.String()
 	}
+	if d.tracer == nil {
+		d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
+		return
+	}
 	if r := grpcTrace(ctx); r != nil {
 		d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start), "trace_id", r.TraceID())
 		return

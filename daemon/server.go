@@ -416,10 +416,12 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
 		h(ctx)
-		if r := restTrace(ctx); r != nil {
-			d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
-				"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start), "trace_id", r.TraceID())
-			return
+		if d.tracer != nil {
+			if r := restTrace(ctx); r != nil {
+				d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
+					"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start), "trace_id", r.TraceID())
+				return
+			}
 		}
 		d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
 			"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start))

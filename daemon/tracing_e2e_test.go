@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/torchd/torchd/proto/inference"
+	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
 // Tracing end to end: torchd exports its spans over OTLP to a real OpenTelemetry Collector
@@ -331,6 +332,20 @@ func TestTracingOTLP(t *testing.T) {
 	}
 	<-busy
 
+	// The other front-ends: KServe v2 over REST, TorchServe's gRPC.
+	v2, tsGRPC := newCaller(9), newCaller(10)
+	req = must(t, "POST", s.inf+"/v2/models/slow/infer", "application/json",
+		[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, 2], "data": [1, 0]}]}`))
+	req.Header.Set("traceparent", v2.traceparent())
+	if r := send(t, req); r.status != 200 {
+		t.Fatalf("v2 infer: %d %s", r.status, r.body)
+	}
+	ts := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
+	_, err = ts.Predictions(grpcWith(t, "traceparent", tsGRPC.traceparent()), &tspb.PredictionsRequest{ModelName: "nope", Input: map[string][]byte{"data": []byte("[[1, 0]]")}})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("TorchServe gRPC Predictions of an unknown model: %v", err)
+	}
+
 	// Neither traced: health, metrics, metadata.
 	do(t, "GET", s.inf+"/ping", "", nil)
 	do(t, "GET", s.metrics+"/metrics", "", nil)
@@ -341,7 +356,7 @@ func TestTracingOTLP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	all := append(append([]caller{}, members...), failed, restLate, grpcLate)
+	all := append(append([]caller{}, members...), failed, restLate, grpcLate, v2, tsGRPC)
 	spans := col.waitSpans(t, "every request's span", func(spans []otlpSpan) bool {
 		for _, c := range all {
 			if _, ok := serverSpan(spans, c); !ok {
@@ -425,6 +440,15 @@ func TestTracingOTLP(t *testing.T) {
 	sp, _ = serverSpan(spans, grpcLate)
 	if sp.Status.Code != statusError || sp.attr("rpc.grpc.status_code") != fmt.Sprint(int(codes.DeadlineExceeded)) || sp.attr("error.type") != "deadline" {
 		t.Errorf("timed-out gRPC request's span: status %+v, code %q, error.type %q", sp.Status, sp.attr("rpc.grpc.status_code"), sp.attr("error.type"))
+	}
+
+	sp, _ = serverSpan(spans, v2)
+	if kids := children(spans, sp); sp.Name != "POST /v2/models/{model_name}/infer" || sp.attr("torchd.api") != "kserve_v2" || len(kids) != 3 {
+		t.Errorf("v2 span %s api %q stages %v", sp.Name, sp.attr("torchd.api"), slices.Collect(maps.Keys(kids)))
+	}
+	sp, _ = serverSpan(spans, tsGRPC)
+	if sp.attr("torchd.api") != "torchserve_grpc" || sp.attr("rpc.grpc.status_code") != fmt.Sprint(int(codes.NotFound)) || sp.attr("error.type") != "model_not_found" || sp.Status.Code == statusError {
+		t.Errorf("TorchServe gRPC span %s api %q code %q error.type %q status %+v", sp.Name, sp.attr("torchd.api"), sp.attr("rpc.grpc.status_code"), sp.attr("error.type"), sp.Status)
 	}
 
 	for _, sp := range spans {

@@ -88,6 +88,28 @@ func TestPropagationIn(t *testing.T) {
 	}
 }
 
+// TestMalformedContext: a context that cannot be read starts a trace of torchd's own.
+func TestMalformedContext(t *testing.T) {
+	tr, sr := recorded(t, "parentbased_traceidratio", "1", "tracecontext,baggage,b3")
+	for _, h := range []map[string]string{
+		{"traceparent": "00-not-a-trace-01"},
+		{"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"},
+		{"b3": "garbage"},
+		{"x-b3-traceid": "zz", "x-b3-spanid": "1"},
+		{"baggage": "%%%"},
+	} {
+		tr.Start(propagation.MapCarrier(h), restPOST, time.Now()).EndHTTP(200)
+	}
+	for _, s := range sr.Ended() {
+		if s.Parent().IsValid() || !s.SpanContext().TraceID().IsValid() {
+			t.Fatalf("span %s under %v: want a new trace", s.SpanContext().TraceID(), s.Parent())
+		}
+	}
+	if n := len(sr.Ended()); n != 5 {
+		t.Fatalf("%d spans, want 5", n)
+	}
+}
+
 // TestSampling: a caller's sampled flag decides; requests without one are traced at the ratio.
 func TestSampling(t *testing.T) {
 	tr, sr := recorded(t, "parentbased_traceidratio", "0", "tracecontext")
