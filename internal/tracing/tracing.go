@@ -82,18 +82,21 @@ func New(cfg Config, log *slog.Logger) *Tracer {
 	if name == "" {
 		name = "torchd"
 	}
-	// OTEL_RESOURCE_ATTRIBUTES adds to the resource; service.name is the setting's.
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
-		attribute.String("service.name", name), attribute.String("service.version", cfg.Version)))
-	if env, envErr := resource.New(context.Background(), resource.WithFromEnv()); envErr == nil {
-		if merged, mErr := resource.Merge(res, env); mErr == nil {
+	// OTEL_RESOURCE_ATTRIBUTES adds to the resource; service.name is the setting's, which the
+	// configuration's precedence chose (the later resource of a merge wins).
+	res := resource.Default()
+	if env, err := resource.New(context.Background(), resource.WithFromEnv()); err == nil {
+		if merged, err := resource.Merge(res, env); err == nil {
 			res = merged
 		}
 	} else {
-		log.Warn("OTEL_RESOURCE_ATTRIBUTES not used: " + envErr.Error())
+		log.Warn("OTEL_RESOURCE_ATTRIBUTES not used: " + err.Error())
 	}
-	if err != nil {
-		res = resource.NewSchemaless(attribute.String("service.name", name))
+	own := resource.NewSchemaless(attribute.String("service.name", name), attribute.String("service.version", cfg.Version))
+	if merged, err := resource.Merge(res, own); err == nil {
+		res = merged
+	} else {
+		res = own
 	}
 	// The exporter's failures (an unreachable collector) are logged, never the request's.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export", "err", err) }))

@@ -245,6 +245,25 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// TestServiceName: trace_service_name wins over OTEL_SERVICE_NAME as read by the SDK (the
+// configuration's precedence chose it), and OTEL_RESOURCE_ATTRIBUTES adds to the resource.
+func TestServiceName(t *testing.T) {
+	t.Setenv("OTEL_SERVICE_NAME", "from-env")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+	tr := New(Config{Exporter: "console", ServiceName: "from-flag", Version: "1.2.3"}, slog.New(slog.DiscardHandler))
+	defer tr.Shutdown(t.Context())
+	sr := tracetest.NewSpanRecorder()
+	tr.provider.RegisterSpanProcessor(sr)
+	tr.Start(propagation.MapCarrier{}, restPOST, time.Now()).EndHTTP(200)
+	got := map[string]string{}
+	for _, a := range sr.Ended()[0].Resource().Attributes() {
+		got[string(a.Key)] = a.Value.Emit()
+	}
+	if got["service.name"] != "from-flag" || got["service.version"] != "1.2.3" || got["deployment.environment"] != "test" {
+		t.Fatalf("resource %v", got)
+	}
+}
+
 // TestBadConfig: what tracing cannot use is a warning, never a failed start.
 func TestBadConfig(t *testing.T) {
 	for _, c := range []struct {
