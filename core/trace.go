@@ -28,12 +28,13 @@ type BatchInfo struct {
 }
 
 // BatchTrace is an open batch span; the worker that runs the batch records its forwards and
-// ends it before the batch's requests are answered.
+// ends it once they are done.
 type BatchTrace interface {
 	// Forward records one forward of the batch's rows; when a batch fails, each of its
 	// requests is retried alone, one forward each.
 	Forward(start, end time.Time, err error)
-	// End ends the batch span; err is the batch's failure (its requests were then retried).
+	// End ends the batch span; err is the batch's failure (a batch of several then had its
+	// requests retried one by one).
 	End(end time.Time, err error)
 }
 
