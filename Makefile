@@ -53,7 +53,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: handler-runtime proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: handler-runtime proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -96,6 +96,12 @@ $(BIN)/libtorch.so: $(LIBTORCH)/lib/libtorch_cpu.so
 	  -Wl,--no-as-needed -ltorch_cpu -lc10
 
 build: $(BIN)/torchd
+
+# A minimal OpenTelemetry Collector (OTLP in, a file out) for bench/tracing-ab.sh; its own module,
+# so the Collector's dependencies stay out of go.mod. TestTracingOTLP builds it too.
+otelcol: build/otelcol
+build/otelcol: internal/otelcol/main.go internal/otelcol/go.mod internal/otelcol/go.sum
+	cd internal/otelcol && nice $(GO) build -o ../../build/otelcol .
 
 # LibTorch from the pinned torch wheel (about 1 GB unpacked, from a 539 MB download).
 libtorch: third_party/libtorch/lib/libtorch_cpu.so
@@ -226,6 +232,7 @@ vet:
 test: setup lib models handler-runtime vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 -timeout 40m ./...
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd internal/otelcol && $(GO) vet ./...
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 	$(MAKE) fuzz FUZZTIME=50000x
 	$(MAKE) bench-smoke

@@ -15,6 +15,7 @@ type job struct {
 	enqueued time.Time
 	deadline time.Time   // zero: none
 	gone     func() bool // reports a disconnected client; nil: never
+	trace    Trace       // nil: untraced
 	done     chan Result
 }
 
@@ -26,6 +27,9 @@ type Result struct {
 	Queued    time.Duration // enqueue → batch dispatch
 	Inference time.Duration // the batched forward
 	BatchSize int           // requests in the batch this one ran in (0: it reached none)
+
+	dispatched time.Time // when its batch was dispatched (zero: it reached none), for its trace
+	trace      Trace     // the request's, set by Run for Postprocess
 }
 
 // queuedFor is how long j has waited by now: in the queue, and before that for its place in
@@ -129,15 +133,17 @@ type reservation struct {
 	place  uint64
 	queued bool          // Submit handed it to the job
 	waited time.Duration // for the window place
-	left   atomic.Bool   // its job gave the window place back
+	// blocked: the window was full, and the request waited for its place.
+	blocked bool
+	left    atomic.Bool // its job gave the window place back
 }
 
 // wait takes a place in b's window, in arrival order, waiting at most timeout (0: no
 // limit); false means the timeout passed first.
 func (r *reservation) wait(timeout time.Duration) bool {
 	start := time.Now()
-	n, ok := r.b.win.enter(timeout)
-	r.waited = time.Since(start)
+	n, ok, blocked := r.b.win.enter(timeout)
+	r.waited, r.blocked = time.Since(start), blocked
 	if ok {
 		r.win, r.place = &r.b.win, n
 	}

@@ -20,6 +20,9 @@ type Call struct {
 	// tensors point into a body the HTTP server reuses once its handler returns, which a 504
 	// does while the request may still be in a running batch. nil: the input is the request's.
 	Keep func()
+	// Trace records the request's stages and its batch (package internal/tracing); nil:
+	// untraced, at the cost of a nil check per stage.
+	Trace Trace
 }
 
 // Infer is the request path past the registry, for every protocol: admit → decode (which
@@ -33,6 +36,10 @@ func (v *ModelVersion) Infer(c Call, arrived time.Time, decode func() (*handlers
 	defer a.Release()
 	sample, err := decode()
 	if err != nil {
+		if c.Trace != nil {
+			c.Trace.Stage("preprocess", a.admitted, time.Now(), err)
+			c.Trace.Fail(err)
+		}
 		return nil, Result{}, err
 	}
 	res, err := a.Run(sample, arrived, 0)
@@ -46,6 +53,9 @@ type Admission struct {
 	v   *ModelVersion
 	c   Call
 	rsv *reservation
+	// admitted is when the request took its window place, for its preprocess span (traced
+	// requests only).
+	admitted time.Time
 }
 
 // Admit reserves the request's place in v's queue before its body is decoded; a full queue
@@ -53,6 +63,26 @@ type Admission struct {
 // inputWindow), at most response_timeout or the client's own limit, whichever is shorter
 // (ErrDeadline).
 func (v *ModelVersion) Admit(c Call) (*Admission, error) {
+	if c.Trace == nil {
+		return v.admit(c)
+	}
+	start := time.Now()
+	a, err := v.admit(c)
+	now := time.Now()
+	// A request that took its place at once has no admission span: it would cost a span a
+	// request and show nothing.
+	if err != nil || a.rsv.blocked {
+		c.Trace.Stage("admission", start, now, err)
+	}
+	if err != nil {
+		c.Trace.Fail(err)
+		return nil, err
+	}
+	a.admitted = now
+	return a, nil
+}
+
+func (v *ModelVersion) admit(c Call) (*Admission, error) {
 	rsv, ok := v.batcher.reserve()
 	if !ok {
 		return nil, v.queueFull()
@@ -103,7 +133,15 @@ func (v *ModelVersion) Postprocess(sample *handlers.Sample, res Result, started 
 	v.metrics.Postprocess(t1)
 	v.metrics.Handler(time.Since(started) - res.Queued)
 	if err != nil {
-		return nil, &Error{Kind: ErrInference, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
+		e := &Error{Kind: ErrInference, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
+		if res.trace != nil {
+			res.trace.Stage("postprocess", t1, time.Now(), e)
+			res.trace.Fail(e)
+		}
+		return nil, e
+	}
+	if res.trace != nil {
+		res.trace.Stage("postprocess", t1, time.Now(), nil)
 	}
 	return resp, nil
 }
@@ -112,6 +150,20 @@ func (v *ModelVersion) Postprocess(sample *handlers.Sample, res Result, started 
 // share of the batch output. The deadline is the earliest of response_timeout, timeout
 // (0: none) and the client's own limit, counted from arrival.
 func (a *Admission) Run(sample *handlers.Sample, arrived time.Time, timeout time.Duration) (Result, error) {
+	t := a.c.Trace
+	if t == nil {
+		return a.run(sample, arrived, timeout)
+	}
+	t.Stage("preprocess", a.admitted, time.Now(), nil)
+	res, err := a.run(sample, arrived, timeout)
+	res.trace = t
+	if err != nil {
+		t.Fail(err)
+	}
+	return res, err
+}
+
+func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time.Duration) (Result, error) {
 	v, c, rsv := a.v, a.c, a.rsv
 	defer rsv.release()
 	if c.Timeout != nil {
@@ -138,7 +190,7 @@ func (a *Admission) Run(sample *handlers.Sample, arrived time.Time, timeout time
 			return Result{}, errorf(ErrBadInput, "model %s takes at most %d rows a request (the batch range its package was exported for), got %d", v.Name, hi, sample.Items)
 		}
 	}
-	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan Result, 1), gone: c.Gone}
+	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan Result, 1), gone: c.Gone, trace: c.Trace}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)
 	}
@@ -161,10 +213,23 @@ func (a *Admission) Run(sample *handlers.Sample, arrived time.Time, timeout time
 			if c.Keep != nil {
 				c.Keep() // the batch may still read the body: the server must not reuse it
 			}
-			return Result{Queued: j.queuedFor(time.Now())}, errorf(ErrDeadline, "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
+			err := errorf(ErrDeadline, "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
+			if c.Trace != nil {
+				c.Trace.Stage("queue", j.enqueued, time.Now(), err)
+			}
+			return Result{Queued: j.queuedFor(time.Now())}, err
 		}
 	} else {
 		res = <-j.done
+	}
+	if c.Trace != nil {
+		// A request dropped from the queue (its deadline, its client gone) never reached a
+		// batch: its queue stage is its failure.
+		end, qerr := res.dispatched, error(nil)
+		if end.IsZero() {
+			end, qerr = time.Now(), res.err
+		}
+		c.Trace.Stage("queue", j.enqueued, end, qerr)
 	}
 	res.Input = j.enqueued.Sub(arrived)
 	if res.err == nil && v.adapter != nil {

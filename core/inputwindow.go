@@ -45,13 +45,14 @@ func (w *inputWindow) setLimit(n int) {
 }
 
 // enter takes a place, waiting in arrival order while the window is full, at most timeout
-// (0: no limit). It returns the place's number, or false when timeout passed first.
-func (w *inputWindow) enter(timeout time.Duration) (uint64, bool) {
+// (0: no limit). It returns the place's number, or false when timeout passed first; blocked
+// says it had to wait.
+func (w *inputWindow) enter(timeout time.Duration) (place uint64, ok, blocked bool) {
 	w.mu.Lock()
 	if w.held < w.limit && len(w.waiting) == 0 {
 		n := w.take()
 		w.mu.Unlock()
-		return n, true
+		return n, true, false
 	}
 	ch := make(chan uint64, 1)
 	w.waiting = append(w.waiting, ch)
@@ -65,7 +66,7 @@ func (w *inputWindow) enter(timeout time.Duration) (uint64, bool) {
 	}
 	select {
 	case n := <-ch:
-		return n, true
+		return n, true, true
 	case <-expired:
 	}
 	w.mu.Lock()
@@ -73,14 +74,14 @@ func (w *inputWindow) enter(timeout time.Duration) (uint64, bool) {
 		if c == ch {
 			w.waiting = append(w.waiting[:i], w.waiting[i+1:]...)
 			w.mu.Unlock()
-			return 0, false
+			return 0, false, true
 		}
 	}
 	w.mu.Unlock()
 	// The place came as the timer fired: give it back.
 	w.resolve(<-ch, nil)
 	w.leave()
-	return 0, false
+	return 0, false, true
 }
 
 // take gives the next place; w.mu is held.

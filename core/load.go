@@ -147,6 +147,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	v.pool.stats = v.stats
+	v.pool.model, v.pool.version = name, version
 	done := make(chan struct{})
 	go func() {
 		v.pool.Scale(s.MinWorkers, true)

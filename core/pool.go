@@ -16,10 +16,12 @@ import (
 // OS threads, because LibTorch's OpenMP pool and InferenceMode belong to the calling thread.
 // Workers scale up and down at run time; a worker asked to stop finishes the batch in hand.
 type WorkerPool struct {
-	name    string
-	module  torch.Model
-	handler handlers.Handler
-	batcher *Batcher
+	name string
+	// model and version name the batches' spans.
+	model, version string
+	module         torch.Model
+	handler        handlers.Handler
+	batcher        *Batcher
 	// cores shares the machine's cores among the forwards running at each moment (every
 	// model's); each forward sets its own thread count from it (nil: threads, fixed).
 	cores *coreShare
@@ -355,6 +357,7 @@ func (p *WorkerPool) abandon() {
 func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	dispatched := time.Now()
 	defer func() { p.batcher.busy.Add(int64(time.Since(dispatched))) }()
+	bt := p.traceBatch(batch, dispatched)
 	samples := make([]*handlers.Sample, len(batch))
 	for i, j := range batch {
 		samples[i] = j.sample
@@ -364,25 +367,41 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	elapsed := time.Since(start)
 	p.metrics.Batch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	p.stats.executed(samples, elapsed)
+	if bt != nil {
+		bt.Forward(start, start.Add(elapsed), err)
+	}
 	if err == nil {
+		if bt != nil {
+			bt.End(time.Now(), nil)
+		}
 		for i, j := range batch {
-			j.finish(Result{Out: outs[i], Queued: j.queuedFor(dispatched), Inference: elapsed, BatchSize: len(batch)})
+			j.finish(Result{Out: outs[i], Queued: j.queuedFor(dispatched), Inference: elapsed, BatchSize: len(batch), dispatched: dispatched})
 		}
 		return
 	}
 	if len(batch) == 1 {
-		batch[0].finish(Result{err: err, Queued: batch[0].queuedFor(dispatched), Inference: elapsed, BatchSize: 1})
+		if bt != nil {
+			bt.End(time.Now(), err)
+		}
+		batch[0].finish(Result{err: err, Queued: batch[0].queuedFor(dispatched), Inference: elapsed, BatchSize: 1, dispatched: dispatched})
 		return
 	}
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
 		start := time.Now()
 		outs, err := p.infer([]*handlers.Sample{j.sample}, stage)
-		r := Result{err: err, Queued: j.queuedFor(dispatched), Inference: time.Since(start), BatchSize: 1}
+		end := time.Now()
+		if bt != nil {
+			bt.Forward(start, end, err)
+		}
+		r := Result{err: err, Queued: j.queuedFor(dispatched), Inference: end.Sub(start), BatchSize: 1, dispatched: dispatched}
 		if err == nil {
 			r.Out = outs[0]
 		}
 		j.finish(r)
+	}
+	if bt != nil {
+		bt.End(time.Now(), err)
 	}
 }
 

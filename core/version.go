@@ -169,7 +169,7 @@ func (v *ModelVersion) HoldWindow() (release func()) {
 	w.mu.Unlock()
 	var places []uint64
 	for range n {
-		p, _ := w.enter(0)
+		p, _, _ := w.enter(0)
 		places = append(places, p)
 	}
 	return func() {

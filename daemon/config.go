@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/internal/tracing"
 )
 
 // Config is torchd's server configuration. It is read once, at start-up, by LoadConfig, from
@@ -64,6 +65,10 @@ type Config struct {
 	ModelControlMode   string
 	LoadModels         []string
 	RepositoryPollSecs time.Duration
+
+	// Tracing is OpenTelemetry tracing's settings (the trace_* keys, which read the standard
+	// OTEL_* variables); internal/tracing checks them at start, and warns of what it cannot use.
+	Tracing tracing.Config
 
 	// Model are the per-model settings that the file, the environment or the flags set, for
 	// every model: they beat an archive's own config, and a registration's parameters beat
@@ -275,6 +280,21 @@ var settings = []setting{
 		apply: intSetting(func(c *Config) *int { return &c.KeepFreedMemoryMB }, 0)},
 	{key: "management_allowed_origins", def: "", help: "comma-separated browser origins (scheme://host:port) that may call the management API (CORS), so the web page can show management actions; empty: none",
 		apply: func(c *Config, v string) error { c.ManagementOrigins = splitList(v); return nil }},
+
+	{key: "trace_exporter", env: []string{"OTEL_TRACES_EXPORTER"}, def: "none", help: "OpenTelemetry tracing of inference requests (docs/guide/tracing.md): otlp, console (spans on stdout) or none (off); a value torchd cannot use is a warning and tracing stays off",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.Exporter })},
+	{key: "trace_endpoint", env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}, def: "", help: "the OTLP endpoint URL that spans go to (http://collector:4318/v1/traces; http://collector:4317 with trace_protocol grpc); empty: OTEL_EXPORTER_OTLP_ENDPOINT as the OpenTelemetry SDK reads it, else localhost",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.Endpoint })},
+	{key: "trace_protocol", env: []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"}, def: "http/protobuf", help: "OTLP over http/protobuf or grpc",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.Protocol })},
+	{key: "trace_sampler", env: []string{"OTEL_TRACES_SAMPLER"}, def: "parentbased_traceidratio", help: "which requests are traced: a request whose caller sent a trace context follows its sampled flag (parentbased_*), the rest are traced at trace_sampler_arg's ratio; also always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.Sampler })},
+	{key: "trace_sampler_arg", env: []string{"OTEL_TRACES_SAMPLER_ARG"}, def: "1.0", help: "the ratio, 0 to 1, of the traceidratio samplers",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.SamplerArg })},
+	{key: "trace_service_name", env: []string{"OTEL_SERVICE_NAME"}, def: "torchd", help: "service.name of the spans (OTEL_RESOURCE_ATTRIBUTES adds to the resource)",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.ServiceName })},
+	{key: "trace_propagators", env: []string{"OTEL_PROPAGATORS"}, def: "tracecontext,baggage,b3", help: "the trace context formats read from a request's headers or gRPC metadata: tracecontext (W3C traceparent, tracestate), baggage, b3 and b3multi (each reads both B3 forms), none",
+		apply: strSetting(func(c *Config) *string { return &c.Tracing.Propagators })},
 
 	{key: "model_repository", def: "", help: "a Triton model repository (<model>/config.pbtxt, <model>/<version>/model.pt or model.pt2) to serve; see docs/guide/triton.md",
 		apply: strSetting(func(c *Config) *string { return &c.ModelRepository })},

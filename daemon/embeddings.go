@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/tracing"
 	"github.com/valyala/fasthttp"
 )
 
@@ -59,6 +61,8 @@ func openAIError(ctx *fasthttp.RequestCtx, status int, param, code, msg string) 
 
 func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 	arrived := time.Now()
+	c := restCall(ctx)
+	d.traceREST(ctx, &c, "openai", "/v1/embeddings")
 	var req embeddingsRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
 		openAIError(ctx, 400, "", "", fmt.Sprintf("the body must be a JSON object: %v", err))
@@ -101,13 +105,16 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 			return
 		}
 	}
+	if r, ok := c.Trace.(*tracing.Request); ok {
+		r.Model(v.Name, v.Version)
+	}
 	v.Enter()
-	code := d.embedVersion(ctx, v, emb, req.Input, base64Format, arrived)
+	code := d.embedVersion(ctx, c, v, emb, req.Input, base64Format, arrived)
 	v.Answered(code.status, time.Since(arrived), code.res)
 }
 
-func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) outcome {
-	sample, res, fail := infer(restCall(ctx), v, arrived, func() (*handlers.Sample, error) {
+func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) outcome {
+	sample, res, fail := infer(c, v, arrived, func() (*handlers.Sample, error) {
 		return v.Preprocess(&handlers.Request{
 			Inputs: []handlers.Payload{{Name: "input", ContentType: "application/json", Data: input}},
 			Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },

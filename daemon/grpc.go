@@ -78,9 +78,13 @@ func (d *Daemon) startGRPC(tlsCfg *tls.Config) error {
 			// Clients may ping as often as every 10 s, idle or not (Triton allows pings
 			// without calls too); more often is answered with GOAWAY.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-			grpc.ChainUnaryInterceptor(d.grpcAccessUnary, d.grpcAuthUnary(a.key)),
 			grpc.ChainStreamInterceptor(d.grpcAccessStream, d.grpcAuthStream(a.key)),
 		}
+		unary := []grpc.UnaryServerInterceptor{d.grpcAccessUnary, d.grpcAuthUnary(a.key)}
+		if d.tracer != nil && a.key == "inference" {
+			unary = append([]grpc.UnaryServerInterceptor{d.grpcTraceUnary}, unary...)
+		}
+		opts = append(opts, grpc.ChainUnaryInterceptor(unary...))
 		if tlsCfg != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 		}
@@ -201,14 +205,28 @@ func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start
 	if p, ok := peer.FromContext(ctx); ok {
 		remote = p.Addr.String()
 	}
+	if d.tracer == nil {
+		d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
+		return
+	}
+	if r := grpcTrace(ctx); r != nil {
+		d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start), "trace_id", r.TraceID())
+		return
+	}
 	d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
 }
 
 // grpcCall is a gRPC request's call: a client that cancelled is gone, and its deadline is
-// its own time limit, which the batcher enforces as it does X-Request-Timeout.
-func grpcCall(ctx context.Context) core.Call {
+// its own time limit, which the batcher enforces as it does X-Request-Timeout. A traced call
+// (grpcTraceUnary) carries its trace.
+func (d *Daemon) grpcCall(ctx context.Context) core.Call {
 	arrived := time.Now()
 	c := core.Call{Gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
+	if d.tracer != nil {
+		if r := grpcTrace(ctx); r != nil {
+			c.Trace = r
+		}
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		c.Timeout = func() (time.Duration, error) {
 			// A deadline already past still expires the request, rather than lifting its limit.

@@ -99,7 +99,7 @@ func (s *oipService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*
 // grpcInfer serves one ModelInferRequest on the v2 path that REST's infer takes: served →
 // admit → decode → v2Run (batcher, worker) → encode.
 func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
-	c := grpcCall(ctx)
+	c := d.grpcCall(ctx)
 	var resp *pb.ModelInferResponse
 	var fail error
 	err := d.served(c, r.GetModelName(), r.GetModelVersion(), func(v *ModelVersion, arrived time.Time) outcome {

@@ -53,7 +53,7 @@ func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, strea
 // tsPredict serves a PredictionsRequest as POST /predictions serves a multipart request: each
 // entry of input is one payload, in name order, through the model's handler.
 func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
-	c := grpcCall(ctx)
+	c := d.grpcCall(ctx)
 	md, _ := metadata.FromIncomingContext(ctx)
 	var resp *handlers.Response
 	var fail *APIError

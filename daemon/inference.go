@@ -17,6 +17,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
+	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
@@ -177,6 +178,7 @@ func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
 // here → response.
 func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 	c := restCall(ctx)
+	d.traceREST(ctx, &c, "torchserve", "/predictions/{model_name}")
 	err := d.served(c, name, ver, func(v *ModelVersion, arrived time.Time) outcome { return d.predictVersion(ctx, c, v, arrived) })
 	if err != nil {
 		writeAPIError(ctx, err)
@@ -188,8 +190,15 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 func (d *Daemon) served(c core.Call, name, ver string, serve func(v *ModelVersion, arrived time.Time) outcome) error {
 	arrived := time.Now()
 	v, err := d.Registry.Get(name, ver)
+	r, traced := c.Trace.(*tracing.Request)
 	if err != nil {
+		if traced {
+			r.Fail(err)
+		}
 		return err
+	}
+	if traced {
+		r.Model(v.Name, v.Version)
 	}
 	d.requestStarted()
 	defer d.requestDone()

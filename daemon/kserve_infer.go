@@ -24,13 +24,14 @@ import (
 // v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
 // with everyone else's requests, and answers JSON or binary outputs.
 func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
-	d.serveKServe(ctx, p[0], v2Version(p), d.v2InferVersion)
+	d.serveKServe(ctx, "kserve_v2", "/v2/models/{model_name}/infer", p[0], v2Version(p), d.v2InferVersion)
 }
 
 // serveKServe resolves the model version of a KServe inference request, serves it with
 // serve, and records its status and latency.
-func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, name, version string, serve func(*fasthttp.RequestCtx, core.Call, *ModelVersion, time.Time) outcome) {
+func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, api, route, name, version string, serve func(*fasthttp.RequestCtx, core.Call, *ModelVersion, time.Time) outcome) {
 	c := restCall(ctx)
+	d.traceREST(ctx, &c, api, route)
 	if err := d.served(c, name, version, func(v *ModelVersion, arrived time.Time) outcome { return serve(ctx, c, v, arrived) }); err != nil {
 		v2APIError(ctx, err)
 	}
@@ -133,7 +134,9 @@ func (d *Daemon) v2Run(c core.Call, v *ModelVersion, rsv *core.Admission, req *o
 	if fail != nil {
 		return v2Answer{res: res}, fail
 	}
+	post := traceStart(c)
 	resp, outTensors, binary, err := v2Response(v, req, res.Out, outs)
+	traceStage(c, "postprocess", post, err)
 	if err != nil {
 		return v2Answer{res: res}, apiErr(400, "BadRequestException", "%s", err.Error())
 	}
@@ -172,7 +175,9 @@ func (d *Daemon) v2RunHandler(c core.Call, v *ModelVersion, rsv *core.Admission,
 	if fail != nil {
 		return v2Answer{res: res}, fail
 	}
+	post := traceStart(c)
 	resp, err := v.Handler().Postprocess(sample, res.Out)
+	traceStage(c, "postprocess", post, err)
 	if err != nil {
 		return v2Answer{res: res}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
 	}

@@ -19,7 +19,7 @@ import (
 // v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
 // JSON request of len(instances) items, and the answer comes back as {"predictions": [...]}.
 func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
-	d.serveKServe(ctx, p[0], "", d.v1PredictVersion)
+	d.serveKServe(ctx, "kserve_v1", "/v1/models/{model_name}:predict", p[0], "", d.v1PredictVersion)
 }
 
 func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
@@ -40,7 +40,9 @@ func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c core.Call, v *Mode
 		v2Error(ctx, fail.Status, fail.Msg)
 		return outcome{status: fail.Status, res: res}
 	}
+	post := traceStart(c)
 	resp, err := v.Handler().Postprocess(sample, res.Out)
+	traceStage(c, "postprocess", post, err)
 	if err != nil {
 		v2Error(ctx, 500, err.Error())
 		return outcome{status: 500, res: res}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/memtrim"
+	"github.com/torchd/torchd/internal/tracing"
 
 	"github.com/torchd/torchd/torch"
 )
@@ -40,7 +41,8 @@ type Daemon struct {
 	// Repository is the Triton model repository served, if any (its dir is "" without one).
 	Repository *Repository
 	metrics    *Metrics
-	keys       *keyring // nil: token authorization off
+	keys       *keyring        // nil: token authorization off
+	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
 	snapMu     sync.Mutex
 	failed     failedRestores // snapshot registrations that did not load
 	uiStats    uiStats        // the web page's live view (webui_stats.go)
@@ -210,6 +212,9 @@ func (d *Daemon) Start() error {
 	}
 	d.sweep()
 	d.trimWhenIdle()
+	tc := d.cfg.Tracing
+	tc.Version = Version
+	d.tracer = tracing.New(tc, d.log)
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}
@@ -233,7 +238,7 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath)))},
+		{"inference", d.cfg.InferenceAddress, d.endTraces(d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath))))},
 		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath)))},
 		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().serve},
 	}
@@ -400,6 +405,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.Registry.Close()
 	close(d.sweepStop)
 	d.sweepWG.Wait()
+	if err := d.tracer.Shutdown(ctx); err != nil {
+		d.log.Warn("trace export at shutdown", "err", err)
+	}
 	return firstErr
 }
 
@@ -497,6 +505,13 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
 		h(ctx)
+		if d.tracer != nil {
+			if r := restTrace(ctx); r != nil {
+				d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
+					"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start), "trace_id", r.TraceID())
+				return
+			}
+		}
 		d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
 			"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start))
 	}
