@@ -16,8 +16,8 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/internal/tracing"
+	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
