@@ -62,9 +62,10 @@ func TestHandlerProcessArchive(t *testing.T) {
 	var d []struct {
 		ModelName string `json:"modelName"`
 		Handler   string `json:"handler"`
+		Runtime   string `json:"runtime"`
 	}
 	do(t, "GET", s.mgmt+"/models/pytiny", "", nil).json(t, &d)
-	if len(d) != 1 || d[0].Handler != "python" {
+	if len(d) != 1 || d[0].Handler != "python" || d[0].Runtime != "python" {
 		t.Errorf("describe: %+v", d)
 	}
 

@@ -368,7 +368,10 @@ func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
 	}
 	st := v.Stats()
 	runtime := "torchscript"
-	if v.Archive().IsPackage() {
+	switch {
+	case v.HandlerName == archive.HandlerPython:
+		runtime = "python" // handler processes, TorchServe's name for its Python workers
+	case v.Archive().IsPackage():
 		runtime = "aoti" // an AOTInductor package (.pt2)
 	}
 	m := describeModel{
