@@ -73,6 +73,14 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*ts
 					return vs[0]
 				}
 				return ""
+			}, Headers: func(yield func(string, string) bool) {
+				for k, vs := range md {
+					for _, v := range vs {
+						if !yield(k, v) {
+							return
+						}
+					}
+				}
 			}}
 			for _, n := range names {
 				req.Inputs = append(req.Inputs, handlers.Payload{Name: n, Data: r.GetInput()[n]})

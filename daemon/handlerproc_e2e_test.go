@@ -91,7 +91,7 @@ func TestHandlerProcessArchive(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, r.status, r.body)
 		}
 		r.json(t, &a)
-		if len(a.Logits) != 3 {
+		if len(a.Logits) != 3 || a.Header != fmt.Sprint("r", i) {
 			t.Errorf("request %d: %s", i, r.body)
 		}
 		maxBatch = max(maxBatch, a.Batch)

@@ -326,7 +326,21 @@ func parseRequestTimeout(v string) (time.Duration, error) {
 // are several inputs, batched together), else the raw body with its content type. A gzipped
 // or deflated body may decompress to at most maxBody bytes (ErrBodyTooLarge beyond).
 func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, error) {
-	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }, Canceled: clientGone(ctx.Conn())}
+	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }, Canceled: clientGone(ctx.Conn()),
+		Headers: func(yield func(string, string) bool) {
+			for k, v := range ctx.Request.Header.All() {
+				if !yield(string(k), string(v)) {
+					return
+				}
+			}
+		},
+		Query: func(yield func(string, string) bool) {
+			for k, v := range ctx.QueryArgs().All() {
+				if !yield(string(k), string(v)) {
+					return
+				}
+			}
+		}}
 	ct := string(ctx.Request.Header.ContentType())
 	if strings.HasPrefix(ct, "multipart/form-data") {
 		// fasthttp gunzips a multipart body whole, without a limit unless given one.

@@ -34,17 +34,11 @@ var requestSeq atomic.Uint64
 // requestPrefix keeps request ids unique across restarts of torchd, as TorchServe's UUIDs are.
 var requestPrefix = strconv.FormatInt(time.Now().UnixNano(), 36)
 
-// forwardedHeaders are the request headers a handler can read with
-// context.get_request_header; the payloads carry their own content types.
-var forwardedHeaders = []string{"Content-Type", "Accept", "Authorization", "User-Agent", "X-Request-Id", "traceparent"}
-
 func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
 	c := &call{req: Request{ID: requestPrefix + "-" + strconv.FormatUint(requestSeq.Add(1), 36)}}
-	if r.Header != nil {
-		for _, h := range forwardedHeaders {
-			if v := r.Header(h); v != "" {
-				c.req.Headers = append(c.req.Headers, Header{Name: h, Value: v})
-			}
+	if r.Headers != nil {
+		for k, v := range r.Headers {
+			c.req.Headers = append(c.req.Headers, Header{Name: k, Value: v})
 		}
 	}
 	for _, p := range r.Inputs {
@@ -53,6 +47,12 @@ func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
 			name = "body"
 		}
 		c.req.Params = append(c.req.Params, Param{Name: name, ContentType: p.ContentType, Value: p.Data})
+	}
+	// Query arguments are parameters too, as TorchServe's frontend passes them.
+	if r.Query != nil {
+		for k, v := range r.Query {
+			c.req.Params = append(c.req.Params, Param{Name: k, Value: []byte(v)})
+		}
 	}
 	// One request is one item of the batch: a handler gets one dict per request, as in
 	// TorchServe, whatever its form fields hold.

@@ -9,6 +9,7 @@ package handlers
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"sort"
 	"sync"
@@ -24,6 +25,10 @@ type Request struct {
 	Inputs []Payload
 	// Header returns a request header ("" when absent).
 	Header func(name string) string
+	// Headers and Query, when set, visit every header and query argument: what a handler
+	// process passes to a TorchServe handler (its request headers, and query arguments as
+	// parameters). nil: none.
+	Headers, Query iter.Seq2[string, string]
 	// Canceled reports that the client has gone; nil: never. A handler that decodes many
 	// inputs checks it between them and returns ErrCanceled.
 	Canceled func() bool

@@ -38,6 +38,5 @@ class TinyHandler(BaseHandler):
             for part in ("a", "b"):
                 send_intermediate_predict_response([part] * len(out), self.context.request_ids, "Intermediate", 200, self.context)
             return ["c"] * len(out)
-        header = self.context.get_request_header(0, "X-Request-Id")
-        return [{"logits": r.tolist(), "batch": len(out), "header": header,
-                 "batch_size": self.context.system_properties.get("batch_size")} for r in out]
+        return [{"logits": r.tolist(), "batch": len(out), "header": self.context.get_request_header(i, "X-Request-Id"),
+                 "batch_size": self.context.system_properties.get("batch_size")} for i, r in enumerate(out)]
