@@ -1,6 +1,10 @@
 package core
 
-import "time"
+import (
+	"time"
+
+	"github.com/torchd/torchd/handlerproc"
+)
 
 // Trace is a traced request's record of its path (package internal/tracing implements it
 // with OpenTelemetry). The core reports the stages it times, and opens the span of the batch
@@ -23,8 +27,11 @@ type Trace interface {
 type BatchInfo struct {
 	Model, Version string
 	Device         string // cpu, cuda:N
-	Size           int    // the requests in the batch, traced or not
-	Dispatched     time.Time
+	// Backend runs the batch: "libtorch" in-process, or "handler_process" (an archive's
+	// Python handler in TorchServe's worker, package handlerproc).
+	Backend    string
+	Size       int // the requests in the batch, traced or not
+	Dispatched time.Time
 }
 
 // BatchTrace is an open batch span; the worker that runs the batch records its forwards and
@@ -60,5 +67,9 @@ func (p *WorkerPool) traceBatch(batch []*job, dispatched time.Time) BatchTrace {
 			members = append(members, j.trace)
 		}
 	}
-	return lead.Batch(BatchInfo{Model: p.model, Version: p.version, Device: p.module.Device(), Size: len(batch), Dispatched: dispatched}, members)
+	backend := "libtorch"
+	if _, ok := p.module.(*handlerproc.Model); ok {
+		backend = "handler_process"
+	}
+	return lead.Batch(BatchInfo{Model: p.model, Version: p.version, Device: p.module.Device(), Backend: backend, Size: len(batch), Dispatched: dispatched}, members)
 }

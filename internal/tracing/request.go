@@ -152,7 +152,7 @@ func (r *Request) Batch(b core.BatchInfo, members []core.Trace) core.BatchTrace 
 	}
 	ctx, span := r.t.tracer.Start(context.Background(), "batch", trace.WithNewRoot(), trace.WithLinks(links...), trace.WithTimestamp(b.Dispatched),
 		trace.WithAttributes(attribute.String("torchd.model", b.Model), attribute.String("torchd.model.version", b.Version),
-			attribute.String("torchd.device", b.Device), attribute.Int("torchd.batch.size", b.Size), attribute.Int("torchd.batch.traced", len(reqs))))
+			attribute.String("torchd.device", b.Device), attribute.String("torchd.backend", b.Backend), attribute.Int("torchd.batch.size", b.Size), attribute.Int("torchd.batch.traced", len(reqs))))
 	back := trace.Link{SpanContext: span.SpanContext()}
 	for _, m := range reqs {
 		m.span.AddLink(back)
