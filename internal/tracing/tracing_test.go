@@ -147,7 +147,7 @@ func TestBatchLinks(t *testing.T) {
 		members = append(members, r)
 	}
 	now := time.Now()
-	bt := reqs[1].Batch(core.BatchInfo{Model: "m", Version: "1", Device: "cpu", Size: 4, Dispatched: now}, members)
+	bt := reqs[1].Batch(core.BatchInfo{Model: "m", Version: "1", Device: "cpu", Backend: "handler_process", Size: 4, Dispatched: now}, members)
 	bt.Forward(now, now.Add(time.Millisecond), errors.New("boom"))
 	bt.End(now.Add(2*time.Millisecond), errors.New("boom"))
 	for _, r := range reqs {
@@ -161,6 +161,9 @@ func TestBatchLinks(t *testing.T) {
 	root := batches[0]
 	if v, _ := attr(root, "torchd.batch.size"); v.AsInt64() != 4 {
 		t.Fatalf("batch size %v, want 4", v)
+	}
+	if v, _ := attr(root, "torchd.backend"); v.AsString() != "handler_process" {
+		t.Fatalf("backend %v, want handler_process", v)
 	}
 	if root.Status().Code != codes.Error {
 		t.Fatalf("failed batch's status %v", root.Status())
