@@ -184,11 +184,15 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 // startHandlerProcesses starts the processes that run the archive's Python handler, one
 // per worker the pool starts with (a worker beyond them waits for a free one).
 func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s ModelSettings) (torch.Model, error) {
-	return handlerproc.Start(handlerproc.Config{
+	m, err := handlerproc.Start(handlerproc.Config{
 		Python: cmp.Or(r.opts.Python, "python3"), ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: max(1, s.MinWorkers),
 		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, Log: r.log,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("handler %q: %w", am.PythonHandler, err)
+	}
+	return m, nil
 }
 
 // cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).

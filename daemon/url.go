@@ -33,7 +33,10 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	}
 	defer cleanup()
 	var opts []archive.Option
-	if req.Handler != "" && !python {
+	switch {
+	case python:
+		opts = append(opts, archive.WithHandler(archive.HandlerPython))
+	case req.Handler != "":
 		opts = append(opts, archive.WithHandler(req.Handler))
 	}
 	am, err := archive.Open(path, opts...)
