@@ -57,7 +57,7 @@ func (v *ModelVersion) Admit(c Call) (*Admission, error) {
 	if !ok {
 		return nil, v.queueFull()
 	}
-	limit, own := v.Settings.ResponseTimeout, time.Duration(0)
+	limit, own := v.responseTimeout(), time.Duration(0)
 	if c.Timeout != nil {
 		// A malformed limit is answered by Run, once the request is decoded.
 		if ct, err := c.Timeout(); err == nil && ct > 0 && (limit <= 0 || ct < limit) {
@@ -69,7 +69,7 @@ func (v *ModelVersion) Admit(c Call) (*Admission, error) {
 		if own > 0 {
 			return nil, errorf(ErrDeadline, "model %s: %v: no place for its input within the request's own limit (%v)", v.Name, ErrDeadline, own)
 		}
-		return nil, errorf(ErrDeadline, "model %s: %v (response_timeout %v)", v.Name, ErrDeadline, v.Settings.ResponseTimeout)
+		return nil, errorf(ErrDeadline, "model %s: %v (response_timeout %v)", v.Name, ErrDeadline, v.responseTimeout())
 	}
 	return &Admission{v: v, c: c, rsv: rsv}, nil
 }
@@ -123,7 +123,7 @@ func (a *Admission) Run(sample *handlers.Sample, arrived time.Time, timeout time
 			timeout = ct
 		}
 	}
-	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
+	if rt := v.responseTimeout(); rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}
 	if v.adapter != nil {
@@ -161,7 +161,7 @@ func (a *Admission) Run(sample *handlers.Sample, arrived time.Time, timeout time
 			if c.Keep != nil {
 				c.Keep() // the batch may still read the body: the server must not reuse it
 			}
-			return Result{Queued: j.queuedFor(time.Now())}, errorf(ErrDeadline, "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
+			return Result{Queued: j.queuedFor(time.Now())}, errorf(ErrDeadline, "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.responseTimeout())
 		}
 	} else {
 		res = <-j.done
