@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/tolerance"
 )
 
 // holdWindow takes every free place of v's window, as requests holding decoded input would,
@@ -58,7 +59,7 @@ func TestBatchedAnswersMatchAlone(t *testing.T) {
 				t.Errorf("request %d ran in a batch of %d, want %d", i, res.BatchSize, len(inputs))
 			}
 			for k, y := range float32s(res.Out[0]) {
-				if d := math.Abs(float64(y - alone[i][k])); d > 1e-5 {
+				if d := math.Abs(float64(y - alone[i][k])); d > tolerance.Kernels {
 					t.Errorf("request %d, logit %d: %v batched, %v alone", i, k, y, alone[i][k])
 				}
 			}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
@@ -209,7 +210,7 @@ func TestGRPC(t *testing.T) {
 		if o := r.GetOutputs()[0]; o.GetName() != "data" || o.GetDatatype() != "FP32" || !slicesEqual(o.GetShape(), []int64{40}) || r.GetId() == "" {
 			t.Fatalf("through the handler: %v", r)
 		}
-		closeTo(t, "handler output", f32s(outputBytes(t, r)), f32s(rest.Data), 1e-5)
+		closeTo(t, "handler output", f32s(outputBytes(t, r)), f32s(rest.Data), tolerance.Kernels)
 		// A requested output that the model does not have.
 		req = fp32Request("digits_tensor", x.Shape, x.Data, true)
 		req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "nope"}}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/client"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
 
@@ -128,7 +129,7 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 			}
 			for _, n := range []int{1, 2, 7, m.batchMax} {
 				got := inferPackage(t, s, m.name, packageRows(t, m.zoo, n))
-				closeTo(t, fmt.Sprintf("batch %d", n), got, f32s(readZooNpy(t, m.zoo, fmt.Sprintf(ref, n)).Data), 1e-5)
+				closeTo(t, fmt.Sprintf("batch %d", n), got, f32s(readZooNpy(t, m.zoo, fmt.Sprintf(ref, n)).Data), tolerance.Kernels)
 			}
 			const k = 8
 			rows := packageRows(t, m.zoo, k)
@@ -151,7 +152,7 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 			}
 			wg.Wait()
 			for i := range k {
-				closeTo(t, fmt.Sprintf("row %d batched against alone", i), batched[i], alone[i], 1e-5)
+				closeTo(t, fmt.Sprintf("row %d batched against alone", i), batched[i], alone[i], tolerance.Kernels)
 			}
 			if _, mean := s.batching(t, m.name); mean <= 1.05 {
 				t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
@@ -187,7 +188,7 @@ func TestPackageOverHTTP(t *testing.T) {
 	wg.Wait()
 	for i := range bodies {
 		for k := range alone[i] {
-			if math.Abs(alone[i][k]-batched[i][k]) > 1e-5 {
+			if math.Abs(alone[i][k]-batched[i][k]) > tolerance.Kernels {
 				t.Fatalf("request %d: batched output %v differs from its one-by-one output %v", i, batched[i], alone[i])
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -257,7 +258,7 @@ func TestTextClassifierBatchedMatchesUnbatched(t *testing.T) {
 	}
 	acc := float64(correct) / float64(len(batched))
 	t.Logf("%d held-out texts: batched vs alone max abs logit difference %.3g; accuracy %.4f", len(batched), maxDiff, acc)
-	if maxDiff > 1e-5 {
+	if maxDiff > tolerance.Kernels {
 		t.Errorf("padding changes logits by up to %g", maxDiff)
 	}
 	if acc < 0.95 {
@@ -305,7 +306,7 @@ func TestTextClassifierTensorSamples(t *testing.T) {
 	}
 	a, b := logitRows(t, outs[0])[0], logitRows(t, outs[1])[0]
 	for c := range a {
-		if math.Abs(float64(a[c]-b[c])) > 1e-5 {
+		if math.Abs(float64(a[c]-b[c])) > tolerance.Kernels {
 			t.Fatalf("tensor request logits %v, text request %v", b, a)
 		}
 	}
