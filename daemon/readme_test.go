@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/internal/tolerance"
 )
 
 // readmeExample is one command of a ```console block in README.md, with the output shown
@@ -148,7 +150,11 @@ func TestREADMEExamples(t *testing.T) {
 			t.Errorf("README.md:%d: %s: the README shows JSON, the answer is not: %v\n%s", ex.line, ex.command, err, body)
 			continue
 		}
-		if diff := sameShape("", shownOrdered, got, !trainedAtBuild(ex.command)); diff != "" {
+		tol := readmeTolerance
+		if trainedAtBuild(ex.command) {
+			tol = nil
+		}
+		if diff := sameShape("", shownOrdered, got, tol); diff != "" {
 			t.Errorf("README.md:%d: %s: %s\nREADME:\n%s\nanswer:\n%s", ex.line, ex.command, diff, ex.output, body)
 		}
 	}
@@ -233,10 +239,28 @@ func decodeValue(dec *json.Decoder) (any, error) {
 	return tok, nil
 }
 
+// readmeTolerance is how far a number of the README may be from the server's: a batched
+// forward, or another CPU, changes the last digits.
+func readmeTolerance(want float64) float64 { return 1e-4 + 1e-3*math.Abs(want) }
+
+// sameJSON says where two answers differ beyond tolerance.Kernels ("" if nowhere), as
+// sameShape: the same keys in the same order, the same strings, numbers within the tolerance.
+func sameJSON(want, got []byte) string {
+	w, err := decodeOrdered(string(want))
+	if err != nil {
+		return err.Error()
+	}
+	g, err := decodeOrdered(string(got))
+	if err != nil {
+		return err.Error()
+	}
+	return sameShape("", w, g, func(float64) float64 { return tolerance.Kernels })
+}
+
 // sameShape says where got differs from want ("" if nowhere): objects with the same keys in
 // the same order, arrays of the same length, equal strings and booleans, and numbers within
-// 1e-4 + 0.1% when numbers is set (else any number).
-func sameShape(path string, want, got any, numbers bool) string {
+// tol(want) of want (tol nil: any number).
+func sameShape(path string, want, got any, tol func(want float64) float64) string {
 	switch w := want.(type) {
 	case *object:
 		g, ok := got.(*object)
@@ -247,7 +271,7 @@ func sameShape(path string, want, got any, numbers bool) string {
 			return fmt.Sprintf("%s: keys %v, want %v in this order", path, g.keys, w.keys)
 		}
 		for _, k := range w.keys {
-			if d := sameShape(path+"."+k, w.vals[k], g.vals[k], numbers); d != "" {
+			if d := sameShape(path+"."+k, w.vals[k], g.vals[k], tol); d != "" {
 				return d
 			}
 		}
@@ -257,13 +281,13 @@ func sameShape(path string, want, got any, numbers bool) string {
 			return fmt.Sprintf("%s: want an array of %d, got %v", path, len(w), got)
 		}
 		for i := range w {
-			if d := sameShape(fmt.Sprintf("%s[%d]", path, i), w[i], g[i], numbers); d != "" {
+			if d := sameShape(fmt.Sprintf("%s[%d]", path, i), w[i], g[i], tol); d != "" {
 				return d
 			}
 		}
 	case float64:
 		g, ok := got.(float64)
-		if !ok || numbers && math.Abs(g-w) > 1e-4+1e-3*math.Abs(w) {
+		if !ok || tol != nil && !(math.Abs(g-w) <= tol(w)) {
 			return fmt.Sprintf("%s: %v, want %v", path, got, w)
 		}
 	default:
