@@ -332,8 +332,12 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 			t.Errorf("%s: max |logit diff| %g to float32, want some and at most 0.25", name, d)
 		}
 		for r := range 16 {
-			if argmax(got[r*10:(r+1)*10]) != argmax(want[r*10:(r+1)*10]) {
-				t.Errorf("%s: row %d: digit %d in its precision, %d in float32", name, r, argmax(got[r*10:(r+1)*10]), argmax(want[r*10:(r+1)*10]))
+			// The digit may differ only where float32's top two are within 2d: there the
+			// rounding decides, which native and emulated bfloat16 do differently, on weights
+			// that training on this CPU made.
+			g, w := got[r*10:(r+1)*10], want[r*10:(r+1)*10]
+			if argmax(g) != argmax(w) && topGap(w) > 2*d {
+				t.Errorf("%s: row %d: digit %d in its precision, %d in float32 (float32's top two %.3g apart)", name, r, argmax(g), argmax(w), topGap(w))
 			}
 		}
 	}
@@ -358,4 +362,16 @@ func argmax(v []float32) int {
 		}
 	}
 	return best
+}
+
+// topGap is how far v's largest value is above its second.
+func topGap(v []float32) float64 {
+	top := argmax(v)
+	second := math.Inf(-1)
+	for i, x := range v {
+		if i != top {
+			second = math.Max(second, float64(x))
+		}
+	}
+	return float64(v[top]) - second
 }
