@@ -87,7 +87,7 @@ func (v *ModelVersion) admit(c Call) (*Admission, error) {
 	if !ok {
 		return nil, v.queueFull()
 	}
-	limit, own := v.Settings.ResponseTimeout, time.Duration(0)
+	limit, own := v.responseTimeout(), time.Duration(0)
 	if c.Timeout != nil {
 		// A malformed limit is answered by Run, once the request is decoded.
 		if ct, err := c.Timeout(); err == nil && ct > 0 && (limit <= 0 || ct < limit) {
@@ -99,7 +99,7 @@ func (v *ModelVersion) admit(c Call) (*Admission, error) {
 		if own > 0 {
 			return nil, errorf(ErrDeadline, "model %s: %v: no place for its input within the request's own limit (%v)", v.Name, ErrDeadline, own)
 		}
-		return nil, errorf(ErrDeadline, "model %s: %v (response_timeout %v)", v.Name, ErrDeadline, v.Settings.ResponseTimeout)
+		return nil, errorf(ErrDeadline, "model %s: %v (response_timeout %v)", v.Name, ErrDeadline, v.responseTimeout())
 	}
 	return &Admission{v: v, c: c, rsv: rsv}, nil
 }
@@ -175,7 +175,7 @@ func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 			timeout = ct
 		}
 	}
-	if rt := v.Settings.ResponseTimeout; rt > 0 && (timeout <= 0 || rt < timeout) {
+	if rt := v.responseTimeout(); rt > 0 && (timeout <= 0 || rt < timeout) {
 		timeout = rt
 	}
 	if v.adapter != nil {
@@ -213,7 +213,7 @@ func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 			if c.Keep != nil {
 				c.Keep() // the batch may still read the body: the server must not reuse it
 			}
-			err := errorf(ErrDeadline, "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.Settings.ResponseTimeout)
+			err := errorf(ErrDeadline, "model %s did not answer within its timeout (%v; response_timeout %v)", v.Name, timeout, v.responseTimeout())
 			if c.Trace != nil {
 				c.Trace.Stage("queue", j.enqueued, time.Now(), err)
 			}

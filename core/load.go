@@ -103,11 +103,12 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	module = bound
 	v := &ModelVersion{
-		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Settings: s, Startup: req.Startup,
+		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Startup: req.Startup,
 		req: req, archive: am, module: module, handler: h, adapter: req.Adapter,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 		stats:   newVersionStats(),
 	}
+	v.setSettings(s)
 	v.state.Store(int32(StateWarming))
 	v.ins, v.outs = resolveSignature(am, module, req.Adapter != nil)
 	v.metrics = r.metrics.Version(v)
@@ -141,7 +142,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		return nil, errorf(ErrBadModel, "%v", err)
 	}
 	if tn != nil {
-		v.Settings = s
+		v.setSettings(s)
 		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
 		v.tuner = tn
 	}

@@ -31,13 +31,10 @@ type WorkerPool struct {
 	threads     atomic.Int64
 	base        atomic.Int64
 	autoThreads bool
-	// onForward, when set (tests), is called on the worker's thread before each batched
-	// forward with the intra-op threads LibTorch reports there.
-	onForward atomic.Pointer[func(threads int)]
-	log       *slog.Logger
-	metrics   Observer
-	stats     *versionStats // set before the first worker starts
-	warmup    []*handlers.Sample
+	log         *slog.Logger
+	metrics     Observer
+	stats       *versionStats // set before the first worker starts
+	warmup      []*handlers.Sample
 	// abandoned closes when the load that started the pool is given up (startup_timeout):
 	// workers stop warming up, between two forwards, and exit.
 	abandoned    chan struct{}
@@ -297,10 +294,7 @@ func (p *WorkerPool) run(w *worker) {
 		// The count is set on this thread before every forward: it costs about as much as
 		// a cgo call (BenchmarkSetNumThreadsHere), next to a forward's milliseconds.
 		n := p.takeThreads()
-		ran := torch.SetNumThreadsHere(n)
-		if f := p.onForward.Load(); f != nil {
-			(*f)(ran)
-		}
+		torch.SetNumThreadsHere(n)
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch, stage)

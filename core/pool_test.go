@@ -1,8 +1,10 @@
 package core
 
 import (
+	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,173 @@ import (
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
+
+// threadsSeen records the intra-op threads each forward of the probe's models ran with.
+type threadsSeen struct {
+	mu   sync.Mutex
+	seen []int
+}
+
+func (s *threadsSeen) record(n int) {
+	s.mu.Lock()
+	s.seen = append(s.seen, n)
+	s.mu.Unlock()
+}
+
+// take returns what was recorded, and forgets it.
+func (s *threadsSeen) take() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := fmt.Sprint(s.seen)
+	s.seen = nil
+	return out
+}
+
+// A forward that runs alone gets every core; one that starts while another runs gets an even
+// share. The count is what LibTorch reports on the worker's thread before the forward. The
+// first forward is held (after its threads were taken) until the second has run, so the two
+// overlap whatever the machine's speed.
+func TestForwardThreadsAloneAndShared(t *testing.T) {
+	r := testRegistry(t, 4)
+	v := addDigits(t, r, "d", "core_probe", archive.Settings{MinWorkers: archive.Fixed(2)})
+	var seen threadsSeen
+	probe.Before(seen.record)
+	t.Cleanup(func() { probe.Before(nil) })
+	for range 3 {
+		// A worker gives its threads back just after it answers: wait for that.
+		waitFor(t, "no forward running", func() bool { return r.cores.runningNow() == 0 })
+		if _, err := infer(v, Call{}, digit(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := seen.take(); s != "[4 4 4]" {
+		t.Fatalf("forwards one at a time ran with %s threads; want every core: [4 4 4]", s)
+	}
+
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	probe.Before(func(n int) {
+		seen.record(n)
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(started)
+			<-release
+		}
+	})
+	done := make(chan error)
+	waitFor(t, "no forward running", func() bool { return r.cores.runningNow() == 0 })
+	go func() {
+		_, err := infer(v, Call{}, digit(0))
+		done <- err
+	}()
+	<-started
+	waitFor(t, "only the held forward running", func() bool { return r.cores.runningNow() == 1 })
+	if _, err := infer(v, Call{}, digit(1)); err != nil { // the other worker, while the first holds its threads
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := seen.take(); s != "[4 2]" {
+		t.Fatalf("a forward alone, then one beside it: %s threads; want [4 2]", s)
+	}
+}
+
+// A model whose threads are set keeps them, alone or not.
+func TestForwardThreadsSetByHand(t *testing.T) {
+	r := testRegistry(t, 4)
+	v := addDigits(t, r, "d", "core_probe", archive.Settings{Threads: archive.Of(1)})
+	var seen threadsSeen
+	probe.Before(seen.record)
+	t.Cleanup(func() { probe.Before(nil) })
+	for range 2 {
+		if _, err := infer(v, Call{}, digit(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := seen.take(); s != "[1 1]" {
+		t.Fatalf("threads set to 1: forwards ran with %s", s)
+	}
+}
+
+func (c *coreShare) runningNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running
+}
+
+// holdWorkers makes v's forwards wait until the returned release is called, and returns a
+// channel that receives once each time a forward starts waiting.
+func holdWorkers(t *testing.T) (held <-chan struct{}, release func()) {
+	t.Helper()
+	h, gate := make(chan struct{}, 64), make(chan struct{})
+	probe.Before(func(int) {
+		h <- struct{}{}
+		<-gate
+	})
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			probe.Before(nil)
+			close(gate)
+		})
+	}
+	t.Cleanup(release)
+	return h, release
+}
+
+// waitFor polls cond until it holds: a test waits for a state, never for a time.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+	}
+}
+
+// A failing request fails alone: a batch with one bad row is run again request by request,
+// and the good ones get their answers.
+func TestBatchFailureFailsOnlyItsRequest(t *testing.T) {
+	r := testRegistry(t, 0)
+	v := addSlow(t, r, "s", archive.Settings{BatchSize: archive.Fixed(4), MaxBatchDelay: archive.Fixed(time.Hour)})
+	type answer struct {
+		i   int
+		out []float32
+		err error
+	}
+	answers := make(chan answer, 4)
+	for i := range 4 {
+		go func() {
+			sign := float32(1)
+			if i == 2 {
+				sign = -1
+			}
+			res, err := infer(v, Call{}, slowRow(float32(i), sign))
+			a := answer{i: i, err: err}
+			if err == nil {
+				a.out = float32s(res.Out[0])
+			}
+			answers <- a
+		}()
+	}
+	for range 4 {
+		a := <-answers
+		switch {
+		case a.i == 2:
+			errorContains(t, "the negative row", a.err, ErrInference, "negative input")
+		case a.err != nil:
+			t.Errorf("row %d beside a failing one: %v", a.i, a.err)
+		case len(a.out) != 2 || a.out[0] != 2*float32(a.i) || a.out[1] != 2: // x * 2 is exact
+			t.Errorf("row %d: %v, want its own input doubled", a.i, a.out)
+		}
+	}
+	if s := v.Stats(); s.Batches == 0 || s.Items < 4 {
+		t.Errorf("stats %+v: the four requests did not run", s)
+	}
+}
 
 // A load given up at startup_timeout abandons its pool: a worker in a long warm-up (a
 // Triton model_warmup with a huge count) stops at its next forward and exits, instead of

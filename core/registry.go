@@ -349,8 +349,10 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
-	v.Settings.MinWorkers, v.Settings.MaxWorkers = minWorkers, maxWorkers
+	r.mu.Lock() // one Scale at a time: each copies the settings the last one stored
+	s := v.Settings()
+	s.MinWorkers, s.MaxWorkers = minWorkers, maxWorkers
+	v.setSettings(s)
 	r.mu.Unlock()
 	v.pool.Scale(minWorkers, wait)
 	if v.tuner != nil {
@@ -381,7 +383,3 @@ func (r *Registry) Close() {
 	}
 	wg.Wait()
 }
-
-// SetCores makes the forwards of versions loaded from now on share n cores, as on a machine
-// of n (tests).
-func (r *Registry) SetCores(n int) { r.cores = newCoreShare(n) }

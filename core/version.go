@@ -32,11 +32,13 @@ type ModelVersion struct {
 	Name, Version string
 	URL           string
 	HandlerName   string
-	Settings      ModelSettings
 	Startup       bool // loaded at start-up rather than through the API
 
-	state atomic.Int32
-	req   RegisterRequest // as given, for the snapshot
+	// settings is replaced whole by Scale, never changed in place, so that the front-ends
+	// read it without the registry's lock (Settings).
+	settings atomic.Pointer[ModelSettings]
+	state    atomic.Int32
+	req      RegisterRequest // as given, for the snapshot
 	// The signature: an AOTInductor package's recorded specs, else the archive's declared
 	// ones, else forward's schema; resolved at load, since a schema is a cgo call and a regexp.
 	ins, outs []archive.TensorSpec
@@ -52,6 +54,20 @@ type ModelVersion struct {
 	active  atomic.Int64 // requests between Enter and Answered
 	tuner   *tuner.Tuner // nil unless batching is automatic
 }
+
+// Settings returns the version's settings now; a version still loading has none (zero).
+func (v *ModelVersion) Settings() ModelSettings {
+	if s := v.settings.Load(); s != nil {
+		return *s
+	}
+	return ModelSettings{}
+}
+
+// setSettings replaces the settings with a copy of s.
+func (v *ModelVersion) setSettings(s ModelSettings) { v.settings.Store(&s) }
+
+// responseTimeout is the version's response_timeout, read on every request.
+func (v *ModelVersion) responseTimeout() time.Duration { return v.settings.Load().ResponseTimeout }
 
 // State returns the version's state.
 func (v *ModelVersion) State() State { return State(v.state.Load()) }
@@ -156,30 +172,6 @@ func (v *ModelVersion) Statistics() ModelStatistics {
 	return st
 }
 
-// OnForward makes every worker call f on its thread before each batched forward, with the
-// intra-op threads LibTorch reports there (tests).
-func (v *ModelVersion) OnForward(f func(threads int)) { v.pool.onForward.Store(&f) }
-
-// HoldWindow takes every free place of the version's window, as requests holding decoded
-// input would, and returns the function that gives them back (tests).
-func (v *ModelVersion) HoldWindow() (release func()) {
-	w := &v.batcher.win
-	w.mu.Lock()
-	n := w.limit - w.held
-	w.mu.Unlock()
-	var places []uint64
-	for range n {
-		p, _, _ := w.enter(0)
-		places = append(places, p)
-	}
-	return func() {
-		for _, p := range places {
-			w.resolve(p, nil)
-			w.leave()
-		}
-	}
-}
-
 // Enter counts a request in, for the self-tuning and for a reload that waits for the
 // version's requests to end (Drain); Answered counts it out.
 func (v *ModelVersion) Enter() {
@@ -229,7 +221,7 @@ const drainSettle = 50 * time.Millisecond
 // drain waits until no request is in the version (counted in by Enter, out by Answered),
 // admitted to its queue, or queued, bounded by its response timeout.
 func (v *ModelVersion) drain() {
-	limit := time.Now().Add(max(v.Settings.ResponseTimeout, time.Second) + drainSettle)
+	limit := time.Now().Add(max(v.responseTimeout(), time.Second) + drainSettle)
 	idleSince := time.Time{}
 	for time.Now().Before(limit) {
 		if v.active.Load() == 0 && v.batcher.reserved.Load() == 0 && v.batcher.Pending() == 0 {

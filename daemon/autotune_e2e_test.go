@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/tolerance"
 )
 
 type autoDescribe struct {
@@ -93,7 +94,7 @@ func TestAutoBatching(t *testing.T) {
 	want := decode(do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body))
 	forEach(64, 16, func(int) {
 		// Batched arithmetic may differ from a lone forward in the last bits.
-		closeTo(t, "auto-batched answer", decode(do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body)), want, 1e-5)
+		closeTo(t, "auto-batched answer", decode(do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body)), want, tolerance.Kernels)
 	})
 
 	// The second registration of the same file reads the cached curve.

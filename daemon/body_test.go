@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/torchd/torchd/daemon"
+	"github.com/torchd/torchd/handlers/handlertest"
 	"github.com/valyala/fasthttp"
 )
 
@@ -18,9 +19,11 @@ import (
 // takes it from fasthttp first, so that the next request's bytes never land under a running
 // batch. Here the worker is held before its forward until the request has timed out and the
 // server has reused the request (Reset, then the next body): the held request's bytes are as
-// they were. Both the TorchServe and the KServe v2 binary-tensor paths.
+// they were. Both the TorchServe and the KServe v2 binary-tensor paths. The worker is held by
+// the probe handler (package handlertest), which serves as the tensor handler does.
 func TestTimedOutRequestKeepsItsBody(t *testing.T) {
-	d, v := startInProcess(t, "digits_tensor", []string{"--models", "digits_tensor=digits_tensor.mar", "--batch-size", "1", "--workers", "1"}, nil)
+	d, v := startInProcess(t, "digits_tensor", []string{"--model-store", probeStore(t, "digits_tensor", "digits"),
+		"--models", "digits_tensor=digits_tensor", "--batch-size", "1", "--workers", "1"}, nil)
 	npy, err := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +63,7 @@ func TestTimedOutRequestKeepsItsBody(t *testing.T) {
 
 			// Timed out while its worker is held: the body is taken before the handler returns.
 			held, release := make(chan struct{}), make(chan struct{})
-			daemon.OnForward(v, func(int) {
+			probe.Before(func(int) {
 				close(held)
 				<-release
 			})
@@ -83,10 +86,44 @@ func TestTimedOutRequestKeepsItsBody(t *testing.T) {
 			if !bytes.Equal(body, c.body) {
 				t.Error("the next request's body overwrote the one its held batch reads")
 			}
-			daemon.OnForward(v, func(int) {})
+			probe.Before(nil)
 			close(release)
 		})
 	}
+}
+
+// probe serves the archives of probeStore as their configs' handler does, and runs a test's
+// function on the worker's thread before each forward.
+var probe = handlertest.Register("daemon_probe", "tensor")
+
+// probeStore returns a model store holding name, a directory archive of the zoo model zoo
+// with models/configs/name.toml's settings, served by the probe (which wraps the tensor
+// handler).
+func probeStore(t *testing.T, name, zoo string) string {
+	t.Helper()
+	config, err := os.ReadFile(filepath.Join("..", "models", "configs", name+".toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(config, []byte(`handler = "tensor"`)) {
+		t.Fatalf("%s.toml: the probe wraps the tensor handler; the config names another", name)
+	}
+	model, err := filepath.Abs(filepath.Join(zooDir, zoo, "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(model, filepath.Join(dir, name, "model.pt")); err != nil {
+		t.Fatal(err)
+	}
+	config = bytes.Replace(config, []byte(`handler = "tensor"`), []byte(`handler = "daemon_probe"`), 1)
+	if err := os.WriteFile(filepath.Join(dir, name, "model-config.toml"), config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func sameArray(a, b []byte) bool {

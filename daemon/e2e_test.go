@@ -20,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/internal/tolerance"
 )
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
@@ -93,7 +95,7 @@ func TestConcurrentResponsesMatchTheirInputs(t *testing.T) {
 			t.Fatalf("request %d: %d and %d values", i, len(alone[i]), len(batched[i]))
 		}
 		for k := range alone[i] {
-			if math.Abs(alone[i][k]-batched[i][k]) > 1e-5 {
+			if math.Abs(alone[i][k]-batched[i][k]) > tolerance.Kernels {
 				t.Fatalf("request %d: batched output %v differs from its one-by-one output %v", i, batched[i], alone[i])
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/torchd/torchd/internal/tolerance"
 )
 
 func init() {
@@ -168,7 +170,7 @@ func TestEfficientNetLite0MatchesPython(t *testing.T) {
 
 	// Batched answers may differ from one-by-one ones in the last float32 bits of the logits
 	// (another batch size takes other kernels), far below 1e-5 in probability.
-	const batchTol = 1e-5
+	const batchTol = tolerance.Kernels
 	const rounds = 4
 	batched := make([]topK, rounds*len(photos))
 	forEach(len(batched), 16, func(i int) {

@@ -8,23 +8,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// ShareCores makes the forwards of models registered from now on share n cores.
-func ShareCores(d *Daemon, n int) { d.Registry.SetCores(n) }
-
-// OnForward calls f on the worker's thread before each of v's batched forwards, with the
-// intra-op threads LibTorch reports there.
-func OnForward(v *ModelVersion, f func(threads int)) { v.OnForward(f) }
-
 // WindowStats returns v's window: places held now, the most held at once, the requests that
 // waited for one, and its size.
 func WindowStats(v *ModelVersion) (held, peak, waited, size int) {
 	s := v.Stats()
 	return s.WindowHeld, s.WindowPeak, s.WindowWaited, s.WindowSize
 }
-
-// HoldWindow takes every free place of v's window, as requests holding decoded input would,
-// and returns the function that gives them back (each ended before queueing).
-func HoldWindow(v *ModelVersion) (release func()) { return v.HoldWindow() }
 
 // ServeREST serves ctx's request to v as POST /predictions (v2 false) or POST
 // /v2/models/{name}/infer (v2 true) does once the registry has found v, and returns the status.

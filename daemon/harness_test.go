@@ -48,7 +48,11 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(tmp)
 	torchdBin = filepath.Join(tmp, "torchd")
-	build := exec.Command("go", "build", "-o", torchdBin, "../cmd/torchd")
+	args := []string{"build", "-o", torchdBin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "../cmd/torchd")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building torchd:", err)
@@ -97,6 +101,12 @@ func buildStore(dir string) error {
 			serialized[&all[i]] = "model.pt2"
 		}
 	}
+	// Under -race, deflating the archives in this race-instrumented process takes a minute;
+	// the servers read stored zips as they read deflated ones (make archives stores them).
+	format := archive.FormatDefault
+	if raceBuild {
+		format = archive.FormatZipStore
+	}
 	for i := range all {
 		a := &all[i]
 		export := filepath.Join(dir, a.sub)
@@ -115,6 +125,7 @@ func buildStore(dir string) error {
 			ExtraFiles:     extra,
 			ConfigFile:     filepath.Join("..", "models", "configs", a.config+".toml"),
 			ExportPath:     export,
+			Format:         format,
 		})
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", a.name, a.version, err)
@@ -242,6 +253,7 @@ func (s *server) Log() string {
 }
 
 func (s *server) stop() {
+	defer s.checkRaces()
 	select {
 	case <-s.exited:
 		return
@@ -253,6 +265,14 @@ func (s *server) stop() {
 	case <-time.After(30 * time.Second):
 		s.cmd.Process.Kill()
 		<-s.exited
+	}
+}
+
+// checkRaces fails the test when the server, built with -race (raceBuild), reported a data
+// race: the race detector writes its report to stderr and lets the process run on.
+func (s *server) checkRaces() {
+	if log := s.Log(); strings.Contains(log, "WARNING: DATA RACE") {
+		s.t.Errorf("torchd reported a data race:\n%s", log[strings.Index(log, "WARNING: DATA RACE"):])
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
 
@@ -31,13 +32,16 @@ import (
 const hostileModels = "digits=digits.mar,digits_tensor=digits_tensor.mar,resnet18=resnet18.mar,textcls=textcls.mar,captioner=captioner.mar"
 
 // goodRequest is a request whose right answer is known: key reduces a response to what must
-// not change (a top-1 class, a caption, rounded tensor values).
+// not change (a top-1 class, a caption), or values to its output tensor, which must stay
+// within tolerance.Kernels of the answer alone (in a batch, other kernels run).
 type goodRequest struct {
 	name, path, contentType string
 	header                  map[string]string
 	body                    []byte
 	key                     func(response) string
+	values                  func(response) ([]float32, error)
 	want                    string
+	wantValues              []float32
 }
 
 func (g *goodRequest) send(c *http.Client, base string) (response, error) {
@@ -66,8 +70,27 @@ func (g *goodRequest) check(c *http.Client, base string) string {
 		return fmt.Sprintf("%s: %v", g.name, err)
 	case r.status != 200:
 		return fmt.Sprintf("%s: %d %.200s", g.name, r.status, r.body)
+	case g.values != nil:
+		return g.sameValues(r)
 	case g.key(r) != g.want:
 		return fmt.Sprintf("%s: answer %q, alone it was %q", g.name, g.key(r), g.want)
+	}
+	return ""
+}
+
+// sameValues says how r's output differs from the answer alone beyond tolerance.Kernels, or "".
+func (g *goodRequest) sameValues(r response) string {
+	got, err := g.values(r)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s: %v", g.name, err)
+	case len(got) != len(g.wantValues):
+		return fmt.Sprintf("%s: %d values, alone %d", g.name, len(got), len(g.wantValues))
+	}
+	for i := range got {
+		if d := math.Abs(float64(got[i] - g.wantValues[i])); !(d <= tolerance.Kernels) {
+			return fmt.Sprintf("%s: value %d is %v, alone it was %v (|diff| %.2g > %g)", g.name, i, got[i], g.wantValues[i], d, tolerance.Kernels)
+		}
 	}
 	return ""
 }
@@ -80,32 +103,22 @@ func captionKey(r response) string {
 	return c.Caption
 }
 
-// roundedKey prints float32 values to 3 decimals: batched and alone agree within 1e-5.
-func roundedKey(vals []float32) string {
-	var b strings.Builder
-	for _, v := range vals {
-		fmt.Fprintf(&b, "%.3f ", v)
-	}
-	return b.String()
-}
-
-func npyKey(r response) string {
+func npyValues(r response) ([]float32, error) {
 	a, err := npy.Decode(r.body)
 	if err != nil {
-		return "not .npy: " + err.Error()
+		return nil, fmt.Errorf("not .npy: %v", err)
 	}
-	return roundedKey(f32s(a.Data))
+	return f32s(a.Data), nil
 }
 
-func v2Key(r response) string {
-	var out oip.InferResponse
+func v2Values(r response) ([]float32, error) {
 	var data struct {
 		Outputs []struct{ Data []float32 } `json:"outputs"`
 	}
-	if json.Unmarshal(r.body, &out) != nil || json.Unmarshal(r.body, &data) != nil || len(data.Outputs) != 1 {
-		return "bad v2 response"
+	if err := json.Unmarshal(r.body, &data); err != nil || len(data.Outputs) != 1 {
+		return nil, fmt.Errorf("bad v2 response %.200s", r.body)
 	}
-	return roundedKey(data.Outputs[0].Data)
+	return data.Outputs[0].Data, nil
 }
 
 // goodRequests builds one known-answer request per model and kind of input, and records
@@ -133,8 +146,8 @@ func goodRequests(t *testing.T, s *server) []*goodRequest {
 		{name: "digits PNG 0", path: "/predictions/digits", contentType: "image/png", body: imgs[0], key: topKey},
 		{name: "digits PNG 1", path: "/predictions/digits", contentType: "image/png", body: imgs[1], key: topKey},
 		{name: "digits PNG 2", path: "/predictions/digits", contentType: "image/png", body: imgs[2], key: topKey},
-		{name: "digits_tensor .npy", path: "/predictions/digits_tensor", contentType: "application/x-npy", body: one, key: npyKey},
-		{name: "digits_tensor v2 JSON", path: "/v2/models/digits_tensor/infer", contentType: "application/json", body: v2body, key: v2Key},
+		{name: "digits_tensor .npy", path: "/predictions/digits_tensor", contentType: "application/x-npy", body: one, values: npyValues},
+		{name: "digits_tensor v2 JSON", path: "/v2/models/digits_tensor/infer", contentType: "application/json", body: v2body, values: v2Values},
 		{name: "textcls positive", path: "/predictions/textcls", contentType: "text/plain", body: []byte("What a wonderful film!"), key: topKey},
 		{name: "textcls negative", path: "/predictions/textcls", contentType: "text/plain", body: []byte("the coffee was not good"), key: topKey},
 		{name: "resnet18 PNG", path: "/predictions/resnet18", contentType: "image/png", body: resnet, key: topKey},
@@ -144,6 +157,12 @@ func goodRequests(t *testing.T, s *server) []*goodRequest {
 		r, err := g.send(httpClient, s.inf)
 		if err != nil || r.status != 200 {
 			t.Fatalf("%s alone: %v %d %s", g.name, err, r.status, r.body)
+		}
+		if g.values != nil {
+			if g.wantValues, err = g.values(r); err != nil || len(g.wantValues) == 0 {
+				t.Fatalf("%s alone: no values in %.200s: %v", g.name, r.body, err)
+			}
+			continue
 		}
 		g.want = g.key(r)
 		if g.want == "" {

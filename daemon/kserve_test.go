@@ -17,6 +17,7 @@ import (
 
 	"github.com/torchd/torchd/client"
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
 
@@ -115,7 +116,7 @@ func TestOpenInferenceProtocol(t *testing.T) {
 		if resp.ModelName != "digits_tensor" || len(outs) != 1 || outs[0].Datatype != "FP32" || outs[0].Shape[0] != 4 || outs[0].Shape[1] != 10 {
 			t.Fatalf("%+v: response %+v outputs %+v", opts, resp, outs)
 		}
-		closeTo(t, "infer output", f32s(outs[0].Data), want, 1e-5)
+		closeTo(t, "infer output", f32s(outs[0].Data), want, tolerance.Kernels)
 	}
 
 	// A raw binary request: Inference-Header-Content-Length 0, one item's data, binary out.
@@ -138,7 +139,7 @@ func TestOpenInferenceProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	closeTo(t, "raw output", f32s(outs[0].Data), want[:10], 1e-5)
+	closeTo(t, "raw output", f32s(outs[0].Data), want[:10], tolerance.Kernels)
 
 	// Errors: {"error": ...} with Triton's status codes.
 	v2err := func(status int, path, body, part string) {
@@ -186,7 +187,7 @@ func TestKServeV1(t *testing.T) {
 	if r.status != 200 || len(out.Predictions) != 2 {
 		t.Fatalf("v1 predict: %d %s", r.status, r.body)
 	}
-	closeTo(t, "v1 prediction", append(out.Predictions[0], out.Predictions[1]...), want[:20], 1e-5)
+	closeTo(t, "v1 prediction", append(out.Predictions[0], out.Predictions[1]...), want[:20], tolerance.Kernels)
 
 	var st struct {
 		Name  string `json:"name"`
@@ -274,7 +275,7 @@ func TestV2VersionedRoutes(t *testing.T) {
 			if resp.ModelVersion != ver {
 				t.Fatalf("infer %s answered by version %q", ver, resp.ModelVersion)
 			}
-			closeTo(t, "versioned infer", f32s(outs[0].Data), want, 1e-5)
+			closeTo(t, "versioned infer", f32s(outs[0].Data), want, tolerance.Kernels)
 		}
 	}
 	for _, path := range []string{"", "/ready", "/config"} {

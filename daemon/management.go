@@ -146,12 +146,12 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 	d.failed.remove(v.Name, v.Version) // registered again: no longer failed
 	d.saveSnapshot()
 	switch {
-	case v.Settings.MinWorkers == 0:
+	case v.Settings().MinWorkers == 0:
 		writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" Version: %s registered with 0 initial workers. Use scale workers API to add workers for the model.", v.Name, v.Version))
 	case !req.Synchronous:
 		writeStatus(ctx, 202, "Processing worker updates...")
 	default:
-		writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" Version: %s registered with %d initial workers", v.Name, v.Version, v.Settings.MinWorkers))
+		writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" Version: %s registered with %d initial workers", v.Name, v.Version, v.Settings().MinWorkers))
 	}
 }
 
@@ -361,7 +361,7 @@ func describeFailed(m snapshotModel) describeModel {
 }
 
 func (d *Daemon) describeVersion(v *ModelVersion) describeModel {
-	s := v.Settings
+	s := v.Settings()
 	dev := "cpu"
 	if strings.HasPrefix(v.Module().Device(), "cuda") {
 		dev = "gpu"

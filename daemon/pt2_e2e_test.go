@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/client"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
 
@@ -128,7 +129,7 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 			}
 			for _, n := range []int{1, 2, 7, m.batchMax} {
 				got := inferPackage(t, s, m.name, packageRows(t, m.zoo, n))
-				closeTo(t, fmt.Sprintf("batch %d", n), got, f32s(readZooNpy(t, m.zoo, fmt.Sprintf(ref, n)).Data), 1e-5)
+				closeTo(t, fmt.Sprintf("batch %d", n), got, f32s(readZooNpy(t, m.zoo, fmt.Sprintf(ref, n)).Data), tolerance.Kernels)
 			}
 			const k = 8
 			rows := packageRows(t, m.zoo, k)
@@ -151,7 +152,7 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 			}
 			wg.Wait()
 			for i := range k {
-				closeTo(t, fmt.Sprintf("row %d batched against alone", i), batched[i], alone[i], 1e-5)
+				closeTo(t, fmt.Sprintf("row %d batched against alone", i), batched[i], alone[i], tolerance.Kernels)
 			}
 			if _, mean := s.batching(t, m.name); mean <= 1.05 {
 				t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
@@ -187,7 +188,7 @@ func TestPackageOverHTTP(t *testing.T) {
 	wg.Wait()
 	for i := range bodies {
 		for k := range alone[i] {
-			if math.Abs(alone[i][k]-batched[i][k]) > 1e-5 {
+			if math.Abs(alone[i][k]-batched[i][k]) > tolerance.Kernels {
 				t.Fatalf("request %d: batched output %v differs from its one-by-one output %v", i, batched[i], alone[i])
 			}
 		}
@@ -332,8 +333,12 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 			t.Errorf("%s: max |logit diff| %g to float32, want some and at most 0.25", name, d)
 		}
 		for r := range 16 {
-			if argmax(got[r*10:(r+1)*10]) != argmax(want[r*10:(r+1)*10]) {
-				t.Errorf("%s: row %d: digit %d in its precision, %d in float32", name, r, argmax(got[r*10:(r+1)*10]), argmax(want[r*10:(r+1)*10]))
+			// The digit may differ only where float32's top two are within 2d: there the
+			// rounding decides, which native and emulated bfloat16 do differently, on weights
+			// that training on this CPU made.
+			g, w := got[r*10:(r+1)*10], want[r*10:(r+1)*10]
+			if argmax(g) != argmax(w) && topGap(w) > 2*d {
+				t.Errorf("%s: row %d: digit %d in its precision, %d in float32 (float32's top two %.3g apart)", name, r, argmax(g), argmax(w), topGap(w))
 			}
 		}
 	}
@@ -358,4 +363,16 @@ func argmax(v []float32) int {
 		}
 	}
 	return best
+}
+
+// topGap is how far v's largest value is above its second.
+func topGap(v []float32) float64 {
+	top := argmax(v)
+	second := math.Inf(-1)
+	for i, x := range v {
+		if i != top {
+			second = math.Max(second, float64(x))
+		}
+	}
+	return float64(v[top]) - second
 }

@@ -145,7 +145,7 @@ func (d *Daemon) saveSnapshot() {
 		if v.State() == core.StateLoading || !req.Persist {
 			continue
 		}
-		s := v.Settings
+		s := v.Settings()
 		snap.Models = append(snap.Models, snapshotModel{
 			Name: v.Name, Version: v.Version, URL: v.URL, Handler: req.Handler, Default: e.Default,
 			BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),

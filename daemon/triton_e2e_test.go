@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -242,10 +243,10 @@ model_warmup [
 		body, _ := json.Marshal(map[string]any{"data": x, "shape": []int{1, 1, 28, 28}})
 		want := tensorData(t, do(t, "POST", s.inf+"/predictions/digits_tensor", "application/json", body))
 		got, shape := v2Out(t, s.inf+"/v2/models/digits/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
-		if !near(got, want, 1e-5) || fmt.Sprint(shape) != "[1 10]" {
+		if !near(got, want, tolerance.Kernels) || fmt.Sprint(shape) != "[1 10]" {
 			t.Fatalf("input %d: v2 %v %v, TorchServe API %v", i, shape, got, want)
 		}
-		if got, _ := v2Out(t, s.inf+"/v2/models/digits_x/infer", "x", []int64{1, 1, 28, 28}, x); !near(got, want, 1e-5) {
+		if got, _ := v2Out(t, s.inf+"/v2/models/digits_x/infer", "x", []int64{1, 1, 28, 28}, x); !near(got, want, tolerance.Kernels) {
 			t.Fatalf("input %d: by forward's argument name %v, TorchServe API %v", i, got, want)
 		}
 		if fileExists(pt2) {

@@ -219,7 +219,8 @@ func (d *Daemon) uiModelList() []uiModel {
 		if v.State() != core.StateLoading {
 			st := v.Stats()
 			m.Handler = v.HandlerName
-			m.MinWorkers, m.MaxWorkers = v.Settings.MinWorkers, v.Settings.MaxWorkers
+			s := v.Settings()
+			m.MinWorkers, m.MaxWorkers = s.MinWorkers, s.MaxWorkers
 			m.BatchSize = st.BatchSize
 			m.MaxBatchDelayMs = float64(st.MaxDelay) / 1e6
 			m.Queue, m.QueueCapacity = st.Pending, st.Capacity

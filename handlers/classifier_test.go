@@ -12,6 +12,7 @@ import (
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -71,7 +72,7 @@ func checkBatchedEqualsAlone(t *testing.T, h handlers.Handler, m *torch.Module, 
 		}
 	}
 	t.Logf("%d samples: max |batched - alone| = %.3g", len(samples), worst)
-	if worst > 1e-5 {
+	if worst > tolerance.Kernels {
 		t.Fatalf("batched and one-by-one outputs differ by %.3g", worst)
 	}
 }

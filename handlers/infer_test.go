@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -45,7 +46,7 @@ func TestInferSplitsBatchesOverThePackageMax(t *testing.T) {
 			t.Fatalf("sample %d: %d and %d logits, want %d", i, len(b), len(a), rows*10)
 		}
 		for k := range a {
-			if math.Abs(float64(a[k]-b[k])) > 1e-5 {
+			if math.Abs(float64(a[k]-b[k])) > tolerance.Kernels {
 				t.Fatalf("sample %d: logit %d is %v in the batch, %v alone", i, k, b[k], a[k])
 			}
 		}

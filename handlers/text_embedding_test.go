@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -180,7 +181,7 @@ func TestTextEmbeddingMatchesSentenceTransformers(t *testing.T) {
 		a, b := alone[i][0].Data, together[i][0].Data
 		for k := 0; k < len(a); k += 4 {
 			d := math.Abs(float64(math.Float32frombits(binary.LittleEndian.Uint32(a[k:]))) - float64(math.Float32frombits(binary.LittleEndian.Uint32(b[k:]))))
-			if d > 1e-5 {
+			if d > tolerance.Kernels {
 				t.Fatalf("text %d: alone and batched differ by %.2e", i, d)
 			}
 		}

@@ -2,14 +2,17 @@
 
 Every script builds one directory, OUT/<name>/, with the project's venv (models/requirements.txt:
 the pinned torch, torchvision, scikit-learn, numpy, Pillow, and packages that ship real
-weights): no downloads at build time, fixed seeds and a fixed thread count, so two runs on
-this machine produce the same outputs.
+weights): no downloads at build time, fixed seeds, a fixed thread count, deterministic
+algorithms and the CPU kernels capped at AVX2 (PINNED_KERNELS), so two runs produce the same
+outputs, on this machine and, as far as PyTorch allows, on any x86-64 CPU with AVX2
+(docs/guide/reproducibility.md says what still varies).
 """
 import argparse
 import contextlib
 import json
 import os
 import shutil
+import sys
 
 import torch
 
@@ -17,14 +20,41 @@ import torch
 # changing the last bits of outputs.
 THREADS = 2
 
+# The CPU kernels each library picks for the machine's ISA, capped at AVX2, which every
+# x86-64 CPU of the last decade has: ATen's vectorized kernels, oneDNN's JIT kernels (its
+# convolutions and linear layers), and MKL's (matrix products; MKL_CBWR is its Conditional
+# Numerical Reproducibility mode, STRICT also for the operations CNR does not cover by
+# default). An AVX-512 or AMX machine would otherwise train other weights than an AVX2 one,
+# since wider vectors sum in another order. Each library reads its variable once, when it
+# first runs a kernel, so a script restarts itself with them (pin_cpu_kernels).
+PINNED_KERNELS = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "DNNL_MAX_CPU_ISA": "AVX2",
+    "MKL_CBWR": "AVX2,STRICT",
+}
 
-def parse_args(description, add_arguments=None):
-    """Parse --out (and any script-specific flags) and pin torch's global settings."""
+
+def pin_cpu_kernels():
+    """Restart this script with PINNED_KERNELS in its environment, unless they are there."""
+    if any(os.environ.get(k) != v for k, v in PINNED_KERNELS.items()):
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, **PINNED_KERNELS))
+
+
+def parse_args(description, add_arguments=None, pin_kernels=True):
+    """Parse --out (and any script-specific flags) and pin torch's global settings.
+
+    pin_kernels=False keeps the machine's own kernels, for what is compiled for this CPU
+    (pt2.py's AOTInductor packages).
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", required=True, help="output root; the model goes to OUT/<name>/")
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args()
+    if pin_kernels:
+        pin_cpu_kernels()
     torch.set_num_threads(THREADS)
     torch.use_deterministic_algorithms(True)
     return args

@@ -386,7 +386,8 @@ def main():
         p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
         p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
                        help="the dtype the package computes in (autocast); inputs and outputs stay float32")
-    args = common.parse_args(__doc__.splitlines()[0], flags)
+    # The packages are compiled for this CPU's ISA (AOTI_CPU_ISA), as torchd serves them.
+    args = common.parse_args(__doc__.splitlines()[0], flags, pin_kernels=False)
     if args.device != "cpu":
         # No references are made there, and CUDA's matrix products refuse deterministic mode
         # unless CUBLAS_WORKSPACE_CONFIG is set.

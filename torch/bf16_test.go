@@ -148,7 +148,8 @@ func bf16Models(t *testing.T, name string) (fp32 torch.Model, bf16 map[string]to
 
 // TestBF16Runs checks, cheaply enough for every run, that precision bf16 reaches the model:
 // the digits CNN in bfloat16 (TorchScript under autocast, and its bf16 package) answers
-// float32 logits that differ from float32's, yet agree on the digit for the held-out rows.
+// float32 logits that differ from float32's by at most 0.25, so agree on the digit for the
+// held-out rows but near ties.
 func TestBF16Runs(t *testing.T) {
 	fp32, bf16 := bf16Models(t, "digits")
 	if _, ok := bf16["pt2"]; !ok {
@@ -172,8 +173,11 @@ func TestBF16Runs(t *testing.T) {
 		if d == 0 || d > 0.25 {
 			t.Errorf("%s: max |logit diff| %g to float32; want some (bfloat16 has 8 bits of mantissa), and at most 0.25", kind, d)
 		}
-		if a, _ := top1Agreement(g, w, 10); a < 1 {
-			t.Errorf("%s: top-1 agrees with float32 on %.1f%% of 64 digits, want all", kind, 100*a)
+		// Where the digit differs, float32's top two must be within 2d, where the rounding
+		// decides: native and emulated bfloat16 round differently, and training on another
+		// CPU makes other weights, so which held-out rows are near ties is the machine's.
+		if a, widest := top1Agreement(g, w, 10); a < 1 && widest > 2*d {
+			t.Errorf("%s: top-1 agrees with float32 on %.1f%% of 64 digits, and differs where float32's top two are %.3g apart (> 2 × %.3g)", kind, 100*a, widest, d)
 		}
 		t.Logf("digits %s bf16: max |logit diff| %.3g", kind, d)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -116,8 +117,8 @@ func TestPackagesMatchEager(t *testing.T) {
 					// Token embeddings: the ones of padding are no one's output.
 					got, want = realTokens(t, args[1].(*torch.Tensor), got), realTokens(t, args[1].(*torch.Tensor), want)
 				}
-				if d := maxAbsDiff(got, want); d > 1e-5 {
-					t.Errorf("batch %d: max |diff| %g from eager PyTorch, want <= 1e-5", n, d)
+				if d := maxAbsDiff(got, want); d > tolerance.Kernels {
+					t.Errorf("batch %d: max |diff| %g from eager PyTorch, want <= %g", n, d, tolerance.Kernels)
 				}
 				torch.CloseValue(out)
 			}
@@ -350,7 +351,7 @@ func TestPackageConcurrentRunners(t *testing.T) {
 				}
 				got, _ := out.(*torch.Tensor)
 				d, _ := torch.Data[float32](got)
-				if diff := maxAbsDiff(d, want); diff > 1e-5 {
+				if diff := maxAbsDiff(d, want); diff > tolerance.Kernels {
 					errs <- fmt.Errorf("concurrent result differs by %g", diff)
 				}
 				torch.CloseValue(out)

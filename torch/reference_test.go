@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -274,7 +275,7 @@ func compare(got, want any, path string) error {
 		if strings.ContainsAny(string(w), ".eE") {
 			f, _ := w.Float64()
 			g, ok := got.(float64)
-			if !ok || math.Abs(g-f) > 1e-5*math.Max(1, math.Abs(f)) {
+			if !ok || math.Abs(g-f) > tolerance.Kernels*math.Max(1, math.Abs(f)) {
 				return fmt.Errorf("%s: got %#v, want float %v", path, got, f)
 			}
 		} else {
@@ -346,7 +347,7 @@ func compareContainer(got any, w map[string]any, path string) error {
 	size := jt.dtype.Size()
 	for i, f := range jt.data {
 		v := decodeElem(b[i*size:], jt.dtype)
-		if math.Abs(v-f) > 1e-5*math.Max(1, math.Abs(f)) {
+		if math.Abs(v-f) > tolerance.Kernels*math.Max(1, math.Abs(f)) {
 			return fmt.Errorf("%s[%d]: got %v, want %v", path, i, v, f)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -123,18 +124,18 @@ func npyFloat32s(a npy.Array) []float32 {
 }
 
 func TestResNet18MatchesPython(t *testing.T) {
-	checkReference(t, "resnet18", 1e-5)
+	checkReference(t, "resnet18", tolerance.Kernels)
 }
 
 func TestDigitsMatchesPython(t *testing.T) {
-	checkReference(t, "digits", 1e-5)
+	checkReference(t, "digits", tolerance.Kernels)
 }
 
 // Files saved by PyTorch 2.x that call aten::scaled_dot_product_attention, which LibTorch
 // 1.13 refused ("Unknown builtin op"): models/attention.py.
 func TestAttentionFromPyTorch2MatchesPython(t *testing.T) {
 	for _, name := range []string{"sdpa", "encoder", "mha"} {
-		t.Run(name, func(t *testing.T) { checkReference(t, filepath.Join("attention", name), 1e-5) })
+		t.Run(name, func(t *testing.T) { checkReference(t, filepath.Join("attention", name), tolerance.Kernels) })
 	}
 }
 

@@ -1,0 +1,158 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/handlers/handlertest"
+	"github.com/torchd/torchd/torch"
+)
+
+// The core's tests serve real models of the zoo (models/out, made by `make models`): the
+// digits CNN behind the tensor handler, and the slow model, whose run time and failures the
+// request controls (models/slow.py).
+
+var zooDir = filepath.Join("..", "models", "out")
+
+// probe serves models whose archive names handler "core_probe" as the tensor handler does, and
+// lets a test run code on the worker's thread before each forward.
+var probe = handlertest.Register("core_probe", "tensor")
+
+// testRegistry returns a registry whose forwards share cores cores (0: GOMAXPROCS), closed
+// when the test ends.
+func testRegistry(t *testing.T, cores int) *Registry {
+	t.Helper()
+	r := NewRegistry(Options{Defaults: testDefaults, Cores: cores, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(r.Close)
+	return r
+}
+
+// testDefaults are the daemon's defaults that the tests rely on (package daemon's
+// ModelDefaults): batches of one, no delay, one worker.
+var testDefaults = archive.Settings{
+	BatchSize: archive.Fixed(1), MaxBatchDelay: archive.Fixed(time.Duration(0)), MinWorkers: archive.Fixed(1),
+	JobQueueSize: archive.Of(100), ResponseTimeout: archive.Of(120 * time.Second), StartupTimeout: archive.Of(120 * time.Second),
+	Device: archive.Of("cpu"), Precision: archive.Of("fp32"),
+}
+
+// zooArchive opens a directory archive of the zoo model zoo, served by handler with config
+// (model-config.toml's lines after the handler's).
+func zooArchive(t *testing.T, zoo, handler, config string) *archive.Model {
+	t.Helper()
+	model, err := filepath.Abs(filepath.Join(zooDir, zoo, "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(model); err != nil {
+		t.Fatalf("no zoo model (run make models): %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(model, filepath.Join(dir, "model.pt")); err != nil {
+		t.Fatal(err)
+	}
+	toml := "handler = \"" + handler + "\"\n" + config
+	if err := os.WriteFile(filepath.Join(dir, "model-config.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	am, err := archive.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return am
+}
+
+// digitsConfig declares the digits CNN's input, for the tensor handler and its warm-up.
+const digitsConfig = `
+[[inputs]]
+name = "input__0"
+dtype = "float32"
+shape = [-1, 1, 28, 28]
+`
+
+// slowConfig declares the slow model's input: [N, 2], milliseconds of work and a sign.
+const slowConfig = `
+[[inputs]]
+name = "input__0"
+dtype = "float32"
+shape = [-1, 2]
+`
+
+// addDigits registers the digits CNN as name (version "1") behind handler with settings.
+func addDigits(t *testing.T, r *Registry, name, handler string, s archive.Settings) *ModelVersion {
+	t.Helper()
+	v, err := r.Add(name, "1", RegisterRequest{Name: name, Synchronous: true, Settings: s}, zooArchive(t, "digits", handler, digitsConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// addSlow registers the slow model as name (version "1") with settings.
+func addSlow(t *testing.T, r *Registry, name string, s archive.Settings) *ModelVersion {
+	t.Helper()
+	v, err := r.Add(name, "1", RegisterRequest{Name: name, Synchronous: true, Settings: s}, zooArchive(t, "slow", "tensor", slowConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// float32Sample is one request's tensor of the given shape and values.
+func float32Sample(shape []int64, vals ...float32) *handlers.Sample {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	data := make([]byte, 4*n)
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	}
+	return &handlers.Sample{Items: int(shape[0]), Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: shape, Data: data}}}
+}
+
+// digit is a request for the digits CNN: one 28×28 image of value x everywhere.
+func digit(x float32) *handlers.Sample {
+	vals := make([]float32, 28*28)
+	for i := range vals {
+		vals[i] = x
+	}
+	return float32Sample([]int64{1, 1, 28, 28}, vals...)
+}
+
+// slowRow is a request for the slow model: ms of work, and a negative sign to make it fail.
+func slowRow(ms, sign float32) *handlers.Sample { return float32Sample([]int64{1, 2}, ms, sign) }
+
+// infer runs one request through v's path, as a front-end does.
+func infer(v *ModelVersion, c Call, s *handlers.Sample) (Result, error) {
+	_, res, err := v.Infer(c, time.Now(), func() (*handlers.Sample, error) { return s, nil })
+	return res, err
+}
+
+// float32s reads a float32 output tensor.
+func float32s(t handlers.Tensor) []float32 {
+	out := make([]float32, len(t.Data)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+	}
+	return out
+}
+
+func errorIs(err, kind error) bool { return errors.Is(err, kind) }
+
+// errorContains fails t unless err is of kind and its message contains part.
+func errorContains(t *testing.T, what string, err, kind error, part string) {
+	t.Helper()
+	if !errors.Is(err, kind) || !strings.Contains(err.Error(), part) {
+		t.Errorf("%s: error %v, want %q containing %q", what, err, kind, part)
+	}
+}
