@@ -185,6 +185,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 // startHandlerProcesses starts the processes that run the archive's Python handler, one
 // per worker the pool starts with (a worker beyond them waits for a free one).
 func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s ModelSettings) (torch.Model, error) {
+	if r.opts.Python == PythonOff {
+		return nil, fmt.Errorf("its handler %q is Python, and handler processes are off (python = %s)", am.PythonHandler, PythonOff)
+	}
 	m, err := handlerproc.Start(handlerproc.Config{
 		Python: cmp.Or(r.opts.Python, "python3"), ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: max(1, s.MinWorkers),

@@ -29,13 +29,16 @@ type Options struct {
 	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
 	CacheDir string
 	// Python is the interpreter of handler processes, which run archives' Python handlers
-	// with TorchServe's worker ("": python3 on the PATH).
+	// with TorchServe's worker ("": python3 on the PATH; PythonOff: none run).
 	Python string
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none
 	Log     *slog.Logger
 }
+
+// PythonOff as Options.Python refuses archives whose handler is Python.
+const PythonOff = "off"
 
 // Registry owns every loaded model version and its lifetime.
 type Registry struct {

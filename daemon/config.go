@@ -315,7 +315,7 @@ var settings = []setting{
 		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.LatencyTarget }, parseDur(time.Millisecond))},
 	{key: "cache_dir", def: "", help: "where measured batching curves are cached; empty: the user cache directory/torchd",
 		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
-	{key: "python", env: []string{"TORCHD_PYTHON"}, def: "", help: "the Python that runs archives' Python handlers (custom handler.py, eager models, TorchServe's own handlers) in handler processes; it must import TorchServe's ts package (make handler-runtime); empty: the project venv beside the binary (../.venv/bin/python), else python3",
+	{key: "python", env: []string{"TORCHD_PYTHON"}, def: "", help: "the Python that runs archives' Python handlers (custom handler.py, eager models, TorchServe's own handlers) in handler processes; it must import TorchServe's ts package (make handler-runtime); empty: the project venv beside the binary (../.venv/bin/python), else python3; off: archives with Python handlers are refused",
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.MaxWorkers }, parseInt(0))},

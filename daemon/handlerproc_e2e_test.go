@@ -133,6 +133,12 @@ func TestHandlerProcessBrokenHandler(t *testing.T) {
 	if r.status < 400 || !strings.Contains(string(r.body), "SyntaxError") {
 		t.Errorf("a handler with a syntax error registered: %d %s", r.status, r.body)
 	}
+	// With handler processes off, such an archive is refused, saying so.
+	off := startServer(t, "--python", "off")
+	r = do(t, "POST", off.mgmt+"/models?url=pybroken.mar&initial_workers=1&synchronous=true", "", nil)
+	if r.status < 400 || !strings.Contains(string(r.body), "handler processes are off") {
+		t.Errorf("python off: %d %s", r.status, r.body)
+	}
 	// An interpreter without TorchServe is named, with what to install.
 	s2 := startServer(t, "--python", "/bin/false")
 	r = do(t, "POST", s2.mgmt+"/models?url=pybroken.mar&initial_workers=1&synchronous=true", "", nil)
