@@ -8,18 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/BurntSushi/toml"
 	"go.yaml.in/yaml/v3"
 )
-
-// maxUnits caps durations given in files (ms or s), so that no value
-// overflows time.Duration; 1e9 s is 31 years.
-const maxUnits = 1_000_000_000
-
-// maxCount caps counts (batch size, workers, queue size, threads).
-const maxCount = math.MaxInt32
 
 // ParseModelConfig parses a per-model config file. The extension of name
 // picks the format: ".toml" is torchd's model-config.toml, ".yaml" or ".yml"
@@ -74,35 +66,9 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 		}
 		c.SerializedFile = s
 	}
-	if f.auto("batch_size") {
-		c.BatchSize = Auto[int]()
-	} else if n, ok := f.integer("batch_size", 1, maxCount); ok {
-		c.BatchSize = Fixed(int(n))
-	}
-	if f.auto("max_batch_delay") {
-		c.MaxBatchDelay = Auto[time.Duration]()
-	} else if n, ok := f.integer("max_batch_delay", 0, maxUnits); ok {
-		c.MaxBatchDelay = Fixed(time.Duration(n) * time.Millisecond)
-	}
-	if f.auto("min_workers") {
-		c.MinWorkers = Auto[int]()
-	} else if n, ok := f.integer("min_workers", 1, maxCount); ok {
-		c.MinWorkers = Fixed(int(n))
-	}
-	if n, ok := f.integer("latency_target_ms", 1, maxUnits); ok {
-		c.LatencyTarget = Of(time.Duration(n) * time.Millisecond)
-	}
-	if n, ok := f.integer("max_workers", 1, maxCount); ok {
-		c.MaxWorkers = Of(int(n))
-	}
-	if n, ok := f.integer("job_queue_size", 1, maxCount); ok {
-		c.JobQueueSize = Of(int(n))
-	}
-	if n, ok := f.integer("response_timeout", 1, maxUnits); ok {
-		c.ResponseTimeout = Of(time.Duration(n) * time.Second)
-	}
-	if n, ok := f.integer("startup_timeout", 1, maxUnits); ok {
-		c.StartupTimeout = Of(time.Duration(n) * time.Second)
+	for _, key := range []string{"batch_size", "max_batch_delay", "min_workers", "latency_target_ms",
+		"max_workers", "job_queue_size", "response_timeout", "startup_timeout"} {
+		f.setting(&c.Settings, key, key)
 	}
 	if s, ok := f.str("device"); ok {
 		if err := checkDevice(s); err != nil {
@@ -116,20 +82,15 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 		}
 		c.DeviceIDs = toInts(ids)
 	}
-	if n, ok := f.integer("threads", 1, maxCount); ok {
-		c.Threads = Of(int(n))
-	}
-	if b, ok := f.boolean("freeze"); ok {
-		c.Freeze = Of(b)
-	}
-	if b, ok := f.boolean("optimize_for_inference"); ok {
-		c.Optimize = Of(b)
+	f.setting(&c.Settings, "threads", "threads")
+	for _, key := range []string{"freeze", "optimize_for_inference"} {
+		if b, ok := f.boolean(key); ok {
+			_ = c.Settings.Set(key, b) // a bool is all Set checks
+		}
 	}
 	if s, ok := f.str("precision"); ok {
-		if !slices.Contains(Precisions, s) {
-			f.fail("precision", "must be one of %q, got %q", Precisions, s)
-		} else {
-			c.Precision = Of(s)
+		if err := c.Settings.Set("precision", s); err != nil {
+			f.failErr("precision", err)
 		}
 	}
 	if v, ok := f.get("fp32_modules"); ok {
@@ -177,31 +138,15 @@ func parseYAML(file string, data []byte) (ModelConfig, error) {
 	f := newFields(file, "", raw)
 
 	// TorchServe ignores 0 for these (ModelConfig.java keeps its default), so
-	// 0 reads as unset; negative values are errors.
-	positive := func(key string) (int, bool) {
-		n, ok := f.integer(key, 0, maxCount)
-		return int(n), ok && n > 0
-	}
-	if n, ok := positive("minWorkers"); ok {
-		c.MinWorkers = Fixed(n)
-	}
-	if n, ok := positive("maxWorkers"); ok {
-		c.MaxWorkers = Of(n)
-	}
-	if n, ok := positive("batchSize"); ok {
-		c.BatchSize = Fixed(n)
-	}
-	if n, ok := f.integer("maxBatchDelay", 0, maxUnits); ok {
-		c.MaxBatchDelay = Fixed(time.Duration(n) * time.Millisecond)
-	}
-	if n, ok := f.integer("responseTimeout", 0, maxUnits); ok && n > 0 {
-		c.ResponseTimeout = Of(time.Duration(n) * time.Second)
-	}
-	if n, ok := f.integer("startupTimeout", 0, maxUnits); ok && n > 0 {
-		c.StartupTimeout = Of(time.Duration(n) * time.Second)
-	}
-	if n, ok := positive("jobQueueSize"); ok {
-		c.JobQueueSize = Of(n)
+	// 0 reads as unset, except for maxBatchDelay; negative values are errors.
+	for _, k := range [][2]string{{"minWorkers", "min_workers"}, {"maxWorkers", "max_workers"},
+		{"batchSize", "batch_size"}, {"maxBatchDelay", "max_batch_delay"}, {"responseTimeout", "response_timeout"},
+		{"startupTimeout", "startup_timeout"}, {"jobQueueSize", "job_queue_size"}} {
+		if n, ok := f.integer(k[0], 0, math.MaxInt64); ok && (n > 0 || k[1] == "max_batch_delay") {
+			if err := c.Settings.Set(k[1], n); err != nil {
+				f.failErr(k[0], err)
+			}
+		}
 	}
 	if s, ok := f.str("deviceType"); ok {
 		switch strings.ToLower(s) {
@@ -239,6 +184,28 @@ func parseYAML(file string, data []byte) (ModelConfig, error) {
 		c.Options = opts
 	}
 	return c, errors.Join(f.errs...)
+}
+
+// setting reads the numeric setting key (torchd's name) from the file's fileKey: an integer,
+// or "auto" where the setting takes it, within its SettingLimits.
+func (f *fields) setting(s *Settings, fileKey, key string) {
+	l := SettingLimits[key]
+	if l.Auto && f.auto(fileKey) {
+		_ = s.Set(key, "auto")
+		return
+	}
+	v, ok := f.get(fileKey)
+	if !ok {
+		return
+	}
+	n, isInt := v.(int64)
+	if !isInt {
+		f.fail(fileKey, "must be an integer >= %d, got %s", l.Min, describe(v))
+		return
+	}
+	if err := s.Set(key, n); err != nil {
+		f.failErr(fileKey, err)
+	}
 }
 
 // checkDevice accepts "cpu", "cuda" and "cuda:N".
