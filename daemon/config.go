@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -169,26 +170,61 @@ func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
 	return field(dst, parseBool)
 }
 
-// modelSetting applies a per-model setting to Config.Model.
-func modelSetting[T any](dst func(*archive.Settings) *archive.Value[T], parse func(string) (T, error)) func(*Config, string) error {
-	return field(func(c *Config) *archive.Value[T] { return dst(&c.Model) }, func(v string) (archive.Value[T], error) {
-		x, err := parse(v)
-		return archive.Of(x), err
-	})
+// modelSetting applies a per-model setting to Config.Model through archive.Settings.Set, the
+// setter (and limits) every source of per-model settings shares. key is torchd's name for it
+// (workers is min_workers). A number is a count, or of the setting's unit (ms, s) or a
+// duration like 250ms; with zeroUnset, 0 (the setting's default) is not given, so that an
+// archive's value stands.
+func modelSetting(key string, zeroUnset bool) func(*Config, string) error {
+	l := archive.SettingLimits[key]
+	return func(c *Config, v string) error {
+		v = strings.TrimSpace(v)
+		var x any
+		var err error
+		switch {
+		case l.Auto && v == "auto":
+			x = v
+		case l.Unit != 0:
+			x, err = parseDur(l.Unit)(v)
+		default:
+			lo := l.Min
+			if zeroUnset {
+				lo = 0
+			}
+			x, err = strconv.Atoi(v)
+			if err != nil {
+				err = fmt.Errorf("want an integer ≥ %d, got %q", lo, v)
+			}
+		}
+		if err == nil && zeroUnset && (x == 0 || x == time.Duration(0)) {
+			return nil
+		}
+		if err == nil {
+			err = c.Model.Set(key, x)
+		}
+		var re *archive.RangeError
+		if errors.As(err, &re) {
+			err = fmt.Errorf("want an integer ≥ %d and ≤ %d, got %q", re.Min, re.Max, v)
+			if l.Unit != 0 {
+				err = fmt.Errorf("want %d to %d %v, or a duration in that range, got %q", re.Min, re.Max, l.Unit, v)
+			}
+		}
+		if err != nil && l.Auto {
+			err = fmt.Errorf(`%v, or "auto"`, err)
+		}
+		return err
+	}
 }
 
-// autoSetting applies a per-model setting that may be "auto".
-func autoSetting[T any](dst func(*archive.Settings) *archive.Tunable[T], parse func(string) (T, error)) func(*Config, string) error {
-	return field(func(c *Config) *archive.Tunable[T] { return dst(&c.Model) }, func(v string) (archive.Tunable[T], error) {
-		if strings.TrimSpace(v) == "auto" {
-			return archive.Auto[T](), nil
-		}
+// modelValue applies a per-model setting that is not a number through archive.Settings.Set.
+func modelValue[T any](key string, parse func(string) (T, error)) func(*Config, string) error {
+	return func(c *Config, v string) error {
 		x, err := parse(v)
 		if err != nil {
-			return archive.Tunable[T]{}, fmt.Errorf(`%v, or "auto"`, err)
+			return err
 		}
-		return archive.Fixed(x), nil
-	})
+		return c.Model.Set(key, x)
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -306,33 +342,33 @@ var settings = []setting{
 		apply: durSetting(func(c *Config) *time.Duration { return &c.RepositoryPollSecs }, time.Second)},
 
 	{key: "batch_size", env: []string{"BATCH_SIZE"}, def: "1", model: true, help: `largest batch per forward, or "auto"`,
-		apply: autoSetting(func(m *archive.Settings) *archive.Tunable[int] { return &m.BatchSize }, parseInt(1))},
+		apply: modelSetting("batch_size", false)},
 	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: `ms a batch waits to fill, from its oldest request, or "auto"`,
-		apply: autoSetting(func(m *archive.Settings) *archive.Tunable[time.Duration] { return &m.MaxBatchDelay }, parseDur(time.Millisecond))},
+		apply: modelSetting("max_batch_delay", false)},
 	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards on a locked OS thread`,
-		apply: autoSetting(func(m *archive.Settings) *archive.Tunable[int] { return &m.MinWorkers }, parseInt(0))},
+		apply: modelSetting("min_workers", false)},
 	{key: "latency_target_ms", def: "0", model: true, help: "p99 latency objective for auto batching, in ms; 0: none (lowest latency at the offered load)",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.LatencyTarget }, parseDur(time.Millisecond))},
+		apply: modelSetting("latency_target_ms", true)},
 	{key: "cache_dir", def: "", help: "where measured batching curves are cached; empty: the user cache directory/torchd",
 		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
 	{key: "python", env: []string{"TORCHD_PYTHON"}, def: "", help: "the Python that runs archives' Python handlers (custom handler.py, eager models, TorchServe's own handlers) in handler processes; it must import TorchServe's ts package (make handler-runtime); empty: the project venv beside the binary (../.venv/bin/python), else python3; off: archives with Python handlers are refused",
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.MaxWorkers }, parseInt(0))},
+		apply: modelSetting("max_workers", true)},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.JobQueueSize }, parseInt(1))},
+		apply: modelSetting("job_queue_size", false)},
 	{key: "response_timeout", def: "120", model: true, help: "seconds a request may take once queued (504 after)",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.ResponseTimeout }, parseDur(time.Second))},
+		apply: modelSetting("response_timeout", false)},
 	{key: "startup_timeout", def: "120", model: true, help: "seconds a model may take to load and warm up",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[time.Duration] { return &m.StartupTimeout }, parseDur(time.Second))},
+		apply: modelSetting("startup_timeout", false)},
 	{key: "device", def: "cpu", model: true, help: "cpu, cuda or cuda:N",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[string] { return &m.Device }, parseDevice)},
+		apply: modelValue("device", parseDevice)},
 	{key: "threads", def: "0", model: true, help: "intra-op threads of every forward; 0: each forward takes the cores no other forward holds, or an even share of them (all of them alone, cores / workers when every worker runs)",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.Threads }, parseInt(0))},
+		apply: modelSetting("threads", true)},
 	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[bool] { return &m.Freeze }, parseBool)},
+		apply: modelValue("freeze", parseBool)},
 	{key: "optimize_for_inference", def: "false", model: true, help: "torch.jit.optimize_for_inference TorchScript models at load (freezes them; folds batch norms, oneDNN layouts): faster batched forwards, can be slower at batch 1",
-		apply: modelSetting(func(m *archive.Settings) *archive.Value[bool] { return &m.Optimize }, parseBool)},
+		apply: modelValue("optimize_for_inference", parseBool)},
 }
 
 // ModelDefaults are the built-in per-model settings, the lowest layer of every model's
