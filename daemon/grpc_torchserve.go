@@ -2,27 +2,25 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
-	"net/url"
+	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
 // TorchServe's gRPC APIs. Inference runs the same handler path as POST /predictions
-// (served → handle); management runs the REST management API's own handlers in-process, so
-// that each call answers what REST answers: its JSON body as msg, or its error's message
-// under the gRPC status for its HTTP status.
+// (served → handle); management calls the management service (Management) as REST does, and
+// answers what REST answers: its JSON body as msg, or its error under the gRPC status for the
+// error's kind (grpcError).
 
 // tsInferenceService is TorchServe's InferenceAPIsService. StreamPredictions2 (sequences of
 // a stateful model) answers UNIMPLEMENTED.
@@ -33,8 +31,11 @@ type tsInferenceService struct {
 
 // Ping answers the body of GET /ping, {"status": "Healthy"} or "Unhealthy", as TorchServe.
 func (s *tsInferenceService) Ping(context.Context, *emptypb.Empty) (*tspb.TorchServeHealthResponse, error) {
-	_, body := runREST(s.d.ping, "GET", "/ping", nil)
-	return &tspb.TorchServeHealthResponse{Health: string(body)}, nil
+	health := "Unhealthy"
+	if s.d.startupDone() && s.d.Registry.Healthy() {
+		health = "Healthy"
+	}
+	return &tspb.TorchServeHealthResponse{Health: string(statusBody(health))}, nil
 }
 
 func (s *tsInferenceService) Predictions(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
@@ -102,139 +103,99 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*ts
 	return out, nil
 }
 
-// tsManagementService is TorchServe's ManagementAPIsService, over the REST management routes.
+// tsManagementService is TorchServe's ManagementAPIsService over the management service.
 type tsManagementService struct {
 	tspb.UnimplementedManagementAPIsServiceServer
 	d *Daemon
 }
 
-// modelPath is /models/{name}[/{version}]; names with a slash are refused, since they
-// would name another route.
-func modelPath(name, version string) (string, error) {
+// checkModel refuses an empty model name, and a name or version with a slash, which REST's
+// routes could not carry either.
+func checkModel(name, version string) error {
 	if name == "" || strings.Contains(name, "/") || strings.Contains(version, "/") {
-		return "", status.Errorf(codes.InvalidArgument, "invalid model_name %q or model_version %q", name, version)
+		return status.Errorf(codes.InvalidArgument, "invalid model_name %q or model_version %q", name, version)
 	}
-	p := "/models/" + name
-	if version != "" {
-		p += "/" + version
-	}
-	return p, nil
+	return nil
 }
 
-// answer runs method path?query on the REST management routes and returns its body as msg,
-// or its error as a gRPC status.
-func (s *tsManagementService) answer(method, path string, q url.Values) (*tspb.ManagementResponse, error) {
-	code, body := s.d.management(method, path, q)
-	if code >= 400 {
-		return nil, restError(code, body)
+// answer is a management call's answer: v as REST's JSON body in msg, or err's gRPC status.
+func answer(v any, err error) (*tspb.ManagementResponse, error) {
+	if err != nil {
+		return nil, grpcError(err)
 	}
-	return &tspb.ManagementResponse{Msg: string(body)}, nil
-}
-
-// restError is a REST error answer as a gRPC status: its message, under the code for its
-// HTTP status.
-func restError(code int, body []byte) error {
-	var e errorBody
-	msg := string(body)
-	if json.Unmarshal(body, &e) == nil && e.Message != "" {
-		msg = e.Message
+	b, err := jsonBody(v)
+	if err != nil {
+		return nil, status.Error(codes.Internal, "response encoding failed")
 	}
-	return status.Error(grpcCode(code), msg)
-}
-
-// management runs method path?query on the REST management API's routes, in-process.
-func (d *Daemon) management(method, path string, q url.Values) (int, []byte) {
-	d.mgmtOnce.Do(func() { d.mgmtRoutes = d.managementRouter() })
-	return runREST(func(ctx *fasthttp.RequestCtx, _ params) { d.mgmtRoutes.serve(ctx) }, method, path, q)
+	return &tspb.ManagementResponse{Msg: string(b)}, nil
 }
 
 func (s *tsManagementService) DescribeModel(_ context.Context, r *tspb.DescribeModelRequest) (*tspb.ManagementResponse, error) {
-	p, err := modelPath(r.GetModelName(), r.GetModelVersion())
-	if err != nil {
+	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	q := url.Values{}
-	if r.GetCustomized() {
-		q.Set("customized", "true")
-	}
-	return s.answer("GET", p, q)
+	return answer(s.d.mgmt.Describe(r.GetModelName(), r.GetModelVersion()))
 }
 
 // ListModels: a limit or token of 0 is unset, as proto3 cannot tell it from absent.
 func (s *tsManagementService) ListModels(_ context.Context, r *tspb.ListModelsRequest) (*tspb.ManagementResponse, error) {
-	q := url.Values{}
-	setInt(q, "limit", r.GetLimit())
-	setInt(q, "next_page_token", r.GetNextPageToken())
-	return s.answer("GET", "/models", q)
+	return answer(s.d.mgmt.List(int(r.GetLimit()), r.GetLimit() != 0, int(r.GetNextPageToken())), nil)
 }
 
-// RegisterModel: numbers of 0 are unset and take their defaults, as TorchServe's gRPC does.
+// grpcParams are a RegisterModelRequest's numbers as registration parameters: 0 is unset and
+// takes its default, as TorchServe's gRPC does.
+type grpcParams map[string]int32
+
+func (p grpcParams) str(string) (string, bool) { return "", false }
+
+func (p grpcParams) num(key, _ string) (int, bool) {
+	n := p[key]
+	return int(n), n != 0
+}
+
 func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterModelRequest) (*tspb.ManagementResponse, error) {
-	q := url.Values{}
-	q.Set("url", r.GetUrl())
-	for k, v := range map[string]string{"model_name": r.GetModelName(), "handler": r.GetHandler(), "runtime": r.GetRuntime()} {
-		if v != "" {
-			q.Set(k, v)
-		}
+	reg := Registration{URL: r.GetUrl(), URLGiven: true, Name: r.GetModelName(), Handler: r.GetHandler(),
+		Runtime: r.GetRuntime(), Synchronous: r.GetSynchronous()}
+	p := grpcParams{"batch_size": r.GetBatchSize(), "max_batch_delay": r.GetMaxBatchDelay(),
+		"initial_workers": r.GetInitialWorkers(), "response_timeout": r.GetResponseTimeout(),
+		"startup_timeout": r.GetStartupTimeout()}
+	if err := registrationSettings(p, s.d.log, &reg.Settings); err != nil {
+		return nil, grpcError(err)
 	}
-	setInt(q, "batch_size", r.GetBatchSize())
-	setInt(q, "max_batch_delay", r.GetMaxBatchDelay())
-	setInt(q, "initial_workers", r.GetInitialWorkers())
-	setInt(q, "response_timeout", r.GetResponseTimeout())
-	setInt(q, "startup_timeout", r.GetStartupTimeout())
-	q.Set("synchronous", strconv.FormatBool(r.GetSynchronous()))
-	return s.answer("POST", "/models", q)
+	done, err := s.d.mgmt.Register(reg)
+	return answer(statusOf(done.Message()), err)
 }
 
 func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorkerRequest) (*tspb.ManagementResponse, error) {
-	p, err := modelPath(r.GetModelName(), r.GetModelVersion())
-	if err != nil {
+	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	q := url.Values{}
-	setInt(q, "min_worker", r.GetMinWorker())
-	setInt(q, "max_worker", r.GetMaxWorker())
-	q.Set("synchronous", strconv.FormatBool(r.GetSynchronous()))
-	return s.answer("PUT", p, q)
+	sc := Scaling{Name: r.GetModelName(), Version: r.GetModelVersion(), Synchronous: r.GetSynchronous()}
+	if n := r.GetMinWorker(); n != 0 {
+		sc.Min = archive.Of(int(n))
+	}
+	if n := r.GetMaxWorker(); n != 0 {
+		sc.Max = archive.Of(int(n))
+	}
+	done, err := s.d.mgmt.Scale(sc)
+	return answer(statusOf(done.Message()), err)
 }
 
 func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRequest) (*tspb.ManagementResponse, error) {
 	if r.GetModelVersion() == "" {
 		return nil, status.Error(codes.InvalidArgument, "model_version is required")
 	}
-	p, err := modelPath(r.GetModelName(), r.GetModelVersion())
-	if err != nil {
+	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	return s.answer("PUT", p+"/set-default", nil)
+	err := s.d.mgmt.SetDefault(r.GetModelName(), r.GetModelVersion())
+	return answer(statusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
 }
 
 func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.UnregisterModelRequest) (*tspb.ManagementResponse, error) {
-	p, err := modelPath(r.GetModelName(), r.GetModelVersion())
-	if err != nil {
+	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	return s.answer("DELETE", p, nil)
-}
-
-func setInt(q url.Values, key string, v int32) {
-	if v != 0 {
-		q.Set(key, strconv.Itoa(int(v)))
-	}
-}
-
-// runREST runs a REST handler in-process on a request of its own, and returns its status
-// and a copy of its body.
-func runREST(h func(*fasthttp.RequestCtx, params), method, path string, q url.Values) (int, []byte) {
-	var req fasthttp.Request
-	req.Header.SetMethod(method)
-	uri := path
-	if len(q) > 0 {
-		uri += "?" + q.Encode()
-	}
-	req.SetRequestURI(uri)
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, nil, nil)
-	h(&ctx, nil)
-	return ctx.Response.StatusCode(), append([]byte(nil), ctx.Response.Body()...)
+	err := s.d.mgmt.Unregister(r.GetModelName(), r.GetModelVersion())
+	return answer(statusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
 }

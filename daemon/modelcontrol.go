@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"encoding/json"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 )
@@ -45,11 +43,8 @@ func (d *Daemon) repositoryLoad(name string, config []byte) error {
 	if entry == "" {
 		return apiErr(http.StatusNotFound, "ModelNotFoundException", "no model %q in the model store", name)
 	}
-	q := url.Values{"url": {entry}, "model_name": {name}, "synchronous": {"true"}}
-	if code, body := d.management("POST", "/models", q); code >= 400 {
-		return managementError(code, body)
-	}
-	return nil
+	_, err := d.mgmt.Register(Registration{URL: entry, URLGiven: true, Name: name, Synchronous: true})
+	return err
 }
 
 // repositoryUnload unloads every version of a model through the repository API, once the
@@ -68,8 +63,8 @@ func (d *Daemon) repositoryUnload(name string) error {
 	// The default version goes last: the registry keeps it while others remain.
 	sort.SliceStable(versions, func(i, j int) bool { return versions[j].Version == def })
 	for _, v := range versions {
-		if code, body := d.management("DELETE", "/models/"+name+"/"+v.Version, nil); code >= 400 {
-			return managementError(code, body)
+		if err := d.mgmt.Unregister(name, v.Version); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -83,18 +78,4 @@ func (d *Daemon) storeControl(op string) error {
 			"model control is off: start torchd with --model-control-mode explicit to %s models through the repository API (the management API on its own port registers and unregisters them)", op)
 	}
 	return nil
-}
-
-// managementError is the error a management call answered with.
-func managementError(code int, body []byte) error {
-	var e errorBody
-	msg := string(body)
-	if json.Unmarshal(body, &e) == nil && e.Message != "" {
-		msg = e.Message
-	}
-	typ := e.Type
-	if typ == "" {
-		typ = "InternalServerException"
-	}
-	return apiErr(code, typ, "%s", msg)
 }

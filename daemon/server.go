@@ -53,10 +53,9 @@ type Daemon struct {
 	// which ends the health watches that would otherwise hold a graceful stop.
 	grpcServers  []*grpc.Server
 	grpcStopping chan struct{}
-	// mgmtRoutes are the REST management routes that the gRPC calls run in-process.
-	mgmtOnce   sync.Once
-	mgmtRoutes *router
-	serveWG    sync.WaitGroup
+	// mgmt is the management service that the REST and gRPC management APIs call.
+	mgmt    *Management
+	serveWG sync.WaitGroup
 	// startupModels are loaded in the background after Start; the WaitGroup tracks them
 	// and startupCh closes when they are all done.
 	startupWG sync.WaitGroup
@@ -85,8 +84,10 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
 	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), Metrics: m, Log: log})
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
-	return &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: &Repository{reg: reg, log: log, models: map[string]*repoModel{}}, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: &Repository{reg: reg, log: log, models: map[string]*repoModel{}}, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
+	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
+	return d
 }
 
 // PythonPath is the handler processes' interpreter: the python setting, else the project's
@@ -539,14 +540,33 @@ func isTimeout(err error) bool {
 }
 
 // writeJSON writes v as TorchServe does: 2-space indented JSON and a newline.
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+// jsonBody is v as the TorchServe APIs' JSON body, indented and ending in a newline; the
+// gRPC management answers carry the same bytes.
+func jsonBody(v any) ([]byte, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		status, b = 500, []byte(`{"code": 500, "type": "InternalServerException", "message": "response encoding failed"}`)
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := jsonBody(v)
+	if err != nil {
+		status, b = 500, []byte(`{"code": 500, "type": "InternalServerException", "message": "response encoding failed"}`+"\n")
 	}
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, '\n'))
+	ctx.SetBody(b)
+}
+
+// statusOf is TorchServe's {"status": msg} answer.
+func statusOf(msg string) map[string]string { return map[string]string{"status": msg} }
+
+// statusBody is statusOf(msg) as a JSON body.
+func statusBody(msg string) []byte {
+	b, _ := jsonBody(statusOf(msg)) // a map of strings always encodes
+	return b
 }
 
 // errorBody is TorchServe's error shape.
@@ -569,7 +589,7 @@ func writeAPIError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 func writeStatus(ctx *fasthttp.RequestCtx, code int, status string) {
-	writeJSON(ctx, code, map[string]string{"status": status})
+	writeJSON(ctx, code, statusOf(status))
 }
 
 // countResponses counts h's answers in TorchServe's Requests2XX/4XX/5XX.

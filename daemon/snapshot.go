@@ -52,31 +52,37 @@ type snapshotModel struct {
 	Failed string `json:"failed,omitempty"`
 }
 
-// settings are the registration settings that bring m back as it was saved. A setting that
-// was automatic is automatic again, not frozen at its value.
-func (m snapshotModel) settings() archive.Settings {
-	s := archive.Settings{
-		MaxBatchDelay:   archive.Fixed(time.Duration(m.MaxBatchDelayMS * float64(time.Millisecond))),
-		MinWorkers:      archive.Fixed(m.Workers),
-		MaxWorkers:      archive.NonZero(m.MaxWorkers),
-		ResponseTimeout: archive.NonZero(time.Duration(m.ResponseTimeout * float64(time.Second))),
-		LatencyTarget:   archive.NonZero(time.Duration(m.LatencyTargetMS * float64(time.Millisecond))),
-		Threads:         archive.NonZero(m.Threads),
-		Precision:       archive.NonZero(m.Precision),
+// settings are the registration settings that bring m back as it was saved, each through
+// archive.Settings.Set and its limits. A setting that was automatic is automatic again, not
+// frozen at its value; a 0 that the snapshot writes for "not given" stays unset.
+func (m snapshotModel) settings() (archive.Settings, error) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	var s archive.Settings
+	for _, x := range []struct {
+		key   string
+		v     any
+		given bool
+	}{
+		{"batch_size", int64(m.BatchSize), m.BatchSize > 0},
+		{"max_batch_delay", ms(m.MaxBatchDelayMS), true},
+		{"min_workers", int64(m.Workers), true},
+		{"max_workers", int64(m.MaxWorkers), m.MaxWorkers != 0},
+		{"response_timeout", time.Duration(m.ResponseTimeout * float64(time.Second)), m.ResponseTimeout != 0},
+		{"latency_target_ms", ms(m.LatencyTargetMS), m.LatencyTargetMS != 0},
+		{"threads", int64(m.Threads), m.Threads != 0},
+		{"precision", m.Precision, m.Precision != ""},
+		{"batch_size", "auto", m.AutoBatch},
+		{"max_batch_delay", "auto", m.AutoDelay},
+		{"min_workers", "auto", m.AutoWorkers},
+	} {
+		if !x.given {
+			continue
+		}
+		if err := s.Set(x.key, x.v); err != nil {
+			return s, fmt.Errorf("snapshot setting %s: %v", x.key, err)
+		}
 	}
-	if m.BatchSize > 0 {
-		s.BatchSize = archive.Fixed(m.BatchSize)
-	}
-	if m.AutoBatch {
-		s.BatchSize = archive.Auto[int]()
-	}
-	if m.AutoDelay {
-		s.MaxBatchDelay = archive.Auto[time.Duration]()
-	}
-	if m.AutoWorkers {
-		s.MinWorkers = archive.Auto[int]()
-	}
-	return s
+	return s, nil
 }
 
 // failedRestores are the snapshot's registrations that failed to load at start-up. They
@@ -199,9 +205,13 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 			restored := 0
 			for _, m := range versions {
 				m.Failed = ""
-				req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, Synchronous: true, Startup: true, Persist: true,
-					Settings: m.settings()}
-				if _, err := d.registerModel(req); err != nil {
+				settings, err := m.settings()
+				if err == nil {
+					req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, Synchronous: true, Startup: true, Persist: true,
+						Settings: settings}
+					_, err = d.registerModel(req)
+				}
+				if err != nil {
 					if errors.Is(err, core.ErrConflict) {
 						d.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)
 						continue
