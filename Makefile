@@ -75,13 +75,18 @@ setup-build:
 # libtorchd_c's RPATH, by which the linker finds its dependencies (libcudart) at link time. The CPU build adds
 # torch/capi/nocuda.c: the three CUDA entry points torchvision's CUDA kernels name.
 lib: $(BIN)/libtorchd_c.so
-$(BIN)/libtorchd_c.so: torch/capi/torchd.cc torch/capi/torchd.h torch/capi/nocuda.c $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(TORCHVISION_LIB) $(CUDA_DEPS)
+# One object per concern of the C ABI (torch/capi/internal.h lists them), so a change to one
+# recompiles only it.
+CAPI_OBJS := $(patsubst torch/capi/%.cc,build/capi/%.o,$(wildcard torch/capi/*.cc))
+build/capi/%.o: torch/capi/%.cc torch/capi/torchd.h torch/capi/internal.h torch/capi/values.h
+	@mkdir -p build/capi
+	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c $< -o $@
+$(BIN)/libtorchd_c.so: $(CAPI_OBJS) torch/capi/nocuda.c $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(TORCHVISION_LIB) $(CUDA_DEPS)
 	@mkdir -p $(BIN) build
 	cp $(TORCHVISION_LIB) $(BIN)/libtorchvision.so
 	patchelf --force-rpath --set-rpath '$$ORIGIN:$(abspath $(LIBTORCH))/lib' $(BIN)/libtorchvision.so
-	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c torch/capi/torchd.cc -o build/torchd.o
 	$(if $(NOCUDA_OBJ),gcc -O2 -fPIC -Wall -c torch/capi/nocuda.c -o $(NOCUDA_OBJ))
-	g++ -shared -o $@ build/torchd.o $(NOCUDA_OBJ) -Wl,--no-undefined -L$(BIN) $(TORCH_LDFLAGS) \
+	g++ -shared -o $@ $(CAPI_OBJS) $(NOCUDA_OBJ) -Wl,--no-undefined -L$(BIN) $(TORCH_LDFLAGS) \
 	  -Wl,--no-as-needed -ltorch -ltorchvision -Wl,--as-needed $(TORCH_LIBS)
 
 # An AOTInductor package's compiled library has NEEDED libtorch.so and libtorch_cpu.so and no

@@ -26,19 +26,33 @@ fi
 [ -d "$wheels/torch-$ver" ] || { mkdir -p "$wheels/torch-$ver.tmp" && \
   unzip -q "$whl" 'torch/include/*' 'torch/lib/*' -d "$wheels/torch-$ver.tmp" && mv "$wheels/torch-$ver.tmp" "$wheels/torch-$ver"; }
 T=$wheels/torch-$ver/torch
-[ build/torchd-gpu.o -nt torch/capi/torchd.cc ] || g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 \
-  -I$T/include -I$T/include/torch/csrc/api/include -c torch/capi/torchd.cc -o build/torchd-gpu.o
+# capi src prefix: compiles each part of src's C ABI (torch/capi/*.cc; one file before the
+# split by concern) to prefix-<part>.o, unless it is newer than the sources, and lists them.
+capi() {
+  for cc in "$1"/torch/capi/*.cc; do
+    o=$2-$(basename "$cc" .cc).o
+    newer=1
+    for h in "$cc" "$1"/torch/capi/*.h; do [ "$o" -nt "$h" ] || newer=0; done
+    [ $newer = 1 ] || g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 \
+      -I$T/include -I$T/include/torch/csrc/api/include -c "$cc" -o "$o" >&2
+    echo "$o"
+  done
+}
+mkdir -p build/capi-gpu
+objs=$(capi . build/capi-gpu/torchd)
 # As `make lib TORCH_CUDA=1`: the libtorch.so stand-in (libtorch_cpu and libc10 only), which a
 # package's library binds to, and --no-as-needed to keep libtorch_cuda, whose static
 # initializers register the CUDA backend. RPATH, not RUNPATH: searched before LD_LIBRARY_PATH.
-gpulib() { # gpulib object.o dir: the stand-in and libtorchd_c.so in dir
-  g++ -shared -x c /dev/null -o "$2/libtorch.so" -Wl,-soname,libtorch.so -L$T/lib -Wl,--disable-new-dtags \
+gpulib() { # gpulib dir objects...: the stand-in and libtorchd_c.so in dir
+  d=$1; shift
+  g++ -shared -x c /dev/null -o "$d/libtorch.so" -Wl,-soname,libtorch.so -L$T/lib -Wl,--disable-new-dtags \
     -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch_cpu -lc10
-  g++ -shared -o "$2/libtorchd_c.so" "$1" -L"$2" -L$T/lib -Wl,--disable-new-dtags \
+  g++ -shared -o "$d/libtorchd_c.so" "$@" -L"$d" -L$T/lib -Wl,--disable-new-dtags \
     -Wl,-rpath,'$ORIGIN' -Wl,-rpath,"$rpath" -Wl,--no-as-needed -ltorch -ltorch_cuda -lc10_cuda -ltorch_cpu -lc10 -Wl,--as-needed
-  cp -L "$(ldconfig -p | awk '/libturbojpeg.so.0 /{print $NF; exit}')" "$2/"
+  cp -L "$(ldconfig -p | awk '/libturbojpeg.so.0 /{print $NF; exit}')" "$d/"
 }
-gpulib build/torchd-gpu.o "$out/bin"
+# shellcheck disable=SC2086 # objs is a list of paths without spaces
+gpulib "$out/bin" $objs
 # Without the symbol table and DWARF (profiles still name functions, from the pcln table), so
 # that the folder with a baseline stays under 64 MiB.
 go build -ldflags='-s -w' -o "$out/bin/torchd" ./cmd/torchd
@@ -55,10 +69,9 @@ if [ -n "${BASELINE:-}" ]; then
   cp bin/libtorchd_c.so bin/libtorch.so "$src/bin/"
   (cd "$src" && go build -ldflags='-s -w' -o bin/torchd ./cmd/torchd)
   rev=$(git -C "$src" rev-parse HEAD)
-  obj=build/torchd-gpu-$ver-$rev.o # compiled once per revision and torch version
-  [ -f "$obj" ] || g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -I$T/include -I$T/include/torch/csrc/api/include \
-    -c "$src/torch/capi/torchd.cc" -o "$obj"
-  gpulib "$obj" "$out/baseline"
+  bobjs=$(capi "$src" build/capi-gpu/$ver-$rev) # compiled once per revision and torch version
+  # shellcheck disable=SC2086
+  gpulib "$out/baseline" $bobjs
   cp "$src/bin/torchd" "$out/baseline/"
   echo "$rev" > "$out/baseline/REVISION"
   git worktree remove --force "$src"

@@ -205,7 +205,7 @@ int td_trim_arenas(void);
 int td_cuda_is_available(void);
 int td_cuda_device_count(void);
 
-/* The LibTorch version, e.g. "1.13.1". Static; do not free. */
+/* The LibTorch version, e.g. "2.15.0". Static; do not free. */
 const char *td_version(void);
 
 /* Frees an error or a string returned by this library. */
