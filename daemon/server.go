@@ -1,10 +1,14 @@
-// Package daemon is torchd's server: the inference, management and metrics APIs over
-// fasthttp, the gRPC APIs (grpc.go), the model registry, and each model's batcher and
-// worker pool.
+// Package daemon is torchd's server. It wires the serving core (package core: the registry of
+// model versions, their batchers and worker pools) to the protocol front-ends over fasthttp and
+// gRPC: TorchServe's inference and management APIs, KServe v1 and v2 with the Open Inference
+// Protocol and Triton's extensions and model repository, /v1/embeddings, the metrics API and the
+// web page. It owns the configuration, the snapshot, the management service (Management) and
+// every goroutine it starts.
 //
-// A request goes in one straight line: inference API → Registry → handler Preprocess (in the
-// request's goroutine) → the model's Batcher → a WorkerPool worker (batched forward on a
-// locked OS thread) → handler Postprocess → response. The HTTP layer never calls LibTorch.
+// A request goes in one straight line: a front-end → core.Registry → handler Preprocess (in the
+// request's goroutine) → the version's Batcher → a WorkerPool worker (batched forward on a locked
+// OS thread) → handler Postprocess → the front-end's response. The HTTP and gRPC layers never
+// call LibTorch.
 package daemon
 
 import (
@@ -17,8 +21,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -412,92 +414,6 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	return firstErr
 }
 
-func (d *Daemon) startupDone() bool {
-	select {
-	case <-d.startupCh:
-		return true
-	default:
-		return false
-	}
-}
-
-// loadStartupModels registers the models named by the models setting, in parallel.
-func (d *Daemon) loadStartupModels() {
-	defer func() {
-		go func() { d.startupWG.Wait(); close(d.startupCh) }()
-	}()
-	if snap, err := d.readSnapshot(); err != nil {
-		d.log.Error("snapshot not read; starting without it", "err", err)
-	} else if len(snap) > 0 {
-		d.log.Info("restoring models from the snapshot", "file", d.cfg.SnapshotFile, "versions", len(snap))
-		d.restoreSnapshot(snap)
-	}
-	if d.Repository.dir != "" {
-		d.startupWG.Add(1)
-		go func() {
-			defer d.startupWG.Done()
-			d.loadRepository()
-		}()
-	}
-	specs, err := d.startupSpecs()
-	if err != nil {
-		d.log.Error("start-up models", "err", err)
-		return
-	}
-	for _, s := range specs {
-		d.startupWG.Add(1)
-		go func() {
-			defer d.startupWG.Done()
-			req := RegisterRequest{URL: s.url, Name: s.name, Startup: true, Synchronous: true}
-			if _, err := d.registerModel(req); err != nil {
-				if errors.Is(err, core.ErrConflict) {
-					// Registered through the API before a restart, and back from the snapshot.
-					d.log.Info("start-up model already loaded from the snapshot", "url", s.url, "msg", err.Error())
-					return
-				}
-				d.log.Error("start-up model failed to load", "url", s.url, "err", err)
-				d.Registry.FailStartup(s.name, err)
-			}
-		}()
-	}
-}
-
-type startupSpec struct{ name, url string }
-
-func (d *Daemon) startupSpecs() ([]startupSpec, error) {
-	m := strings.TrimSpace(d.cfg.Models)
-	if m == "" {
-		return nil, nil
-	}
-	if strings.EqualFold(m, "all") {
-		entries, err := os.ReadDir(d.cfg.ModelStore)
-		if err != nil {
-			return nil, fmt.Errorf("model store: %w", err)
-		}
-		var out []startupSpec
-		for _, e := range entries {
-			n := e.Name()
-			if strings.HasPrefix(n, ".") {
-				continue
-			}
-			if e.IsDir() || strings.HasSuffix(n, ".mar") || strings.HasSuffix(n, ".tar.gz") || strings.HasSuffix(n, ".tgz") {
-				out = append(out, startupSpec{url: n})
-			}
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].url < out[j].url })
-		return out, nil
-	}
-	var out []startupSpec
-	for _, part := range splitList(m) {
-		name, url, ok := strings.Cut(part, "=")
-		if !ok {
-			url, name = part, ""
-		}
-		out = append(out, startupSpec{name: name, url: url})
-	}
-	return out, nil
-}
-
 // accessLog wraps h with one log line per request: method, path, status, latency.
 func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	if !d.cfg.AccessLog {
@@ -539,9 +455,8 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// writeJSON writes v as TorchServe does: 2-space indented JSON and a newline.
-// jsonBody is v as the TorchServe APIs' JSON body, indented and ending in a newline; the
-// gRPC management answers carry the same bytes.
+// jsonBody is v as the TorchServe APIs' JSON body, 2-space indented and ending in a newline;
+// the gRPC management answers carry the same bytes.
 func jsonBody(v any) ([]byte, error) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -550,6 +465,7 @@ func jsonBody(v any) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
+// writeJSON writes v as TorchServe does (jsonBody).
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	b, err := jsonBody(v)
 	if err != nil {
