@@ -165,3 +165,35 @@ func (s *Settings) setNumber(key string, n int64, d time.Duration) {
 		s.Threads = Of(int(n))
 	}
 }
+
+// Unset clears the setting key, as if its source had not given it.
+func (s *Settings) Unset(key string) {
+	switch key {
+	case "batch_size":
+		s.BatchSize = Tunable[int]{}
+	case "max_batch_delay":
+		s.MaxBatchDelay = Tunable[time.Duration]{}
+	case "min_workers":
+		s.MinWorkers = Tunable[int]{}
+	case "max_workers":
+		s.MaxWorkers = Value[int]{}
+	case "job_queue_size":
+		s.JobQueueSize = Value[int]{}
+	case "latency_target_ms":
+		s.LatencyTarget = Value[time.Duration]{}
+	case "response_timeout":
+		s.ResponseTimeout = Value[time.Duration]{}
+	case "startup_timeout":
+		s.StartupTimeout = Value[time.Duration]{}
+	case "threads":
+		s.Threads = Value[int]{}
+	case "device":
+		s.Device = Value[string]{}
+	case "precision":
+		s.Precision = Value[string]{}
+	case "freeze":
+		s.Freeze = Value[bool]{}
+	case "optimize_for_inference":
+		s.Optimize = Value[bool]{}
+	}
+}

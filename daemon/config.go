@@ -197,6 +197,7 @@ func modelSetting(key string, zeroUnset bool) func(*Config, string) error {
 			}
 		}
 		if err == nil && zeroUnset && (x == 0 || x == time.Duration(0)) {
+			c.Model.Unset(key) // over a lower source's value (the file's, under a flag)
 			return nil
 		}
 		if err == nil {
@@ -206,7 +207,8 @@ func modelSetting(key string, zeroUnset bool) func(*Config, string) error {
 		if errors.As(err, &re) {
 			err = fmt.Errorf("want an integer ≥ %d and ≤ %d, got %q", re.Min, re.Max, v)
 			if l.Unit != 0 {
-				err = fmt.Errorf("want %d to %d %v, or a duration in that range, got %q", re.Min, re.Max, l.Unit, v)
+				unit := map[time.Duration]string{time.Millisecond: "ms", time.Second: "s"}[l.Unit]
+				err = fmt.Errorf("want %d to %d %s, or a duration in that range, got %q", re.Min, re.Max, unit, v)
 			}
 		}
 		if err != nil && l.Auto {

@@ -58,9 +58,10 @@ func TestSettingLimitsBySource(t *testing.T) {
 			t.Errorf("%v: accepted", bad)
 		}
 	}
-	c, err := LoadConfig([]string{"--threads", "0", "--max-workers", "0", "--latency-target-ms", "0"}, envOf(nil))
+	c, err := LoadConfig([]string{"--threads", "0", "--max-workers", "0", "--latency-target-ms", "0"},
+		envOf(map[string]string{"TORCHD_THREADS": "4"}))
 	if err != nil || c.Model.Threads.Set || c.Model.MaxWorkers.Set || c.Model.LatencyTarget.Set {
-		t.Errorf("zeros: %v, %+v", err, c.Model)
+		t.Errorf("zeros, the flag's over the environment's threads: %v, %+v", err, c.Model)
 	}
 
 	// A snapshot entry outside the limits fails to restore, naming the setting.
