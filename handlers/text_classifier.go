@@ -23,7 +23,7 @@ func init() { Register("text_classifier", newTextClassifier) }
 // special tokens it follows; the archive's tokenizer.json is used when neither is set), max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
 // take), lowercase (true: an uncased model), top_k (all classes).
 type TextClassifier struct {
-	tok      *text.WordPiece
+	tok      text.Tokenizer
 	topK     int // 0: all classes
 	maxTexts int
 	labels   map[int]string

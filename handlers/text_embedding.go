@@ -30,7 +30,7 @@ func init() { Register("text_embedding", newTextEmbedding) }
 // over max_seq_length is cut, as sentence-transformers' encode() cuts it; false: refused),
 // max_texts (256).
 type TextEmbedding struct {
-	tok       *text.WordPiece
+	tok       text.Tokenizer
 	maxLen    int // max_seq_length, [CLS] and [SEP] included
 	truncate  bool
 	pooling   string // "mean", "cls" or "max"

@@ -176,22 +176,102 @@ func TestTokenizerJSONMatchesHF(t *testing.T) {
 	t.Logf("%d texts, %d with special tokens written in them", len(refs.Items), special)
 }
 
+// A byte-level BPE tokenizer.json made as RoBERTa's is (models/hfbert.py trains one) gives the
+// ids of Hugging Face's tokenizers on every text of models/out/hfbert/tokenizer_bpe_refs.json:
+// <s>, </s> and <mask> (which takes the whitespace before it) written in the text,
+// contractions, runs of whitespace, accents, CJK, emoji, and truncation at max_length.
+func TestBPETokenizerJSONMatchesHF(t *testing.T) {
+	dir := filepath.Join("..", "..", "models", "out", "hfbert")
+	var refs struct {
+		MaxLength int `json:"max_length"`
+		Items     []struct {
+			Text string  `json:"text"`
+			IDs  []int64 `json:"ids"`
+		} `json:"items"`
+	}
+	readJSON(t, filepath.Join(dir, "tokenizer_bpe_refs.json"), &refs)
+	f, err := os.Open(filepath.Join(dir, "tokenizer_bpe.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := text.ReadTokenizerJSON(f, text.Options{MaxLength: refs.MaxLength})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tok.(*text.BPE); !ok {
+		t.Fatalf("tokenizer_bpe.json read as %T, want a BPE", tok)
+	}
+	if len(refs.Items) < 1000 {
+		t.Fatalf("tokenizer_bpe_refs.json has %d texts, want 1000 or more", len(refs.Items))
+	}
+	bad, special, truncated := 0, 0, 0
+	for i, it := range refs.Items {
+		if got := tok.Encode(it.Text); !slices.Equal(got, it.IDs) {
+			bad++
+			if bad <= 20 {
+				t.Errorf("text %d %+q:\n Go %v\n HF %v", i, it.Text, got, it.IDs)
+			}
+		}
+		for _, s := range []string{"<s>", "</s>", "<mask>"} {
+			if strings.Contains(it.Text, s) {
+				special++
+				break
+			}
+		}
+		if len(it.IDs) == refs.MaxLength {
+			truncated++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d texts differ", bad, len(refs.Items))
+	}
+	if special == 0 || truncated == 0 {
+		t.Fatalf("%d texts spell out a special token and %d are cut at max_length: want some of each", special, truncated)
+	}
+	t.Logf("%d texts, %d with special tokens written in them, %d cut at max_length %d", len(refs.Items), special, truncated, refs.MaxLength)
+}
+
 // What ReadTokenizerJSON refuses, with messages that say why.
 func TestTokenizerJSONRefusals(t *testing.T) {
 	bpe, err := os.ReadFile(filepath.Join("..", "..", "models", "out", "hfbert", "tokenizer_bpe.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// edit returns the BPE tokenizer.json with one of its keys changed.
+	edit := func(key string, value any) string {
+		var m map[string]any
+		if err := json.Unmarshal(bpe, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[key] = value
+		if key == "vocab" {
+			model := m["model"].(map[string]any)
+			model["vocab"] = value
+			delete(m, "vocab")
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
 	for _, c := range []struct{ json, msg string }{
-		{string(bpe), `model type "BPE" is not supported: torchd's tokenizer reads BERT-style WordPiece tokenizers`},
+		{`{"model": {"type": "Unigram"}}`, `model type "Unigram" is not supported: torchd's tokenizers read WordPiece (BERT-style) and byte-level BPE (GPT-2, RoBERTa)`},
 		{`{"model": {"type": "WordPiece"}, "normalizer": {"type": "NFC"}}`, "the normalizer must be BertNormalizer"},
 		{`not json`, "not a Hugging Face tokenizer.json"},
 		{`{"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 5}},
 		  "normalizer": {"type": "BertNormalizer", "lowercase": true}, "pre_tokenizer": {"type": "BertPreTokenizer"}}`, "the vocabulary's ids must be 0 to 1"},
+		// Llama 2's kind: SentencePiece-style BPE.
+		{edit("pre_tokenizer", map[string]any{"type": "Metaspace", "replacement": "▁"}), `a BPE tokenizer's pre_tokenizer "Metaspace" is not supported: torchd reads byte-level BPE tokenizers`},
+		{edit("pre_tokenizer", nil), `a BPE tokenizer's pre_tokenizer none is not supported`},
+		{edit("normalizer", map[string]any{"type": "Lowercase"}), `a BPE tokenizer's normalizer "Lowercase" is not supported`},
+		{edit("post_processor", map[string]any{"type": "Weird"}), `post_processor "Weird" is not supported`},
+		{edit("vocab", map[string]any{"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "a": 5}), `the vocabulary has no token "Ā" for byte 0x00: not a byte-level BPE vocabulary`},
 	} {
 		_, err := text.ReadTokenizerJSON(strings.NewReader(c.json), text.Options{})
 		if err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%.60s: %v, want %q", c.json, err, c.msg)
 		}
+	}
+	if _, err := text.ReadTokenizerJSON(strings.NewReader(string(bpe)), text.Options{MaxLength: 1}); err == nil || !strings.Contains(err.Error(), "max length 1 leaves no room for the 2 special tokens") {
+		t.Errorf("max length 1: %v", err)
 	}
 }

@@ -157,23 +157,7 @@ func (w *WordPiece) Check(ids []int64) error {
 // Batch pads seqs with [PAD] to the longest one and returns them row-major, with their
 // attention mask (1 for a token, 0 for padding): both are [len(seqs), width].
 func (w *WordPiece) Batch(seqs [][]int64) (ids, mask []int64, width int) {
-	for _, s := range seqs {
-		width = max(width, len(s))
-	}
-	ids = make([]int64, len(seqs)*width)
-	mask = make([]int64, len(seqs)*width)
-	for i, s := range seqs {
-		row := ids[i*width : (i+1)*width]
-		copy(row, s)
-		for j := len(s); j < width; j++ {
-			row[j] = w.pad
-		}
-		m := mask[i*width : i*width+len(s)]
-		for j := range m {
-			m[j] = 1
-		}
-	}
-	return ids, mask, width
+	return padBatch(seqs, w.pad)
 }
 
 // scratch holds the buffers one tokenization reuses; pooled because Encode runs once per
