@@ -1,8 +1,11 @@
-// Package text turns text into token ids for BERT-style models, exactly as
-// google-research/bert's tokenization.py does: its BasicTokenizer (control characters dropped,
-// whitespace normalized, optional lower-casing and accent stripping, punctuation and CJK
-// characters split off), then greedy longest-match-first WordPiece over a vocab.txt, then
-// [CLS] … [SEP]. It knows strings and ids, nothing of tensors, models or HTTP.
+// Package text turns text into token ids, as the model's own tokenizer gives them. A WordPiece
+// does it for BERT-style models exactly as google-research/bert's tokenization.py does: its
+// BasicTokenizer (control characters dropped, whitespace normalized, optional lower-casing and
+// accent stripping, punctuation and CJK characters split off), then greedy longest-match-first
+// WordPiece over a vocab.txt, then [CLS] … [SEP]; or as Hugging Face's tokenizers library does
+// from a tokenizer.json. A BPE does it for byte-level BPE models (GPT-2, RoBERTa) from a
+// tokenizer.json, as Hugging Face's tokenizers library does. It knows strings and ids,
+// nothing of tensors, models or HTTP.
 package text
 
 import (
