@@ -83,6 +83,14 @@ func TestKServeV2ThroughHandler(t *testing.T) {
 			t.Fatalf("v2 through the tensor handler: %d %s", r.status, r.body)
 		}
 	}
+	// A BYTES input is the handler's payload: a text for the text classifier.
+	r0 := do(t, "POST", s.inf+"/v2/models/textcls/infer", "application/json", []byte(`{"id":"t","inputs":[{"name":"text","shape":[2],"datatype":"BYTES","data":["a great movie","an awful movie"]}]}`))
+	var tr tsV2Response
+	r0.json(t, &tr)
+	if r0.status != 200 || len(tr.Outputs) != 1 || tr.Outputs[0].Name != "text" || tr.Outputs[0].Datatype != "BYTES" || len(tr.Outputs[0].Data) != 2 {
+		t.Fatalf("v2 BYTES texts through the text classifier: %d %s", r0.status, r0.body)
+	}
+
 	// A request without an id gets one.
 	b := bytes.Replace(v2Body("input-0", []int{1, 28, 28}, digitsTensor(t, pngs[0])), []byte(`"id":"req-1",`), nil, 1)
 	var resp tsV2Response
