@@ -330,3 +330,70 @@ func TestTensorHandlerNamedFields(t *testing.T) {
 		t.Fatalf("a field of another name: %v", err)
 	}
 }
+
+// The refusals issue #53 found, with their messages: an archive without the default
+// vocab.txt names the option and the file; a model that returns something other than logits
+// (here a dict, as the encoder_dict export) is named in TorchScript's terms, never Go's.
+func TestTextClassifierRefusals(t *testing.T) {
+	cfg := archive.ModelConfig{File: "model-config.toml", Handler: "text_classifier", Options: map[string]any{}}
+	_, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: t.TempDir()})
+	if err == nil || err.Error() != `model-config.toml: option vocab: the archive has no file "vocab.txt": add it to the archive (torchd archive --extra-files), or name the right file` {
+		t.Errorf("no vocab.txt: %v", err)
+	}
+	h, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := torch.Load(filepath.Join(hfZoo, "encoder_dict.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "text/plain", Data: []byte("a great movie")}}, Header: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = handlers.Infer(h, m, []*handlers.Sample{s})
+	if err == nil || !strings.Contains(err.Error(), "want a tensor of logits (or a tuple that starts with it)") || !strings.Contains(err.Error(), "Dict[str, Tensor]") ||
+		strings.Contains(err.Error(), "map[") || strings.Contains(err.Error(), "interface") {
+		t.Errorf("a dict for logits: %v", err)
+	}
+}
+
+// torchvision's scripted segmenter behind the tensor handler, the case issue #53 found
+// answering a Go type name: its dict comes back as outputs named by the dict's keys.
+func TestTensorHandlerSegmenterDict(t *testing.T) {
+	m, err := torch.Load(filepath.Join("..", "models", "out", "segmenter", "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in := []archive.TensorSpec{{Name: "images", DType: "float32", Shape: []int64{-1, 3, -1, -1}}}
+	h, err := handlers.New("tensor", handlers.Context{Config: archive.ModelConfig{Handler: "tensor", Inputs: in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"data": make([]float32, 3*64*64), "shape": []int{1, 3, 64, 64}, "dtype": "float32"})
+	s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body}}, Header: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := handlers.Infer(h, m, []*handlers.Sample{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Postprocess(s, outs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]struct {
+		DType string  `json:"dtype"`
+		Shape []int64 `json:"shape"`
+	}
+	if err := json.Unmarshal(resp.Body, &got); err != nil {
+		t.Fatalf("%v: %.200s", err, resp.Body)
+	}
+	if o, a := got["out"], got["aux"]; len(got) != 2 || o.DType != "float32" || fmt.Sprint(o.Shape) != "[1 4 64 64]" || fmt.Sprint(a.Shape) != "[1 4 64 64]" {
+		t.Errorf("answer %+v, want out and aux, float32 [1, 4, 64, 64]", got)
+	}
+}
