@@ -36,7 +36,11 @@ Files:
                       them included, with the fast tokenizer's ids (max_length 512).
   tokenizer_bpe_refs.json   the same for tokenizer_bpe.json: 1000+ texts with <s>, </s>,
                       <mask> (lstrip), <pad>, [SEP] spelled out, contractions, runs of
-                      whitespace, accents, CJK and emoji, and texts over max_length 512.
+                      whitespace, accents, CJK and emoji, and texts over max_length 512;
+                      variant_ids are tokenizer_bpe_variant.json's.
+  tokenizer_bpe_variant.json  tokenizer_bpe.json with add_prefix_space, NFC, a
+                      TemplateProcessing post-processor, and added tokens [SEP]
+                      (single_word, normalized) and [MASK] (lstrip and rstrip).
 """
 import json
 import os
@@ -122,6 +126,20 @@ def bpe_tokenizer():
     rng = random.Random(153)
     tok.train_from_iterator(minilm.SENTENCES * 20 + minilm.random_texts(rng, 6000), trainer)
     tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    return tok
+
+
+def bpe_variant(bpe):
+    """tokenizer_bpe.json with the options RoBERTa's lacks: add_prefix_space, an NFC
+    normalizer, a TemplateProcessing post-processor, and added tokens with single_word,
+    rstrip and lstrip, matched before and after normalization."""
+    from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers, processors
+    tok = Tokenizer.from_str(bpe.to_str())
+    tok.no_truncation()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.normalizer = normalizers.NFC()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tok.add_tokens([AddedToken("[SEP]", single_word=True), AddedToken("[MASK]", lstrip=True, rstrip=True, normalized=False)])
     return tok
 
 
@@ -218,8 +236,12 @@ def main():
         texts = BPE_TEXTS + minilm.SENTENCES + with_specials(rng, minilm.random_texts(rng, 1000)) + minilm.over_long(rng)
         bpe.enable_truncation(512)
         enc = [e.ids for e in bpe.encode_batch(texts)]
+        variant = bpe_variant(bpe)
+        variant.save(os.path.join(d, "tokenizer_bpe_variant.json"))
+        variant.enable_truncation(512)
+        venc = [e.ids for e in variant.encode_batch(texts)]
         common.write_json(os.path.join(d, "tokenizer_bpe_refs.json"), {
-            "max_length": 512, "items": [{"text": t, "ids": i} for t, i in zip(texts, enc)]})
+            "max_length": 512, "items": [{"text": t, "ids": i, "variant_ids": v} for t, i, v in zip(texts, enc, venc)]})
         print(f"hfbert: {len(items)} refs, {len(texts)} BPE tokenizer refs", flush=True)
 
 

@@ -179,57 +179,69 @@ func TestTokenizerJSONMatchesHF(t *testing.T) {
 // A byte-level BPE tokenizer.json made as RoBERTa's is (models/hfbert.py trains one) gives the
 // ids of Hugging Face's tokenizers on every text of models/out/hfbert/tokenizer_bpe_refs.json:
 // <s>, </s> and <mask> (which takes the whitespace before it) written in the text,
-// contractions, runs of whitespace, accents, CJK, emoji, and truncation at max_length.
+// contractions, runs of whitespace, accents, CJK, emoji, and truncation at max_length. So does
+// its variant with add_prefix_space, NFC, a TemplateProcessing post-processor and added
+// tokens with single_word, lstrip and rstrip.
 func TestBPETokenizerJSONMatchesHF(t *testing.T) {
 	dir := filepath.Join("..", "..", "models", "out", "hfbert")
 	var refs struct {
 		MaxLength int `json:"max_length"`
 		Items     []struct {
-			Text string  `json:"text"`
-			IDs  []int64 `json:"ids"`
+			Text       string  `json:"text"`
+			IDs        []int64 `json:"ids"`
+			VariantIDs []int64 `json:"variant_ids"`
 		} `json:"items"`
 	}
 	readJSON(t, filepath.Join(dir, "tokenizer_bpe_refs.json"), &refs)
-	f, err := os.Open(filepath.Join(dir, "tokenizer_bpe.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tok, err := text.ReadTokenizerJSON(f, text.Options{MaxLength: refs.MaxLength})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := tok.(*text.BPE); !ok {
-		t.Fatalf("tokenizer_bpe.json read as %T, want a BPE", tok)
-	}
 	if len(refs.Items) < 1000 {
 		t.Fatalf("tokenizer_bpe_refs.json has %d texts, want 1000 or more", len(refs.Items))
 	}
-	bad, special, truncated := 0, 0, 0
-	for i, it := range refs.Items {
-		if got := tok.Encode(it.Text); !slices.Equal(got, it.IDs) {
-			bad++
-			if bad <= 20 {
-				t.Errorf("text %d %+q:\n Go %v\n HF %v", i, it.Text, got, it.IDs)
+	for _, c := range []struct {
+		file string
+		ids  func(i int) []int64
+	}{
+		{"tokenizer_bpe.json", func(i int) []int64 { return refs.Items[i].IDs }},
+		{"tokenizer_bpe_variant.json", func(i int) []int64 { return refs.Items[i].VariantIDs }},
+	} {
+		f, err := os.Open(filepath.Join(dir, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := text.ReadTokenizerJSON(f, text.Options{MaxLength: refs.MaxLength})
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := tok.(*text.BPE); !ok {
+			t.Fatalf("%s read as %T, want a BPE", c.file, tok)
+		}
+		bad, special, truncated := 0, 0, 0
+		for i, it := range refs.Items {
+			want := c.ids(i)
+			if got := tok.Encode(it.Text); !slices.Equal(got, want) {
+				bad++
+				if bad <= 20 {
+					t.Errorf("%s: text %d %+q:\n Go %v\n HF %v", c.file, i, it.Text, got, want)
+				}
+			}
+			for _, s := range []string{"<s>", "</s>", "<mask>", "[SEP]", "[MASK]"} {
+				if strings.Contains(it.Text, s) {
+					special++
+					break
+				}
+			}
+			if len(want) == refs.MaxLength {
+				truncated++
 			}
 		}
-		for _, s := range []string{"<s>", "</s>", "<mask>"} {
-			if strings.Contains(it.Text, s) {
-				special++
-				break
-			}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d texts differ", c.file, bad, len(refs.Items))
 		}
-		if len(it.IDs) == refs.MaxLength {
-			truncated++
+		if special == 0 || truncated == 0 {
+			t.Fatalf("%s: %d texts spell out a special token and %d are cut at max_length: want some of each", c.file, special, truncated)
 		}
+		t.Logf("%s: %d texts, %d with special tokens written in them, %d cut at max_length %d", c.file, len(refs.Items), special, truncated, refs.MaxLength)
 	}
-	if bad > 0 {
-		t.Errorf("%d of %d texts differ", bad, len(refs.Items))
-	}
-	if special == 0 || truncated == 0 {
-		t.Fatalf("%d texts spell out a special token and %d are cut at max_length: want some of each", special, truncated)
-	}
-	t.Logf("%d texts, %d with special tokens written in them, %d cut at max_length %d", len(refs.Items), special, truncated, refs.MaxLength)
 }
 
 // What ReadTokenizerJSON refuses, with messages that say why.
