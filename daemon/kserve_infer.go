@@ -120,8 +120,11 @@ func (d *Daemon) v2Run(c core.Call, v *ModelVersion, rsv *core.Admission, req *o
 	declared := v.Archive().Config.Inputs != nil
 	_, texts := v.Handler().(handlers.TextSampler)
 	tp, takesTensors := v.Handler().(handlers.TensorPreprocessor)
+	// A model whose inputs are unknown (none declared, and forward takes no plain tensors: a
+	// detector's list of images) is fed only through its handler.
+	unknown := !declared && len(ins) == 0
 	switch {
-	case takesTensors && declared && !namesInputs(tensors, ins):
+	case takesTensors && (declared && !namesInputs(tensors, ins) || unknown):
 		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
 	case !texts && len(tensors) > 0 && tensors[0].Datatype == "BYTES" && (len(ins) == 0 || !namesInputs(tensors, ins)):
 		// No model takes BYTES: they are the handler's payloads (an image, a text), as

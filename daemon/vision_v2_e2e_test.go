@@ -1,9 +1,11 @@
 package daemon_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -129,6 +131,33 @@ func TestDetectorOverKServeV2(t *testing.T) {
 		}
 	}
 
+	// The image as a float32 [C, H, W] tensor (ToTensor's: RGB in [0, 1]), as TorchServe's
+	// vision handlers take a list of numbers: the detector's inputs are a list of images,
+	// which no tensor names, so it goes through the handler too.
+	img, err := png.Decode(bytes.NewReader(visionScenes(t, "detector")[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, h := img.Bounds().Dx(), img.Bounds().Dy()
+	chw := make([]float32, 3*h*w)
+	for y := range h {
+		for x := range w {
+			r, g, b, _ := img.At(x, y).RGBA()
+			for c, v := range []uint32{r, g, b} {
+				chw[c*h*w+y*w+x] = float32(v>>8) / 255
+			}
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"inputs": []any{map[string]any{"name": "input-0", "shape": []int{3, h, w}, "datatype": "FP32", "data": chw}}})
+	r := do(t, "POST", s.inf+"/v2/models/detector/infer", "application/json", body)
+	var resp tsV2Response
+	r.json(t, &resp)
+	if r.status != 200 || len(resp.Outputs) != 1 || resp.Outputs[0].Name != "input-0" || resp.Outputs[0].Datatype != "BYTES" {
+		t.Fatalf("FP32 image over v2: %d %.300s", r.status, r.body)
+	}
+	b, _ = json.Marshal(resp.Outputs[0].Data)
+	sameDetections(t, "REST v2 FP32 scene_320x240.png", b, refs["scene_320x240.png"].([]any))
+
 	// What is not an image, or not a list of them, is the client's error, naming the input.
 	v2Err := func(body string, status int, part string) {
 		t.Helper()
@@ -144,6 +173,7 @@ func TestDetectorOverKServeV2(t *testing.T) {
 	v2Err(`{"inputs":[{"name":"input-0","shape":[1],"datatype":"BYTES","data":["not base64!"]}]}`, 400, `bad image: unsupported format: unrecognised leading bytes`)
 	v2Err(`{"inputs":[{"name":"input-0","shape":[1],"datatype":"BYTES","data":["AAAA"]}]}`, 400, `bad image: unsupported format: unrecognised leading bytes`)
 	v2Err(`{"inputs":[{"name":"input-0","shape":[1,2],"datatype":"BYTES","data":["a","b"]}]}`, 400, `input "input-0": BYTES input must have shape [N] or [N, 1], got [1 2]`)
+	v2Err(`{"inputs":[{"name":"input-0","shape":[2,2],"datatype":"FP32","data":[0,0,0,0]}]}`, 400, `input "input-0": a tensor input must be float32 images [C, H, W] or [N, C, H, W], got float32 [2 2]`)
 	v2Err(`{"inputs":[{"name":"a","shape":[1],"datatype":"BYTES","data":["a"]},{"name":"b","shape":[1],"datatype":"BYTES","data":["b"]}]}`, 400, "takes one input")
 	_, err = oipc.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "detector", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "input-0", Datatype: "BYTES", Shape: []int64{1}}}, RawInputContents: [][]byte{bytesElement([]byte("\x89PNG\r\n\x1a\n"))}})
 	wantCode(t, err, codes.InvalidArgument, "png is truncated")
