@@ -8,35 +8,117 @@ import (
 	"unicode/utf8"
 )
 
-// newTestBPE is a byte-level BPE over the 256 byte symbols, a few merges, and the added
-// tokens <s> and </s> around each text; a text's tokens spell its bytes back.
-func newTestBPE(t testing.TB, maxLength int) *BPE {
+// testBPEJSON is the tokenizer.json of a byte-level BPE over the 256 byte symbols, a few
+// merges, and the added tokens <s> and </s> around each text; edit may change it first.
+func testBPEJSON(t testing.TB, edit func(tj, model map[string]any)) string {
 	t.Helper()
-	vocab := map[string]int64{"<s>": 0, "</s>": 1}
+	vocab := map[string]any{"<s>": 0, "</s>": 1}
 	for c := range 256 {
-		vocab[string(byteLevel[c])] = int64(len(vocab))
+		vocab[string(byteLevel[c])] = len(vocab)
 	}
 	merges := [][2]string{{"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"e", "r"}, {"Ġ", "Ġ"}, {"ä", "¸"}, {"a", "a"}, {"aa", "aa"}}
 	for _, m := range merges {
-		vocab[m[0]+m[1]] = int64(len(vocab))
+		vocab[m[0]+m[1]] = len(vocab)
 	}
-	tj, err := json.Marshal(map[string]any{
+	model := map[string]any{"type": "BPE", "vocab": vocab, "merges": merges}
+	tj := map[string]any{
 		"added_tokens": []map[string]any{
 			{"id": 0, "content": "<s>", "normalized": false},
 			{"id": 1, "content": "</s>", "normalized": false},
 		},
 		"pre_tokenizer":  map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
 		"post_processor": map[string]any{"type": "RobertaProcessing", "cls": []any{"<s>", 0}, "sep": []any{"</s>", 1}},
-		"model":          map[string]any{"type": "BPE", "vocab": vocab, "merges": merges},
-	})
+		"model":          model,
+	}
+	if edit != nil {
+		edit(tj, model)
+	}
+	b, err := json.Marshal(tj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := ReadTokenizerJSON(strings.NewReader(string(tj)), Options{MaxLength: maxLength})
+	return string(b)
+}
+
+// newTestBPE is testBPEJSON's tokenizer; a text's tokens spell its bytes back.
+func newTestBPE(t testing.TB, maxLength int) *BPE {
+	t.Helper()
+	tok, err := ReadTokenizerJSON(strings.NewReader(testBPEJSON(t, nil)), Options{MaxLength: maxLength})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tok.(*BPE)
+}
+
+// What a BPE tokenizer.json may not say, with messages that name it.
+func TestBPERefusals(t *testing.T) {
+	for _, c := range []struct {
+		edit func(tj, model map[string]any)
+		msg  string
+	}{
+		{func(_, m map[string]any) { m["dropout"] = 0.1 }, "BPE dropout 0.1 is not supported"},
+		{func(_, m map[string]any) { m["continuing_subword_prefix"] = "##" }, `BPE with continuing_subword_prefix "##" or end_of_word_suffix "" is not supported`},
+		{func(tj, _ map[string]any) {
+			tj["pre_tokenizer"] = map[string]any{"type": "ByteLevel", "use_regex": false}
+		}, `pre_tokenizer "ByteLevel" is not supported`},
+		{func(_, m map[string]any) { m["merges"] = []any{"Ġ t", 5} }, "merge 1 is 5: want"},
+		{func(_, m map[string]any) { m["merges"] = []any{"Ġ t x"} }, "merge 0 is \"Ġ t x\": want two tokens"},
+		{func(_, m map[string]any) { m["merges"] = []any{[]string{"x", "y"}, []string{"q", "z"}} }, `merge 0 ("x", "y") names a token the vocabulary lacks`},
+		{func(_, m map[string]any) { m["vocab"].(map[string]any)["dup"] = 3 }, "the vocabulary's ids must be 0 to"},
+		{func(tj, _ map[string]any) {
+			tj["added_tokens"] = []map[string]any{{"id": 2, "content": "<x>"}}
+		}, `added token "<x>" (id 2) is not the vocabulary's token of that id`},
+		{func(tj, _ map[string]any) {
+			tj["post_processor"] = map[string]any{"type": "RobertaProcessing", "cls": []any{"<s>"}, "sep": []any{"</s>", 1}}
+		}, "post_processor RobertaProcessing: cls and sep must be [token, id]"},
+		{func(tj, _ map[string]any) {
+			tj["post_processor"] = map[string]any{"type": "RobertaProcessing", "cls": []any{"<s>", 99999}, "sep": []any{"</s>", 1}}
+		}, "the special token id 99999 is outside the vocabulary"},
+		{func(tj, _ map[string]any) {
+			tj["post_processor"] = map[string]any{"type": "TemplateProcessing", "single": []any{map[string]any{"SpecialToken": map[string]any{"id": "<s>"}}}, "special_tokens": map[string]any{}}
+		}, `TemplateProcessing: the special token "<s>" has no ids`},
+		{func(tj, _ map[string]any) {
+			tj["post_processor"] = map[string]any{"type": "TemplateProcessing", "single": []any{}}
+		}, "a single text's template must hold the sequence $A once"},
+		{func(tj, _ map[string]any) {
+			tj["post_processor"] = map[string]any{"type": "TemplateProcessing", "single": []any{map[string]any{"Sequence": map[string]any{"id": "B"}}}}
+		}, "a single text's template holds only special tokens and the sequence $A"},
+		{func(tj, _ map[string]any) {
+			tj["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{map[string]any{"type": "Nope"}}}
+		}, `post_processor "Nope" is not supported`},
+	} {
+		tj := testBPEJSON(t, c.edit)
+		if _, err := ReadTokenizerJSON(strings.NewReader(tj), Options{}); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%v, want %q", err, c.msg)
+		}
+	}
+	// A Sequence of ByteLevel and a template, as Llama 3's post-processor, and padding's id.
+	tj := testBPEJSON(t, func(tj, _ map[string]any) {
+		tj["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{
+			map[string]any{"type": "ByteLevel"},
+			map[string]any{"type": "TemplateProcessing", "single": []any{
+				map[string]any{"SpecialToken": map[string]any{"id": "<s>"}}, map[string]any{"Sequence": map[string]any{"id": "A"}}},
+				"special_tokens": map[string]any{"<s>": map[string]any{"ids": []int{0}}}}}}
+		tj["padding"] = map[string]any{"pad_id": 1}
+	})
+	tok, err := ReadTokenizerJSON(strings.NewReader(tj), Options{MaxLength: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Encode("aa b"); !slices.Equal(got, []int64{0, 264, 34}) || tok.PadID() != 1 {
+		t.Errorf("Encode = %v, pad %d; want [<s> aa Ġ], pad 1", got, tok.PadID())
+	}
+	for _, c := range []struct {
+		ids  []int64
+		want string
+	}{
+		{[]int64{0, 500}, "id 500 at position 1 is outside the vocabulary of 266 tokens"},
+		{[]int64{0, 1, 2, 3}, "4 ids exceed the maximum length of 3"},
+	} {
+		if err := tok.Check(c.ids); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Check(%v) = %v, want %q", c.ids, err, c.want)
+		}
+	}
 }
 
 // unByteLevel turns byte-level tokens back into the bytes they spell.
