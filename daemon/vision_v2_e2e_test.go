@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"image/png"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,16 +93,8 @@ func grpcImage(t *testing.T, c pb.GRPCInferenceServiceClient, model string, img 
 	return o.GetName(), o.GetDatatype(), elems, numbers
 }
 
-func TestDetectorOverKServeV2(t *testing.T) {
-	s := startVisionServer(t, "detector")
-	b, err := os.ReadFile(filepath.Join(zooDir, "detector", "ref_answers.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var refs map[string]any
-	if err := json.Unmarshal(b, &refs); err != nil {
-		t.Fatal(err)
-	}
+// detectorOverKServeV2 is TestObjectDetectorOverHTTPAndGRPC's KServe v2 part, on its server.
+func detectorOverKServeV2(t *testing.T, s *server, refs map[string]any) {
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
 	for i, name := range []string{"scene_320x240.png", "scene_200x300.png"} {
 		img := visionScenes(t, "detector")[i]
@@ -155,7 +145,7 @@ func TestDetectorOverKServeV2(t *testing.T) {
 	if r.status != 200 || len(resp.Outputs) != 1 || resp.Outputs[0].Name != "input-0" || resp.Outputs[0].Datatype != "BYTES" {
 		t.Fatalf("FP32 image over v2: %d %.300s", r.status, r.body)
 	}
-	b, _ = json.Marshal(resp.Outputs[0].Data)
+	b, _ := json.Marshal(resp.Outputs[0].Data)
 	sameDetections(t, "REST v2 FP32 scene_320x240.png", b, refs["scene_320x240.png"].([]any))
 
 	// What is not an image, or not a list of them, is the client's error, naming the input.
@@ -179,10 +169,8 @@ func TestDetectorOverKServeV2(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "png is truncated")
 }
 
-func TestSegmenterOverKServeV2(t *testing.T) {
-	s := startVisionServer(t, "segmenter")
-	ref := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_answer.npy"))
-	margin := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_margin.npy"))
+// segmenterOverKServeV2 is TestImageSegmenterOverHTTPAndGRPC's KServe v2 part, on its server.
+func segmenterOverKServeV2(t *testing.T, s *server, ref, margin []float32) {
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
 	// pixels turns the flattened answer back into TorchServe's [224][224][2] array.
 	pixels := func(flat []float64) []byte {
