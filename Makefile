@@ -159,9 +159,11 @@ models-bf16: $(MODELS_OUT)/.done
 # of a 1.1 s cold start (docs/benchmarks.md).
 # NAME_pt2 is the zoo model's AOTInductor package (model.pt2, models/pt2.py) with NAME's config;
 # captioner_pt2 is the captioner's model.pt with its encoder package (encoder.pt2) beside it.
-# The detector and segmenter of the zoo (116 MB together) are archived by their tests, not
-# here: they would grow the image by a tenth and slow every `--models all` start.
-ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm
+# detector and segmenter are torchvision's scripted Faster R-CNN and DeepLabV3 (121 MB
+# together, a third more store); hfbert is a traced Hugging Face classifier with its
+# tokenizer.json, and hfbert_bpe the same model with a byte-level BPE tokenizer.json.
+ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm \
+            detector:detector segmenter:segmenter hfbert:hfbert hfbert_bpe:hfbert
 PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
@@ -169,7 +171,7 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.to
 	@for a in $(ARCHIVES) captioner_pt2:captioner $(foreach m,$(PT2_ARCHIVES),$(m)_pt2:$(m)); do name=$${a%%:*}; zoo=$${a##*:}; \
 	  file=model.pt; config=$$name; more=; \
 	  case $$name in captioner_pt2) more=encoder.pt2;; *_pt2) file=model.pt2; config=$${name%_pt2};; esac; \
-	  extra=$$(for f in index_to_name.json vocab.txt vocab.json st $$more; do [ -e $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
+	  extra=$$(for f in index_to_name.json vocab.txt vocab.json tokenizer.json tokenizer_bpe.json st $$more; do [ -e $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
 	  extra=$${extra%,}; [ -n "$$extra" ] && extra="--extra-files $$extra"; \
 	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/$$file \
 	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done

@@ -83,6 +83,14 @@ func TestKServeV2ThroughHandler(t *testing.T) {
 			t.Fatalf("v2 through the tensor handler: %d %s", r.status, r.body)
 		}
 	}
+	// A BYTES input is the handler's payload: a text for the text classifier.
+	r0 := do(t, "POST", s.inf+"/v2/models/textcls/infer", "application/json", []byte(`{"id":"t","inputs":[{"name":"text","shape":[2],"datatype":"BYTES","data":["a great movie","an awful movie"]}]}`))
+	var tr tsV2Response
+	r0.json(t, &tr)
+	if r0.status != 200 || len(tr.Outputs) != 1 || tr.Outputs[0].Name != "text" || tr.Outputs[0].Datatype != "BYTES" || len(tr.Outputs[0].Data) != 2 {
+		t.Fatalf("v2 BYTES texts through the text classifier: %d %s", r0.status, r0.body)
+	}
+
 	// A request without an id gets one.
 	b := bytes.Replace(v2Body("input-0", []int{1, 28, 28}, digitsTensor(t, pngs[0])), []byte(`"id":"req-1",`), nil, 1)
 	var resp tsV2Response
@@ -110,7 +118,7 @@ func TestKServeV2ThroughHandler(t *testing.T) {
 	}
 	v2Err(do(t, "POST", s.inf+"/v2/models/digits/infer", "application/json", v2Body("input-0", []int{1, 27, 27}, make([]float32, 27*27))), 400, "float32 [1, 28, 28]")
 	v2Err(do(t, "POST", s.inf+"/v2/models/digits_tensor/infer", "application/json", v2Body("input-0", []int{2, 2}, make([]float32, 4))), 400, "must have shape")
-	v2Err(do(t, "POST", s.inf+"/v2/models/digits/infer", "application/json", []byte(`{"inputs":[{"name":"input-0","shape":[1],"datatype":"BYTES","data":["x"]}]}`)), 400, "no LibTorch tensor type")
+	v2Err(do(t, "POST", s.inf+"/v2/models/digits/infer", "application/json", []byte(`{"inputs":[{"name":"input-0","shape":[1],"datatype":"BYTES","data":["x"]}]}`)), 400, `input "input-0": text input must be a base64-encoded image`)
 	two := []byte(`{"inputs":[{"name":"a","shape":[1],"datatype":"FP32","data":[1]},{"name":"b","shape":[1],"datatype":"FP32","data":[1]}]}`)
 	v2Err(do(t, "POST", s.inf+"/v2/models/digits/infer", "application/json", two), 400, "takes one input")
 	v2Err(do(t, "POST", s.inf+"/v2/models/textcls/infer", "application/json", []byte(`{"inputs":[{"name":"text","shape":[1],"datatype":"INT64","data":[1]}]}`)), 400, "model takes 2 inputs")

@@ -118,8 +118,18 @@ func (d *Daemon) v2Run(c core.Call, v *ModelVersion, rsv *core.Admission, req *o
 		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
 	}
 	declared := v.Archive().Config.Inputs != nil
-	if tp, ok := v.Handler().(handlers.TensorPreprocessor); ok && declared && !namesInputs(tensors, ins) {
+	_, texts := v.Handler().(handlers.TextSampler)
+	tp, takesTensors := v.Handler().(handlers.TensorPreprocessor)
+	// A model whose inputs are unknown (none declared, and forward takes no plain tensors: a
+	// detector's list of images) is fed only through its handler.
+	unknown := !declared && len(ins) == 0
+	switch {
+	case takesTensors && (declared && !namesInputs(tensors, ins) || unknown):
 		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
+	case !texts && len(tensors) > 0 && tensors[0].Datatype == "BYTES" && (len(ins) == 0 || !namesInputs(tensors, ins)):
+		// No model takes BYTES: they are the handler's payloads (an image, a text), as
+		// TorchServe's envelope hands a BYTES input's data to the handler.
+		return d.v2RunHandler(c, v, rsv, req, tensors, nil, arrived, timeout)
 	}
 	var sample *handlers.Sample
 	if ts, ok := v.Handler().(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
@@ -163,11 +173,18 @@ func (d *Daemon) v2RunHandler(c core.Call, v *ModelVersion, rsv *core.Admission,
 		return v2Answer{}, apiErr(400, "BadRequestException", "through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors))
 	}
 	t := tensors[0]
-	dt, ok := datatypes[t.Datatype]
-	if !ok {
+	var sample *handlers.Sample
+	var err error
+	if dt, ok := datatypes[t.Datatype]; ok && tp != nil {
+		sample, err = tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
+	} else if t.Datatype == "BYTES" {
+		// The handler's errors name the input, a payload of that name.
+		if sample, err = bytesSample(v.Handler(), t); err != nil {
+			return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%s", err.Error())
+		}
+	} else {
 		return v2Answer{}, apiErr(400, "BadRequestException", "input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
 	}
-	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
 	if err != nil {
 		return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "input %q: %v", t.Name, err)
 	}
@@ -339,6 +356,45 @@ func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*h
 		return nil, errors.New("the request has no inputs")
 	}
 	return s, nil
+}
+
+// bytesSample hands each element of a BYTES tensor of shape [N] or [N, 1] to the handler's
+// Preprocess as one payload, as a multipart request's files: base64 text (what TorchServe's
+// clients put in JSON) as text/plain, which the image handlers decode, else as it is.
+func bytesSample(h handlers.Handler, t oip.Tensor) (*handlers.Sample, error) {
+	if len(t.Shape) == 0 || len(t.Shape) > 2 || len(t.Shape) == 2 && t.Shape[1] != 1 {
+		return nil, handlers.BadInput("input %q: BYTES input must have shape [N] or [N, 1], got %v", t.Name, t.Shape)
+	}
+	var ins []handlers.Payload
+	for b := t.Data; len(b) > 0; {
+		if len(b) < 4 {
+			return nil, handlers.BadInput("input %q: a BYTES element is cut short", t.Name)
+		}
+		n := binary.LittleEndian.Uint32(b)
+		if uint64(n) > uint64(len(b)-4) {
+			return nil, handlers.BadInput("input %q: a BYTES element's length %d runs past the data", t.Name, n)
+		}
+		p := handlers.Payload{Name: t.Name, Data: b[4 : 4+n]}
+		if isBase64(p.Data) {
+			p.ContentType = "text/plain"
+		}
+		ins = append(ins, p)
+		b = b[4+n:]
+	}
+	if int64(len(ins)) != t.Shape[0] {
+		return nil, handlers.BadInput("input %q: shape %v but %d elements", t.Name, t.Shape, len(ins))
+	}
+	return h.Preprocess(&handlers.Request{Inputs: ins, Header: func(string) string { return "" }})
+}
+
+// isBase64 reports whether b is all base64's alphabet (and whitespace): no image file is.
+func isBase64(b []byte) bool {
+	for _, c := range b {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '=' || c == '\n' || c == '\r') {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 // textSample hands a BYTES tensor of texts, shape [N] or [N, 1], to a handler that

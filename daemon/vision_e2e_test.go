@@ -19,8 +19,8 @@ import (
 )
 
 // The scripted torchvision detector and segmenter of models/detector.py and segmenter.py,
-// behind object_detector and image_segmenter, answer over HTTP and gRPC as TorchServe's
-// handlers do on Python's outputs.
+// behind object_detector and image_segmenter, answer over HTTP and gRPC (TorchServe's APIs
+// and KServe v2, vision_v2_e2e_test.go) as TorchServe's handlers do on Python's outputs.
 
 // visionArchives writes the detector's and segmenter's archives into the store once, as
 // directories: deflating their 116 MB in TestMain would slow every run of this package.
@@ -161,6 +161,7 @@ func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
 	}
 	_, err = tsc.Predictions(callCtx(t), &tspb.PredictionsRequest{ModelName: "detector", Input: map[string][]byte{"data": []byte("not an image")}})
 	wantCode(t, err, codes.InvalidArgument, "unrecognised leading bytes")
+	t.Run("KServe v2", func(t *testing.T) { detectorOverKServeV2(t, s, refs) })
 }
 
 // sameSegmentation compares one image's [224][224][class, p] answer with Python's (ref
@@ -239,4 +240,5 @@ func TestImageSegmenterOverHTTPAndGRPC(t *testing.T) {
 	if r := do(t, "POST", url, "image/png", []byte("\x89PNG\r\n\x1a\n")); r.status != 400 {
 		t.Errorf("truncated PNG: %d %s", r.status, r.body)
 	}
+	t.Run("KServe v2", func(t *testing.T) { segmenterOverKServeV2(t, s, ref, margin) })
 }

@@ -27,6 +27,9 @@ type hfRef struct {
 	Logits []float64   `json:"logits"`
 	Hidden [][]float64 `json:"last_hidden_state"`
 	Pooler []float64   `json:"pooler_output"`
+	// The ids of tokenizer_bpe.json (max_length 64) and the classifier's logits on them.
+	BPEIDs    []int64   `json:"bpe_ids"`
+	BPELogits []float64 `json:"bpe_logits"`
 }
 
 func hfRefs(t testing.TB) []hfRef {
@@ -179,8 +182,9 @@ func TestTensorHandlerNamedInputsRefused(t *testing.T) {
 }
 
 // A Hugging Face sequence classifier traced as users trace it (it returns a tuple whose first
-// element is the logits), served by text_classifier with its tokenizer.json: the texts,
-// special tokens written in them included, get Python's probabilities.
+// element is the logits), served by text_classifier with a tokenizer.json, its WordPiece one
+// and a byte-level BPE one: the texts, special tokens written in them included, get Python's
+// ids and probabilities.
 func TestTextClassifierHFExport(t *testing.T) {
 	refs := hfRefs(t)
 	m, err := torch.Load(filepath.Join(hfZoo, "model.pt"))
@@ -196,50 +200,63 @@ func TestTextClassifierHFExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := archive.ModelConfig{File: "model-config.toml", Handler: "text_classifier", Options: map[string]any{"tokenizer": "tokenizer.json", "max_length": int64(64)}}
-	h, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo, Labels: labels})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var batch []*handlers.Sample
-	for _, r := range refs {
-		s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "text/plain", Data: []byte(r.Text)}}, Header: func(string) string { return "" }})
+	cfg := archive.ModelConfig{File: "model-config.toml", Handler: "text_classifier"}
+	for _, c := range []struct {
+		tokenizer string
+		ids       func(hfRef) []int64
+		logits    func(hfRef) []float64
+	}{
+		{"tokenizer.json", func(r hfRef) []int64 { return r.IDs }, func(r hfRef) []float64 { return r.Logits }},
+		{"tokenizer_bpe.json", func(r hfRef) []int64 { return r.BPEIDs }, func(r hfRef) []float64 { return r.BPELogits }},
+	} {
+		cfg.Options = map[string]any{"tokenizer": c.tokenizer, "max_length": int64(64)}
+		h, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo, Labels: labels})
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch = append(batch, s)
-	}
-	outs, err := handlers.Infer(h, m, batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	worst := 0.0
-	for i, r := range refs {
-		resp, err := h.Postprocess(batch[i], outs[i])
+		var batch []*handlers.Sample
+		for _, r := range refs {
+			s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "text/plain", Data: []byte(r.Text)}}, Header: func(string) string { return "" }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := fmt.Sprint(s.State), fmt.Sprint(struct{ ids [][]int64 }{[][]int64{c.ids(r)}}); got != want {
+				t.Errorf("%s: %q: ids %s, want Python's %s", c.tokenizer, r.Text, got, want)
+			}
+			batch = append(batch, s)
+		}
+		outs, err := handlers.Infer(h, m, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got map[string]float64
-		if err := json.Unmarshal(resp.Body, &got); err != nil {
-			t.Fatalf("%s: %v", resp.Body, err)
+		worst := 0.0
+		for i, r := range refs {
+			resp, err := h.Postprocess(batch[i], outs[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]float64
+			if err := json.Unmarshal(resp.Body, &got); err != nil {
+				t.Fatalf("%s: %v", resp.Body, err)
+			}
+			sum := 0.0
+			for _, l := range c.logits(r) {
+				sum += math.Exp(l)
+			}
+			for k, l := range c.logits(r) {
+				worst = math.Max(worst, math.Abs(got[labels[k]]-math.Exp(l)/sum))
+			}
 		}
-		sum := 0.0
-		for _, l := range r.Logits {
-			sum += math.Exp(l)
-		}
-		for k, l := range r.Logits {
-			worst = math.Max(worst, math.Abs(got[labels[k]]-math.Exp(l)/sum))
+		t.Logf("%s: %d texts: max |torchd - Python| probability = %.3g", c.tokenizer, len(refs), worst)
+		if worst > 1e-5 {
+			t.Fatalf("%s: probabilities differ from Python's by %.3g", c.tokenizer, worst)
 		}
 	}
-	t.Logf("%d texts: max |torchd - Python| probability = %.3g", len(refs), worst)
-	if worst > 1e-5 {
-		t.Fatalf("probabilities differ from Python's by %.3g", worst)
-	}
-	// The tokenizer option names a file the archive lacks, or a BPE tokenizer: refused.
+	// The tokenizer option names a file the archive lacks, or one that is no tokenizer.json.
 	for file, msg := range map[string]string{
-		"nope.json":          `model-config.toml: option tokenizer: the archive has no file "nope.json"`,
-		"../hfbert/x.json":   `option tokenizer: "../hfbert/x.json" is not a file inside the archive`,
-		"tokenizer_bpe.json": `tokenizer_bpe.json: model type "BPE" is not supported`,
+		"nope.json":        `model-config.toml: option tokenizer: the archive has no file "nope.json"`,
+		"../hfbert/x.json": `option tokenizer: "../hfbert/x.json" is not a file inside the archive`,
+		"refs.json":        `refs.json: model type "" is not supported: torchd's tokenizers read WordPiece (BERT-style) and byte-level BPE (GPT-2, RoBERTa) tokenizer.json files`,
 	} {
 		cfg.Options = map[string]any{"tokenizer": file}
 		if _, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo}); err == nil || !strings.Contains(err.Error(), msg) {
@@ -311,5 +328,72 @@ func TestTensorHandlerNamedFields(t *testing.T) {
 	req.Inputs[0].Name = "mask"
 	if _, err := h.Preprocess(req); err == nil || !strings.Contains(err.Error(), `unknown input "mask": the model takes input_ids, attention_mask`) {
 		t.Fatalf("a field of another name: %v", err)
+	}
+}
+
+// The refusals issue #53 found, with their messages: an archive without the default
+// vocab.txt names the option and the file; a model that returns something other than logits
+// (here a dict, as the encoder_dict export) is named in TorchScript's terms, never Go's.
+func TestTextClassifierRefusals(t *testing.T) {
+	cfg := archive.ModelConfig{File: "model-config.toml", Handler: "text_classifier", Options: map[string]any{}}
+	_, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: t.TempDir()})
+	if err == nil || err.Error() != `model-config.toml: option vocab: the archive has no file "vocab.txt": add it to the archive (torchd archive --extra-files), or name the right file` {
+		t.Errorf("no vocab.txt: %v", err)
+	}
+	h, err := handlers.New("text_classifier", handlers.Context{Config: cfg, Dir: hfZoo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := torch.Load(filepath.Join(hfZoo, "encoder_dict.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "text/plain", Data: []byte("a great movie")}}, Header: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = handlers.Infer(h, m, []*handlers.Sample{s})
+	if err == nil || !strings.Contains(err.Error(), "want a tensor of logits (or a tuple that starts with it)") || !strings.Contains(err.Error(), "Dict[str, Tensor]") ||
+		strings.Contains(err.Error(), "map[") || strings.Contains(err.Error(), "interface") {
+		t.Errorf("a dict for logits: %v", err)
+	}
+}
+
+// torchvision's scripted segmenter behind the tensor handler, the case issue #53 found
+// answering a Go type name: its dict comes back as outputs named by the dict's keys.
+func TestTensorHandlerSegmenterDict(t *testing.T) {
+	m, err := torch.Load(filepath.Join("..", "models", "out", "segmenter", "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in := []archive.TensorSpec{{Name: "images", DType: "float32", Shape: []int64{-1, 3, -1, -1}}}
+	h, err := handlers.New("tensor", handlers.Context{Config: archive.ModelConfig{Handler: "tensor", Inputs: in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"data": make([]float32, 3*64*64), "shape": []int{1, 3, 64, 64}, "dtype": "float32"})
+	s, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body}}, Header: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, err := handlers.Infer(h, m, []*handlers.Sample{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Postprocess(s, outs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]struct {
+		DType string  `json:"dtype"`
+		Shape []int64 `json:"shape"`
+	}
+	if err := json.Unmarshal(resp.Body, &got); err != nil {
+		t.Fatalf("%v: %.200s", err, resp.Body)
+	}
+	if o, a := got["out"], got["aux"]; len(got) != 2 || o.DType != "float32" || fmt.Sprint(o.Shape) != "[1 4 64 64]" || fmt.Sprint(a.Shape) != "[1 4 64 64]" {
+		t.Errorf("answer %+v, want out and aux, float32 [1, 4, 64, 64]", got)
 	}
 }

@@ -14,16 +14,18 @@ import (
 func init() { Register("text_classifier", newTextClassifier) }
 
 // TextClassifier is TorchServe's text_classifier for BERT-style models: UTF-8 text →
-// WordPiece ids ([CLS] … [SEP]) → forward(input_ids, attention_mask), both int64 [N, L]
+// WordPiece ids ([CLS] … [SEP]), or byte-level BPE ids (<s> … </s>) from a tokenizer.json
+// → forward(input_ids, attention_mask), both int64 [N, L]
 // padded to the batch's longest text → softmax → {label: probability}, all classes by
 // default, most probable first.
 //
 // Options (model-config.toml [options]): vocab ("vocab.txt", a file of the archive), or
-// tokenizer (a Hugging Face tokenizer.json of a WordPiece tokenizer, whose lower-casing and
-// special tokens it follows; the archive's tokenizer.json is used when neither is set), max_length (128, [CLS] and [SEP] included; at most what the model's position embeddings
+// tokenizer (a Hugging Face tokenizer.json of a WordPiece or byte-level BPE tokenizer, whose
+// lower-casing and special tokens it follows; the archive's tokenizer.json is used when
+// neither is set), max_length (128, the special tokens included; at most what the model's position embeddings
 // take), lowercase (true: an uncased model), top_k (all classes).
 type TextClassifier struct {
-	tok      *text.WordPiece
+	tok      text.Tokenizer
 	topK     int // 0: all classes
 	maxTexts int
 	labels   map[int]string

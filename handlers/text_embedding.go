@@ -17,7 +17,7 @@ import (
 
 func init() { Register("text_embedding", newTextEmbedding) }
 
-// TextEmbedding serves sentence-transformers models: UTF-8 text → WordPiece ids, as the
+// TextEmbedding serves sentence-transformers models: UTF-8 text → WordPiece or BPE ids, as the
 // model's Hugging Face tokenizer gives them → forward(input_ids, attention_mask), int64
 // [N, L] padded to the batch's longest → token embeddings float32 [N, L, H] → pooling and
 // normalization as the archive's modules.json and its Pooling module's config.json say → one
@@ -30,7 +30,7 @@ func init() { Register("text_embedding", newTextEmbedding) }
 // over max_seq_length is cut, as sentence-transformers' encode() cuts it; false: refused),
 // max_texts (256).
 type TextEmbedding struct {
-	tok       *text.WordPiece
+	tok       text.Tokenizer
 	maxLen    int // max_seq_length, [CLS] and [SEP] included
 	truncate  bool
 	pooling   string // "mean", "cls" or "max"

@@ -20,19 +20,19 @@ var minilmZoo = filepath.Join("..", "models", "out", "minilm")
 
 // newTestTextEmbedding builds the handler as the daemon does for the minilm archive: from
 // models/configs/minilm.toml, over a directory laid out as the archive is (vocab.txt and the
-// contents of st/ at the root).
+// contents of st/ at the root), with models/hfbert.py's BPE tokenizer.json beside them.
 func newTestTextEmbedding(t testing.TB, options map[string]any) *TextEmbedding {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(minilmZoo, "model.pt")); err != nil {
 		t.Fatalf("%v: run `make models` first", err)
 	}
 	dir := t.TempDir()
-	for _, f := range []string{"vocab.txt", "st/modules.json", "st/sentence_bert_config.json", "st/1_Pooling/config.json"} {
+	for _, f := range []string{"vocab.txt", "st/modules.json", "st/sentence_bert_config.json", "st/1_Pooling/config.json", "../hfbert/tokenizer_bpe.json"} {
 		b, err := os.ReadFile(filepath.Join(minilmZoo, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		dst := filepath.Join(dir, strings.TrimPrefix(f, "st/"))
+		dst := filepath.Join(dir, strings.TrimPrefix(strings.TrimPrefix(f, "st/"), "../hfbert/"))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -99,6 +99,75 @@ func TestTextEmbeddingConfigAndIDs(t *testing.T) {
 		if te.Tokens(s) != len(it.IDs) {
 			t.Errorf("text %d: Tokens %d, want %d", i, te.Tokens(s), len(it.IDs))
 		}
+	}
+}
+
+// A byte-level BPE tokenizer.json (models/hfbert.py's, RoBERTa-style) gives Hugging Face's ids,
+// cut at max_seq_length as Hugging Face cuts them, or refused with truncate = false; the
+// model runs on them.
+func TestTextEmbeddingBPETokenizer(t *testing.T) {
+	te := newTestTextEmbedding(t, map[string]any{"tokenizer": "tokenizer_bpe.json"})
+	var refs struct {
+		Items []struct {
+			Text string  `json:"text"`
+			IDs  []int64 `json:"ids"`
+		} `json:"items"`
+	}
+	b, err := os.ReadFile(filepath.Join("..", "models", "out", "hfbert", "tokenizer_bpe_refs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &refs); err != nil {
+		t.Fatal(err)
+	}
+	var batch []*Sample
+	cut := 0
+	for i, it := range refs.Items {
+		if strings.TrimSpace(it.Text) == "" {
+			continue
+		}
+		want := it.IDs
+		if len(want) > te.MaxSeqLength() {
+			// Hugging Face's truncation keeps the first tokens and </s>.
+			want = append(slices.Clone(want[:te.MaxSeqLength()-1]), want[len(want)-1])
+			cut++
+		}
+		s, err := te.Preprocess(textRequest(textBody("text/plain", it.Text)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.State.(embedState).ids[0]; !slices.Equal(got, want) {
+			t.Errorf("text %d %+q: ids %v, want %v", i, it.Text, got, want)
+		}
+		if len(batch) < 8 {
+			batch = append(batch, s)
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no text over max_seq_length")
+	}
+	m, err := torch.Load(filepath.Join(minilmZoo, "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	outs, err := Infer(te, m, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch {
+		resp, err := te.Postprocess(batch[i], outs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][]float64
+		if err := json.Unmarshal(resp.Body, &got); err != nil || len(got) != 1 || len(got[0]) != 384 {
+			t.Fatalf("text %d: %v: %.200s", i, err, resp.Body)
+		}
+	}
+	strict := newTestTextEmbedding(t, map[string]any{"tokenizer": "tokenizer_bpe.json", "truncate": false})
+	if _, err := strict.Preprocess(textRequest(textBody("text/plain", strings.Repeat("中", 300)))); err == nil || !strings.Contains(err.Error(), "over the model's max_seq_length of 256") {
+		t.Fatalf("300 CJK characters with truncate = false: %v, want a 400 naming max_seq_length", err)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // Hugging Face tokenizer.json; else, with neither option set, the archive's tokenizer.json
 // when it has one (a Hugging Face export's, whose special tokens it follows); else the vocab
 // option's vocab.txt (with lowercase and the Hugging Face pipeline as opts say).
-func loadTokenizer(ctx Context, opts text.Options) (*text.WordPiece, error) {
+func loadTokenizer(ctx Context, opts text.Options) (text.Tokenizer, error) {
 	cfg := &ctx.Config
 	tj, err := cfg.StringOption("tokenizer", "")
 	if err != nil {

@@ -23,13 +23,24 @@ Files:
   exported.pt2        the same program saved by torch.export.save (not compiled), which torchd
                       refuses with the step to take.
   vocab.txt, tokenizer.json   the tokenizer, as Hugging Face saves it (WordPiece, uncased).
-  tokenizer_bpe.json  a byte-level BPE tokenizer.json (RoBERTa-style), which torchd refuses.
+  tokenizer_bpe.json  a byte-level BPE tokenizer.json made as RoBERTa's is (ByteLevel
+                      pre-tokenizer, RobertaProcessing, <mask> with lstrip), trained on
+                      texts of minilm.py's kinds (2,000 tokens, ids within the model's
+                      vocabulary, so the model also serves with it).
   index_to_name.json  the 3 labels.
   refs.json           {"items": [{"text", "ids", "logits", "last_hidden_state",
-                      "pooler_output"}]}: each text alone (unpadded) through the eager model;
-                      ids from the fast tokenizer.
+                      "pooler_output", "bpe_ids", "bpe_logits"}]}: each text alone (unpadded)
+                      through the eager model; ids from the fast tokenizer; bpe_ids from
+                      tokenizer_bpe.json (max_length 64), and the classifier's logits on them.
   tokenizer_refs.json {"items": [{"text", "ids"}]}: 1000+ texts, special tokens spelled out in
                       them included, with the fast tokenizer's ids (max_length 512).
+  tokenizer_bpe_refs.json   the same for tokenizer_bpe.json: 1000+ texts with <s>, </s>,
+                      <mask> (lstrip), <pad>, [SEP] spelled out, contractions, runs of
+                      whitespace, accents, CJK and emoji, and texts over max_length 512;
+                      variant_ids are tokenizer_bpe_variant.json's.
+  tokenizer_bpe_variant.json  tokenizer_bpe.json with add_prefix_space, NFC, a
+                      TemplateProcessing post-processor, and added tokens [SEP]
+                      (single_word, normalized) and [MASK] (lstrip and rstrip).
 """
 import json
 import os
@@ -87,12 +98,61 @@ class Plain(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=False)[0]
 
 
+BPE_VOCAB = 2000
+BPE_SPECIALS = ["<s>", "</s>", "<mask>", " <mask>", "  <mask>  ", "<pad>", "<unk>", "[SEP]", "[MASK]", "<s", "</s"]
+BPE_TEXTS = [
+    "<s> a sentence </s></s> another one </s>",
+    "Fill the <mask> here, and<mask>there, and   <mask>.",
+    "padding <pad><pad> and <unk> and [SEP] and [MASK] as plain text",
+    "I'm sure it's what we'll do; they've said you'd go, 'twas so, I'M NOT, don''t",
+    "spaces  between   words    and trailing   ",
+    "   leading spaces and\ttabs\t\tand\n\nnewlines\n",
+    "numbers 123 4567890 3.14159 1,000,000 and ½ Ⅻ ① ٣٤",
+    "<s<mask>> <<s>> </s </s> <mask><mask>",
+    "café vs café (NFC and NFD), Å and Å",
+]
+
+
 def bpe_tokenizer():
-    """A tiny byte-level BPE tokenizer.json, as RoBERTa's is made."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    tok = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 2, "<unk>": 3}, merges=[("a", "b")], unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel()
-    return tok.to_str()
+    """A byte-level BPE tokenizer made as RoBERTa's is, trained on texts of minilm.py's kinds."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    # RoBERTa's <mask> takes the whitespace before it (lstrip).
+    specials = ["<s>", "<pad>", "</s>", "<unk>", AddedToken("<mask>", lstrip=True, special=True)]
+    trainer = trainers.BpeTrainer(vocab_size=BPE_VOCAB, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    rng = random.Random(153)
+    tok.train_from_iterator(minilm.SENTENCES * 20 + minilm.random_texts(rng, 6000), trainer)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")))
+    return tok
+
+
+def bpe_variant(bpe):
+    """tokenizer_bpe.json with the options RoBERTa's lacks: add_prefix_space, an NFC
+    normalizer, a TemplateProcessing post-processor, and added tokens with single_word,
+    rstrip and lstrip, matched before and after normalization."""
+    from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers, processors
+    tok = Tokenizer.from_str(bpe.to_str())
+    tok.no_truncation()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.normalizer = normalizers.NFC()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    tok.add_tokens([AddedToken("[SEP]", single_word=True), AddedToken("[MASK]", lstrip=True, rstrip=True, normalized=False)])
+    return tok
+
+
+def with_specials(rng, texts):
+    """texts, four in ten with RoBERTa's (and BERT's) special tokens spelled out in them."""
+    out = []
+    for t in texts:
+        if rng.random() < 0.4:
+            for _ in range(rng.randint(1, 3)):
+                i = rng.randint(0, len(t))
+                t = t[:i] + rng.choice(BPE_SPECIALS) + t[i:]
+        out.append(t)
+    return out
 
 
 def main():
@@ -148,8 +208,9 @@ def main():
 
         for f in ["vocab.txt", "tokenizer.json"]:
             shutil.copy(os.path.join(src, f), os.path.join(d, f))
-        with open(os.path.join(d, "tokenizer_bpe.json"), "w") as f:
-            f.write(bpe_tokenizer())
+        bpe = bpe_tokenizer()
+        bpe.save(os.path.join(d, "tokenizer_bpe.json"))
+        bpe.enable_truncation(SEQ_MAX)
         common.write_json(os.path.join(d, "index_to_name.json"), common.index_to_name(LABELS))
 
         items = []
@@ -158,8 +219,12 @@ def main():
             with torch.no_grad():
                 logits = model(ids, mask)[0][0]
                 h, p = encoder(ids, mask)
+            bpe_ids = torch.tensor([bpe.encode(text).ids])
+            with torch.no_grad():
+                bpe_logits = model(bpe_ids, torch.ones_like(bpe_ids))[0][0]
             items.append({"text": text, "ids": ids[0].tolist(), "logits": logits.tolist(),
-                          "last_hidden_state": h[0].tolist(), "pooler_output": p[0].tolist()})
+                          "last_hidden_state": h[0].tolist(), "pooler_output": p[0].tolist(),
+                          "bpe_ids": bpe_ids[0].tolist(), "bpe_logits": bpe_logits.tolist()})
         common.write_json(os.path.join(d, "refs.json"), {"items": items})
 
         rng = random.Random(2053)
@@ -167,7 +232,17 @@ def main():
         enc = tok(texts, truncation=True, max_length=512)["input_ids"]
         common.write_json(os.path.join(d, "tokenizer_refs.json"), {
             "max_length": 512, "items": [{"text": t, "ids": i} for t, i in zip(texts, enc)]})
-        print(f"hfbert: {len(items)} refs, {len(texts)} tokenizer refs", flush=True)
+
+        texts = BPE_TEXTS + minilm.SENTENCES + with_specials(rng, minilm.random_texts(rng, 1000)) + minilm.over_long(rng)
+        bpe.enable_truncation(512)
+        enc = [e.ids for e in bpe.encode_batch(texts)]
+        variant = bpe_variant(bpe)
+        variant.save(os.path.join(d, "tokenizer_bpe_variant.json"))
+        variant.enable_truncation(512)
+        venc = [e.ids for e in variant.encode_batch(texts)]
+        common.write_json(os.path.join(d, "tokenizer_bpe_refs.json"), {
+            "max_length": 512, "items": [{"text": t, "ids": i, "variant_ids": v} for t, i, v in zip(texts, enc, venc)]})
+        print(f"hfbert: {len(items)} refs, {len(texts)} BPE tokenizer refs", flush=True)
 
 
 if __name__ == "__main__":

@@ -176,22 +176,114 @@ func TestTokenizerJSONMatchesHF(t *testing.T) {
 	t.Logf("%d texts, %d with special tokens written in them", len(refs.Items), special)
 }
 
+// A byte-level BPE tokenizer.json made as RoBERTa's is (models/hfbert.py trains one) gives the
+// ids of Hugging Face's tokenizers on every text of models/out/hfbert/tokenizer_bpe_refs.json:
+// <s>, </s> and <mask> (which takes the whitespace before it) written in the text,
+// contractions, runs of whitespace, accents, CJK, emoji, and truncation at max_length. So does
+// its variant with add_prefix_space, NFC, a TemplateProcessing post-processor and added
+// tokens with single_word, lstrip and rstrip.
+func TestBPETokenizerJSONMatchesHF(t *testing.T) {
+	dir := filepath.Join("..", "..", "models", "out", "hfbert")
+	var refs struct {
+		MaxLength int `json:"max_length"`
+		Items     []struct {
+			Text       string  `json:"text"`
+			IDs        []int64 `json:"ids"`
+			VariantIDs []int64 `json:"variant_ids"`
+		} `json:"items"`
+	}
+	readJSON(t, filepath.Join(dir, "tokenizer_bpe_refs.json"), &refs)
+	if len(refs.Items) < 1000 {
+		t.Fatalf("tokenizer_bpe_refs.json has %d texts, want 1000 or more", len(refs.Items))
+	}
+	for _, c := range []struct {
+		file string
+		ids  func(i int) []int64
+	}{
+		{"tokenizer_bpe.json", func(i int) []int64 { return refs.Items[i].IDs }},
+		{"tokenizer_bpe_variant.json", func(i int) []int64 { return refs.Items[i].VariantIDs }},
+	} {
+		f, err := os.Open(filepath.Join(dir, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := text.ReadTokenizerJSON(f, text.Options{MaxLength: refs.MaxLength})
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := tok.(*text.BPE); !ok {
+			t.Fatalf("%s read as %T, want a BPE", c.file, tok)
+		}
+		bad, special, truncated := 0, 0, 0
+		for i, it := range refs.Items {
+			want := c.ids(i)
+			if got := tok.Encode(it.Text); !slices.Equal(got, want) {
+				bad++
+				if bad <= 20 {
+					t.Errorf("%s: text %d %+q:\n Go %v\n HF %v", c.file, i, it.Text, got, want)
+				}
+			}
+			for _, s := range []string{"<s>", "</s>", "<mask>", "[SEP]", "[MASK]"} {
+				if strings.Contains(it.Text, s) {
+					special++
+					break
+				}
+			}
+			if len(want) == refs.MaxLength {
+				truncated++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d texts differ", c.file, bad, len(refs.Items))
+		}
+		if special == 0 || truncated == 0 {
+			t.Fatalf("%s: %d texts spell out a special token and %d are cut at max_length: want some of each", c.file, special, truncated)
+		}
+		t.Logf("%s: %d texts, %d with special tokens written in them, %d cut at max_length %d", c.file, len(refs.Items), special, truncated, refs.MaxLength)
+	}
+}
+
 // What ReadTokenizerJSON refuses, with messages that say why.
 func TestTokenizerJSONRefusals(t *testing.T) {
 	bpe, err := os.ReadFile(filepath.Join("..", "..", "models", "out", "hfbert", "tokenizer_bpe.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// edit returns the BPE tokenizer.json with one of its keys changed.
+	edit := func(key string, value any) string {
+		var m map[string]any
+		if err := json.Unmarshal(bpe, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[key] = value
+		if key == "vocab" {
+			model := m["model"].(map[string]any)
+			model["vocab"] = value
+			delete(m, "vocab")
+		}
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
 	for _, c := range []struct{ json, msg string }{
-		{string(bpe), `model type "BPE" is not supported: torchd's tokenizer reads BERT-style WordPiece tokenizers`},
+		{`{"model": {"type": "Unigram"}}`, `model type "Unigram" is not supported: torchd's tokenizers read WordPiece (BERT-style) and byte-level BPE (GPT-2, RoBERTa)`},
 		{`{"model": {"type": "WordPiece"}, "normalizer": {"type": "NFC"}}`, "the normalizer must be BertNormalizer"},
 		{`not json`, "not a Hugging Face tokenizer.json"},
 		{`{"model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "a": 5}},
 		  "normalizer": {"type": "BertNormalizer", "lowercase": true}, "pre_tokenizer": {"type": "BertPreTokenizer"}}`, "the vocabulary's ids must be 0 to 1"},
+		// Llama 2's kind: SentencePiece-style BPE.
+		{edit("pre_tokenizer", map[string]any{"type": "Metaspace", "replacement": "▁"}), `a BPE tokenizer's pre_tokenizer "Metaspace" is not supported: torchd reads byte-level BPE tokenizers`},
+		{edit("pre_tokenizer", nil), `a BPE tokenizer's pre_tokenizer none is not supported`},
+		{edit("normalizer", map[string]any{"type": "Lowercase"}), `a BPE tokenizer's normalizer "Lowercase" is not supported`},
+		{edit("post_processor", map[string]any{"type": "Weird"}), `post_processor "Weird" is not supported`},
+		{edit("vocab", map[string]any{"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 4, "a": 5}), `the vocabulary has no token "Ā" for byte 0x00: not a byte-level BPE vocabulary`},
 	} {
 		_, err := text.ReadTokenizerJSON(strings.NewReader(c.json), text.Options{})
 		if err == nil || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%.60s: %v, want %q", c.json, err, c.msg)
 		}
+	}
+	if _, err := text.ReadTokenizerJSON(strings.NewReader(string(bpe)), text.Options{MaxLength: 1}); err == nil || !strings.Contains(err.Error(), "max length 1 leaves no room for the 2 special tokens") {
+		t.Errorf("max length 1: %v", err)
 	}
 }

@@ -1,8 +1,11 @@
-// Package text turns text into token ids for BERT-style models, exactly as
-// google-research/bert's tokenization.py does: its BasicTokenizer (control characters dropped,
-// whitespace normalized, optional lower-casing and accent stripping, punctuation and CJK
-// characters split off), then greedy longest-match-first WordPiece over a vocab.txt, then
-// [CLS] … [SEP]. It knows strings and ids, nothing of tensors, models or HTTP.
+// Package text turns text into token ids, as the model's own tokenizer gives them. A WordPiece
+// does it for BERT-style models exactly as google-research/bert's tokenization.py does: its
+// BasicTokenizer (control characters dropped, whitespace normalized, optional lower-casing and
+// accent stripping, punctuation and CJK characters split off), then greedy longest-match-first
+// WordPiece over a vocab.txt, then [CLS] … [SEP]; or as Hugging Face's tokenizers library does
+// from a tokenizer.json. A BPE does it for byte-level BPE models (GPT-2, RoBERTa) from a
+// tokenizer.json, as Hugging Face's tokenizers library does. It knows strings and ids,
+// nothing of tensors, models or HTTP.
 package text
 
 import (
@@ -157,23 +160,7 @@ func (w *WordPiece) Check(ids []int64) error {
 // Batch pads seqs with [PAD] to the longest one and returns them row-major, with their
 // attention mask (1 for a token, 0 for padding): both are [len(seqs), width].
 func (w *WordPiece) Batch(seqs [][]int64) (ids, mask []int64, width int) {
-	for _, s := range seqs {
-		width = max(width, len(s))
-	}
-	ids = make([]int64, len(seqs)*width)
-	mask = make([]int64, len(seqs)*width)
-	for i, s := range seqs {
-		row := ids[i*width : (i+1)*width]
-		copy(row, s)
-		for j := len(s); j < width; j++ {
-			row[j] = w.pad
-		}
-		m := mask[i*width : i*width+len(s)]
-		for j := range m {
-			m[j] = 1
-		}
-	}
-	return ids, mask, width
+	return padBatch(seqs, w.pad)
 }
 
 // scratch holds the buffers one tokenization reuses; pooled because Encode runs once per
