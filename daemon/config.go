@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -48,6 +49,7 @@ type Config struct {
 	EnableMetrics         bool
 	CacheDir              string
 	Python                string // handler processes' interpreter; "": see PythonPath
+	InstallPyDeps         bool   // pip install archives' requirements.txt for their handler processes
 	TokenAuth             bool
 	EnableSnapshots       bool
 	SnapshotFile          string
@@ -70,6 +72,10 @@ type Config struct {
 	// Tracing is OpenTelemetry tracing's settings (the trace_* keys, which read the standard
 	// OTEL_* variables); internal/tracing checks them at start, and warns of what it cannot use.
 	Tracing tracing.Config
+
+	// TorchServe is what a TorchServe config.properties (--ts-config) adds: the models of its
+	// model_snapshot and the keys torchd does not use (tsconfig.go); nil without one.
+	TorchServe *TorchServeConfig
 
 	// Model are the per-model settings that the file, the environment or the flags set, for
 	// every model: they beat an archive's own config, and a registration's parameters beat
@@ -355,6 +361,8 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
 	{key: "python", env: []string{"TORCHD_PYTHON"}, def: "", help: "the Python that runs archives' Python handlers (custom handler.py, eager models, TorchServe's own handlers) in handler processes; it must import TorchServe's ts package (make handler-runtime); empty: the project venv beside the binary (../.venv/bin/python), else python3; off: archives with Python handlers are refused",
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
+	{key: "install_py_dep_per_model", def: "false", help: "pip install an archive's requirements.txt (torch-model-archiver --requirements-file) into a directory of the model's own, first on its handler processes' PYTHONPATH, as TorchServe's install_py_dep_per_model; false: the file is not installed, and the log says so",
+		apply: boolSetting(func(c *Config) *bool { return &c.InstallPyDeps })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting("max_workers", true)},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",
@@ -424,6 +432,7 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	configPath := fs.String("config", "", "torchd.toml path (env TORCHD_CONFIG)")
+	tsConfig := fs.String("ts-config", "", "a TorchServe config.properties, read below torchd.toml (env TORCHD_TS_CONFIG; docs/guide/migrating-from-torchserve.md)")
 	flagVals := map[string]*flagValue{}
 	for _, s := range settings {
 		v := &flagValue{boolean: s.def == "true" || s.def == "false", repeat: s.repeat}
@@ -439,6 +448,13 @@ func LoadConfig(args []string, getenv func(string) string) (*Config, error) {
 	flagsSet := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { flagsSet[f.Name] = true })
 
+	// TorchServe's config.properties is the lowest file layer: torchd.toml, the environment
+	// and the flags override what it sets.
+	if ts := cmp.Or(*tsConfig, getenv("TORCHD_TS_CONFIG")); ts != "" {
+		if err := c.ReadTorchServeConfig(ts, getenv); err != nil {
+			return nil, err
+		}
+	}
 	path := *configPath
 	if path == "" {
 		path = getenv("TORCHD_CONFIG")

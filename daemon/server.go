@@ -21,6 +21,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,7 +249,18 @@ func (d *Daemon) Start() error {
 	if !d.cfg.EnableMetrics {
 		apis = apis[:2]
 	}
+	// TorchServe's config.properties may give both APIs one address, which Netty serves
+	// together; so does torchd (sharedport.go). Port 0 is any free port, for each its own.
+	shared := d.cfg.ManagementAddress == d.cfg.InferenceAddress && !strings.HasSuffix(d.cfg.InferenceAddress, ":0")
+	if shared {
+		apis[0].h = sharedPort(apis[0].h, apis[1].h)
+	}
 	for _, a := range apis {
+		if shared && a.name == "management" {
+			d.listeners = append(d.listeners, d.listeners[0])
+			d.log.Info("listening", "api", a.name, "addr", d.listeners[0].Addr().String(), "tls", tlsCfg != nil, "shared_with", "inference")
+			continue
+		}
 		ln, err := net.Listen("tcp", a.addr)
 		if err != nil {
 			d.closeListeners()

@@ -41,6 +41,7 @@ func (d *Daemon) loadStartupModels() {
 			d.loadRepository()
 		}()
 	}
+	d.loadTorchServeModels()
 	specs, err := d.startupSpecs()
 	if err != nil {
 		d.log.Error("start-up models", "err", err)

@@ -1,0 +1,514 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
+)
+
+// TorchServe's config.properties (torchd serve --ts-config FILE), the file KServe's `pytorch`
+// storage layout carries in config/ beside model-store/. It is read once, into torchd's own
+// settings, as a layer below torchd.toml, the environment and the flags; with
+// enable_envvars_config=true, TorchServe's TS_<KEY> variables override its keys, as
+// TorchServe reads them. Keys torchd has no use for are logged once at start, by name; a
+// value torchd cannot take is an error that names the file and the key.
+
+// TorchServeConfig is what a config.properties adds beyond torchd's settings.
+type TorchServeConfig struct {
+	Path string
+	// Models are the model versions model_snapshot loads at start.
+	Models []TorchServeModel
+	// Ignored are the keys torchd does not use, with why.
+	Ignored []IgnoredKey
+}
+
+// TorchServeModel is one model version of a model_snapshot.
+type TorchServeModel struct {
+	Name     string
+	Version  string // the snapshot's key; the archive's own version is the one registered
+	MarName  string // the archive, in the model store
+	Default  bool
+	Settings archive.Settings
+}
+
+// IgnoredKey is a config.properties key that torchd reads and does not use.
+type IgnoredKey struct{ Key, Why string }
+
+// tsIgnored are TorchServe keys with no counterpart in torchd, and why.
+var tsIgnored = map[string]string{
+	"number_of_netty_threads":   "fasthttp's goroutines serve connections",
+	"netty_client_threads":      "fasthttp's goroutines serve connections",
+	"async_logging":             "torchd's log is written by log/slog",
+	"vmargs":                    "torchd runs no JVM",
+	"number_of_gpu":             "models choose their device with the device setting",
+	"default_service_handler":   "the archive names its handler",
+	"service_envelope":          "torchd serves KServe's v1 and v2 protocols natively, on the inference address",
+	"enable_grpc_ssl":           "gRPC uses TLS when certificate_file and private_key_file are set",
+	"cors_allowed_origin":       "see management_allowed_origins",
+	"cors_allowed_methods":      "see management_allowed_origins",
+	"cors_allowed_headers":      "see management_allowed_origins",
+	"decode_input_request":      "a handler process decodes as TorchServe's worker does",
+	"max_response_size":         "responses are not capped",
+	"disable_system_metrics":    "the host metrics are computed when scraped",
+	"metric_time_interval":      "the host metrics are computed when scraped",
+	"metrics_config":            "the metric names are TorchServe's defaults",
+	"model_metrics_auto_detect": "handlers' own metrics go to the log",
+	"workflow_store":            "torchd has no workflows",
+	"enable_model_api":          "the management API registers models; restrict it with allowed_urls and enable_token_authorization",
+	"token_expiration_min":      "torchd's keys do not expire",
+	"keystore":                  "torchd reads PEM files: certificate_file and private_key_file",
+	"keystore_pass":             "torchd reads PEM files: certificate_file and private_key_file",
+	"keystore_type":             "torchd reads PEM files: certificate_file and private_key_file",
+	"ipex_enable":               "torchd runs LibTorch without IPEX",
+	"cpu_launcher_enable":       "torchd shares the cores among its workers itself",
+	"cpu_launcher_args":         "torchd shares the cores among its workers itself",
+	"use_native_io":             "torchd runs no JVM",
+	"io_ratio":                  "torchd runs no JVM",
+	"prefer_direct_buffer":      "torchd runs no JVM",
+	"initial_worker_port":       "handler processes talk over Unix sockets",
+	"limit_max_image_pixels":    "handler processes keep PIL's limit on",
+	"blacklist_env_vars":        "torchd reads only the TS_ variables of keys it maps",
+	"unregister_model_timeout":  "an unregistration waits for the requests in flight",
+	"models":                    "per-model settings come from model_snapshot or the archive's model-config.yaml",
+	"model_server_home":         "torchd runs no JVM",
+	"enable_envvars_config":     "",
+}
+
+// tsSettings are the keys that set a torchd setting of the same meaning: the TorchServe key,
+// then the torchd key.
+var tsSettings = map[string]string{
+	"model_store":               "model_store",
+	"allowed_urls":              "allowed_urls",
+	"max_request_size":          "max_request_size",
+	"certificate_file":          "certificate_file",
+	"private_key_file":          "private_key_file",
+	"enable_metrics_api":        "enable_metrics_api",
+	"default_workers_per_model": "workers",
+	"job_queue_size":            "job_queue_size",
+	"default_response_timeout":  "response_timeout",
+	"default_startup_timeout":   "startup_timeout",
+	"install_py_dep_per_model":  "install_py_dep_per_model",
+}
+
+// ReadTorchServeConfig reads a config.properties into c. getenv supplies TorchServe's TS_*
+// variables when the file sets enable_envvars_config=true.
+func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) error {
+	f, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("ts-config %s: %v", path, cleanPathErr(err))
+	}
+	props, err := parseProperties(string(f))
+	if err != nil {
+		return fmt.Errorf("ts-config %s: %v", path, err)
+	}
+	if b, err := parseBool(props["enable_envvars_config"]); err == nil && b {
+		// As TorchServe's ConfigManager: TS_FOO_BAR sets foo_bar. Only the keys torchd reads
+		// are looked up; TorchServe's others would be ignored anyway.
+		for _, k := range tsKnownKeys() {
+			if v := getenv("TS_" + strings.ToUpper(k)); v != "" {
+				props[k] = v
+			}
+		}
+	}
+	ts := &TorchServeConfig{Path: path}
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	src := func(k string) string { return fmt.Sprintf("ts-config %s: key %s", path, k) }
+	set := func(torchdKey, tsKey, v string) error {
+		for _, s := range settings {
+			if s.key == torchdKey {
+				return c.set(s, v, src(tsKey))
+			}
+		}
+		panic("no torchd setting " + torchdKey)
+	}
+	tlsWanted := false
+	grpc := map[string]string{}
+	for _, k := range keys {
+		v := strings.TrimSpace(props[k])
+		switch k {
+		case "inference_address", "management_address", "metrics_address":
+			addr, https, err := tsAddress(v)
+			if err != nil {
+				return fmt.Errorf("%s: %v", src(k), err)
+			}
+			tlsWanted = tlsWanted || https
+			if err := set(k, k, addr); err != nil {
+				return err
+			}
+		case "grpc_inference_port", "grpc_management_port":
+			if n, err := strconv.Atoi(v); err != nil || n < 0 || n > 65535 {
+				return fmt.Errorf("%s: want a port number, got %q", src(k), v)
+			}
+			grpc[k] = v
+		case "grpc_inference_address", "grpc_management_address":
+			grpc[k] = v
+		case "load_models":
+			if _, snap := props["model_snapshot"]; snap {
+				ts.Ignored = append(ts.Ignored, IgnoredKey{k, "model_snapshot names the models loaded at start, as in TorchServe"})
+				continue
+			}
+			if err := set("models", k, tsLoadModels(v)); err != nil {
+				return err
+			}
+		case "model_snapshot":
+			models, ignored, err := parseModelSnapshot(v)
+			if err != nil {
+				return fmt.Errorf("%s: %v", src(k), err)
+			}
+			ts.Models = models
+			ts.Ignored = append(ts.Ignored, ignored...)
+		case "metrics_mode", "metrics_format":
+			switch strings.ToLower(v) {
+			case "prometheus":
+			case "log":
+				ts.Ignored = append(ts.Ignored, IgnoredKey{k + "=log", "torchd serves its metrics, TorchServe's names included, in Prometheus's text on the metrics address"})
+			default:
+				return fmt.Errorf("%s: want prometheus or log, got %q", src(k), v)
+			}
+		case "disable_token_authorization":
+			b, err := parseBool(v)
+			if err != nil {
+				return fmt.Errorf("%s: %v", src(k), err)
+			}
+			if err := set("enable_token_authorization", k, strconv.FormatBool(!b)); err != nil {
+				return err
+			}
+		default:
+			if torchdKey, ok := tsSettings[k]; ok {
+				if err := set(torchdKey, k, v); err != nil {
+					return err
+				}
+				continue
+			}
+			why, known := tsIgnored[k]
+			switch {
+			case k == "enable_envvars_config":
+			case known:
+				ts.Ignored = append(ts.Ignored, IgnoredKey{k, why})
+			default:
+				ts.Ignored = append(ts.Ignored, IgnoredKey{k, "not a key torchd knows"})
+			}
+		}
+	}
+	for _, api := range []string{"inference", "management"} {
+		host, port := grpc["grpc_"+api+"_address"], grpc["grpc_"+api+"_port"]
+		if host == "" && port == "" {
+			continue
+		}
+		// TorchServe's defaults: localhost, and 7070 and 7071.
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		if port == "" {
+			port = map[string]string{"inference": "7070", "management": "7071"}[api]
+		}
+		if err := set("grpc_"+api+"_address", "grpc_"+api+"_port", net.JoinHostPort(host, port)); err != nil {
+			return err
+		}
+	}
+	if tlsWanted && (c.CertificateFile == "" || c.PrivateKeyFile == "") {
+		return fmt.Errorf("ts-config %s: an https:// address needs certificate_file and private_key_file (PEM); torchd does not read keystores", path)
+	}
+	c.TorchServe = ts
+	return nil
+}
+
+// tsKnownKeys are the config.properties keys torchd maps or knows to ignore.
+func tsKnownKeys() []string {
+	keys := []string{"inference_address", "management_address", "metrics_address", "grpc_inference_port", "grpc_management_port",
+		"grpc_inference_address", "grpc_management_address", "load_models", "model_snapshot", "metrics_mode", "metrics_format",
+		"disable_token_authorization"}
+	for k := range tsSettings {
+		keys = append(keys, k)
+	}
+	for k := range tsIgnored {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// parseProperties reads a Java properties file: `key=value`, `key: value` or `key value`
+// lines, # and ! comments, and lines continued by a trailing backslash.
+func parseProperties(text string) (map[string]string, error) {
+	props := map[string]string{}
+	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimLeft(lines[i], " \t\f")
+		if line == "" || line[0] == '#' || line[0] == '!' {
+			continue
+		}
+		for trailingBackslashes(line)%2 == 1 && i+1 < len(lines) {
+			i++
+			line = line[:len(line)-1] + strings.TrimLeft(lines[i], " \t\f")
+		}
+		key, value := splitProperty(line)
+		k, err := unescapeProperty(key)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", i+1, err)
+		}
+		v, err := unescapeProperty(value)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: key %s: %v", i+1, k, err)
+		}
+		props[k] = v
+	}
+	return props, nil
+}
+
+func trailingBackslashes(s string) int {
+	n := 0
+	for n < len(s) && s[len(s)-1-n] == '\\' {
+		n++
+	}
+	return n
+}
+
+// splitProperty splits a line at its first unescaped '=', ':' or blank; blanks around the
+// separator are not part of the key or the value.
+func splitProperty(line string) (key, value string) {
+	end := len(line)
+	for j := 0; j < len(line); j++ {
+		if line[j] == '\\' {
+			j++
+			continue
+		}
+		if strings.IndexByte("=: \t\f", line[j]) >= 0 {
+			end = j
+			break
+		}
+	}
+	key, rest := line[:end], strings.TrimLeft(line[end:], " \t\f")
+	if rest != "" && (rest[0] == '=' || rest[0] == ':') {
+		rest = strings.TrimLeft(rest[1:], " \t\f")
+	}
+	return key, rest
+}
+
+func unescapeProperty(s string) (string, error) {
+	if !strings.Contains(s, `\`) {
+		return s, nil
+	}
+	var b strings.Builder
+	for j := 0; j < len(s); j++ {
+		if s[j] != '\\' || j+1 == len(s) {
+			b.WriteByte(s[j])
+			continue
+		}
+		j++
+		switch s[j] {
+		case 't':
+			b.WriteByte('\t')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 'f':
+			b.WriteByte('\f')
+		case 'u':
+			if j+5 > len(s) {
+				return "", errors.New(`malformed \uxxxx escape`)
+			}
+			r, err := strconv.ParseUint(s[j+1:j+5], 16, 16)
+			if err != nil {
+				return "", errors.New(`malformed \uxxxx escape`)
+			}
+			b.WriteRune(rune(r))
+			j += 4
+		default:
+			b.WriteByte(s[j])
+		}
+	}
+	return b.String(), nil
+}
+
+// tsAddress turns TorchServe's http://host:port into torchd's host:port, and says whether it
+// was https. A port left out is the scheme's, as TorchServe takes it.
+func tsAddress(v string) (addr string, https bool, err error) {
+	u, perr := url.Parse(v)
+	if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return "", false, fmt.Errorf("want http://host:port or https://host:port, got %q", v)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return net.JoinHostPort(u.Hostname(), port), u.Scheme == "https", nil
+}
+
+// tsLoadModels is load_models as torchd's models setting: "all", or name=file.mar and
+// file.mar entries. TorchServe's "standalone" loads nothing.
+func tsLoadModels(v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "standalone", "none":
+		return ""
+	case "all":
+		return "all"
+	}
+	return v
+}
+
+// parseModelSnapshot reads model_snapshot's JSON, as TorchServe writes it:
+// {"name":…,"modelCount":N,"models":{"NAME":{"VERSION":{"defaultVersion":true,"marName":"x.mar",
+// "minWorkers":1,"maxWorkers":5,"batchSize":1,"maxBatchDelay":100,"responseTimeout":120}}}}.
+func parseModelSnapshot(v string) ([]TorchServeModel, []IgnoredKey, error) {
+	var snap struct {
+		Models map[string]map[string]map[string]json.RawMessage `json:"models"`
+	}
+	if err := json.Unmarshal([]byte(v), &snap); err != nil {
+		return nil, nil, fmt.Errorf("not the JSON of a TorchServe snapshot: %v", err)
+	}
+	var models []TorchServeModel
+	ignored := map[string]bool{}
+	names := sortedKeys(snap.Models)
+	for _, name := range names {
+		for _, ver := range sortedKeys(snap.Models[name]) {
+			m := TorchServeModel{Name: name, Version: ver}
+			fields := snap.Models[name][ver]
+			where := fmt.Sprintf("model %s version %s", name, ver)
+			num := func(key string, min float64) (float64, bool, error) {
+				raw, ok := fields[key]
+				if !ok {
+					return 0, false, nil
+				}
+				var f float64
+				if err := json.Unmarshal(raw, &f); err != nil || f < min || f != float64(int64(f)) {
+					return 0, false, fmt.Errorf("%s: %s: want an integer ≥ %v, got %s", where, key, min, raw)
+				}
+				return f, true, nil
+			}
+			for _, key := range sortedKeys(fields) {
+				var err error
+				var f float64
+				var ok bool
+				switch key {
+				case "marName":
+					if err := json.Unmarshal(fields[key], &m.MarName); err != nil || m.MarName == "" {
+						return nil, nil, fmt.Errorf("%s: marName: want the archive's file name, got %s", where, fields[key])
+					}
+				case "defaultVersion":
+					if err := json.Unmarshal(fields[key], &m.Default); err != nil {
+						return nil, nil, fmt.Errorf("%s: defaultVersion: want true or false, got %s", where, fields[key])
+					}
+				case "minWorkers":
+					if f, ok, err = num(key, 0); ok {
+						m.Settings.MinWorkers = archive.Fixed(int(f))
+					}
+				case "maxWorkers":
+					if f, ok, err = num(key, 0); ok {
+						m.Settings.MaxWorkers = archive.NonZero(int(f))
+					}
+				case "batchSize":
+					if f, ok, err = num(key, 1); ok {
+						m.Settings.BatchSize = archive.Fixed(int(f))
+					}
+				case "maxBatchDelay":
+					if f, ok, err = num(key, 0); ok {
+						m.Settings.MaxBatchDelay = archive.Fixed(time.Duration(f) * time.Millisecond)
+					}
+				case "responseTimeout":
+					if f, ok, err = num(key, 1); ok {
+						m.Settings.ResponseTimeout = archive.Of(time.Duration(f) * time.Second)
+					}
+				case "startupTimeout":
+					if f, ok, err = num(key, 1); ok {
+						m.Settings.StartupTimeout = archive.Of(time.Duration(f) * time.Second)
+					}
+				default:
+					ignored["model_snapshot: "+key] = true
+				}
+				if err != nil {
+					return nil, nil, err
+				}
+			}
+			if m.MarName == "" {
+				return nil, nil, fmt.Errorf("%s: no marName", where)
+			}
+			models = append(models, m)
+		}
+	}
+	var out []IgnoredKey
+	for _, k := range sortedKeys(ignored) {
+		out = append(out, IgnoredKey{k, "not a setting torchd takes from a snapshot"})
+	}
+	return models, out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func cleanPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		if os.IsNotExist(err) {
+			return errors.New("no such file")
+		}
+		return errors.New(pe.Err.Error())
+	}
+	return err
+}
+
+// loadTorchServeModels logs the config.properties keys torchd does not use, once, and
+// registers model_snapshot's versions: each model's in order, the models in parallel, and
+// makes its defaultVersion the default. A version that fails makes the server unhealthy, as a
+// start-up model does.
+func (d *Daemon) loadTorchServeModels() {
+	ts := d.cfg.TorchServe
+	if ts == nil {
+		return
+	}
+	for _, k := range ts.Ignored {
+		d.log.Info("ts-config: key not used by torchd", "file", ts.Path, "key", k.Key, "why", k.Why)
+	}
+	byName := map[string][]TorchServeModel{}
+	var names []string
+	for _, m := range ts.Models {
+		if byName[m.Name] == nil {
+			names = append(names, m.Name)
+		}
+		byName[m.Name] = append(byName[m.Name], m)
+	}
+	for _, name := range names {
+		d.startupWG.Add(1)
+		go func() {
+			defer d.startupWG.Done()
+			for _, m := range byName[name] {
+				req := RegisterRequest{URL: m.MarName, Name: m.Name, Startup: true, Synchronous: true, Settings: m.Settings}
+				v, err := d.registerModel(req)
+				if err != nil {
+					if errors.Is(err, core.ErrConflict) {
+						d.log.Info("model_snapshot model already loaded", "model", name, "version", m.Version, "msg", err.Error())
+						continue
+					}
+					d.log.Error("model_snapshot model failed to load", "model", name, "version", m.Version, "mar", m.MarName, "err", err)
+					d.Registry.FailStartup(name, err)
+					continue
+				}
+				if m.Default {
+					if err := d.Registry.SetDefault(name, v.Version); err != nil {
+						d.log.Error("model_snapshot default version", "model", name, "err", err)
+					}
+				}
+			}
+		}()
+	}
+}

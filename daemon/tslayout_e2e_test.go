@@ -1,0 +1,165 @@
+package daemon_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// kserveV2Properties is KServe's docs/samples/v1beta1/torchserve/v2/config.properties as
+// KServe ships it: TorchServe's layout, which KServe's storage initializer puts under
+// /mnt/models (config/config.properties and model-store/mnist.mar).
+const kserveV2Properties = `inference_address=http://0.0.0.0:8085
+management_address=http://0.0.0.0:8085
+metrics_address=http://0.0.0.0:8082
+grpc_inference_port=7070
+grpc_management_port=7071
+enable_metrics_api=true
+metrics_format=prometheus
+number_of_netty_threads=4
+job_queue_size=10
+enable_envvars_config=true
+install_py_dep_per_model=false
+model_store=/mnt/models/model-store
+model_snapshot={"name":"startup.cfg","modelCount":1,"models":{"mnist":{"1.0":{"defaultVersion":true,"marName":"mnist.mar","minWorkers":1,"maxWorkers":5,"batchSize":2,"maxBatchDelay":500,"responseTimeout":60}}}}
+`
+
+// torchServeTree writes KServe's layout into a new directory: config/config.properties and
+// model-store/ holding the given archives (file name → source path).
+func torchServeTree(t *testing.T, properties string, archives map[string]string) (root string) {
+	t.Helper()
+	root = t.TempDir()
+	for _, d := range []string{"config", "model-store"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "config", "config.properties"), []byte(properties), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, src := range archives {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "model-store", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// `torchd serve --ts-config` serves KServe's TorchServe layout unchanged: the model_snapshot's
+// model loads at start under its snapshot name with its workers and batching, and answers
+// KServe v1 ({"instances": [{"data": b64}]}, as KServe's mnist.json) and v2 (an FP32 tensor,
+// as its tensor_conv sample). The addresses and model store are given as flags, as the
+// ServingRuntime gives them, and win over the file's.
+func TestTorchServeLayoutKServe(t *testing.T) {
+	root := torchServeTree(t, kserveV2Properties, map[string]string{"mnist.mar": filepath.Join(store, "digits.mar")})
+	s := startServer(t, "--ts-config", filepath.Join(root, "config", "config.properties"), "--model-store", filepath.Join(root, "model-store"))
+	s.waitHealthy(t)
+
+	var desc []struct {
+		ModelName    string `json:"modelName"`
+		BatchSize    int    `json:"batchSize"`
+		MaxBatchDel  int    `json:"maxBatchDelay"`
+		MinWorkers   int    `json:"minWorkers"`
+		MaxWorkers   int    `json:"maxWorkers"`
+		RespTimeout  int    `json:"responseTimeout"`
+		JobQueueSize int    `json:"jobQueueSize"`
+	}
+	do(t, "GET", s.mgmt+"/models/mnist", "", nil).json(t, &desc)
+	if len(desc) != 1 || desc[0].BatchSize != 2 || desc[0].MaxBatchDel != 500 || desc[0].MinWorkers != 1 || desc[0].MaxWorkers != 5 || desc[0].RespTimeout != 60 {
+		t.Fatalf("mnist as the snapshot describes it: %+v", desc)
+	}
+	if !strings.Contains(s.Log(), "key not used by torchd") || !strings.Contains(s.Log(), "number_of_netty_threads") {
+		t.Errorf("the ignored key number_of_netty_threads is not logged:\n%s", s.Log())
+	}
+
+	pngs, labels := heldOut(t)
+	for i := range 3 {
+		v1, _ := json.Marshal(map[string]any{"instances": []any{map[string]string{"data": base64.StdEncoding.EncodeToString(pngs[i])}}})
+		r := do(t, "POST", s.inf+"/v1/models/mnist:predict", "application/json", v1)
+		var p struct{ Predictions []json.RawMessage }
+		r.json(t, &p)
+		if r.status != 200 || len(p.Predictions) != 1 || topLabel(t, p.Predictions[0]) != labels[i] {
+			t.Errorf("v1 digit %d: %d %s, want top-1 %q", i, r.status, r.body, labels[i])
+		}
+
+		r = do(t, "POST", s.inf+"/v2/models/mnist/infer", "application/json", v2Body("input-0", []int{1, 28, 28}, digitsTensor(t, pngs[i])))
+		var resp tsV2Response
+		r.json(t, &resp)
+		if r.status != 200 || resp.ModelName != "mnist" || len(resp.Outputs) != 1 || len(resp.Outputs[0].Data) != 1 || top1(resp.Outputs[0].Data[0]) != labels[i] {
+			t.Errorf("v2 digit %d: %d %s, want top-1 %q", i, r.status, r.body, labels[i])
+		}
+	}
+}
+
+// KServe's examples give the inference and management APIs one address, which TorchServe
+// serves on one port; so does torchd. A config.properties that torchd cannot take stops it
+// at start with the file and the key in the message.
+func TestTorchServeLayoutSharedPortAndErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	props := strings.NewReplacer("http://0.0.0.0:8085", "http://"+addr, "0.0.0.0:8082", "127.0.0.1:0").Replace(kserveV2Properties)
+	root := torchServeTree(t, props, map[string]string{"mnist.mar": filepath.Join(store, "digits.mar")})
+	cfg := filepath.Join(root, "config", "config.properties")
+	// The harness's address flags would win over the file's: give the file's again.
+	s := startServer(t, "--ts-config", cfg, "--model-store", filepath.Join(root, "model-store"), "--inference-address", addr, "--management-address", addr)
+	s.waitHealthy(t)
+	if s.mgmt != s.inf {
+		t.Fatalf("management on %s, inference on %s: want one port", s.mgmt, s.inf)
+	}
+	if r := do(t, "GET", s.inf+"/models", "", nil); r.status != 200 || !strings.Contains(string(r.body), `"mnist"`) {
+		t.Fatalf("management's list on the shared port: %d %s", r.status, r.body)
+	}
+	pngs, labels := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/mnist", "image/png", pngs[0]); r.status != 200 || top1(r.body) != labels[0] {
+		t.Fatalf("inference on the shared port: %d %s", r.status, r.body)
+	}
+
+	for _, c := range []struct{ props, want string }{
+		{"inference_address=8080\n", `key inference_address: want http://host:port or https://host:port, got "8080"`},
+		{"job_queue_size=ten\n", `key job_queue_size: want an integer ≥ 1, got "ten"`},
+		{"metrics_mode=json\n", `key metrics_mode: want prometheus or log, got "json"`},
+		{`model_snapshot={"models":{"m":{"1.0":{"marName":"m.mar","minWorkers":-1}}}}` + "\n", "model m version 1.0: minWorkers: want an integer ≥ 0, got -1"},
+		{"model_snapshot={\"models\"\n", "not the JSON of a TorchServe snapshot"},
+		{"inference_address=https://127.0.0.1:8443\n", "an https:// address needs certificate_file and private_key_file"},
+	} {
+		p := filepath.Join(t.TempDir(), "config.properties")
+		os.WriteFile(p, []byte(c.props), 0o644)
+		out, err := exec.Command(torchdBin, "serve", "--ts-config", p).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), c.want) || !strings.Contains(string(out), p) {
+			t.Errorf("%q: %v\n%s\nwant %q", c.props, err, out, c.want)
+		}
+	}
+	out, err := exec.Command(torchdBin, "serve", "--ts-config", filepath.Join(root, "nothing.properties")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no such file") {
+		t.Errorf("a missing config.properties: %v %s", err, out)
+	}
+}
+
+// topLabel is the label of the largest probability of a {"label": probability} object, whatever
+// the order of its keys.
+func topLabel(t *testing.T, b []byte) string {
+	var probs map[string]float64
+	if err := json.Unmarshal(b, &probs); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	best := ""
+	for k, p := range probs {
+		if best == "" || p > probs[best] {
+			best = k
+		}
+	}
+	return best
+}
