@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -331,7 +332,9 @@ func (mm *modelMetrics) Request(code int, total, queued time.Duration) {
 
 // WritePrometheus writes every series, then the process metrics (CPU, RSS, goroutines, GC).
 func (m *Metrics) WritePrometheus(w io.Writer) {
-	m.set.WritePrometheus(w)
+	var b bytes.Buffer
+	m.set.WritePrometheus(&b)
+	writeTorchServeText(w, b.Bytes())
 	if m.triton != nil {
 		writeTriton(w, m.triton())
 	}

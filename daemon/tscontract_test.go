@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -158,6 +159,29 @@ func TestTorchServeMetrics(t *testing.T) {
 	for _, name := range []string{"HandlerTime", "PredictionTime"} {
 		if v := findMetric(t, fams, name, map[string]string{"ModelName": "digits", "Level": "Model", "Hostname": hostname(t)}).GetGauge().GetValue(); v <= 0 {
 			t.Errorf("%s = %v ms", name, v)
+		}
+	}
+
+	// TorchServe's own test (test/pytest/test_metrics.py) reads the text with these patterns,
+	// which its Java client's form meets: a comma after the last label, a decimal point. Its
+	// model_version is "default" for a request that named none; torchd's is the version that
+	// answered.
+	for _, pat := range []string{
+		`TYPE Requests2XX counter`, `Requests2XX\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE ts_inference_requests_total counter`, `ts_inference_requests_total\{model_name="digits",model_version="1.0",hostname=".+",\} \d+\.\d+`,
+		`TYPE ts_inference_latency_microseconds counter`, `ts_inference_latency_microseconds\{model_name="digits",model_version="1.0",hostname=".+",\} \d+\.\d+`,
+		`TYPE ts_queue_latency_microseconds counter`, `ts_queue_latency_microseconds\{model_name="digits",model_version="1.0",hostname=".+",\} \d+\.\d+`,
+		`TYPE QueueTime gauge`, `QueueTime\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE WorkerThreadTime gauge`, `WorkerThreadTime\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE WorkerLoadTime gauge`, `WorkerLoadTime\{WorkerName=".+",Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE CPUUtilization gauge`, `CPUUtilization\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE MemoryUsed gauge`, `MemoryUsed\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE DiskAvailable gauge`, `DiskAvailable\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE HandlerTime gauge`, `HandlerTime\{ModelName="digits",Level="Model",Hostname=".+",\} \d+\.\d+`,
+		`TYPE PredictionTime gauge`, `PredictionTime\{ModelName="digits",Level="Model",Hostname=".+",\} \d+\.\d+`,
+	} {
+		if n := len(regexp.MustCompile(pat).FindAllIndex(r.body, -1)); n != 1 {
+			t.Errorf("TorchServe's pattern %s matches %d times, want 1", pat, n)
 		}
 	}
 }

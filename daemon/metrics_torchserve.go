@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"bytes"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// tsSeriesNames are the series TorchServe's frontend writes from its default metrics.yaml.
+var tsSeriesNames = map[string]bool{
+	"Requests2XX": true, "Requests4XX": true, "Requests5XX": true,
+	"ts_inference_requests_total": true, "ts_inference_latency_microseconds": true, "ts_queue_latency_microseconds": true,
+	"QueueTime": true, "WorkerThreadTime": true, "WorkerLoadTime": true,
+	"CPUUtilization": true, "MemoryUsed": true, "MemoryAvailable": true, "MemoryUtilization": true,
+	"DiskUsage": true, "DiskUtilization": true, "DiskAvailable": true,
+	"HandlerTime": true, "PredictionTime": true,
+}
+
+// writeTorchServeText copies Prometheus text to w, with TorchServe's series written as its
+// Java Prometheus client writes them: a comma after the last label and a value with a
+// decimal point, `Requests2XX{Level="Host",Hostname="h",} 4.0`. TorchServe's own tests, and
+// scrapers written against TorchServe, match those lines as text; Prometheus parses both
+// forms alike. Every other line passes unchanged.
+func writeTorchServeText(w io.Writer, text []byte) {
+	out := make([]byte, 0, len(text)+256)
+	for len(text) > 0 {
+		line := text
+		if i := bytes.IndexByte(text, '\n'); i >= 0 {
+			line, text = text[:i+1], text[i+1:]
+		} else {
+			text = nil
+		}
+		out = append(out, tsLine(line)...)
+	}
+	w.Write(out)
+}
+
+// tsLine rewrites one series line of a TorchServe metric; others are returned as they are.
+func tsLine(line []byte) []byte {
+	open := bytes.IndexByte(line, '{')
+	if open <= 0 || line[0] == '#' || !tsSeriesNames[string(line[:open])] {
+		return line
+	}
+	end := bytes.LastIndex(line, []byte("} "))
+	if end < 0 {
+		return line
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(line[end+2:])), 64)
+	if err != nil {
+		return line
+	}
+	out := make([]byte, 0, len(line)+4)
+	out = append(out, line[:end]...)
+	if line[end-1] != ',' && line[end-1] != '{' {
+		out = append(out, ',')
+	}
+	out = append(out, "} "...)
+	out = append(out, javaDouble(v)...)
+	return append(out, '\n')
+}
+
+// javaDouble formats v as Java's Double.toString does: 4.0, 0.25, 1.2345678E7.
+func javaDouble(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	}
+	if a := math.Abs(v); a == 0 || (a >= 1e-3 && a < 1e7) {
+		s := strconv.FormatFloat(v, 'f', -1, 64)
+		if !strings.Contains(s, ".") {
+			s += ".0"
+		}
+		return s
+	}
+	s := strconv.FormatFloat(v, 'E', -1, 64) // 1.2345678E+07
+	mant, exp, _ := strings.Cut(s, "E")
+	if !strings.Contains(mant, ".") {
+		mant += ".0"
+	}
+	e, _ := strconv.Atoi(exp)
+	return mant + "E" + strconv.Itoa(e)
+}
