@@ -49,7 +49,7 @@ type ManifestModel struct {
 	ModelFile        string         `json:"modelFile,omitempty"`      // eager model source; torchd refuses archives that have one
 	ModelVersion     string         `json:"modelVersion,omitempty"`   // "" reads as "1.0", as in TorchServe
 	Extensions       map[string]any `json:"extensions,omitempty"`
-	RequirementsFile string         `json:"requirementsFile,omitempty"` // pip requirements; ignored
+	RequirementsFile string         `json:"requirementsFile,omitempty"` // pip requirements, installed for handler processes under install_py_dep_per_model
 	ConfigFile       string         `json:"configFile,omitempty"`       // model-config.yaml (TorchServe); torchd's own is model-config.toml
 
 	// Read for TorchServe's Java reader and MMS; Write never sets them.

@@ -113,6 +113,11 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	v.ins, v.outs = resolveSignature(am, module, req.Adapter != nil)
 	v.metrics = r.metrics.Version(v)
 	warmup, err := warmupSamples(h, am.Config)
+	if am.Config.Handler == archive.HandlerPython {
+		// A handler process takes whole requests, not tensors; its handler warms up in
+		// initialize, as in TorchServe.
+		warmup = nil
+	}
 	if req.Adapter != nil {
 		warmup, err = req.Adapter.Warmup()
 	}
@@ -188,13 +193,19 @@ func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s Model
 	if r.opts.Python == PythonOff {
 		return nil, fmt.Errorf("its handler %q is Python, and handler processes are off (python = %s)", am.PythonHandler, PythonOff)
 	}
+	python := cmp.Or(r.opts.Python, "python3")
+	env, skipped, err := r.pythonDeps(name, python, am, s)
+	if err != nil {
+		return nil, fmt.Errorf("handler %q: %w", am.PythonHandler, err)
+	}
+	// With no workers, no process starts until workers are added (Scale), as in TorchServe.
 	m, err := handlerproc.Start(handlerproc.Config{
-		Python: cmp.Or(r.opts.Python, "python3"), ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
-		BatchSize: s.BatchSize, Device: s.Device, Processes: max(1, s.MinWorkers),
+		Python: python, ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
+		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers, Env: env,
 		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, Log: r.log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("handler %q: %w", am.PythonHandler, err)
+		return nil, fmt.Errorf("handler %q: %w%s", am.PythonHandler, err, skipped)
 	}
 	return m, nil
 }

@@ -31,6 +31,9 @@ type Options struct {
 	// Python is the interpreter of handler processes, which run archives' Python handlers
 	// with TorchServe's worker ("": python3 on the PATH; PythonOff: none run).
 	Python string
+	// InstallPyDeps installs an archive's requirements.txt for its handler processes, as
+	// TorchServe's install_py_dep_per_model (pydeps.go).
+	InstallPyDeps bool
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none
@@ -351,6 +354,13 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	v, err := r.Get(name, version)
 	if err != nil {
 		return nil, err
+	}
+	// A handler process registered with no workers starts now, and a handler that cannot
+	// load fails the scaling, as TorchServe's worker start does; the version keeps its workers.
+	if ws, ok := v.module.(interface{ StartWorkers() error }); ok && minWorkers > 0 {
+		if err := ws.StartWorkers(); err != nil {
+			return nil, errorf(ErrLoadFailed, "failed to start workers for model %s version %s: handler %q: %v", name, v.Version, v.archive.PythonHandler, err)
+		}
 	}
 	r.mu.Lock() // one Scale at a time: each copies the settings the last one stored
 	s := v.Settings()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 )
 
 // registerModel opens the archive a registration names and loads it as a model version. It answers 409 for a version already registered, 400 for
@@ -20,12 +22,13 @@ import (
 // a failed registration leaves nothing behind.
 func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	entry, python := archive.PythonEntry(req.Handler)
-	if req.Handler != "" && !archive.IsHandlerName(req.Handler) && !python {
-		// TorchServe lets handler= override the archive's and then fails the registration
-		// when that handler cannot be loaded, with 500 (its worker fails to start); so does
-		// torchd, naming the handler.
-		return nil, apiErr(http.StatusInternalServerError, "InternalServerException",
-			"handler %q given at registration does not exist; torchd has %s", req.Handler, strings.Join(archive.HandlerNames(), ", "))
+	// TorchServe lets handler= override the archive's and hands a name it does not know to
+	// its worker, as a module to import. So does torchd: the name runs in a handler process,
+	// whose start fails (500) when it cannot be imported, at registration, or, for a model
+	// registered with 0 workers, when workers are added.
+	unknown := req.Handler != "" && !archive.IsHandlerName(req.Handler) && !python
+	if unknown {
+		entry, python = req.Handler, true
 	}
 	path, cleanup, err := d.resolveURL(req.URL)
 	if err != nil {
@@ -56,7 +59,13 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	if name == "" {
 		name = am.Name
 	}
-	return d.Registry.Add(name, am.Version, req, am)
+	v, err := d.Registry.Add(name, am.Version, req, am)
+	if unknown && errors.Is(err, core.ErrLoadFailed) {
+		return nil, apiErr(http.StatusInternalServerError, "InternalServerException",
+			"handler %q given at registration does not exist: torchd has %s, and TorchServe's worker could not load it: %v",
+			req.Handler, strings.Join(archive.HandlerNames(), ", "), err)
+	}
+	return v, err
 }
 
 // resolveURL maps a registration url to a local path, and returns what removes a downloaded

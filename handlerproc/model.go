@@ -28,7 +28,8 @@ type Config struct {
 	Handler   string // as TorchServe names it: a built-in name, x.py, x.py:fn, module:fn
 	BatchSize int
 	Device    string // "cpu" or "cuda:N"
-	// Processes is how many processes serve at once: one per worker.
+	// Processes is how many processes serve at once: one per worker. 0 starts none until
+	// StartWorkers (lazy.go).
 	Processes int
 	// StartTimeout bounds a process's start and its handler's initialize.
 	StartTimeout time.Duration
@@ -45,6 +46,7 @@ type Model struct {
 	rt   *Runtime
 	idle chan *process // processes ready for a batch
 
+	startMu sync.Mutex // StartWorkers, one at a time
 	mu      sync.Mutex
 	closed  bool
 	live    map[*process]bool
@@ -61,6 +63,7 @@ func Start(cfg Config) (*Model, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	lazy := cfg.Processes == 0
 	cfg.Processes = max(1, cfg.Processes)
 	cfg.StartTimeout = cmpDur(cfg.StartTimeout, 2*time.Minute)
 	rt, err := FindRuntime(cfg.Python)
@@ -68,6 +71,9 @@ func Start(cfg Config) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, cfg.Processes), live: map[*process]bool{}, stop: make(chan struct{})}
+	if lazy {
+		return m, nil
+	}
 	type started struct {
 		p   *process
 		err error
