@@ -78,7 +78,7 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		"v1/ConfigMap":                                     2, // torchd.toml and the adapter's rules
 		"policy/v1/PodDisruptionBudget":                    1,
 		"autoscaling/v2/HorizontalPodAutoscaler":           1,
-		"serving.kserve.io/v1alpha1/ClusterServingRuntime": 1,
+		"serving.kserve.io/v1alpha1/ClusterServingRuntime": 2, // torchd's layout and TorchServe's
 		"serving.kserve.io/v1beta1/InferenceService":       1,
 	}
 	for k, n := range want {
@@ -145,6 +145,7 @@ func TestMisspelledFieldsFail(t *testing.T) {
 		{"kserve/clusterservingruntime.yaml", "protocolVersions:", "protocolVersion:"},
 		{"kserve/clusterservingruntime.yaml", "readinessProbe:", "readinesProbe:"},
 		{"kserve/inferenceservice.yaml", "storageUri:", "storageURI:"},
+		{"kserve/torchserve-layout.yaml", "autoSelect:", "autoselect:"},
 		{"kserve/inferenceservice.yaml", "averageUtilization:", "averageUtilisation:"},
 		{"kserve/inferenceservice.yaml", "serverAddress:", "server_address:"},
 	}
@@ -574,9 +575,63 @@ func TestAdapterConfigIsStrict(t *testing.T) {
 	}
 }
 
+// runtime is the ClusterServingRuntime named name.
+func runtime(t *testing.T, docs []Document, name string) *ClusterServingRuntime {
+	t.Helper()
+	for _, rt := range all[ClusterServingRuntime](docs) {
+		if rt.Name == name {
+			return rt
+		}
+	}
+	t.Fatalf("no ClusterServingRuntime %s", name)
+	return nil
+}
+
+// The runtime for TorchServe's layout reads config/config.properties and model-store/ where
+// KServe's storage initializer puts them, serves both protocols on 8080, and takes KServe's
+// pytorch format by default.
+func TestKServeTorchServeLayoutRuntime(t *testing.T) {
+	rt := runtime(t, loadAll(t), "kserve-torchd-torchserve")
+	spec := rt.Spec
+	if fmt.Sprint(spec.ProtocolVersions) != "[v1 v2]" {
+		t.Errorf("protocolVersions %v, want v1 and v2", spec.ProtocolVersions)
+	}
+	if len(spec.SupportedModelFormats) != 1 || spec.SupportedModelFormats[0].Name != "pytorch" ||
+		spec.SupportedModelFormats[0].AutoSelect == nil || !*spec.SupportedModelFormats[0].AutoSelect {
+		t.Errorf("supportedModelFormats %+v: want pytorch, auto-selected", spec.SupportedModelFormats)
+	}
+	if len(spec.Containers) != 1 || spec.Containers[0].Name != "kserve-container" {
+		t.Fatalf("want one container named kserve-container, KServe's convention")
+	}
+	c := &spec.Containers[0]
+	flags, err := ParseFlags(c.Args, settings(t))
+	if err != nil {
+		t.Fatalf("args: %v", err)
+	}
+	if flags["ts_config"] != "/mnt/models/config/config.properties" || flags["model_store"] != "/mnt/models/model-store" {
+		t.Errorf("args %v: want --ts-config and --model-store under /mnt/models, as KServe's TorchServe layout has them", c.Args)
+	}
+	if flags["models"] != "" {
+		t.Errorf("--models would load archives beside config.properties' model_snapshot")
+	}
+	if h, _, _ := net.SplitHostPort(flags["management_address"]); h != "127.0.0.1" {
+		t.Errorf("management_address %q beyond the pod's loopback", flags["management_address"])
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != port(t, flags["inference_address"]) || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("ports %v: KServe routes to 8080, which must be inference_address", c.Ports)
+	}
+	if a := spec.Annotations["prometheus.kserve.io/port"]; a != fmt.Sprint(port(t, flags["metrics_address"])) {
+		t.Errorf("prometheus.kserve.io/port %q is not metrics_address's port", a)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/v2/health/ready" ||
+		c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/v2/health/live" {
+		t.Errorf("probes: want /v2/health/ready and /v2/health/live")
+	}
+}
+
 func TestKServeRuntime(t *testing.T) {
 	docs := loadAll(t)
-	rt := one[ClusterServingRuntime](t, docs)
+	rt := runtime(t, docs, "kserve-torchd")
 	isvc := one[InferenceService](t, docs)
 	spec := rt.Spec
 	for _, want := range []string{"v1", "v2"} {

@@ -115,7 +115,7 @@ func ParseFlags(args []string, settings map[string][]string) (map[string]string,
 			return nil, fmt.Errorf("argument %q: write torchd flags as --key=value", a)
 		}
 		key := strings.ReplaceAll(name, "-", "_")
-		if _, known := settings[key]; !known && key != "config" {
+		if _, known := settings[key]; !known && key != "config" && key != "ts_config" {
 			return nil, fmt.Errorf("unknown flag %q", a)
 		}
 		out[key] = val
