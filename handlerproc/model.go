@@ -57,7 +57,8 @@ type Model struct {
 
 var _ torch.Model = (*Model)(nil)
 
-// Start starts cfg.Processes handler processes and loads the model in each. It fails, with
+// Start starts cfg.Processes handler processes and loads the model in each (none for 0: see
+// StartWorkers). It fails, with
 // the handler's own Python error where it printed one, when the first cannot load.
 func Start(cfg Config) (*Model, error) {
 	if cfg.Log == nil {
