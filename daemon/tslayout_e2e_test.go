@@ -110,8 +110,11 @@ func TestTorchServeLayoutSharedPortAndErrors(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	props := strings.NewReplacer("http://0.0.0.0:8085", "http://"+addr, "0.0.0.0:8082", "127.0.0.1:0").Replace(kserveV2Properties)
-	root := torchServeTree(t, props, map[string]string{"mnist.mar": filepath.Join(store, "digits.mar")})
+	// Two versions of mnist, the second the default.
+	snapshot := `{"1.0":{"marName":"mnist.mar","minWorkers":1},"2.0":{"defaultVersion":true,"marName":"mnist_v2.mar","minWorkers":1}}`
+	props := strings.NewReplacer("http://0.0.0.0:8085", "http://"+addr, "0.0.0.0:8082", "127.0.0.1:0",
+		`{"1.0":{"defaultVersion":true,"marName":"mnist.mar","minWorkers":1,"maxWorkers":5,"batchSize":2,"maxBatchDelay":500,"responseTimeout":60}}`, snapshot).Replace(kserveV2Properties)
+	root := torchServeTree(t, props, map[string]string{"mnist.mar": filepath.Join(store, "digits.mar"), "mnist_v2.mar": filepath.Join(store, "v2", "digits.mar")})
 	cfg := filepath.Join(root, "config", "config.properties")
 	// The harness's address flags would win over the file's: give the file's again.
 	s := startServer(t, "--ts-config", cfg, "--model-store", filepath.Join(root, "model-store"), "--inference-address", addr, "--management-address", addr)
@@ -125,6 +128,13 @@ func TestTorchServeLayoutSharedPortAndErrors(t *testing.T) {
 	pngs, labels := heldOut(t)
 	if r := do(t, "POST", s.inf+"/predictions/mnist", "image/png", pngs[0]); r.status != 200 || top1(r.body) != labels[0] {
 		t.Fatalf("inference on the shared port: %d %s", r.status, r.body)
+	}
+	var desc []struct {
+		ModelVersion string `json:"modelVersion"`
+	}
+	do(t, "GET", s.inf+"/models/mnist", "", nil).json(t, &desc)
+	if len(desc) != 1 || desc[0].ModelVersion != "2.0" {
+		t.Errorf("the snapshot's defaultVersion 2.0 is not the default: %+v", desc)
 	}
 
 	for _, c := range []struct{ props, want string }{
