@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"archive/zip"
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,14 +40,15 @@ func writeProbeWheel(t *testing.T, dir string) string {
 }
 
 // archiveWithRequirements packs, with torch-model-archiver, a handler that imports tdprobe and
-// a requirements.txt that names tdprobe's wheel, shipped in the archive, into dir as pyreq.mar.
-func archiveWithRequirements(t *testing.T, py, dir string) {
+// a requirements.txt that names tdprobe's wheel, shipped in the archive, into dir as NAME.mar;
+// requirements.txt may name another line in place of the wheel.
+func archiveWithRequirements(t *testing.T, py, dir, name, requirement string) {
 	t.Helper()
 	src := t.TempDir()
 	wheel := writeProbeWheel(t, src)
 	files := map[string]string{
 		"req_handler.py":   "import tdprobe\n\n\ndef handle(data, context):\n    if data is None:\n        return None\n    return [{'probe': tdprobe.VALUE}] * len(data)\n",
-		"requirements.txt": "./" + wheel + "\n",
+		"requirements.txt": cmp.Or(requirement, "./"+wheel) + "\n",
 		"weights.bin":      "unused",
 	}
 	for n, b := range files {
@@ -54,7 +56,7 @@ func archiveWithRequirements(t *testing.T, py, dir string) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(filepath.Join(filepath.Dir(py), "torch-model-archiver"), "--model-name", "pyreq", "--version", "1.0",
+	cmd := exec.Command(filepath.Join(filepath.Dir(py), "torch-model-archiver"), "--model-name", name, "--version", "1.0",
 		"--serialized-file", "weights.bin", "--handler", "req_handler.py", "--requirements-file", "requirements.txt",
 		"--extra-files", wheel, "--export-path", dir, "--force")
 	cmd.Dir = src
@@ -71,7 +73,8 @@ func TestRequirementsPerModel(t *testing.T) {
 	props := strings.Replace(strings.Replace(kserveV2Properties, "install_py_dep_per_model=false", "install_py_dep_per_model=true", 1),
 		`"mnist":{"1.0":{"defaultVersion":true,"marName":"mnist.mar"`, `"pyreq":{"1.0":{"defaultVersion":true,"marName":"pyreq.mar"`, 1)
 	root := torchServeTree(t, props, nil)
-	archiveWithRequirements(t, py, filepath.Join(root, "model-store"))
+	archiveWithRequirements(t, py, filepath.Join(root, "model-store"), "pyreq", "")
+	archiveWithRequirements(t, py, filepath.Join(root, "model-store"), "pybadreq", "./missing-1.0-py3-none-any.whl")
 	s := startServer(t, "--python", py, "--ts-config", filepath.Join(root, "config", "config.properties"), "--model-store", filepath.Join(root, "model-store"))
 	s.waitHealthy(t)
 	if r := post(s.inf+"/predictions/pyreq", "application/json", []byte(`{"x":1}`)); r.status != 200 || !strings.Contains(string(r.body), "probe-ok") {
@@ -83,6 +86,9 @@ func TestRequirementsPerModel(t *testing.T) {
 	if !strings.Contains(s.Log(), "installed the archive's requirements") {
 		t.Errorf("the install is not logged:\n%s", s.Log())
 	}
+	// A requirement pip cannot install fails the registration with pip's error.
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url=pybadreq.mar&initial_workers=1&synchronous=true", "", nil),
+		500, "InternalServerException", "pip install -r requirements.txt failed: ERROR:")
 
 	// torchd's default: not installed.
 	off := startServer(t, "--python", py, "--model-store", filepath.Join(root, "model-store"))

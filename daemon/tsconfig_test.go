@@ -116,3 +116,17 @@ func TestTorchServeConfigLoadModels(t *testing.T) {
 		t.Errorf("load_models beside a snapshot: models %q, ignored %+v", c.Models, c.TorchServe.Ignored)
 	}
 }
+
+// A properties file that does not parse names its line.
+func TestTorchServeConfigMalformed(t *testing.T) {
+	_, err := LoadConfig([]string{"--ts-config", writeProperties(t, "job_queue_size=10\nmodel_store=\\u12\n")}, envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), "line 2: key model_store: malformed \\uxxxx escape") {
+		t.Errorf("got %v", err)
+	}
+	if _, err := LoadConfig([]string{"--ts-config", writeProperties(t, "grpc_inference_port=70000\n")}, envOf(nil)); err == nil || !strings.Contains(err.Error(), `key grpc_inference_port: want a port number, got "70000"`) {
+		t.Errorf("got %v", err)
+	}
+	if _, err := LoadConfig([]string{"--ts-config", writeProperties(t, `model_snapshot={"models":{"m":{"1.0":{"minWorkers":1}}}}`)}, envOf(nil)); err == nil || !strings.Contains(err.Error(), "model m version 1.0: no marName") {
+		t.Errorf("got %v", err)
+	}
+}
