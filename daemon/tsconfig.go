@@ -81,7 +81,6 @@ var tsIgnored = map[string]string{
 	"unregister_model_timeout":  "an unregistration waits for the requests in flight",
 	"models":                    "per-model settings come from model_snapshot or the archive's model-config.yaml",
 	"model_server_home":         "torchd runs no JVM",
-	"enable_envvars_config":     "",
 }
 
 // tsSettings are the keys that set a torchd setting of the same meaning: the TorchServe key,
@@ -194,14 +193,14 @@ func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) e
 				}
 				continue
 			}
-			why, known := tsIgnored[k]
-			switch {
-			case k == "enable_envvars_config":
-			case known:
-				ts.Ignored = append(ts.Ignored, IgnoredKey{k, why})
-			default:
-				ts.Ignored = append(ts.Ignored, IgnoredKey{k, "not a key torchd knows"})
+			if k == "enable_envvars_config" {
+				continue // read above
 			}
+			why, known := tsIgnored[k]
+			if !known {
+				why = "not a key torchd knows"
+			}
+			ts.Ignored = append(ts.Ignored, IgnoredKey{k, why})
 		}
 	}
 	for _, api := range []string{"inference", "management"} {
