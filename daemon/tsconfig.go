@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
@@ -378,59 +377,34 @@ func parseModelSnapshot(v string) ([]TorchServeModel, []IgnoredKey, error) {
 			m := TorchServeModel{Name: name, Version: ver}
 			fields := snap.Models[name][ver]
 			where := fmt.Sprintf("model %s version %s", name, ver)
-			num := func(key string, min float64) (float64, bool, error) {
-				raw, ok := fields[key]
-				if !ok {
-					return 0, false, nil
-				}
-				var f float64
-				if err := json.Unmarshal(raw, &f); err != nil || f < min || f != float64(int64(f)) {
-					return 0, false, fmt.Errorf("%s: %s: want an integer ≥ %v, got %s", where, key, min, raw)
-				}
-				return f, true, nil
-			}
 			for _, key := range sortedKeys(fields) {
-				var err error
-				var f float64
-				var ok bool
+				raw := fields[key]
 				switch key {
 				case "marName":
-					if err := json.Unmarshal(fields[key], &m.MarName); err != nil || m.MarName == "" {
-						return nil, nil, fmt.Errorf("%s: marName: want the archive's file name, got %s", where, fields[key])
+					if err := json.Unmarshal(raw, &m.MarName); err != nil || m.MarName == "" {
+						return nil, nil, fmt.Errorf("%s: marName: want the archive's file name, got %s", where, raw)
 					}
 				case "defaultVersion":
-					if err := json.Unmarshal(fields[key], &m.Default); err != nil {
-						return nil, nil, fmt.Errorf("%s: defaultVersion: want true or false, got %s", where, fields[key])
-					}
-				case "minWorkers":
-					if f, ok, err = num(key, 0); ok {
-						m.Settings.MinWorkers = archive.Fixed(int(f))
-					}
-				case "maxWorkers":
-					if f, ok, err = num(key, 0); ok {
-						m.Settings.MaxWorkers = archive.NonZero(int(f))
-					}
-				case "batchSize":
-					if f, ok, err = num(key, 1); ok {
-						m.Settings.BatchSize = archive.Fixed(int(f))
-					}
-				case "maxBatchDelay":
-					if f, ok, err = num(key, 0); ok {
-						m.Settings.MaxBatchDelay = archive.Fixed(time.Duration(f) * time.Millisecond)
-					}
-				case "responseTimeout":
-					if f, ok, err = num(key, 1); ok {
-						m.Settings.ResponseTimeout = archive.Of(time.Duration(f) * time.Second)
-					}
-				case "startupTimeout":
-					if f, ok, err = num(key, 1); ok {
-						m.Settings.StartupTimeout = archive.Of(time.Duration(f) * time.Second)
+					if err := json.Unmarshal(raw, &m.Default); err != nil {
+						return nil, nil, fmt.Errorf("%s: defaultVersion: want true or false, got %s", where, raw)
 					}
 				default:
-					ignored["model_snapshot: "+key] = true
-				}
-				if err != nil {
-					return nil, nil, err
+					setting, ok := snapshotSettings[key]
+					if !ok {
+						ignored["model_snapshot: "+key] = true
+						continue
+					}
+					var n int64
+					if err := json.Unmarshal(raw, &n); err != nil {
+						return nil, nil, fmt.Errorf("%s: %s: want an integer, got %s", where, key, raw)
+					}
+					if n == 0 && setting == "max_workers" {
+						continue // TorchServe's 0: not given
+					}
+					// The limits every source of settings shares (archive.SettingLimits).
+					if err := m.Settings.Set(setting, n); err != nil {
+						return nil, nil, fmt.Errorf("%s: %s: %v", where, key, err)
+					}
 				}
 			}
 			if m.MarName == "" {
@@ -444,6 +418,13 @@ func parseModelSnapshot(v string) ([]TorchServeModel, []IgnoredKey, error) {
 		out = append(out, IgnoredKey{k, "not a setting torchd takes from a snapshot"})
 	}
 	return models, out, nil
+}
+
+// snapshotSettings are the model_snapshot fields torchd takes, by their torchd setting; the
+// numbers are in the setting's unit (maxBatchDelay in ms, the timeouts in s), as TorchServe's.
+var snapshotSettings = map[string]string{
+	"minWorkers": "min_workers", "maxWorkers": "max_workers", "batchSize": "batch_size",
+	"maxBatchDelay": "max_batch_delay", "responseTimeout": "response_timeout", "startupTimeout": "startup_timeout",
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -141,7 +141,7 @@ func TestTorchServeLayoutSharedPortAndErrors(t *testing.T) {
 		{"inference_address=8080\n", `key inference_address: want http://host:port or https://host:port, got "8080"`},
 		{"job_queue_size=ten\n", `key job_queue_size: want an integer ≥ 1, got "ten"`},
 		{"metrics_mode=json\n", `key metrics_mode: want prometheus or log, got "json"`},
-		{`model_snapshot={"models":{"m":{"1.0":{"marName":"m.mar","minWorkers":-1}}}}` + "\n", "model m version 1.0: minWorkers: want an integer ≥ 0, got -1"},
+		{`model_snapshot={"models":{"m":{"1.0":{"marName":"m.mar","minWorkers":-1}}}}` + "\n", "model m version 1.0: minWorkers: must be an integer >= 0, got -1"},
 		{"model_snapshot={\"models\"\n", "not the JSON of a TorchServe snapshot"},
 		{"inference_address=https://127.0.0.1:8443\n", "an https:// address needs certificate_file and private_key_file"},
 	} {
