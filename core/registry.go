@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/torchd/torchd/archive"
 )
@@ -47,6 +48,10 @@ type Registry struct {
 	metrics Recorder
 	// cores is shared by every model's workers: a forward's threads depend on all forwards.
 	cores *coreShare
+
+	// serving counts the inference requests in Serve, every version's; lastServed is when
+	// the latest ended (UnixNano).
+	serving, lastServed atomic.Int64
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry
