@@ -1,7 +1,8 @@
 // Package core is torchd's serving core: the registry of model versions, each version's
-// batcher and worker pool, and the one request path every protocol uses (Infer). The
-// protocol front-ends (package daemon) turn bytes into one core call and back; nothing
-// outside this package touches its locks or counters.
+// batcher and worker pool (over a Backend), and the one call that serves a request whatever
+// its protocol (Registry.Serve). The protocol front-ends turn bytes into that call and its
+// Result back into bytes, and answer its errors (the kinds of errors.go) each in their own
+// terms; core knows no protocol. Nothing outside this package touches its locks or counters.
 package core
 
 import (
