@@ -87,7 +87,7 @@ func (v *ModelVersion) reserve(c Call) (*admission, error) {
 func (a *admission) release() { a.rsv.release() }
 
 func (v *ModelVersion) queueFull() error {
-	return errorf(ErrQueueFull, "Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity())
+	return errorf(ErrQueueFull, "model %s: its job queue is full (job_queue_size %d); retry later", v.Name, v.batcher.Capacity())
 }
 
 // run queues the admitted request's preprocessed sample on v's batcher and waits for its
@@ -125,7 +125,7 @@ func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 		j.deadline = arrived.Add(timeout)
 	}
 	if v.pool.Count() == 0 {
-		return Result{}, errorf(ErrNoWorker, "Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name)
+		return Result{}, errorf(ErrNoWorker, "model %s has no worker to serve the request: none is running (scale its workers up)", v.Name)
 	}
 	err := v.batcher.Submit(j)
 	rsv.release()

@@ -81,6 +81,10 @@ func (r *Registry) Get(name, version string) (*ModelVersion, error) {
 	}
 	if version == "" {
 		version = e.defaultVersion
+		if version == "" {
+			// A model gets its default version once its first version has loaded.
+			return nil, errorf(ErrLoading, "Model %s is still loading", name)
+		}
 	}
 	v, ok := e.versions[version]
 	if !ok {

@@ -1,11 +1,22 @@
 package daemon_test
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/torchd/torchd/handlers/handlertest"
 )
 
 // Every inference API is one core call, so each counts what it serves in the metrics and
@@ -58,54 +69,109 @@ func TestExplanationsAndEmbeddingsCounted(t *testing.T) {
 	}
 }
 
-// An embeddings request to a model that is still loading is answered 503 with Retry-After,
-// as the other inference APIs answer it, not 404 as for a model that does not exist. The
-// load is held in its warm-up forward by the probe handler.
+// loadProbe holds the load of TestEmbeddingsWhileLoading's model in its warm-up forward.
+var loadProbe = handlertest.Register("daemon_load_probe", "tensor")
+
+// A request to a model whose first version is still loading is answered 503 with
+// Retry-After, over embeddings as over /predictions, not 404 as for a model that does not
+// exist. The load is held in its warm-up forward by a probe handler of its own.
 func TestEmbeddingsWhileLoading(t *testing.T) {
-	d, _ := startInProcess(t, "digits_tensor", []string{"--model-store", probeStore(t, "digits_tensor", "digits"),
-		"--models", "digits_tensor=digits_tensor", "--workers", "1"}, nil)
+	store := probeStore(t, "digits_tensor", "digits")
+	config, err := os.ReadFile(filepath.Join(store, "digits_tensor", "model-config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := startInProcess(t, "digits_tensor", []string{"--model-store", store, "--models", "digits_tensor=digits_tensor", "--workers", "1"}, nil)
+	// The model to load joins the store once the server has started, which loads what it finds.
+	if err := os.Mkdir(filepath.Join(store, "loading"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model, _ := os.Readlink(filepath.Join(store, "digits_tensor", "model.pt"))
+	if err := os.Symlink(model, filepath.Join(store, "loading", "model.pt")); err != nil {
+		t.Fatal(err)
+	}
+	config = bytes.Replace(config, []byte(`handler = "daemon_probe"`), []byte(`handler = "daemon_load_probe"`), 1)
+	if err := os.WriteFile(filepath.Join(store, "loading", "model-config.toml"), config, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	inf, mgmt, _ := d.Addrs()
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	probe.Before(func(int) {
+	loadProbe.Before(func(int) {
 		once.Do(func() {
 			close(held)
 			<-release
 		})
 	})
-	t.Cleanup(func() { probe.Before(nil) })
-	registered := make(chan int, 1)
+	t.Cleanup(func() { loadProbe.Before(nil) })
+	registered := make(chan string, 1)
 	go func() {
-		resp, err := http.Post("http://"+mgmt+"/models?url=digits_tensor&model_name=loading&synchronous=true", "", nil)
+		resp, err := http.Post("http://"+mgmt+"/models?url=loading&model_name=later&synchronous=true", "", nil)
 		if err != nil {
-			registered <- 0
+			registered <- err.Error()
 			return
 		}
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		registered <- resp.StatusCode
+		registered <- fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}()
-	<-held
+	select {
+	case <-held:
+	case r := <-registered:
+		t.Fatalf("registration answered %s before its warm-up forward", r)
+	}
 
-	body := []byte(`{"model": "loading", "input": "text"}`)
+	body := []byte(`{"model": "later", "input": "text"}`)
 	r := do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", body)
 	var e struct {
 		Error map[string]any `json:"error"`
 	}
 	r.json(t, &e)
-	if r.status != 503 || r.header.Get("Retry-After") == "" || e.Error["type"] != "server_error" || !strings.Contains(e.Error["message"].(string), "still loading") {
+	if r.status != 503 || r.header.Get("Retry-After") == "" || e.Error["type"] != "server_error" || !strings.Contains(fmt.Sprint(e.Error["message"]), "still loading") {
 		t.Errorf("embeddings while loading: %d Retry-After %q %s, want 503 server_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
 	}
+	errorShape(t, do(t, "POST", "http://"+inf+"/predictions/later", "application/json", []byte(`[[0]]`)), 503, "ServiceUnavailableException", "still loading")
 	if r := do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", []byte(`{"model": "nope", "input": "text"}`)); r.status != 404 {
 		t.Errorf("embeddings of a model that does not exist: %d %s, want 404", r.status, r.body)
 	}
 	close(release)
-	if st := <-registered; st != 200 {
-		t.Fatalf("registration: %d", st)
+	if r := <-registered; !strings.HasPrefix(r, "200 ") {
+		t.Fatalf("registration: %s", r)
 	}
 	// Loaded, it is what it is: not an embedding model.
 	r = do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", body)
 	r.json(t, &e)
 	if r.status != 400 || e.Error["param"] != "model" {
 		t.Errorf("embeddings of a loaded tensor model: %d %s, want 400 naming the model", r.status, r.body)
+	}
+}
+
+// An embeddings request whose client closes the connection as soon as it has sent it is
+// counted 499, as a prediction is, not 200: no one read its answer.
+func TestAbandonedEmbeddingsCounted(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=minilm.mar&initial_workers=1&synchronous=true")
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = strings.Repeat(fmt.Sprintf("sentence %d keeps the tokenizer busy. ", i), 20)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "minilm", "input": texts})
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.inf, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := c.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	counted := regexp.MustCompile(`torchd_requests_total\{model="minilm",version="[^"]*",code="(\d+)"\} (\d+)`)
+	var codes [][]string
+	waitFor(t, 60*time.Second, "the abandoned request to be counted", func() bool {
+		codes = counted.FindAllStringSubmatch(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), -1)
+		return len(codes) > 0
+	})
+	if len(codes) != 1 || codes[0][1] != "499" || codes[0][2] != "1" {
+		t.Fatalf("the abandoned request was counted %v, want once as 499", codes)
 	}
 }
