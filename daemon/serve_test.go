@@ -81,7 +81,8 @@ func TestEmbeddingsWhileLoading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := startInProcess(t, "digits_tensor", []string{"--model-store", store, "--models", "digits_tensor=digits_tensor", "--workers", "1"}, nil)
+	// No snapshot: the registration below would be restored by the next in-process server.
+	d, _ := startInProcess(t, "digits_tensor", []string{"--model-store", store, "--models", "digits_tensor=digits_tensor", "--workers", "1", "--enable-snapshots=false"}, nil)
 	// The model to load joins the store once the server has started, which loads what it finds.
 	if err := os.Mkdir(filepath.Join(store, "loading"), 0o755); err != nil {
 		t.Fatal(err)
