@@ -11,6 +11,7 @@ import (
 // job is one request waiting for inference.
 type job struct {
 	sample   *handlers.Sample
+	explain  *explanation // nil: a forward
 	rsv      *reservation // its place in the queue and the window; nil: none (tests)
 	enqueued time.Time
 	deadline time.Time   // zero: none
@@ -19,9 +20,18 @@ type job struct {
 	done     chan Result
 }
 
-// Result is a request's share of the batch it ran in, and its time in each stage.
+// Result is a request's answer: its share of the batch it ran in, the handler's response,
+// and its time in each stage.
 type Result struct {
-	Out       []handlers.Tensor
+	Version *ModelVersion // the version that served it; nil: none was found
+	// Sample is the request's preprocessed input (nil: it failed before).
+	Sample *handlers.Sample
+	// Out is the request's share of the batch output: its rows of each output tensor.
+	Out []handlers.Tensor
+	// Response is the handler's answer: its Postprocess, or its explanation. nil for a Raw
+	// request and for an input that went straight to the model.
+	Response *handlers.Response
+
 	err       error
 	Input     time.Duration // arrival → enqueue: decoding and preprocessing
 	Queued    time.Duration // enqueue → batch dispatch

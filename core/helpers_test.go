@@ -134,8 +134,12 @@ func slowRow(ms, sign float32) *handlers.Sample { return float32Sample([]int64{1
 
 // infer runs one request through v's path, as a front-end does.
 func infer(v *ModelVersion, c Call, s *handlers.Sample) (Result, error) {
-	_, res, err := v.Infer(c, time.Now(), func() (*handlers.Sample, error) { return s, nil })
-	return res, err
+	a, err := v.admit(c)
+	if err != nil {
+		return Result{}, err
+	}
+	defer a.release()
+	return a.run(s, time.Now(), 0, nil)
 }
 
 // float32s reads a float32 output tensor.

@@ -25,31 +25,10 @@ type Call struct {
 	Trace Trace
 }
 
-// Infer is the request path past the registry, for every protocol: admit → decode (which
-// preprocesses) → batcher → worker. decode runs once the request holds its place in v's
-// queue; each protocol encodes the result its own way.
-func (v *ModelVersion) Infer(c Call, arrived time.Time, decode func() (*handlers.Sample, error)) (*handlers.Sample, Result, error) {
-	a, err := v.Admit(c)
-	if err != nil {
-		return nil, Result{}, err
-	}
-	defer a.Release()
-	sample, err := decode()
-	if err != nil {
-		if c.Trace != nil {
-			c.Trace.Stage("preprocess", a.admitted, time.Now(), err)
-			c.Trace.Fail(err)
-		}
-		return nil, Result{}, err
-	}
-	res, err := a.Run(sample, arrived, 0)
-	return sample, res, err
-}
-
-// Admission is a request's place in a version's queue, and in its window of requests that
-// hold decoded input, taken before its body is decoded. Run queues the request; Release
+// admission is a request's place in a version's queue, and in its window of requests that
+// hold decoded input, taken before its body is decoded. run queues the request; release
 // gives the place back on every other path. Both are idempotent.
-type Admission struct {
+type admission struct {
 	v   *ModelVersion
 	c   Call
 	rsv *reservation
@@ -58,16 +37,16 @@ type Admission struct {
 	admitted time.Time
 }
 
-// Admit reserves the request's place in v's queue before its body is decoded; a full queue
+// admit reserves the request's place in v's queue before its body is decoded; a full queue
 // is ErrQueueFull at once. Then it waits, in arrival order, for a place in v's window (see
 // inputWindow), at most response_timeout or the client's own limit, whichever is shorter
 // (ErrDeadline).
-func (v *ModelVersion) Admit(c Call) (*Admission, error) {
+func (v *ModelVersion) admit(c Call) (*admission, error) {
 	if c.Trace == nil {
-		return v.admit(c)
+		return v.reserve(c)
 	}
 	start := time.Now()
-	a, err := v.admit(c)
+	a, err := v.reserve(c)
 	now := time.Now()
 	// A request that took its place at once has no admission span: it would cost a span a
 	// request and show nothing.
@@ -82,14 +61,14 @@ func (v *ModelVersion) Admit(c Call) (*Admission, error) {
 	return a, nil
 }
 
-func (v *ModelVersion) admit(c Call) (*Admission, error) {
+func (v *ModelVersion) reserve(c Call) (*admission, error) {
 	rsv, ok := v.batcher.reserve()
 	if !ok {
 		return nil, v.queueFull()
 	}
 	limit, own := v.responseTimeout(), time.Duration(0)
 	if c.Timeout != nil {
-		// A malformed limit is answered by Run, once the request is decoded.
+		// A malformed limit is answered by run, once the request is decoded.
 		if ct, err := c.Timeout(); err == nil && ct > 0 && (limit <= 0 || ct < limit) {
 			limit, own = ct, ct
 		}
@@ -101,69 +80,20 @@ func (v *ModelVersion) admit(c Call) (*Admission, error) {
 		}
 		return nil, errorf(ErrDeadline, "model %s: %v (response_timeout %v)", v.Name, ErrDeadline, v.responseTimeout())
 	}
-	return &Admission{v: v, c: c, rsv: rsv}, nil
+	return &admission{v: v, c: c, rsv: rsv}, nil
 }
 
-// Release gives the request's place back, unless Run queued it.
-func (a *Admission) Release() { a.rsv.release() }
+// release gives the request's place back, unless run queued it.
+func (a *admission) release() { a.rsv.release() }
 
 func (v *ModelVersion) queueFull() error {
-	return errorf(ErrQueueFull, "Model \"%s\" job queue is full (job_queue_size %d); retry later.", v.Name, v.batcher.Capacity())
+	return errorf(ErrQueueFull, "model %s: its job queue is full (job_queue_size %d); retry later", v.Name, v.batcher.Capacity())
 }
 
-// Preprocess runs v's handler on a decoded request; its errors are the client's.
-func (v *ModelVersion) Preprocess(req *handlers.Request) (*handlers.Sample, error) {
-	t0 := time.Now()
-	sample, err := v.handler.Preprocess(req)
-	v.metrics.Preprocess(t0)
-	if errors.Is(err, handlers.ErrCanceled) {
-		return nil, errorf(ErrClientGone, "%s", err.Error())
-	}
-	if err != nil {
-		return nil, &Error{Kind: ErrBadInput, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
-	}
-	return sample, nil
-}
-
-// Postprocess turns a request's share of the batch output into its response with v's
-// handler; started is when the request's handling began, for the handler-time metric.
-func (v *ModelVersion) Postprocess(sample *handlers.Sample, res Result, started time.Time) (*handlers.Response, error) {
-	t1 := time.Now()
-	resp, err := v.handler.Postprocess(sample, res.Out)
-	v.metrics.Postprocess(t1)
-	v.metrics.Handler(time.Since(started) - res.Queued)
-	if err != nil {
-		e := &Error{Kind: ErrInference, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
-		if res.trace != nil {
-			res.trace.Stage("postprocess", t1, time.Now(), e)
-			res.trace.Fail(e)
-		}
-		return nil, e
-	}
-	if res.trace != nil {
-		res.trace.Stage("postprocess", t1, time.Now(), nil)
-	}
-	return resp, nil
-}
-
-// Run queues the admitted request's preprocessed sample on v's batcher and waits for its
-// share of the batch output. The deadline is the earliest of response_timeout, timeout
-// (0: none) and the client's own limit, counted from arrival.
-func (a *Admission) Run(sample *handlers.Sample, arrived time.Time, timeout time.Duration) (Result, error) {
-	t := a.c.Trace
-	if t == nil {
-		return a.run(sample, arrived, timeout)
-	}
-	t.Stage("preprocess", a.admitted, time.Now(), nil)
-	res, err := a.run(sample, arrived, timeout)
-	res.trace = t
-	if err != nil {
-		t.Fail(err)
-	}
-	return res, err
-}
-
-func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time.Duration) (Result, error) {
+// run queues the admitted request's preprocessed sample on v's batcher and waits for its
+// share of the batch output, or its explanation (ex). The deadline is the earliest of
+// response_timeout, timeout (0: none) and the client's own limit, counted from arrival.
+func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time.Duration, ex *explanation) (Result, error) {
 	v, c, rsv := a.v, a.c, a.rsv
 	defer rsv.release()
 	if c.Timeout != nil {
@@ -190,12 +120,12 @@ func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 			return Result{}, errorf(ErrBadInput, "model %s takes at most %d rows a request (the batch range its package was exported for), got %d", v.Name, hi, sample.Items)
 		}
 	}
-	j := &job{sample: sample, rsv: rsv, enqueued: time.Now(), done: make(chan Result, 1), gone: c.Gone, trace: c.Trace}
+	j := &job{sample: sample, explain: ex, rsv: rsv, enqueued: time.Now(), done: make(chan Result, 1), gone: c.Gone, trace: c.Trace}
 	if timeout > 0 {
 		j.deadline = arrived.Add(timeout)
 	}
 	if v.pool.Count() == 0 {
-		return Result{}, errorf(ErrNoWorker, "Model \"%s\" has no worker to serve inference request. Please use scale workers API to add workers.", v.Name)
+		return Result{}, errorf(ErrNoWorker, "model %s has no worker to serve the request: none is running (scale its workers up)", v.Name)
 	}
 	err := v.batcher.Submit(j)
 	rsv.release()
@@ -232,7 +162,7 @@ func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 		c.Trace.Stage("queue", j.enqueued, end, qerr)
 	}
 	res.Input = j.enqueued.Sub(arrived)
-	if res.err == nil && v.adapter != nil {
+	if res.err == nil && v.adapter != nil && ex == nil {
 		res.err = v.adapter.FromModel(res.Out, sample.Items)
 	}
 	if res.err == nil {
@@ -248,4 +178,22 @@ func (a *Admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 		return res, ce
 	}
 	return res, &Error{Kind: ErrInference, Status: handlers.StatusOf(res.err, 0), Msg: res.err.Error()}
+}
+
+// explanation asks a worker for the explanation of a request's input in place of its
+// forward: Integrated Gradients of class target. The worker answers it alone, since its
+// backward passes batch with nothing.
+type explanation struct{ target int }
+
+// explainable reports, as ErrUnsupported, why v cannot explain: its handler does not, or
+// its model has no autograd.
+func (v *ModelVersion) explainable() error {
+	if _, ok := v.handler.(handlers.Explainer); !ok {
+		return errorf(ErrUnsupported, "model %s: its handler (%s) does not explain", v.Name, v.HandlerName)
+	}
+	if _, ok := v.module.(*torch.Module); !ok {
+		// Integrated gradients need TorchScript's autograd; a compiled package has no backward.
+		return errorf(ErrUnsupported, "model %s is an AOTInductor package, which cannot be explained", v.Name)
+	}
+	return nil
 }

@@ -127,8 +127,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	// Check the model once on this goroutine so that a model that cannot run its own
 	// declared input fails registration with LibTorch's message.
+	backend := backendFor(h, module)
 	for _, smp := range warmup[:min(1, len(warmup))] {
-		if _, err := handlers.Infer(h, module, []*handlers.Sample{smp}); err != nil {
+		if _, err := backend.Run([]*handlers.Sample{smp}, nil); err != nil {
 			module.Close()
 			return nil, errorf(ErrLoadFailed, "model %s version %s failed its warm-up forward: %v", name, version, err)
 		}
@@ -151,7 +152,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
 		v.tuner = tn
 	}
-	v.pool = newWorkerPool(name+":"+version, module, h, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	v.pool = newWorkerPool(name+":"+version, module, backend, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	v.pool.stats = v.stats
 	v.pool.model, v.pool.version = name, version
 	done := make(chan struct{})

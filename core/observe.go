@@ -12,7 +12,9 @@ type Recorder interface {
 
 // Observer records one model version's requests, batches and workers.
 type Observer interface {
-	Request(status int, took, queued time.Duration)
+	// Request records a request at its end: err is how it failed (nil: answered), with one
+	// of the core's kinds; took is its whole time in the server, queued its time in the queue.
+	Request(err error, took, queued time.Duration)
 	Batch(size int, forward, overhead time.Duration)
 	Preprocess(start time.Time)
 	Postprocess(start time.Time)
@@ -26,14 +28,14 @@ type Observer interface {
 // nothing records nothing, for a registry without a Recorder.
 type nothing struct{}
 
-func (nothing) Version(*ModelVersion) Observer            { return nothing{} }
-func (nothing) Drop(string, string)                       {}
-func (nothing) Request(int, time.Duration, time.Duration) {}
-func (nothing) Batch(int, time.Duration, time.Duration)   {}
-func (nothing) Preprocess(time.Time)                      {}
-func (nothing) Postprocess(time.Time)                     {}
-func (nothing) Handler(time.Duration)                     {}
-func (nothing) Workers(int)                               {}
-func (nothing) Stuck(int)                                 {}
-func (nothing) WorkerLoaded(int, time.Duration)           {}
-func (nothing) WorkerStopped(int)                         {}
+func (nothing) Version(*ModelVersion) Observer              { return nothing{} }
+func (nothing) Drop(string, string)                         {}
+func (nothing) Request(error, time.Duration, time.Duration) {}
+func (nothing) Batch(int, time.Duration, time.Duration)     {}
+func (nothing) Preprocess(time.Time)                        {}
+func (nothing) Postprocess(time.Time)                       {}
+func (nothing) Handler(time.Duration)                       {}
+func (nothing) Workers(int)                                 {}
+func (nothing) Stuck(int)                                   {}
+func (nothing) WorkerLoaded(int, time.Duration)             {}
+func (nothing) WorkerStopped(int)                           {}

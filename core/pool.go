@@ -19,8 +19,8 @@ type WorkerPool struct {
 	name string
 	// model and version name the batches' spans.
 	model, version string
-	module         torch.Model
-	handler        handlers.Handler
+	module         torch.Model // for its device
+	backend        Backend
 	batcher        *Batcher
 	// cores shares the machine's cores among the forwards running at each moment (every
 	// model's); each forward sets its own thread count from it (nil: threads, fixed).
@@ -80,8 +80,8 @@ type WorkerInfo struct {
 
 // newWorkerPool returns a pool with no workers yet. threads 0 means the engine's share of
 // cores (see coreShare), at least cores / workers, following the worker count as it scales.
-func newWorkerPool(name string, m torch.Model, h handlers.Handler, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm Observer, log *slog.Logger) *WorkerPool {
-	p := &WorkerPool{name: name, module: m, handler: h, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
+func newWorkerPool(name string, m torch.Model, be Backend, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm Observer, log *slog.Logger) *WorkerPool {
+	p := &WorkerPool{name: name, module: m, backend: be, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
 		stuckAfter: stuckAfter, watchStop: make(chan struct{}), abandoned: make(chan struct{})}
 	// A forward on a GPU keeps a core busy at most: it takes no share of the cores.
 	if m.Device() == "cpu" {
@@ -331,7 +331,7 @@ func (p *WorkerPool) warm(w *worker) bool {
 			default:
 			}
 			p.warmForwards.Add(1)
-			if _, err := handlers.Infer(p.handler, p.module, []*handlers.Sample{s}); err != nil {
+			if _, err := p.backend.Run([]*handlers.Sample{s}, nil); err != nil {
 				p.log.Warn("warm-up forward failed", "model", p.name, "err", err)
 				return true
 			}
@@ -351,6 +351,9 @@ func (p *WorkerPool) abandon() {
 func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	dispatched := time.Now()
 	defer func() { p.batcher.busy.Add(int64(time.Since(dispatched))) }()
+	if batch = p.explainAll(batch); len(batch) == 0 {
+		return
+	}
 	bt := p.traceBatch(batch, dispatched)
 	samples := make([]*handlers.Sample, len(batch))
 	for i, j := range batch {
@@ -399,7 +402,46 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	}
 }
 
-// infer calls the handler's batch step, turning a panic in Go handler code into an error so
+// explainAll answers the batch's explanations, one by one, and returns its forwards.
+func (p *WorkerPool) explainAll(batch []*job) []*job {
+	var rest []*job
+	for i, j := range batch {
+		if j.explain == nil {
+			if rest != nil {
+				rest = append(rest, j)
+			}
+			continue
+		}
+		if rest == nil {
+			rest = append(make([]*job, 0, len(batch)), batch[:i]...)
+		}
+		start := time.Now()
+		resp, err := p.explain(j)
+		end := time.Now()
+		j.finish(Result{Response: resp, err: err, Queued: j.queuedFor(start), Inference: end.Sub(start), BatchSize: 1, dispatched: start})
+	}
+	if rest == nil {
+		return batch
+	}
+	return rest
+}
+
+// explain runs one explanation, turning a panic in Go handler code into an error.
+func (p *WorkerPool) explain(j *job) (resp *handlers.Response, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errorf(ErrInference, "handler panicked: %v", r)
+			p.log.Error("handler panic", "model", p.name, "panic", r)
+		}
+	}()
+	ex, ok := p.backend.(explainer)
+	if !ok {
+		return nil, errorf(ErrUnsupported, "the model's backend (%s) does not explain", p.backend.Kind())
+	}
+	return ex.explain(j.sample, j.explain.target)
+}
+
+// infer calls the backend's batch step, turning a panic in Go handler code into an error so
 // that a worker never dies on input.
 func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage) (outs [][]handlers.Tensor, err error) {
 	defer func() {
@@ -408,7 +450,7 @@ func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage) (o
 			p.log.Error("handler panic", "model", p.name, "panic", r)
 		}
 	}()
-	outs, err = handlers.InferStaged(p.handler, p.module, samples, stage)
+	outs, err = p.backend.Run(samples, stage)
 	if err == nil && len(outs) != len(samples) {
 		err = fmt.Errorf("handler returned %d results for %d requests", len(outs), len(samples))
 	}

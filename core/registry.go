@@ -1,7 +1,8 @@
 // Package core is torchd's serving core: the registry of model versions, each version's
-// batcher and worker pool, and the one request path every protocol uses (Infer). The
-// protocol front-ends (package daemon) turn bytes into one core call and back; nothing
-// outside this package touches its locks or counters.
+// batcher and worker pool (over a Backend), and the one call that serves a request whatever
+// its protocol (Registry.Serve). The protocol front-ends turn bytes into that call and its
+// Result back into bytes, and answer its errors (the kinds of errors.go) each in their own
+// terms; core knows no protocol. Nothing outside this package touches its locks or counters.
 package core
 
 import (
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/torchd/torchd/archive"
 )
@@ -51,6 +53,10 @@ type Registry struct {
 	// cores is shared by every model's workers: a forward's threads depend on all forwards.
 	cores *coreShare
 
+	// serving counts the inference requests in Serve, every version's; lastServed is when
+	// the latest ended (UnixNano).
+	serving, lastServed atomic.Int64
+
 	mu     sync.RWMutex
 	models map[string]*modelEntry
 	failed []string // start-up models that failed to load
@@ -78,6 +84,10 @@ func (r *Registry) Get(name, version string) (*ModelVersion, error) {
 	}
 	if version == "" {
 		version = e.defaultVersion
+		if version == "" {
+			// A model gets its default version once its first version has loaded.
+			return nil, errorf(ErrLoading, "Model %s is still loading", name)
+		}
 	}
 	v, ok := e.versions[version]
 	if !ok {

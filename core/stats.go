@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"sort"
 	"strconv"
@@ -121,15 +122,15 @@ func (s *versionStats) executed(samples []*handlers.Sample, infer time.Duration)
 
 // answered records a request at its end: total is its whole time in the server; res is
 // its share of the batch when it reached one (zero otherwise).
-func (s *versionStats) answered(status int, total time.Duration, res Result) {
+func (s *versionStats) answered(err error, total time.Duration, res Result) {
 	if s == nil {
 		return
 	}
 	s.last.Store(time.Now().UnixMilli())
 	s.latency[sort.SearchFloat64s(LatencyBuckets, total.Seconds())].Add(1)
-	if status < 200 || status >= 300 {
+	if err != nil {
 		s.fail.add(total)
-		s.failures[slices.Index(FailReasons, failReason(status))].Add(1)
+		s.failures[slices.Index(FailReasons, FailReason(err))].Add(1)
 		return
 	}
 	s.success.add(total)
@@ -214,26 +215,27 @@ func CompareVersions(a, b string) int {
 
 // Failure reasons of Triton's nv_inference_request_failure.
 const (
-	FailRejected = "REJECTED" // a full queue, a timeout, or no worker: 503 and 504
-	FailCanceled = "CANCELED" // the client left (499)
-	FailBackend  = "BACKEND"  // the model failed (500)
-	FailOther    = "OTHER"    // the request was wrong (4xx)
+	FailRejected = "REJECTED" // a full queue, a deadline, no worker, a model going away
+	FailCanceled = "CANCELED" // the client left
+	FailBackend  = "BACKEND"  // the model or its handler failed
+	FailOther    = "OTHER"    // the request was wrong
 )
 
 // FailReasons lists the failure reasons in ModelStatistics.Failures.
 var FailReasons = []string{FailRejected, FailCanceled, FailBackend, FailOther}
 
-// StatusClientClosed is the status of a request whose client disconnected before its answer
-// (nginx's and TorchServe's 499, "client closed request").
-const StatusClientClosed = 499
-
-func failReason(status int) string {
+// FailReason is the failure reason of a request that failed with err, by its kind.
+func FailReason(err error) string {
+	var ce *Error
 	switch {
-	case status == 503 || status == 504:
+	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrDeadline), errors.Is(err, ErrNoWorker),
+		errors.Is(err, ErrUnregistered), errors.Is(err, ErrLoading):
 		return FailRejected
-	case status == StatusClientClosed:
+	case errors.Is(err, ErrClientGone):
 		return FailCanceled
-	case status >= 500:
+	case errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500:
+		return FailOther // a handler's own answer that the input was wrong
+	case errors.Is(err, ErrInference), errors.Is(err, ErrLoadFailed), errors.Is(err, ErrStartupTimeout):
 		return FailBackend
 	}
 	return FailOther

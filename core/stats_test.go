@@ -10,9 +10,9 @@ import (
 func TestLatencyHistogram(t *testing.T) {
 	s := newVersionStats()
 	for i := range 100 {
-		s.answered(200, time.Duration(i+1)*100*time.Microsecond, Result{}) // 0.1 … 10 ms
+		s.answered(nil, time.Duration(i+1)*100*time.Microsecond, Result{}) // 0.1 … 10 ms
 	}
-	s.answered(503, time.Minute, Result{}) // past the last bound: +Inf
+	s.answered(ErrQueueFull, time.Minute, Result{}) // past the last bound: +Inf
 	c := s.latencyCounts()
 	if len(c) != len(LatencyBuckets)+1 || c[len(c)-1] != 101 {
 		t.Fatalf("counts %v, want %d buckets and 101 in all", c, len(LatencyBuckets)+1)

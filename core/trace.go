@@ -1,16 +1,14 @@
 package core
 
-import (
-	"time"
-
-	"github.com/torchd/torchd/handlerproc"
-)
+import "time"
 
 // Trace is a traced request's record of its path (package internal/tracing implements it
 // with OpenTelemetry). The core reports the stages it times, and opens the span of the batch
 // the request rides in; it never learns how they are exported. A request that is not traced
 // has a nil Trace and pays a nil check at each stage.
 type Trace interface {
+	// Model names the version that serves the request, once the registry found it.
+	Model(name, version string)
 	// Stage records a stage of the request that ran from start to end: "admission" (when
 	// the request waited for its place, or was refused), "preprocess", "queue" or
 	// "postprocess". err, when not nil, is how the stage failed.
@@ -67,9 +65,5 @@ func (p *WorkerPool) traceBatch(batch []*job, dispatched time.Time) BatchTrace {
 			members = append(members, j.trace)
 		}
 	}
-	backend := "libtorch"
-	if _, ok := p.module.(*handlerproc.Model); ok {
-		backend = "handler_process"
-	}
-	return lead.Batch(BatchInfo{Model: p.model, Version: p.version, Device: p.module.Device(), Backend: backend, Size: len(batch), Dispatched: dispatched}, members)
+	return lead.Batch(BatchInfo{Model: p.model, Version: p.version, Device: p.module.Device(), Backend: p.backend.Kind(), Size: len(batch), Dispatched: dispatched}, members)
 }

@@ -51,7 +51,7 @@ type ModelVersion struct {
 	pool    *WorkerPool
 	metrics Observer
 	stats   *versionStats
-	active  atomic.Int64 // requests between Enter and Answered
+	active  atomic.Int64 // requests between enter and record
 	tuner   *tuner.Tuner // nil unless batching is automatic
 }
 
@@ -172,22 +172,22 @@ func (v *ModelVersion) Statistics() ModelStatistics {
 	return st
 }
 
-// Enter counts a request in, for the self-tuning and for a reload that waits for the
-// version's requests to end (Drain); Answered counts it out.
-func (v *ModelVersion) Enter() {
+// enter counts a request in, for the self-tuning and for a reload that waits for the
+// version's requests to end (drain); record counts it out.
+func (v *ModelVersion) enter() {
 	v.active.Add(1)
 	if v.tuner != nil {
 		v.tuner.Enter()
 	}
 }
 
-// Answered records a request at its end, whichever protocol served it: the metrics, the
-// statistics and the tuner. status is its HTTP status (or the protocol's equivalent), took
-// its whole time in the server.
-func (v *ModelVersion) Answered(status int, took time.Duration, res Result) {
+// record records a request at its end, whichever protocol served it: the metrics, the
+// statistics and the tuner. err is how it failed (nil: answered), took its whole time in
+// the server.
+func (v *ModelVersion) record(err error, took time.Duration, res Result) {
 	defer v.active.Add(-1)
-	v.metrics.Request(status, took, res.Queued)
-	v.stats.answered(status, took, res)
+	v.metrics.Request(err, took, res.Queued)
+	v.stats.answered(err, took, res)
 	if v.tuner != nil {
 		v.tuner.Record(took)
 	}
@@ -218,7 +218,7 @@ func (v *ModelVersion) close() {
 // request that looked it up just before it left has by then counted itself in.
 const drainSettle = 50 * time.Millisecond
 
-// drain waits until no request is in the version (counted in by Enter, out by Answered),
+// drain waits until no request is in the version (counted in by enter, out by record),
 // admitted to its queue, or queued, bounded by its response timeout.
 func (v *ModelVersion) drain() {
 	limit := time.Now().Add(max(v.responseTimeout(), time.Second) + drainSettle)

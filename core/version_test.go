@@ -23,9 +23,9 @@ func TestRetireAnswersAcceptedRequests(t *testing.T) {
 	held, release := holdWorkers(t)
 	answered := make(chan error)
 	go func() {
-		v.Enter()
+		v.enter()
 		res, err := infer(v, Call{}, digit(0))
-		v.Answered(200, time.Millisecond, res)
+		v.record(err, time.Millisecond, res)
 		answered <- err
 	}()
 	<-held

@@ -14,13 +14,13 @@ type (
 	ModelStatistics = core.ModelStatistics
 )
 
-// statusClientClosed counts a request whose client disconnected before its answer. It is
-// never seen by the client; it keeps such requests out of the 200s in the metrics and the
-// access log.
-const statusClientClosed = core.StatusClientClosed
+// statusClientClosed counts a request whose client disconnected before its answer (nginx's
+// and TorchServe's 499, "client closed request"). It is never seen by the client; it keeps
+// such requests out of the 200s in the metrics and the access log.
+const statusClientClosed = 499
 
 // apiErrorOf is the TorchServe REST answer to an error: the core's kinds map to TorchServe's
-// statuses and exception names; an APIError is answered as it is.
+// statuses and exception names (errorKinds); an APIError is answered as it is.
 func apiErrorOf(err error) *APIError {
 	var ae *APIError
 	if errors.As(err, &ae) {
@@ -44,6 +44,16 @@ func apiErrorOf(err error) *APIError {
 	return &APIError{Status: status, Type: typ, Msg: err.Error()}
 }
 
+// httpStatus is the HTTP status an inference request that ended with err (nil: answered) is
+// counted under in the metrics: TorchServe's REST answer to it.
+func httpStatus(err error) int {
+	if err == nil {
+		return 200
+	}
+	return apiErrorOf(err).Status
+}
+
+// errorKinds is TorchServe's REST table: the core's kinds as its statuses and exception names.
 var errorKinds = []struct {
 	kind   error
 	status int
@@ -58,6 +68,8 @@ var errorKinds = []struct {
 	{core.ErrLoadFailed, 500, "InternalServerException"},
 	{core.ErrStartupTimeout, 500, "InternalServerException"},
 	{core.ErrBadInput, 400, "BadRequestException"},
+	{core.ErrTooLarge, 413, "RequestEntityTooLargeException"},
+	{core.ErrUnsupported, 501, "NotImplementedException"},
 	{core.ErrQueueFull, 503, "ServiceUnavailableException"},
 	{core.ErrNoWorker, 503, "ServiceUnavailableException"},
 	{core.ErrUnregistered, 503, "ServiceUnavailableException"},

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/internal/tracing"
 	"github.com/valyala/fasthttp"
 )
 
@@ -59,8 +58,58 @@ func openAIError(ctx *fasthttp.RequestCtx, status int, param, code, msg string) 
 	ctx.SetBody(b)
 }
 
+// paramError is a request's error in one of its parameters, which OpenAI's error names.
+type paramError struct{ param, msg string }
+
+func (e *paramError) Error() string { return e.msg }
+
+// openAIStatuses is the OpenAI API's table: the core's kinds as HTTP statuses (the rest are
+// 500s, a server_error).
+var openAIStatuses = []struct {
+	kind   error
+	status int
+}{
+	{core.ErrModelNotFound, 404},
+	{core.ErrVersionNotFound, 404},
+	{core.ErrLoading, 503},
+	{core.ErrBadInput, 400},
+	{core.ErrTooLarge, 413},
+	{core.ErrUnsupported, 400},
+	{core.ErrQueueFull, 503},
+	{core.ErrNoWorker, 503},
+	{core.ErrUnregistered, 503},
+	{core.ErrDeadline, 504},
+	{core.ErrClientGone, statusClientClosed},
+	{core.ErrInference, 500},
+}
+
+// openAIAnswer answers err in OpenAI's shape: its status by kind, the parameter it names.
+func openAIAnswer(ctx *fasthttp.RequestCtx, model string, err error) {
+	status := 500
+	for _, k := range openAIStatuses {
+		if errors.Is(err, k.kind) {
+			status = k.status
+			break
+		}
+	}
+	var ce *core.Error
+	if errors.As(err, &ce) && ce.Status != 0 {
+		status = ce.Status
+	}
+	var pe *paramError
+	switch {
+	case errors.As(err, &pe):
+		openAIError(ctx, 400, pe.param, "", pe.msg)
+	case errors.Is(err, core.ErrModelNotFound), errors.Is(err, core.ErrVersionNotFound):
+		openAIError(ctx, 404, "model", "model_not_found", fmt.Sprintf("The model '%s' does not exist.", model))
+	case errors.Is(err, core.ErrBadInput) && status < 500:
+		openAIError(ctx, status, "input", "", err.Error())
+	default:
+		openAIError(ctx, status, "", "", err.Error())
+	}
+}
+
 func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
-	arrived := time.Now()
 	c := restCall(ctx)
 	d.traceREST(ctx, &c, "openai", "/v1/embeddings")
 	var req embeddingsRequest
@@ -86,52 +135,46 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
 		}
 		base64Format = f == "base64"
 	}
-	v, err := d.Registry.Get(model, "")
+	_, err := d.Registry.Serve(&core.Request{Model: model, Call: c, Raw: true,
+		Check: func(v *ModelVersion) error { return checkEmbedder(v, req.Dimensions) },
+		Decode: func(*ModelVersion) (core.Input, error) {
+			return core.Input{Payloads: &handlers.Request{
+				Inputs:   []handlers.Payload{{Name: "input", ContentType: "application/json", Data: req.Input}},
+				Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
+				Canceled: c.Gone,
+			}}, nil
+		},
+		Encode: func(res *core.Result) error { return encodeEmbeddings(ctx, res, base64Format) }})
 	if err != nil {
-		openAIError(ctx, 404, "model", "model_not_found", fmt.Sprintf("The model '%s' does not exist.", model))
-		return
+		openAIAnswer(ctx, model, err)
 	}
+}
+
+// checkEmbedder refuses a model that is not an embedding model, and dimensions other than
+// its embeddings' size.
+func checkEmbedder(v *ModelVersion, dimensions json.RawMessage) error {
 	emb, ok := v.Handler().(embedder)
 	if !ok {
-		openAIError(ctx, 400, "model", "", fmt.Sprintf("The model '%s' is not an embedding model (its handler is %s).", model, v.HandlerName))
-		return
+		return &paramError{"model", fmt.Sprintf("The model '%s' is not an embedding model (its handler is %s).", v.Name, v.HandlerName)}
 	}
-	if len(req.Dimensions) > 0 && !bytes.Equal(req.Dimensions, []byte("null")) {
+	if len(dimensions) > 0 && !bytes.Equal(dimensions, []byte("null")) {
 		// Only a model trained for it (Matryoshka) keeps its quality when cut short, and
 		// text_embedding's are not known to be: any other size is refused, as vLLM does.
 		var n int
-		if err := json.Unmarshal(req.Dimensions, &n); err != nil || n != emb.Dim() {
-			openAIError(ctx, 400, "dimensions", "", fmt.Sprintf("'dimensions' must be %d, the size of %s's embeddings, which are not trained to be cut shorter; got %s", emb.Dim(), model, req.Dimensions))
-			return
+		if err := json.Unmarshal(dimensions, &n); err != nil || n != emb.Dim() {
+			return &paramError{"dimensions", fmt.Sprintf("'dimensions' must be %d, the size of %s's embeddings, which are not trained to be cut shorter; got %s", emb.Dim(), v.Name, dimensions)}
 		}
 	}
-	if r, ok := c.Trace.(*tracing.Request); ok {
-		r.Model(v.Name, v.Version)
-	}
-	v.Enter()
-	code := d.embedVersion(ctx, c, v, emb, req.Input, base64Format, arrived)
-	v.Answered(code.status, time.Since(arrived), code.res)
+	return nil
 }
 
-func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, emb embedder, input []byte, base64Format bool, arrived time.Time) outcome {
-	sample, res, fail := infer(c, v, arrived, func() (*handlers.Sample, error) {
-		return v.Preprocess(&handlers.Request{
-			Inputs: []handlers.Payload{{Name: "input", ContentType: "application/json", Data: input}},
-			Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) },
-		})
-	})
-	if fail != nil {
-		param := ""
-		if fail.Type == "BadRequestException" {
-			param = "input"
-		}
-		openAIError(ctx, fail.Status, param, "", fail.Msg)
-		return outcome{fail.Status, res}
-	}
+// encodeEmbeddings answers the model's embeddings in OpenAI's shape, within the core call.
+func encodeEmbeddings(ctx *fasthttp.RequestCtx, res *core.Result, base64Format bool) error {
+	v, sample := res.Version, res.Sample
+	emb := v.Handler().(embedder)
 	dim := emb.Dim()
 	if len(res.Out) != 1 || len(res.Out[0].Data) != 4*dim*sample.Items {
-		openAIError(ctx, 500, "", "", fmt.Sprintf("model %s did not answer %d embeddings of %d floats", v.Name, sample.Items, dim))
-		return outcome{500, res}
+		return fmt.Errorf("model %s did not answer %d embeddings of %d floats", v.Name, sample.Items, dim)
 	}
 	data := res.Out[0].Data
 	b := make([]byte, 0, 64+sample.Items*(dim*12+48))
@@ -161,5 +204,5 @@ func (d *Daemon) embedVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVer
 	b = append(b, `,"usage":{"prompt_tokens":`+tokens+`,"total_tokens":`+tokens+`}}`...)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
-	return outcome{200, res}
+	return nil
 }

@@ -28,7 +28,7 @@ import (
 // The gRPC front-ends, each a google.golang.org/grpc server on its own port, since fasthttp
 // does not speak HTTP/2: the Open Inference Protocol as Triton serves it (grpc_oip.go), and
 // TorchServe's inference and management APIs (grpc_torchserve.go). They are codecs over the
-// same calls as REST: served → admit → decode → batcher → worker, and the registry.
+// same calls as REST: one core.Registry.Serve per inference request, and the registry.
 
 // grpcAPI is one gRPC server to start: its name in the logs, its address and its services.
 type grpcAPI struct {
@@ -236,7 +236,33 @@ func (d *Daemon) grpcCall(ctx context.Context) core.Call {
 	return c
 }
 
-// grpcCode is the gRPC status for an HTTP status, as Triton maps its errors.
+// grpcCodes is both gRPC front-ends' table: the core's kinds as gRPC status codes, as
+// Triton maps its errors.
+var grpcCodes = []struct {
+	kind error
+	code codes.Code
+}{
+	{core.ErrModelNotFound, codes.NotFound},
+	{core.ErrVersionNotFound, codes.NotFound},
+	{core.ErrLoading, codes.Unavailable},
+	{core.ErrConflict, codes.AlreadyExists},
+	{core.ErrDefaultVersion, codes.PermissionDenied},
+	{core.ErrBadModel, codes.InvalidArgument},
+	{core.ErrLoadFailed, codes.Internal},
+	{core.ErrStartupTimeout, codes.Internal},
+	{core.ErrBadInput, codes.InvalidArgument},
+	{core.ErrTooLarge, codes.ResourceExhausted},
+	{core.ErrUnsupported, codes.Unimplemented},
+	{core.ErrQueueFull, codes.Unavailable},
+	{core.ErrNoWorker, codes.Unavailable},
+	{core.ErrUnregistered, codes.Unavailable},
+	{core.ErrDeadline, codes.DeadlineExceeded},
+	{core.ErrClientGone, codes.Canceled},
+	{core.ErrInference, codes.Internal},
+}
+
+// grpcCode is the gRPC status for an HTTP status: a handler's own code (a TorchServe
+// handler's answer), and the REST management API's errors that gRPC management replays.
 func grpcCode(httpStatus int) codes.Code {
 	switch httpStatus {
 	case 400:
@@ -266,14 +292,26 @@ func grpcCode(httpStatus int) codes.Code {
 	return codes.Internal
 }
 
-// grpcError is err as a gRPC status: a bad request as INVALID_ARGUMENT, anything else by
-// the HTTP status TorchServe's REST answers it with (INTERNAL for an unknown error).
+// grpcError is err as a gRPC status: by its kind (grpcCodes), or by the code a handler
+// gave its own error; a malformed request is INVALID_ARGUMENT, anything else INTERNAL.
 func grpcError(err error) error {
-	if errors.Is(err, oip.ErrBadRequest) {
+	var ce *core.Error
+	if errors.As(err, &ce) && ce.Status != 0 {
+		return status.Error(grpcCode(ce.Status), err.Error())
+	}
+	for _, k := range grpcCodes {
+		if errors.Is(err, k.kind) {
+			return status.Error(k.code, err.Error())
+		}
+	}
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae):
+		return status.Error(grpcCode(ae.Status), ae.Msg)
+	case errors.Is(err, oip.ErrBadRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
-	ae := apiErrorOf(err)
-	return status.Error(grpcCode(ae.Status), ae.Msg)
+	return status.Error(codes.Internal, err.Error())
 }
 
 // healthService is grpc.health.v1: SERVING once the start-up models are warm and every

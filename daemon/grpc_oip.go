@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -96,49 +95,25 @@ func (s *oipService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*
 	return s.d.grpcInfer(ctx, r)
 }
 
-// grpcInfer serves one ModelInferRequest on the v2 path that REST's infer takes: served →
-// admit → decode → v2Run (batcher, worker) → encode.
+// grpcInfer serves one ModelInferRequest on the v2 path that REST's infer takes (v2Serve).
 func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
-	c := d.grpcCall(ctx)
 	var resp *pb.ModelInferResponse
-	var fail error
-	err := d.served(c, r.GetModelName(), r.GetModelVersion(), func(v *ModelVersion, arrived time.Time) outcome {
-		rsv, ae := admit(c, v)
-		if ae != nil {
-			fail = ae
-			return outcome{status: ae.Status}
-		}
-		defer rsv.Release()
-		req, tensors, err := oip.DecodeInferRequest(r)
-		if err != nil {
-			fail = err
-			return outcome{status: 400}
-		}
-		ins, outs := signature(v)
-		ans, ae := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
-		if ae != nil {
-			fail = ae
-			return outcome{status: ae.Status, res: ans.res}
-		}
-		raw := len(r.GetRawInputContents()) > 0
+	decode := func(*ModelVersion, []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
+		return oip.DecodeInferRequest(r)
+	}
+	err := d.v2Serve(d.grpcCall(ctx), r.GetModelName(), r.GetModelVersion(), decode, func(_ *ModelVersion, ans v2Answer) error {
 		outTensors := ans.outs
 		if ans.envelope {
 			t, err := oip.JSONTensor(ans.resp.Outputs[0])
 			if err != nil {
-				fail = err
-				return outcome{status: 500, res: ans.res}
+				return err
 			}
 			outTensors = []oip.Tensor{t}
 		}
-		if resp, err = oip.EncodeInferResponse(ans.resp, outTensors, raw); err != nil {
-			fail = err
-			return outcome{status: 500, res: ans.res}
-		}
-		return outcome{status: 200, res: ans.res}
+		var err error
+		resp, err = oip.EncodeInferResponse(ans.resp, outTensors, len(r.GetRawInputContents()) > 0)
+		return err
 	})
-	if err == nil {
-		err = fail
-	}
 	if err != nil {
 		return nil, grpcError(err)
 	}

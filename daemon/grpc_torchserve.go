@@ -2,10 +2,10 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -13,14 +13,14 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
-// TorchServe's gRPC APIs. Inference runs the same handler path as POST /predictions
-// (served → handle); management calls the management service (Management) as REST does, and
-// answers what REST answers: its JSON body as msg, or its error under the gRPC status for the
-// error's kind (grpcError).
+// TorchServe's gRPC APIs. Inference is one core call, as POST /predictions; management calls
+// the management service (Management) as REST does, and answers what REST answers: its JSON
+// body as msg, or its error under the gRPC status for the error's kind (grpcError).
 
 // tsInferenceService is TorchServe's InferenceAPIsService. StreamPredictions2 (sequences of
 // a stateful model) answers UNIMPLEMENTED.
@@ -56,13 +56,10 @@ func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, strea
 func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
 	c := d.grpcCall(ctx)
 	md, _ := metadata.FromIncomingContext(ctx)
-	var resp *handlers.Response
-	var fail *APIError
-	err := d.served(c, r.GetModelName(), r.GetModelVersion(), func(v *ModelVersion, arrived time.Time) outcome {
-		var code outcome
-		resp, code, fail = d.handle(c, v, arrived, func() (*handlers.Request, *APIError) {
+	res, err := d.Registry.Serve(&core.Request{Model: r.GetModelName(), Version: r.GetModelVersion(), Call: c,
+		Decode: func(*ModelVersion) (core.Input, error) {
 			if len(r.GetInput()) == 0 {
-				return nil, apiErr(400, "BadRequestException", "the request has no input")
+				return core.Input{}, errors.New("the request has no input")
 			}
 			names := make([]string, 0, len(r.GetInput()))
 			for n := range r.GetInput() {
@@ -86,17 +83,12 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*ts
 			for _, n := range names {
 				req.Inputs = append(req.Inputs, handlers.Payload{Name: n, Data: r.GetInput()[n]})
 			}
-			return req, nil
-		})
-		return code
-	})
+			return core.Input{Payloads: req}, nil
+		}})
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	if fail != nil {
-		return nil, grpcError(fail)
-	}
-	out := &tspb.PredictionResponse{Prediction: resp.Body}
+	out := &tspb.PredictionResponse{Prediction: res.Response.Body}
 	if r.SequenceId != nil {
 		out.SequenceId = r.SequenceId
 	}

@@ -16,9 +16,7 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/oip"
-	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
 
@@ -47,71 +45,23 @@ func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ params) {
 
 // explain answers POST /explanations as TorchServe does: the handler's Integrated Gradients
 // of the target class (a "target" form field or JSON key; 0 by default) for the request's
-// inputs. It runs on the request's goroutine, outside the batcher, holding a place in the
-// model's queue so that explanations count against job_queue_size.
+// inputs. It is a request like a prediction, in the model's queue and its metrics; a worker
+// runs it alone.
 func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
-	v, err := d.Registry.Get(p[0], version(p))
+	res, err := d.Registry.Serve(&core.Request{Model: p[0], Version: version(p), Call: restCall(ctx), Explain: true,
+		Decode: func(*ModelVersion) (core.Input, error) {
+			req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+			if err != nil {
+				return core.Input{}, payloadError(err)
+			}
+			target, err := explainTarget(req)
+			return core.Input{Payloads: req, Target: target}, err
+		}})
 	if err != nil {
 		writeAPIError(ctx, err)
 		return
 	}
-	ex, ok := v.Handler().(handlers.Explainer)
-	if !ok {
-		writeError(ctx, 501, "NotImplementedException", fmt.Sprintf("model %s: its handler (%s) does not explain", p[0], v.HandlerName))
-		return
-	}
-	req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
-	if err != nil {
-		writeError(ctx, 400, "BadRequestException", err.Error())
-		return
-	}
-	target, err := explainTarget(req)
-	if err != nil {
-		writeError(ctx, 400, "BadRequestException", err.Error())
-		return
-	}
-	resp, _, fail := d.runExplain(v, ex, req, target)
-	if fail != nil {
-		writeAPIError(ctx, fail)
-		return
-	}
-	ctx.SetStatusCode(200)
-	ctx.SetContentType(resp.ContentType)
-	ctx.SetBody(resp.Body)
-}
-
-// runExplain preprocesses req and explains it with the handler; items is the number of
-// inputs (images, texts) explained.
-func (d *Daemon) runExplain(v *ModelVersion, ex handlers.Explainer, req *handlers.Request, target int) (_ *handlers.Response, items int, _ error) {
-	rsv, fail := admit(core.Call{}, v)
-	if fail != nil {
-		return nil, 0, fail
-	}
-	defer rsv.Release()
-	sample, err := v.Handler().Preprocess(req)
-	if err != nil {
-		return nil, 0, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%v", err)
-	}
-	resp, err := explainSample(v, ex, sample, target)
-	return resp, sample.Items, err
-}
-
-func explainSample(v *ModelVersion, ex handlers.Explainer, sample *handlers.Sample, target int) (*handlers.Response, error) {
-	// Integrated gradients need TorchScript's autograd; a compiled package has no backward.
-	m, ok := v.Module().(*torch.Module)
-	if !ok {
-		return nil, apiErr(501, "ServiceUnavailableException", "model %s is an AOTInductor package, which cannot be explained", v.Name)
-	}
-	resp, err := ex.Explain(m, sample, target)
-	if err != nil {
-		status := handlers.StatusOf(err, 500)
-		typ := "InternalServerException"
-		if status < 500 {
-			typ = "BadRequestException"
-		}
-		return nil, apiErr(status, typ, "%v", err)
-	}
-	return resp, nil
+	writeResponse(ctx, res.Response)
 }
 
 // explainTarget takes the class to explain out of the request, as TorchServe's explain_handle
@@ -174,98 +124,45 @@ func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
 	d.predict(ctx, p[0], version(p))
 }
 
-// predict is the request path: registry → preprocess here → batcher → worker → postprocess
-// here → response.
+// predict serves a TorchServe prediction: the request's payloads go through the model's
+// handler, and its answer is the response.
 func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 	c := restCall(ctx)
 	d.traceREST(ctx, &c, "torchserve", "/predictions/{model_name}")
-	err := d.served(c, name, ver, func(v *ModelVersion, arrived time.Time) outcome { return d.predictVersion(ctx, c, v, arrived) })
+	res, err := d.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
+		Decode: func(*ModelVersion) (core.Input, error) {
+			req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+			if err != nil {
+				return core.Input{}, payloadError(err)
+			}
+			return core.Input{Payloads: req}, nil
+		}})
 	if err != nil {
 		writeAPIError(ctx, err)
+		return
 	}
+	writeResponse(ctx, res.Response)
 }
 
-// served resolves a model version, serves the request with serve, and records its status
-// and latency, whatever the protocol. Its error is the registry's, for the protocol to answer.
-func (d *Daemon) served(c core.Call, name, ver string, serve func(v *ModelVersion, arrived time.Time) outcome) error {
-	arrived := time.Now()
-	v, err := d.Registry.Get(name, ver)
-	r, traced := c.Trace.(*tracing.Request)
-	if err != nil {
-		if traced {
-			r.Fail(err)
-		}
-		return err
-	}
-	if traced {
-		r.Model(v.Name, v.Version)
-	}
-	d.requestStarted()
-	defer d.requestDone()
-	v.Enter()
-	code := serve(v, arrived)
-	v.Answered(countGone(c, code.status), time.Since(arrived), code.res)
-	return nil
-}
-
-// outcome is how a request was answered: its status, and its share of the batch it ran in
-// (zero when it never reached one).
-type outcome struct {
-	status int
-	res    core.Result
-}
-
-func (d *Daemon) predictVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
-	resp, code, fail := d.handle(c, v, arrived, func() (*handlers.Request, *APIError) {
-		req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
-		if err != nil {
-			if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-				return nil, apiErr(413, "RequestEntityTooLargeException", "%s", err.Error())
-			}
-			return nil, apiErr(400, "BadRequestException", "%s", err.Error())
-		}
-		return req, nil
-	})
-	if fail != nil {
-		if fail.Status == 503 {
-			ctx.Response.Header.Set("Retry-After", "1")
-		}
-		writeError(ctx, fail.Status, fail.Type, fail.Msg)
-		return code
-	}
-	ctx.SetStatusCode(code.status)
-	if resp.ContentType != "" {
-		ctx.SetContentType(resp.ContentType)
-	}
-	ctx.SetBody(resp.Body)
-	return code
-}
-
-// handle is a request through v's handler, for the APIs that answer with the handler's
-// response (TorchServe's): infer, then postprocess. read gives the request's payloads once
-// it holds its place in v's queue.
-func (d *Daemon) handle(c core.Call, v *ModelVersion, arrived time.Time, read func() (*handlers.Request, *APIError)) (*handlers.Response, outcome, *APIError) {
-	t0 := time.Now() // HandlerTime: decode, preprocess, forward and postprocess, less the queue
-	sample, res, fail := infer(c, v, arrived, func() (*handlers.Sample, error) {
-		req, fail := read()
-		if fail != nil {
-			return nil, fail
-		}
-		return v.Preprocess(req)
-	})
-	if fail != nil {
-		return nil, outcome{status: fail.Status, res: res}, fail
-	}
-	resp, err := v.Postprocess(sample, res, t0)
-	if err != nil {
-		ae := apiErrorOf(err)
-		return nil, outcome{status: ae.Status, res: res}, ae
-	}
+// writeResponse answers with a handler's response.
+func writeResponse(ctx *fasthttp.RequestCtx, resp *handlers.Response) {
 	status := resp.Status
 	if status == 0 {
 		status = 200
 	}
-	return resp, outcome{status: status, res: res}, nil
+	ctx.SetStatusCode(status)
+	if resp.ContentType != "" {
+		ctx.SetContentType(resp.ContentType)
+	}
+	ctx.SetBody(resp.Body)
+}
+
+// payloadError is a body that requestPayloads could not read, as the core's kind.
+func payloadError(err error) error {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		return core.WithKind(err, core.ErrTooLarge)
+	}
+	return core.WithKind(err, core.ErrBadInput)
 }
 
 // restCall is a fasthttp request's call: its connection, and its X-Request-Timeout header.
@@ -277,33 +174,6 @@ func restCall(ctx *fasthttp.RequestCtx) core.Call {
 		}
 		return parseRequestTimeout(string(h))
 	}, Keep: func() { ctx.Request.SwapBody(nil) }}
-}
-
-// infer is v.Infer with its error as TorchServe's REST answers it.
-func infer(c core.Call, v *ModelVersion, arrived time.Time, decode func() (*handlers.Sample, error)) (*handlers.Sample, core.Result, *APIError) {
-	sample, res, err := v.Infer(c, arrived, decode)
-	if err != nil {
-		return nil, res, apiErrorOf(err)
-	}
-	return sample, res, nil
-}
-
-// admit is v.Admit with its error as TorchServe's REST answers it.
-func admit(c core.Call, v *ModelVersion) (*core.Admission, *APIError) {
-	a, err := v.Admit(c)
-	if err != nil {
-		return nil, apiErrorOf(err)
-	}
-	return a, nil
-}
-
-// run is a.Run with its error as TorchServe's REST answers it.
-func run(a *core.Admission, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (core.Result, *APIError) {
-	res, err := a.Run(sample, arrived, timeout)
-	if err != nil {
-		return res, apiErrorOf(err)
-	}
-	return res, nil
 }
 
 // HeaderRequestTimeout carries a request's own deadline, counted from its arrival: a number
@@ -409,19 +279,6 @@ func readFile(fh *multipart.FileHeader) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-// countGone returns 499 in place of status, for the metrics, when the request's client has
-// gone, whatever the request would have answered. The response itself is left as it is: a
-// client that only shut down its sending side still reads it.
-func countGone(c core.Call, status int) int {
-	if status == statusClientClosed {
-		return status
-	}
-	if c.Gone != nil && c.Gone() {
-		return statusClientClosed
-	}
-	return status
 }
 
 // clientGone returns a check for a disconnected client: a non-blocking peek at the socket

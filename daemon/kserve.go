@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/torch"
@@ -57,13 +58,57 @@ func v2Error(ctx *fasthttp.RequestCtx, status int, msg string) {
 	ctx.SetBody(b)
 }
 
+// v2APIError answers err in the Open Inference Protocol's shape, {"error": msg}, under
+// v2Status's status.
 func v2APIError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, oip.ErrBadRequest) {
-		v2Error(ctx, 400, err.Error())
-		return
+	v2Error(ctx, v2Status(err), err.Error())
+}
+
+// v2Status is the HTTP status of the Open Inference Protocol's answer (KServe v1 and v2,
+// Triton's extensions) to err: by its kind (v2Statuses), or the code a handler gave its own
+// error; a malformed request is 400, anything else 500.
+func v2Status(err error) int {
+	var ce *core.Error
+	if errors.As(err, &ce) && ce.Status != 0 {
+		return ce.Status
 	}
-	ae := apiErrorOf(err)
-	v2Error(ctx, ae.Status, ae.Msg)
+	for _, k := range v2Statuses {
+		if errors.Is(err, k.kind) {
+			return k.status
+		}
+	}
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae):
+		return ae.Status
+	case errors.Is(err, oip.ErrBadRequest):
+		return 400
+	}
+	return 500
+}
+
+// v2Statuses is the Open Inference Protocol's table: the core's kinds as HTTP statuses.
+var v2Statuses = []struct {
+	kind   error
+	status int
+}{
+	{core.ErrModelNotFound, 404},
+	{core.ErrVersionNotFound, 404},
+	{core.ErrLoading, 503},
+	{core.ErrConflict, 409},
+	{core.ErrDefaultVersion, 403},
+	{core.ErrBadModel, 400},
+	{core.ErrLoadFailed, 500},
+	{core.ErrStartupTimeout, 500},
+	{core.ErrBadInput, 400},
+	{core.ErrTooLarge, 413},
+	{core.ErrUnsupported, 501},
+	{core.ErrQueueFull, 503},
+	{core.ErrNoWorker, 503},
+	{core.ErrUnregistered, 503},
+	{core.ErrDeadline, 504},
+	{core.ErrClientGone, statusClientClosed},
+	{core.ErrInference, 500},
 }
 
 func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {

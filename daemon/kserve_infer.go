@@ -19,84 +19,63 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// v2 inference over REST: decode, the core's path, encode. gRPC's ModelInfer shares v2Run.
+// v2 inference, over REST here and over gRPC (grpc_oip.go): decode, one core.Registry.Serve,
+// encode.
 
 // v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
 // with everyone else's requests, and answers JSON or binary outputs.
 func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
-	d.serveKServe(ctx, "kserve_v2", "/v2/models/{model_name}/infer", p[0], v2Version(p), d.v2InferVersion)
-}
-
-// serveKServe resolves the model version of a KServe inference request, serves it with
-// serve, and records its status and latency.
-func (d *Daemon) serveKServe(ctx *fasthttp.RequestCtx, api, route, name, version string, serve func(*fasthttp.RequestCtx, core.Call, *ModelVersion, time.Time) outcome) {
 	c := restCall(ctx)
-	d.traceREST(ctx, &c, api, route)
-	if err := d.served(c, name, version, func(v *ModelVersion, arrived time.Time) outcome { return serve(ctx, c, v, arrived) }); err != nil {
-		v2APIError(ctx, err)
-	}
-}
-
-func (d *Daemon) v2InferVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
-	rsv, fail := admit(c, v)
-	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return outcome{status: fail.Status}
-	}
-	defer rsv.Release()
-	headerLen := -1
-	if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
-		n, err := strconv.Atoi(string(h))
-		if err != nil || n < 0 {
-			v2Error(ctx, 400, fmt.Sprintf("invalid %s header %q", oip.HeaderContentLength, h))
-			return outcome{status: 400}
+	d.traceREST(ctx, &c, "kserve_v2", "/v2/models/{model_name}/infer")
+	decode := func(v *ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
+		headerLen := -1
+		if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
+			n, err := strconv.Atoi(string(h))
+			if err != nil || n < 0 {
+				return nil, nil, fmt.Errorf("invalid %s header %q", oip.HeaderContentLength, h)
+			}
+			headerLen = n
 		}
-		headerLen = n
-	}
-	ins, outs := signature(v)
-	var req *oip.InferRequest
-	var tensors []oip.Tensor
-	var err error
-	// Binary tensors point into the body, which fasthttp reuses once the request is answered;
-	// a 504 that may leave the batch still reading it takes it from fasthttp (call.keep).
-	body := ctx.Request.Body()
-	enc := string(ctx.Request.Header.Peek("Content-Encoding"))
-	if oip.IsRaw(headerLen) {
-		if len(ins) != 1 {
-			v2Error(ctx, 400, fmt.Sprintf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins)))
-			return outcome{status: 400}
+		// Binary tensors point into the body, which fasthttp reuses once the request is
+		// answered; a 504 that may leave the batch still reading it takes it from fasthttp
+		// (Call.Keep).
+		body := ctx.Request.Body()
+		enc := string(ctx.Request.Header.Peek("Content-Encoding"))
+		if oip.IsRaw(headerLen) {
+			if len(ins) != 1 {
+				return nil, nil, fmt.Errorf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins))
+			}
+			return oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
 		}
-		req, tensors, err = oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
-	} else {
-		req, tensors, err = oip.DecodeRequest(body, headerLen, enc, d.cfg.MaxRequestSize)
+		return oip.DecodeRequest(body, headerLen, enc, d.cfg.MaxRequestSize)
 	}
+	err := d.v2Serve(c, p[0], v2Version(p), decode, func(v *ModelVersion, ans v2Answer) error {
+		if ans.envelope {
+			out := ans.resp.Outputs[0]
+			b, err := json.Marshal(map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+			if err != nil {
+				return err
+			}
+			ctx.SetContentType("application/json")
+			ctx.SetBody(b)
+			return nil
+		}
+		body, hlen, err := oip.EncodeResponse(ans.resp, ans.outs, ans.binary)
+		if err != nil {
+			return err
+		}
+		if hlen >= 0 {
+			ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
+			ctx.SetContentType("application/octet-stream")
+		} else {
+			ctx.SetContentType("application/json")
+		}
+		ctx.SetBody(body)
+		return nil
+	})
 	if err != nil {
 		v2APIError(ctx, err)
-		return outcome{status: 400}
 	}
-	ans, fail := d.v2Run(c, v, rsv, req, tensors, ins, outs, arrived)
-	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return outcome{status: fail.Status, res: ans.res}
-	}
-	if ans.envelope {
-		out := ans.resp.Outputs[0]
-		writeCompactJSON(ctx, map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
-		return outcome{status: 200, res: ans.res}
-	}
-	body, hlen, err := oip.EncodeResponse(ans.resp, ans.outs, ans.binary)
-	if err != nil {
-		v2Error(ctx, 500, err.Error())
-		return outcome{status: 500, res: ans.res}
-	}
-	if hlen >= 0 {
-		ctx.Response.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
-		ctx.SetContentType("application/octet-stream")
-	} else {
-		ctx.SetContentType("application/json")
-	}
-	ctx.SetBody(body)
-	return outcome{status: 200, res: ans.res}
 }
 
 // v2Answer is a v2 inference request's answer, for each protocol to encode: the response
@@ -107,50 +86,102 @@ type v2Answer struct {
 	outs     []oip.Tensor
 	binary   func(string) bool
 	envelope bool
-	res      core.Result // the batch's share, for the statistics
 }
 
-// v2Run serves a decoded v2 inference request that holds its place in v's queue, whatever
-// the protocol: its tensors go straight to the model, or through the handler.
-func (d *Daemon) v2Run(c core.Call, v *ModelVersion, rsv *core.Admission, req *oip.InferRequest, tensors []oip.Tensor, ins, outs []oip.MetadataTensor, arrived time.Time) (v2Answer, *APIError) {
-	timeout, err := scheduleParams(req.Parameters)
+// v2Serve serves a v2 inference request, whatever its transport, in one core call: decode
+// reads the request's tensors once it holds its place in the model's queue; they go straight
+// to the model, or through its handler; encode turns the answer into the transport's, within
+// the call.
+func (d *Daemon) v2Serve(c core.Call, name, version string, decode func(v *ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error), encode func(v *ModelVersion, ans v2Answer) error) error {
+	var req *oip.InferRequest
+	var input string // the input named in the handler's answer (envelope)
+	_, err := d.Registry.Serve(&core.Request{Model: name, Version: version, Call: c,
+		Decode: func(v *ModelVersion) (core.Input, error) {
+			ins, _ := signature(v)
+			r, tensors, err := decode(v, ins)
+			if err != nil {
+				return core.Input{}, err
+			}
+			req = r
+			timeout, err := scheduleParams(r.Parameters)
+			if err != nil {
+				return core.Input{}, err
+			}
+			declared := v.Archive().Config.Inputs != nil
+			_, texts := v.Handler().(handlers.TextSampler)
+			_, takesTensors := v.Handler().(handlers.TensorPreprocessor)
+			// A model whose inputs are unknown (none declared, and forward takes no plain
+			// tensors: a detector's list of images) is fed only through its handler. No model
+			// takes BYTES: they are the handler's payloads (an image, a text), as TorchServe's
+			// envelope hands a BYTES input's data to the handler.
+			bytesIn := len(tensors) > 0 && tensors[0].Datatype == "BYTES"
+			viaHandler := takesTensors && (declared && !namesInputs(tensors, ins) || !declared && len(ins) == 0)
+			if viaHandler || !texts && bytesIn && (len(ins) == 0 || !namesInputs(tensors, ins)) {
+				if len(tensors) == 1 && bytesIn {
+					input = tensors[0].Name
+					p, err := bytesPayloads(tensors[0])
+					return core.Input{Payloads: p, Timeout: timeout}, err
+				}
+				t, err := handlerTensor(tensors, "through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it")
+				input = t.Name
+				return core.Input{Tensor: t, Timeout: timeout}, err
+			}
+			var sample *handlers.Sample
+			if ts, ok := v.Handler().(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
+				sample, err = textSample(ts, tensors[0])
+			} else {
+				sample, err = v2Sample(tensors, ins, declared)
+			}
+			return core.Input{Sample: sample, Timeout: timeout}, err
+		},
+		Encode: func(res *core.Result) error {
+			v := res.Version
+			if res.Response != nil {
+				ans, err := envelopeAnswer(v, req, input, res.Response.Body)
+				if err != nil {
+					return err
+				}
+				return encode(v, ans)
+			}
+			_, outs := signature(v)
+			resp, outTensors, binary, err := v2Response(v, req, res.Out, outs)
+			if err != nil {
+				return core.WithKind(err, core.ErrBadInput)
+			}
+			return encode(v, v2Answer{resp: resp, outs: outTensors, binary: binary})
+		}})
+	return err
+}
+
+// handlerTensor is the one tensor of a request that goes through the model's handler, as a
+// handler's tensor; tooMany words the error for more than one (%d: their number).
+func handlerTensor(tensors []oip.Tensor, tooMany string) (*handlers.Tensor, error) {
+	if len(tensors) != 1 {
+		// torchd's handlers take one input per request; TorchServe's envelope would make each
+		// input a request of the handler's batch.
+		return &handlers.Tensor{}, fmt.Errorf(tooMany, len(tensors))
+	}
+	t := tensors[0]
+	dt, ok := datatypes[t.Datatype]
+	if !ok {
+		return &handlers.Tensor{Name: t.Name}, fmt.Errorf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
+	}
+	return &handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data, Name: t.Name}, nil
+}
+
+// envelopeAnswer is the handler's answer to a v2 request in TorchServe's kservev2 envelope:
+// one output named after the input, the answer flattened. A tensor answer keeps its
+// datatype; any other JSON answer is BYTES.
+func envelopeAnswer(v *ModelVersion, req *oip.InferRequest, input string, body []byte) (v2Answer, error) {
+	out, err := envelopeOutput(input, body)
 	if err != nil {
-		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
+		return v2Answer{}, err
 	}
-	declared := v.Archive().Config.Inputs != nil
-	_, texts := v.Handler().(handlers.TextSampler)
-	tp, takesTensors := v.Handler().(handlers.TensorPreprocessor)
-	// A model whose inputs are unknown (none declared, and forward takes no plain tensors: a
-	// detector's list of images) is fed only through its handler.
-	unknown := !declared && len(ins) == 0
-	switch {
-	case takesTensors && (declared && !namesInputs(tensors, ins) || unknown):
-		return d.v2RunHandler(c, v, rsv, req, tensors, tp, arrived, timeout)
-	case !texts && len(tensors) > 0 && tensors[0].Datatype == "BYTES" && (len(ins) == 0 || !namesInputs(tensors, ins)):
-		// No model takes BYTES: they are the handler's payloads (an image, a text), as
-		// TorchServe's envelope hands a BYTES input's data to the handler.
-		return d.v2RunHandler(c, v, rsv, req, tensors, nil, arrived, timeout)
+	id := req.ID
+	if strings.TrimSpace(id) == "" {
+		id = newRequestID()
 	}
-	var sample *handlers.Sample
-	if ts, ok := v.Handler().(handlers.TextSampler); ok && len(tensors) == 1 && tensors[0].Datatype == "BYTES" {
-		sample, err = textSample(ts, tensors[0])
-	} else {
-		sample, err = v2Sample(tensors, ins, declared)
-	}
-	if err != nil {
-		return v2Answer{}, apiErr(400, "BadRequestException", "%s", err.Error())
-	}
-	res, fail := run(rsv, sample, arrived, timeout)
-	if fail != nil {
-		return v2Answer{res: res}, fail
-	}
-	post := traceStart(c)
-	resp, outTensors, binary, err := v2Response(v, req, res.Out, outs)
-	traceStage(c, "postprocess", post, err)
-	if err != nil {
-		return v2Answer{res: res}, apiErr(400, "BadRequestException", "%s", err.Error())
-	}
-	return v2Answer{resp: resp, outs: outTensors, binary: binary, res: res}, nil
+	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true}, nil
 }
 
 // namesInputs reports whether the request names every one of the model's inputs.
@@ -161,52 +192,6 @@ func namesInputs(tensors []oip.Tensor, ins []oip.MetadataTensor) bool {
 		}
 	}
 	return true
-}
-
-// v2RunHandler serves a KServe v2 request as TorchServe's kservev2 envelope does: the input
-// goes through the model's handler, and its answer comes back as an output named after the
-// input, flattened. A tensor answer keeps its datatype; any other JSON answer is BYTES.
-func (d *Daemon) v2RunHandler(c core.Call, v *ModelVersion, rsv *core.Admission, req *oip.InferRequest, tensors []oip.Tensor, tp handlers.TensorPreprocessor, arrived time.Time, timeout time.Duration) (v2Answer, *APIError) {
-	if len(tensors) != 1 {
-		// torchd's handlers take one input per request; TorchServe's envelope would make each
-		// input a request of the handler's batch.
-		return v2Answer{}, apiErr(400, "BadRequestException", "through the handler, a request takes one input, got %d; or name the model's inputs to send its tensors straight to it", len(tensors))
-	}
-	t := tensors[0]
-	var sample *handlers.Sample
-	var err error
-	if dt, ok := datatypes[t.Datatype]; ok && tp != nil {
-		sample, err = tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
-	} else if t.Datatype == "BYTES" {
-		// The handler's errors name the input, a payload of that name.
-		if sample, err = bytesSample(v.Handler(), t); err != nil {
-			return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "%s", err.Error())
-		}
-	} else {
-		return v2Answer{}, apiErr(400, "BadRequestException", "input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
-	}
-	if err != nil {
-		return v2Answer{}, apiErr(handlers.StatusOf(err, 400), "BadRequestException", "input %q: %v", t.Name, err)
-	}
-	res, fail := run(rsv, sample, arrived, timeout)
-	if fail != nil {
-		return v2Answer{res: res}, fail
-	}
-	post := traceStart(c)
-	resp, err := v.Handler().Postprocess(sample, res.Out)
-	traceStage(c, "postprocess", post, err)
-	if err != nil {
-		return v2Answer{res: res}, apiErr(handlers.StatusOf(err, 500), "InternalServerException", "%s", err.Error())
-	}
-	out, err := envelopeOutput(t.Name, resp.Body)
-	if err != nil {
-		return v2Answer{res: res}, apiErr(500, "InternalServerException", "%s", err.Error())
-	}
-	id := req.ID
-	if strings.TrimSpace(id) == "" {
-		id = newRequestID()
-	}
-	return v2Answer{resp: &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: id, Outputs: []oip.ResponseOutput{out}}, envelope: true, res: res}, nil
 }
 
 // envelopeOutput is TorchServe's kservev2 _to_json of a handler's answer: the answer
@@ -358,10 +343,10 @@ func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*h
 	return s, nil
 }
 
-// bytesSample hands each element of a BYTES tensor of shape [N] or [N, 1] to the handler's
+// bytesPayloads hands each element of a BYTES tensor of shape [N] or [N, 1] to the handler's
 // Preprocess as one payload, as a multipart request's files: base64 text (what TorchServe's
 // clients put in JSON) as text/plain, which the image handlers decode, else as it is.
-func bytesSample(h handlers.Handler, t oip.Tensor) (*handlers.Sample, error) {
+func bytesPayloads(t oip.Tensor) (*handlers.Request, error) {
 	if len(t.Shape) == 0 || len(t.Shape) > 2 || len(t.Shape) == 2 && t.Shape[1] != 1 {
 		return nil, handlers.BadInput("input %q: BYTES input must have shape [N] or [N, 1], got %v", t.Name, t.Shape)
 	}
@@ -384,7 +369,7 @@ func bytesSample(h handlers.Handler, t oip.Tensor) (*handlers.Sample, error) {
 	if int64(len(ins)) != t.Shape[0] {
 		return nil, handlers.BadInput("input %q: shape %v but %d elements", t.Name, t.Shape, len(ins))
 	}
-	return h.Preprocess(&handlers.Request{Inputs: ins, Header: func(string) string { return "" }})
+	return &handlers.Request{Inputs: ins, Header: func(string) string { return "" }}, nil
 }
 
 // isBase64 reports whether b is all base64's alphabet (and whitespace): no image file is.

@@ -3,10 +3,9 @@ package daemon
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
@@ -19,36 +18,42 @@ import (
 // v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
 // JSON request of len(instances) items, and the answer comes back as {"predictions": [...]}.
 func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
-	d.serveKServe(ctx, "kserve_v1", "/v1/models/{model_name}:predict", p[0], "", d.v1PredictVersion)
+	c := restCall(ctx)
+	d.traceREST(ctx, &c, "kserve_v1", "/v1/models/{model_name}:predict")
+	_, err := d.Registry.Serve(&core.Request{Model: p[0], Call: c,
+		Decode: func(*ModelVersion) (core.Input, error) { return v1Input(ctx, c) },
+		Encode: func(res *core.Result) error {
+			return writeV1(ctx, map[string]any{"predictions": v1Predictions(res.Response.Body, res.Sample.Items)})
+		}})
+	if err != nil {
+		v2APIError(ctx, err)
+	}
 }
 
-func (d *Daemon) v1PredictVersion(ctx *fasthttp.RequestCtx, c core.Call, v *ModelVersion, arrived time.Time) outcome {
+// v1Input is a KServe v1 body's instances, as one JSON payload for the model's handler.
+func v1Input(ctx *fasthttp.RequestCtx, c core.Call) (core.Input, error) {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
-		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
-		return outcome{status: 400}
+		return core.Input{}, errors.New(`KServe v1 needs a JSON body {"instances": [...]}`)
 	}
-	req := &handlers.Request{
+	return core.Input{Payloads: &handlers.Request{
 		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
 		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
 		Canceled: c.Gone,
-	}
-	sample, res, fail := infer(c, v, arrived, func() (*handlers.Sample, error) { return v.Preprocess(req) })
-	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return outcome{status: fail.Status, res: res}
-	}
-	post := traceStart(c)
-	resp, err := v.Handler().Postprocess(sample, res.Out)
-	traceStage(c, "postprocess", post, err)
+	}}, nil
+}
+
+// writeV1 answers v as compact JSON, within the core call.
+func writeV1(ctx *fasthttp.RequestCtx, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
-		v2Error(ctx, 500, err.Error())
-		return outcome{status: 500, res: res}
+		return err
 	}
-	writeCompactJSON(ctx, map[string]any{"predictions": v1Predictions(resp.Body, sample.Items)})
-	return outcome{status: 200, res: res}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+	return nil
 }
 
 // v1Predictions turns a handler's JSON answer into one prediction per instance: an array is
@@ -111,117 +116,85 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 // v1Explain is KServe v1's explain: the instances go through the model's handler as for
 // :predict, and its explanation comes back as {"explanations": [...]}, one per instance.
 func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p params) {
-	v, err := d.Registry.Get(p[0], "")
+	c := restCall(ctx)
+	_, err := d.Registry.Serve(&core.Request{Model: p[0], Call: c, Explain: true,
+		Decode: func(*ModelVersion) (core.Input, error) {
+			in, err := v1Input(ctx, c)
+			if err != nil {
+				return in, err
+			}
+			var body struct {
+				Target *int `json:"target"`
+			}
+			if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
+				return in, errors.New(`KServe v1 needs a JSON body {"instances": [...]}`)
+			}
+			if body.Target != nil {
+				if *body.Target < 0 {
+					return in, fmt.Errorf("target must be a class index ≥ 0, got %d", *body.Target)
+				}
+				in.Target = *body.Target
+			}
+			return in, nil
+		},
+		Encode: func(res *core.Result) error {
+			var expl any
+			if err := json.Unmarshal(res.Response.Body, &expl); err != nil {
+				return errors.New("the handler's explanation is not JSON")
+			}
+			// One instance's explanation is the handler's whole answer; several come as a list.
+			if list, ok := expl.([]any); ok && res.Sample.Items > 1 {
+				return writeV1(ctx, map[string]any{"explanations": list})
+			}
+			return writeV1(ctx, map[string]any{"explanations": []any{expl}})
+		}})
 	if err != nil {
 		v2APIError(ctx, err)
-		return
 	}
-	ex, ok := v.Handler().(handlers.Explainer)
-	if !ok {
-		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain", v.Name, v.HandlerName))
-		return
-	}
-	var body struct {
-		Instances json.RawMessage `json:"instances"`
-		Target    *int            `json:"target"`
-	}
-	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
-		v2Error(ctx, 400, `KServe v1 needs a JSON body {"instances": [...]}`)
-		return
-	}
-	target := 0
-	if body.Target != nil {
-		target = *body.Target
-	}
-	req := &handlers.Request{
-		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
-		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
-		Canceled: clientGone(ctx.Conn()),
-	}
-	if target < 0 {
-		v2Error(ctx, 400, fmt.Sprintf("target must be a class index ≥ 0, got %d", target))
-		return
-	}
-	resp, items, err := d.runExplain(v, ex, req, target)
-	if err != nil {
-		v2APIError(ctx, err)
-		return
-	}
-	var expl any
-	if err := json.Unmarshal(resp.Body, &expl); err != nil {
-		v2Error(ctx, 500, "the handler's explanation is not JSON")
-		return
-	}
-	// One instance's explanation is the handler's whole answer; several come as a list.
-	if list, ok := expl.([]any); ok && items > 1 {
-		writeCompactJSON(ctx, map[string]any{"explanations": list})
-		return
-	}
-	writeCompactJSON(ctx, map[string]any{"explanations": []any{expl}})
 }
 
 // v2Explain is TorchServe's KServe v2 explain: the one input goes through a handler that
 // takes tensors, and its explanation comes back as an output named after the input.
 func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
-	v, err := d.Registry.Get(p[0], v2Version(p))
+	var req *oip.InferRequest
+	var input string
+	_, err := d.Registry.Serve(&core.Request{Model: p[0], Version: v2Version(p), Call: restCall(ctx), Explain: true,
+		Check: func(v *ModelVersion) error {
+			_, explains := v.Handler().(handlers.Explainer)
+			if _, ok := v.Handler().(handlers.TensorPreprocessor); !ok || !explains {
+				return core.Errorf(core.ErrUnsupported, "model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName)
+			}
+			return nil
+		},
+		Decode: func(*ModelVersion) (core.Input, error) {
+			r, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+			if err != nil {
+				return core.Input{}, err
+			}
+			req = r
+			t, err := handlerTensor(tensors, "explain takes one input, got %d")
+			if err != nil {
+				return core.Input{}, err
+			}
+			input = t.Name
+			target := 0
+			if tv, ok := req.Parameters["target"]; ok {
+				f, ok := tv.(float64)
+				if !ok || f < 0 || f != float64(int(f)) {
+					return core.Input{}, fmt.Errorf("parameter target must be a class index ≥ 0, got %v", tv)
+				}
+				target = int(f)
+			}
+			return core.Input{Tensor: t, Target: target}, nil
+		},
+		Encode: func(res *core.Result) error {
+			ans, err := envelopeAnswer(res.Version, req, input, res.Response.Body)
+			if err != nil {
+				return err
+			}
+			return writeV1(ctx, map[string]any{"id": ans.resp.ID, "model_name": res.Version.Name, "model_version": res.Version.Version, "outputs": []any{ans.resp.Outputs[0]}})
+		}})
 	if err != nil {
 		v2APIError(ctx, err)
-		return
 	}
-	ex, ok := v.Handler().(handlers.Explainer)
-	tp, takesTensors := v.Handler().(handlers.TensorPreprocessor)
-	if !ok || !takesTensors {
-		v2Error(ctx, 501, fmt.Sprintf("model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName))
-		return
-	}
-	req, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
-	if err != nil {
-		v2APIError(ctx, err)
-		return
-	}
-	if len(tensors) != 1 {
-		v2Error(ctx, 400, fmt.Sprintf("explain takes one input, got %d", len(tensors)))
-		return
-	}
-	t := tensors[0]
-	dt, ok := datatypes[t.Datatype]
-	if !ok {
-		v2Error(ctx, 400, fmt.Sprintf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype))
-		return
-	}
-	target := 0
-	if tv, ok := req.Parameters["target"]; ok {
-		f, ok := tv.(float64)
-		if !ok || f < 0 || f != float64(int(f)) {
-			v2Error(ctx, 400, fmt.Sprintf("parameter target must be a class index ≥ 0, got %v", tv))
-			return
-		}
-		target = int(f)
-	}
-	rsv, fail := admit(restCall(ctx), v)
-	if fail != nil {
-		v2Error(ctx, fail.Status, fail.Msg)
-		return
-	}
-	defer rsv.Release()
-	sample, err := tp.PreprocessTensor(handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data})
-	if err != nil {
-		v2Error(ctx, handlers.StatusOf(err, 400), fmt.Sprintf("input %q: %v", t.Name, err))
-		return
-	}
-	resp, err := explainSample(v, ex, sample, target)
-	if err != nil {
-		v2APIError(ctx, err)
-		return
-	}
-	out, err := envelopeOutput(t.Name, resp.Body)
-	if err != nil {
-		v2Error(ctx, 500, err.Error())
-		return
-	}
-	id := req.ID
-	if strings.TrimSpace(id) == "" {
-		id = newRequestID()
-	}
-	writeCompactJSON(ctx, map[string]any{"id": id, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
 }

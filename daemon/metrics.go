@@ -302,10 +302,11 @@ func (mm *modelMetrics) workerLoadTimeName(id int) string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func (mm *modelMetrics) Request(code int, total, queued time.Duration) {
+func (mm *modelMetrics) Request(err error, total, queued time.Duration) {
 	if mm == nil {
 		return
 	}
+	code := httpStatus(err)
 	c, ok := mm.codes.Load(code)
 	if !ok {
 		// Under seriesMu, so that a request finishing after drop creates no series.

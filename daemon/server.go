@@ -70,9 +70,9 @@ type Daemon struct {
 	// APIs' connections.
 	draining  atomic.Bool
 	openConns atomic.Int64
-	// inflight counts inference requests being served; lastDone is when the latest ended
-	// (UnixNano) and trimmedAt the lastDone the latest idle trim followed.
-	inflight, lastDone, trimmedAt atomic.Int64
+	// trimmedAt is the end of the latest request (Registry.Serving, UnixNano) that the
+	// latest idle trim followed.
+	trimmedAt atomic.Int64
 	// logLevel is the log's level, which POST /v2/logging changes (see UseLogLevel).
 	logLevel *slog.LevelVar
 	// pollStop ends the model repository's poll (poll mode), which pollWG waits for.
@@ -134,10 +134,10 @@ func (d *Daemon) trimWhenIdle() {
 			case <-d.sweepStop:
 				return
 			case now := <-tick.C:
-				last := d.lastDone.Load()
+				serving, last := d.Registry.Serving()
 				switch {
-				case last != d.trimmedAt.Load() && d.inflight.Load() == 0 && now.Sub(time.Unix(0, last)) >= idleTrimAfter:
-					d.trimmedAt.Store(last)
+				case !last.IsZero() && last.UnixNano() != d.trimmedAt.Load() && serving == 0 && now.Sub(last) >= idleTrimAfter:
+					d.trimmedAt.Store(last.UnixNano())
 					trimMemory()
 				case d.cfg.KeepFreedMemory && d.cfg.KeepFreedMemoryMB > 0 && memtrim.FreeHeld() > uint64(d.cfg.KeepFreedMemoryMB)<<20:
 					// Under load the freed memory is kept for the next forwards, up to the
@@ -156,14 +156,6 @@ func (d *Daemon) trimWhenIdle() {
 func trimMemory() {
 	torch.TrimArenas()
 	memtrim.Trim()
-}
-
-// requestStarted and requestDone bracket every inference request for trimWhenIdle.
-func (d *Daemon) requestStarted() { d.inflight.Add(1) }
-
-func (d *Daemon) requestDone() {
-	d.lastDone.Store(time.Now().UnixNano())
-	d.inflight.Add(-1)
 }
 
 // sweepInterval is how often TMPDIR is swept again while another torchd's lock is held: a

@@ -130,19 +130,3 @@ func serverFault(c codes.Code) bool {
 	}
 	return false
 }
-
-// traceStart is the start of a stage the front-end times itself, when c is traced (zero
-// otherwise, at no cost).
-func traceStart(c core.Call) time.Time {
-	if c.Trace == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// traceStage records a stage the front-end ran from start, when c is traced.
-func traceStage(c core.Call, name string, start time.Time, err error) {
-	if c.Trace != nil {
-		c.Trace.Stage(name, start, time.Now(), err)
-	}
-}

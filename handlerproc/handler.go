@@ -59,15 +59,26 @@ func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
 	return &handlers.Sample{Items: 1, State: c}, nil
 }
 
-// Infer sends the batch to a process and files each request's reply in its sample.
+// Infer sends the batch to a process (Model.Run): the core calls Run itself, as the
+// model's backend; Infer is for the callers of handlers.Infer (bench-model, the tuner).
 func (pythonHandler) Infer(m torch.Model, batch []*handlers.Sample) ([][]handlers.Tensor, error) {
 	pm, ok := m.(*Model)
 	if !ok {
 		return nil, fmt.Errorf("the python handler runs only in handler processes")
 	}
+	return pm.Run(batch, nil)
+}
+
+// Run is the model as the core's backend (core.Backend): it sends the batch of the python
+// handler's samples to a process and files each request's reply in its sample.
+func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
 	reqs := make([]Request, len(batch))
 	for i, s := range batch {
-		reqs[i] = s.State.(*call).req
+		c, ok := s.State.(*call)
+		if !ok {
+			return nil, fmt.Errorf("a handler process runs the python handler's requests only")
+		}
+		reqs[i] = c.req
 	}
 	pr, err := pm.Predict(reqs)
 	if err != nil {
@@ -90,6 +101,9 @@ func (pythonHandler) Infer(m torch.Model, batch []*handlers.Sample) ([][]handler
 	}
 	return make([][]handlers.Tensor, len(batch)), nil
 }
+
+// Kind names the backend in the batch spans.
+func (*Model) Kind() string { return "handler_process" }
 
 func (pythonHandler) Postprocess(s *handlers.Sample, _ []handlers.Tensor) (*handlers.Response, error) {
 	rep := s.State.(*call).reply

@@ -1,0 +1,178 @@
+package daemon_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/handlers/handlertest"
+)
+
+// Every inference API is one core call, so each counts what it serves in the metrics and
+// the statistics: explanations (TorchServe's, KServe v1's) and embeddings as predictions do,
+// their failures as failures.
+func TestExplanationsAndEmbeddingsCounted(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=digits.mar&initial_workers=1&synchronous=true")
+	s.register(t, "url=minilm.mar&initial_workers=1&synchronous=true")
+	pngs, _ := heldOut(t)
+
+	if r := do(t, "POST", s.inf+"/explanations/digits", "image/png", pngs[0]); r.status != 200 {
+		t.Fatalf("explanation: %d %.200s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.inf+"/v1/models/digits:explain", "application/json", []byte(`{"instances": [{"data": "`+base64.StdEncoding.EncodeToString(pngs[1])+`"}]}`)); r.status != 200 {
+		t.Fatalf("KServe v1 explanation: %d %.200s", r.status, r.body)
+	}
+	errorShape(t, do(t, "POST", s.inf+"/explanations/digits", "image/png", []byte("garbage")), 400, "BadRequestException", "")
+	if r, _ := embed(t, s, map[string]any{"model": "minilm", "input": []string{"one", "two"}}); r.status != 200 {
+		t.Fatalf("embeddings: %d %.200s", r.status, r.body)
+	}
+	if r, _ := embed(t, s, map[string]any{"model": "minilm", "input": []any{[]any{"not", "ids"}}}); r.status != 400 {
+		t.Fatalf("embeddings of a malformed input: %d %.200s, want 400", r.status, r.body)
+	}
+
+	for _, c := range []struct {
+		model         string
+		success, fail uint64
+	}{{"digits", 2, 1}, {"minilm", 1, 1}} {
+		var stats struct {
+			ModelStats []struct {
+				Version        string
+				InferenceStats map[string]struct{ Count, Ns uint64 } `json:"inference_stats"`
+			} `json:"model_stats"`
+		}
+		do(t, "GET", s.inf+"/v2/models/"+c.model+"/stats", "", nil).json(t, &stats)
+		if len(stats.ModelStats) != 1 {
+			t.Fatalf("%s: statistics %+v", c.model, stats)
+		}
+		st := stats.ModelStats[0]
+		if st.InferenceStats["success"].Count != c.success || st.InferenceStats["fail"].Count != c.fail || st.InferenceStats["compute_infer"].Count != c.success {
+			t.Errorf("%s: statistics %+v, want %d successes (each with its compute) and %d failure", c.model, st.InferenceStats, c.success, c.fail)
+		}
+		for code, want := range map[string]uint64{"200": c.success, "400": c.fail} {
+			got := s.scrape(t, "torchd_requests_total", map[string]string{"model": c.model, "version": st.Version, "code": code})
+			if uint64(got) != want {
+				t.Errorf("%s: torchd_requests_total code %s = %v, want %d", c.model, code, got, want)
+			}
+		}
+	}
+}
+
+// loadProbe holds the load of TestEmbeddingsWhileLoading's model in its warm-up forward.
+var loadProbe = handlertest.Register("daemon_load_probe", "tensor")
+
+// A request to a model whose first version is still loading is answered 503 with
+// Retry-After, over embeddings as over /predictions, not 404 as for a model that does not
+// exist. The load is held in its warm-up forward by a probe handler of its own.
+func TestEmbeddingsWhileLoading(t *testing.T) {
+	store := probeStore(t, "digits_tensor", "digits")
+	config, err := os.ReadFile(filepath.Join(store, "digits_tensor", "model-config.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No snapshot: the registration below would be restored by the next in-process server.
+	d, _ := startInProcess(t, "digits_tensor", []string{"--model-store", store, "--models", "digits_tensor=digits_tensor", "--workers", "1", "--enable-snapshots=false"}, nil)
+	// The model to load joins the store once the server has started, which loads what it finds.
+	if err := os.Mkdir(filepath.Join(store, "loading"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model, _ := os.Readlink(filepath.Join(store, "digits_tensor", "model.pt"))
+	if err := os.Symlink(model, filepath.Join(store, "loading", "model.pt")); err != nil {
+		t.Fatal(err)
+	}
+	config = bytes.Replace(config, []byte(`handler = "daemon_probe"`), []byte(`handler = "daemon_load_probe"`), 1)
+	if err := os.WriteFile(filepath.Join(store, "loading", "model-config.toml"), config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inf, mgmt, _ := d.Addrs()
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	loadProbe.Before(func(int) {
+		once.Do(func() {
+			close(held)
+			<-release
+		})
+	})
+	t.Cleanup(func() { loadProbe.Before(nil) })
+	registered := make(chan string, 1)
+	go func() {
+		resp, err := http.Post("http://"+mgmt+"/models?url=loading&model_name=later&synchronous=true", "", nil)
+		if err != nil {
+			registered <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		registered <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	select {
+	case <-held:
+	case r := <-registered:
+		t.Fatalf("registration answered %s before its warm-up forward", r)
+	}
+
+	body := []byte(`{"model": "later", "input": "text"}`)
+	r := do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", body)
+	var e struct {
+		Error map[string]any `json:"error"`
+	}
+	r.json(t, &e)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || e.Error["type"] != "server_error" || !strings.Contains(fmt.Sprint(e.Error["message"]), "still loading") {
+		t.Errorf("embeddings while loading: %d Retry-After %q %s, want 503 server_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	errorShape(t, do(t, "POST", "http://"+inf+"/predictions/later", "application/json", []byte(`[[0]]`)), 503, "ServiceUnavailableException", "still loading")
+	if r := do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", []byte(`{"model": "nope", "input": "text"}`)); r.status != 404 {
+		t.Errorf("embeddings of a model that does not exist: %d %s, want 404", r.status, r.body)
+	}
+	close(release)
+	if r := <-registered; !strings.HasPrefix(r, "200 ") {
+		t.Fatalf("registration: %s", r)
+	}
+	// Loaded, it is what it is: not an embedding model.
+	r = do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", body)
+	r.json(t, &e)
+	if r.status != 400 || e.Error["param"] != "model" {
+		t.Errorf("embeddings of a loaded tensor model: %d %s, want 400 naming the model", r.status, r.body)
+	}
+}
+
+// An embeddings request whose client closes the connection as soon as it has sent it is
+// counted 499, as a prediction is, not 200: no one read its answer.
+func TestAbandonedEmbeddingsCounted(t *testing.T) {
+	s := startServer(t)
+	s.register(t, "url=minilm.mar&initial_workers=1&synchronous=true")
+	texts := make([]string, 64)
+	for i := range texts {
+		texts[i] = strings.Repeat(fmt.Sprintf("sentence %d keeps the tokenizer busy. ", i), 20)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "minilm", "input": texts})
+	c, err := net.Dial("tcp", strings.TrimPrefix(s.inf, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := c.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	counted := regexp.MustCompile(`torchd_requests_total\{model="minilm",version="[^"]*",code="(\d+)"\} (\d+)`)
+	var codes [][]string
+	waitFor(t, 60*time.Second, "the abandoned request to be counted", func() bool {
+		codes = counted.FindAllStringSubmatch(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), -1)
+		return len(codes) > 0
+	})
+	if len(codes) != 1 || codes[0][1] != "499" || codes[0][2] != "1" {
+		t.Fatalf("the abandoned request was counted %v, want once as 499", codes)
+	}
+}
