@@ -255,9 +255,15 @@ func live(j *job, now time.Time) bool {
 
 // next forms the next batch. It blocks until a live request arrives or stop closes; it
 // returns nil only when stop is closed and nothing was taken.
-func (b *Batcher) next(stop <-chan struct{}) []*job {
+func (b *Batcher) next(stop <-chan struct{}) []*job { return b.nextOrIdle(stop, nil) }
+
+// nextOrIdle is next, except that it also returns nil, with nothing taken, when idle fires
+// first (a nil idle never does).
+func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time) []*job {
 	select {
 	case <-stop:
+		return nil
+	case <-idle:
 		return nil
 	case b.aggregate <- struct{}{}:
 	}
@@ -266,6 +272,8 @@ func (b *Batcher) next(stop <-chan struct{}) []*job {
 	for first == nil {
 		select {
 		case <-stop:
+			return nil
+		case <-idle:
 			return nil
 		case j := <-b.queue:
 			if live(j, time.Now()) {

@@ -229,3 +229,31 @@ func TestWarmupAbandoned(t *testing.T) {
 		t.Logf("stopped after %d of %d warm-up forwards", n, len(warmup))
 	}
 }
+
+// A worker that waits idleRelease for a batch frees its staging buffer and trims the
+// process's free memory; the next batch runs as before and allocates it again. (A batch of
+// one runs on its own memory, so each spell starts with a batch of two.)
+func TestIdleWorkerReleasesStage(t *testing.T) {
+	old := idleRelease.Swap(int64(50 * time.Millisecond))
+	t.Cleanup(func() { idleRelease.Store(old) })
+	r := testRegistry(t, 0)
+	v := addDigits(t, r, "d", "tensor", archive.Settings{BatchSize: archive.Fixed(2), MaxBatchDelay: archive.Fixed(time.Hour)})
+	pair := func() {
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, err := infer(v, Call{}, digit(0.5))
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for spell := int64(1); spell <= 2; spell++ {
+		pair()
+		waitFor(t, "the idle worker's release", func() bool { return v.pool.idleReleases.Load() >= spell })
+	}
+}

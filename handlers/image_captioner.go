@@ -23,7 +23,8 @@ func init() { Register("image_captioner", newImageCaptioner) }
 // row the caption's tokens, then the end token, then padding. Options (model-config.toml
 // [options]): width and height (the model's input size; required), mean and std (ImageNet's),
 // vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32),
-// max_images (64, per request), max_request_pixels (400 M, per request), encoder (none).
+// max_images (64, per request), max_request_pixels (400 M, per request), encoder (none),
+// jpeg_dct_scaling (true, as image_classifier).
 //
 // encoder names an AOTInductor package in the archive (models/pt2.py's encoder.pt2) that
 // computes the features from the images in place of the model's own encoder; the scripted
@@ -114,6 +115,9 @@ func newImageCaptioner(ctx Context) (Handler, error) {
 		encoder = filepath.Join(ctx.Dir, encoder)
 	}
 	t := vision.Transform{Width: w, Height: h, Mean: floats32(mean), Std: floats32(std)}
+	if err := readJPEGScaling(&cfg, &t); err != nil {
+		return nil, err
+	}
 	return &ImageCaptioner{transform: t, vocab: vocab, maxLen: maxLen, limits: limits, h: h, w: w,
 		file: cfg.File, encoder: encoder}, nil
 }

@@ -27,7 +27,7 @@ func init() { Register("image_classifier", newImageClassifier) }
 // Options (model-config.toml [options]): resize (256), crop_size (224), width and height
 // (exact resize instead of resize+crop), mean and std (ImageNet's), color ("rgb" or "gray"),
 // top_k (5), max_pixels (40 M, per image), max_images (64, per request), max_request_pixels
-// (400 M, per request).
+// (400 M, per request), jpeg_dct_scaling (true; false decodes every JPEG at full size, as PIL).
 type ImageClassifier struct {
 	transform vision.Transform
 	topK      int
@@ -54,8 +54,9 @@ func newImageClassifier(ctx Context) (Handler, error) {
 }
 
 // readImageTransform reads the options of TorchServe's image preprocessing (resize,
-// crop_size, width and height, max_pixels, color, mean and std) over its defaults: Resize(256),
-// CenterCrop(224), ImageNet's mean and std, RGB.
+// crop_size, width and height, max_pixels, color, mean and std, jpeg_dct_scaling) over its
+// defaults: Resize(256), CenterCrop(224), ImageNet's mean and std, RGB, large JPEGs decoded
+// scaled in the DCT domain.
 func readImageTransform(opts *intOptions) (vision.Transform, error) {
 	cfg := opts.cfg
 	t := vision.DefaultTransform()
@@ -74,11 +75,26 @@ func readImageTransform(opts *intOptions) (vision.Transform, error) {
 	if err := readColor(cfg, &t); err != nil {
 		return t, err
 	}
+	if err := readJPEGScaling(cfg, &t); err != nil {
+		return t, err
+	}
 	_, h, w := t.OutputShape()
 	if h == 0 || w == 0 {
 		return t, fmt.Errorf("%s: the image needs a crop_size or a width and height", cfg.File)
 	}
 	return t, nil
+}
+
+// readJPEGScaling reads the option jpeg_dct_scaling: true (the default) lets a JPEG at least
+// twice the resize target be decoded at 1/2, 1/4 or 1/8 size in the DCT domain; false decodes
+// every JPEG at full size, so the tensor equals torchvision's.
+func readJPEGScaling(cfg *archive.ModelConfig, t *vision.Transform) error {
+	scaling, err := cfg.BoolOption("jpeg_dct_scaling", true)
+	if err != nil {
+		return err
+	}
+	t.FullJPEGDecode = !scaling
+	return nil
 }
 
 // readColor reads the options color ("rgb" or "gray"), mean and std into t; mean and std

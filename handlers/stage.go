@@ -33,6 +33,9 @@ func NewStage(pin bool, rows int) *Stage { return &Stage{pin: pin, rows: max(row
 // Allocs returns how many times the buffer has been allocated.
 func (s *Stage) Allocs() int { return s.allocs }
 
+// Held reports whether the stage holds a buffer (Close frees it).
+func (s *Stage) Held() bool { return s.mem != nil }
+
 // Pinned reports whether the buffer is page-locked memory.
 func (s *Stage) Pinned() bool { return s.host != nil && s.host.Pinned() }
 

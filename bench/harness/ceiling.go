@@ -9,8 +9,8 @@ import (
 )
 
 // ceiling is `torchd bench-model --json`'s answer: the same handler's preprocessing, batched
-// forward and postprocessing, in-process, with no HTTP and no queue. It is this machine's
-// limit for the model.
+// forward and postprocessing, in-process, with no HTTP, batch after batch and pipelined as the
+// server runs them. Its best is this machine's limit for the model.
 type ceiling struct {
 	Threads     int    `json:"threads"`
 	LibTorch    string `json:"libtorch"`
@@ -24,8 +24,13 @@ type ceiling struct {
 		CycleN     int64   `json:"cycle_ns"`
 		Throughput float64 `json:"throughput"`
 	} `json:"batches"`
+	// Best is the best of all, most often pipelined: preprocessing overlapped with the
+	// forwards of Workers workers, as the server runs.
 	Best struct {
 		Batch      int     `json:"batch"`
+		Workers    int     `json:"workers"`
+		Threads    int     `json:"threads"`
+		Pipelined  bool    `json:"pipelined"`
 		Throughput float64 `json:"throughput"`
 	} `json:"best"`
 	Cmd string `json:"cmd"`

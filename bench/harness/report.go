@@ -387,10 +387,11 @@ func renderSection(cfg *config, r *results) string {
 		p("| %s | %s | %s | %s |\n", t.What, t.Want, meas, passMiss(t))
 	}
 
-	p("\n### The in-process ceiling\n\n`torchd bench-model` runs the archive's handler as the daemon does, without HTTP or a queue:"+
-		" Preprocess of a batch's requests on %d goroutines, one `handlers.Infer` on a locked OS thread with %d intra-op threads,"+
-		" Postprocess; median of rounds. The ceiling is the best batch size's requests per second.\n\n", m.Cores, cfg.threads)
-	p("| workload | input | preprocess, 1 request | postprocess | one request end to end | forward, batch 1 | req/s by batch size | ceiling |\n|---|---|---|---|---|---|---|---|\n")
+	p("\n### The in-process ceiling\n\n`torchd bench-model` runs the archive's handler as the daemon does, without HTTP:"+
+		" batch after batch (Preprocess of a batch's requests on %d goroutines, one `handlers.Infer` on a locked OS thread with %d intra-op threads,"+
+		" Postprocess), and pipelined as the server runs (requests preprocessed without pause while 1 or 2 workers run batches, each with its share"+
+		" of the threads); median of rounds. The ceiling is the best of them all, the reference every served figure is divided by.\n\n", m.Cores, cfg.threads)
+	p("| workload | input | preprocess, 1 request | postprocess | one request end to end | forward, batch 1 | req/s by batch size, one at a time | ceiling |\n|---|---|---|---|---|---|---|---|\n")
 	for _, w := range cfg.workloads() {
 		c := r.Ceilings[w.Name]
 		if c == nil {
@@ -404,8 +405,12 @@ func renderSection(cfg *config, r *results) string {
 				f1 = x.ForwardN
 			}
 		}
-		p("| %s | %d bytes | %s | %s | %s | %s | %s | **%s** (batch %d) |\n", w.Title, c.InputBytes, dur(c.PreprocessN), dur(c.PostprocN),
-			dur(c.SingleN), dur(f1), strings.Join(bs, ", "), rps(c.Best.Throughput), c.Best.Batch)
+		how := "one at a time"
+		if c.Best.Pipelined {
+			how = fmt.Sprintf("pipelined: workers %d, threads %d each", c.Best.Workers, c.Best.Threads)
+		}
+		p("| %s | %d bytes | %s | %s | %s | %s | %s | **%s** (batch %d, %s) |\n", w.Title, c.InputBytes, dur(c.PreprocessN), dur(c.PostprocN),
+			dur(c.SingleN), dur(f1), strings.Join(bs, ", "), rps(c.Best.Throughput), c.Best.Batch, how)
 	}
 	if c := r.Ceilings["resnet18-640"]; c != nil {
 		p("\nCommand, e.g.: `%s`\n", c.Cmd)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -47,8 +48,23 @@ type benchModelResult struct {
 	// of one, postprocess; the lowest latency the machine gives the model.
 	SingleN int64             `json:"single_ns"`
 	Batches []benchModelBatch `json:"batches"`
-	// Best is the highest Throughput over Batches: the ceiling.
-	Best benchModelBatch `json:"best"`
+	// BestSequential is the highest Throughput over Batches: one batch at a time, its
+	// preprocessing, forward and postprocessing one after the other.
+	BestSequential benchModelBatch `json:"best_sequential"`
+	// Pipelined are the throughputs with preprocessing overlapped with the forwards, as the
+	// server runs them, per batch size and number of workers.
+	Pipelined []benchModelPipelined `json:"pipelined"`
+	// Best is the highest throughput of all, pipelined or not: the in-process reference.
+	Best benchModelPipelined `json:"best"`
+}
+
+// benchModelPipelined is one pipelined configuration's figure, the median over rounds.
+type benchModelPipelined struct {
+	Batch      int     `json:"batch"`
+	Workers    int     `json:"workers"`   // forward threads running batches at once
+	Threads    int     `json:"threads"`   // intra-op threads of each
+	Pipelined  bool    `json:"pipelined"` // false: the best is BestSequential's
+	Throughput float64 `json:"throughput"`
 }
 
 // benchModelBatch is one batch size's figures, each the median over rounds.
@@ -60,9 +76,11 @@ type benchModelBatch struct {
 }
 
 // runBenchModel measures what the server does for a request, without the server: the same
-// handler's Preprocess on as many goroutines as there are cores, one handlers.Infer on a
-// locked OS thread with the daemon's intra-op threads, and Postprocess, batch after batch.
-// It is the in-process ceiling that docs/benchmarks.md gives every HTTP figure against.
+// handler's Preprocess on as many goroutines as there are cores, handlers.Infer on locked OS
+// threads with the daemon's intra-op threads, and Postprocess. It measures batch after batch
+// (each step waiting for the one before) and pipelined, as the server runs: requests
+// preprocessed without pause while one or more workers run the batches. The best of all is
+// the in-process reference that docs/benchmarks.md gives every HTTP figure against.
 func runBenchModel(args []string) error {
 	fs := flag.NewFlagSet("torchd bench-model", flag.ContinueOnError)
 	input := fs.String("input", "", "request body file, e.g. a JPEG or an .npy (required)")
@@ -70,6 +88,7 @@ func runBenchModel(args []string) error {
 	batchList := fs.String("batch-sizes", "1,2,4,8,16,32", "comma-separated batch sizes")
 	threads := fs.Int("threads", 0, "intra-op threads for the forward; 0: the daemon's default with one worker (cores)")
 	minTime := fs.Duration("time", time.Second, "least time per batch size per round")
+	workerList := fs.String("workers", "", "comma-separated numbers of workers for the pipelined figures, each with threads/workers intra-op threads (default: 1, and 2 where threads allow)")
 	rounds := fs.Int("rounds", 3, "rounds; each figure is the median over rounds")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	precision := fs.String("precision", "", "fp32, bf16 or fp16 (bf16: TorchScript under autocast; a .pt2 must have been exported in it; fp16: packages only); default: the archive's, else fp32")
@@ -94,6 +113,15 @@ func runBenchModel(args []string) error {
 	}
 	if *threads <= 0 {
 		*threads = runtime.NumCPU()
+	}
+	workers := []int{1}
+	if *threads >= 2 {
+		workers = append(workers, 2)
+	}
+	if *workerList != "" {
+		if workers, err = parseInts(*workerList); err != nil {
+			return fmt.Errorf("--workers: %w", err)
+		}
 	}
 	*rounds = max(*rounds, 1)
 	body, err := os.ReadFile(*input)
@@ -122,14 +150,15 @@ func runBenchModel(args []string) error {
 			}
 		}
 	}
-	m, err := core.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: 1})
+	maxWorkers := slices.Max(workers)
+	m, err := core.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
 	if err != nil {
 		return err
 	}
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
 	if err == nil {
 		var bound torch.Model
-		if bound, err = handlers.Bind(h, m, 1); err == nil {
+		if bound, err = handlers.Bind(h, m, maxWorkers); err == nil {
 			m = bound
 		}
 	}
@@ -159,6 +188,7 @@ func runBenchModel(args []string) error {
 	var pre, post, single []time.Duration
 	fwd := make([][]time.Duration, len(batches))
 	cyc := make([][]time.Duration, len(batches))
+	pipes := make([][]float64, len(batches)*len(workers))
 	for range *rounds {
 		p, q, s, err := b.singles(*minTime)
 		if err != nil {
@@ -172,14 +202,34 @@ func runBenchModel(args []string) error {
 			}
 			fwd[i], cyc[i] = append(fwd[i], f), append(cyc[i], c)
 		}
+		for i, n := range batches {
+			for j, w := range workers {
+				r, err := b.pipelined(n, w, max(*threads/w, 1), *minTime)
+				if err != nil {
+					return err
+				}
+				k := i*len(workers) + j
+				pipes[k] = append(pipes[k], r)
+			}
+		}
 	}
 	res.PreprocessN, res.PostprocN, res.SingleN = int64(median(pre)), int64(median(post)), int64(median(single))
 	for i, n := range batches {
 		c := median(cyc[i])
 		bb := benchModelBatch{Batch: n, ForwardN: int64(median(fwd[i])), CycleN: int64(c), Throughput: float64(n) / c.Seconds()}
 		res.Batches = append(res.Batches, bb)
-		if bb.Throughput > res.Best.Throughput {
-			res.Best = bb
+		if bb.Throughput > res.BestSequential.Throughput {
+			res.BestSequential = bb
+		}
+	}
+	res.Best = benchModelPipelined{Batch: res.BestSequential.Batch, Workers: 1, Threads: *threads, Throughput: res.BestSequential.Throughput}
+	for i, n := range batches {
+		for j, w := range workers {
+			p := benchModelPipelined{Batch: n, Workers: w, Threads: max(*threads/w, 1), Pipelined: true, Throughput: medianOf(pipes[i*len(workers)+j])}
+			res.Pipelined = append(res.Pipelined, p)
+			if p.Throughput > res.Best.Throughput {
+				res.Best = p
+			}
 		}
 	}
 	if *asJSON {
@@ -293,6 +343,114 @@ func (b *modelBench) batchRound(n int, minTime time.Duration) (fwd, cyc time.Dur
 	return median(fs), median(cs), nil
 }
 
+// pipelined serves requests for at least minTime as the server does: a goroutine per core
+// preprocesses requests without pause into a queue, workers forward threads (locked, with
+// threads intra-op threads each) take batches of n from it, and the batches' postprocessing
+// runs on other goroutines. It returns the requests finished per second, counted after a
+// warm-up.
+func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (float64, error) {
+	stop := make(chan struct{})
+	queue := make(chan *handlers.Sample, 2*n*workers)
+	type done struct {
+		batch []*handlers.Sample
+		outs  [][]handlers.Tensor
+	}
+	post := make(chan done, 2*workers)
+	var errMu sync.Mutex
+	var firstErr error
+	var stopOnce sync.Once
+	end := func() { stopOnce.Do(func() { close(stop) }) }
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+		end()
+	}
+	var finished atomic.Int64
+	var producers, forwards, posts sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		producers.Go(func() {
+			for {
+				s, err := b.h.Preprocess(b.request())
+				if err != nil {
+					fail(err)
+					return
+				}
+				select {
+				case queue <- s:
+				case <-stop:
+					return
+				}
+			}
+		})
+		posts.Go(func() {
+			for d := range post {
+				for i, s := range d.batch {
+					if _, err := b.h.Postprocess(s, d.outs[i]); err != nil {
+						fail(err)
+					}
+				}
+				finished.Add(int64(len(d.batch)))
+			}
+		})
+	}
+	for range workers {
+		forwards.Go(func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with its OpenMP pool
+			torch.SetNumThreadsHere(threads)
+			for {
+				batch := make([]*handlers.Sample, 0, n)
+				for len(batch) < n {
+					select {
+					case s := <-queue:
+						batch = append(batch, s)
+					case <-stop:
+						return
+					}
+				}
+				outs, err := handlers.Infer(b.h, b.m, batch)
+				if err != nil {
+					fail(err)
+					return
+				}
+				post <- done{batch, outs}
+			}
+		})
+	}
+	// The count starts once each worker has run about one batch (a new thread's first
+	// forwards are slow), and ends past minTime with at least two batches a worker counted.
+	wait := func(until func() bool) {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for !until() {
+			select {
+			case <-tick.C:
+			case <-stop:
+				return
+			}
+		}
+	}
+	batchesDone := func(from int64, k int) func() bool {
+		return func() bool { return finished.Load()-from >= int64(k*n*workers) }
+	}
+	wait(batchesDone(0, 1))
+	c0, t0 := finished.Load(), time.Now()
+	enough := batchesDone(c0, 2)
+	wait(func() bool { return time.Since(t0) >= minTime && enough() })
+	c1, t1 := finished.Load(), time.Now()
+	end()
+	producers.Wait()
+	forwards.Wait()
+	close(post)
+	posts.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+}
+
 // singles times one request at a time, on one goroutine, for at least minTime: the
 // medians of its preprocess, its postprocess and the whole request.
 func (b *modelBench) singles(minTime time.Duration) (pre, post, whole time.Duration, err error) {
@@ -330,7 +488,30 @@ func printBenchModel(r benchModelResult) {
 		fmt.Fprintf(tw, "%d\t%v\t%v\t%.1f\t\n", b.Batch, time.Duration(b.ForwardN), time.Duration(b.CycleN), b.Throughput)
 	}
 	tw.Flush()
-	fmt.Printf("ceiling: %.1f req/s at batch %d\n", r.Best.Throughput, r.Best.Batch)
+	fmt.Println("pipelined (preprocessing overlapped with the forwards, as the server runs):")
+	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "batch\tworkers\tthreads\treq/s\t")
+	for _, p := range r.Pipelined {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t\n", p.Batch, p.Workers, p.Threads, p.Throughput)
+	}
+	tw.Flush()
+	how := "one batch at a time"
+	if r.Best.Pipelined {
+		how = fmt.Sprintf("pipelined: workers %d, threads %d each", r.Best.Workers, r.Best.Threads)
+	}
+	fmt.Printf("reference: %.1f req/s at batch %d (%s); batch-1 latency %v\n", r.Best.Throughput, r.Best.Batch, how, time.Duration(r.SingleN))
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -1,8 +1,13 @@
 package vision
 
+// #cgo CFLAGS: -O3
+// #include "resample.h"
+import "C"
+
 import (
 	"math"
 	"sync"
+	"unsafe"
 )
 
 // The resize is PIL's Image.resize(BILINEAR) as torchvision 0.14 calls it on
@@ -131,24 +136,19 @@ func pilAxis(in int, box float32, out, lo, hi int) *axis {
 	return a
 }
 
-// clip8 is PIL's clip8: drop the fraction and clamp to a byte.
-func clip8(v int32) byte {
-	v >>= pilPrecisionBits
-	if v < 0 {
-		return 0
-	}
-	if v > 255 {
-		return 255
-	}
-	return byte(v)
-}
+// lutPool keeps the tables the resize hands to C, which would otherwise be allocated per
+// image (a pointer passed to C escapes).
+var lutPool sync.Pool
 
 // normLUT maps a byte to its ToTensor+Normalize value per channel. It is the
 // same float32 arithmetic as torch, (v/255 - mean) / std with true divisions,
 // so the results are bit-identical, and 768 divisions per image instead of
 // two per output element.
 func (t Transform) normLUT(c int) *[3][256]float32 {
-	lut := new([3][256]float32)
+	lut, _ := lutPool.Get().(*[3][256]float32)
+	if lut == nil {
+		lut = new([3][256]float32)
+	}
 	for ch := range c {
 		mean, std := float32(0), float32(1)
 		if t.Mean != nil {
@@ -174,6 +174,7 @@ func (t Transform) resampleInto(src *raster, dst []float32) {
 	xa, xb := max(x0, 0), min(x0+ow, rw)
 	ya, yb := max(y0, 0), min(y0+oh, rh)
 	lut := t.normLUT(oc)
+	defer lutPool.Put(lut)
 	plane := oh * ow
 	if xb-xa < ow || yb-ya < oh {
 		for ch := range oc {
@@ -201,90 +202,29 @@ func (t Transform) resampleInto(src *raster, dst []float32) {
 	defer pixPool.put(tmpBuf)
 	tmp := *tmpBuf
 	tstride, sstride := nx*c, src.w*c
-	for y := r0; y < r1; y++ {
-		srow := src.pix[y*sstride : (y+1)*sstride]
-		trow := tmp[(y-r0)*tstride : (y-r0+1)*tstride]
-		if c == 3 {
-			horizontal3(trow, srow, hx)
-		} else {
-			horizontal1(trow, srow, hx)
+	// What the C passes read and write, checked here since they check nothing: source
+	// rows [r0, r1) of src, the weights' pixels inside a row, and dst's planes.
+	if r0 < 0 || r1 > src.h || len(src.pix) < src.h*sstride || len(hx.start) != nx || len(vy.start) != yb-ya ||
+		len(dst) < oc*plane || (c != 1 && c != 3) || (c == 3 && oc != 3) {
+		panic("vision: resample arguments out of range")
+	}
+	for i := range hx.start {
+		if hx.start[i] < 0 || int(hx.start[i]+hx.n[i]) > src.w {
+			panic("vision: resample weights out of range")
 		}
 	}
+	C.vis_horizontal((*C.uint8_t)(unsafe.Pointer(&tmp[0])), C.int(tstride), (*C.uint8_t)(unsafe.Pointer(&src.pix[0])), C.int(sstride),
+		C.int(r0), C.int(r1), C.int(c), (*C.int32_t)(&hx.start[0]), (*C.int32_t)(&hx.n[0]), (*C.int32_t)(&hx.k[0]), C.int(hx.ksize), C.int(nx))
 
-	// Vertical pass, one output row at a time into an accumulator row, then
-	// clip and normalize straight into dst.
+	// Vertical pass, one output row at a time into an accumulator row, then clip and
+	// normalize straight into dst.
 	accBuf := accPool.get(tstride)
 	defer accPool.put(accBuf)
 	acc := *accBuf
-	for yy := ya; yy < yb; yy++ {
-		i := yy - ya
-		for j := range acc {
-			acc[j] = 1 << (pilPrecisionBits - 1)
-		}
-		k := vy.k[i*vy.ksize : i*vy.ksize+int(vy.n[i])]
-		row := int(vy.start[i]) - r0
-		for j, w := range k {
-			s := tmp[(row+j)*tstride : (row+j+1)*tstride]
-			s = s[:len(acc)]
-			for x, v := range s {
-				acc[x] += int32(v) * w
-			}
-		}
-		base := (yy-y0)*ow + (xa - x0)
-		if c == 3 {
-			d0 := dst[base : base+nx]
-			d1 := dst[plane+base : plane+base+nx]
-			d2 := dst[2*plane+base : 2*plane+base+nx]
-			a := acc[:3*nx]
-			for x := range nx {
-				p := a[3*x : 3*x+3 : 3*x+3]
-				d0[x] = lut[0][clip8(p[0])]
-				d1[x] = lut[1][clip8(p[1])]
-				d2[x] = lut[2][clip8(p[2])]
-			}
-			continue
-		}
-		for ch := range oc {
-			d := dst[ch*plane+base : ch*plane+base+nx]
-			l := &lut[ch]
-			for x, v := range acc[:nx] {
-				d[x] = l[clip8(v)]
-			}
-		}
-	}
-}
-
-// horizontal3 and horizontal1 are PIL's ImagingResampleHorizontal_8bpc for
-// the output columns in a. (Walking the slices forward or unrolling by two was
-// no faster here.)
-func horizontal3(dst, src []byte, a *axis) {
-	for i := range a.start {
-		n := int(a.n[i])
-		k := a.k[i*a.ksize : i*a.ksize+n]
-		s := src[int(a.start[i])*3:]
-		s = s[:3*n]
-		s0, s1, s2 := int32(1<<(pilPrecisionBits-1)), int32(1<<(pilPrecisionBits-1)), int32(1<<(pilPrecisionBits-1))
-		for j, w := range k {
-			p := s[3*j : 3*j+3 : 3*j+3]
-			s0 += int32(p[0]) * w
-			s1 += int32(p[1]) * w
-			s2 += int32(p[2]) * w
-		}
-		d := dst[3*i : 3*i+3 : 3*i+3]
-		d[0], d[1], d[2] = clip8(s0), clip8(s1), clip8(s2)
-	}
-}
-
-func horizontal1(dst, src []byte, a *axis) {
-	for i := range a.start {
-		n := int(a.n[i])
-		k := a.k[i*a.ksize : i*a.ksize+n]
-		s := src[int(a.start[i]):]
-		s = s[:n]
-		s0 := int32(1 << (pilPrecisionBits - 1))
-		for j, w := range k {
-			s0 += int32(s[j]) * w
-		}
-		dst[i] = clip8(s0)
-	}
+	C.vis_vertical(C.vis_vertical_args{
+		dst: (*C.float)(&dst[0]), base: C.int((ya-y0)*ow + (xa - x0)), ow: C.int(ow), plane: C.int(plane), nx: C.int(nx), oc: C.int(oc),
+		tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(tstride), r0: C.int(r0), c: C.int(c),
+		start: (*C.int32_t)(&vy.start[0]), n: (*C.int32_t)(&vy.n[0]), k: (*C.int32_t)(&vy.k[0]), ksize: C.int(vy.ksize), rows: C.int(yb - ya),
+		lut: (*C.float)(&lut[0][0]), acc: (*C.int32_t)(&acc[0]),
+	})
 }

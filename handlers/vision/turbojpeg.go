@@ -87,9 +87,11 @@ var dctScales = sync.OnceValue(func() []int {
 // jpegScale picks the largest DCT reduction that keeps the decoded image at
 // least as big as the resize target in both directions, so the bilinear
 // filter still does the final, antialiased step, as it does in PIL. w and h
-// are the upright size of the JPEG.
+// are the upright size of the JPEG. The result is sharper than PIL's, whose
+// filter spans twice the reduction: handlers' TestJPEGScalingGate measures
+// what that changes (FullJPEGDecode turns it off).
 func (t Transform) jpegScale(w, h int) int {
-	if t.fullJPEGDecode {
+	if t.FullJPEGDecode {
 		return 1
 	}
 	if t.Resize == 0 && t.Width == 0 {

@@ -61,10 +61,12 @@ type Transform struct {
 	// PureGoJPEG decodes JPEG with image/jpeg instead of libjpeg-turbo. It is
 	// slower and further from PIL; it exists for benchmarks and comparison.
 	PureGoJPEG bool
-
-	// fullJPEGDecode turns off DCT-domain downscaling, so tests can measure
-	// what it costs in accuracy.
-	fullJPEGDecode bool
+	// FullJPEGDecode decodes every JPEG at full size, as PIL does, so the
+	// tensor equals torchvision's. By default a JPEG at least twice the resize
+	// target in both directions is decoded at 1/2, 1/4 or 1/8 size in the DCT
+	// domain, which skips most of the decoding work for a slightly different
+	// tensor (docs/benchmarks.md, Image preprocessing).
+	FullJPEGDecode bool
 }
 
 // DefaultTransform returns TorchServe's image_classifier preprocessing:

@@ -151,7 +151,7 @@ func TestMatchesTorchvision(t *testing.T) {
 		for _, v := range variants {
 			t.Run(c.Name+"/"+v, func(t *testing.T) {
 				tr := c.transform()
-				tr.fullJPEGDecode = v == "turbojpeg-full"
+				tr.FullJPEGDecode = v == "turbojpeg-full"
 				tr.PureGoJPEG = v == "gojpeg"
 				ch, h, w := tr.OutputShape()
 				if fmt.Sprint([]int{ch, h, w}) != fmt.Sprint(shape) {
