@@ -191,7 +191,7 @@ func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s Model
 	m, err := handlerproc.Start(handlerproc.Config{
 		Python: cmp.Or(r.opts.Python, "python3"), ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: max(1, s.MinWorkers),
-		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, Log: r.log,
+		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: r.opts.HandlerMemoryLimit, Log: r.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handler %q: %w", am.PythonHandler, err)

@@ -31,6 +31,8 @@ type Options struct {
 	// Python is the interpreter of handler processes, which run archives' Python handlers
 	// with TorchServe's worker ("": python3 on the PATH; PythonOff: none run).
 	Python string
+	// HandlerMemoryLimit bounds each handler process's resident memory, in bytes; 0: none.
+	HandlerMemoryLimit int64
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none

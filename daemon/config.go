@@ -47,6 +47,7 @@ type Config struct {
 	EnableMetrics         bool
 	CacheDir              string
 	Python                string // handler processes' interpreter; "": see PythonPath
+	HandlerMemoryMiB      int    // each handler process's RSS bound; 0: none
 	TokenAuth             bool
 	EnableSnapshots       bool
 	SnapshotFile          string
@@ -317,6 +318,8 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.CacheDir })},
 	{key: "python", env: []string{"TORCHD_PYTHON"}, def: "", help: "the Python that runs archives' Python handlers (custom handler.py, eager models, TorchServe's own handlers) in handler processes; it must import TorchServe's ts package (make handler-runtime); empty: the project venv beside the binary (../.venv/bin/python), else python3; off: archives with Python handlers are refused",
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
+	{key: "handler_memory_limit", def: "0", help: "MiB of resident memory each handler process may use: one above it is killed, failing its batch, and restarted; 0: no limit",
+		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting(func(m *archive.Settings) *archive.Value[int] { return &m.MaxWorkers }, parseInt(0))},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -65,6 +66,8 @@ type process struct {
 	done chan struct{} // closed when the process has exited
 	err  error         // how it exited, once done is closed
 	log  *slog.Logger
+	// overLimit is the RSS at which the memory watchdog killed it; 0: it did not.
+	overLimit atomic.Int64
 }
 
 // startOptions is what a worker process is started and loaded with.
