@@ -179,6 +179,10 @@ func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
 func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 	c := restCall(ctx)
 	d.traceREST(ctx, &c, "torchserve", "/predictions/{model_name}")
+	if d.mayStream(name, ver) {
+		d.predictStreamed(ctx, c, name, ver)
+		return
+	}
 	err := d.served(c, name, ver, func(v *ModelVersion, arrived time.Time) outcome { return d.predictVersion(ctx, c, v, arrived) })
 	if err != nil {
 		writeAPIError(ctx, err)
