@@ -117,6 +117,9 @@ func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ve
 	mu.Lock()
 	committed = !finished
 	mu.Unlock()
+	if !committed {
+		<-done // finished is set just before done closes
+	}
 	first := parts.take()
 	if !committed && (len(first) == 0 || err != nil || fail != nil) {
 		writeWhole(ctx, resp, fail, err)
