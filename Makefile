@@ -241,7 +241,7 @@ vet:
 # the daemon's tests would take them over 20 minutes under -race for little more: their
 # servers run the same code, and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
+RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
 test: setup lib models handler-runtime vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
