@@ -19,9 +19,10 @@ MODELS_OUT := models/out
 STORE      := model-store
 SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # BUILD_APT_PKGS is what building the binary, the library and the zoo needs (setup-build, for
-# the images' build stages); APT_PKGS adds the load generators and the browser tests use.
+# the images' build stages); APT_PKGS adds the load generators and the browser tests use, and
+# the Java that TorchServe, which the differential test runs (daemon/tsdiff_e2e_test.go), needs.
 BUILD_APT_PKGS := python3-venv libturbojpeg0-dev g++ make unzip patchelf
-APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver
+APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver openjdk-17-jre-headless
 
 TORCH_CFLAGS  := -I$(LIBTORCH)/include -I$(LIBTORCH)/include/torch/csrc/api/include
 # $ORIGIN first: an install (a container image) puts the LibTorch libraries beside
@@ -134,12 +135,15 @@ $(VENV)/.done: models/requirements.txt
 	@touch $@
 
 # The handler runtime: TorchServe's worker and archiver (PyPI torchserve, torch-model-archiver)
-# in the zoo's venv, over its pinned torch. Handler processes run archives' Python handlers
-# with that worker (docs/design/handler-processes.md); the tests archive with that archiver.
+# in the zoo's venv, over its pinned torch, and captum, which TorchServe's vision handlers
+# (image_classifier, object_detector, image_segmenter) import. Handler processes run
+# archives' Python handlers with that worker (docs/design/handler-processes.md); the tests
+# archive with that archiver.
 TORCHSERVE_VERSION := 0.12.0
-handler-runtime: $(VENV)/.torchserve
-$(VENV)/.torchserve: $(VENV)/.done
-	$(VENV)/bin/pip install --quiet torchserve==$(TORCHSERVE_VERSION) torch-model-archiver==$(TORCHSERVE_VERSION)
+CAPTUM_VERSION     := 0.9.0
+handler-runtime: $(VENV)/.handler-runtime
+$(VENV)/.handler-runtime: $(VENV)/.done
+	$(VENV)/bin/pip install --quiet torchserve==$(TORCHSERVE_VERSION) torch-model-archiver==$(TORCHSERVE_VERSION) captum==$(CAPTUM_VERSION)
 	@touch $@
 
 # The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
@@ -244,7 +248,7 @@ vet:
 # the daemon's tests would take them over 20 minutes under -race for little more: their
 # servers run the same code, and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
+RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
 test: setup lib models handler-runtime vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)

@@ -203,7 +203,7 @@ func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s Model
 	m, err := handlerproc.Start(handlerproc.Config{
 		Python: python, ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers, Env: env,
-		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, Log: r.log,
+		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: r.opts.HandlerMemoryLimit, Log: r.log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handler %q: %w%s", am.PythonHandler, err, skipped)

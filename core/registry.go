@@ -36,6 +36,8 @@ type Options struct {
 	// InstallPyDeps installs an archive's requirements.txt for its handler processes, as
 	// TorchServe's install_py_dep_per_model (pydeps.go).
 	InstallPyDeps bool
+	// HandlerMemoryLimit bounds each handler process's resident memory, in bytes; 0: none.
+	HandlerMemoryLimit int64
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none

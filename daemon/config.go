@@ -50,6 +50,7 @@ type Config struct {
 	CacheDir              string
 	Python                string // handler processes' interpreter; "": see PythonPath
 	InstallPyDeps         bool   // pip install archives' requirements.txt for their handler processes
+	HandlerMemoryMiB      int    // each handler process's RSS bound; 0: none
 	TokenAuth             bool
 	EnableSnapshots       bool
 	SnapshotFile          string
@@ -363,6 +364,8 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
 	{key: "install_py_dep_per_model", def: "false", help: "pip install an archive's requirements.txt (torch-model-archiver --requirements-file) into a directory of the model's own, first on its handler processes' PYTHONPATH, as TorchServe's install_py_dep_per_model; false: the file is not installed, and the log says so",
 		apply: boolSetting(func(c *Config) *bool { return &c.InstallPyDeps })},
+	{key: "handler_memory_limit", def: "0", help: "MiB of resident memory each handler process may use: one above it is killed, failing its batch, and restarted; 0: no limit",
+		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting("max_workers", true)},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",

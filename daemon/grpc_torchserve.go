@@ -39,21 +39,13 @@ func (s *tsInferenceService) Ping(context.Context, *emptypb.Empty) (*tspb.TorchS
 }
 
 func (s *tsInferenceService) Predictions(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
-	return s.d.tsPredict(ctx, r)
-}
-
-// StreamPredictions sends the handler's answer as one message: torchd's handlers answer once.
-func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, stream tspb.InferenceAPIsService_StreamPredictionsServer) error {
-	resp, err := s.d.tsPredict(stream.Context(), r)
-	if err != nil {
-		return err
-	}
-	return stream.Send(resp)
+	return s.d.tsPredict(ctx, r, nil)
 }
 
 // tsPredict serves a PredictionsRequest as POST /predictions serves a multipart request: each
-// entry of input is one payload, in name order, through the model's handler.
-func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
+// entry of input is one payload, in name order, through the model's handler. stream, when
+// set, takes a streaming handler's parts (StreamPredictions, stream.go).
+func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest, stream func(handlers.Response)) (*tspb.PredictionResponse, error) {
 	c := d.grpcCall(ctx)
 	md, _ := metadata.FromIncomingContext(ctx)
 	res, err := d.Registry.Serve(&core.Request{Model: r.GetModelName(), Version: r.GetModelVersion(), Call: c,
@@ -79,7 +71,7 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest) (*ts
 						}
 					}
 				}
-			}}
+			}, Stream: stream}
 			for _, n := range names {
 				req.Inputs = append(req.Inputs, handlers.Payload{Name: n, Data: r.GetInput()[n]})
 			}

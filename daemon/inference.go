@@ -129,6 +129,10 @@ func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
 func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 	c := restCall(ctx)
 	d.traceREST(ctx, &c, "torchserve", "/predictions/{model_name}")
+	if d.mayStream(name, ver) {
+		d.predictStreamed(ctx, c, name, ver)
+		return
+	}
 	res, err := d.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
 		Decode: func(*ModelVersion) (core.Input, error) {
 			req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)

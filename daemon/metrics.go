@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/handlerproc"
 )
 
 // Metrics are served in the Prometheus text format on the metrics port. They live in one
@@ -160,6 +162,14 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 	gauge("torchd_batch_delay_seconds", func() float64 { return mm.version.Load().Stats().MaxDelay.Seconds() })
 	gauge("torchd_workers", func() float64 { return float64(mm.workers.Load()) })
 	gauge("torchd_stuck_workers", func() float64 { return float64(mm.stuck.Load()) })
+	if v.HandlerName == archive.HandlerPython {
+		gauge("torchd_handler_process_rss_bytes", func() float64 {
+			if hp, ok := mm.version.Load().Module().(*handlerproc.Model); ok {
+				return float64(hp.RSS())
+			}
+			return 0
+		})
+	}
 	m.models[key] = mm
 	return mm
 }

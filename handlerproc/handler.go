@@ -48,6 +48,11 @@ func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
 		}
 		c.req.Params = append(c.req.Params, Param{Name: name, ContentType: p.ContentType, Value: p.Data})
 	}
+	if stream := r.Stream; stream != nil {
+		c.req.Part = func(rep Reply) {
+			stream(handlers.Response{Status: rep.Status, ContentType: rep.ContentType, Body: rep.Body})
+		}
+	}
 	// Query arguments are parameters too, as TorchServe's frontend passes them.
 	if r.Query != nil {
 		for k, v := range r.Query {

@@ -266,3 +266,41 @@ func onlyProcess(t *testing.T, m *Model) *process {
 	m.idle <- p
 	return p
 }
+
+// A process over its memory limit is killed: its batch fails, saying so, and a new process
+// takes the next. RSS counts the live processes.
+func TestHandlerMemoryLimit(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := m.RSS()
+	if base <= 0 {
+		t.Fatalf("RSS %d", base)
+	}
+	m.Close()
+	// The handler's "grow" writes 1 GiB: half of it over what the process holds loaded.
+	m, err = startTiny(t, "handler.py", func(c *Config) { c.MemoryLimit = base + 512<<20 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Predict([]Request{jsonReq("a", `"grow"`)})
+	if err == nil || !strings.Contains(err.Error(), "over its memory limit") {
+		t.Fatalf("grow: %v", err)
+	}
+	if pr, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("after the kill: %+v, %v", pr, err)
+	}
+}
+
+// A handler's PredictionException answers its own status and message, as in TorchServe.
+func TestHandlerPredictionException(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := m.Predict([]Request{jsonReq("a", `"refuse"`)})
+	if err != nil || pr.Code != 500 || pr.Message != "the handler refused this input" {
+		t.Fatalf("%+v, %v", pr, err)
+	}
+}

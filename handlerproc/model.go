@@ -35,8 +35,11 @@ type Config struct {
 	StartTimeout time.Duration
 	// ResponseTimeout bounds a batch: a handler that takes longer is killed and restarted.
 	ResponseTimeout time.Duration
-	Env             []string
-	Log             *slog.Logger
+	// MemoryLimit bounds each process's resident memory, in bytes: a process above it is
+	// killed and replaced (memory.go). 0: no bound.
+	MemoryLimit int64
+	Env         []string
+	Log         *slog.Logger
 }
 
 // Model is a model served by handler processes. It implements torch.Model so that the
@@ -96,6 +99,10 @@ func Start(cfg Config) (*Model, error) {
 		m.Close()
 		return nil, firstErr
 	}
+	if cfg.MemoryLimit > 0 {
+		m.wg.Add(1)
+		go m.watchMemory()
+	}
 	return m, nil
 }
 
@@ -133,22 +140,32 @@ func (m *Model) Predict(batch []Request) (PredictReply, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	var p *process
-	select {
-	case p = <-m.idle:
-	case <-m.stop:
-		return PredictReply{}, errClosed
-	case <-t.C:
-		m.mu.Lock()
-		last := m.lastErr
-		m.mu.Unlock()
-		if last != nil {
-			return PredictReply{}, fmt.Errorf("no handler process is running: %w", last)
+	for p == nil {
+		select {
+		case p = <-m.idle:
+		case <-m.stop:
+			return PredictReply{}, errClosed
+		case <-t.C:
+			m.mu.Lock()
+			last := m.lastErr
+			m.mu.Unlock()
+			if last != nil {
+				return PredictReply{}, fmt.Errorf("no handler process is running: %w", last)
+			}
+			return PredictReply{}, errors.New("no handler process became free in time")
 		}
-		return PredictReply{}, errors.New("no handler process became free in time")
+		select {
+		case <-p.done: // died while idle (its memory limit): its successor takes the batch
+			m.replace(p)
+			p = nil
+		default:
+		}
 	}
 	pr, err := p.predict(batch, m.cfg.ResponseTimeout)
 	if err != nil {
-		if errors.Is(err, errTimeout) {
+		if r := p.overLimit.Load(); r > 0 {
+			err = fmt.Errorf("the handler process used %d MiB, over its memory limit of %d MiB: it was killed and is restarting", r>>20, m.cfg.MemoryLimit>>20)
+		} else if errors.Is(err, errTimeout) {
 			err = fmt.Errorf("the handler did not answer within the response timeout (%v); its process was killed and is restarting", m.cfg.ResponseTimeout)
 		} else {
 			err = fmt.Errorf("%w; it is restarting", err)

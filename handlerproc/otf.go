@@ -41,6 +41,10 @@ type Request struct {
 	ID      string
 	Headers []Header
 	Params  []Param
+	// Part, when set, takes the request's intermediate replies as they come (a streaming
+	// handler's), on the goroutine that runs the batch; the final Reply is then the last
+	// part only. nil: the parts are joined into the final Reply.
+	Part func(Reply)
 }
 
 // Reply is one request's answer within a predict reply.

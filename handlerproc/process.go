@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -65,6 +66,8 @@ type process struct {
 	done chan struct{} // closed when the process has exited
 	err  error         // how it exited, once done is closed
 	log  *slog.Logger
+	// overLimit is the RSS at which the memory watchdog killed it; 0: it did not.
+	overLimit atomic.Int64
 }
 
 // startOptions is what a worker process is started and loaded with.
@@ -161,8 +164,18 @@ func (p *process) connect(sock string, deadline time.Time) error {
 }
 
 // predict sends a batch and reads its replies. A streaming handler sends intermediate
-// replies (header ts_stream_next=true) before the last one; their bodies are joined in order.
+// replies (header ts_stream_next=true) before the last one: each goes to its request's Part
+// where it has one, else their bodies are joined in order.
 func (p *process) predict(batch []Request, timeout time.Duration) (PredictReply, error) {
+	var streamed map[string]func(Reply)
+	for _, r := range batch {
+		if r.Part != nil {
+			if streamed == nil {
+				streamed = map[string]func(Reply){}
+			}
+			streamed[r.ID] = r.Part
+		}
+	}
 	if timeout > 0 {
 		p.conn.SetDeadline(time.Now().Add(timeout))
 		defer p.conn.SetDeadline(time.Time{})
@@ -180,6 +193,14 @@ func (p *process) predict(batch []Request, timeout time.Duration) (PredictReply,
 		more := false
 		for i := range pr.Replies {
 			rep := &pr.Replies[i]
+			if rep.Headers["ts_stream_next"] == "true" && pr.Code == 200 {
+				if part := streamed[rep.ID]; part != nil {
+					more = true
+					delete(rep.Headers, "ts_stream_next")
+					part(*rep)
+					continue
+				}
+			}
 			if prev := parts[rep.ID]; prev != nil {
 				prev.Body = append(prev.Body, rep.Body...)
 				prev.Headers, prev.Status, prev.Reason, prev.ContentType = rep.Headers, rep.Status, rep.Reason, cmpStr(rep.ContentType, prev.ContentType)

@@ -32,6 +32,11 @@ type Request struct {
 	// Canceled reports that the client has gone; nil: never. A handler that decodes many
 	// inputs checks it between them and returns ErrCanceled.
 	Canceled func() bool
+	// Stream, when set, takes the parts a streaming handler sends before its final answer
+	// (TorchServe's send_intermediate_predict_response), in order, on the worker's goroutine:
+	// it must not block. The final Response is then the last part only. nil: the parts are
+	// joined into the final Response. Only handler processes stream.
+	Stream func(part Response)
 }
 
 // ErrCanceled is returned by Preprocess when the request's client went away while its

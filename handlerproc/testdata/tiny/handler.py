@@ -7,6 +7,7 @@ import time
 import torch
 from ts.handler_utils.utils import send_intermediate_predict_response
 from ts.torch_handler.base_handler import BaseHandler
+from ts.utils.util import PredictionException
 
 
 class TinyHandler(BaseHandler):
@@ -18,6 +19,11 @@ class TinyHandler(BaseHandler):
                 body = json.loads(body)
             if body == "raise":
                 raise ValueError("asked to raise")
+            if body == "refuse":
+                raise PredictionException("the handler refused this input", 500)
+            if body == "grow":
+                self.hog = b"x" * (1 << 30)  # written, so resident
+                time.sleep(600)
             if body == "crash":
                 os._exit(3)
             if body == "hang":
@@ -26,6 +32,11 @@ class TinyHandler(BaseHandler):
                 self.wrong = True
             if body == "stream":
                 self.stream = True
+            if isinstance(body, dict) and "stream_until" in body:
+                # One part, then the last once the client has shown it got the first
+                # (by creating this file): a response that is not streamed never ends.
+                self.until = body["stream_until"]
+                body = {"x": [0.0] * 4}
             rows.append(torch.tensor(body["x"] if isinstance(body, dict) else [0.0] * 4, dtype=torch.float32))
         return torch.stack(rows)
 
@@ -33,6 +44,15 @@ class TinyHandler(BaseHandler):
         if getattr(self, "wrong", False):
             self.wrong = False
             return []
+        until = getattr(self, "until", None)
+        if until:
+            self.until = None
+            send_intermediate_predict_response(["first;"] * len(out), self.context.request_ids, "Intermediate", 200, self.context)
+            for _ in range(600):
+                if os.path.exists(until):
+                    return ["last"] * len(out)
+                time.sleep(0.1)
+            return ["the client never got the first part"] * len(out)
         if getattr(self, "stream", False):
             self.stream = False
             for part in ("a", "b"):

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# torchd's handler processes against TorchServe 0.12 on the same archive: resnet18 behind a
+# custom handler.py (bench/handlerproc/: an eager torchvision resnet18 with random weights),
+# the mission's BATCH_SIZE=32 WORKERS=2 (the archive's model-config.yaml, which both servers
+# read), both servers running the handler with the same Python and torch. Each round runs
+# c=1 and c=50 on both servers in a shuffled order with `ab -k`; after each run, the RSS of
+# each server's whole process tree (torchd and its handler processes; TorchServe's JVM and
+# its workers). Prints one line per run, then per concurrency the medians over the rounds:
+#   R c=N server=S rps=X p50_ms=Y p99_ms=Z rss_mib=W
+#   median c=N torchd_rps=.. torchserve_rps=.. rps_ratio=.. p99_ratio=.. rss_ratio=..
+# (ratios are torchd's over TorchServe's). A ratio within the rounds' spread is noise.
+#
+# Needs `make build handler-runtime bench-setup`, Java 11+ and models/out (the JPEG).
+# Usage: bench/handlerproc.sh [rounds] [seconds per run]   (default 3 rounds of 20 s;
+# PYTHON names the handler runtime, default .venv/bin/python)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+secs=${2:-20}
+py=${PYTHON:-$PWD/.venv/bin/python}
+img=models/out/resnet18/sample_640x480.jpg
+work=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null || kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"' EXIT
+
+"$py" bench/handlerproc/make.py "$work/store" >"$work/make.log" 2>&1 || { cat "$work/make.log"; exit 1; }
+
+# torchd, in its own process group with its handler processes' groups below it.
+setsid bin/torchd serve --python "$py" --model-store "$work/store" --models resnet18_py=resnet18_py.mar \
+  --inference-address 127.0.0.1:18930 --management-address 127.0.0.1:18931 --metrics-address 127.0.0.1:18932 \
+  --grpc-address= --grpc-inference-address= --grpc-management-address= \
+  --access-log=false --enable-snapshots=false --job-queue-size 1024 >"$work/torchd.log" 2>&1 &
+pids+=($!)
+declare -A port pid
+port[torchd]=18930 pid[torchd]=$!
+
+mkdir -p "$work/ts"
+cat >"$work/ts/config.properties" <<CFG
+inference_address=http://127.0.0.1:18940
+management_address=http://127.0.0.1:18941
+metrics_address=http://127.0.0.1:18942
+grpc_inference_port=18943
+grpc_management_port=18944
+model_store=$work/store
+load_models=resnet18_py.mar
+disable_token_authorization=true
+job_queue_size=1024
+vmargs=-Djava.io.tmpdir=$work/ts
+CFG
+(cd "$work/ts" && exec setsid "$py" -c "import sys; sys.argv[0] = 'torchserve'; from ts.model_server import start; start()" \
+  --start --foreground --ncs --ts-config config.properties --model-store "$work/store" --disable-token-auth >"$work/ts/out.log" 2>&1) &
+pids+=($!)
+port[torchserve]=18940 pid[torchserve]=$!
+
+# Ready: two workers READY (the describe answer of both servers).
+for s in torchd torchserve; do
+  until [ "$(curl -sf http://127.0.0.1:$((port[$s] + 1))/models/resnet18_py | grep -c '"READY"')" -ge 2 ]; do
+    kill -0 "${pid[$s]}" 2>/dev/null || { echo "$s exited:"; tail -20 "$work/$s.log" "$work/ts/out.log" 2>/dev/null; exit 1; }
+    sleep 1
+  done
+done
+
+# tree_rss PID: the resident MiB of PID and all its descendants.
+tree_rss() {
+  ps -e -o pid=,ppid=,rss= | awk -v root="$1" '{p[$1]=$2; r[$1]=$3} END {
+    for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) s+=r[x] } printf "%.0f", s/1024 }'
+}
+
+# Warm-up: each server's workers see full batches before anything is measured.
+for s in torchd torchserve; do
+  ab -k -q -c 50 -n 500 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py >/dev/null 2>&1 || true
+done
+
+for r in $(seq "$rounds"); do
+  for c in 1 50; do
+    for s in $(shuf -e torchd torchserve); do
+      ab -k -q -c "$c" -t "$secs" -n 10000000 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py 2>&1 |
+        awk -v r="$r" -v s="$s" -v c="$c" -v rss="$(tree_rss "${pid[$s]}")" \
+          '/Requests per second/ {rps=$4} /^  50%/ {p50=$2} /^  99%/ {p99=$2} /^Non-2xx/ {bad=$3}
+          END {printf "%s c=%s server=%s rps=%s p50_ms=%s p99_ms=%s rss_mib=%s%s\n", r, c, s, rps, p50, p99, rss, bad ? " non2xx=" bad : ""}'
+    done
+  done
+done | tee "$work/runs"
+
+awk '{for (i=2;i<=NF;i++) {split($i,kv,"="); f[kv[1]]=kv[2]} k=f["c"] " " f["server"]; n[k]++
+      rps[k, n[k]]=f["rps"]; p99[k, n[k]]=f["p99_ms"]; rss[k, n[k]]=f["rss_mib"]; cs[f["c"]]=1}
+  function med(a, k,   i, j, t, v, m) { m=n[k]; for (i=1;i<=m;i++) v[i]=a[k, i]+0
+    for (i=1;i<=m;i++) for (j=i+1;j<=m;j++) if (v[j]<v[i]) {t=v[i]; v[i]=v[j]; v[j]=t}
+    return m%2 ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
+  END { for (c in cs) { a=c " torchd"; b=c " torchserve"
+    printf "median c=%s torchd_rps=%.1f torchserve_rps=%.1f rps_ratio=%.2f torchd_p99_ms=%d torchserve_p99_ms=%d p99_ratio=%.2f torchd_rss_mib=%d torchserve_rss_mib=%d rss_ratio=%.2f\n",
+      c, med(rps, a), med(rps, b), med(rps, a)/med(rps, b), med(p99, a), med(p99, b), med(p99, a)/med(p99, b), med(rss, a), med(rss, b), med(rss, a)/med(rss, b) } }' "$work/runs"

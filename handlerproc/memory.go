@@ -1,0 +1,68 @@
+package handlerproc
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// A handler's memory is the process's own: torchd bounds it with a watchdog on each
+// process's resident set (RSS), not RLIMIT_AS, since a Python that imports torch maps
+// gigabytes of address space it never touches (the CUDA libraries among them).
+
+// memoryPoll is how often the watchdog reads each process's RSS.
+const memoryPoll = 500 * time.Millisecond
+
+// rss is pid's resident set size in bytes, from /proc/PID/statm; 0 when it is gone.
+func rss(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+// RSS is the resident memory of the model's handler processes together, in bytes.
+func (m *Model) RSS() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for p := range m.live {
+		n += rss(p.cmd.Process.Pid)
+	}
+	return n
+}
+
+// watchMemory kills a process whose RSS passes cfg.MemoryLimit: the batch it runs fails,
+// and it is replaced as after a crash (an idle one is replaced before it takes a batch).
+func (m *Model) watchMemory() {
+	defer m.wg.Done()
+	t := time.NewTicker(memoryPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		for p := range m.live {
+			if r := rss(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
+				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.cmd.Process.Pid,
+					"rss_mib", r>>20, "limit_mib", m.cfg.MemoryLimit>>20)
+				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
