@@ -85,6 +85,9 @@ func float32sOf(b []byte) []float32 {
 // guard those figures from getting worse, and jpeg_dct_scaling = false is the exact path
 // (docs/benchmarks.md, Image preprocessing). Every photo must differ (it was scaled).
 func TestJPEGScalingGate(t *testing.T) {
+	if raceBuild {
+		t.Skip("a gate of forwards, not of Go's concurrency: it runs without -race")
+	}
 	names, photos := gatePhotos(t)
 	std := map[string]float64{"efficientnet_lite0": 128. / 255, "resnet18": 0.226} // the configs' (mean) std
 	for _, zoo := range []string{"efficientnet_lite0", "resnet18"} {
