@@ -225,7 +225,7 @@ func runBenchModel(args []string) error {
 	res.Best = benchModelPipelined{Batch: res.BestSequential.Batch, Workers: 1, Threads: *threads, Throughput: res.BestSequential.Throughput}
 	for i, n := range batches {
 		for j, w := range workers {
-			p := benchModelPipelined{Batch: n, Workers: w, Threads: max(*threads/w, 1), Pipelined: true, Throughput: medianOf(pipes[i*len(workers)+j])}
+			p := benchModelPipelined{Batch: n, Workers: w, Threads: max(*threads/w, 1), Pipelined: true, Throughput: median(pipes[i*len(workers)+j])}
 			res.Pipelined = append(res.Pipelined, p)
 			if p.Throughput > res.Best.Throughput {
 				res.Best = p
@@ -502,23 +502,12 @@ func printBenchModel(r benchModelResult) {
 	fmt.Printf("reference: %.1f req/s at batch %d (%s); batch-1 latency %v\n", r.Best.Throughput, r.Best.Batch, how, time.Duration(r.SingleN))
 }
 
-func medianOf(v []float64) float64 {
+// median is the middle of v (the mean of the two middle values for an even count); 0 for none.
+func median[T ~float64 | ~int64](v []T) T {
 	if len(v) == 0 {
 		return 0
 	}
 	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
 	slices.Sort(s)
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
