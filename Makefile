@@ -79,7 +79,9 @@ lib: $(BIN)/libtorchd_c.so
 # One object per concern of the C ABI (torch/capi/internal.h lists them), so a change to one
 # recompiles only it.
 CAPI_OBJS := $(patsubst torch/capi/%.cc,build/capi/%.o,$(wildcard torch/capi/*.cc))
-build/capi/%.o: torch/capi/%.cc torch/capi/torchd.h torch/capi/internal.h torch/capi/values.h
+# LibTorch's headers come with its unpacking: order-only, so that a fresh clone unpacks it
+# before the first object compiles.
+build/capi/%.o: torch/capi/%.cc torch/capi/torchd.h torch/capi/internal.h torch/capi/values.h | $(LIBTORCH)/lib/libtorch_cpu.so
 	@mkdir -p build/capi
 	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c $< -o $@
 $(BIN)/libtorchd_c.so: $(CAPI_OBJS) torch/capi/nocuda.c $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(TORCHVISION_LIB) $(CUDA_DEPS)
