@@ -24,7 +24,8 @@ var (
 	ErrUnregistered    = errors.New("model was unregistered")
 	ErrDeadline        = errors.New("request deadline passed while queued")
 	ErrClientGone      = errors.New("client disconnected while queued")
-	ErrInference       = errors.New("inference failed") // the handler or the model
+	ErrInference       = errors.New("inference failed")     // the handler or the model
+	ErrControlOff      = errors.New("model control is off") // load and unload need explicit model control
 )
 
 // Error is an error of one of the kinds above with its message. Status is the code a
@@ -71,4 +72,4 @@ func withKind(err error, kind error) error {
 // Kinds lists every kind, for the protocols' tables to be checked against.
 var Kinds = []error{ErrModelNotFound, ErrVersionNotFound, ErrLoading, ErrConflict, ErrDefaultVersion,
 	ErrBadModel, ErrLoadFailed, ErrStartupTimeout, ErrBadInput, ErrTooLarge, ErrUnsupported,
-	ErrQueueFull, ErrNoWorker, ErrUnregistered, ErrDeadline, ErrClientGone, ErrInference}
+	ErrQueueFull, ErrNoWorker, ErrUnregistered, ErrDeadline, ErrClientGone, ErrInference, ErrControlOff}

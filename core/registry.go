@@ -408,3 +408,15 @@ func (r *Registry) Close() {
 	}
 	wg.Wait()
 }
+
+// StateOf returns the state of a registered version, one still loading included, or false.
+func (r *Registry) StateOf(name, version string) (State, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if e := r.models[name]; e != nil {
+		if v := e.versions[version]; v != nil {
+			return v.State(), true
+		}
+	}
+	return 0, false
+}

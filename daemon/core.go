@@ -76,6 +76,7 @@ var errorKinds = []struct {
 	{core.ErrDeadline, 504, "RequestTimeoutException"},
 	{core.ErrClientGone, statusClientClosed, "ClientClosedRequest"},
 	{core.ErrInference, 500, "InternalServerException"},
+	{core.ErrControlOff, 503, "ServiceUnavailableException"},
 }
 
 // tritonOf returns the Triton repository model a version was loaded from, or nil.

@@ -81,6 +81,7 @@ var openAIStatuses = []struct {
 	{core.ErrDeadline, 504},
 	{core.ErrClientGone, statusClientClosed},
 	{core.ErrInference, 500},
+	{core.ErrControlOff, 503},
 }
 
 // openAIAnswer answers err in OpenAI's shape: its status by kind, the parameter it names.

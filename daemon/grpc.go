@@ -259,6 +259,7 @@ var grpcCodes = []struct {
 	{core.ErrDeadline, codes.DeadlineExceeded},
 	{core.ErrClientGone, codes.Canceled},
 	{core.ErrInference, codes.Internal},
+	{core.ErrControlOff, codes.Unavailable},
 }
 
 // grpcCode is the gRPC status for an HTTP status: a handler's own code (a TorchServe

@@ -109,6 +109,7 @@ var v2Statuses = []struct {
 	{core.ErrDeadline, 504},
 	{core.ErrClientGone, statusClientClosed},
 	{core.ErrInference, 500},
+	{core.ErrControlOff, 503},
 }
 
 func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
