@@ -204,7 +204,7 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 	out := &pb.RepositoryIndexResponse{}
 	if s.d.Repository.ControlMode() != "" {
 		// A Triton model repository (--model-repository): its index, as REST's.
-		idx, err := s.d.Repository.RepositoryIndex(r.GetReady())
+		idx, err := s.d.Repository.Index(r.GetReady())
 		if err != nil {
 			return nil, grpcError(err)
 		}

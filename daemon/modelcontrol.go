@@ -1,9 +1,10 @@
 package daemon
 
 import (
-	"net/http"
 	"sort"
 	"strings"
+
+	"github.com/torchd/torchd/core"
 )
 
 // Model control through the repository API (Triton's load and unload, over REST and gRPC):
@@ -28,20 +29,20 @@ func repositoryControlPath(p string) bool {
 // repositoryLoad loads (or reloads) a model through the repository API.
 func (d *Daemon) repositoryLoad(name string, config []byte) error {
 	if d.Repository.ControlMode() != "" {
-		return d.Repository.RepositoryLoad(name, config)
+		return d.Repository.Load(name, config)
 	}
 	if err := d.storeControl("load"); err != nil {
 		return err
 	}
 	if config != nil {
-		return apiErr(http.StatusBadRequest, "BadRequestException", "a config override is for a Triton model repository (--model-repository); a model store archive carries its own config")
+		return core.Errorf(core.ErrBadInput, "a config override is for a Triton model repository (--model-repository); a model store archive carries its own config")
 	}
 	if _, err := d.Registry.Get(name, ""); err == nil {
 		return nil // loaded already: left as it is
 	}
 	entry := d.storeEntry(name)
 	if entry == "" {
-		return apiErr(http.StatusNotFound, "ModelNotFoundException", "no model %q in the model store", name)
+		return core.Errorf(core.ErrModelNotFound, "no model %q in the model store", name)
 	}
 	_, err := d.mgmt.Register(Registration{URL: entry, URLGiven: true, Name: name, Synchronous: true})
 	return err
@@ -51,7 +52,7 @@ func (d *Daemon) repositoryLoad(name string, config []byte) error {
 // requests it has accepted are answered.
 func (d *Daemon) repositoryUnload(name string) error {
 	if d.Repository.ControlMode() != "" {
-		return d.Repository.RepositoryUnload(name)
+		return d.Repository.Unload(name)
 	}
 	if err := d.storeControl("unload"); err != nil {
 		return err
@@ -74,7 +75,7 @@ func (d *Daemon) repositoryUnload(name string) error {
 // model control is explicit.
 func (d *Daemon) storeControl(op string) error {
 	if d.cfg.ModelControlMode != ControlExplicit {
-		return apiErr(http.StatusServiceUnavailable, "ServiceUnavailableException",
+		return core.Errorf(core.ErrControlOff,
 			"model control is off: start torchd with --model-control-mode explicit to %s models through the repository API (the management API on its own port registers and unregisters them)", op)
 	}
 	return nil

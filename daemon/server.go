@@ -1,8 +1,8 @@
 // Package daemon is torchd's server. It wires the serving core (package core: the registry of
 // model versions, their batchers and worker pools) to the protocol front-ends over fasthttp and
 // gRPC: TorchServe's inference and management APIs, KServe v1 and v2 with the Open Inference
-// Protocol and Triton's extensions and model repository, /v1/embeddings, the metrics API and the
-// web page. It owns the configuration, the snapshot, the management service (Management) and
+// Protocol and Triton's extensions, the Triton model repository's API (over package repository),
+// /v1/embeddings, the metrics API and the web page. It owns the configuration, the snapshot, the management service (Management) and
 // every goroutine it starts.
 //
 // A request goes in one straight line: a front-end → core.Registry → handler Preprocess (in the
@@ -32,6 +32,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
+	"github.com/torchd/torchd/repository"
 
 	"github.com/torchd/torchd/torch"
 )
@@ -42,7 +43,7 @@ type Daemon struct {
 	log      *slog.Logger
 	Registry *core.Registry
 	// Repository is the Triton model repository served, if any (its dir is "" without one).
-	Repository *Repository
+	Repository *repository.Repository
 	metrics    *Metrics
 	keys       *keyring        // nil: token authorization off
 	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
@@ -87,7 +88,7 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
 	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
-	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: &Repository{reg: reg, log: log, models: map[string]*repoModel{}}, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log, newTritonModel), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
 	return d
@@ -204,7 +205,7 @@ func (d *Daemon) Start() error {
 		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {
 			return fmt.Errorf("model_repository %s: not a directory", d.cfg.ModelRepository)
 		}
-		d.Repository.SetRepository(d.cfg.ModelRepository, d.cfg.ModelControlMode)
+		d.Repository.Open(d.cfg.ModelRepository, d.cfg.ModelControlMode)
 	}
 	d.sweep()
 	d.trimWhenIdle()
@@ -537,7 +538,7 @@ func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ params) {
 // the repository until Shutdown. Models that fail are listed in the repository index with
 // their reason; the rest serve.
 func (d *Daemon) loadRepository() {
-	if err := d.Repository.LoadRepository(d.cfg.LoadModels); err != nil {
+	if err := d.Repository.LoadStartup(d.cfg.LoadModels); err != nil {
 		d.log.Error("model repository: some models are not served (see POST /v2/repository/index)", "err", err)
 	}
 	if d.cfg.ModelControlMode != ControlPoll {

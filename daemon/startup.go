@@ -34,7 +34,7 @@ func (d *Daemon) loadStartupModels() {
 		d.log.Info("restoring models from the snapshot", "file", d.cfg.SnapshotFile, "versions", len(snap))
 		d.restoreSnapshot(snap)
 	}
-	if d.Repository.dir != "" {
+	if d.Repository.Dir() != "" {
 		d.startupWG.Add(1)
 		go func() {
 			defer d.startupWG.Done()

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -28,7 +27,6 @@ import (
 type tritonModel struct {
 	config *inference.ModelConfig
 	dir    string // the model directory, where model_warmup's input_data_file lives
-	stamp  string // the version's stamp when it was read (poll mode compares it)
 	ins    []archive.TensorSpec
 	outs   []archive.TensorSpec
 	batch  bool // max_batch_size > 0: tensors lead with the batch dimension
@@ -402,10 +400,6 @@ func scalarJSON(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
 	}
 	return v.Interface()
 }
-
-// interopOnce sets LibTorch's inter-op threads for the first repository model that asks,
-// as the PyTorch backend does: the setting is process-wide, and fixed once used.
-var interopOnce sync.Once
 
 // effective is the config the version is served with, filled in as Triton fills a config
 // in: the version policy, the backend, and the instances torchd runs.

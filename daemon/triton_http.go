@@ -63,7 +63,7 @@ func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ params) {
 		v2Error(ctx, 400, err.Error())
 		return
 	}
-	idx, err := d.Repository.RepositoryIndex(req.Ready)
+	idx, err := d.Repository.Index(req.Ready)
 	if err != nil {
 		v2APIError(ctx, err)
 		return

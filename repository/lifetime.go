@@ -1,0 +1,157 @@
+package repository
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/torchd/torchd/archive/triton"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/torch"
+)
+
+// interopOnce sets LibTorch's inter-op threads for the first repository model that asks,
+// as the PyTorch backend does: the setting is process-wide, and fixed once used.
+var interopOnce sync.Once
+
+// load reads a model and brings the registry in line with it: new and changed versions are
+// loaded (a changed version replaces the old once the new is warm), and versions the policy
+// no longer selects are unloaded.
+func (p *Repository) load(name string, config []byte) error {
+	m := p.model(name)
+	m.op.Lock()
+	defer m.op.Unlock()
+	tm := triton.Read(p.dir, name, config)
+	for _, w := range tm.Warnings {
+		p.log.Warn("model repository: setting not honoured", "model", name, "warning", w)
+	}
+	if tm.Err != nil {
+		// What is loaded keeps serving: a broken edit does not take a model down.
+		p.mu.Lock()
+		m.reason, m.stamp = tm.Err.Error(), tm.Stamp
+		p.mu.Unlock()
+		p.log.Error("model repository: model not served", "model", name, "err", tm.Err)
+		return core.Errorf(core.ErrBadModel, "failed to load '%s': %v", name, tm.Err)
+	}
+	p.mu.Lock()
+	m.reason = ""
+	p.mu.Unlock()
+	var errs []error
+	wanted := map[string]bool{}
+	for _, ver := range tm.Versions {
+		wanted[ver.Version] = true
+		if ver.Err != nil {
+			p.note(m, ver.Version, func(v *version) { v.reason = ver.Err.Error() })
+			errs = append(errs, fmt.Errorf("version %s: %w", ver.Version, ver.Err))
+			continue
+		}
+		if config == nil && p.unchanged(m, name, ver) {
+			continue
+		}
+		if err := p.loadVersion(m, tm, ver); err != nil {
+			errs = append(errs, fmt.Errorf("version %s: %w", ver.Version, err))
+		}
+	}
+	if vs, _, err := p.reg.Versions(name); err == nil {
+		for _, v := range vs {
+			if !wanted[v.Version] {
+				p.retire(m, v, "unloaded: the version policy no longer selects it")
+			}
+		}
+	}
+	p.reg.DefaultToHighest(name)
+	p.mu.Lock()
+	m.stamp = tm.Stamp
+	p.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return core.Errorf(core.ErrBadModel, "failed to load '%s': %v", name, err)
+	}
+	return nil
+}
+
+// unchanged tells whether the registry serves what this repository loaded for ver, from the
+// same files.
+func (p *Repository) unchanged(m *model, name string, ver triton.Version) bool {
+	old, ok := p.reg.Peek(name, ver.Version)
+	if !ok {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := m.versions[ver.Version]
+	return v != nil && v.served == old && v.stamp == ver.Stamp
+}
+
+// loadVersion adds a version to the registry, or replaces the one it holds; a failed
+// replacement leaves the old one serving.
+func (p *Repository) loadVersion(m *model, tm *triton.Model, ver triton.Version) error {
+	name := tm.Name
+	old, _ := p.reg.Peek(name, ver.Version)
+	am, err := tm.Archive(ver)
+	if err != nil {
+		p.note(m, ver.Version, func(v *version) { v.reason = err.Error() })
+		return err
+	}
+	if n := am.Config.InteropThreads; n > 0 {
+		interopOnce.Do(func() {
+			if err := torch.SetNumInteropThreads(n); err != nil {
+				p.log.Warn("INTER_OP_THREAD_COUNT not applied", "model", name, "err", err)
+			}
+		})
+	}
+	req := core.RegisterRequest{URL: am.Dir, Synchronous: true}
+	if p.adapter != nil {
+		req.Adapter = p.adapter(tm, ver)
+	}
+	var served *core.ModelVersion
+	if old == nil {
+		served, err = p.reg.Add(name, ver.Version, req, am)
+	} else {
+		served, err = p.reg.Replace(old, req, am)
+	}
+	if err != nil {
+		if old == nil {
+			p.note(m, ver.Version, func(v *version) { v.reason = err.Error() })
+		}
+		p.log.Error("model repository: version not loaded", "model", name, "version", ver.Version, "err", err)
+		return err
+	}
+	p.note(m, ver.Version, func(v *version) { *v = version{served: served, stamp: ver.Stamp} })
+	return nil
+}
+
+// unload unloads every version of a model.
+func (p *Repository) unload(name, reason string) error {
+	m := p.model(name)
+	m.op.Lock()
+	defer m.op.Unlock()
+	vs, _, _ := p.reg.Versions(name)
+	p.mu.Lock()
+	known := len(m.versions) > 0
+	p.mu.Unlock()
+	if len(vs) == 0 && !known {
+		return core.Errorf(core.ErrBadInput, "failed to unload '%s': the model is not loaded", name)
+	}
+	for _, v := range vs {
+		p.retire(m, v, reason)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m.stamp = ""
+	for _, v := range m.versions {
+		// A version that failed keeps its reason; one unloaded otherwise takes this one.
+		if v.reason == "" {
+			v.reason = reason
+		}
+		v.served = nil
+	}
+	return nil
+}
+
+// retire has the registry take a version out, answer its accepted requests and close it.
+func (p *Repository) retire(m *model, mv *core.ModelVersion, reason string) {
+	p.note(m, mv.Version, func(v *version) { v.unloading = true })
+	p.reg.Retire(mv)
+	p.note(m, mv.Version, func(v *version) { *v = version{reason: reason} })
+	p.log.Info("model unloaded", "model", mv.Name, "version", mv.Version, "reason", reason)
+}
