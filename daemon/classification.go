@@ -1,13 +1,9 @@
 package daemon
 
 import (
-	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -115,28 +111,4 @@ func numbers(t oip.Tensor) ([]classValue, error) {
 		out = append(out, read(t.Data[off:]))
 	}
 	return out, nil
-}
-
-// readLabelFile reads a Triton label file: one label a line, the line number its class index.
-func readLabelFile(dir, name string) (map[int]string, error) {
-	if filepath.Base(name) != name {
-		return nil, fmt.Errorf("label_filename %q must be a file name in the model's directory", name)
-	}
-	f, err := os.Open(filepath.Join(dir, name))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("label_filename %q: the model's directory has no such file", name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("label_filename %q cannot be read", name)
-	}
-	defer f.Close()
-	labels := map[int]string{}
-	sc := bufio.NewScanner(f)
-	for i := 0; sc.Scan(); i++ {
-		labels[i] = sc.Text()
-	}
-	if sc.Err() != nil {
-		return nil, fmt.Errorf("label_filename %q cannot be read", name)
-	}
-	return labels, nil
 }

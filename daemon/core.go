@@ -79,12 +79,6 @@ var errorKinds = []struct {
 	{core.ErrControlOff, 503, "ServiceUnavailableException"},
 }
 
-// tritonOf returns the Triton repository model a version was loaded from, or nil.
-func tritonOf(v *ModelVersion) *tritonModel {
-	t, _ := v.Adapter().(*tritonModel)
-	return t
-}
-
 // APIError is an error with the HTTP status and TorchServe exception type it is answered with.
 type APIError struct {
 	Status int

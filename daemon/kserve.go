@@ -9,6 +9,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/proto/inference"
+	"github.com/torchd/torchd/repository"
 	"github.com/torchd/torchd/torch"
 	"github.com/valyala/fasthttp"
 )
@@ -214,8 +215,8 @@ func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) 
 	}
 	ins, outs := signature(v)
 	platform := "pytorch_libtorch"
-	if tritonOf(v) != nil {
-		platform = tritonOf(v).Platform()
+	if t := repository.AdapterOf(v); t != nil {
+		platform = t.Platform()
 	}
 	return oip.ModelMetadata{Name: v.Name, Versions: versions, Platform: platform, Inputs: ins, Outputs: outs}, nil
 }
@@ -229,7 +230,7 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
 		return
 	}
 	c := servedConfig(v)
-	if tritonOf(v) != nil {
+	if repository.AdapterOf(v) != nil {
 		writeCompactJSON(ctx, configJSON(c))
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
+	"github.com/torchd/torchd/repository"
 	"github.com/valyala/fasthttp"
 )
 
@@ -474,15 +475,15 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 // batchedOutputs reports whether v's outputs lead with the batch dimension: every model's
 // but a Triton model's without batching (max_batch_size 0).
 func batchedOutputs(v *ModelVersion) bool {
-	t := tritonOf(v)
-	return t == nil || t.batch
+	t := repository.AdapterOf(v)
+	return t == nil || t.Batched()
 }
 
 // outputLabels are the class labels of v's output name: a Triton model's label_filename, an
 // archive's index_to_name.json; nil when it has none.
 func outputLabels(v *ModelVersion, name string) map[int]string {
-	if t := tritonOf(v); t != nil {
-		return t.labels[name]
+	if t := repository.AdapterOf(v); t != nil {
+		return t.Labels(name)
 	}
 	return v.Archive().Labels
 }

@@ -1,10 +1,6 @@
 package daemon
 
-import (
-	"github.com/torchd/torchd/archive/triton"
-	"github.com/torchd/torchd/core"
-	"github.com/torchd/torchd/repository"
-)
+import "github.com/torchd/torchd/repository"
 
 // The Triton repository's names, as the configuration and the front-ends' tests use them;
 // the repository itself (its loads, unloads, polls and index) is package repository.
@@ -16,8 +12,3 @@ const (
 
 // RepositoryModel is one entry of the repository index.
 type RepositoryModel = repository.Model
-
-// newTritonModel is the adapter a repository version is served with (triton.go).
-func newTritonModel(m *triton.Model, _ triton.Version) core.Adapter {
-	return &tritonModel{config: m.Config, dir: m.Dir(), batch: m.Config.MaxBatchSize > 0}
-}

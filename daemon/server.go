@@ -88,7 +88,7 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
 	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
-	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log, newTritonModel), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
 	return d

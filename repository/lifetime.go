@@ -99,10 +99,7 @@ func (p *Repository) loadVersion(m *model, tm *triton.Model, ver triton.Version)
 			}
 		})
 	}
-	req := core.RegisterRequest{URL: am.Dir, Synchronous: true}
-	if p.adapter != nil {
-		req.Adapter = p.adapter(tm, ver)
-	}
+	req := core.RegisterRequest{URL: am.Dir, Synchronous: true, Adapter: newAdapter(tm)}
 	var served *core.ModelVersion
 	if old == nil {
 		served, err = p.reg.Add(name, ver.Version, req, am)

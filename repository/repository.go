@@ -1,9 +1,10 @@
 // Package repository serves a Triton model repository through core.Registry: it reads each
 // model's config.pbtxt (archive/triton), loads, reloads and unloads its versions in the
-// registry under Triton's model control modes (none, explicit, poll), and lists them with
-// their states and reasons. The registry owns every version's lifetime; this package only
-// asks it, and remembers why a version it no longer holds is not served. It knows no
-// protocol: its errors are core's kinds, which each front-end answers from its own table.
+// registry under Triton's model control modes (none, explicit, poll), each with the Adapter
+// of its config's tensors, reshapes and warm-up, and lists them with their states and
+// reasons. The registry owns every version's lifetime; this package only asks it, and
+// remembers why a version it no longer holds is not served. It knows no protocol: its errors
+// are core's kinds, which each front-end answers from its own table.
 package repository
 
 import (
@@ -47,19 +48,13 @@ func (m Model) String() string {
 	return strings.TrimSpace(fmt.Sprintf("%s %s %s %s", m.Name, m.Version, m.State, m.Reason))
 }
 
-// AdapterFunc makes what a repository version adds to its request path (its config's
-// tensors, reshapes and warm-up); the front-ends read it back from the version. nil: none,
-// the version is served as its archive says.
-type AdapterFunc func(m *triton.Model, v triton.Version) core.Adapter
-
 // Repository is a Triton model repository served through a registry. Without a directory
 // (dir ""), it serves none and refuses load and unload.
 type Repository struct {
-	reg     *core.Registry
-	log     *slog.Logger
-	adapter AdapterFunc
-	dir     string
-	mode    string
+	reg  *core.Registry
+	log  *slog.Logger
+	dir  string
+	mode string
 
 	mu     sync.Mutex
 	models map[string]*model
@@ -82,11 +77,11 @@ type version struct {
 }
 
 // New returns a repository over reg that serves no directory until Open.
-func New(reg *core.Registry, log *slog.Logger, adapter AdapterFunc) *Repository {
+func New(reg *core.Registry, log *slog.Logger) *Repository {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Repository{reg: reg, log: log, adapter: adapter, models: map[string]*model{}}
+	return &Repository{reg: reg, log: log, models: map[string]*model{}}
 }
 
 // Open serves the repository dir with the control mode; LoadStartup loads its start-up models.

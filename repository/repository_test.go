@@ -56,7 +56,7 @@ func testRepository(t *testing.T) (*Repository, *core.Registry) {
 		Device: archive.Of("cpu"), Precision: archive.Of("fp32"),
 	}})
 	t.Cleanup(reg.Close)
-	p := New(reg, log, nil)
+	p := New(reg, log)
 	p.Open(dir, ControlExplicit)
 	return p, reg
 }
@@ -78,7 +78,7 @@ func index(t *testing.T, p *Repository, ready bool) map[string]string {
 // TestControl: load and unload need a repository and explicit control, and say which kind
 // of error refused them.
 func TestControl(t *testing.T) {
-	p := New(core.NewRegistry(core.Options{}), nil, nil)
+	p := New(core.NewRegistry(core.Options{}), nil)
 	if p.ControlMode() != "" {
 		t.Fatalf("control mode without a repository: %q", p.ControlMode())
 	}
@@ -107,6 +107,9 @@ func TestLifetimes(t *testing.T) {
 	v, err := reg.Get("digits", "1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a := AdapterOf(v); a == nil || !a.Batched() || a.Platform() != "pytorch_libtorch" || a.Config(v).MaxBatchSize != 8 {
+		t.Fatalf("the version's adapter: %+v", a)
 	}
 	if got := index(t, p, true); got["digits 1"] != "READY " || len(got) != 1 {
 		t.Fatalf("ready index: %q", got)
