@@ -243,13 +243,14 @@ vet:
 # take about 6 minutes alone and more on a loaded machine: go test's 10-minute default would
 # be a timing threshold, so the limit is wide.
 #
-# The race detector runs over the serving core, the tuner, the codecs, the client, the
-# archives and the handlers (RACE_PKGS, about 3 minutes), then over RACE_DAEMON, the daemon's
-# tests that drive the front-ends concurrently (about 2 minutes): under -race the daemon's
-# tests build torchd with -race too, and fail on any race the server reports. The rest of
-# the daemon's tests would take them over 20 minutes under -race for little more: their
-# servers run the same code, and the forwards are C++, which the detector does not see.
-RACE_PKGS   := ./core/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/...
+# The race detector runs over the serving core, the Triton repository, the tuner, the codecs,
+# the client, the archives and the handlers (RACE_PKGS, about 3 minutes), then over
+# RACE_DAEMON, the daemon's tests that drive the front-ends concurrently (about 2 minutes):
+# under -race the daemon's tests build torchd with -race too, and fail on any race the server
+# reports. The rest of the daemon's tests would take them over 20 minutes under -race for
+# little more: their servers run the same code, and the forwards are C++, which the detector
+# does not see.
+RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
 test: setup lib models handler-runtime vet lint-docker pyclients pyclients-http
 	$(GO) test -count=1 -timeout 40m ./...
