@@ -110,3 +110,19 @@ func TestRegistryClose(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// StateOf reports a registered version's state, and nothing for one not registered or retired.
+func TestRegistryStateOf(t *testing.T) {
+	r := testRegistry(t, 0)
+	if _, ok := r.StateOf("d", "1"); ok {
+		t.Fatal("a state for a model never registered")
+	}
+	v := addDigits(t, r, "d", "tensor", archive.Settings{})
+	if s, ok := r.StateOf("d", "1"); !ok || s != StateReady {
+		t.Fatalf("a synchronous registration's state: %v %v", s, ok)
+	}
+	r.Retire(v)
+	if _, ok := r.StateOf("d", "1"); ok {
+		t.Fatal("a state for a retired version")
+	}
+}
