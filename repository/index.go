@@ -77,10 +77,12 @@ func (p *Repository) states(name string) []Model {
 		case v.unloading:
 			s.State, s.Reason = StateUnloading, ""
 		case held && st == core.StateReady:
+			// A reload that failed leaves what was loaded before serving.
 			s.State, s.Reason = StateReady, ""
 			if m.reason != "" {
-				// A reload failed; what was loaded before serves on.
 				s.Reason = "serving the previous config; the new one fails: " + m.reason
+			} else if v.reason != "" {
+				s.Reason = "serving the files loaded before; the new ones fail: " + v.reason
 			}
 		case held:
 			s.State, s.Reason = StateLoading, ""

@@ -70,7 +70,7 @@ func (p *Repository) load(name string, config []byte) error {
 }
 
 // unchanged tells whether the registry serves what this repository loaded for ver, from the
-// same files.
+// same files; if so, a failure since (files that came back) is forgotten.
 func (p *Repository) unchanged(m *model, name string, ver triton.Version) bool {
 	old, ok := p.reg.Peek(name, ver.Version)
 	if !ok {
@@ -79,7 +79,11 @@ func (p *Repository) unchanged(m *model, name string, ver triton.Version) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	v := m.versions[ver.Version]
-	return v != nil && v.served == old && v.stamp == ver.Stamp
+	if v == nil || v.served != old || v.stamp != ver.Stamp {
+		return false
+	}
+	v.reason = ""
+	return true
 }
 
 // loadVersion adds a version to the registry, or replaces the one it holds; a failed

@@ -135,6 +135,34 @@ func TestLifetimes(t *testing.T) {
 		t.Fatalf("version without its model: %q", got["nofile 1"])
 	}
 
+	// A version whose file goes away serves on from what was loaded, and says why.
+	model := filepath.Join(p.Dir(), "digits", "1", "model.pt")
+	b, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(model); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Load("digits", nil); !errors.Is(err, core.ErrBadModel) {
+		t.Fatalf("reload of a version without its model: %v", err)
+	}
+	if again, _ := reg.Get("digits", "1"); again != v {
+		t.Fatal("a failed reload replaced the version")
+	}
+	if got := index(t, p, false)["digits 1"]; got != "READY serving the files loaded before; the new ones fail: version 1 has no model.pt" {
+		t.Fatalf("version whose reload failed: %q", got)
+	}
+	if err := os.WriteFile(model, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Load("digits", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := index(t, p, false)["digits 1"]; got != "READY " {
+		t.Fatalf("version whose file came back: %q", got)
+	}
+
 	if err := p.Unload("digits"); err != nil {
 		t.Fatal(err)
 	}
