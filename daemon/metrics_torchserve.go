@@ -2,11 +2,43 @@ package daemon
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
+
+// tsRequestSeries are TorchServe's per-request series of one model_version label.
+type tsRequestSeries struct {
+	requests           *metrics.Counter
+	latencyUS, queueUS *metrics.FloatCounter
+}
+
+// tsRequestNames are the series' names, in the order newTSRequestSeries makes them.
+func tsRequestNames(model, version, host string) [3]string {
+	l := fmt.Sprintf(`{model_name=%q,model_version=%q,hostname=%q}`, model, version, host)
+	return [3]string{"ts_inference_requests_total" + l, "ts_inference_latency_microseconds" + l, "ts_queue_latency_microseconds" + l}
+}
+
+// newTSRequestSeries gets or makes the series; track records each name for the version's drop.
+func newTSRequestSeries(set *metrics.Set, model, version, host string, track func(string) string) tsRequestSeries {
+	n := tsRequestNames(model, version, host)
+	return tsRequestSeries{
+		requests:  set.GetOrCreateCounter(track(n[0])),
+		latencyUS: set.GetOrCreateFloatCounter(track(n[1])),
+		queueUS:   set.GetOrCreateFloatCounter(track(n[2])),
+	}
+}
+
+func (s tsRequestSeries) add(total, queued time.Duration) {
+	s.requests.Inc()
+	s.latencyUS.Add(float64(total.Microseconds()))
+	s.queueUS.Add(float64(queued.Microseconds()))
+}
 
 // tsSeriesNames are the series TorchServe's frontend writes from its default metrics.yaml.
 var tsSeriesNames = map[string]bool{
