@@ -100,6 +100,46 @@ func TestTorchServeLayoutKServe(t *testing.T) {
 	}
 }
 
+// config.properties' models key sets a load_models model's workers and batching by its name
+// and archive version, above default_workers_per_model, as TorchServe's; a registration through
+// the API takes the key's batching and not its workers.
+func TestTorchServeLayoutModelsKey(t *testing.T) {
+	props := "load_models=mnist=mnist.mar\ndefault_workers_per_model=3\n" +
+		`models={"mnist": {"1.0": {"defaultVersion": true, "marName": "mnist.mar", "minWorkers": 1, "maxWorkers": 2, "batchSize": 4, "maxBatchDelay": 100, "responseTimeout": 90}}}` + "\n"
+	root := torchServeTree(t, props, map[string]string{"mnist.mar": filepath.Join(store, "digits.mar")})
+	s := startServer(t, "--ts-config", filepath.Join(root, "config", "config.properties"), "--model-store", filepath.Join(root, "model-store"))
+	s.waitHealthy(t)
+	type described struct {
+		ModelVersion string `json:"modelVersion"`
+		BatchSize    int    `json:"batchSize"`
+		MaxBatchDel  int    `json:"maxBatchDelay"`
+		MinWorkers   int    `json:"minWorkers"`
+		MaxWorkers   int    `json:"maxWorkers"`
+		RespTimeout  int    `json:"responseTimeout"`
+	}
+	var desc []described
+	do(t, "GET", s.mgmt+"/models/mnist", "", nil).json(t, &desc)
+	if want := (described{"1.0", 4, 100, 1, 2, 90}); len(desc) != 1 || desc[0] != want {
+		t.Fatalf("mnist as the models key sets it: %+v, want %+v", desc, want)
+	}
+	pngs, labels := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/mnist", "image/png", pngs[0]); r.status != 200 || top1(r.body) != labels[0] {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+
+	if r := do(t, "DELETE", s.mgmt+"/models/mnist/1.0", "", nil); r.status != 200 {
+		t.Fatalf("unregister: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.mgmt+"/models?url=mnist.mar&model_name=mnist&initial_workers=1&synchronous=true", "", nil); r.status != 200 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	desc = nil
+	do(t, "GET", s.mgmt+"/models/mnist", "", nil).json(t, &desc)
+	if len(desc) != 1 || desc[0].BatchSize != 4 || desc[0].MaxBatchDel != 100 || desc[0].RespTimeout != 90 || desc[0].MinWorkers != 1 || desc[0].MaxWorkers == 2 {
+		t.Errorf("mnist registered through the API: %+v, want the key's batching and response timeout, and not its max workers", desc)
+	}
+}
+
 // KServe's examples give the inference and management APIs one address, which TorchServe
 // serves on one port; so does torchd. A config.properties that torchd cannot take stops it
 // at start with the file and the key in the message.
