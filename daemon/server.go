@@ -200,6 +200,14 @@ func (d *Daemon) Start() error {
 	if err := LockProcess(); err != nil {
 		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
 	}
+	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.off {
+		f, err := openTSMetricsLog(ts.MetricsLog)
+		if err != nil {
+			return fmt.Errorf("ts-config %s: metrics_mode=log: %v", ts.Path, err)
+		}
+		d.metrics.ts.log = &tsLogger{w: f, host: d.metrics.hostname}
+		d.log.Info("TorchServe's metrics are written to its log form too (metrics_mode=log)", "file", ts.MetricsLog)
+	}
 	if d.cfg.ModelRepository != "" {
 		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {
 			return fmt.Errorf("model_repository %s: not a directory", d.cfg.ModelRepository)

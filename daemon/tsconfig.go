@@ -29,6 +29,9 @@ type TorchServeConfig struct {
 	Models []TorchServeModel
 	// PerModelSettings are the models key's, by model name and archive version.
 	PerModelSettings map[string]map[string]archive.Settings
+	// MetricsLog, with metrics_mode=log, is the ts_metrics.log TorchServe's frontend metrics
+	// are written to as well, in its log form ("": none).
+	MetricsLog string
 	// Ignored are the keys torchd does not use, with why.
 	Ignored []IgnoredKey
 }
@@ -100,7 +103,7 @@ var tsSettings = map[string]string{
 }
 
 // ReadTorchServeConfig reads a config.properties into c. getenv supplies TorchServe's TS_*
-// variables when the file sets enable_envvars_config=true.
+// variables when the file sets enable_envvars_config=true, and METRICS_LOCATION for metrics_mode=log.
 func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) error {
 	f, err := os.ReadFile(path)
 	if err != nil {
@@ -181,7 +184,7 @@ func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) e
 			switch strings.ToLower(v) {
 			case "prometheus":
 			case "log":
-				ts.Ignored = append(ts.Ignored, IgnoredKey{k + "=log", "torchd serves its metrics, TorchServe's names included, in Prometheus's text on the metrics address"})
+				ts.MetricsLog = tsMetricsLogPath(getenv)
 			default:
 				return fmt.Errorf("%s: want prometheus or log, got %q", src(k), v)
 			}

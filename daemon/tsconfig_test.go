@@ -172,3 +172,21 @@ func TestTorchServeConfigModelsKey(t *testing.T) {
 		}
 	}
 }
+
+// metrics_mode=log names ts_metrics.log where TorchServe writes it: $METRICS_LOCATION, else logs/.
+func TestTorchServeConfigMetricsLog(t *testing.T) {
+	p := writeProperties(t, "metrics_mode=log\n")
+	for env, want := range map[string]string{"": filepath.Join("logs", "ts_metrics.log"), "/var/log/ts": "/var/log/ts/ts_metrics.log"} {
+		c, err := LoadConfig([]string{"--ts-config", p}, envOf(map[string]string{"METRICS_LOCATION": env}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.TorchServe.MetricsLog != want || len(c.TorchServe.Ignored) != 0 {
+			t.Errorf("METRICS_LOCATION=%q: %q, ignored %+v; want %q", env, c.TorchServe.MetricsLog, c.TorchServe.Ignored, want)
+		}
+	}
+	c, err := LoadConfig([]string{"--ts-config", writeProperties(t, "metrics_mode=prometheus\n")}, envOf(nil))
+	if err != nil || c.TorchServe.MetricsLog != "" {
+		t.Errorf("metrics_mode=prometheus: %v %+v", err, c.TorchServe)
+	}
+}
