@@ -25,7 +25,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			am.Close()
 		}
 	}()
-	s := r.opts.resolve(am, req)
+	s := r.opts.resolve(name, version, am, req)
 	start := time.Now()
 	counted := start // startup_timeout counts from here
 	// A registration that waits for its workers fails, as TorchServe's does, when they are not

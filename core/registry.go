@@ -28,6 +28,9 @@ type Options struct {
 	// Defaults are the built-in per-model settings, below an archive's config; Server are
 	// the ones the server's configuration set, above it (see Resolve).
 	Defaults, Server archive.Settings
+	// PerModel, when set, is the server configuration's settings for one model version
+	// (config.properties' models key), above Server; startup: a start-up registration.
+	PerModel func(name, version string, startup bool) archive.Settings
 	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
 	CacheDir string
 	// Python is the interpreter of handler processes, which run archives' Python handlers

@@ -80,7 +80,7 @@ func (r *Registry) Serve(req *Request) (Result, error) {
 	defer r.served()
 	v.enter()
 	res, err := v.serve(req, arrived)
-	v.answered(req.Call, err, time.Since(arrived), res)
+	v.answered(req.Call, err, time.Since(arrived), res, req.Version != "")
 	return res, err
 }
 
@@ -223,9 +223,9 @@ func (v *ModelVersion) postprocess(sample *handlers.Sample, res Result, arrived 
 // answered records a request at its end, whichever protocol served it: the metrics, the
 // statistics and the tuner; and counts it out (see enter). A request whose client has gone
 // counts as ErrClientGone, whatever it was answered: no one read the answer.
-func (v *ModelVersion) answered(c Call, err error, took time.Duration, res Result) {
+func (v *ModelVersion) answered(c Call, err error, took time.Duration, res Result, named bool) {
 	if !errors.Is(err, ErrClientGone) && c.Gone != nil && c.Gone() {
 		err = ErrClientGone
 	}
-	v.record(err, took, res)
+	v.record(err, took, res, named)
 }

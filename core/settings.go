@@ -65,8 +65,8 @@ type Adapter interface {
 }
 
 // Resolve layers a model's settings, lowest first: in the daemon the built-in defaults, the
-// archive's config, the server's configuration (what its file, environment or flags set), and
-// the registration's parameters. The highest layer that gives a setting decides it; for
+// archive's config, the server's configuration (what its file, environment or flags set), its
+// settings for the one model (Options.PerModel), and the registration's parameters. The highest layer that gives a setting decides it; for
 // batch_size, max_batch_delay and the workers that decides between a number and "auto", so a
 // number always beats a lower "auto", and "auto" keeps the lower layers' number until the
 // tuner replaces it. Workers above max_workers raise it.
@@ -106,13 +106,17 @@ func tune[T any](dst *T, auto *bool, v archive.Tunable[T]) {
 	}
 }
 
-// resolve is the settings of a version of the archive am, registered by req.
+// resolve is the settings of version name/version of the archive am, registered by req.
 // A package's precision is compiled in, so it sits just above the defaults: a bf16 package
 // is served in bf16 unless a setting says otherwise (which checkPrecision then refuses).
-func (o Options) resolve(am *archive.Model, req RegisterRequest) ModelSettings {
+func (o Options) resolve(name, version string, am *archive.Model, req RegisterRequest) ModelSettings {
 	var pkg archive.Settings
 	if p := am.Package; p != nil && p.Precision != "" {
 		pkg.Precision = archive.Of(p.Precision)
 	}
-	return Resolve(o.Defaults, pkg, am.Config.Settings, o.Server, req.Settings)
+	var perModel archive.Settings
+	if o.PerModel != nil {
+		perModel = o.PerModel(name, version, req.Startup)
+	}
+	return Resolve(o.Defaults, pkg, am.Config.Settings, o.Server, perModel, req.Settings)
 }

@@ -183,10 +183,10 @@ func (v *ModelVersion) enter() {
 
 // record records a request at its end, whichever protocol served it: the metrics, the
 // statistics and the tuner. err is how it failed (nil: answered), took its whole time in
-// the server.
-func (v *ModelVersion) record(err error, took time.Duration, res Result) {
+// the server; named whether the request named its version.
+func (v *ModelVersion) record(err error, took time.Duration, res Result, named bool) {
 	defer v.active.Add(-1)
-	v.metrics.Request(err, took, res.Queued)
+	v.metrics.Request(err, took, res.Queued, named)
 	v.stats.answered(err, took, res)
 	if v.tuner != nil {
 		v.tuner.Record(took)

@@ -25,7 +25,7 @@ func TestRetireAnswersAcceptedRequests(t *testing.T) {
 	go func() {
 		v.enter()
 		res, err := infer(v, Call{}, digit(0))
-		v.record(err, time.Millisecond, res)
+		v.record(err, time.Millisecond, res, false)
 		answered <- err
 	}()
 	<-held

@@ -39,6 +39,8 @@ type Metrics struct {
 type tsHostMetrics struct {
 	requests2xx, requests4xx, requests5xx *metrics.Counter
 	queueTime, workerThreadTime           *metrics.Gauge // milliseconds
+	// log, with metrics_mode=log, writes them as TorchServe's ts_metrics.log too (nil: not).
+	log *tsLogger
 }
 
 // Buckets of the histograms: seconds from 100 µs to 30 s, and batch sizes in powers of two.
@@ -74,10 +76,13 @@ func (m *Metrics) countResponse(code int) {
 	case m.off:
 	case code >= 200 && code < 300:
 		m.ts.requests2xx.Inc()
+		m.ts.log.write("Requests2XX", "Count", 1, "Level:Host")
 	case code >= 400 && code < 500:
 		m.ts.requests4xx.Inc()
+		m.ts.log.write("Requests4XX", "Count", 1, "Level:Host")
 	default:
 		m.ts.requests5xx.Inc()
+		m.ts.log.write("Requests5XX", "Count", 1, "Level:Host")
 	}
 }
 
@@ -92,10 +97,11 @@ type modelMetrics struct {
 	batchSize     *metrics.PrometheusHistogram
 	preprocess    *metrics.PrometheusHistogram
 	postprocess   *metrics.PrometheusHistogram
-	// TorchServe's names, so that existing dashboards keep working.
-	tsRequests  *metrics.Counter
-	tsLatencyUS *metrics.FloatCounter
-	tsQueueUS   *metrics.FloatCounter
+	// TorchServe's names, so that existing dashboards keep working: the requests that named
+	// this version, and the model's requests that named none, which TorchServe labels
+	// model_version="default" (shared by the model's versions).
+	tsNamed, tsDefault         tsRequestSeries
+	tsNamedDims, tsDefaultDims string // their dimensions in metrics_mode=log
 	// TorchServe's model metrics (Level="Model"), last values in milliseconds: the handler's
 	// time for a request, and a batch's forward.
 	handlerTime, predictionTime *metrics.Gauge
@@ -138,7 +144,6 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 		return mm
 	}
 	l := fmt.Sprintf(`model=%q,version=%q`, name, version)
-	ts := fmt.Sprintf(`model_name=%q,model_version=%q,hostname=%q`, name, version, m.hostname)
 	mm := &modelMetrics{set: m.set, name: name, labels: l, loaded: map[string]int{}, host: &m.ts, workerPrefix: "-" + name + "_" + version, hostname: m.hostname}
 	mm.version.Store(v)
 	// Versions of a model share these two, as TorchServe's do: they go with the last version.
@@ -153,9 +158,10 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 	mm.batchSize = hist("torchd_batch_size", batchBuckets)
 	mm.preprocess = hist("torchd_preprocess_seconds", secondBuckets)
 	mm.postprocess = hist("torchd_postprocess_seconds", secondBuckets)
-	mm.tsRequests = m.set.GetOrCreateCounter(mm.track("ts_inference_requests_total{" + ts + "}"))
-	mm.tsLatencyUS = m.set.GetOrCreateFloatCounter(mm.track("ts_inference_latency_microseconds{" + ts + "}"))
-	mm.tsQueueUS = m.set.GetOrCreateFloatCounter(mm.track("ts_queue_latency_microseconds{" + ts + "}"))
+	mm.tsNamedDims = "model_name:" + name + ",model_version:" + version
+	mm.tsDefaultDims = "model_name:" + name + ",model_version:default"
+	mm.tsNamed = newTSRequestSeries(m.set, name, version, m.hostname, mm.track)
+	mm.tsDefault = newTSRequestSeries(m.set, name, "default", m.hostname, func(n string) string { return n })
 	gauge := func(n string, f func() float64) { m.set.GetOrCreateGauge(mm.track(n+"{"+l+"}"), f) }
 	gauge("torchd_queue_depth", func() float64 { return float64(mm.version.Load().Pending()) })
 	gauge("torchd_batch_size_limit", func() float64 { return float64(mm.version.Load().Stats().BatchSize) })
@@ -188,6 +194,9 @@ func (m *Metrics) Drop(name, version string) {
 	if !m.hasVersions(name) {
 		m.set.UnregisterMetric(handlerTimeName(name, m.hostname))
 		m.set.UnregisterMetric(predictionTimeName(name, m.hostname))
+		for _, n := range tsRequestNames(name, "default", m.hostname) {
+			m.set.UnregisterMetric(n)
+		}
 	}
 	m.mu.Unlock()
 	if mm == nil {
@@ -256,6 +265,7 @@ func (mm *modelMetrics) Batch(size int, d, overhead time.Duration) {
 	mm.inferenceTime.Update(d.Seconds())
 	mm.predictionTime.Set(ms(d))
 	mm.host.workerThreadTime.Set(ms(overhead))
+	mm.host.log.write("WorkerThreadTime", "Milliseconds", ms(overhead), "Level:Host")
 }
 
 // Handler records the handler's time for one request: preprocess, its batch's
@@ -312,7 +322,7 @@ func (mm *modelMetrics) workerLoadTimeName(id int) string {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-func (mm *modelMetrics) Request(err error, total, queued time.Duration) {
+func (mm *modelMetrics) Request(err error, total, queued time.Duration, named bool) {
 	if mm == nil {
 		return
 	}
@@ -332,12 +342,15 @@ func (mm *modelMetrics) Request(err error, total, queued time.Duration) {
 	}
 	c.(*metrics.Counter).Inc()
 	mm.latency.Update(total.Seconds())
-	mm.tsRequests.Inc()
-	mm.tsLatencyUS.Add(float64(total.Microseconds()))
-	mm.tsQueueUS.Add(float64(queued.Microseconds()))
+	if named {
+		mm.tsNamed.add(total, queued, mm.host.log, mm.tsNamedDims)
+	} else {
+		mm.tsDefault.add(total, queued, mm.host.log, mm.tsDefaultDims)
+	}
 	if queued > 0 {
 		mm.queueTime.Update(queued.Seconds())
 		mm.host.queueTime.Set(ms(queued))
+		mm.host.log.write("QueueTime", "Milliseconds", ms(queued), "Level:Host")
 	}
 }
 

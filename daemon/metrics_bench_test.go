@@ -20,6 +20,6 @@ func BenchmarkMetricsPerRequest(b *testing.B) {
 		mm.preprocess.UpdateDuration(start)
 		mm.Batch(8, time.Millisecond, 50*time.Microsecond)
 		mm.postprocess.UpdateDuration(start)
-		mm.Request(nil, 3*time.Millisecond, time.Millisecond)
+		mm.Request(nil, 3*time.Millisecond, time.Millisecond, false)
 	}
 }

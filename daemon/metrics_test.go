@@ -92,7 +92,8 @@ func TestMetricsExposition(t *testing.T) {
 	if _, ok := fams["torchd_queue_depth"]; !ok {
 		t.Error("no queue depth gauge")
 	}
-	ts := map[string]string{"model_name": "digits", "model_version": "1.0"}
+	// The requests named no version: TorchServe's series label them "default".
+	ts := map[string]string{"model_name": "digits", "model_version": "default"}
 	if v := findMetric(t, fams, "ts_inference_requests_total", ts).GetCounter().GetValue(); v != ok+bad {
 		t.Errorf("ts_inference_requests_total %v, want %d", v, ok+bad)
 	}

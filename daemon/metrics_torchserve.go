@@ -2,11 +2,49 @@ package daemon
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
+
+// tsRequestSeries are TorchServe's per-request series of one model_version label.
+type tsRequestSeries struct {
+	requests           *metrics.Counter
+	latencyUS, queueUS *metrics.FloatCounter
+}
+
+// tsRequestNames are the series' names, in the order newTSRequestSeries makes them.
+func tsRequestNames(model, version, host string) [3]string {
+	l := fmt.Sprintf(`{model_name=%q,model_version=%q,hostname=%q}`, model, version, host)
+	return [3]string{"ts_inference_requests_total" + l, "ts_inference_latency_microseconds" + l, "ts_queue_latency_microseconds" + l}
+}
+
+// newTSRequestSeries gets or makes the series; track records each name for the version's drop.
+func newTSRequestSeries(set *metrics.Set, model, version, host string, track func(string) string) tsRequestSeries {
+	n := tsRequestNames(model, version, host)
+	return tsRequestSeries{
+		requests:  set.GetOrCreateCounter(track(n[0])),
+		latencyUS: set.GetOrCreateFloatCounter(track(n[1])),
+		queueUS:   set.GetOrCreateFloatCounter(track(n[2])),
+	}
+}
+
+func (s tsRequestSeries) add(total, queued time.Duration, log *tsLogger, dims string) {
+	s.requests.Inc()
+	s.latencyUS.Add(float64(total.Microseconds()))
+	s.queueUS.Add(float64(queued.Microseconds()))
+	log.write("ts_inference_requests_total", "Count", 1, dims)
+	log.write("ts_inference_latency_microseconds", "Microseconds", float64(total.Microseconds()), dims)
+	log.write("ts_queue_latency_microseconds", "Microseconds", float64(queued.Microseconds()), dims)
+}
 
 // tsSeriesNames are the series TorchServe's frontend writes from its default metrics.yaml.
 var tsSeriesNames = map[string]bool{
@@ -85,4 +123,63 @@ func javaDouble(v float64) string {
 	}
 	e, _ := strconv.Atoi(exp)
 	return mant + "E" + strconv.Itoa(e)
+}
+
+// tsLogger writes TorchServe's frontend metrics as its metrics_mode=log does: one line per
+// update, `2024-05-01T12:00:00,123 - Requests2XX.Count:1.0|#Level:Host|#hostname:h,timestamp:1714564800`,
+// as TorchServe's log4j2 writes its TS_METRICS logger to ts_metrics.log. Counters log their
+// increment and gauges their value, as TorchServe's LogMetric does. A nil *tsLogger writes
+// nothing.
+type tsLogger struct {
+	mu   sync.Mutex
+	w    io.Writer
+	host string
+	buf  []byte
+}
+
+func (l *tsLogger) write(name, unit string, v float64, dims string) {
+	if l == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := now.AppendFormat(l.buf[:0], "2006-01-02T15:04:05,000")
+	b = append(b, " - "...)
+	b = append(b, name...)
+	b = append(b, '.')
+	b = append(b, unit...)
+	b = append(b, ':')
+	b = append(b, javaDouble(v)...)
+	b = append(b, "|#"...)
+	b = append(b, dims...)
+	b = append(b, "|#hostname:"...)
+	b = append(b, l.host...)
+	b = append(b, ",timestamp:"...)
+	b = strconv.AppendInt(b, now.Unix(), 10)
+	b = append(b, '\n')
+	l.buf = b
+	l.w.Write(b) // a full disk loses metric lines, not requests
+}
+
+// tsMetricsLogPath is where TorchServe writes ts_metrics.log: $METRICS_LOCATION, else logs/
+// in the working directory.
+func tsMetricsLogPath(getenv func(string) string) string {
+	dir := getenv("METRICS_LOCATION")
+	if dir == "" {
+		dir = "logs"
+	}
+	return filepath.Join(dir, "ts_metrics.log")
+}
+
+// openTSMetricsLog opens ts_metrics.log for appending, making its directory.
+func openTSMetricsLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, cleanPathErr(err))
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, cleanPathErr(err))
+	}
+	return f, nil
 }

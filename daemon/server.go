@@ -86,7 +86,7 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
-	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
+	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
 	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
@@ -200,6 +200,14 @@ func (d *Daemon) sweep() {
 func (d *Daemon) Start() error {
 	if err := LockProcess(); err != nil {
 		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
+	}
+	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.off {
+		f, err := openTSMetricsLog(ts.MetricsLog)
+		if err != nil {
+			return fmt.Errorf("ts-config %s: metrics_mode=log: %v", ts.Path, err)
+		}
+		d.metrics.ts.log = &tsLogger{w: f, host: d.metrics.hostname}
+		d.log.Info("TorchServe's metrics are written to its log form too (metrics_mode=log)", "file", ts.MetricsLog)
 	}
 	if d.cfg.ModelRepository != "" {
 		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {

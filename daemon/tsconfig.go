@@ -27,6 +27,11 @@ type TorchServeConfig struct {
 	Path string
 	// Models are the model versions model_snapshot loads at start.
 	Models []TorchServeModel
+	// PerModelSettings are the models key's, by model name and archive version.
+	PerModelSettings map[string]map[string]archive.Settings
+	// MetricsLog, with metrics_mode=log, is the ts_metrics.log TorchServe's frontend metrics
+	// are written to as well, in its log form ("": none).
+	MetricsLog string
 	// Ignored are the keys torchd does not use, with why.
 	Ignored []IgnoredKey
 }
@@ -78,7 +83,6 @@ var tsIgnored = map[string]string{
 	"limit_max_image_pixels":    "handler processes keep PIL's limit on",
 	"blacklist_env_vars":        "torchd reads only the TS_ variables of keys it maps",
 	"unregister_model_timeout":  "an unregistration waits for the requests in flight",
-	"models":                    "per-model settings come from model_snapshot or the archive's model-config.yaml",
 	"model_server_home":         "torchd runs no JVM",
 }
 
@@ -99,7 +103,7 @@ var tsSettings = map[string]string{
 }
 
 // ReadTorchServeConfig reads a config.properties into c. getenv supplies TorchServe's TS_*
-// variables when the file sets enable_envvars_config=true.
+// variables when the file sets enable_envvars_config=true, and METRICS_LOCATION for metrics_mode=log.
 func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) error {
 	f, err := os.ReadFile(path)
 	if err != nil {
@@ -169,11 +173,18 @@ func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) e
 			}
 			ts.Models = models
 			ts.Ignored = append(ts.Ignored, ignored...)
+		case "models":
+			per, ignored, err := parseModelsKey(v)
+			if err != nil {
+				return fmt.Errorf("%s: %v", src(k), err)
+			}
+			ts.PerModelSettings = per
+			ts.Ignored = append(ts.Ignored, ignored...)
 		case "metrics_mode", "metrics_format":
 			switch strings.ToLower(v) {
 			case "prometheus":
 			case "log":
-				ts.Ignored = append(ts.Ignored, IgnoredKey{k + "=log", "torchd serves its metrics, TorchServe's names included, in Prometheus's text on the metrics address"})
+				ts.MetricsLog = tsMetricsLogPath(getenv)
 			default:
 				return fmt.Errorf("%s: want prometheus or log, got %q", src(k), v)
 			}
@@ -228,7 +239,7 @@ func (c *Config) ReadTorchServeConfig(path string, getenv func(string) string) e
 // tsKnownKeys are the config.properties keys torchd maps or knows to ignore.
 func tsKnownKeys() []string {
 	keys := []string{"inference_address", "management_address", "metrics_address", "grpc_inference_port", "grpc_management_port",
-		"grpc_inference_address", "grpc_management_address", "load_models", "model_snapshot", "metrics_mode", "metrics_format",
+		"grpc_inference_address", "grpc_management_address", "load_models", "model_snapshot", "models", "metrics_mode", "metrics_format",
 		"disable_token_authorization"}
 	for k := range tsSettings {
 		keys = append(keys, k)
@@ -369,13 +380,61 @@ func parseModelSnapshot(v string) ([]TorchServeModel, []IgnoredKey, error) {
 	if err := json.Unmarshal([]byte(v), &snap); err != nil {
 		return nil, nil, fmt.Errorf("not the JSON of a TorchServe snapshot: %v", err)
 	}
+	models, ignored, err := parseModelVersions(snap.Models, "model_snapshot")
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range models {
+		if m.MarName == "" {
+			return nil, nil, fmt.Errorf("model %s version %s: no marName", m.Name, m.Version)
+		}
+	}
+	return models, ignored, nil
+}
+
+// parseModelsKey reads the models key: per-model settings in model_snapshot's form,
+// {"NAME":{"VERSION":{"minWorkers":1,"batchSize":4,…}}}, which TorchServe applies to the
+// version of that name and archive version when it is created. As there, marName and
+// defaultVersion are not read: load_models names the archives.
+func parseModelsKey(v string) (map[string]map[string]archive.Settings, []IgnoredKey, error) {
+	var raw map[string]map[string]map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(v), &raw); err != nil {
+		return nil, nil, fmt.Errorf(`want {"model":{"version":{"batchSize":4,…}}} in JSON: %v`, err)
+	}
+	models, ignored, err := parseModelVersions(raw, "models")
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string]map[string]archive.Settings{}
+	why := map[string]bool{}
+	for _, m := range models {
+		if out[m.Name] == nil {
+			out[m.Name] = map[string]archive.Settings{}
+		}
+		out[m.Name][m.Version] = m.Settings
+		if m.MarName != "" {
+			why["models: marName"] = true
+		}
+		if m.Default {
+			why["models: defaultVersion"] = true
+		}
+	}
+	for _, k := range sortedKeys(why) {
+		ignored = append(ignored, IgnoredKey{k, "load_models names the archives and set-default the default version, as in TorchServe"})
+	}
+	return out, ignored, nil
+}
+
+// parseModelVersions reads the per-model settings that model_snapshot and the models key
+// share, {"NAME":{"VERSION":{field:value}}}, through archive.Settings.Set and its limits.
+// from names the key in the fields it reports as not used.
+func parseModelVersions(all map[string]map[string]map[string]json.RawMessage, from string) ([]TorchServeModel, []IgnoredKey, error) {
 	var models []TorchServeModel
 	ignored := map[string]bool{}
-	names := sortedKeys(snap.Models)
-	for _, name := range names {
-		for _, ver := range sortedKeys(snap.Models[name]) {
+	for _, name := range sortedKeys(all) {
+		for _, ver := range sortedKeys(all[name]) {
 			m := TorchServeModel{Name: name, Version: ver}
-			fields := snap.Models[name][ver]
+			fields := all[name][ver]
 			where := fmt.Sprintf("model %s version %s", name, ver)
 			for _, key := range sortedKeys(fields) {
 				raw := fields[key]
@@ -391,7 +450,7 @@ func parseModelSnapshot(v string) ([]TorchServeModel, []IgnoredKey, error) {
 				default:
 					setting, ok := snapshotSettings[key]
 					if !ok {
-						ignored["model_snapshot: "+key] = true
+						ignored[from+": "+key] = true
 						continue
 					}
 					var n int64
@@ -407,17 +466,27 @@ func parseModelSnapshot(v string) ([]TorchServeModel, []IgnoredKey, error) {
 					}
 				}
 			}
-			if m.MarName == "" {
-				return nil, nil, fmt.Errorf("%s: no marName", where)
-			}
 			models = append(models, m)
 		}
 	}
 	var out []IgnoredKey
 	for _, k := range sortedKeys(ignored) {
-		out = append(out, IgnoredKey{k, "not a setting torchd takes from a snapshot"})
+		out = append(out, IgnoredKey{k, "not a per-model setting torchd takes"})
 	}
 	return models, out, nil
+}
+
+// PerModel is the models key's settings of one version (core.Options.PerModel): its workers
+// only for a start-up model, as TorchServe applies them only to load_models.
+func (ts *TorchServeConfig) PerModel(name, version string, startup bool) archive.Settings {
+	if ts == nil {
+		return archive.Settings{}
+	}
+	s := ts.PerModelSettings[name][version]
+	if !startup {
+		s.MinWorkers, s.MaxWorkers = archive.Tunable[int]{}, archive.Value[int]{}
+	}
+	return s
 }
 
 // snapshotSettings are the model_snapshot fields torchd takes, by their torchd setting; the

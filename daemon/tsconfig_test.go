@@ -130,3 +130,63 @@ func TestTorchServeConfigMalformed(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// The models key gives per-model settings by name and archive version, read by the code that
+// reads model_snapshot's; its workers apply only to start-up models, as in TorchServe.
+func TestTorchServeConfigModelsKey(t *testing.T) {
+	props := "load_models=noop.mar\n" + `models={"noop": {"1.0": {"defaultVersion": true, "marName": "noop.mar", "minWorkers": 1, "maxWorkers": 2, "batchSize": 4, "maxBatchDelay": 100, "responseTimeout": 120, "parallelLevel": 2}}}` + "\n"
+	c, err := LoadConfig([]string{"--ts-config", writeProperties(t, props)}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := archive.Settings{MinWorkers: archive.Fixed(1), MaxWorkers: archive.Of(2), BatchSize: archive.Fixed(4),
+		MaxBatchDelay: archive.Fixed(100 * time.Millisecond), ResponseTimeout: archive.Of(120 * time.Second)}
+	if got := c.TorchServe.PerModel("noop", "1.0", true); got != want {
+		t.Errorf("start-up noop 1.0: %+v\nwant %+v", got, want)
+	}
+	want.MinWorkers, want.MaxWorkers = archive.Tunable[int]{}, archive.Value[int]{}
+	if got := c.TorchServe.PerModel("noop", "1.0", false); got != want {
+		t.Errorf("registered noop 1.0: %+v\nwant %+v", got, want)
+	}
+	if got := c.TorchServe.PerModel("noop", "2.0", true); got != (archive.Settings{}) {
+		t.Errorf("noop 2.0 is not in the key: %+v", got)
+	}
+	if got := (*TorchServeConfig)(nil).PerModel("noop", "1.0", true); got != (archive.Settings{}) {
+		t.Errorf("no config.properties: %+v", got)
+	}
+	var ignored []string
+	for _, k := range c.TorchServe.Ignored {
+		ignored = append(ignored, k.Key)
+	}
+	if strings.Join(ignored, ",") != "models: parallelLevel,models: defaultVersion,models: marName" {
+		t.Errorf("ignored %v", ignored)
+	}
+	for props, want := range map[string]string{
+		"models={\"noop\"\n":                                  "key models: want {\"model\":{\"version\":{\"batchSize\":4,…}}} in JSON",
+		`models={"noop":{"1.0":{"batchSize":0}}}` + "\n":      "key models: model noop version 1.0: batchSize: must be an integer >= 1, got 0",
+		`models={"noop":{"1.0":{"minWorkers":"one"}}}` + "\n": `key models: model noop version 1.0: minWorkers: want an integer, got "one"`,
+		`models={"noop":["1.0"]}` + "\n":                      "key models: want",
+	} {
+		if _, err := LoadConfig([]string{"--ts-config", writeProperties(t, props)}, envOf(nil)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", props, err, want)
+		}
+	}
+}
+
+// metrics_mode=log names ts_metrics.log where TorchServe writes it: $METRICS_LOCATION, else logs/.
+func TestTorchServeConfigMetricsLog(t *testing.T) {
+	p := writeProperties(t, "metrics_mode=log\n")
+	for env, want := range map[string]string{"": filepath.Join("logs", "ts_metrics.log"), "/var/log/ts": "/var/log/ts/ts_metrics.log"} {
+		c, err := LoadConfig([]string{"--ts-config", p}, envOf(map[string]string{"METRICS_LOCATION": env}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.TorchServe.MetricsLog != want || len(c.TorchServe.Ignored) != 0 {
+			t.Errorf("METRICS_LOCATION=%q: %q, ignored %+v; want %q", env, c.TorchServe.MetricsLog, c.TorchServe.Ignored, want)
+		}
+	}
+	c, err := LoadConfig([]string{"--ts-config", writeProperties(t, "metrics_mode=prometheus\n")}, envOf(nil))
+	if err != nil || c.TorchServe.MetricsLog != "" {
+		t.Errorf("metrics_mode=prometheus: %v %+v", err, c.TorchServe)
+	}
+}

@@ -120,6 +120,10 @@ func TestTorchServeMetrics(t *testing.T) {
 	for range bad {
 		do(t, "POST", s.inf+"/predictions/digits", "image/png", []byte("garbage"))
 	}
+	// One request names its version: TorchServe labels it so, and the others "default".
+	if r := do(t, "POST", s.inf+"/predictions/digits/1.0", "image/png", png[0]); r.status != 200 {
+		t.Fatalf("predict 1.0: %d", r.status)
+	}
 	do(t, "GET", s.mgmt+"/models/nope", "", nil)                            // 404
 	do(t, "POST", s.mgmt+"/models?url=slow.mar&startup_timeout=0", "", nil) // 500
 
@@ -130,7 +134,7 @@ func TestTorchServeMetrics(t *testing.T) {
 		t.Fatalf("exposition does not parse: %v\n%s", err, r.body)
 	}
 	host := map[string]string{"Level": "Host"}
-	for name, want := range map[string]float64{"Requests2XX": 1 + ok, "Requests4XX": bad + 1, "Requests5XX": 1} {
+	for name, want := range map[string]float64{"Requests2XX": 1 + ok + 1, "Requests4XX": bad + 1, "Requests5XX": 1} {
 		m := findMetric(t, fams, name, host)
 		if v := m.GetCounter().GetValue(); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
@@ -163,12 +167,11 @@ func TestTorchServeMetrics(t *testing.T) {
 	}
 
 	// TorchServe's own test (test/pytest/test_metrics.py) reads the text with these patterns,
-	// which its Java client's form meets: a comma after the last label, a decimal point. Its
-	// model_version is "default" for a request that named none; torchd's is the version that
-	// answered.
+	// which its Java client's form meets: a comma after the last label, a decimal point.
 	for _, pat := range []string{
 		`TYPE Requests2XX counter`, `Requests2XX\{Level="Host",Hostname=".+",\} \d+\.\d+`,
 		`TYPE ts_inference_requests_total counter`, `ts_inference_requests_total\{model_name="digits",model_version="1.0",hostname=".+",\} \d+\.\d+`,
+		`ts_inference_requests_total\{model_name="digits",model_version="default",hostname=".+",\} \d+\.\d+`,
 		`TYPE ts_inference_latency_microseconds counter`, `ts_inference_latency_microseconds\{model_name="digits",model_version="1.0",hostname=".+",\} \d+\.\d+`,
 		`TYPE ts_queue_latency_microseconds counter`, `ts_queue_latency_microseconds\{model_name="digits",model_version="1.0",hostname=".+",\} \d+\.\d+`,
 		`TYPE QueueTime gauge`, `QueueTime\{Level="Host",Hostname=".+",\} \d+\.\d+`,
@@ -183,6 +186,17 @@ func TestTorchServeMetrics(t *testing.T) {
 		if n := len(regexp.MustCompile(pat).FindAllIndex(r.body, -1)); n != 1 {
 			t.Errorf("TorchServe's pattern %s matches %d times, want 1", pat, n)
 		}
+	}
+	// TorchServe's series split by what the request named; torchd's own count the version
+	// that answered.
+	for version, want := range map[string]float64{"1.0": 1, "default": ok + bad} {
+		m := findMetric(t, fams, "ts_inference_requests_total", map[string]string{"model_name": "digits", "model_version": version})
+		if v := m.GetCounter().GetValue(); v != want {
+			t.Errorf("ts_inference_requests_total{model_version=%q} = %v, want %v", version, v, want)
+		}
+	}
+	if findMetric(t, fams, "torchd_requests_total", map[string]string{"model": "digits", "version": "1.0", "code": "200"}).GetCounter().GetValue() != ok+1 {
+		t.Errorf("torchd_requests_total{version=\"1.0\",code=\"200\"} is not every answered request")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -97,6 +98,97 @@ func TestTorchServeLayoutKServe(t *testing.T) {
 		if r.status != 200 || resp.ModelName != "mnist" || len(resp.Outputs) != 1 || len(resp.Outputs[0].Data) != 1 || top1(resp.Outputs[0].Data[0]) != labels[i] {
 			t.Errorf("v2 digit %d: %d %s, want top-1 %q", i, r.status, r.body, labels[i])
 		}
+	}
+}
+
+// config.properties' models key sets a load_models model's workers and batching by its name
+// and archive version, above default_workers_per_model, as TorchServe's; a registration through
+// the API takes the key's batching and not its workers.
+func TestTorchServeLayoutModelsKey(t *testing.T) {
+	props := "load_models=mnist=mnist.mar\ndefault_workers_per_model=3\n" +
+		`models={"mnist": {"1.0": {"defaultVersion": true, "marName": "mnist.mar", "minWorkers": 1, "maxWorkers": 2, "batchSize": 4, "maxBatchDelay": 100, "responseTimeout": 90}}}` + "\n"
+	root := torchServeTree(t, props, map[string]string{"mnist.mar": filepath.Join(store, "digits.mar")})
+	s := startServer(t, "--ts-config", filepath.Join(root, "config", "config.properties"), "--model-store", filepath.Join(root, "model-store"))
+	s.waitHealthy(t)
+	type described struct {
+		ModelVersion string `json:"modelVersion"`
+		BatchSize    int    `json:"batchSize"`
+		MaxBatchDel  int    `json:"maxBatchDelay"`
+		MinWorkers   int    `json:"minWorkers"`
+		MaxWorkers   int    `json:"maxWorkers"`
+		RespTimeout  int    `json:"responseTimeout"`
+	}
+	var desc []described
+	do(t, "GET", s.mgmt+"/models/mnist", "", nil).json(t, &desc)
+	if want := (described{"1.0", 4, 100, 1, 2, 90}); len(desc) != 1 || desc[0] != want {
+		t.Fatalf("mnist as the models key sets it: %+v, want %+v", desc, want)
+	}
+	pngs, labels := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/mnist", "image/png", pngs[0]); r.status != 200 || top1(r.body) != labels[0] {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+
+	if r := do(t, "DELETE", s.mgmt+"/models/mnist/1.0", "", nil); r.status != 200 {
+		t.Fatalf("unregister: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.mgmt+"/models?url=mnist.mar&model_name=mnist&initial_workers=1&synchronous=true", "", nil); r.status != 200 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	desc = nil
+	do(t, "GET", s.mgmt+"/models/mnist", "", nil).json(t, &desc)
+	if len(desc) != 1 || desc[0].BatchSize != 4 || desc[0].MaxBatchDel != 100 || desc[0].RespTimeout != 90 || desc[0].MinWorkers != 1 || desc[0].MaxWorkers == 2 {
+		t.Errorf("mnist registered through the API: %+v, want the key's batching and response timeout, and not its max workers", desc)
+	}
+}
+
+// metrics_mode=log writes TorchServe's frontend metrics to $METRICS_LOCATION/ts_metrics.log
+// in TorchServe's log form, one line per update, beside the metrics port's.
+func TestTorchServeLayoutMetricsLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "metrics")
+	t.Setenv("METRICS_LOCATION", dir)
+	root := torchServeTree(t, "metrics_mode=log\nload_models=mnist=mnist.mar\n", map[string]string{"mnist.mar": filepath.Join(store, "digits.mar")})
+	s := startServer(t, "--ts-config", filepath.Join(root, "config", "config.properties"), "--model-store", filepath.Join(root, "model-store"))
+	s.waitHealthy(t)
+	pngs, _ := heldOut(t)
+	for _, path := range []string{"/predictions/mnist", "/predictions/mnist/1.0"} {
+		if r := do(t, "POST", s.inf+path, "image/png", pngs[0]); r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+	do(t, "POST", s.inf+"/predictions/mnist", "image/png", []byte("garbage")) // 400
+	b, err := os.ReadFile(filepath.Join(dir, "ts_metrics.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := regexp.QuoteMeta(hostname(t))
+	line := func(metric string) *regexp.Regexp {
+		return regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{3} - ` + metric + `\|#hostname:` + host + `,timestamp:\d{10}$`)
+	}
+	for pat, want := range map[string]int{
+		`Requests2XX\.Count:1\.0\|#Level:Host`:                                                            2,
+		`Requests4XX\.Count:1\.0\|#Level:Host`:                                                            1,
+		`ts_inference_requests_total\.Count:1\.0\|#model_name:mnist,model_version:default`:                2,
+		`ts_inference_requests_total\.Count:1\.0\|#model_name:mnist,model_version:1\.0`:                   1,
+		`ts_inference_latency_microseconds\.Microseconds:\d+\.0\|#model_name:mnist,model_version:default`: 2,
+		`ts_queue_latency_microseconds\.Microseconds:\d+\.0\|#model_name:mnist,model_version:1\.0`:        1,
+		`WorkerThreadTime\.Milliseconds:[0-9.E-]+\|#Level:Host`:                                           2,
+	} {
+		// /ping's answers count in Requests2XX, and warm-up batches in WorkerThreadTime.
+		if n := len(line(pat).FindAll(b, -1)); n != want && !(n > want && (strings.HasPrefix(pat, "Requests2XX") || strings.HasPrefix(pat, "WorkerThreadTime"))) {
+			t.Errorf("%d lines match %s, want %d; ts_metrics.log:\n%s", n, pat, want, b)
+		}
+	}
+
+	// A ts_metrics.log that cannot be made stops the start, with the file named.
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(torchdBin, "serve", "--ts-config", filepath.Join(root, "config", "config.properties"), "--model-store", filepath.Join(root, "model-store"))
+	cmd.Env = append(os.Environ(), "METRICS_LOCATION="+notDir)
+	out, err := cmd.CombinedOutput()
+	if want := "metrics_mode=log: " + filepath.Join(notDir, "ts_metrics.log") + ": not a directory"; err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("METRICS_LOCATION a file: %v, %s\nwant %q", err, out, want)
 	}
 }
 
