@@ -196,6 +196,8 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 		t.Errorf("at c=1 requests waited for company: %d requests in %d batches, then %d in %d", p1.requests, p1.batches, p1b.requests, p1b.batches)
 	}
 	a := s.autoDescribe(t, "digits_tensor").AutoBatching
+	// The curve measured at registration sets the limits the probes start from.
+	t.Logf("curve (%s): %+v, batch limit at most %d", a.CurveSource, a.Curve, a.MaxBatch)
 	// At c=1 the batch limit stays (a change there may stop lingering, if the c=64 phase
 	// left the batches lingering, or change the threads), or returns to what the first c=1
 	// phase left (the load level's memory: c=64 may have set another limit).
