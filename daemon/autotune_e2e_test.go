@@ -123,14 +123,19 @@ func TestAutoBatching(t *testing.T) {
 }
 
 // A load shift, c=1 → c=64 → c=1, with automatic batching and no latency target: at c=1
-// every request runs alone at once (no linger) and the batch limit does not move (the
-// threads may: they are probed at any load); at c=64 batches form and the tuner moves the
-// limit only by probes, within its cap; neither the limit nor the threads go back and forth
-// (at most one reversal of direction over the whole test). Throughput per 500 ms, the time
-// to recover and every change are logged.
+// every request runs alone at once (no linger) and the batch limit does not move; at c=64
+// batches form and the tuner moves the limit only by probes, within its cap; the limit does
+// not go back and forth (at most one reversal of direction over the whole test). Throughput
+// per 500 ms, the time to recover and every change are logged.
+//
+// One intra-op thread: on a machine busy with other tests (go test runs packages side by
+// side), a forward whose kernels use two threads waits for the one not running, about a
+// scheduler slice (14 ms for every batch of 4 to 16 in one run, 0.14 ms for batch 1): the
+// curve then truly favours batch 1 at two threads, and the starting limit is 1. The thread
+// probes are TestTunerThreads' (tuner/).
 func TestAutoBatchingLoadShift(t *testing.T) {
 	s := startServer(t, "--access-log=false")
-	s.register(t, "url=digits_tensor.mar&initial_workers=1&batch_size=auto&max_batch_delay=auto")
+	s.register(t, "url=digits_tensor.mar&initial_workers=1&batch_size=auto&max_batch_delay=auto&threads=1")
 	body, _ := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
 	type phaseResult struct {
 		perWindow            []int64
@@ -199,8 +204,8 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 	// The curve measured at registration sets the limits the probes start from.
 	t.Logf("curve (%s): %+v, batch limit at most %d", a.CurveSource, a.Curve, a.MaxBatch)
 	// At c=1 the batch limit stays (a change there may stop lingering, if the c=64 phase
-	// left the batches lingering, or change the threads), or returns to what the first c=1
-	// phase left (the load level's memory: c=64 may have set another limit).
+	// left the batches lingering), or returns to what the first c=1 phase left (the load
+	// level's memory: c=64 may have set another limit).
 	limit := p1.startLimit
 	for _, h := range a.History {
 		at1 := !h.At.Before(p1.from) && !h.At.After(p1.to) || !h.At.Before(p1b.from) && !h.At.After(p1b.to)
@@ -254,14 +259,11 @@ func TestAutoBatchingLoadShift(t *testing.T) {
 	if reversals > 1 {
 		t.Errorf("the limit went back and forth: %v", limits)
 	}
-	threads := []int{runtime.GOMAXPROCS(0)}
+	// threads=1 at registration is the user's: the tuner keeps it.
 	for _, h := range a.History {
-		if h.Threads > 0 && h.Threads != threads[len(threads)-1] {
-			threads = append(threads, h.Threads)
+		if h.Threads > 0 && h.Threads != 1 {
+			t.Errorf("the tuner set %d threads over threads=1 (%s)", h.Threads, h.Reason)
 		}
-	}
-	if len(threads) > 3 {
-		t.Errorf("the threads went back and forth: %v", threads)
 	}
 }
 

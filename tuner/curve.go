@@ -15,7 +15,7 @@ const (
 	startFrac = 0.8
 
 	curveBudget   = 5 * time.Second        // the most a curve measurement may take
-	curveCheap    = 500 * time.Millisecond // a first pass this short measures on to maxBatch
+	curveCheap    = 500 * time.Millisecond // a first pass whose forwards cost this little (at their fastest) measures on to maxBatch
 	curveRefine   = time.Second            // more passes while the passes together fit in this
 	curveMaxBatch = 64
 )
@@ -122,9 +122,12 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 // fastest of at least three timed ones (up to 30 ms of them, at most 50, for a fast model):
 // the minimum is what the model costs, and noise only ever adds to it. The pass stops at
 // maxBatch, when a forward alone breaks the latency target, when the next (twice as long)
-// forwards would pass the budget, or, once the pass has taken curveCheap, when throughput has
-// stopped growing twice: a cheap model is measured to maxBatch, since its throughput may dip
-// and rise again (a kernel library may pick a slower path for one batch size).
+// forwards would pass the budget, or, once the pass's forwards have cost curveCheap, when
+// throughput has stopped growing twice: a cheap model is measured to maxBatch, since its
+// throughput may dip and rise again (a kernel library may pick a slower path for one batch
+// size, and on a busy machine the batches whose kernels use several threads wait for the
+// thread that is not running). Their cost is their count times the fastest: the time the pass
+// takes on the machine, busy with other work, would stop a cheap model's pass at the dip.
 // Then more passes time every measured size again, each size keeping its fastest: a
 // disturbance of the machine (another process, a model loading next to it) lasts a moment,
 // and interleaved passes keep it from skewing one size against the others. Passes go on
@@ -137,38 +140,42 @@ func measureCurve(h handlers.Handler, m torch.Model, sample *handlers.Sample, th
 		start := time.Now()
 		var batches [][]*handlers.Sample
 		var best []time.Duration
-		// timeBatch runs skip untimed forwards and then timed ones, and returns the fastest.
-		timeBatch := func(batch []*handlers.Sample, skip int) time.Duration {
+		// timeBatch runs skip untimed forwards and then timed ones, and returns the fastest
+		// and how many forwards it ran.
+		timeBatch := func(batch []*handlers.Sample, skip int) (time.Duration, int) {
 			fastest := time.Duration(math.MaxInt64)
 			var spent time.Duration
-			for i := 0; i < skip+3 || (spent < 30*time.Millisecond && i < skip+50); i++ {
+			i := 0
+			for ; i < skip+3 || (spent < 30*time.Millisecond && i < skip+50); i++ {
 				t0 := time.Now()
 				if _, err = handlers.Infer(h, m, batch); err != nil {
-					return 0
+					return 0, i
 				}
 				if d := time.Since(t0); i >= skip {
 					fastest, spent = min(fastest, d), spent+d
 				}
 			}
-			return fastest
+			return fastest, i
 		}
 		flat, top := 0, 0.0
+		var cost time.Duration // the pass's forwards, each at the fastest of its size
 		for b := 1; b <= maxBatch; b *= 2 {
 			batch := make([]*handlers.Sample, b)
 			for i := range batch {
 				batch[i] = sample
 			}
-			d := timeBatch(batch, 2)
+			d, n := timeBatch(batch, 2)
 			if err != nil {
 				return
 			}
+			cost += time.Duration(n) * d
 			batches, best = append(batches, batch), append(best, d)
 			if rate := float64(b) / d.Seconds(); rate < 1.03*top {
 				flat++
 			} else {
 				flat, top = 0, rate
 			}
-			if flat >= 2 && time.Since(start) > curveCheap || (target > 0 && d > target) || time.Since(start)+10*d > curveBudget {
+			if flat >= 2 && cost > curveCheap || (target > 0 && d > target) || time.Since(start)+10*d > curveBudget {
 				break
 			}
 		}
@@ -181,7 +188,7 @@ func measureCurve(h handlers.Handler, m torch.Model, sample *handlers.Sample, th
 		}
 		for n := 1; time.Since(start)+pass <= curveRefine || n == 1 && time.Since(start)+again <= curveBudget; n++ {
 			for i, batch := range batches {
-				d := timeBatch(batch, 1)
+				d, _ := timeBatch(batch, 1)
 				if err != nil {
 					return
 				}
