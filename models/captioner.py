@@ -59,7 +59,9 @@ MAX_LEN = 12  # the longest caption is 8 words + EOS
 TRAIN_LEN = 9  # teacher forcing needs no steps past the longest caption's EOS
 TRAIN, HELDOUT = 12000, 300
 MIN_ACCURACY = 0.90
-EPOCHS = 8
+# 5 epochs (about 16 s each on CI's two cores): held-out exact match 0.9967 where 8 gave
+# 1.0000, against MIN_ACCURACY, which the tests assert too.
+EPOCHS = 5
 BATCH = 64
 
 
