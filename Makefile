@@ -54,7 +54,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: handler-runtime proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -235,32 +235,54 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
-# Tests use the zoo in models/out; they run once plainly and the binding once more under
-# cgocheck2, which checks every Go pointer that crosses into C. deploy/validate is its own
-# module (k8s.io/api stays out of go.mod): it decodes the Kubernetes and KServe manifests
-# strictly into the upstream types. bench-smoke runs the benchmark harness once, briefly
-# (30-50 s): it checks that the harness works, not the speed. The daemon's end-to-end tests
-# take about 6 minutes alone and more on a loaded machine: go test's 10-minute default would
-# be a timing threshold, so the limit is wide.
+# Tests use the zoo in models/out. Every test runs once, in the strictest mode that covers it:
+# the race detector's packages (RACE_PKGS) and the daemon's tests that drive the front-ends
+# concurrently (RACE_DAEMON) under -race, the binding (./torch/) under cgocheck2, which checks
+# every Go pointer that crosses into C, and the rest plainly. ./handlers/ runs plainly too:
+# its accuracy gates skip under -race (forwards, which the detector does not see).
+# deploy/validate is its own module (k8s.io/api stays out of go.mod): it decodes the
+# Kubernetes and KServe manifests strictly into the upstream types. bench-smoke runs the
+# benchmark harness once, briefly (30-50 s): it checks that the harness works, not the speed.
 #
-# The race detector runs over the serving core, the Triton repository, the tuner, the codecs,
-# the client, the archives and the handlers (RACE_PKGS, about 3 minutes), then over
-# RACE_DAEMON, the daemon's tests that drive the front-ends concurrently (about 2 minutes):
-# under -race the daemon's tests build torchd with -race too, and fail on any race the server
-# reports. The rest of the daemon's tests would take them over 20 minutes under -race for
-# little more: their servers run the same code, and the forwards are C++, which the detector
-# does not see.
+# On CI's two cores the time goes to the zoo (about 9 minutes), the daemon's end-to-end tests
+# (6-8 minutes) and pip. So after setup's packages the prerequisites build two at a time (the
+# venvs' downloads overlap the compiles and the training; handler-runtime's pip comes after
+# the zoo, whose scripts run in the venv it installs into), and the daemon's plain tests run
+# beside a second lane: the other packages plainly, the race packages, the binding under
+# cgocheck2, one package at a time (-p 1). In a plain `go test ./...` the other packages took
+# about 3.5 of the daemon's 9 minutes and left the second core's slot empty after; the lane
+# fills it, and no more than two packages' tests run at once, as there. The daemon's tests
+# take about 6 minutes alone and more on a loaded machine: go test's 10-minute default would
+# be a timing threshold, so the limits are wide.
+#
+# Under -race the daemon's tests build torchd with -race too, and fail on any race the server
+# reports; they run after the lanes, alone (about 2.5 minutes). The rest of the daemon's tests
+# would take over 20 minutes under -race for little more: their servers run the same code,
+# and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
-test: setup lib models handler-runtime vet lint-docker pyclients pyclients-http
-	$(GO) test -count=1 -timeout 40m ./...
-	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+TEST_PREREQS := lib models vet lint-docker pyclients pyclients-http
+# The packages tested plainly: all but the daemon, the binding and the race packages
+# (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
+MODULE      := github.com/torchd/torchd
+PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
+test: setup
+	$(MAKE) -j2 $(TEST_PREREQS)
+	$(MAKE) handler-runtime
+	$(MAKE) -j2 test-daemon test-packages
 	$(GO) test -race -count=1 -timeout 20m -run '$(RACE_DAEMON)' ./daemon/
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd internal/otelcol && $(GO) vet ./...
-	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 	$(MAKE) fuzz FUZZTIME=50000x
 	$(MAKE) bench-smoke
+
+# The two lanes of make test (run them through it: they assume its prerequisites).
+test-daemon:
+	$(GO) test -count=1 -timeout 40m -skip '$(RACE_DAEMON)' ./daemon/
+test-packages:
+	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
+	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
+	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
 
 # The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
 # the peer clients the gRPC end-to-end tests drive (Triton's tritonclient, TorchServe's stubs
