@@ -249,9 +249,9 @@ vet:
 # venvs' downloads overlap the compiles and the training; handler-runtime's pip comes after
 # the zoo, whose scripts run in the venv it installs into), and the daemon's plain tests run
 # beside a second lane: the other packages plainly, the race packages, the binding under
-# cgocheck2, one package at a time (-p 1). In a plain `go test ./...` the other packages took
-# about 3.5 of the daemon's 9 minutes and left the second core's slot empty after; the lane
-# fills it, and no more than two packages' tests run at once, as there. The daemon's tests
+# cgocheck2, one package at a time (-p 1), then the fuzz targets. In a plain `go test ./...`
+# the other packages took about 3.5 of the daemon's 9 minutes and left the second core's slot
+# empty after; the lane fills it. The daemon's tests
 # take about 6 minutes alone and more on a loaded machine: go test's 10-minute default would
 # be a timing threshold, so the limits are wide.
 #
@@ -273,7 +273,6 @@ test: setup
 	$(GO) test -race -count=1 -timeout 20m -run '$(RACE_DAEMON)' ./daemon/
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd internal/otelcol && $(GO) vet ./...
-	$(MAKE) fuzz FUZZTIME=50000x
 	$(MAKE) bench-smoke
 
 # The two lanes of make test (run them through it: they assume its prerequisites).
@@ -283,6 +282,7 @@ test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
+	$(MAKE) fuzz FUZZTIME=50000x
 
 # The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
 # the peer clients the gRPC end-to-end tests drive (Triton's tritonclient, TorchServe's stubs
