@@ -309,22 +309,42 @@ func TestEmbeddingsErrors(t *testing.T) {
 }
 
 // A full queue answers 503 in OpenAI's shape, type server_error, with Retry-After: one
-// request of many long texts holds the only worker, a second takes the queue's one place.
+// request of many long texts holds the only worker (describe shows it busy), a second takes
+// the queue's one place (describe shows it pending). The texts need only outlast the second
+// request's arrival and the third's answer; forty-eight took 30-50 s of a loaded CI machine.
 func TestEmbeddingsQueueFull(t *testing.T) {
 	s := startServer(t, "--job-queue-size", "1")
 	s.register(t, "url=minilm.mar&batch_size=1&initial_workers=1&synchronous=true")
-	long := make([]string, 48)
+	long := make([]string, 16)
 	for i := range long {
 		long[i] = strings.Repeat(fmt.Sprintf("sentence %d keeps the worker busy. ", i), 40)
 	}
+	state := func() (busy bool, pending int) {
+		var d []struct {
+			Workers []struct {
+				Status string `json:"status"`
+			} `json:"workers"`
+			JobQueueStatus struct {
+				PendingRequests int `json:"pendingRequests"`
+			} `json:"jobQueueStatus"`
+		}
+		do(t, "GET", s.mgmt+"/models/minilm", "", nil).json(t, &d)
+		if len(d) != 1 || len(d[0].Workers) != 1 {
+			t.Fatalf("describe: %+v, want one version with one worker", d)
+		}
+		return d[0].Workers[0].Status == "BUSY", d[0].JobQueueStatus.PendingRequests
+	}
 	done := make(chan response, 2)
-	for range 2 {
+	send := func() {
 		go func() {
 			b, _ := json.Marshal(map[string]any{"model": "minilm", "input": long})
 			done <- do(t, "POST", s.inf+"/v1/embeddings", "application/json", b)
 		}()
-		time.Sleep(300 * time.Millisecond)
 	}
+	send()
+	waitFor(t, time.Minute, "the first request in the worker", func() bool { busy, _ := state(); return busy })
+	send()
+	waitFor(t, time.Minute, "the second request in the queue", func() bool { _, n := state(); return n == 1 })
 	r := do(t, "POST", s.inf+"/v1/embeddings", "application/json", []byte(`{"model": "minilm", "input": "one more"}`))
 	var e struct {
 		Error map[string]any `json:"error"`
