@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
 	"github.com/valyala/fasthttp"
 )
@@ -79,7 +80,7 @@ var openAIStatuses = []struct {
 	{core.ErrNoWorker, 503},
 	{core.ErrUnregistered, 503},
 	{core.ErrDeadline, 504},
-	{core.ErrClientGone, statusClientClosed},
+	{core.ErrClientGone, frontend.StatusClientClosed},
 	{core.ErrInference, 500},
 	{core.ErrControlOff, 503},
 }
@@ -110,9 +111,9 @@ func openAIAnswer(ctx *fasthttp.RequestCtx, model string, err error) {
 	}
 }
 
-func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ params) {
-	c := restCall(ctx)
-	d.traceREST(ctx, &c, "openai", "/v1/embeddings")
+func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	c := frontend.RESTCall(ctx)
+	frontend.TraceREST(d.tracer, ctx, &c, "openai", "/v1/embeddings")
 	var req embeddingsRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
 		openAIError(ctx, 400, "", "", fmt.Sprintf("the body must be a JSON object: %v", err))

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/torchd/torchd/frontend"
 	pb "github.com/torchd/torchd/proto/inference"
 )
 
@@ -44,7 +45,7 @@ func (s *oipService) LogSettings(_ context.Context, r *pb.LogSettingsRequest) (*
 	}
 	if len(r.GetSettings()) > 0 {
 		if err := s.d.SetLogSettings(in); err != nil {
-			return nil, grpcError(err)
+			return nil, frontend.GRPCError(err)
 		}
 	}
 	cur := s.d.LogSettings()

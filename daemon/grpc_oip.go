@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
 )
@@ -52,7 +53,7 @@ func (s *oipService) ServerMetadata(context.Context, *pb.ServerMetadataRequest) 
 	if s.d.integerVersions() {
 		ext = append(slices.Clip(ext), "statistics")
 	}
-	return &pb.ServerMetadataResponse{Name: "torchd", Version: Version, Extensions: ext}, nil
+	return &pb.ServerMetadataResponse{Name: "torchd", Version: frontend.Version, Extensions: ext}, nil
 }
 
 // integerVersions reports whether every loaded model version is an integer.
@@ -71,7 +72,7 @@ func (d *Daemon) integerVersions() bool {
 func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
 	md, err := s.d.modelMetadata(r.GetName(), r.GetVersion())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	tensors := func(ts []oip.MetadataTensor) []*pb.ModelMetadataResponse_TensorMetadata {
 		out := make([]*pb.ModelMetadataResponse_TensorMetadata, len(ts))
@@ -86,7 +87,7 @@ func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest
 func (s *oipService) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
 	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	return &pb.ModelConfigResponse{Config: servedConfig(v)}, nil
 }
@@ -101,7 +102,7 @@ func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.Mo
 	decode := func(*ModelVersion, []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
 		return oip.DecodeInferRequest(r)
 	}
-	err := d.v2Serve(d.grpcCall(ctx), r.GetModelName(), r.GetModelVersion(), decode, func(_ *ModelVersion, ans v2Answer) error {
+	err := d.v2Serve(frontend.GRPCCall(ctx), r.GetModelName(), r.GetModelVersion(), decode, func(_ *ModelVersion, ans v2Answer) error {
 		outTensors := ans.outs
 		if ans.envelope {
 			t, err := oip.JSONTensor(ans.resp.Outputs[0])
@@ -115,7 +116,7 @@ func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.Mo
 		return err
 	})
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	return resp, nil
 }
@@ -173,7 +174,7 @@ func (s *oipService) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStream
 func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
 	all, err := s.d.Registry.Statistics(r.GetName(), r.GetVersion())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	dur := func(x core.StatDuration) *pb.StatisticDuration {
 		return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns}
@@ -206,7 +207,7 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 		// A Triton model repository (--model-repository): its index, as REST's.
 		idx, err := s.d.Repository.Index(r.GetReady())
 		if err != nil {
-			return nil, grpcError(err)
+			return nil, frontend.GRPCError(err)
 		}
 		for _, m := range idx {
 			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: m.Name, Version: m.Version, State: m.State, Reason: m.Reason})
@@ -253,7 +254,7 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 		config = []byte(p.GetStringParam())
 	}
 	if err := s.d.repositoryLoad(r.GetModelName(), config); err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	return &pb.RepositoryModelLoadResponse{}, nil
 }
@@ -262,7 +263,7 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 // (repositoryUnload); it takes the management key.
 func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
 	if err := s.d.repositoryUnload(r.GetModelName()); err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	return &pb.RepositoryModelUnloadResponse{}, nil
 }

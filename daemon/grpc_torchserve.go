@@ -14,6 +14,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
@@ -35,7 +36,7 @@ func (s *tsInferenceService) Ping(context.Context, *emptypb.Empty) (*tspb.TorchS
 	if s.d.startupDone() && s.d.Registry.Healthy() {
 		health = "Healthy"
 	}
-	return &tspb.TorchServeHealthResponse{Health: string(statusBody(health))}, nil
+	return &tspb.TorchServeHealthResponse{Health: string(frontend.StatusBody(health))}, nil
 }
 
 func (s *tsInferenceService) Predictions(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
@@ -46,7 +47,7 @@ func (s *tsInferenceService) Predictions(ctx context.Context, r *tspb.Prediction
 // entry of input is one payload, in name order, through the model's handler. stream, when
 // set, takes a streaming handler's parts (StreamPredictions, stream.go).
 func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest, stream func(handlers.Response)) (*tspb.PredictionResponse, error) {
-	c := d.grpcCall(ctx)
+	c := frontend.GRPCCall(ctx)
 	md, _ := metadata.FromIncomingContext(ctx)
 	res, err := d.Registry.Serve(&core.Request{Model: r.GetModelName(), Version: r.GetModelVersion(), Call: c,
 		Decode: func(*ModelVersion) (core.Input, error) {
@@ -78,7 +79,7 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest, stre
 			return core.Input{Payloads: req}, nil
 		}})
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	out := &tspb.PredictionResponse{Prediction: res.Response.Body}
 	if r.SequenceId != nil {
@@ -105,9 +106,9 @@ func checkModel(name, version string) error {
 // answer is a management call's answer: v as REST's JSON body in msg, or err's gRPC status.
 func answer(v any, err error) (*tspb.ManagementResponse, error) {
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
-	b, err := jsonBody(v)
+	b, err := frontend.JSONBody(v)
 	if err != nil {
 		return nil, status.Error(codes.Internal, "response encoding failed")
 	}
@@ -144,10 +145,10 @@ func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterM
 		"initial_workers": r.GetInitialWorkers(), "response_timeout": r.GetResponseTimeout(),
 		"startup_timeout": r.GetStartupTimeout()}
 	if err := registrationSettings(p, s.d.log, &reg.Settings); err != nil {
-		return nil, grpcError(err)
+		return nil, frontend.GRPCError(err)
 	}
 	done, err := s.d.mgmt.Register(reg)
-	return answer(statusOf(done.Message()), err)
+	return answer(frontend.StatusOf(done.Message()), err)
 }
 
 func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorkerRequest) (*tspb.ManagementResponse, error) {
@@ -162,7 +163,7 @@ func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorker
 		sc.Max = archive.Of(int(n))
 	}
 	done, err := s.d.mgmt.Scale(sc)
-	return answer(statusOf(done.Message()), err)
+	return answer(frontend.StatusOf(done.Message()), err)
 }
 
 func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRequest) (*tspb.ManagementResponse, error) {
@@ -173,7 +174,7 @@ func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRe
 		return nil, err
 	}
 	err := s.d.mgmt.SetDefault(r.GetModelName(), r.GetModelVersion())
-	return answer(statusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
+	return answer(frontend.StatusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
 }
 
 func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.UnregisterModelRequest) (*tspb.ManagementResponse, error) {
@@ -181,5 +182,5 @@ func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.Unregis
 		return nil, err
 	}
 	err := s.d.mgmt.Unregister(r.GetModelName(), r.GetModelVersion())
-	return answer(statusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
+	return answer(frontend.StatusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
 }

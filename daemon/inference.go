@@ -1,54 +1,51 @@
 package daemon
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
-	"net"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
 	"github.com/valyala/fasthttp"
 )
 
-func (d *Daemon) inferenceRouter() *router {
-	return withDescription("inference", append([]*route{
-		{method: "GET", pattern: "/ping", summary: "Health: 200 once every start-up model is warm, else 500", handle: d.ping},
-		{method: "POST", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
-		{method: "POST", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
-		{method: "PUT", pattern: "/predictions/{model_name}", summary: "Predict with the default version", handle: d.predictRoute},
-		{method: "PUT", pattern: "/predictions/{model_name}/{model_version}", summary: "Predict with a version", handle: d.predictRoute},
-		{method: "POST", pattern: "/explanations/{model_name}", summary: "Integrated Gradients of the target class (image and text classifiers; 501 for other handlers)", handle: d.explain},
-		{method: "POST", pattern: "/explanations/{model_name}/{model_version}", summary: "Integrated Gradients of a version", handle: d.explain},
-		{method: "POST", pattern: "/invocations", summary: "SageMaker-style predict; ?model_name= or the only model", handle: d.invocations},
-		{method: "POST", pattern: "/models/{model_name}/invoke", summary: "SageMaker-style predict", handle: d.predictRoute},
-		{method: "POST", pattern: "/v1/embeddings", summary: "OpenAI-compatible embeddings of a text_embedding model", handle: d.embeddings},
+func (d *Daemon) inferenceRouter() *frontend.Router {
+	return frontend.Describe("inference", append([]*frontend.Route{
+		{Method: "GET", Pattern: "/ping", Summary: "Health: 200 once every start-up model is warm, else 500", Handle: d.ping},
+		{Method: "POST", Pattern: "/predictions/{model_name}", Summary: "Predict with the default version", Handle: d.predictRoute},
+		{Method: "POST", Pattern: "/predictions/{model_name}/{model_version}", Summary: "Predict with a version", Handle: d.predictRoute},
+		{Method: "PUT", Pattern: "/predictions/{model_name}", Summary: "Predict with the default version", Handle: d.predictRoute},
+		{Method: "PUT", Pattern: "/predictions/{model_name}/{model_version}", Summary: "Predict with a version", Handle: d.predictRoute},
+		{Method: "POST", Pattern: "/explanations/{model_name}", Summary: "Integrated Gradients of the target class (image and text classifiers; 501 for other handlers)", Handle: d.explain},
+		{Method: "POST", Pattern: "/explanations/{model_name}/{model_version}", Summary: "Integrated Gradients of a version", Handle: d.explain},
+		{Method: "POST", Pattern: "/invocations", Summary: "SageMaker-style predict; ?model_name= or the only model", Handle: d.invocations},
+		{Method: "POST", Pattern: "/models/{model_name}/invoke", Summary: "SageMaker-style predict", Handle: d.predictRoute},
+		{Method: "POST", Pattern: "/v1/embeddings", Summary: "OpenAI-compatible embeddings of a text_embedding model", Handle: d.embeddings},
 	}, append(d.kserveRoutes(), d.uiRoutes()...)...))
 }
 
-func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if d.startupDone() && d.Registry.Healthy() {
-		writeStatus(ctx, 200, "Healthy")
+		frontend.WriteStatus(ctx, 200, "Healthy")
 		return
 	}
-	writeStatus(ctx, 500, "Unhealthy")
+	frontend.WriteStatus(ctx, 500, "Unhealthy")
 }
 
 // explain answers POST /explanations as TorchServe does: the handler's Integrated Gradients
 // of the target class (a "target" form field or JSON key; 0 by default) for the request's
 // inputs. It is a request like a prediction, in the model's queue and its metrics; a worker
 // runs it alone.
-func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
-	res, err := d.Registry.Serve(&core.Request{Model: p[0], Version: version(p), Call: restCall(ctx), Explain: true,
+func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	res, err := d.Registry.Serve(&core.Request{Model: p[0], Version: version(p), Call: frontend.RESTCall(ctx), Explain: true,
 		Decode: func(*ModelVersion) (core.Input, error) {
 			req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
 			if err != nil {
@@ -58,7 +55,7 @@ func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p params) {
 			return core.Input{Payloads: req, Target: target}, err
 		}})
 	if err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	writeResponse(ctx, res.Response)
@@ -100,12 +97,12 @@ func explainTarget(req *handlers.Request) (int, error) {
 	return target, nil
 }
 
-func (d *Daemon) invocations(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) invocations(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	name := string(ctx.QueryArgs().Peek("model_name"))
 	if name == "" {
 		all := d.Registry.Defaults()
 		if len(all) != 1 {
-			writeError(ctx, 400, "BadRequestException", "Parameter model_name is required.")
+			frontend.WriteError(ctx, 400, "BadRequestException", "Parameter model_name is required.")
 			return
 		}
 		name = all[0].Name
@@ -113,22 +110,22 @@ func (d *Daemon) invocations(ctx *fasthttp.RequestCtx, _ params) {
 	d.predict(ctx, name, "")
 }
 
-func version(p params) string {
+func version(p frontend.Params) string {
 	if len(p) > 1 {
 		return p[1]
 	}
 	return ""
 }
 
-func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	d.predict(ctx, p[0], version(p))
 }
 
 // predict serves a TorchServe prediction: the request's payloads go through the model's
 // handler, and its answer is the response.
 func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
-	c := restCall(ctx)
-	d.traceREST(ctx, &c, "torchserve", "/predictions/{model_name}")
+	c := frontend.RESTCall(ctx)
+	frontend.TraceREST(d.tracer, ctx, &c, "torchserve", "/predictions/{model_name}")
 	if d.mayStream(name, ver) {
 		d.predictStreamed(ctx, c, name, ver)
 		return
@@ -142,7 +139,7 @@ func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 			return core.Input{Payloads: req}, nil
 		}})
 	if err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	writeResponse(ctx, res.Response)
@@ -169,38 +166,11 @@ func payloadError(err error) error {
 	return core.WithKind(err, core.ErrBadInput)
 }
 
-// restCall is a fasthttp request's call: its connection, and its X-Request-Timeout header.
-func restCall(ctx *fasthttp.RequestCtx) core.Call {
-	return core.Call{Gone: clientGone(ctx.Conn()), Timeout: func() (time.Duration, error) {
-		h := ctx.Request.Header.Peek(HeaderRequestTimeout)
-		if len(h) == 0 {
-			return 0, nil
-		}
-		return parseRequestTimeout(string(h))
-	}, Keep: func() { ctx.Request.SwapBody(nil) }}
-}
-
-// HeaderRequestTimeout carries a request's own deadline, counted from its arrival: a number
-// of milliseconds ("250") or a Go duration ("1.5s"). A request whose deadline passes while it
-// is queued is answered 504 and never reaches the model.
-const HeaderRequestTimeout = "X-Request-Timeout"
-
-func parseRequestTimeout(v string) (time.Duration, error) {
-	v = strings.TrimSpace(v)
-	if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < 1e12 {
-		return time.Duration(ms * float64(time.Millisecond)), nil
-	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return d, nil
-	}
-	return 0, fmt.Errorf("header %s must be a positive number of milliseconds or a duration like 1.5s, got %q", HeaderRequestTimeout, v)
-}
-
 // requestPayloads reads the request's inputs: one per multipart field or file (several files
 // are several inputs, batched together), else the raw body with its content type. A gzipped
 // or deflated body may decompress to at most maxBody bytes (ErrBodyTooLarge beyond).
 func requestPayloads(ctx *fasthttp.RequestCtx, maxBody int) (*handlers.Request, error) {
-	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }, Canceled: clientGone(ctx.Conn()),
+	req := &handlers.Request{Header: func(n string) string { return string(ctx.Request.Header.Peek(n)) }, Canceled: frontend.ClientGone(ctx.Conn()),
 		Headers: func(yield func(string, string) bool) {
 			for k, v := range ctx.Request.Header.All() {
 				if !yield(string(k), string(v)) {
@@ -283,42 +253,4 @@ func readFile(fh *multipart.FileHeader) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-// clientGone returns a check for a disconnected client: a non-blocking peek at the socket
-// that reads end-of-file or a reset. fasthttp has read the whole request by then, so any
-// byte waiting is a pipelined request, and the client is still there. It is checked between
-// a request's images, when the request joins a batch (so that requests whose client left
-// never reach the model), and before the answer is counted. What runs in between, one
-// image's decode or one batched forward, is not interrupted.
-func clientGone(c net.Conn) func() bool {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn() // a closed TCP connection reads end-of-file under TLS too
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return func() bool {
-		gone := false
-		var buf [1]byte
-		_ = raw.Read(func(fd uintptr) bool {
-			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			switch {
-			case err == nil:
-				gone = n == 0
-			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
-			default:
-				// ECONNRESET: a client that gave up with unread data in flight resets the
-				// connection instead of closing it.
-				gone = true
-			}
-			return true
-		})
-		return gone
-	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/repository"
@@ -18,30 +19,30 @@ import (
 // inference port. v2 infer takes tensors straight to the model where the request names the
 // model's inputs: the handler's pre- and postprocessing are bypassed, as in Triton. Where it
 // does not, and the handler takes tensors, the handler runs, as in TorchServe.
-func (d *Daemon) kserveRoutes() []*route {
+func (d *Daemon) kserveRoutes() []*frontend.Route {
 	// Triton's extensions first: /v2/models/stats is no model named "stats".
-	return append(d.tritonRoutes(), []*route{
-		{method: "GET", pattern: "/v2", summary: "Server metadata", handle: d.v2Server},
-		{method: "GET", pattern: "/v2/health/live", summary: "Liveness: 200", handle: func(ctx *fasthttp.RequestCtx, _ params) { ctx.SetStatusCode(200) }},
-		{method: "GET", pattern: "/v2/health/ready", summary: "Readiness: 200 once start-up models are warm, else 400", handle: d.v2Ready},
-		{method: "GET", pattern: "/v2/models/{model_name}", summary: "Model metadata", handle: d.v2Metadata},
-		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}", summary: "Model metadata", handle: d.v2Metadata},
-		{method: "GET", pattern: "/v2/models/{model_name}/ready", summary: "Model readiness: 200 or 400", handle: d.v2ModelReady},
-		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}/ready", summary: "Model readiness: 200 or 400", handle: d.v2ModelReady},
-		{method: "GET", pattern: "/v2/models/{model_name}/config", summary: "Triton model configuration (the subset perf_analyzer reads)", handle: d.v2Config},
-		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}/config", summary: "Triton model configuration", handle: d.v2Config},
-		{method: "POST", pattern: "/v2/models/{model_name}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
-		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/infer", summary: "Inference: JSON or binary tensors", handle: d.v2Infer},
-		{method: "POST", pattern: "/v1/models/{model_name}:predict", summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", handle: d.v1Predict},
-		{method: "POST", pattern: "/v1/models/{model_name}:explain", summary: "KServe v1: {\"instances\": [...]} → {\"explanations\": [...]} (Integrated Gradients)", handle: d.v1Explain},
-		{method: "POST", pattern: "/v2/models/{model_name}/explain", summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", handle: d.v2Explain},
-		{method: "POST", pattern: "/v2/models/{model_name}/versions/{model_version}/explain", summary: "KServe v2 explanation of a version", handle: d.v2Explain},
-		{method: "GET", pattern: "/v1/models/{model_name}", summary: "KServe v1 model status", handle: d.v1Model},
+	return append(d.tritonRoutes(), []*frontend.Route{
+		{Method: "GET", Pattern: "/v2", Summary: "Server metadata", Handle: d.v2Server},
+		{Method: "GET", Pattern: "/v2/health/live", Summary: "Liveness: 200", Handle: func(ctx *fasthttp.RequestCtx, _ frontend.Params) { ctx.SetStatusCode(200) }},
+		{Method: "GET", Pattern: "/v2/health/ready", Summary: "Readiness: 200 once start-up models are warm, else 400", Handle: d.v2Ready},
+		{Method: "GET", Pattern: "/v2/models/{model_name}", Summary: "Model metadata", Handle: d.v2Metadata},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}", Summary: "Model metadata", Handle: d.v2Metadata},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/ready", Summary: "Model readiness: 200 or 400", Handle: d.v2ModelReady},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/ready", Summary: "Model readiness: 200 or 400", Handle: d.v2ModelReady},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/config", Summary: "Triton model configuration (the subset perf_analyzer reads)", Handle: d.v2Config},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/config", Summary: "Triton model configuration", Handle: d.v2Config},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/infer", Summary: "Inference: JSON or binary tensors", Handle: d.v2Infer},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/infer", Summary: "Inference: JSON or binary tensors", Handle: d.v2Infer},
+		{Method: "POST", Pattern: "/v1/models/{model_name}:predict", Summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", Handle: d.v1Predict},
+		{Method: "POST", Pattern: "/v1/models/{model_name}:explain", Summary: "KServe v1: {\"instances\": [...]} → {\"explanations\": [...]} (Integrated Gradients)", Handle: d.v1Explain},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/explain", Summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", Handle: d.v2Explain},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/explain", Summary: "KServe v2 explanation of a version", Handle: d.v2Explain},
+		{Method: "GET", Pattern: "/v1/models/{model_name}", Summary: "KServe v1 model status", Handle: d.v1Model},
 	}...)
 }
 
 // v2Version picks the version segment of the v2 routes (".../versions/{v}/...").
-func v2Version(p params) string {
+func v2Version(p frontend.Params) string {
 	if len(p) > 1 {
 		return p[1]
 	}
@@ -78,7 +79,7 @@ func v2Status(err error) int {
 			return k.status
 		}
 	}
-	var ae *APIError
+	var ae *frontend.APIError
 	switch {
 	case errors.As(err, &ae):
 		return ae.Status
@@ -108,7 +109,7 @@ var v2Statuses = []struct {
 	{core.ErrNoWorker, 503},
 	{core.ErrUnregistered, 503},
 	{core.ErrDeadline, 504},
-	{core.ErrClientGone, statusClientClosed},
+	{core.ErrClientGone, frontend.StatusClientClosed},
 	{core.ErrInference, 500},
 	{core.ErrControlOff, 503},
 }
@@ -126,15 +127,15 @@ func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
 // v2Server advertises "statistics" only while every loaded version is an integer, as over
 // gRPC (see oipService.ServerMetadata): perf_analyzer, seeing it, looks for the statistics
 // of the version it parses as an integer, and stops when a "1.0" has none.
-func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	ext := append([]string{"binary_tensor_data", "model_configuration", "schedule_policy"}, tritonExtensions...)
 	if d.integerVersions() {
 		ext = append(ext, "statistics")
 	}
-	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: Version, Extensions: ext})
+	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: frontend.Version, Extensions: ext})
 }
 
-func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if d.startupDone() && d.Registry.Healthy() {
 		ctx.SetStatusCode(200)
 		return
@@ -142,7 +143,7 @@ func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ params) {
 	ctx.SetStatusCode(400)
 }
 
-func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
 	if err != nil || !v.Ready() {
 		ctx.SetStatusCode(400)
@@ -193,7 +194,7 @@ func metadataTensors(specs []archive.TensorSpec) []oip.MetadataTensor {
 	return out
 }
 
-func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	md, err := d.modelMetadata(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
@@ -223,7 +224,7 @@ func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) 
 
 // v2Config answers the Triton model configuration subset perf_analyzer reads. With
 // max_batch_size > 0, dims leave out the batch dimension, as Triton's do.
-func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	v, err := d.Registry.Get(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)

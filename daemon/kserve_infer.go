@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/repository"
@@ -25,9 +26,9 @@ import (
 
 // v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
 // with everyone else's requests, and answers JSON or binary outputs.
-func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p params) {
-	c := restCall(ctx)
-	d.traceREST(ctx, &c, "kserve_v2", "/v2/models/{model_name}/infer")
+func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	c := frontend.RESTCall(ctx)
+	frontend.TraceREST(d.tracer, ctx, &c, "kserve_v2", "/v2/models/{model_name}/infer")
 	decode := func(v *ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
 		headerLen := -1
 		if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/oip"
 	"github.com/valyala/fasthttp"
@@ -17,9 +18,9 @@ import (
 
 // v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
 // JSON request of len(instances) items, and the answer comes back as {"predictions": [...]}.
-func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p params) {
-	c := restCall(ctx)
-	d.traceREST(ctx, &c, "kserve_v1", "/v1/models/{model_name}:predict")
+func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	c := frontend.RESTCall(ctx)
+	frontend.TraceREST(d.tracer, ctx, &c, "kserve_v1", "/v1/models/{model_name}:predict")
 	_, err := d.Registry.Serve(&core.Request{Model: p[0], Call: c,
 		Decode: func(*ModelVersion) (core.Input, error) { return v1Input(ctx, c) },
 		Encode: func(res *core.Result) error {
@@ -104,7 +105,7 @@ func nest(data []any, dims []int) []any {
 	return out
 }
 
-func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	v, err := d.Registry.Get(p[0], "")
 	if err != nil {
 		v2APIError(ctx, err)
@@ -115,8 +116,8 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p params) {
 
 // v1Explain is KServe v1's explain: the instances go through the model's handler as for
 // :predict, and its explanation comes back as {"explanations": [...]}, one per instance.
-func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p params) {
-	c := restCall(ctx)
+func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	c := frontend.RESTCall(ctx)
 	_, err := d.Registry.Serve(&core.Request{Model: p[0], Call: c, Explain: true,
 		Decode: func(*ModelVersion) (core.Input, error) {
 			in, err := v1Input(ctx, c)
@@ -155,10 +156,10 @@ func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p params) {
 
 // v2Explain is TorchServe's KServe v2 explain: the one input goes through a handler that
 // takes tensors, and its explanation comes back as an output named after the input.
-func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req *oip.InferRequest
 	var input string
-	_, err := d.Registry.Serve(&core.Request{Model: p[0], Version: v2Version(p), Call: restCall(ctx), Explain: true,
+	_, err := d.Registry.Serve(&core.Request{Model: p[0], Version: v2Version(p), Call: frontend.RESTCall(ctx), Explain: true,
 		Check: func(v *ModelVersion) error {
 			_, explains := v.Handler().(handlers.Explainer)
 			if _, ok := v.Handler().(handlers.TensorPreprocessor); !ok || !explains {

@@ -11,22 +11,23 @@ import (
 	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/tuner"
 )
 
-func (d *Daemon) managementRouter() *router {
-	return withDescription("management", []*route{
-		{method: "POST", pattern: "/models", summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32, bf16, or fp16 for a package exported in it), synchronous, response_timeout, startup_timeout", handle: d.register},
-		{method: "GET", pattern: "/models", summary: "List models: limit, next_page_token", handle: d.list},
-		{method: "GET", pattern: "/models/{model_name}", summary: "Describe the default version", handle: d.describe},
-		{method: "GET", pattern: "/models/{model_name}/{model_version}", summary: "Describe a version, or every version with 'all'", handle: d.describe},
-		{method: "PUT", pattern: "/models/{model_name}", summary: "Scale workers: min_worker, max_worker, synchronous", handle: d.scale},
-		{method: "PUT", pattern: "/models/{model_name}/{model_version}", summary: "Scale a version's workers", handle: d.scale},
-		{method: "DELETE", pattern: "/models/{model_name}", summary: "Unregister the default version", handle: d.unregister},
-		{method: "DELETE", pattern: "/models/{model_name}/{model_version}", summary: "Unregister a version", handle: d.unregister},
-		{method: "PUT", pattern: "/models/{model_name}/{model_version}/set-default", summary: "Make a version the default", handle: d.setDefault},
-		{method: "GET", pattern: "/token", summary: "Rotate a key (token authorization): type=management|inference, authorized by the API key", handle: d.token},
-		{method: "GET", pattern: "/debug/pprof/{profile...}", summary: "Go pprof profiles", handle: func(ctx *fasthttp.RequestCtx, _ params) { pprofhandler.PprofHandler(ctx) }},
+func (d *Daemon) managementRouter() *frontend.Router {
+	return frontend.Describe("management", []*frontend.Route{
+		{Method: "POST", Pattern: "/models", Summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32, bf16, or fp16 for a package exported in it), synchronous, response_timeout, startup_timeout", Handle: d.register},
+		{Method: "GET", Pattern: "/models", Summary: "List models: limit, next_page_token", Handle: d.list},
+		{Method: "GET", Pattern: "/models/{model_name}", Summary: "Describe the default version", Handle: d.describe},
+		{Method: "GET", Pattern: "/models/{model_name}/{model_version}", Summary: "Describe a version, or every version with 'all'", Handle: d.describe},
+		{Method: "PUT", Pattern: "/models/{model_name}", Summary: "Scale workers: min_worker, max_worker, synchronous", Handle: d.scale},
+		{Method: "PUT", Pattern: "/models/{model_name}/{model_version}", Summary: "Scale a version's workers", Handle: d.scale},
+		{Method: "DELETE", Pattern: "/models/{model_name}", Summary: "Unregister the default version", Handle: d.unregister},
+		{Method: "DELETE", Pattern: "/models/{model_name}/{model_version}", Summary: "Unregister a version", Handle: d.unregister},
+		{Method: "PUT", Pattern: "/models/{model_name}/{model_version}/set-default", Summary: "Make a version the default", Handle: d.setDefault},
+		{Method: "GET", Pattern: "/token", Summary: "Rotate a key (token authorization): type=management|inference, authorized by the API key", Handle: d.token},
+		{Method: "GET", Pattern: "/debug/pprof/{profile...}", Summary: "Go pprof profiles", Handle: func(ctx *fasthttp.RequestCtx, _ frontend.Params) { pprofhandler.PprofHandler(ctx) }},
 	})
 }
 
@@ -96,10 +97,10 @@ func (a args) bool(key string, def bool) bool {
 	return strings.EqualFold(s, "true")
 }
 
-func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	a, err := d.readArgs(ctx)
 	if err != nil {
-		writeError(ctx, 400, "BadRequestException", err.Error())
+		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	var r Registration
@@ -108,20 +109,20 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ params) {
 	r.Handler, _ = a.str("handler")
 	r.Runtime, _ = a.str("runtime")
 	if err := a.settings(&r.Settings); err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	r.Synchronous = a.bool("synchronous", true)
 	done, err := d.mgmt.Register(r)
 	if err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	code := 200
 	if done.Workers > 0 && !done.Synchronous {
 		code = 202
 	}
-	writeStatus(ctx, code, done.Message())
+	frontend.WriteStatus(ctx, code, done.Message())
 }
 
 // settings reads a registration's serving settings (registrationSettings). batch_size,
@@ -142,11 +143,11 @@ type listResponse struct {
 	Models        []listEntry `json:"models"`
 }
 
-func (d *Daemon) list(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) list(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	a, _ := d.readArgs(ctx)
 	limit, given := a.num("limit", "100")
 	offset, _ := a.num("next_page_token", "0")
-	writeJSON(ctx, 200, d.mgmt.List(limit, given, offset))
+	frontend.WriteJSON(ctx, 200, d.mgmt.List(limit, given, offset))
 }
 
 // describeWorker and describeModel follow TorchServe's DescribeModelResponse, plus torchd's
@@ -204,19 +205,19 @@ type batchingStatus struct {
 	MeanBatchSize float64 `json:"meanBatchSize"`
 }
 
-func (d *Daemon) describe(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) describe(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	out, err := d.mgmt.Describe(p[0], version(p))
 	if err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
-	writeJSON(ctx, 200, out)
+	frontend.WriteJSON(ctx, 200, out)
 }
 
-func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	a, err := d.readArgs(ctx)
 	if err != nil {
-		writeError(ctx, 400, "BadRequestException", err.Error())
+		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	sc := Scaling{Name: p[0], Version: version(p), Synchronous: a.bool("synchronous", false)}
@@ -228,28 +229,28 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p params) {
 	}
 	done, err := d.mgmt.Scale(sc)
 	if err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	code := 200
 	if !done.Synchronous {
 		code = 202
 	}
-	writeStatus(ctx, code, done.Message())
+	frontend.WriteStatus(ctx, code, done.Message())
 }
 
-func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if err := d.mgmt.Unregister(p[0], version(p)); err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
-	writeStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
+	frontend.WriteStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 
-func (d *Daemon) setDefault(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) setDefault(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if err := d.mgmt.SetDefault(p[0], p[1]); err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
-	writeStatus(ctx, 200, fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", p[0], p[1]))
+	frontend.WriteStatus(ctx, 200, fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", p[0], p[1]))
 }

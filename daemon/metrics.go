@@ -14,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlerproc"
 )
 
@@ -30,7 +31,7 @@ type Metrics struct {
 	off bool
 	ts  tsHostMetrics
 	// triton returns the statistics Triton's metric families are written from (nil: none).
-	triton func() []ModelStatistics
+	triton func() []core.ModelStatistics
 }
 
 // tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its
@@ -326,7 +327,7 @@ func (mm *modelMetrics) Request(err error, total, queued time.Duration, named bo
 	if mm == nil {
 		return
 	}
-	code := httpStatus(err)
+	code := frontend.HTTPStatus(err)
 	c, ok := mm.codes.Load(code)
 	if !ok {
 		// Under seriesMu, so that a request finishing after drop creates no series.

@@ -14,7 +14,6 @@ package daemon
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,11 +29,18 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/repository"
 
 	"github.com/torchd/torchd/torch"
+)
+
+// The serving core's types, as the daemon's tests name them.
+type (
+	ModelVersion    = core.ModelVersion
+	RegisterRequest = core.RegisterRequest
 )
 
 // Daemon runs the three servers over one registry.
@@ -87,7 +93,7 @@ var pid = os.Getpid()
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := newMetrics(cfg.EnableMetrics)
 	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
-	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
+	m.triton = func() []core.ModelStatistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
@@ -218,7 +224,7 @@ func (d *Daemon) Start() error {
 	d.sweep()
 	d.trimWhenIdle()
 	tc := d.cfg.Tracing
-	tc.Version = Version
+	tc.Version = frontend.Version
 	d.tracer = tracing.New(tc, d.log)
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
@@ -243,9 +249,9 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.endTraces(d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath))))},
-		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath)))},
-		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().serve},
+		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().Serve, healthPath))))},
+		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().Serve, noPath)))},
+		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().Serve},
 	}
 	if !d.cfg.EnableMetrics {
 		apis = apis[:2]
@@ -436,7 +442,7 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 		start := time.Now()
 		h(ctx)
 		if d.tracer != nil {
-			if r := restTrace(ctx); r != nil {
+			if r := frontend.RESTTrace(ctx); r != nil {
 				d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
 					"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start), "trace_id", r.TraceID())
 				return
@@ -452,13 +458,13 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 func (d *Daemon) connError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
+		frontend.WriteError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
 	case isTimeout(err):
-		writeError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
+		frontend.WriteError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
 	case errors.As(err, new(*fasthttp.ErrSmallBuffer)):
-		writeError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
+		frontend.WriteError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
 	default:
-		writeError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
+		frontend.WriteError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
 	}
 	ctx.SetConnectionClose()
 }
@@ -466,59 +472,6 @@ func (d *Daemon) connError(ctx *fasthttp.RequestCtx, err error) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// jsonBody is v as the TorchServe APIs' JSON body, 2-space indented and ending in a newline;
-// the gRPC management answers carry the same bytes.
-func jsonBody(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// writeJSON writes v as TorchServe does (jsonBody).
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := jsonBody(v)
-	if err != nil {
-		status, b = 500, []byte(`{"code": 500, "type": "InternalServerException", "message": "response encoding failed"}`+"\n")
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
-}
-
-// statusOf is TorchServe's {"status": msg} answer.
-func statusOf(msg string) map[string]string { return map[string]string{"status": msg} }
-
-// statusBody is statusOf(msg) as a JSON body.
-func statusBody(msg string) []byte {
-	b, _ := jsonBody(statusOf(msg)) // a map of strings always encodes
-	return b
-}
-
-// errorBody is TorchServe's error shape.
-type errorBody struct {
-	Code    int    `json:"code"`
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-func writeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
-	writeJSON(ctx, status, errorBody{Code: status, Type: typ, Message: msg})
-}
-
-func writeAPIError(ctx *fasthttp.RequestCtx, err error) {
-	ae := apiErrorOf(err)
-	if ae.Status == 503 {
-		ctx.Response.Header.Set("Retry-After", "1")
-	}
-	writeError(ctx, ae.Status, ae.Type, ae.Msg)
-}
-
-func writeStatus(ctx *fasthttp.RequestCtx, code int, status string) {
-	writeJSON(ctx, code, statusOf(status))
 }
 
 // countResponses counts h's answers in TorchServe's Requests2XX/4XX/5XX.
@@ -531,13 +484,13 @@ func (d *Daemon) countResponses(h fasthttp.RequestHandler) fasthttp.RequestHandl
 
 // metricsRouter serves the metrics, and the API description at OPTIONS / as TorchServe's
 // metrics port does.
-func (d *Daemon) metricsRouter() *router {
-	return withDescription("metrics", []*route{
-		{method: "GET", pattern: "/metrics", summary: "Prometheus text format: torchd's series, TorchServe's, and the process's", handle: d.serveMetrics},
+func (d *Daemon) metricsRouter() *frontend.Router {
+	return frontend.Describe("metrics", []*frontend.Route{
+		{Method: "GET", Pattern: "/metrics", Summary: "Prometheus text format: torchd's series, TorchServe's, and the process's", Handle: d.serveMetrics},
 	})
 }
 
-func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	d.metrics.WritePrometheus(ctx)
 }

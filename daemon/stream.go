@@ -8,6 +8,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
@@ -67,7 +68,7 @@ func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ve
 		resp                *handlers.Response
 		err                 error
 	)
-	trace := restTrace(ctx)
+	trace := frontend.RESTTrace(ctx)
 	// Once the response streams, fasthttp may reuse ctx for the connection's next request
 	// while this one's batch runs on: the body it keeps is no longer needed then (the
 	// process has the whole request before it sends a part).
@@ -95,7 +96,7 @@ func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ve
 		resp = res.Response
 		status := 200
 		if err != nil {
-			status = apiErrorOf(err).Status
+			status = frontend.APIErrorOf(err).Status
 		} else if resp != nil {
 			status = cmpStatus(resp.Status)
 		}
@@ -125,7 +126,7 @@ func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ve
 	// A handler that sent parts answers in chunks, as in TorchServe, also when its last part
 	// came before the first was written.
 	if committed && trace != nil {
-		ctx.SetUserValue(traceKey, nil) // the serving goroutine ends the span
+		frontend.KeepTrace(ctx) // the serving goroutine ends the span
 	}
 	ctx.SetStatusCode(cmpStatus(first[0].Status))
 	if ct := first[0].ContentType; ct != "" {
@@ -169,7 +170,7 @@ func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ve
 // writeWhole writes an answer that came whole, as predict writes it.
 func writeWhole(ctx *fasthttp.RequestCtx, resp *handlers.Response, err error) {
 	if err != nil {
-		writeAPIError(ctx, err)
+		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	writeResponse(ctx, resp)

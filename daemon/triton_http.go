@@ -6,22 +6,23 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/torchd/torchd/frontend"
 	"github.com/valyala/fasthttp"
 )
 
 // Triton's protocol extensions over REST, on the inference port: statistics, the model
 // repository and logging. Each is a thin codec over a protocol-neutral Registry or Daemon
 // function, which gRPC serves too.
-func (d *Daemon) tritonRoutes() []*route {
-	return []*route{
-		{method: "GET", pattern: "/v2/models/stats", summary: "Triton statistics of every loaded model version", handle: d.v2Stats},
-		{method: "GET", pattern: "/v2/models/{model_name}/stats", summary: "Triton statistics of a model's loaded versions", handle: d.v2Stats},
-		{method: "GET", pattern: "/v2/models/{model_name}/versions/{model_version}/stats", summary: "Triton statistics of a version", handle: d.v2Stats},
-		{method: "POST", pattern: "/v2/repository/index", summary: "Triton repository index: every model with its versions' state and reason", handle: d.v2RepositoryIndex},
-		{method: "POST", pattern: "/v2/repository/models/{model_name}/load", summary: "Load or reload a repository model (--model-control-mode explicit); {\"parameters\": {\"config\": \"<json>\"}} overrides config.pbtxt", handle: d.v2RepositoryLoad},
-		{method: "POST", pattern: "/v2/repository/models/{model_name}/unload", summary: "Unload a repository model once its accepted requests are answered (explicit mode)", handle: d.v2RepositoryUnload},
-		{method: "GET", pattern: "/v2/logging", summary: "Triton log settings, mapped from the log level", handle: d.v2Logging},
-		{method: "POST", pattern: "/v2/logging", summary: "Change the log level with Triton's log settings", handle: d.v2Logging},
+func (d *Daemon) tritonRoutes() []*frontend.Route {
+	return []*frontend.Route{
+		{Method: "GET", Pattern: "/v2/models/stats", Summary: "Triton statistics of every loaded model version", Handle: d.v2Stats},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/stats", Summary: "Triton statistics of a model's loaded versions", Handle: d.v2Stats},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/stats", Summary: "Triton statistics of a version", Handle: d.v2Stats},
+		{Method: "POST", Pattern: "/v2/repository/index", Summary: "Triton repository index: every model with its versions' state and reason", Handle: d.v2RepositoryIndex},
+		{Method: "POST", Pattern: "/v2/repository/models/{model_name}/load", Summary: "Load or reload a repository model (--model-control-mode explicit); {\"parameters\": {\"config\": \"<json>\"}} overrides config.pbtxt", Handle: d.v2RepositoryLoad},
+		{Method: "POST", Pattern: "/v2/repository/models/{model_name}/unload", Summary: "Unload a repository model once its accepted requests are answered (explicit mode)", Handle: d.v2RepositoryUnload},
+		{Method: "GET", Pattern: "/v2/logging", Summary: "Triton log settings, mapped from the log level", Handle: d.v2Logging},
+		{Method: "POST", Pattern: "/v2/logging", Summary: "Change the log level with Triton's log settings", Handle: d.v2Logging},
 	}
 }
 
@@ -29,7 +30,7 @@ func (d *Daemon) tritonRoutes() []*route {
 // "statistics" too while every version is an integer (see v2Server).
 var tritonExtensions = []string{"model_repository", "logging", "classification"}
 
-func (d *Daemon) v2Stats(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2Stats(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	name := ""
 	if len(p) > 0 {
 		name = p[0]
@@ -55,7 +56,7 @@ func repositoryBody(ctx *fasthttp.RequestCtx, into any) error {
 	return nil
 }
 
-func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	var req struct {
 		Ready bool `json:"ready"`
 	}
@@ -71,7 +72,7 @@ func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ params) {
 	writeCompactJSON(ctx, idx)
 }
 
-func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req struct {
 		Parameters map[string]json.RawMessage `json:"parameters"`
 	}
@@ -104,7 +105,7 @@ func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p params) {
 	ctx.SetStatusCode(200)
 }
 
-func (d *Daemon) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req struct {
 		Parameters map[string]json.RawMessage `json:"parameters"`
 	}
@@ -157,13 +158,13 @@ func (d *Daemon) LogSettings() LogSettings {
 // format chosen at start (log_format).
 func (d *Daemon) SetLogSettings(s LogSettings) error {
 	if s.LogFile != nil && *s.LogFile != "" {
-		return apiErr(400, "BadRequestException", "log_file: torchd logs to stderr; redirect it to a file instead")
+		return frontend.Errorf(400, "BadRequestException", "log_file: torchd logs to stderr; redirect it to a file instead")
 	}
 	if s.LogFormat != nil && *s.LogFormat != "default" {
-		return apiErr(400, "BadRequestException", "log_format %q: torchd's format is set at start (log_format = text or json); send \"default\"", *s.LogFormat)
+		return frontend.Errorf(400, "BadRequestException", "log_format %q: torchd's format is set at start (log_format = text or json); send \"default\"", *s.LogFormat)
 	}
 	if s.LogVerboseLevel != nil && *s.LogVerboseLevel < 0 {
-		return apiErr(400, "BadRequestException", "log_verbose_level must be ≥ 0, got %d", *s.LogVerboseLevel)
+		return frontend.Errorf(400, "BadRequestException", "log_verbose_level must be ≥ 0, got %d", *s.LogVerboseLevel)
 	}
 	cur := d.LogSettings()
 	pick := func(p, def *bool) bool {
@@ -192,7 +193,7 @@ func (d *Daemon) SetLogSettings(s LogSettings) error {
 	return nil
 }
 
-func (d *Daemon) v2Logging(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) v2Logging(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if string(ctx.Method()) == "POST" {
 		var s LogSettings
 		dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))

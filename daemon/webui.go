@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/valyala/fasthttp"
 )
 
@@ -78,24 +79,24 @@ func uiContentType(name string) string {
 }
 
 // uiRoutes are the page's routes on the inference port; none when enable_ui is false.
-func (d *Daemon) uiRoutes() []*route {
+func (d *Daemon) uiRoutes() []*frontend.Route {
 	if !d.cfg.EnableUI {
 		return nil
 	}
-	return []*route{
-		{method: "GET", pattern: "/", summary: "The web page, for browsers (Accept: text/html); other clients get 405 as before", handle: d.uiRoot},
-		{method: "GET", pattern: "/ui", summary: "The web page", handle: d.uiStatic},
-		{method: "GET", pattern: "/ui/api/models", summary: "The web page's model list: versions, handlers, workers, batching, queue and state", handle: d.uiModels},
-		{method: "GET", pattern: "/ui/api/stats", summary: "The web page's live view: requests/s, p50 and p99 latency, queue depth and batch size per model, every 2 s over 5 minutes", handle: d.uiStatsRoute},
-		{method: "GET", pattern: "/ui/{file...}", summary: "The web page's scripts and styles", handle: d.uiStatic},
+	return []*frontend.Route{
+		{Method: "GET", Pattern: "/", Summary: "The web page, for browsers (Accept: text/html); other clients get 405 as before", Handle: d.uiRoot},
+		{Method: "GET", Pattern: "/ui", Summary: "The web page", Handle: d.uiStatic},
+		{Method: "GET", Pattern: "/ui/api/models", Summary: "The web page's model list: versions, handlers, workers, batching, queue and state", Handle: d.uiModels},
+		{Method: "GET", Pattern: "/ui/api/stats", Summary: "The web page's live view: requests/s, p50 and p99 latency, queue depth and batch size per model, every 2 s over 5 minutes", Handle: d.uiStatsRoute},
+		{Method: "GET", Pattern: "/ui/{file...}", Summary: "The web page's scripts and styles", Handle: d.uiStatic},
 	}
 }
 
 // uiRoot serves the page at / to browsers only: API clients that GET / keep TorchServe's
 // 405, and OPTIONS / stays the API description.
-func (d *Daemon) uiRoot(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) uiRoot(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if !strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html") {
-		writeError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
+		frontend.WriteError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
 		return
 	}
 	d.uiStatic(ctx, nil)
@@ -104,14 +105,14 @@ func (d *Daemon) uiRoot(ctx *fasthttp.RequestCtx, p params) {
 // uiStatic serves an embedded file; the page itself for /ui/. Every response is revalidated
 // (Cache-Control: no-cache) against a content ETag, so an upgraded binary is never mixed
 // with cached scripts, and an unchanged file costs a 304.
-func (d *Daemon) uiStatic(ctx *fasthttp.RequestCtx, p params) {
+func (d *Daemon) uiStatic(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	name := "index.html"
 	if len(p) > 0 {
 		name = p[0]
 	}
 	a, ok := uiAssets[name]
 	if !ok {
-		writeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+		frontend.WriteError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
 		return
 	}
 	h := &ctx.Response.Header
@@ -151,7 +152,7 @@ func (d *Daemon) publicUI(next fasthttp.RequestHandler) fasthttp.RequestHandler 
 		case p == "/ui" || p == "/ui/":
 			d.uiStatic(ctx, nil)
 		case strings.HasPrefix(p, "/ui/") && !strings.HasPrefix(p, "/ui/api/"):
-			d.uiStatic(ctx, params{p[len("/ui/"):]})
+			d.uiStatic(ctx, frontend.Params{p[len("/ui/"):]})
 		default:
 			next(ctx)
 		}
@@ -198,15 +199,15 @@ type uiModelsResponse struct {
 	Models             []uiModel     `json:"models"`
 }
 
-func (d *Daemon) uiModels(ctx *fasthttp.RequestCtx, _ params) {
-	resp := uiModelsResponse{Version: Version, TokenAuthorization: d.keys != nil, Metrics: d.cfg.EnableMetrics, Models: d.uiModelList()}
+func (d *Daemon) uiModels(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	resp := uiModelsResponse{Version: frontend.Version, TokenAuthorization: d.keys != nil, Metrics: d.cfg.EnableMetrics, Models: d.uiModelList()}
 	if len(d.cfg.ManagementOrigins) > 0 && len(d.listeners) > 1 {
 		if ta, ok := d.listeners[1].Addr().(*net.TCPAddr); ok {
 			resp.Management = &uiManagement{Port: ta.Port, TLS: d.cfg.CertificateFile != ""}
 		}
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	writeJSON(ctx, 200, resp)
+	frontend.WriteJSON(ctx, 200, resp)
 }
 
 // uiModelList lists every version, loading ones included, sorted by name and version.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 	"github.com/valyala/fasthttp"
 )
 
@@ -66,7 +67,7 @@ type histogramCounts struct {
 }
 
 // uiStatsRoute answers the live view's JSON, starting the sampler if it is not running.
-func (d *Daemon) uiStatsRoute(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) uiStatsRoute(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	st := &d.uiStats
 	st.mu.Lock()
 	st.lastRead = time.Now()
@@ -77,7 +78,7 @@ func (d *Daemon) uiStatsRoute(ctx *fasthttp.RequestCtx, _ params) {
 	resp := st.snapshot()
 	st.mu.Unlock()
 	ctx.Response.Header.Set("Cache-Control", "no-store")
-	writeJSON(ctx, 200, resp)
+	frontend.WriteJSON(ctx, 200, resp)
 }
 
 // sampleStats samples every statsInterval until nobody has read the stats for statsIdle.

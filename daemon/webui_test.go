@@ -36,7 +36,7 @@ func TestUIRoutesDescribed(t *testing.T) {
 	d := New(&Config{EnableUI: true}, nil)
 	rt := d.inferenceRouter()
 	served := rt.RoutePaths()
-	doc := rt.openAPI("test")["paths"].(map[string]map[string]any)
+	doc := rt.OpenAPI("test")["paths"].(map[string]map[string]any)
 	for _, want := range []string{"GET /", "GET /ui", "GET /ui/api/models", "GET /ui/api/stats", "GET /ui/{file}"} {
 		if !slices.Contains(served, want) {
 			t.Errorf("%s is not served: %v", want, served)

@@ -1,4 +1,4 @@
-package daemon
+package frontend
 
 import (
 	"net"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// clientGone tells a closed or reset connection from one that is idle or has a pipelined
+// ClientGone tells a closed or reset connection from one that is idle or has a pipelined
 // request waiting.
 func TestClientGone(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -24,7 +24,7 @@ func TestClientGone(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close(); s.Close() })
-		return c.(*net.TCPConn), clientGone(s)
+		return c.(*net.TCPConn), ClientGone(s)
 	}
 	// gone must turn true within a generous bound once the close has travelled.
 	eventually := func(what string, gone func() bool) {

@@ -1,4 +1,4 @@
-package daemon
+package frontend
 
 import (
 	"strings"
@@ -6,33 +6,34 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// params are a matched route's path parameters, in pattern order.
-type params []string
+// Params are a matched route's path parameters, in pattern order.
+type Params []string
 
-// route is one endpoint. The router and the OpenAPI document are both built from the
+// Route is one endpoint. The router and the OpenAPI document are both built from the
 // route tables, so the document lists exactly what is served.
-type route struct {
-	method  string // "*" matches any method
-	pattern string // "/models/{model_name}/{model_version}"; "{x}:verb" ends in a verb; a last "{x...}" takes the rest
-	summary string
-	handle  func(ctx *fasthttp.RequestCtx, p params)
+type Route struct {
+	Method  string // "*" matches any method
+	Pattern string // "/models/{model_name}/{model_version}"; "{x}:verb" ends in a verb; a last "{x...}" takes the rest
+	Summary string
+	Handle  func(ctx *fasthttp.RequestCtx, p Params)
 	segs    []string
 }
 
-// router matches a path's segments against its routes in order.
-type router struct {
-	routes []*route
+// Router matches a path's segments against its routes in order.
+type Router struct {
+	routes []*Route
 	api    string // "inference" or "management", for the OpenAPI title
 }
 
-func newRouter(api string, routes []*route) *router {
+// NewRouter is a router over routes, matched in order.
+func NewRouter(api string, routes []*Route) *Router {
 	for _, r := range routes {
-		r.segs = strings.Split(strings.Trim(r.pattern, "/"), "/")
-		if r.pattern == "/" {
+		r.segs = strings.Split(strings.Trim(r.Pattern, "/"), "/")
+		if r.Pattern == "/" {
 			r.segs = nil
 		}
 	}
-	return &router{routes: routes, api: api}
+	return &Router{routes: routes, api: api}
 }
 
 func splitPath(p string) []string {
@@ -43,7 +44,9 @@ func splitPath(p string) []string {
 	return strings.Split(p, "/")
 }
 
-func (rt *router) serve(ctx *fasthttp.RequestCtx) {
+// Serve answers ctx with the first route whose pattern and method match; TorchServe's 404
+// or 405 otherwise.
+func (rt *Router) Serve(ctx *fasthttp.RequestCtx) {
 	segs := splitPath(string(ctx.Path()))
 	method := string(ctx.Method())
 	pathMatched := false
@@ -53,20 +56,20 @@ func (rt *router) serve(ctx *fasthttp.RequestCtx) {
 			continue
 		}
 		pathMatched = true
-		if r.method == "*" || r.method == method {
-			r.handle(ctx, p)
+		if r.Method == "*" || r.Method == method {
+			r.Handle(ctx, p)
 			return
 		}
 	}
 	if pathMatched {
-		writeError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
+		WriteError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
 		return
 	}
-	writeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+	WriteError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
 }
 
-func match(pattern, segs []string) (params, bool) {
-	var p params
+func match(pattern, segs []string) (Params, bool) {
+	var p Params
 	for i, ps := range pattern {
 		if strings.HasSuffix(ps, "...}") {
 			// The rest may be empty: "/debug/pprof/" is pprof's index.

@@ -1,4 +1,4 @@
-package daemon
+package frontend
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // Tracing's wiring into the front-ends (internal/tracing has the spans): each protocol's
 // carrier over its headers, where a request's span starts and ends, and the trace id in the
 // access log and the traceresponse header. Only inference requests are traced; health,
-// metrics, management and the page are not. With tracing off (d.tracer nil) nothing here
+// metrics, management and the page are not. With tracing off (a nil *tracing.Tracer) nothing here
 // runs on the request path.
 
 // traceKey is the fasthttp user value that holds a REST request's *tracing.Request.
@@ -55,35 +55,39 @@ func (c metadataCarrier) Keys() []string {
 	return keys
 }
 
-// traceREST starts a REST inference request's trace, when tracing is on, in the context its
-// headers carry: c.Trace, the traceresponse header, and the user value that endTraces and
+// TraceREST starts a REST inference request's trace, when tracing is on, in the context its
+// headers carry: c.Trace, the traceresponse header, and the user value that EndTraces and
 // the access log read. route names the span ("POST /v2/models/{model_name}/infer").
-func (d *Daemon) traceREST(ctx *fasthttp.RequestCtx, c *core.Call, api, route string) {
-	if d.tracer == nil {
+func TraceREST(t *tracing.Tracer, ctx *fasthttp.RequestCtx, c *core.Call, api, route string) {
+	if t == nil {
 		return
 	}
 	method := string(ctx.Method())
-	r := d.tracer.Start(headerCarrier{&ctx.Request.Header}, tracing.Protocol{Name: method + " " + route, API: api, Method: method, Path: string(ctx.Path())}, time.Now())
+	r := t.Start(headerCarrier{&ctx.Request.Header}, tracing.Protocol{Name: method + " " + route, API: api, Method: method, Path: string(ctx.Path())}, time.Now())
 	ctx.SetUserValue(traceKey, r)
 	ctx.Response.Header.Set(tracing.HeaderTraceResponse, r.Response())
 	c.Trace = r
 }
 
-// restTrace is the REST request's trace, or nil.
-func restTrace(ctx *fasthttp.RequestCtx) *tracing.Request {
+// RESTTrace is the REST request's trace, or nil.
+func RESTTrace(ctx *fasthttp.RequestCtx) *tracing.Request {
 	r, _ := ctx.UserValue(traceKey).(*tracing.Request)
 	return r
 }
 
-// endTraces wraps the inference API: a traced request's span ends with the status it was
+// KeepTrace leaves the REST request's span to the caller, who ends it, rather than to
+// EndTraces: a streamed answer's span ends once its last part is written.
+func KeepTrace(ctx *fasthttp.RequestCtx) { ctx.SetUserValue(traceKey, nil) }
+
+// EndTraces wraps the inference API: a traced request's span ends with the status it was
 // answered with.
-func (d *Daemon) endTraces(h fasthttp.RequestHandler) fasthttp.RequestHandler {
-	if d.tracer == nil {
+func EndTraces(t *tracing.Tracer, h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	if t == nil {
 		return h
 	}
 	return func(ctx *fasthttp.RequestCtx) {
 		h(ctx)
-		if r := restTrace(ctx); r != nil {
+		if r := RESTTrace(ctx); r != nil {
 			r.EndHTTP(ctx.Response.StatusCode())
 		}
 	}
@@ -98,25 +102,27 @@ var tracedRPCs = map[string]string{
 
 type traceCtxKey struct{}
 
-// grpcTraceUnary starts the span of a traced gRPC call in the context its metadata carry,
+// TraceUnary starts the span of a traced gRPC call in the context its metadata carry,
 // sends the traceresponse header, and ends the span with the call's code. It runs first in
 // the chain, so the access log sees the trace.
-func (d *Daemon) grpcTraceUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	api, ok := tracedRPCs[info.FullMethod]
-	if !ok {
-		return h(ctx, req)
+func TraceUnary(t *tracing.Tracer) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		api, ok := tracedRPCs[info.FullMethod]
+		if !ok {
+			return h(ctx, req)
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		r := t.Start(metadataCarrier(md), tracing.Protocol{Name: info.FullMethod[1:], API: api, GRPC: true, Path: info.FullMethod}, time.Now())
+		_ = grpc.SetHeader(ctx, metadata.Pairs(tracing.HeaderTraceResponse, r.Response()))
+		resp, err := h(context.WithValue(ctx, traceCtxKey{}, r), req)
+		st := status.Convert(err)
+		r.EndGRPC(int(st.Code()), st.Code().String(), serverFault(st.Code()), st.Message())
+		return resp, err
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	r := d.tracer.Start(metadataCarrier(md), tracing.Protocol{Name: info.FullMethod[1:], API: api, GRPC: true, Path: info.FullMethod}, time.Now())
-	_ = grpc.SetHeader(ctx, metadata.Pairs(tracing.HeaderTraceResponse, r.Response()))
-	resp, err := h(context.WithValue(ctx, traceCtxKey{}, r), req)
-	st := status.Convert(err)
-	r.EndGRPC(int(st.Code()), st.Code().String(), serverFault(st.Code()), st.Message())
-	return resp, err
 }
 
-// grpcTrace is the gRPC call's trace, or nil.
-func grpcTrace(ctx context.Context) *tracing.Request {
+// GRPCTrace is the gRPC call's trace, or nil.
+func GRPCTrace(ctx context.Context) *tracing.Request {
 	r, _ := ctx.Value(traceCtxKey{}).(*tracing.Request)
 	return r
 }

@@ -1,4 +1,4 @@
-package daemon
+package frontend
 
 import (
 	"regexp"
@@ -8,40 +8,41 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Version is reported in the API description; cmd/torchd sets it.
+// Version is torchd's version, which the API description, the server metadata of the Open
+// Inference Protocol and the web page report; cmd/torchd sets it.
 var Version = "dev"
 
 var pathParam = regexp.MustCompile(`\{(\w+)(\.\.\.)?\}`)
 
-// openAPI describes the router's routes as an OpenAPI 3.0.1 document. It is generated from
+// OpenAPI describes the router's routes as an OpenAPI 3.0.1 document. It is generated from
 // the same table the router serves, so the two cannot drift apart.
-func (rt *router) openAPI(version string) map[string]any {
+func (rt *Router) OpenAPI(version string) map[string]any {
 	paths := map[string]map[string]any{}
 	for _, r := range rt.routes {
-		p := pathParam.ReplaceAllString(r.pattern, "{$1}")
+		p := pathParam.ReplaceAllString(r.Pattern, "{$1}")
 		ops := paths[p]
 		if ops == nil {
 			ops = map[string]any{}
 			paths[p] = ops
 		}
-		var params []map[string]any
-		for _, m := range pathParam.FindAllStringSubmatch(r.pattern, -1) {
-			params = append(params, map[string]any{
+		var Params []map[string]any
+		for _, m := range pathParam.FindAllStringSubmatch(r.Pattern, -1) {
+			Params = append(Params, map[string]any{
 				"name": m[1], "in": "path", "required": true, "schema": map[string]string{"type": "string"},
 			})
 		}
 		op := map[string]any{
-			"operationId": strings.ToLower(r.method) + strings.NewReplacer("/", "_", "{", "", "}", "", ".", "", "-", "_").Replace(r.pattern),
-			"summary":     r.summary,
+			"operationId": strings.ToLower(r.Method) + strings.NewReplacer("/", "_", "{", "", "}", "", ".", "", "-", "_").Replace(r.Pattern),
+			"summary":     r.Summary,
 			"responses": map[string]any{
 				"200":     map[string]string{"description": "success"},
 				"default": map[string]any{"description": "error", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Error"}}}},
 			},
 		}
-		if params != nil {
-			op["parameters"] = params
+		if Params != nil {
+			op["parameters"] = Params
 		}
-		ops[strings.ToLower(r.method)] = op
+		ops[strings.ToLower(r.Method)] = op
 	}
 	return map[string]any{
 		"openapi": "3.0.1",
@@ -60,28 +61,31 @@ func (rt *router) openAPI(version string) map[string]any {
 }
 
 // describeAPI answers OPTIONS / and GET /api-description, as TorchServe does.
-func (rt *router) describeAPI(ctx *fasthttp.RequestCtx, _ params) {
-	writeJSON(ctx, 200, rt.openAPI(Version))
+func (rt *Router) describeAPI(ctx *fasthttp.RequestCtx, _ Params) {
+	WriteJSON(ctx, 200, rt.OpenAPI(Version))
 }
 
-// withDescription adds the API-description routes to a route table; they describe
+// Describe adds the API-description routes to a route table; they describe
 // themselves too.
-func withDescription(api string, routes []*route) *router {
-	rt := newRouter(api, nil)
+func Describe(api string, routes []*Route) *Router {
+	rt := NewRouter(api, nil)
 	routes = append(routes,
-		&route{method: "OPTIONS", pattern: "/", summary: "This OpenAPI document", handle: rt.describeAPI},
-		&route{method: "GET", pattern: "/api-description", summary: "This OpenAPI document", handle: rt.describeAPI},
+		&Route{Method: "OPTIONS", Pattern: "/", Summary: "This OpenAPI document", Handle: rt.describeAPI},
+		&Route{Method: "GET", Pattern: "/api-description", Summary: "This OpenAPI document", Handle: rt.describeAPI},
 	)
-	*rt = *newRouter(api, routes)
+	*rt = *NewRouter(api, routes)
 	return rt
 }
 
+// API is the router's API name, the OpenAPI title's.
+func (rt *Router) API() string { return rt.api }
+
 // RoutePaths lists "METHOD pattern" for every route, sorted; tests compare it with the
 // OpenAPI document.
-func (rt *router) RoutePaths() []string {
+func (rt *Router) RoutePaths() []string {
 	out := make([]string, 0, len(rt.routes))
 	for _, r := range rt.routes {
-		out = append(out, r.method+" "+pathParam.ReplaceAllString(r.pattern, "{$1}"))
+		out = append(out, r.Method+" "+pathParam.ReplaceAllString(r.Pattern, "{$1}"))
 	}
 	sort.Strings(out)
 	return out
