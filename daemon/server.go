@@ -30,6 +30,7 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/repository"
@@ -50,7 +51,7 @@ type Daemon struct {
 	Registry *core.Registry
 	// Repository is the Triton model repository served, if any (its dir is "" without one).
 	Repository *repository.Repository
-	metrics    *Metrics
+	metrics    *metrics.Metrics
 	keys       *keyring        // nil: token authorization off
 	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
 	snapMu     sync.Mutex
@@ -91,9 +92,9 @@ var pid = os.Getpid()
 
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
-	m := newMetrics(cfg.EnableMetrics)
+	m := metrics.New(cfg.EnableMetrics)
 	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
-	m.triton = func() []core.ModelStatistics { s, _ := reg.Statistics("", ""); return s }
+	m.Statistics = func() []core.ModelStatistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
@@ -207,12 +208,12 @@ func (d *Daemon) Start() error {
 	if err := LockProcess(); err != nil {
 		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
 	}
-	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.off {
+	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.Off() {
 		f, err := openTSMetricsLog(ts.MetricsLog)
 		if err != nil {
 			return fmt.Errorf("ts-config %s: metrics_mode=log: %v", ts.Path, err)
 		}
-		d.metrics.ts.log = &tsLogger{w: f, host: d.metrics.hostname}
+		d.metrics.LogTorchServe(f)
 		d.log.Info("TorchServe's metrics are written to its log form too (metrics_mode=log)", "file", ts.MetricsLog)
 	}
 	if d.cfg.ModelRepository != "" {
@@ -251,7 +252,7 @@ func (d *Daemon) Start() error {
 	}{
 		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().Serve, healthPath))))},
 		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().Serve, noPath)))},
-		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().Serve},
+		{"metrics", d.cfg.MetricsAddress, frontend.Describe("metrics", d.metrics.Routes()).Serve},
 	}
 	if !d.cfg.EnableMetrics {
 		apis = apis[:2]
@@ -478,21 +479,8 @@ func isTimeout(err error) bool {
 func (d *Daemon) countResponses(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		h(ctx)
-		d.metrics.countResponse(ctx.Response.StatusCode())
+		d.metrics.CountResponse(ctx.Response.StatusCode())
 	}
-}
-
-// metricsRouter serves the metrics, and the API description at OPTIONS / as TorchServe's
-// metrics port does.
-func (d *Daemon) metricsRouter() *frontend.Router {
-	return frontend.Describe("metrics", []*frontend.Route{
-		{Method: "GET", Pattern: "/metrics", Summary: "Prometheus text format: torchd's series, TorchServe's, and the process's", Handle: d.serveMetrics},
-	})
-}
-
-func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-	d.metrics.WritePrometheus(ctx)
 }
 
 // loadRepository loads the model repository's start-up models, then in poll mode follows

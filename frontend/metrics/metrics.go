@@ -1,4 +1,8 @@
-package daemon
+// Package metrics is torchd's metrics: the core's Recorder over VictoriaMetrics/metrics, with
+// torchd's series, TorchServe's (in its names, and in its ts_metrics.log form with
+// metrics_mode=log) and Triton's nv_ families, and the metrics port's route that serves them
+// in the Prometheus text format.
+package metrics
 
 import (
 	"bytes"
@@ -11,18 +15,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
+	vm "github.com/VictoriaMetrics/metrics"
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlerproc"
+	"github.com/valyala/fasthttp"
 )
 
 // Metrics are served in the Prometheus text format on the metrics port. They live in one
-// metrics.Set per server, not in the library's global set, so tests can run several daemons
+// vm.Set per server, not in the library's global set, so tests can run several daemons
 // in one process.
 type Metrics struct {
-	set      *metrics.Set
+	set      *vm.Set
 	hostname string
 	mu       sync.Mutex
 	models   map[string]*modelMetrics // by name + "\x00" + version
@@ -30,16 +35,16 @@ type Metrics struct {
 	// nothing, so the request path makes no metric updates at all.
 	off bool
 	ts  tsHostMetrics
-	// triton returns the statistics Triton's metric families are written from (nil: none).
-	triton func() []core.ModelStatistics
+	// Statistics returns what Triton's metric families are written from (nil: none).
+	Statistics func() []core.ModelStatistics
 }
 
 // tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its
 // names and labels (Level="Host", Hostname), for the dashboards and alerts that query them.
 // Its gauges hold the last value, as TorchServe's do.
 type tsHostMetrics struct {
-	requests2xx, requests4xx, requests5xx *metrics.Counter
-	queueTime, workerThreadTime           *metrics.Gauge // milliseconds
+	requests2xx, requests4xx, requests5xx *vm.Counter
+	queueTime, workerThreadTime           *vm.Gauge // milliseconds
 	// log, with metrics_mode=log, writes them as TorchServe's ts_metrics.log too (nil: not).
 	log *tsLogger
 }
@@ -52,12 +57,12 @@ var (
 
 func init() {
 	// # HELP and # TYPE lines, so that histograms parse as histograms.
-	metrics.ExposeMetadata(true)
+	vm.ExposeMetadata(true)
 }
 
-func newMetrics(enabled bool) *Metrics {
+func New(enabled bool) *Metrics {
 	h, _ := os.Hostname()
-	m := &Metrics{set: metrics.NewSet(), hostname: h, models: map[string]*modelMetrics{}, off: !enabled}
+	m := &Metrics{set: vm.NewSet(), hostname: h, models: map[string]*modelMetrics{}, off: !enabled}
 	host := fmt.Sprintf(`{Level="Host",Hostname=%q}`, h)
 	m.ts = tsHostMetrics{
 		requests2xx:      m.set.NewCounter("Requests2XX" + host),
@@ -72,7 +77,7 @@ func newMetrics(enabled bool) *Metrics {
 
 // countResponse counts an answer of the inference or management API by its class, as
 // TorchServe does for every response it sends: 2xx, 4xx, and anything else as 5xx.
-func (m *Metrics) countResponse(code int) {
+func (m *Metrics) CountResponse(code int) {
 	switch {
 	case m.off:
 	case code >= 200 && code < 300:
@@ -89,15 +94,15 @@ func (m *Metrics) countResponse(code int) {
 
 // modelMetrics are one model version's series. Updating them costs a few atomic adds.
 type modelMetrics struct {
-	set           *metrics.Set
+	set           *vm.Set
 	name          string
 	labels        string
-	queueTime     *metrics.PrometheusHistogram
-	inferenceTime *metrics.PrometheusHistogram
-	latency       *metrics.PrometheusHistogram
-	batchSize     *metrics.PrometheusHistogram
-	preprocess    *metrics.PrometheusHistogram
-	postprocess   *metrics.PrometheusHistogram
+	queueTime     *vm.PrometheusHistogram
+	inferenceTime *vm.PrometheusHistogram
+	latency       *vm.PrometheusHistogram
+	batchSize     *vm.PrometheusHistogram
+	preprocess    *vm.PrometheusHistogram
+	postprocess   *vm.PrometheusHistogram
 	// TorchServe's names, so that existing dashboards keep working: the requests that named
 	// this version, and the model's requests that named none, which TorchServe labels
 	// model_version="default" (shared by the model's versions).
@@ -105,7 +110,7 @@ type modelMetrics struct {
 	tsNamedDims, tsDefaultDims string // their dimensions in metrics_mode=log
 	// TorchServe's model metrics (Level="Model"), last values in milliseconds: the handler's
 	// time for a request, and a batch's forward.
-	handlerTime, predictionTime *metrics.Gauge
+	handlerTime, predictionTime *vm.Gauge
 	host                        *tsHostMetrics
 	workerPrefix, hostname      string // TorchServe's worker names are W-<port>-<model>_<version>
 
@@ -114,7 +119,7 @@ type modelMetrics struct {
 	// batcher is the serving version's: a version reloaded in place (a Triton repository's
 	// poll) takes over its predecessor's series, and its queue is the one to report.
 	version atomic.Pointer[core.ModelVersion]
-	codes   sync.Map // status code → *metrics.Counter
+	codes   sync.Map // status code → *vm.Counter
 
 	// series are the names of every series above, codes included, so that unregistering
 	// the version removes them all: a name that no longer exists keeps no series.
@@ -150,7 +155,7 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 	// Versions of a model share these two, as TorchServe's do: they go with the last version.
 	mm.handlerTime = m.set.GetOrCreateGauge(handlerTimeName(name, m.hostname), nil)
 	mm.predictionTime = m.set.GetOrCreateGauge(predictionTimeName(name, m.hostname), nil)
-	hist := func(n string, buckets []float64) *metrics.PrometheusHistogram {
+	hist := func(n string, buckets []float64) *vm.PrometheusHistogram {
 		return m.set.GetOrCreatePrometheusHistogramExt(mm.track(n+"{"+l+"}"), buckets)
 	}
 	mm.queueTime = hist("torchd_queue_seconds", secondBuckets)
@@ -341,7 +346,7 @@ func (mm *modelMetrics) Request(err error, total, queued time.Duration, named bo
 		mm.series = append(mm.series, name)
 		mm.seriesMu.Unlock()
 	}
-	c.(*metrics.Counter).Inc()
+	c.(*vm.Counter).Inc()
 	mm.latency.Update(total.Seconds())
 	if named {
 		mm.tsNamed.add(total, queued, mm.host.log, mm.tsNamedDims)
@@ -360,9 +365,32 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	var b bytes.Buffer
 	m.set.WritePrometheus(&b)
 	writeTorchServeText(w, b.Bytes())
-	if m.triton != nil {
-		writeTriton(w, m.triton())
+	if m.Statistics != nil {
+		writeTriton(w, m.Statistics())
 	}
-	metrics.WriteProcessMetrics(w)
-	metrics.WriteFDMetrics(w) // process_open_fds and process_max_fds
+	vm.WriteProcessMetrics(w)
+	vm.WriteFDMetrics(w) // process_open_fds and process_max_fds
+}
+
+// LogTorchServe writes TorchServe's frontend metrics to w too, in ts_metrics.log's form
+// (metrics_mode=log); with the metrics off it writes nothing.
+func (m *Metrics) LogTorchServe(w io.Writer) {
+	if !m.off {
+		m.ts.log = &tsLogger{w: w, host: m.hostname}
+	}
+}
+
+// Off reports whether the metrics are off (enable_metrics_api = false).
+func (m *Metrics) Off() bool { return m.off }
+
+// Routes are the metrics port's: GET /metrics in the Prometheus text format.
+func (m *Metrics) Routes() []*frontend.Route {
+	return []*frontend.Route{
+		{Method: "GET", Pattern: "/metrics", Summary: "Prometheus text format: torchd's series, TorchServe's, and the process's", Handle: m.serve},
+	}
+}
+
+func (m *Metrics) serve(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
+	m.WritePrometheus(ctx)
 }

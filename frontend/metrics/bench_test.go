@@ -1,4 +1,4 @@
-package daemon
+package metrics
 
 import (
 	"testing"
@@ -12,7 +12,7 @@ import (
 // TorchServe counters) plus one batch's share. Compare with a request's own cost in
 // docs/benchmarks.md.
 func BenchmarkMetricsPerRequest(b *testing.B) {
-	m := newMetrics(true)
+	m := New(true)
 	mm := m.Version(&core.ModelVersion{Name: "bench", Version: "1.0"}).(*modelMetrics)
 	start := time.Now()
 	b.ReportAllocs()

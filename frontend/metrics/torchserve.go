@@ -1,24 +1,22 @@
-package daemon
+package metrics
 
 import (
 	"bytes"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
+	vm "github.com/VictoriaMetrics/metrics"
 )
 
 // tsRequestSeries are TorchServe's per-request series of one model_version label.
 type tsRequestSeries struct {
-	requests           *metrics.Counter
-	latencyUS, queueUS *metrics.FloatCounter
+	requests           *vm.Counter
+	latencyUS, queueUS *vm.FloatCounter
 }
 
 // tsRequestNames are the series' names, in the order newTSRequestSeries makes them.
@@ -28,7 +26,7 @@ func tsRequestNames(model, version, host string) [3]string {
 }
 
 // newTSRequestSeries gets or makes the series; track records each name for the version's drop.
-func newTSRequestSeries(set *metrics.Set, model, version, host string, track func(string) string) tsRequestSeries {
+func newTSRequestSeries(set *vm.Set, model, version, host string, track func(string) string) tsRequestSeries {
 	n := tsRequestNames(model, version, host)
 	return tsRequestSeries{
 		requests:  set.GetOrCreateCounter(track(n[0])),
@@ -160,26 +158,4 @@ func (l *tsLogger) write(name, unit string, v float64, dims string) {
 	b = append(b, '\n')
 	l.buf = b
 	l.w.Write(b) // a full disk loses metric lines, not requests
-}
-
-// tsMetricsLogPath is where TorchServe writes ts_metrics.log: $METRICS_LOCATION, else logs/
-// in the working directory.
-func tsMetricsLogPath(getenv func(string) string) string {
-	dir := getenv("METRICS_LOCATION")
-	if dir == "" {
-		dir = "logs"
-	}
-	return filepath.Join(dir, "ts_metrics.log")
-}
-
-// openTSMetricsLog opens ts_metrics.log for appending, making its directory.
-func openTSMetricsLog(path string) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, cleanPathErr(err))
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, cleanPathErr(err))
-	}
-	return f, nil
 }
