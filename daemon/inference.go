@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,8 +29,7 @@ func (d *Daemon) inferenceRouter() *frontend.Router {
 		{Method: "POST", Pattern: "/explanations/{model_name}/{model_version}", Summary: "Integrated Gradients of a version", Handle: d.explain},
 		{Method: "POST", Pattern: "/invocations", Summary: "SageMaker-style predict; ?model_name= or the only model", Handle: d.invocations},
 		{Method: "POST", Pattern: "/models/{model_name}/invoke", Summary: "SageMaker-style predict", Handle: d.predictRoute},
-		{Method: "POST", Pattern: "/v1/embeddings", Summary: "OpenAI-compatible embeddings of a text_embedding model", Handle: d.embeddings},
-	}, append(d.kserveRoutes(), d.uiRoutes()...)...))
+	}, slices.Concat(d.openai.Routes(), d.kserveRoutes(), d.page.Routes())...))
 }
 
 func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ frontend.Params) {

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -27,5 +28,25 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 		if doc["openapi"] != "3.0.1" {
 			t.Errorf("openapi version %v", doc["openapi"])
 		}
+	}
+}
+
+// With the page on, its routes are in the OpenAPI document too.
+func TestUIRoutesDescribed(t *testing.T) {
+	d := New(&Config{EnableUI: true}, nil)
+	rt := d.inferenceRouter()
+	served := rt.RoutePaths()
+	doc := rt.OpenAPI("test")["paths"].(map[string]map[string]any)
+	for _, want := range []string{"GET /", "GET /ui", "GET /ui/api/models", "GET /ui/api/stats", "GET /ui/{file}"} {
+		if !slices.Contains(served, want) {
+			t.Errorf("%s is not served: %v", want, served)
+		}
+		method, path, _ := strings.Cut(want, " ")
+		if doc[path][strings.ToLower(method)] == nil {
+			t.Errorf("%s is not documented", want)
+		}
+	}
+	if slices.Contains(New(&Config{}, nil).inferenceRouter().RoutePaths(), "GET /ui/api/stats") {
+		t.Error("enable_ui = false still serves the page")
 	}
 }

@@ -31,6 +31,8 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/frontend/metrics"
+	"github.com/torchd/torchd/frontend/openai"
+	"github.com/torchd/torchd/frontend/webui"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/repository"
@@ -56,7 +58,8 @@ type Daemon struct {
 	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
 	snapMu     sync.Mutex
 	failed     failedRestores // snapshot registrations that did not load
-	uiStats    uiStats        // the web page's live view (webui_stats.go)
+	page       *webui.Page    // the web page (nil: enable_ui = false)
+	openai     *openai.API
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -97,6 +100,10 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	m.Statistics = func() []core.ModelStatistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
+	d.openai = &openai.API{Registry: reg}
+	if cfg.EnableUI {
+		d.page = &webui.Page{Registry: reg, Metrics: cfg.EnableMetrics, Management: d.managementPort}
+	}
 	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
 	return d
 }
@@ -227,6 +234,7 @@ func (d *Daemon) Start() error {
 	tc := d.cfg.Tracing
 	tc.Version = frontend.Version
 	d.tracer = tracing.New(tc, d.log)
+	d.openai.Tracer = d.tracer
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}
@@ -236,6 +244,9 @@ func (d *Daemon) Start() error {
 			return err
 		}
 		d.keys = k
+		if d.page != nil {
+			d.page.TokenAuthorization = true
+		}
 		d.log.Info("token authorization on", "key_file", d.cfg.KeyFile, "created", created)
 	}
 	var tlsCfg *tls.Config
@@ -250,7 +261,7 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().Serve, healthPath))))},
+		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.page.Public(d.authorize("inference", d.inferenceRouter().Serve, healthPath))))},
 		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().Serve, noPath)))},
 		{"metrics", d.cfg.MetricsAddress, frontend.Describe("metrics", d.metrics.Routes()).Serve},
 	}
@@ -314,6 +325,19 @@ func (d *Daemon) Start() error {
 	}
 	d.loadStartupModels()
 	return nil
+}
+
+// managementPort is the management API's port, for the web page's calls from the browser:
+// only with management_allowed_origins (CORS), once it is bound.
+func (d *Daemon) managementPort() (port int, tls, ok bool) {
+	if len(d.cfg.ManagementOrigins) == 0 || len(d.listeners) < 2 {
+		return 0, false, false
+	}
+	ta, ok := d.listeners[1].Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, false, false
+	}
+	return ta.Port, d.cfg.CertificateFile != "", true
 }
 
 func isLoopback(a net.Addr) bool {

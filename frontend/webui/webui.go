@@ -1,25 +1,9 @@
-package daemon
-
-import (
-	"crypto/sha256"
-	"embed"
-	"encoding/hex"
-	"io/fs"
-	"net"
-	"path"
-	"strings"
-
-	"github.com/torchd/torchd/core"
-	"github.com/torchd/torchd/frontend"
-	"github.com/valyala/fasthttp"
-)
-
-// The web page: a person opens the inference port in a browser, sees the models, tries one
+// Package webui is the web page: a person opens the inference port in a browser, sees the models, tries one
 // with a form chosen by its handler, and watches the server work. It is plain HTML, CSS and
-// JavaScript embedded in the binary (daemon/ui), so it needs no build step, no CDN and no
+// JavaScript embedded in the binary (ui/), so it needs no build step, no CDN and no
 // network. enable_ui = false removes its routes.
 //
-// The page's data comes from two small JSON endpoints that read what the daemon already
+// The page's data comes from two small JSON endpoints that read what the server already
 // keeps: /ui/api/models (the registry, as describe) and /ui/api/stats (uiStats, a sampler
 // outside the request path). Predictions go through the ordinary inference routes.
 //
@@ -27,7 +11,21 @@ import (
 // data) and everything else, /ui/api/* included, takes the inference key, which the page
 // asks for and keeps in sessionStorage. Management actions are shown only when the
 // management port answers the page from the browser, which needs management_allowed_origins
-// (CORS, cors.go) and, with token authorization, the management key.
+// (CORS, daemon/cors.go) and, with token authorization, the management key.
+package webui
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"io/fs"
+	"path"
+	"strings"
+
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
+	"github.com/valyala/fasthttp"
+)
 
 //go:embed ui
 var uiFiles embed.FS
@@ -78,34 +76,47 @@ func uiContentType(name string) string {
 	return "application/octet-stream"
 }
 
-// uiRoutes are the page's routes on the inference port; none when enable_ui is false.
-func (d *Daemon) uiRoutes() []*frontend.Route {
-	if !d.cfg.EnableUI {
+// Page is the web page over the registry. A nil *Page is the page turned off
+// (enable_ui = false): it has no routes.
+type Page struct {
+	Registry *core.Registry
+	// TokenAuthorization and Metrics tell the page what the server has on, so that it asks
+	// for the inference key and links the metrics.
+	TokenAuthorization, Metrics bool
+	// Management is the management port the page may call from the browser (ok false: it
+	// may not, without management_allowed_origins, or the port is not bound yet).
+	Management func() (port int, tls, ok bool)
+	stats      uiStats
+}
+
+// Routes are the page's routes on the inference port; none when the page is off.
+func (pg *Page) Routes() []*frontend.Route {
+	if pg == nil {
 		return nil
 	}
 	return []*frontend.Route{
-		{Method: "GET", Pattern: "/", Summary: "The web page, for browsers (Accept: text/html); other clients get 405 as before", Handle: d.uiRoot},
-		{Method: "GET", Pattern: "/ui", Summary: "The web page", Handle: d.uiStatic},
-		{Method: "GET", Pattern: "/ui/api/models", Summary: "The web page's model list: versions, handlers, workers, batching, queue and state", Handle: d.uiModels},
-		{Method: "GET", Pattern: "/ui/api/stats", Summary: "The web page's live view: requests/s, p50 and p99 latency, queue depth and batch size per model, every 2 s over 5 minutes", Handle: d.uiStatsRoute},
-		{Method: "GET", Pattern: "/ui/{file...}", Summary: "The web page's scripts and styles", Handle: d.uiStatic},
+		{Method: "GET", Pattern: "/", Summary: "The web page, for browsers (Accept: text/html); other clients get 405 as before", Handle: pg.uiRoot},
+		{Method: "GET", Pattern: "/ui", Summary: "The web page", Handle: pg.uiStatic},
+		{Method: "GET", Pattern: "/ui/api/models", Summary: "The web page's model list: versions, handlers, workers, batching, queue and state", Handle: pg.uiModels},
+		{Method: "GET", Pattern: "/ui/api/stats", Summary: "The web page's live view: requests/s, p50 and p99 latency, queue depth and batch size per model, every 2 s over 5 minutes", Handle: pg.uiStatsRoute},
+		{Method: "GET", Pattern: "/ui/{file...}", Summary: "The web page's scripts and styles", Handle: pg.uiStatic},
 	}
 }
 
 // uiRoot serves the page at / to browsers only: API clients that GET / keep TorchServe's
 // 405, and OPTIONS / stays the API description.
-func (d *Daemon) uiRoot(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (pg *Page) uiRoot(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if !strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html") {
 		frontend.WriteError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
 		return
 	}
-	d.uiStatic(ctx, nil)
+	pg.uiStatic(ctx, nil)
 }
 
 // uiStatic serves an embedded file; the page itself for /ui/. Every response is revalidated
 // (Cache-Control: no-cache) against a content ETag, so an upgraded binary is never mixed
 // with cached scripts, and an unchanged file costs a 304.
-func (d *Daemon) uiStatic(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (pg *Page) uiStatic(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	name := "index.html"
 	if len(p) > 0 {
 		name = p[0]
@@ -133,12 +144,12 @@ func (d *Daemon) uiStatic(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	ctx.SetBody(a.body)
 }
 
-// publicUI lets the page's static files through without a key when token authorization is
+// Public lets the page's static files through without a key when token authorization is
 // on: a browser cannot send a header when it opens a URL. The files hold no data; the page
 // then asks for the inference key and sends it with every call. Everything else, /ui/api/*
 // included, goes to next, which checks the key.
-func (d *Daemon) publicUI(next fasthttp.RequestHandler) fasthttp.RequestHandler {
-	if !d.cfg.EnableUI || d.keys == nil {
+func (pg *Page) Public(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	if pg == nil || !pg.TokenAuthorization {
 		return next
 	}
 	return func(ctx *fasthttp.RequestCtx) {
@@ -148,11 +159,11 @@ func (d *Daemon) publicUI(next fasthttp.RequestHandler) fasthttp.RequestHandler 
 		}
 		switch p := string(ctx.Path()); {
 		case p == "/" && strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html"):
-			d.uiStatic(ctx, nil)
+			pg.uiStatic(ctx, nil)
 		case p == "/ui" || p == "/ui/":
-			d.uiStatic(ctx, nil)
+			pg.uiStatic(ctx, nil)
 		case strings.HasPrefix(p, "/ui/") && !strings.HasPrefix(p, "/ui/api/"):
-			d.uiStatic(ctx, frontend.Params{p[len("/ui/"):]})
+			pg.uiStatic(ctx, frontend.Params{p[len("/ui/"):]})
 		default:
 			next(ctx)
 		}
@@ -199,11 +210,11 @@ type uiModelsResponse struct {
 	Models             []uiModel     `json:"models"`
 }
 
-func (d *Daemon) uiModels(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	resp := uiModelsResponse{Version: frontend.Version, TokenAuthorization: d.keys != nil, Metrics: d.cfg.EnableMetrics, Models: d.uiModelList()}
-	if len(d.cfg.ManagementOrigins) > 0 && len(d.listeners) > 1 {
-		if ta, ok := d.listeners[1].Addr().(*net.TCPAddr); ok {
-			resp.Management = &uiManagement{Port: ta.Port, TLS: d.cfg.CertificateFile != ""}
+func (pg *Page) uiModels(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	resp := uiModelsResponse{Version: frontend.Version, TokenAuthorization: pg.TokenAuthorization, Metrics: pg.Metrics, Models: pg.uiModelList()}
+	if pg.Management != nil {
+		if port, tls, ok := pg.Management(); ok {
+			resp.Management = &uiManagement{Port: port, TLS: tls}
 		}
 	}
 	ctx.Response.Header.Set("Cache-Control", "no-store")
@@ -211,8 +222,8 @@ func (d *Daemon) uiModels(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 }
 
 // uiModelList lists every version, loading ones included, sorted by name and version.
-func (d *Daemon) uiModelList() []uiModel {
-	all := d.Registry.List()
+func (pg *Page) uiModelList() []uiModel {
+	all := pg.Registry.List()
 	out := make([]uiModel, 0, len(all))
 	for _, e := range all {
 		v := e.ModelVersion

@@ -1,4 +1,4 @@
-package daemon
+package webui
 
 import (
 	"math"
@@ -32,7 +32,7 @@ type uiStats struct {
 	mu       sync.Mutex
 	running  bool
 	lastRead time.Time
-	series   map[*ModelVersion]*statsSeries
+	series   map[*core.ModelVersion]*statsSeries
 }
 
 // statsSeries is one model version's ring of points, and the counters of its last sample.
@@ -67,13 +67,13 @@ type histogramCounts struct {
 }
 
 // uiStatsRoute answers the live view's JSON, starting the sampler if it is not running.
-func (d *Daemon) uiStatsRoute(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	st := &d.uiStats
+func (pg *Page) uiStatsRoute(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	st := &pg.stats
 	st.mu.Lock()
 	st.lastRead = time.Now()
 	if !st.running {
 		st.running = true
-		go d.sampleStats(st)
+		go pg.sampleStats(st)
 	}
 	resp := st.snapshot()
 	st.mu.Unlock()
@@ -82,10 +82,10 @@ func (d *Daemon) uiStatsRoute(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 }
 
 // sampleStats samples every statsInterval until nobody has read the stats for statsIdle.
-func (d *Daemon) sampleStats(st *uiStats) {
+func (pg *Page) sampleStats(st *uiStats) {
 	tick := time.NewTicker(statsInterval)
 	defer tick.Stop()
-	d.sampleOnce(st, time.Now())
+	pg.sampleOnce(st, time.Now())
 	for now := range tick.C {
 		st.mu.Lock()
 		idle := now.Sub(st.lastRead) > statsIdle
@@ -97,20 +97,20 @@ func (d *Daemon) sampleStats(st *uiStats) {
 		if idle {
 			return
 		}
-		d.sampleOnce(st, now)
+		pg.sampleOnce(st, now)
 	}
 }
 
 // sampleOnce adds a point to every registered version's series, and drops the series of
 // versions that are gone.
-func (d *Daemon) sampleOnce(st *uiStats, now time.Time) {
-	versions := d.Registry.Loaded()
+func (pg *Page) sampleOnce(st *uiStats, now time.Time) {
+	versions := pg.Registry.Loaded()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.series == nil {
-		st.series = map[*ModelVersion]*statsSeries{}
+		st.series = map[*core.ModelVersion]*statsSeries{}
 	}
-	live := map[*ModelVersion]bool{}
+	live := map[*core.ModelVersion]bool{}
 	for _, v := range versions {
 		live[v] = true
 		s := st.series[v]

@@ -1,4 +1,8 @@
-package daemon
+// Package openai is the OpenAI-compatible embeddings API (POST /v1/embeddings), as TEI,
+// Infinity and vLLM serve it: a codec over the one core call (core.Registry.Serve). The
+// request's input goes to the model's handler as a JSON payload; its embeddings come back in
+// OpenAI's shape, and errors in OpenAI's error shape (openAIStatuses).
+package openai
 
 import (
 	"bytes"
@@ -11,12 +15,22 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/tracing"
 	"github.com/valyala/fasthttp"
 )
 
-// The OpenAI-compatible embeddings API (POST /v1/embeddings), as TEI, Infinity and vLLM
-// serve it: a codec over the inference path /predictions takes. The request's input goes
-// to the model's handler as a JSON payload; its embeddings come back in OpenAI's shape.
+// API serves /v1/embeddings over the registry.
+type API struct {
+	Registry *core.Registry
+	Tracer   *tracing.Tracer // nil: tracing off
+}
+
+// Routes are the API's routes on the inference port.
+func (a *API) Routes() []*frontend.Route {
+	return []*frontend.Route{
+		{Method: "POST", Pattern: "/v1/embeddings", Summary: "OpenAI-compatible embeddings of a text_embedding model", Handle: a.embeddings},
+	}
+}
 
 // embedder is a handler whose model answers one embedding per input (text_embedding).
 type embedder interface {
@@ -111,9 +125,9 @@ func openAIAnswer(ctx *fasthttp.RequestCtx, model string, err error) {
 	}
 }
 
-func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+func (a *API) embeddings(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	c := frontend.RESTCall(ctx)
-	frontend.TraceREST(d.tracer, ctx, &c, "openai", "/v1/embeddings")
+	frontend.TraceREST(a.Tracer, ctx, &c, "openai", "/v1/embeddings")
 	var req embeddingsRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
 		openAIError(ctx, 400, "", "", fmt.Sprintf("the body must be a JSON object: %v", err))
@@ -137,9 +151,9 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 		}
 		base64Format = f == "base64"
 	}
-	_, err := d.Registry.Serve(&core.Request{Model: model, Call: c, Raw: true,
-		Check: func(v *ModelVersion) error { return checkEmbedder(v, req.Dimensions) },
-		Decode: func(*ModelVersion) (core.Input, error) {
+	_, err := a.Registry.Serve(&core.Request{Model: model, Call: c, Raw: true,
+		Check: func(v *core.ModelVersion) error { return checkEmbedder(v, req.Dimensions) },
+		Decode: func(*core.ModelVersion) (core.Input, error) {
 			return core.Input{Payloads: &handlers.Request{
 				Inputs:   []handlers.Payload{{Name: "input", ContentType: "application/json", Data: req.Input}},
 				Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
@@ -154,7 +168,7 @@ func (d *Daemon) embeddings(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 
 // checkEmbedder refuses a model that is not an embedding model, and dimensions other than
 // its embeddings' size.
-func checkEmbedder(v *ModelVersion, dimensions json.RawMessage) error {
+func checkEmbedder(v *core.ModelVersion, dimensions json.RawMessage) error {
 	emb, ok := v.Handler().(embedder)
 	if !ok {
 		return &paramError{"model", fmt.Sprintf("The model '%s' is not an embedding model (its handler is %s).", v.Name, v.HandlerName)}

@@ -1,12 +1,13 @@
-package daemon
+package webui
 
 import (
 	"math"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/core"
 )
 
 // Every file the page refers to is embedded, and served with a real content type.
@@ -28,26 +29,6 @@ func TestUIAssets(t *testing.T) {
 		if a.contentType == "application/octet-stream" {
 			t.Errorf("%s: no content type", name)
 		}
-	}
-}
-
-// With the page on, its routes are in the OpenAPI document too.
-func TestUIRoutesDescribed(t *testing.T) {
-	d := New(&Config{EnableUI: true}, nil)
-	rt := d.inferenceRouter()
-	served := rt.RoutePaths()
-	doc := rt.OpenAPI("test")["paths"].(map[string]map[string]any)
-	for _, want := range []string{"GET /", "GET /ui", "GET /ui/api/models", "GET /ui/api/stats", "GET /ui/{file}"} {
-		if !slices.Contains(served, want) {
-			t.Errorf("%s is not served: %v", want, served)
-		}
-		method, path, _ := strings.Cut(want, " ")
-		if doc[path][strings.ToLower(method)] == nil {
-			t.Errorf("%s is not documented", want)
-		}
-	}
-	if slices.Contains(New(&Config{}, nil).inferenceRouter().RoutePaths(), "GET /ui/api/stats") {
-		t.Error("enable_ui = false still serves the page")
 	}
 }
 
@@ -81,7 +62,7 @@ func TestStatsSeries(t *testing.T) {
 		s.add(t0.Add(time.Duration(i)*statsInterval), c, float64(i))
 	}
 	var st uiStats
-	st.series = map[*ModelVersion]*statsSeries{nil: &s}
+	st.series = map[*core.ModelVersion]*statsSeries{nil: &s}
 	r := st.snapshot()
 	c := r.Models[0]
 	if len(c.Time) != statsPoints {
@@ -97,7 +78,7 @@ func TestStatsSeries(t *testing.T) {
 	s2 := statsSeries{}
 	s2.add(t0, statsCounters{}, 0)
 	s2.add(t0.Add(statsInterval), statsCounters{}, 0)
-	st.series = map[*ModelVersion]*statsSeries{nil: &s2}
+	st.series = map[*core.ModelVersion]*statsSeries{nil: &s2}
 	c = st.snapshot().Models[0]
 	if c.Batch[0] != nil || c.P50[0] != nil || c.RPS[0] == nil || *c.RPS[0] != 0 {
 		t.Errorf("idle point: %+v", c)
