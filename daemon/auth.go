@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/valyala/fasthttp"
 )
 
@@ -149,7 +150,7 @@ func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(p
 		case !d.keys.allowed(ctx, keyFor(kind, path)):
 			msg := fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", keyFor(kind, path))
 			if strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/") {
-				v2Error(ctx, 400, msg) // the KServe protocols' {"error": ...}
+				kserve.WriteError(ctx, 400, msg) // the KServe protocols' {"error": ...}
 				return
 			}
 			frontend.WriteError(ctx, 400, "InvalidKeyException", msg)

@@ -39,15 +39,15 @@ type grpcAPI struct {
 func (d *Daemon) grpcAPIs() []grpcAPI {
 	return []grpcAPI{
 		{name: "grpc", addr: d.cfg.GRPCAddress, key: "inference", register: func(s *grpc.Server) {
-			pb.RegisterGRPCInferenceServiceServer(s, &oipService{d: d})
+			pb.RegisterGRPCInferenceServiceServer(s, d.kserve.InferenceService())
 			healthpb.RegisterHealthServer(s, &healthService{d: d})
 		}},
 		{name: "grpc_inference", addr: d.cfg.GRPCInferenceAddress, key: "inference", register: func(s *grpc.Server) {
-			tspb.RegisterInferenceAPIsServiceServer(s, &tsInferenceService{d: d})
+			tspb.RegisterInferenceAPIsServiceServer(s, d.ts.InferenceService())
 			healthpb.RegisterHealthServer(s, &healthService{d: d})
 		}},
 		{name: "grpc_management", addr: d.cfg.GRPCManagementAddress, key: "management", register: func(s *grpc.Server) {
-			tspb.RegisterManagementAPIsServiceServer(s, &tsManagementService{d: d})
+			tspb.RegisterManagementAPIsServiceServer(s, d.ts.ManagementService())
 		}},
 	}
 }
@@ -222,7 +222,7 @@ type healthService struct {
 }
 
 func (h *healthService) status() healthpb.HealthCheckResponse_ServingStatus {
-	if h.d.startupDone() && h.d.Registry.Healthy() {
+	if h.d.ready() {
 		return healthpb.HealthCheckResponse_SERVING
 	}
 	return healthpb.HealthCheckResponse_NOT_SERVING

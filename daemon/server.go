@@ -1,14 +1,15 @@
-// Package daemon is torchd's server. It wires the serving core (package core: the registry of
-// model versions, their batchers and worker pools) to the protocol front-ends over fasthttp and
-// gRPC: TorchServe's inference and management APIs, KServe v1 and v2 with the Open Inference
-// Protocol and Triton's extensions, the Triton model repository's API (over package repository),
-// /v1/embeddings, the metrics API and the web page. It owns the configuration, the snapshot, the management service (Management) and
-// every goroutine it starts.
+// Package daemon is torchd's server, the wiring: it builds the serving core (package core:
+// the registry of model versions, their batchers and worker pools), the Triton model
+// repository (package repository) and the protocol front-ends (the packages under frontend:
+// torchserve, kserve, openai, metrics, webui), and serves them on their ports over fasthttp
+// and gRPC (apis.go says which front-end serves where). It owns the configuration, token
+// authorization, model URLs and downloads, the snapshot, the start-up models and every
+// goroutine it starts. It speaks no protocol itself.
 //
-// A request goes in one straight line: a front-end → core.Registry → handler Preprocess (in the
-// request's goroutine) → the version's Batcher → a WorkerPool worker (batched forward on a locked
-// OS thread) → handler Postprocess → the front-end's response. The HTTP and gRPC layers never
-// call LibTorch.
+// A request goes in one straight line: a front-end → core.Registry.Serve → handler
+// Preprocess (in the request's goroutine) → the version's Batcher → a WorkerPool worker
+// (batched forward on a locked OS thread) → handler Postprocess → the front-end's response.
+// The HTTP and gRPC layers never call LibTorch.
 package daemon
 
 import (
@@ -30,8 +31,10 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/openai"
+	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/frontend/webui"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
@@ -58,8 +61,11 @@ type Daemon struct {
 	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
 	snapMu     sync.Mutex
 	failed     failedRestores // snapshot registrations that did not load
-	page       *webui.Page    // the web page (nil: enable_ui = false)
-	openai     *openai.API
+	// The front-ends (apis.go).
+	ts     *torchserve.API
+	kserve *kserve.API
+	openai *openai.API
+	page   *webui.Page // the web page (nil: enable_ui = false)
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -68,7 +74,7 @@ type Daemon struct {
 	grpcServers  []*grpc.Server
 	grpcStopping chan struct{}
 	// mgmt is the management service that the REST and gRPC management APIs call.
-	mgmt    *Management
+	mgmt    *torchserve.Management
 	serveWG sync.WaitGroup
 	// startupModels are loaded in the background after Start; the WaitGroup tracks them
 	// and startupCh closes when they are all done.
@@ -100,11 +106,8 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	m.Statistics = func() []core.ModelStatistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
-	d.openai = &openai.API{Registry: reg}
-	if cfg.EnableUI {
-		d.page = &webui.Page{Registry: reg, Metrics: cfg.EnableMetrics, Management: d.managementPort}
-	}
-	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
+	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, Log: log}
+	d.frontEnds()
 	return d
 }
 
@@ -126,7 +129,7 @@ func statOK(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // UseLogLevel makes lv, the level of the logger given to New, the one the logging API
 // reports and changes. Without it the API changes a level no logger reads.
-func (d *Daemon) UseLogLevel(lv *slog.LevelVar) { d.logLevel = lv }
+func (d *Daemon) UseLogLevel(lv *slog.LevelVar) { d.logLevel, d.kserve.LogLevel = lv, lv }
 
 // idleTrimAfter is how long the inference API must be idle before the memory a burst left
 // free goes back to the operating system. Under load it stays: keep_freed_memory keeps
@@ -234,7 +237,7 @@ func (d *Daemon) Start() error {
 	tc := d.cfg.Tracing
 	tc.Version = frontend.Version
 	d.tracer = tracing.New(tc, d.log)
-	d.openai.Tracer = d.tracer
+	d.ts.Tracer, d.kserve.Tracer, d.openai.Tracer = d.tracer, d.tracer, d.tracer
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}

@@ -1,4 +1,4 @@
-package daemon
+package torchserve
 
 import (
 	"errors"
@@ -14,18 +14,59 @@ import (
 
 // Management is the management API as a Go service: it registers, unregisters and scales
 // model versions, sets the default, and describes and lists them. TorchServe's REST
-// management API (management.go), its gRPC ManagementAPIsService (grpc_torchserve.go) and the
-// repository API's control of the model store (modelcontrol.go) are codecs over it: each turns
+// management API (management.go), its gRPC ManagementAPIsService (grpc.go) and the
+// repository API's control of the model store (package kserve) are codecs over it: each turns
 // its request into one call, and the typed result or error into its own answer. Its errors
 // carry the core's kinds (core.ErrBadInput for a bad parameter, core.ErrModelNotFound, ...),
 // which each protocol maps in one place (apiErrorOf, grpcError).
 type Management struct {
-	reg *core.Registry
-	// open resolves a registration's url, opens its archive and adds it to reg (registerModel).
-	open    func(RegisterRequest) (*ModelVersion, error)
-	failed  *failedRestores // snapshot registrations that did not load: listed, described, removable
-	changed func()          // called after every change: the snapshot follows
-	log     *slog.Logger
+	Registry *core.Registry
+	// Open loads a registration's archive and adds its version to the registry.
+	Open func(core.RegisterRequest) (*core.ModelVersion, error)
+	// Failed are the snapshot's registrations that failed to load at start-up: listed,
+	// described and removable (nil: none).
+	Failed Failed
+	// Changed is called after every change: the snapshot follows (nil: nothing to do).
+	Changed func()
+	// Unregistered is called after a version is unregistered: the memory it held goes back
+	// (nil: nothing to do).
+	Unregistered func()
+	Log          *slog.Logger
+}
+
+// Failed are registrations restored from the snapshot at start-up that did not load.
+type Failed interface {
+	// All returns them sorted by name and version.
+	All() []FailedModel
+	// Remove drops name's of version ("": every version) and reports whether there were any.
+	Remove(name, version string) bool
+}
+
+// FailedModel is a registration that failed to restore: what describe and list show of it.
+type FailedModel struct {
+	Name, Version, URL, Handler    string
+	Workers, MaxWorkers, BatchSize int
+	MaxBatchDelayMS                float64
+	ResponseTimeout                float64 // seconds
+	// Reason is why it failed to load.
+	Reason string
+}
+
+func (m *Management) changed() {
+	if m.Changed != nil {
+		m.Changed()
+	}
+}
+
+func (m *Management) failed() []FailedModel {
+	if m.Failed == nil {
+		return nil
+	}
+	return m.Failed.All()
+}
+
+func (m *Management) removeFailed(name, version string) bool {
+	return m.Failed != nil && m.Failed.Remove(name, version)
 }
 
 // badParam is a management call's bad parameter.
@@ -71,12 +112,12 @@ func (m *Management) Register(r Registration) (Registered, error) {
 	if r.Runtime != "" && r.Runtime != "python" && r.Runtime != "python3" && r.Runtime != "torchscript" {
 		return Registered{}, badParam("Invalid RuntimeType value: %s", r.Runtime)
 	}
-	v, err := m.open(RegisterRequest{URL: r.URL, Name: r.Name, Handler: r.Handler, Runtime: r.Runtime,
+	v, err := m.Open(core.RegisterRequest{URL: r.URL, Name: r.Name, Handler: r.Handler, Runtime: r.Runtime,
 		Settings: r.Settings, Synchronous: r.Synchronous, Persist: true})
 	if err != nil {
 		return Registered{}, err
 	}
-	m.failed.remove(v.Name, v.Version) // registered again: no longer failed
+	m.removeFailed(v.Name, v.Version) // registered again: no longer failed
 	m.changed()
 	return Registered{Name: v.Name, Version: v.Version, Workers: v.Settings().MinWorkers, Synchronous: r.Synchronous}, nil
 }
@@ -130,7 +171,7 @@ func (m *Management) Scale(s Scaling) (Scaled, error) {
 	if maxW < minW {
 		return Scaled{}, badParam("max_worker cannot be less than min_worker.")
 	}
-	v, err := m.reg.Scale(s.Name, s.Version, minW, maxW, s.Synchronous)
+	v, err := m.Registry.Scale(s.Name, s.Version, minW, maxW, s.Synchronous)
 	if err != nil {
 		return Scaled{}, err
 	}
@@ -141,22 +182,24 @@ func (m *Management) Scale(s Scaling) (Scaled, error) {
 // Unregister removes a version ("": the default) once its accepted requests are answered, or
 // a registration that failed to restore.
 func (m *Management) Unregister(name, version string) error {
-	if err := m.reg.Unregister(name, version); err != nil {
+	if err := m.Registry.Unregister(name, version); err != nil {
 		notFound := errors.Is(err, core.ErrModelNotFound) || errors.Is(err, core.ErrVersionNotFound)
-		if !(notFound && m.failed.remove(name, version)) {
+		if !(notFound && m.removeFailed(name, version)) {
 			return err
 		}
 	}
 	m.changed()
 	// The module and its workers are freed: give their memory back now, rather than let
 	// registration churn grow the process in steps of the allocator's padding.
-	trimMemory()
+	if m.Unregistered != nil {
+		m.Unregistered()
+	}
 	return nil
 }
 
 // SetDefault makes a version the default.
 func (m *Management) SetDefault(name, version string) error {
-	if err := m.reg.SetDefault(name, version); err != nil {
+	if err := m.Registry.SetDefault(name, version); err != nil {
 		return err
 	}
 	m.changed()
@@ -171,11 +214,11 @@ func (m *Management) List(limit int, limitGiven bool, offset int) listResponse {
 	}
 	offset = max(offset, 0)
 	var all []listEntry
-	for _, v := range m.reg.Defaults() {
+	for _, v := range m.Registry.Defaults() {
 		all = append(all, listEntry{ModelName: v.Name, ModelURL: v.URL})
 	}
-	for _, f := range m.failed.all() {
-		all = append(all, listEntry{ModelName: f.Name, ModelURL: f.URL, Status: "FAILED", Error: f.Failed})
+	for _, f := range m.failed() {
+		all = append(all, listEntry{ModelName: f.Name, ModelURL: f.URL, Status: "FAILED", Error: f.Reason})
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].ModelName < all[j].ModelName })
 	resp := listResponse{Models: []listEntry{}}
@@ -192,19 +235,19 @@ func (m *Management) List(limit int, limitGiven bool, offset int) listResponse {
 // Describe describes a version ("": the default; "all": every version), and the
 // registrations of it that failed to restore, FAILED with their error as GET /models lists them.
 func (m *Management) Describe(name, version string) ([]describeModel, error) {
-	var versions []*ModelVersion
+	var versions []*core.ModelVersion
 	var err error
 	if version == "all" {
-		versions, _, err = m.reg.Versions(name)
+		versions, _, err = m.Registry.Versions(name)
 	} else {
-		var v *ModelVersion
-		if v, err = m.reg.Get(name, version); err == nil {
-			versions = []*ModelVersion{v}
+		var v *core.ModelVersion
+		if v, err = m.Registry.Get(name, version); err == nil {
+			versions = []*core.ModelVersion{v}
 		}
 	}
-	var failed []snapshotModel
+	var failed []FailedModel
 	if err == nil && version == "all" || errors.Is(err, core.ErrModelNotFound) || errors.Is(err, core.ErrVersionNotFound) {
-		for _, f := range m.failed.all() {
+		for _, f := range m.failed() {
 			if f.Name == name && (version == "" || version == "all" || version == f.Version) {
 				failed = append(failed, f)
 			}
@@ -224,17 +267,17 @@ func (m *Management) Describe(name, version string) ([]describeModel, error) {
 }
 
 // describeFailed describes a registration that failed to restore, from its snapshot entry.
-func describeFailed(m snapshotModel) describeModel {
+func describeFailed(m FailedModel) describeModel {
 	return describeModel{
 		ModelName: m.Name, ModelVersion: m.Version, ModelURL: m.URL, Runtime: "torchscript",
 		MinWorkers: m.Workers, MaxWorkers: m.MaxWorkers, BatchSize: m.BatchSize,
 		MaxBatchDelay: int64(m.MaxBatchDelayMS), ResponseTimeout: int64(m.ResponseTimeout),
 		MaxRetryTimeoutInSec: 300, Handler: m.Handler, Workers: []describeWorker{},
-		Status: "FAILED", Error: m.Failed,
+		Status: "FAILED", Error: m.Reason,
 	}
 }
 
-func describeVersion(v *ModelVersion) describeModel {
+func describeVersion(v *core.ModelVersion) describeModel {
 	s := v.Settings()
 	dev := "cpu"
 	if strings.HasPrefix(v.Module().Device(), "cuda") {

@@ -1,4 +1,4 @@
-package daemon
+package kserve
 
 import (
 	"encoding/json"
@@ -15,29 +15,27 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The Open Inference Protocol (KServe v2, as Triton serves it) and KServe v1, on the
-// inference port. v2 infer takes tensors straight to the model where the request names the
-// model's inputs: the handler's pre- and postprocessing are bypassed, as in Triton. Where it
-// does not, and the handler takes tensors, the handler runs, as in TorchServe.
-func (d *Daemon) kserveRoutes() []*frontend.Route {
+// Routes are the Open Inference Protocol's (KServe v2, as Triton serves it, with Triton's
+// extensions) and KServe v1's, on the inference port.
+func (a *API) Routes() []*frontend.Route {
 	// Triton's extensions first: /v2/models/stats is no model named "stats".
-	return append(d.tritonRoutes(), []*frontend.Route{
-		{Method: "GET", Pattern: "/v2", Summary: "Server metadata", Handle: d.v2Server},
+	return append(a.tritonRoutes(), []*frontend.Route{
+		{Method: "GET", Pattern: "/v2", Summary: "Server metadata", Handle: a.v2Server},
 		{Method: "GET", Pattern: "/v2/health/live", Summary: "Liveness: 200", Handle: func(ctx *fasthttp.RequestCtx, _ frontend.Params) { ctx.SetStatusCode(200) }},
-		{Method: "GET", Pattern: "/v2/health/ready", Summary: "Readiness: 200 once start-up models are warm, else 400", Handle: d.v2Ready},
-		{Method: "GET", Pattern: "/v2/models/{model_name}", Summary: "Model metadata", Handle: d.v2Metadata},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}", Summary: "Model metadata", Handle: d.v2Metadata},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/ready", Summary: "Model readiness: 200 or 400", Handle: d.v2ModelReady},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/ready", Summary: "Model readiness: 200 or 400", Handle: d.v2ModelReady},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/config", Summary: "Triton model configuration (the subset perf_analyzer reads)", Handle: d.v2Config},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/config", Summary: "Triton model configuration", Handle: d.v2Config},
-		{Method: "POST", Pattern: "/v2/models/{model_name}/infer", Summary: "Inference: JSON or binary tensors", Handle: d.v2Infer},
-		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/infer", Summary: "Inference: JSON or binary tensors", Handle: d.v2Infer},
-		{Method: "POST", Pattern: "/v1/models/{model_name}:predict", Summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", Handle: d.v1Predict},
-		{Method: "POST", Pattern: "/v1/models/{model_name}:explain", Summary: "KServe v1: {\"instances\": [...]} → {\"explanations\": [...]} (Integrated Gradients)", Handle: d.v1Explain},
-		{Method: "POST", Pattern: "/v2/models/{model_name}/explain", Summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", Handle: d.v2Explain},
-		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/explain", Summary: "KServe v2 explanation of a version", Handle: d.v2Explain},
-		{Method: "GET", Pattern: "/v1/models/{model_name}", Summary: "KServe v1 model status", Handle: d.v1Model},
+		{Method: "GET", Pattern: "/v2/health/ready", Summary: "Readiness: 200 once start-up models are warm, else 400", Handle: a.v2Ready},
+		{Method: "GET", Pattern: "/v2/models/{model_name}", Summary: "Model metadata", Handle: a.v2Metadata},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}", Summary: "Model metadata", Handle: a.v2Metadata},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/ready", Summary: "Model readiness: 200 or 400", Handle: a.v2ModelReady},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/ready", Summary: "Model readiness: 200 or 400", Handle: a.v2ModelReady},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/config", Summary: "Triton model configuration (the subset perf_analyzer reads)", Handle: a.v2Config},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/config", Summary: "Triton model configuration", Handle: a.v2Config},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/infer", Summary: "Inference: JSON or binary tensors", Handle: a.v2Infer},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/infer", Summary: "Inference: JSON or binary tensors", Handle: a.v2Infer},
+		{Method: "POST", Pattern: "/v1/models/{model_name}:predict", Summary: "KServe v1: {\"instances\": [...]} → {\"predictions\": [...]}", Handle: a.v1Predict},
+		{Method: "POST", Pattern: "/v1/models/{model_name}:explain", Summary: "KServe v1: {\"instances\": [...]} → {\"explanations\": [...]} (Integrated Gradients)", Handle: a.v1Explain},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/explain", Summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", Handle: a.v2Explain},
+		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/explain", Summary: "KServe v2 explanation of a version", Handle: a.v2Explain},
+		{Method: "GET", Pattern: "/v1/models/{model_name}", Summary: "KServe v1 model status", Handle: a.v1Model},
 	}...)
 }
 
@@ -49,8 +47,8 @@ func v2Version(p frontend.Params) string {
 	return ""
 }
 
-// v2Error answers {"error": msg} with Triton's status mapping.
-func v2Error(ctx *fasthttp.RequestCtx, status int, msg string) {
+// WriteError answers {"error": msg} with Triton's status mapping.
+func WriteError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	b, _ := json.Marshal(oip.ErrorResponse{Error: msg})
 	if status == 503 {
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -63,7 +61,7 @@ func v2Error(ctx *fasthttp.RequestCtx, status int, msg string) {
 // v2APIError answers err in the Open Inference Protocol's shape, {"error": msg}, under
 // v2Status's status.
 func v2APIError(ctx *fasthttp.RequestCtx, err error) {
-	v2Error(ctx, v2Status(err), err.Error())
+	WriteError(ctx, v2Status(err), err.Error())
 }
 
 // v2Status is the HTTP status of the Open Inference Protocol's answer (KServe v1 and v2,
@@ -117,7 +115,7 @@ var v2Statuses = []struct {
 func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		v2Error(ctx, 500, err.Error())
+		WriteError(ctx, 500, err.Error())
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -127,24 +125,24 @@ func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {
 // v2Server advertises "statistics" only while every loaded version is an integer, as over
 // gRPC (see oipService.ServerMetadata): perf_analyzer, seeing it, looks for the statistics
 // of the version it parses as an integer, and stops when a "1.0" has none.
-func (d *Daemon) v2Server(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+func (a *API) v2Server(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	ext := append([]string{"binary_tensor_data", "model_configuration", "schedule_policy"}, tritonExtensions...)
-	if d.integerVersions() {
+	if a.integerVersions() {
 		ext = append(ext, "statistics")
 	}
 	writeCompactJSON(ctx, oip.ServerMetadata{Name: "torchd", Version: frontend.Version, Extensions: ext})
 }
 
-func (d *Daemon) v2Ready(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	if d.startupDone() && d.Registry.Healthy() {
+func (a *API) v2Ready(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	if a.Ready() {
 		ctx.SetStatusCode(200)
 		return
 	}
 	ctx.SetStatusCode(400)
 }
 
-func (d *Daemon) v2ModelReady(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	v, err := d.Registry.Get(p[0], v2Version(p))
+func (a *API) v2ModelReady(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	v, err := a.Registry.Get(p[0], v2Version(p))
 	if err != nil || !v.Ready() {
 		ctx.SetStatusCode(400)
 		return
@@ -181,7 +179,7 @@ func datatypeOfName(dtype string) string {
 
 // signature is a model version's inputs and outputs in the protocol's terms (core resolved
 // them at load). Callers must not modify them.
-func signature(v *ModelVersion) (ins, outs []oip.MetadataTensor) {
+func signature(v *core.ModelVersion) (ins, outs []oip.MetadataTensor) {
 	cin, cout := v.Signature()
 	return metadataTensors(cin), metadataTensors(cout)
 }
@@ -194,8 +192,8 @@ func metadataTensors(specs []archive.TensorSpec) []oip.MetadataTensor {
 	return out
 }
 
-func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	md, err := d.modelMetadata(p[0], v2Version(p))
+func (a *API) v2Metadata(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	md, err := a.modelMetadata(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -204,12 +202,12 @@ func (d *Daemon) v2Metadata(ctx *fasthttp.RequestCtx, p frontend.Params) {
 }
 
 // modelMetadata is a model version's v2 metadata, for every protocol.
-func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) {
-	v, err := d.Registry.Get(name, version)
+func (a *API) modelMetadata(name, version string) (oip.ModelMetadata, error) {
+	v, err := a.Registry.Get(name, version)
 	if err != nil {
 		return oip.ModelMetadata{}, err
 	}
-	all, _, _ := d.Registry.Versions(name)
+	all, _, _ := a.Registry.Versions(name)
 	var versions []string
 	for _, x := range all {
 		versions = append(versions, x.Version)
@@ -224,8 +222,8 @@ func (d *Daemon) modelMetadata(name, version string) (oip.ModelMetadata, error) 
 
 // v2Config answers the Triton model configuration subset perf_analyzer reads. With
 // max_batch_size > 0, dims leave out the batch dimension, as Triton's do.
-func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	v, err := d.Registry.Get(p[0], v2Version(p))
+func (a *API) v2Config(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	v, err := a.Registry.Get(p[0], v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -262,7 +260,7 @@ func (d *Daemon) v2Config(ctx *fasthttp.RequestCtx, p frontend.Params) {
 
 // servedConfig is the Triton model configuration a version is served with: a repository
 // model's own, else one made from its signature and batching settings.
-func servedConfig(v *ModelVersion) *inference.ModelConfig {
+func servedConfig(v *core.ModelVersion) *inference.ModelConfig {
 	if c := tritonConfig(v); c != nil {
 		return c
 	}
@@ -300,7 +298,7 @@ func servedConfig(v *ModelVersion) *inference.ModelConfig {
 	return c
 }
 
-func kindOf(v *ModelVersion) string {
+func kindOf(v *core.ModelVersion) string {
 	if strings.HasPrefix(v.Module().Device(), "cuda") {
 		return "KIND_GPU"
 	}

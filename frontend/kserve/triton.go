@@ -1,4 +1,4 @@
-package daemon
+package kserve
 
 import (
 	"bytes"
@@ -11,18 +11,18 @@ import (
 )
 
 // Triton's protocol extensions over REST, on the inference port: statistics, the model
-// repository and logging. Each is a thin codec over a protocol-neutral Registry or Daemon
+// repository and logging. Each is a thin codec over a protocol-neutral Registry or API
 // function, which gRPC serves too.
-func (d *Daemon) tritonRoutes() []*frontend.Route {
+func (a *API) tritonRoutes() []*frontend.Route {
 	return []*frontend.Route{
-		{Method: "GET", Pattern: "/v2/models/stats", Summary: "Triton statistics of every loaded model version", Handle: d.v2Stats},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/stats", Summary: "Triton statistics of a model's loaded versions", Handle: d.v2Stats},
-		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/stats", Summary: "Triton statistics of a version", Handle: d.v2Stats},
-		{Method: "POST", Pattern: "/v2/repository/index", Summary: "Triton repository index: every model with its versions' state and reason", Handle: d.v2RepositoryIndex},
-		{Method: "POST", Pattern: "/v2/repository/models/{model_name}/load", Summary: "Load or reload a repository model (--model-control-mode explicit); {\"parameters\": {\"config\": \"<json>\"}} overrides config.pbtxt", Handle: d.v2RepositoryLoad},
-		{Method: "POST", Pattern: "/v2/repository/models/{model_name}/unload", Summary: "Unload a repository model once its accepted requests are answered (explicit mode)", Handle: d.v2RepositoryUnload},
-		{Method: "GET", Pattern: "/v2/logging", Summary: "Triton log settings, mapped from the log level", Handle: d.v2Logging},
-		{Method: "POST", Pattern: "/v2/logging", Summary: "Change the log level with Triton's log settings", Handle: d.v2Logging},
+		{Method: "GET", Pattern: "/v2/models/stats", Summary: "Triton statistics of every loaded model version", Handle: a.v2Stats},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/stats", Summary: "Triton statistics of a model's loaded versions", Handle: a.v2Stats},
+		{Method: "GET", Pattern: "/v2/models/{model_name}/versions/{model_version}/stats", Summary: "Triton statistics of a version", Handle: a.v2Stats},
+		{Method: "POST", Pattern: "/v2/repository/index", Summary: "Triton repository index: every model with its versions' state and reason", Handle: a.v2RepositoryIndex},
+		{Method: "POST", Pattern: "/v2/repository/models/{model_name}/load", Summary: "Load or reload a repository model (--model-control-mode explicit); {\"parameters\": {\"config\": \"<json>\"}} overrides config.pbtxt", Handle: a.v2RepositoryLoad},
+		{Method: "POST", Pattern: "/v2/repository/models/{model_name}/unload", Summary: "Unload a repository model once its accepted requests are answered (explicit mode)", Handle: a.v2RepositoryUnload},
+		{Method: "GET", Pattern: "/v2/logging", Summary: "Triton log settings, mapped from the log level", Handle: a.v2Logging},
+		{Method: "POST", Pattern: "/v2/logging", Summary: "Change the log level with Triton's log settings", Handle: a.v2Logging},
 	}
 }
 
@@ -30,12 +30,12 @@ func (d *Daemon) tritonRoutes() []*frontend.Route {
 // "statistics" too while every version is an integer (see v2Server).
 var tritonExtensions = []string{"model_repository", "logging", "classification"}
 
-func (d *Daemon) v2Stats(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v2Stats(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	name := ""
 	if len(p) > 0 {
 		name = p[0]
 	}
-	stats, err := d.Registry.Statistics(name, v2Version(p))
+	stats, err := a.Registry.Statistics(name, v2Version(p))
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -56,15 +56,15 @@ func repositoryBody(ctx *fasthttp.RequestCtx, into any) error {
 	return nil
 }
 
-func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+func (a *API) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	var req struct {
 		Ready bool `json:"ready"`
 	}
 	if err := repositoryBody(ctx, &req); err != nil {
-		v2Error(ctx, 400, err.Error())
+		WriteError(ctx, 400, err.Error())
 		return
 	}
-	idx, err := d.Repository.Index(req.Ready)
+	idx, err := a.Repository.Index(req.Ready)
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -72,12 +72,12 @@ func (d *Daemon) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ frontend.Params) 
 	writeCompactJSON(ctx, idx)
 }
 
-func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req struct {
 		Parameters map[string]json.RawMessage `json:"parameters"`
 	}
 	if err := repositoryBody(ctx, &req); err != nil {
-		v2Error(ctx, 400, err.Error())
+		WriteError(ctx, 400, err.Error())
 		return
 	}
 	var config []byte
@@ -86,41 +86,41 @@ func (d *Daemon) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p frontend.Params) {
 		case k == "config":
 			var s string
 			if err := json.Unmarshal(raw, &s); err != nil {
-				v2Error(ctx, 400, "parameter config must be a string holding the model configuration in JSON")
+				WriteError(ctx, 400, "parameter config must be a string holding the model configuration in JSON")
 				return
 			}
 			config = []byte(s)
 		case len(k) > 5 && k[:5] == "file:":
-			v2Error(ctx, 400, fmt.Sprintf("parameter %q: loading model files sent in the request is not supported; put them in the model repository", k))
+			WriteError(ctx, 400, fmt.Sprintf("parameter %q: loading model files sent in the request is not supported; put them in the model repository", k))
 			return
 		default:
-			v2Error(ctx, 400, fmt.Sprintf("unknown load parameter %q (torchd reads \"config\")", k))
+			WriteError(ctx, 400, fmt.Sprintf("unknown load parameter %q (torchd reads \"config\")", k))
 			return
 		}
 	}
-	if err := d.repositoryLoad(p[0], config); err != nil {
+	if err := a.load(p[0], config); err != nil {
 		v2APIError(ctx, err)
 		return
 	}
 	ctx.SetStatusCode(200)
 }
 
-func (d *Daemon) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req struct {
 		Parameters map[string]json.RawMessage `json:"parameters"`
 	}
 	if err := repositoryBody(ctx, &req); err != nil {
-		v2Error(ctx, 400, err.Error())
+		WriteError(ctx, 400, err.Error())
 		return
 	}
 	for k := range req.Parameters {
 		// A torchd model has no dependents (no ensembles), so unload_dependents changes nothing.
 		if k != "unload_dependents" {
-			v2Error(ctx, 400, fmt.Sprintf("unknown unload parameter %q (torchd reads \"unload_dependents\")", k))
+			WriteError(ctx, 400, fmt.Sprintf("unknown unload parameter %q (torchd reads \"unload_dependents\")", k))
 			return
 		}
 	}
-	if err := d.repositoryUnload(p[0]); err != nil {
+	if err := a.unload(p[0]); err != nil {
 		v2APIError(ctx, err)
 		return
 	}
@@ -142,8 +142,8 @@ type LogSettings struct {
 const levelOff = slog.LevelError + 4
 
 // LogSettings returns the log settings as Triton reports them.
-func (d *Daemon) LogSettings() LogSettings {
-	l := d.logLevel.Level()
+func (a *API) LogSettings() LogSettings {
+	l := a.LogLevel.Level()
 	file, format := "", "default"
 	verbose := 0
 	if l <= slog.LevelDebug {
@@ -156,7 +156,7 @@ func (d *Daemon) LogSettings() LogSettings {
 // SetLogSettings applies Triton's log settings to the log level; fields left out keep
 // their value. A log file or another format is refused: torchd writes to stderr in the
 // format chosen at start (log_format).
-func (d *Daemon) SetLogSettings(s LogSettings) error {
+func (a *API) SetLogSettings(s LogSettings) error {
 	if s.LogFile != nil && *s.LogFile != "" {
 		return frontend.Errorf(400, "BadRequestException", "log_file: torchd logs to stderr; redirect it to a file instead")
 	}
@@ -166,7 +166,7 @@ func (d *Daemon) SetLogSettings(s LogSettings) error {
 	if s.LogVerboseLevel != nil && *s.LogVerboseLevel < 0 {
 		return frontend.Errorf(400, "BadRequestException", "log_verbose_level must be ≥ 0, got %d", *s.LogVerboseLevel)
 	}
-	cur := d.LogSettings()
+	cur := a.LogSettings()
 	pick := func(p, def *bool) bool {
 		if p != nil {
 			return *p
@@ -189,23 +189,23 @@ func (d *Daemon) SetLogSettings(s LogSettings) error {
 	case errs:
 		level = slog.LevelError
 	}
-	d.logLevel.Set(level)
+	a.LogLevel.Set(level)
 	return nil
 }
 
-func (d *Daemon) v2Logging(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+func (a *API) v2Logging(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if string(ctx.Method()) == "POST" {
 		var s LogSettings
 		dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
-			v2Error(ctx, 400, fmt.Sprintf("malformed log settings: %v", err))
+			WriteError(ctx, 400, fmt.Sprintf("malformed log settings: %v", err))
 			return
 		}
-		if err := d.SetLogSettings(s); err != nil {
+		if err := a.SetLogSettings(s); err != nil {
 			v2APIError(ctx, err)
 			return
 		}
 	}
-	writeCompactJSON(ctx, d.LogSettings())
+	writeCompactJSON(ctx, a.LogSettings())
 }

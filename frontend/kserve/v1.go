@@ -1,4 +1,4 @@
-package daemon
+package kserve
 
 import (
 	"bytes"
@@ -18,11 +18,11 @@ import (
 
 // v1Predict is KServe v1: {"instances": [...]} goes through the model's handler as one
 // JSON request of len(instances) items, and the answer comes back as {"predictions": [...]}.
-func (d *Daemon) v1Predict(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v1Predict(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	c := frontend.RESTCall(ctx)
-	frontend.TraceREST(d.tracer, ctx, &c, "kserve_v1", "/v1/models/{model_name}:predict")
-	_, err := d.Registry.Serve(&core.Request{Model: p[0], Call: c,
-		Decode: func(*ModelVersion) (core.Input, error) { return v1Input(ctx, c) },
+	frontend.TraceREST(a.Tracer, ctx, &c, "kserve_v1", "/v1/models/{model_name}:predict")
+	_, err := a.Registry.Serve(&core.Request{Model: p[0], Call: c,
+		Decode: func(*core.ModelVersion) (core.Input, error) { return v1Input(ctx, c) },
 		Encode: func(res *core.Result) error {
 			return writeV1(ctx, map[string]any{"predictions": v1Predictions(res.Response.Body, res.Sample.Items)})
 		}})
@@ -105,8 +105,8 @@ func nest(data []any, dims []int) []any {
 	return out
 }
 
-func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	v, err := d.Registry.Get(p[0], "")
+func (a *API) v1Model(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	v, err := a.Registry.Get(p[0], "")
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -116,10 +116,10 @@ func (d *Daemon) v1Model(ctx *fasthttp.RequestCtx, p frontend.Params) {
 
 // v1Explain is KServe v1's explain: the instances go through the model's handler as for
 // :predict, and its explanation comes back as {"explanations": [...]}, one per instance.
-func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	c := frontend.RESTCall(ctx)
-	_, err := d.Registry.Serve(&core.Request{Model: p[0], Call: c, Explain: true,
-		Decode: func(*ModelVersion) (core.Input, error) {
+	_, err := a.Registry.Serve(&core.Request{Model: p[0], Call: c, Explain: true,
+		Decode: func(*core.ModelVersion) (core.Input, error) {
 			in, err := v1Input(ctx, c)
 			if err != nil {
 				return in, err
@@ -156,19 +156,19 @@ func (d *Daemon) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 
 // v2Explain is TorchServe's KServe v2 explain: the one input goes through a handler that
 // takes tensors, and its explanation comes back as an output named after the input.
-func (d *Daemon) v2Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v2Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req *oip.InferRequest
 	var input string
-	_, err := d.Registry.Serve(&core.Request{Model: p[0], Version: v2Version(p), Call: frontend.RESTCall(ctx), Explain: true,
-		Check: func(v *ModelVersion) error {
+	_, err := a.Registry.Serve(&core.Request{Model: p[0], Version: v2Version(p), Call: frontend.RESTCall(ctx), Explain: true,
+		Check: func(v *core.ModelVersion) error {
 			_, explains := v.Handler().(handlers.Explainer)
 			if _, ok := v.Handler().(handlers.TensorPreprocessor); !ok || !explains {
 				return core.Errorf(core.ErrUnsupported, "model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName)
 			}
 			return nil
 		},
-		Decode: func(*ModelVersion) (core.Input, error) {
-			r, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), d.cfg.MaxRequestSize)
+		Decode: func(*core.ModelVersion) (core.Input, error) {
+			r, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), a.MaxRequestSize)
 			if err != nil {
 				return core.Input{}, err
 			}

@@ -1,4 +1,4 @@
-package daemon
+package torchserve
 
 import (
 	"encoding/json"
@@ -8,28 +8,11 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/tuner"
 )
-
-func (d *Daemon) managementRouter() *frontend.Router {
-	return frontend.Describe("management", []*frontend.Route{
-		{Method: "POST", Pattern: "/models", Summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32, bf16, or fp16 for a package exported in it), synchronous, response_timeout, startup_timeout", Handle: d.register},
-		{Method: "GET", Pattern: "/models", Summary: "List models: limit, next_page_token", Handle: d.list},
-		{Method: "GET", Pattern: "/models/{model_name}", Summary: "Describe the default version", Handle: d.describe},
-		{Method: "GET", Pattern: "/models/{model_name}/{model_version}", Summary: "Describe a version, or every version with 'all'", Handle: d.describe},
-		{Method: "PUT", Pattern: "/models/{model_name}", Summary: "Scale workers: min_worker, max_worker, synchronous", Handle: d.scale},
-		{Method: "PUT", Pattern: "/models/{model_name}/{model_version}", Summary: "Scale a version's workers", Handle: d.scale},
-		{Method: "DELETE", Pattern: "/models/{model_name}", Summary: "Unregister the default version", Handle: d.unregister},
-		{Method: "DELETE", Pattern: "/models/{model_name}/{model_version}", Summary: "Unregister a version", Handle: d.unregister},
-		{Method: "PUT", Pattern: "/models/{model_name}/{model_version}/set-default", Summary: "Make a version the default", Handle: d.setDefault},
-		{Method: "GET", Pattern: "/token", Summary: "Rotate a key (token authorization): type=management|inference, authorized by the API key", Handle: d.token},
-		{Method: "GET", Pattern: "/debug/pprof/{profile...}", Summary: "Go pprof profiles", Handle: func(ctx *fasthttp.RequestCtx, _ frontend.Params) { pprofhandler.PprofHandler(ctx) }},
-	})
-}
 
 // args reads parameters from the query string, or from a JSON body when the request is
 // application/json, as TorchServe does.
@@ -39,8 +22,8 @@ type args struct {
 	log   *slog.Logger
 }
 
-func (d *Daemon) readArgs(ctx *fasthttp.RequestCtx) (args, error) {
-	a := args{query: ctx.QueryArgs(), log: d.log}
+func (ts *API) readArgs(ctx *fasthttp.RequestCtx) (args, error) {
+	a := args{query: ctx.QueryArgs(), log: ts.Log}
 	if strings.HasPrefix(string(ctx.Request.Header.ContentType()), "application/json") && len(ctx.PostBody()) > 0 {
 		if err := json.Unmarshal(ctx.PostBody(), &a.body); err != nil {
 			return a, fmt.Errorf("invalid JSON body: %v", err)
@@ -97,8 +80,8 @@ func (a args) bool(key string, def bool) bool {
 	return strings.EqualFold(s, "true")
 }
 
-func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	a, err := d.readArgs(ctx)
+func (ts *API) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	a, err := ts.readArgs(ctx)
 	if err != nil {
 		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
@@ -113,7 +96,7 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 		return
 	}
 	r.Synchronous = a.bool("synchronous", true)
-	done, err := d.mgmt.Register(r)
+	done, err := ts.Manage.Register(r)
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
@@ -128,6 +111,12 @@ func (d *Daemon) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 // settings reads a registration's serving settings (registrationSettings). batch_size,
 // max_batch_delay and initial_workers take "auto"; a number that does not parse leaves the
 // setting to the archive or the server, as TorchServe's defaults would.
+// QuerySettings reads the per-model settings of a registration's query string
+// (batch_size=4&threads=2…) into s, as POST /models does.
+func QuerySettings(query *fasthttp.Args, log *slog.Logger, s *archive.Settings) error {
+	return args{query: query, log: log}.settings(s)
+}
+
 func (a args) settings(s *archive.Settings) error { return registrationSettings(a, a.log, s) }
 
 type listEntry struct {
@@ -143,11 +132,11 @@ type listResponse struct {
 	Models        []listEntry `json:"models"`
 }
 
-func (d *Daemon) list(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	a, _ := d.readArgs(ctx)
+func (ts *API) list(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	a, _ := ts.readArgs(ctx)
 	limit, given := a.num("limit", "100")
 	offset, _ := a.num("next_page_token", "0")
-	frontend.WriteJSON(ctx, 200, d.mgmt.List(limit, given, offset))
+	frontend.WriteJSON(ctx, 200, ts.Manage.List(limit, given, offset))
 }
 
 // describeWorker and describeModel follow TorchServe's DescribeModelResponse, plus torchd's
@@ -205,8 +194,8 @@ type batchingStatus struct {
 	MeanBatchSize float64 `json:"meanBatchSize"`
 }
 
-func (d *Daemon) describe(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	out, err := d.mgmt.Describe(p[0], version(p))
+func (ts *API) describe(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	out, err := ts.Manage.Describe(p[0], version(p))
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
@@ -214,8 +203,8 @@ func (d *Daemon) describe(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	frontend.WriteJSON(ctx, 200, out)
 }
 
-func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	a, err := d.readArgs(ctx)
+func (ts *API) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	a, err := ts.readArgs(ctx)
 	if err != nil {
 		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
@@ -227,7 +216,7 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if n, ok := a.num("max_worker", "min_worker"); ok {
 		sc.Max = archive.Of(n)
 	}
-	done, err := d.mgmt.Scale(sc)
+	done, err := ts.Manage.Scale(sc)
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
@@ -239,16 +228,16 @@ func (d *Daemon) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	frontend.WriteStatus(ctx, code, done.Message())
 }
 
-func (d *Daemon) unregister(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	if err := d.mgmt.Unregister(p[0], version(p)); err != nil {
+func (ts *API) unregister(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	if err := ts.Manage.Unregister(p[0], version(p)); err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
 	}
 	frontend.WriteStatus(ctx, 200, fmt.Sprintf("Model \"%s\" unregistered", p[0]))
 }
 
-func (d *Daemon) setDefault(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	if err := d.mgmt.SetDefault(p[0], p[1]); err != nil {
+func (ts *API) setDefault(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	if err := ts.Manage.SetDefault(p[0], p[1]); err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
 	}

@@ -1,4 +1,4 @@
-package daemon
+package torchserve
 
 import (
 	"bufio"
@@ -49,8 +49,8 @@ func (q *partQueue) take() []handlers.Response {
 
 // mayStream reports whether the model answers through handler processes, whose handler may
 // stream.
-func (d *Daemon) mayStream(name, ver string) bool {
-	v, err := d.Registry.Get(name, ver)
+func (a *API) mayStream(name, ver string) bool {
+	v, err := a.Registry.Get(name, ver)
 	return err == nil && v.HandlerName == archive.HandlerPython
 }
 
@@ -59,7 +59,7 @@ func (d *Daemon) mayStream(name, ver string) bool {
 // If a part comes first, the response is committed to that part's status and content type
 // and sent in chunks, each part flushed as it comes; the served request's accounting, and
 // its trace span, end with its last part.
-func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ver string) {
+func (a *API) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ver string) {
 	parts := newPartQueue()
 	done := make(chan struct{})
 	var (
@@ -84,9 +84,9 @@ func (d *Daemon) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ve
 	go func() {
 		defer close(done)
 		var res core.Result
-		res, err = d.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
-			Decode: func(*ModelVersion) (core.Input, error) {
-				req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+		res, err = a.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
+			Decode: func(*core.ModelVersion) (core.Input, error) {
+				req, err := requestPayloads(ctx, a.MaxRequestSize)
 				if err != nil {
 					return core.Input{}, payloadError(err)
 				}
@@ -194,7 +194,7 @@ func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, strea
 	)
 	go func() {
 		defer close(done)
-		resp, err = s.d.tsPredict(stream.Context(), r, parts.push)
+		resp, err = s.a.tsPredict(stream.Context(), r, parts.push)
 	}()
 	// The stream's Send is called from this goroutine only.
 	var serr error

@@ -1,4 +1,4 @@
-package daemon
+package kserve
 
 import (
 	"bytes"
@@ -26,10 +26,10 @@ import (
 
 // v2Infer decodes JSON or binary tensors, checks them against the signature, batches them
 // with everyone else's requests, and answers JSON or binary outputs.
-func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p frontend.Params) {
+func (a *API) v2Infer(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	c := frontend.RESTCall(ctx)
-	frontend.TraceREST(d.tracer, ctx, &c, "kserve_v2", "/v2/models/{model_name}/infer")
-	decode := func(v *ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
+	frontend.TraceREST(a.Tracer, ctx, &c, "kserve_v2", "/v2/models/{model_name}/infer")
+	decode := func(v *core.ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
 		headerLen := -1
 		if h := ctx.Request.Header.Peek(oip.HeaderContentLength); len(h) > 0 {
 			n, err := strconv.Atoi(string(h))
@@ -47,11 +47,11 @@ func (d *Daemon) v2Infer(ctx *fasthttp.RequestCtx, p frontend.Params) {
 			if len(ins) != 1 {
 				return nil, nil, fmt.Errorf("a raw binary request needs a model with exactly one input; %s has %d", v.Name, len(ins))
 			}
-			return oip.DecodeRawRequest(body, enc, d.cfg.MaxRequestSize, ins[0], true)
+			return oip.DecodeRawRequest(body, enc, a.MaxRequestSize, ins[0], true)
 		}
-		return oip.DecodeRequest(body, headerLen, enc, d.cfg.MaxRequestSize)
+		return oip.DecodeRequest(body, headerLen, enc, a.MaxRequestSize)
 	}
-	err := d.v2Serve(c, p[0], v2Version(p), decode, func(v *ModelVersion, ans v2Answer) error {
+	err := a.v2Serve(c, p[0], v2Version(p), decode, func(v *core.ModelVersion, ans v2Answer) error {
 		if ans.envelope {
 			out := ans.resp.Outputs[0]
 			b, err := json.Marshal(map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
@@ -94,11 +94,11 @@ type v2Answer struct {
 // reads the request's tensors once it holds its place in the model's queue; they go straight
 // to the model, or through its handler; encode turns the answer into the transport's, within
 // the call.
-func (d *Daemon) v2Serve(c core.Call, name, version string, decode func(v *ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error), encode func(v *ModelVersion, ans v2Answer) error) error {
+func (a *API) v2Serve(c core.Call, name, version string, decode func(v *core.ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error), encode func(v *core.ModelVersion, ans v2Answer) error) error {
 	var req *oip.InferRequest
 	var input string // the input named in the handler's answer (envelope)
-	_, err := d.Registry.Serve(&core.Request{Model: name, Version: version, Call: c,
-		Decode: func(v *ModelVersion) (core.Input, error) {
+	_, err := a.Registry.Serve(&core.Request{Model: name, Version: version, Call: c,
+		Decode: func(v *core.ModelVersion) (core.Input, error) {
 			ins, _ := signature(v)
 			r, tensors, err := decode(v, ins)
 			if err != nil {
@@ -174,7 +174,7 @@ func handlerTensor(tensors []oip.Tensor, tooMany string) (*handlers.Tensor, erro
 // envelopeAnswer is the handler's answer to a v2 request in TorchServe's kservev2 envelope:
 // one output named after the input, the answer flattened. A tensor answer keeps its
 // datatype; any other JSON answer is BYTES.
-func envelopeAnswer(v *ModelVersion, req *oip.InferRequest, input string, body []byte) (v2Answer, error) {
+func envelopeAnswer(v *core.ModelVersion, req *oip.InferRequest, input string, body []byte) (v2Answer, error) {
 	out, err := envelopeOutput(input, body)
 	if err != nil {
 		return v2Answer{}, err
@@ -428,7 +428,7 @@ func shapeFits(got, want []int64) bool {
 }
 
 // v2Response names the outputs, keeps the requested ones, and decides which go binary.
-func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
+func v2Response(v *core.ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
 	resp := &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: req.ID}
 	var tensors []oip.Tensor
 	for i, t := range out {
@@ -475,14 +475,14 @@ func v2Response(v *ModelVersion, req *oip.InferRequest, out []handlers.Tensor, d
 
 // batchedOutputs reports whether v's outputs lead with the batch dimension: every model's
 // but a Triton model's without batching (max_batch_size 0).
-func batchedOutputs(v *ModelVersion) bool {
+func batchedOutputs(v *core.ModelVersion) bool {
 	t := repository.AdapterOf(v)
 	return t == nil || t.Batched()
 }
 
 // outputLabels are the class labels of v's output name: a Triton model's label_filename, an
 // archive's index_to_name.json; nil when it has none.
-func outputLabels(v *ModelVersion, name string) map[int]string {
+func outputLabels(v *core.ModelVersion, name string) map[int]string {
 	if t := repository.AdapterOf(v); t != nil {
 		return t.Labels(name)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package torchserve
 
 import (
 	"encoding/json"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"mime/multipart"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,22 +17,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func (d *Daemon) inferenceRouter() *frontend.Router {
-	return frontend.Describe("inference", append([]*frontend.Route{
-		{Method: "GET", Pattern: "/ping", Summary: "Health: 200 once every start-up model is warm, else 500", Handle: d.ping},
-		{Method: "POST", Pattern: "/predictions/{model_name}", Summary: "Predict with the default version", Handle: d.predictRoute},
-		{Method: "POST", Pattern: "/predictions/{model_name}/{model_version}", Summary: "Predict with a version", Handle: d.predictRoute},
-		{Method: "PUT", Pattern: "/predictions/{model_name}", Summary: "Predict with the default version", Handle: d.predictRoute},
-		{Method: "PUT", Pattern: "/predictions/{model_name}/{model_version}", Summary: "Predict with a version", Handle: d.predictRoute},
-		{Method: "POST", Pattern: "/explanations/{model_name}", Summary: "Integrated Gradients of the target class (image and text classifiers; 501 for other handlers)", Handle: d.explain},
-		{Method: "POST", Pattern: "/explanations/{model_name}/{model_version}", Summary: "Integrated Gradients of a version", Handle: d.explain},
-		{Method: "POST", Pattern: "/invocations", Summary: "SageMaker-style predict; ?model_name= or the only model", Handle: d.invocations},
-		{Method: "POST", Pattern: "/models/{model_name}/invoke", Summary: "SageMaker-style predict", Handle: d.predictRoute},
-	}, slices.Concat(d.openai.Routes(), d.kserveRoutes(), d.page.Routes())...))
-}
-
-func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ frontend.Params) {
-	if d.startupDone() && d.Registry.Healthy() {
+func (a *API) ping(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+	if a.Ready() {
 		frontend.WriteStatus(ctx, 200, "Healthy")
 		return
 	}
@@ -44,10 +29,10 @@ func (d *Daemon) ping(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 // of the target class (a "target" form field or JSON key; 0 by default) for the request's
 // inputs. It is a request like a prediction, in the model's queue and its metrics; a worker
 // runs it alone.
-func (d *Daemon) explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	res, err := d.Registry.Serve(&core.Request{Model: p[0], Version: version(p), Call: frontend.RESTCall(ctx), Explain: true,
-		Decode: func(*ModelVersion) (core.Input, error) {
-			req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+func (a *API) explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	res, err := a.Registry.Serve(&core.Request{Model: p[0], Version: version(p), Call: frontend.RESTCall(ctx), Explain: true,
+		Decode: func(*core.ModelVersion) (core.Input, error) {
+			req, err := requestPayloads(ctx, a.MaxRequestSize)
 			if err != nil {
 				return core.Input{}, payloadError(err)
 			}
@@ -97,17 +82,17 @@ func explainTarget(req *handlers.Request) (int, error) {
 	return target, nil
 }
 
-func (d *Daemon) invocations(ctx *fasthttp.RequestCtx, _ frontend.Params) {
+func (a *API) invocations(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	name := string(ctx.QueryArgs().Peek("model_name"))
 	if name == "" {
-		all := d.Registry.Defaults()
+		all := a.Registry.Defaults()
 		if len(all) != 1 {
 			frontend.WriteError(ctx, 400, "BadRequestException", "Parameter model_name is required.")
 			return
 		}
 		name = all[0].Name
 	}
-	d.predict(ctx, name, "")
+	a.predict(ctx, name, "")
 }
 
 func version(p frontend.Params) string {
@@ -117,22 +102,22 @@ func version(p frontend.Params) string {
 	return ""
 }
 
-func (d *Daemon) predictRoute(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	d.predict(ctx, p[0], version(p))
+func (a *API) predictRoute(ctx *fasthttp.RequestCtx, p frontend.Params) {
+	a.predict(ctx, p[0], version(p))
 }
 
 // predict serves a TorchServe prediction: the request's payloads go through the model's
 // handler, and its answer is the response.
-func (d *Daemon) predict(ctx *fasthttp.RequestCtx, name, ver string) {
+func (a *API) predict(ctx *fasthttp.RequestCtx, name, ver string) {
 	c := frontend.RESTCall(ctx)
-	frontend.TraceREST(d.tracer, ctx, &c, "torchserve", "/predictions/{model_name}")
-	if d.mayStream(name, ver) {
-		d.predictStreamed(ctx, c, name, ver)
+	frontend.TraceREST(a.Tracer, ctx, &c, "torchserve", "/predictions/{model_name}")
+	if a.mayStream(name, ver) {
+		a.predictStreamed(ctx, c, name, ver)
 		return
 	}
-	res, err := d.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
-		Decode: func(*ModelVersion) (core.Input, error) {
-			req, err := requestPayloads(ctx, d.cfg.MaxRequestSize)
+	res, err := a.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
+		Decode: func(*core.ModelVersion) (core.Input, error) {
+			req, err := requestPayloads(ctx, a.MaxRequestSize)
 			if err != nil {
 				return core.Input{}, payloadError(err)
 			}

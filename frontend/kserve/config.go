@@ -1,9 +1,10 @@
-package daemon
+package kserve
 
 import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/repository"
 )
@@ -58,7 +59,7 @@ func scalarJSON(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
 
 // tritonConfig returns the Triton model configuration a version is served with: for a
 // repository model its config.pbtxt (or load override) filled in; nil for other models.
-func tritonConfig(v *ModelVersion) *inference.ModelConfig {
+func tritonConfig(v *core.ModelVersion) *inference.ModelConfig {
 	if t := repository.AdapterOf(v); t != nil {
 		return t.Config(v)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package kserve
 
 import (
 	"context"
@@ -44,11 +44,11 @@ func (s *oipService) LogSettings(_ context.Context, r *pb.LogSettingsRequest) (*
 		}
 	}
 	if len(r.GetSettings()) > 0 {
-		if err := s.d.SetLogSettings(in); err != nil {
+		if err := s.a.SetLogSettings(in); err != nil {
 			return nil, frontend.GRPCError(err)
 		}
 	}
-	cur := s.d.LogSettings()
+	cur := s.a.LogSettings()
 	str := func(v string) *pb.LogSettingsResponse_SettingValue {
 		return &pb.LogSettingsResponse_SettingValue{ParameterChoice: &pb.LogSettingsResponse_SettingValue_StringParam{StringParam: v}}
 	}

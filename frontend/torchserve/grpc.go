@@ -1,4 +1,4 @@
-package daemon
+package torchserve
 
 import (
 	"context"
@@ -27,30 +27,30 @@ import (
 // a stateful model) answers UNIMPLEMENTED.
 type tsInferenceService struct {
 	tspb.UnimplementedInferenceAPIsServiceServer
-	d *Daemon
+	a *API
 }
 
 // Ping answers the body of GET /ping, {"status": "Healthy"} or "Unhealthy", as TorchServe.
 func (s *tsInferenceService) Ping(context.Context, *emptypb.Empty) (*tspb.TorchServeHealthResponse, error) {
 	health := "Unhealthy"
-	if s.d.startupDone() && s.d.Registry.Healthy() {
+	if s.a.Ready() {
 		health = "Healthy"
 	}
 	return &tspb.TorchServeHealthResponse{Health: string(frontend.StatusBody(health))}, nil
 }
 
 func (s *tsInferenceService) Predictions(ctx context.Context, r *tspb.PredictionsRequest) (*tspb.PredictionResponse, error) {
-	return s.d.tsPredict(ctx, r, nil)
+	return s.a.tsPredict(ctx, r, nil)
 }
 
 // tsPredict serves a PredictionsRequest as POST /predictions serves a multipart request: each
 // entry of input is one payload, in name order, through the model's handler. stream, when
 // set, takes a streaming handler's parts (StreamPredictions, stream.go).
-func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest, stream func(handlers.Response)) (*tspb.PredictionResponse, error) {
+func (a *API) tsPredict(ctx context.Context, r *tspb.PredictionsRequest, stream func(handlers.Response)) (*tspb.PredictionResponse, error) {
 	c := frontend.GRPCCall(ctx)
 	md, _ := metadata.FromIncomingContext(ctx)
-	res, err := d.Registry.Serve(&core.Request{Model: r.GetModelName(), Version: r.GetModelVersion(), Call: c,
-		Decode: func(*ModelVersion) (core.Input, error) {
+	res, err := a.Registry.Serve(&core.Request{Model: r.GetModelName(), Version: r.GetModelVersion(), Call: c,
+		Decode: func(*core.ModelVersion) (core.Input, error) {
 			if len(r.GetInput()) == 0 {
 				return core.Input{}, errors.New("the request has no input")
 			}
@@ -91,7 +91,7 @@ func (d *Daemon) tsPredict(ctx context.Context, r *tspb.PredictionsRequest, stre
 // tsManagementService is TorchServe's ManagementAPIsService over the management service.
 type tsManagementService struct {
 	tspb.UnimplementedManagementAPIsServiceServer
-	d *Daemon
+	a *API
 }
 
 // checkModel refuses an empty model name, and a name or version with a slash, which REST's
@@ -119,12 +119,12 @@ func (s *tsManagementService) DescribeModel(_ context.Context, r *tspb.DescribeM
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	return answer(s.d.mgmt.Describe(r.GetModelName(), r.GetModelVersion()))
+	return answer(s.a.Manage.Describe(r.GetModelName(), r.GetModelVersion()))
 }
 
 // ListModels: a limit or token of 0 is unset, as proto3 cannot tell it from absent.
 func (s *tsManagementService) ListModels(_ context.Context, r *tspb.ListModelsRequest) (*tspb.ManagementResponse, error) {
-	return answer(s.d.mgmt.List(int(r.GetLimit()), r.GetLimit() != 0, int(r.GetNextPageToken())), nil)
+	return answer(s.a.Manage.List(int(r.GetLimit()), r.GetLimit() != 0, int(r.GetNextPageToken())), nil)
 }
 
 // grpcParams are a RegisterModelRequest's numbers as registration parameters: 0 is unset and
@@ -144,10 +144,10 @@ func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterM
 	p := grpcParams{"batch_size": r.GetBatchSize(), "max_batch_delay": r.GetMaxBatchDelay(),
 		"initial_workers": r.GetInitialWorkers(), "response_timeout": r.GetResponseTimeout(),
 		"startup_timeout": r.GetStartupTimeout()}
-	if err := registrationSettings(p, s.d.log, &reg.Settings); err != nil {
+	if err := registrationSettings(p, s.a.Log, &reg.Settings); err != nil {
 		return nil, frontend.GRPCError(err)
 	}
-	done, err := s.d.mgmt.Register(reg)
+	done, err := s.a.Manage.Register(reg)
 	return answer(frontend.StatusOf(done.Message()), err)
 }
 
@@ -162,7 +162,7 @@ func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorker
 	if n := r.GetMaxWorker(); n != 0 {
 		sc.Max = archive.Of(int(n))
 	}
-	done, err := s.d.mgmt.Scale(sc)
+	done, err := s.a.Manage.Scale(sc)
 	return answer(frontend.StatusOf(done.Message()), err)
 }
 
@@ -173,7 +173,7 @@ func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRe
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	err := s.d.mgmt.SetDefault(r.GetModelName(), r.GetModelVersion())
+	err := s.a.Manage.SetDefault(r.GetModelName(), r.GetModelVersion())
 	return answer(frontend.StatusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
 }
 
@@ -181,6 +181,6 @@ func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.Unregis
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	err := s.d.mgmt.Unregister(r.GetModelName(), r.GetModelVersion())
+	err := s.a.Manage.Unregister(r.GetModelName(), r.GetModelVersion())
 	return answer(frontend.StatusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
 }

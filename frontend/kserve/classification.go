@@ -1,4 +1,4 @@
-package daemon
+package kserve
 
 import (
 	"encoding/binary"

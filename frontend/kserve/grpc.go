@@ -1,14 +1,11 @@
-package daemon
+package kserve
 
 import (
 	"context"
 	"errors"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,6 +14,7 @@ import (
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
+	"github.com/torchd/torchd/repository"
 )
 
 // oipService is the Open Inference Protocol's gRPC service, as Triton serves it: the same
@@ -24,7 +22,7 @@ import (
 // trace and log calls answer UNIMPLEMENTED.
 type oipService struct {
 	pb.UnimplementedGRPCInferenceServiceServer
-	d *Daemon
+	a *API
 }
 
 // grpcExtensions are the protocol extensions torchd serves over gRPC, less "statistics":
@@ -36,12 +34,12 @@ func (s *oipService) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.Ser
 }
 
 func (s *oipService) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
-	return &pb.ServerReadyResponse{Ready: s.d.startupDone() && s.d.Registry.Healthy()}, nil
+	return &pb.ServerReadyResponse{Ready: s.a.Ready()}, nil
 }
 
 // ModelReady is false, not an error, for a model that is not loaded, as Triton answers.
 func (s *oipService) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
-	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
+	v, err := s.a.Registry.Get(r.GetName(), r.GetVersion())
 	return &pb.ModelReadyResponse{Ready: err == nil && v.Ready()}, nil
 }
 
@@ -50,16 +48,16 @@ func (s *oipService) ModelReady(_ context.Context, r *pb.ModelReadyRequest) (*pb
 // integer and stops when there is none ("1.0" becomes "1"). ModelStatistics answers either way.
 func (s *oipService) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
 	ext := grpcExtensions
-	if s.d.integerVersions() {
+	if s.a.integerVersions() {
 		ext = append(slices.Clip(ext), "statistics")
 	}
 	return &pb.ServerMetadataResponse{Name: "torchd", Version: frontend.Version, Extensions: ext}, nil
 }
 
 // integerVersions reports whether every loaded model version is an integer.
-func (d *Daemon) integerVersions() bool {
-	for _, def := range d.Registry.Defaults() {
-		versions, _, _ := d.Registry.Versions(def.Name)
+func (a *API) integerVersions() bool {
+	for _, def := range a.Registry.Defaults() {
+		versions, _, _ := a.Registry.Versions(def.Name)
 		for _, v := range versions {
 			if _, err := strconv.ParseInt(v.Version, 10, 64); err != nil {
 				return false
@@ -70,7 +68,7 @@ func (d *Daemon) integerVersions() bool {
 }
 
 func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
-	md, err := s.d.modelMetadata(r.GetName(), r.GetVersion())
+	md, err := s.a.modelMetadata(r.GetName(), r.GetVersion())
 	if err != nil {
 		return nil, frontend.GRPCError(err)
 	}
@@ -85,7 +83,7 @@ func (s *oipService) ModelMetadata(_ context.Context, r *pb.ModelMetadataRequest
 }
 
 func (s *oipService) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
-	v, err := s.d.Registry.Get(r.GetName(), r.GetVersion())
+	v, err := s.a.Registry.Get(r.GetName(), r.GetVersion())
 	if err != nil {
 		return nil, frontend.GRPCError(err)
 	}
@@ -93,16 +91,16 @@ func (s *oipService) ModelConfig(_ context.Context, r *pb.ModelConfigRequest) (*
 }
 
 func (s *oipService) ModelInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
-	return s.d.grpcInfer(ctx, r)
+	return s.a.grpcInfer(ctx, r)
 }
 
 // grpcInfer serves one ModelInferRequest on the v2 path that REST's infer takes (v2Serve).
-func (d *Daemon) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+func (a *API) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	var resp *pb.ModelInferResponse
-	decode := func(*ModelVersion, []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
+	decode := func(*core.ModelVersion, []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error) {
 		return oip.DecodeInferRequest(r)
 	}
-	err := d.v2Serve(frontend.GRPCCall(ctx), r.GetModelName(), r.GetModelVersion(), decode, func(_ *ModelVersion, ans v2Answer) error {
+	err := a.v2Serve(frontend.GRPCCall(ctx), r.GetModelName(), r.GetModelVersion(), decode, func(_ *core.ModelVersion, ans v2Answer) error {
 		outTensors := ans.outs
 		if ans.envelope {
 			t, err := oip.JSONTensor(ans.resp.Outputs[0])
@@ -155,7 +153,7 @@ func (s *oipService) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStream
 		a := make(chan *pb.ModelStreamInferResponse, 1)
 		answers <- a
 		go func() {
-			resp, err := s.d.grpcInfer(ctx, r)
+			resp, err := s.a.grpcInfer(ctx, r)
 			if err != nil {
 				a <- &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(), InferResponse: &pb.ModelInferResponse{ModelName: r.GetModelName(), ModelVersion: r.GetModelVersion(), Id: r.GetId()}}
 				return
@@ -172,7 +170,7 @@ func (s *oipService) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStream
 }
 
 func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
-	all, err := s.d.Registry.Statistics(r.GetName(), r.GetVersion())
+	all, err := s.a.Registry.Statistics(r.GetName(), r.GetVersion())
 	if err != nil {
 		return nil, frontend.GRPCError(err)
 	}
@@ -199,52 +197,28 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 	return out, nil
 }
 
-// RepositoryIndex lists the loaded versions, READY or UNAVAILABLE (no worker yet, or not
-// warm), the registrations that failed, and the model store's archives not loaded.
+// RepositoryIndex lists a Triton repository's models as REST's index does; without one, the
+// model store's (Store.Index).
 func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
 	out := &pb.RepositoryIndexResponse{}
-	if s.d.Repository.ControlMode() != "" {
-		// A Triton model repository (--model-repository): its index, as REST's.
-		idx, err := s.d.Repository.Index(r.GetReady())
-		if err != nil {
+	// A Triton model repository (--model-repository): its index, as REST's; else the model store's.
+	var idx []repository.Model
+	if s.a.Repository.ControlMode() != "" {
+		var err error
+		if idx, err = s.a.Repository.Index(r.GetReady()); err != nil {
 			return nil, frontend.GRPCError(err)
 		}
-		for _, m := range idx {
-			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: m.Name, Version: m.Version, State: m.State, Reason: m.Reason})
-		}
-		return out, nil
+	} else {
+		idx = s.a.Store.Index(r.GetReady())
 	}
-	loaded := map[string]bool{}
-	for _, def := range s.d.Registry.Defaults() {
-		name := def.Name
-		loaded[name] = true
-		versions, _, _ := s.d.Registry.Versions(name)
-		for _, v := range versions {
-			m := &pb.RepositoryIndexResponse_ModelIndex{Name: name, Version: v.Version, State: "READY"}
-			if !v.Ready() {
-				m.State, m.Reason = "UNAVAILABLE", "not warm, or no worker"
-			}
-			if !r.GetReady() || m.State == "READY" {
-				out.Models = append(out.Models, m)
-			}
-		}
-	}
-	if r.GetReady() {
-		return out, nil
-	}
-	for _, f := range s.d.failed.all() {
-		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: f.Name, Version: f.Version, State: "UNAVAILABLE", Reason: f.Failed})
-	}
-	for _, name := range s.d.storeModels() {
-		if !loaded[name] {
-			out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: name, State: "UNAVAILABLE", Reason: "unloaded"})
-		}
+	for _, m := range idx {
+		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: m.Name, Version: m.Version, State: m.State, Reason: m.Reason})
 	}
 	return out, nil
 }
 
 // RepositoryModelLoad loads a model as POST /v2/repository/models/{name}/load does
-// (repositoryLoad); it takes the management key.
+// (API.load); it takes the management key.
 func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
 	var config []byte
 	for k, p := range r.GetParameters() {
@@ -253,54 +227,17 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 		}
 		config = []byte(p.GetStringParam())
 	}
-	if err := s.d.repositoryLoad(r.GetModelName(), config); err != nil {
+	if err := s.a.load(r.GetModelName(), config); err != nil {
 		return nil, frontend.GRPCError(err)
 	}
 	return &pb.RepositoryModelLoadResponse{}, nil
 }
 
 // RepositoryModelUnload unloads a model as POST /v2/repository/models/{name}/unload does
-// (repositoryUnload); it takes the management key.
+// (API.unload); it takes the management key.
 func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
-	if err := s.d.repositoryUnload(r.GetModelName()); err != nil {
+	if err := s.a.unload(r.GetModelName()); err != nil {
 		return nil, frontend.GRPCError(err)
 	}
 	return &pb.RepositoryModelUnloadResponse{}, nil
-}
-
-// storeModels are the model names the model store offers: its archives and directories,
-// named as RepositoryModelLoad finds them.
-func (d *Daemon) storeModels() []string {
-	entries, _ := os.ReadDir(d.cfg.ModelStore)
-	var out []string
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasPrefix(n, ".") {
-			continue
-		}
-		for _, ext := range storeExts {
-			if base, ok := strings.CutSuffix(n, ext); ok && (ext != "" || e.IsDir()) {
-				out = append(out, base)
-				break
-			}
-		}
-	}
-	return out
-}
-
-// storeExts are the model store's archive forms, by their file name's end ("": a directory).
-var storeExts = []string{".mar", ".tar.gz", ".tgz", ""}
-
-// storeEntry is the model store's entry for a model name, or "".
-func (d *Daemon) storeEntry(name string) string {
-	if name == "" || strings.ContainsAny(name, "/\\") || strings.Contains(name, "..") {
-		return ""
-	}
-	for _, ext := range storeExts {
-		fi, err := os.Stat(filepath.Join(d.cfg.ModelStore, name+ext))
-		if err == nil && (ext != "" || fi.IsDir()) {
-			return name + ext
-		}
-	}
-	return ""
 }
