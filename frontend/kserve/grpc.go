@@ -174,11 +174,9 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 	if err != nil {
 		return nil, frontend.GRPCError(err)
 	}
-	dur := func(x core.StatDuration) *pb.StatisticDuration {
-		return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns}
-	}
 	out := &pb.ModelStatisticsResponse{}
-	for _, m := range all {
+	for _, m := range tritonStatistics(all) {
+		dur := func(x statDuration) *pb.StatisticDuration { return &pb.StatisticDuration{Count: x.Count, Ns: x.Ns} }
 		st := m.InferenceStats
 		ms := &pb.ModelStatistics{
 			Name: m.Name, Version: m.Version, LastInference: m.LastInference,

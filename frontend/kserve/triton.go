@@ -40,7 +40,7 @@ func (a *API) v2Stats(ctx *fasthttp.RequestCtx, p frontend.Params) {
 		v2APIError(ctx, err)
 		return
 	}
-	writeCompactJSON(ctx, map[string]any{"model_stats": stats})
+	writeCompactJSON(ctx, map[string]any{"model_stats": tritonStatistics(stats)})
 }
 
 // repositoryBody decodes a repository request's optional JSON body.

@@ -36,7 +36,7 @@ type Metrics struct {
 	off bool
 	ts  tsHostMetrics
 	// Statistics returns what Triton's metric families are written from (nil: none).
-	Statistics func() []core.ModelStatistics
+	Statistics func() []core.Statistics
 }
 
 // tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its

@@ -13,24 +13,24 @@ import (
 // end with it.
 var tritonCounters = []struct {
 	name, help string
-	value      func(s *core.ModelStatistics) uint64
+	value      func(s *core.Statistics) uint64
 }{
-	{"nv_inference_request_success", "Number of successful inference requests, all batch sizes", func(s *core.ModelStatistics) uint64 { return s.InferenceStats.Success.Count }},
-	{"nv_inference_count", "Number of inferences performed (a request of batch n counts n)", func(s *core.ModelStatistics) uint64 { return s.InferenceCount }},
-	{"nv_inference_exec_count", "Number of model executions (batched forwards)", func(s *core.ModelStatistics) uint64 { return s.ExecutionCount }},
-	{"nv_inference_request_duration_us", "Cumulative time of successful requests in the server, in microseconds", func(s *core.ModelStatistics) uint64 { return s.InferenceStats.Success.Ns / 1000 }},
-	{"nv_inference_queue_duration_us", "Cumulative time successful requests waited in the queue, in microseconds", func(s *core.ModelStatistics) uint64 { return s.InferenceStats.Queue.Ns / 1000 }},
-	{"nv_inference_compute_input_duration_us", "Cumulative time turning requests into input tensors, in microseconds", func(s *core.ModelStatistics) uint64 { return s.InferenceStats.ComputeInput.Ns / 1000 }},
-	{"nv_inference_compute_infer_duration_us", "Cumulative time in the model's forward, in microseconds", func(s *core.ModelStatistics) uint64 { return s.InferenceStats.ComputeInfer.Ns / 1000 }},
-	{"nv_inference_compute_output_duration_us", "Cumulative time turning outputs into responses, in microseconds", func(s *core.ModelStatistics) uint64 { return s.InferenceStats.ComputeOutput.Ns / 1000 }},
+	{"nv_inference_request_success", "Number of successful inference requests, all batch sizes", func(s *core.Statistics) uint64 { return s.Requests.Answered.Count }},
+	{"nv_inference_count", "Number of inferences performed (a request of batch n counts n)", func(s *core.Statistics) uint64 { return s.Items }},
+	{"nv_inference_exec_count", "Number of model executions (batched forwards)", func(s *core.Statistics) uint64 { return s.Forwards }},
+	{"nv_inference_request_duration_us", "Cumulative time of successful requests in the server, in microseconds", func(s *core.Statistics) uint64 { return s.Requests.Answered.Ns / 1000 }},
+	{"nv_inference_queue_duration_us", "Cumulative time successful requests waited in the queue, in microseconds", func(s *core.Statistics) uint64 { return s.Requests.Queue.Ns / 1000 }},
+	{"nv_inference_compute_input_duration_us", "Cumulative time turning requests into input tensors, in microseconds", func(s *core.Statistics) uint64 { return s.Requests.Input.Ns / 1000 }},
+	{"nv_inference_compute_infer_duration_us", "Cumulative time in the model's forward, in microseconds", func(s *core.Statistics) uint64 { return s.Requests.Forward.Ns / 1000 }},
+	{"nv_inference_compute_output_duration_us", "Cumulative time turning outputs into responses, in microseconds", func(s *core.Statistics) uint64 { return s.Requests.Output.Ns / 1000 }},
 }
 
 // writeTriton writes Triton's families for the versions in stats.
-func writeTriton(w io.Writer, stats []core.ModelStatistics) {
+func writeTriton(w io.Writer, stats []core.Statistics) {
 	if len(stats) == 0 {
 		return
 	}
-	labels := func(s *core.ModelStatistics) string { return fmt.Sprintf(`model=%q,version=%q`, s.Name, s.Version) }
+	labels := func(s *core.Statistics) string { return fmt.Sprintf(`model=%q,version=%q`, s.Name, s.Version) }
 	for _, c := range tritonCounters {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", c.name, c.help, c.name)
 		for i := range stats {
