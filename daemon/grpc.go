@@ -40,11 +40,11 @@ func (d *Daemon) grpcAPIs() []grpcAPI {
 	return []grpcAPI{
 		{name: "grpc", addr: d.cfg.GRPCAddress, key: "inference", register: func(s *grpc.Server) {
 			pb.RegisterGRPCInferenceServiceServer(s, d.kserve.InferenceService())
-			healthpb.RegisterHealthServer(s, &healthService{d: d})
+			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.ready, Stopping: d.grpcStopping})
 		}},
 		{name: "grpc_inference", addr: d.cfg.GRPCInferenceAddress, key: "inference", register: func(s *grpc.Server) {
 			tspb.RegisterInferenceAPIsServiceServer(s, d.ts.InferenceService())
-			healthpb.RegisterHealthServer(s, &healthService{d: d})
+			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.ready, Stopping: d.grpcStopping})
 		}},
 		{name: "grpc_management", addr: d.cfg.GRPCManagementAddress, key: "management", register: func(s *grpc.Server) {
 			tspb.RegisterManagementAPIsServiceServer(s, d.ts.ManagementService())
@@ -212,45 +212,4 @@ func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start
 		return
 	}
 	d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
-}
-
-// healthService is grpc.health.v1: SERVING once the start-up models are warm and every
-// model is healthy, as GET /ping and /v2/health/ready. The service name is not looked at.
-type healthService struct {
-	healthpb.UnimplementedHealthServer
-	d *Daemon
-}
-
-func (h *healthService) status() healthpb.HealthCheckResponse_ServingStatus {
-	if h.d.ready() {
-		return healthpb.HealthCheckResponse_SERVING
-	}
-	return healthpb.HealthCheckResponse_NOT_SERVING
-}
-
-func (h *healthService) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	return &healthpb.HealthCheckResponse{Status: h.status()}, nil
-}
-
-// Watch sends the status, then each change, checked every healthPoll.
-func (h *healthService) Watch(_ *healthpb.HealthCheckRequest, s healthpb.Health_WatchServer) error {
-	const healthPoll = time.Second
-	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
-	tick := time.NewTicker(healthPoll)
-	defer tick.Stop()
-	for {
-		if st := h.status(); st != last {
-			if err := s.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
-				return err
-			}
-			last = st
-		}
-		select {
-		case <-s.Context().Done():
-			return s.Context().Err()
-		case <-h.d.grpcStopping:
-			return status.Error(codes.Unavailable, "the server is stopping")
-		case <-tick.C:
-		}
-	}
 }
