@@ -259,8 +259,8 @@ vet:
 # reports; they run after the lanes, alone (about 2.5 minutes). The rest of the daemon's tests
 # would take over 20 minutes under -race for little more: their servers run the same code,
 # and the forwards are C++, which the detector does not see.
-RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestClientGone|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
+RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
+RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
 TEST_PREREQS := lib models vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the binding and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
@@ -311,7 +311,7 @@ proto: $(PYCLIENTS)/.done
 # with "context deadline exceeded" when its time ran out while a worker was still busy.
 FUZZTIME ?= 60s
 FUZZ_TARGETS := ./archive/:FuzzOpen ./archive/:FuzzParseModelConfig ./internal/npy/:FuzzDecode ./handlers/vision/:FuzzApply \
-                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./daemon/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest ./oip/:FuzzDecodeInferRequest
+                ./handlers/text/:FuzzTokenize ./oip/:FuzzDecodeRequest ./handlers/:FuzzDecodeJSONTensor ./frontend/torchserve/:FuzzRequestPayloads ./oip/:FuzzDecodeRawRequest ./oip/:FuzzDecodeInferRequest
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \

@@ -13,65 +13,52 @@ import (
 	"github.com/torchd/torchd/handlers"
 )
 
-// Triton's statistics extension, kept per model version on the one inference path and read
-// by every protocol (REST /stats here, gRPC ModelStatistics) through Registry.Statistics.
+// A model version's statistics, kept on the one inference path and read by every protocol
+// through Registry.Statistics. They are counts and cumulative times, in no protocol's shape:
+// package kserve answers them as Triton's statistics extension (REST /stats, gRPC
+// ModelStatistics), package metrics exposes Triton's nv_ families from them.
 
-// StatDuration is a count of requests (or batches) and their cumulative time in ns, as
-// Triton's StatisticDuration.
+// StatDuration is a count of requests (or batches) and their cumulative time in ns.
 type StatDuration struct {
-	Count uint64 `json:"count"`
-	Ns    uint64 `json:"ns"`
+	Count uint64
+	Ns    uint64
 }
 
-// InferenceStats are a model version's per-request statistics. Success counts answered
-// requests with their whole time in the server; Fail the rest. Queue, ComputeInput,
-// ComputeInfer and ComputeOutput count successful requests only, as Triton does:
-//   - ComputeInput: arrival to queueing (decoding the body into tensors, the handler's
+// RequestStats are a model version's per-request statistics. Answered counts answered
+// requests with their whole time in the server; Failed the rest. Input, Queue, Forward and
+// Output count answered requests only:
+//   - Input: arrival to queueing (decoding the body into tensors, the handler's
 //     preprocess), which torchd does in the request's goroutine;
 //   - Queue: queueing to the batch's dispatch;
-//   - ComputeInfer: the batch's forward on a worker, concatenation and split included;
-//   - ComputeOutput: the rest (postprocess, encoding the answer).
-//
-// torchd has no response cache: CacheHit and CacheMiss stay zero.
-type InferenceStats struct {
-	Success       StatDuration `json:"success"`
-	Fail          StatDuration `json:"fail"`
-	Queue         StatDuration `json:"queue"`
-	ComputeInput  StatDuration `json:"compute_input"`
-	ComputeInfer  StatDuration `json:"compute_infer"`
-	ComputeOutput StatDuration `json:"compute_output"`
-	CacheHit      StatDuration `json:"cache_hit"`
-	CacheMiss     StatDuration `json:"cache_miss"`
+//   - Forward: the batch's forward on a worker, concatenation and split included;
+//   - Output: the rest (postprocess, encoding the answer).
+type RequestStats struct {
+	Answered, Failed              StatDuration
+	Input, Queue, Forward, Output StatDuration
 }
 
-// BatchStats are the executions of one batch size: the rows of a batch, as Triton counts it
-// (two requests of 2 rows each are a batch of 4).
-// Triton's backends report the three compute phases per batch; torchd times a batch's
-// forward as one step (ComputeInfer), and counts ComputeInput and ComputeOutput with no time.
+// BatchStats are the forwards of one batch size: the rows of a batch (two requests of 2
+// rows each are a batch of 4), and the forwards' count and time.
 type BatchStats struct {
-	BatchSize     uint64       `json:"batch_size"`
-	ComputeInput  StatDuration `json:"compute_input"`
-	ComputeInfer  StatDuration `json:"compute_infer"`
-	ComputeOutput StatDuration `json:"compute_output"`
+	Size    uint64
+	Forward StatDuration
 }
 
-// ModelStatistics is one model version's statistics, in Triton's ModelStatistics shape.
-type ModelStatistics struct {
-	Name    string `json:"name"`
-	Version string `json:"version"`
-	// LastInference is when the latest request was answered, in ms since the epoch; 0: never.
-	LastInference uint64 `json:"last_inference"`
-	// InferenceCount counts inferred items (a request of batch 4 counts 4); ExecutionCount
-	// counts batched forwards. Their ratio is the mean batch size.
-	InferenceCount uint64         `json:"inference_count"`
-	ExecutionCount uint64         `json:"execution_count"`
-	InferenceStats InferenceStats `json:"inference_stats"`
-	BatchStats     []BatchStats   `json:"batch_stats"`
-
-	// For Triton's metrics: failures by reason (FailReasons), and the requests accepted
-	// but not yet running.
-	Failures map[string]uint64 `json:"-"`
-	Pending  int               `json:"-"`
+// Statistics are one model version's statistics.
+type Statistics struct {
+	Name, Version string
+	// LastAnswered is when the latest request was answered, in ms since the epoch; 0: never.
+	LastAnswered uint64
+	// Items counts inferred items (a request of batch 4 counts 4); Forwards counts batched
+	// forwards. Their ratio is the mean batch size.
+	Items, Forwards uint64
+	Requests        RequestStats
+	// Batches are by size, smallest first.
+	Batches []BatchStats
+	// Failures counts failed requests by reason (FailReasons); Pending is the requests
+	// accepted but not yet running.
+	Failures map[string]uint64
+	Pending  int
 }
 
 // statDuration is the lock-free form of StatDuration.
@@ -143,16 +130,16 @@ func (s *versionStats) answered(err error, total time.Duration, res Result) {
 	s.output.add(total - res.Input - res.Queued - res.Inference)
 }
 
-func (s *versionStats) snapshot(name, version string) ModelStatistics {
-	out := ModelStatistics{Name: name, Version: version, InferenceCount: s.inferences.Load(), ExecutionCount: s.executions.Load(),
-		InferenceStats: InferenceStats{
-			Success: s.success.load(), Fail: s.fail.load(), Queue: s.queue.load(),
-			ComputeInput: s.input.load(), ComputeInfer: s.infer.load(), ComputeOutput: s.output.load(),
+func (s *versionStats) snapshot(name, version string) Statistics {
+	out := Statistics{Name: name, Version: version, Items: s.inferences.Load(), Forwards: s.executions.Load(),
+		Requests: RequestStats{
+			Answered: s.success.load(), Failed: s.fail.load(), Queue: s.queue.load(),
+			Input: s.input.load(), Forward: s.infer.load(), Output: s.output.load(),
 		},
-		BatchStats: []BatchStats{},
+		Batches: []BatchStats{},
 	}
 	if t := s.last.Load(); t > 0 {
-		out.LastInference = uint64(t)
+		out.LastAnswered = uint64(t)
 	}
 	out.Failures = map[string]uint64{}
 	for i, r := range FailReasons {
@@ -161,17 +148,16 @@ func (s *versionStats) snapshot(name, version string) ModelStatistics {
 	s.mu.Lock()
 	for n, b := range s.batches {
 		d := b.load()
-		out.BatchStats = append(out.BatchStats, BatchStats{BatchSize: uint64(n),
-			ComputeInput: StatDuration{Count: d.Count}, ComputeInfer: d, ComputeOutput: StatDuration{Count: d.Count}})
+		out.Batches = append(out.Batches, BatchStats{Size: uint64(n), Forward: d})
 	}
 	s.mu.Unlock()
-	sort.Slice(out.BatchStats, func(i, j int) bool { return out.BatchStats[i].BatchSize < out.BatchStats[j].BatchSize })
+	sort.Slice(out.Batches, func(i, j int) bool { return out.Batches[i].Size < out.Batches[j].Size })
 	return out
 }
 
 // Statistics returns the statistics of every loaded version of a model, or of one version,
 // or (name "") of every loaded model, sorted by name and version.
-func (r *Registry) Statistics(name, version string) ([]ModelStatistics, error) {
+func (r *Registry) Statistics(name, version string) ([]Statistics, error) {
 	var vs []*ModelVersion
 	switch {
 	case name == "":
@@ -192,11 +178,11 @@ func (r *Registry) Statistics(name, version string) ([]ModelStatistics, error) {
 		}
 		vs = []*ModelVersion{v}
 	}
-	out := make([]ModelStatistics, 0, len(vs))
+	out := make([]Statistics, 0, len(vs))
 	for _, v := range vs {
 		out = append(out, v.Statistics())
 	}
-	slices.SortFunc(out, func(a, b ModelStatistics) int {
+	slices.SortFunc(out, func(a, b Statistics) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), CompareVersions(a.Version, b.Version))
 	})
 	return out, nil
@@ -221,7 +207,7 @@ const (
 	FailOther    = "OTHER"    // the request was wrong
 )
 
-// FailReasons lists the failure reasons in ModelStatistics.Failures.
+// FailReasons lists the failure reasons in Statistics.Failures.
 var FailReasons = []string{FailRejected, FailCanceled, FailBackend, FailOther}
 
 // FailReason is the failure reason of a request that failed with err, by its kind.

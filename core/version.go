@@ -166,7 +166,7 @@ func (v *ModelVersion) Stats() Stats {
 }
 
 // Statistics returns the version's Triton-shaped statistics.
-func (v *ModelVersion) Statistics() ModelStatistics {
+func (v *ModelVersion) Statistics() Statistics {
 	st := v.stats.snapshot(v.Name, v.Version)
 	st.Pending = v.Pending() + int(v.batcher.reserved.Load())
 	return st

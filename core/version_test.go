@@ -42,7 +42,7 @@ func TestRetireAnswersAcceptedRequests(t *testing.T) {
 		t.Fatalf("the accepted request: %v", err)
 	}
 	<-retired
-	if s := v.Statistics(); s.InferenceCount != 1 {
+	if s := v.Statistics(); s.Items != 1 {
 		t.Errorf("statistics after Retire: %+v, want one inference", s)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/valyala/fasthttp"
 )
 
@@ -142,16 +144,16 @@ func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(p
 		case kind == "management" && path == "/token":
 			// Rotation takes the API key.
 			if !d.keys.allowed(ctx, "API") {
-				writeError(ctx, 400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not provided correctly: /token takes the API key")
+				frontend.WriteError(ctx, 400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not provided correctly: /token takes the API key")
 				return
 			}
 		case !d.keys.allowed(ctx, keyFor(kind, path)):
 			msg := fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", keyFor(kind, path))
 			if strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/") {
-				v2Error(ctx, 400, msg) // the KServe protocols' {"error": ...}
+				kserve.WriteError(ctx, 400, msg) // the KServe protocols' {"error": ...}
 				return
 			}
-			writeError(ctx, 400, "InvalidKeyException", msg)
+			frontend.WriteError(ctx, 400, "InvalidKeyException", msg)
 			return
 		}
 		h(ctx)
@@ -174,16 +176,16 @@ func healthPath(p string) bool {
 func noPath(string) bool { return false }
 
 // token rotates a key: GET /token?type=management|inference, with the API key.
-func (d *Daemon) token(ctx *fasthttp.RequestCtx, _ params) {
+func (d *Daemon) token(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if d.keys == nil {
-		writeError(ctx, 400, "BadRequestException", "token authorization is off (enable_token_authorization = false)")
+		frontend.WriteError(ctx, 400, "BadRequestException", "token authorization is off (enable_token_authorization = false)")
 		return
 	}
 	key, err := d.keys.rotate(string(ctx.QueryArgs().Peek("type")))
 	if err != nil {
-		writeError(ctx, 400, "BadRequestException", err.Error())
+		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	d.log.Info("key rotated", "type", string(ctx.QueryArgs().Peek("type")), "key_file", d.keys.path)
-	writeJSON(ctx, 200, map[string]string{"key": key})
+	frontend.WriteJSON(ctx, 200, map[string]string{"key": key})
 }

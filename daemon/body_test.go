@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/torchd/torchd/daemon"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers/handlertest"
 	"github.com/valyala/fasthttp"
 )
@@ -45,7 +46,7 @@ func TestTimedOutRequestKeepsItsBody(t *testing.T) {
 					ctx.Request.Header.Set("Inference-Header-Content-Length", strconv.Itoa(len(header)))
 				}
 				if timeout != "" {
-					ctx.Request.Header.Set(daemon.HeaderRequestTimeout, timeout)
+					ctx.Request.Header.Set(frontend.HeaderRequestTimeout, timeout)
 				}
 				ctx.Request.SetBody(c.body)
 				return ctx

@@ -57,7 +57,7 @@ type Config struct {
 	CertificateFile       string
 	PrivateKeyFile        string
 	KeyFile               string
-	EnableUI              bool     // the web page on the inference port (daemon/webui.go)
+	EnableUI              bool     // the web page on the inference port (frontend/webui)
 	KeepFreedMemory       bool     // torch.KeepFreedMemory at start
 	KeepFreedMemoryMB     int      // the most freed C memory kept under load, MiB; 0: no cap
 	ManagementOrigins     []string // browser origins allowed to call the management API (CORS); empty: none

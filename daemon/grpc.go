@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -19,8 +18,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/torchd/torchd/core"
-	"github.com/torchd/torchd/oip"
+	"github.com/torchd/torchd/frontend"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
@@ -41,15 +39,15 @@ type grpcAPI struct {
 func (d *Daemon) grpcAPIs() []grpcAPI {
 	return []grpcAPI{
 		{name: "grpc", addr: d.cfg.GRPCAddress, key: "inference", register: func(s *grpc.Server) {
-			pb.RegisterGRPCInferenceServiceServer(s, &oipService{d: d})
-			healthpb.RegisterHealthServer(s, &healthService{d: d})
+			pb.RegisterGRPCInferenceServiceServer(s, d.kserve.InferenceService())
+			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.ready, Stopping: d.grpcStopping})
 		}},
 		{name: "grpc_inference", addr: d.cfg.GRPCInferenceAddress, key: "inference", register: func(s *grpc.Server) {
-			tspb.RegisterInferenceAPIsServiceServer(s, &tsInferenceService{d: d})
-			healthpb.RegisterHealthServer(s, &healthService{d: d})
+			tspb.RegisterInferenceAPIsServiceServer(s, d.ts.InferenceService())
+			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.ready, Stopping: d.grpcStopping})
 		}},
 		{name: "grpc_management", addr: d.cfg.GRPCManagementAddress, key: "management", register: func(s *grpc.Server) {
-			tspb.RegisterManagementAPIsServiceServer(s, &tsManagementService{d: d})
+			tspb.RegisterManagementAPIsServiceServer(s, d.ts.ManagementService())
 		}},
 	}
 }
@@ -82,7 +80,7 @@ func (d *Daemon) startGRPC(tlsCfg *tls.Config) error {
 		}
 		unary := []grpc.UnaryServerInterceptor{d.grpcAccessUnary, d.grpcAuthUnary(a.key)}
 		if d.tracer != nil && a.key == "inference" {
-			unary = append([]grpc.UnaryServerInterceptor{d.grpcTraceUnary}, unary...)
+			unary = append([]grpc.UnaryServerInterceptor{frontend.TraceUnary(d.tracer)}, unary...)
 		}
 		opts = append(opts, grpc.ChainUnaryInterceptor(unary...))
 		if tlsCfg != nil {
@@ -209,149 +207,9 @@ func (d *Daemon) grpcAccess(ctx context.Context, method string, err error, start
 		d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
 		return
 	}
-	if r := grpcTrace(ctx); r != nil {
+	if r := frontend.GRPCTrace(ctx); r != nil {
 		d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start), "trace_id", r.TraceID())
 		return
 	}
 	d.log.Info("access", "remote", remote, "method", "gRPC", "path", method, "status", status.Code(err).String(), "latency", time.Since(start))
-}
-
-// grpcCall is a gRPC request's call: a client that cancelled is gone, and its deadline is
-// its own time limit, which the batcher enforces as it does X-Request-Timeout. A traced call
-// (grpcTraceUnary) carries its trace.
-func (d *Daemon) grpcCall(ctx context.Context) core.Call {
-	arrived := time.Now()
-	c := core.Call{Gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
-	if d.tracer != nil {
-		if r := grpcTrace(ctx); r != nil {
-			c.Trace = r
-		}
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		c.Timeout = func() (time.Duration, error) {
-			// A deadline already past still expires the request, rather than lifting its limit.
-			return max(dl.Sub(arrived), time.Nanosecond), nil
-		}
-	}
-	return c
-}
-
-// grpcCodes is both gRPC front-ends' table: the core's kinds as gRPC status codes, as
-// Triton maps its errors.
-var grpcCodes = []struct {
-	kind error
-	code codes.Code
-}{
-	{core.ErrModelNotFound, codes.NotFound},
-	{core.ErrVersionNotFound, codes.NotFound},
-	{core.ErrLoading, codes.Unavailable},
-	{core.ErrConflict, codes.AlreadyExists},
-	{core.ErrDefaultVersion, codes.PermissionDenied},
-	{core.ErrBadModel, codes.InvalidArgument},
-	{core.ErrLoadFailed, codes.Internal},
-	{core.ErrStartupTimeout, codes.Internal},
-	{core.ErrBadInput, codes.InvalidArgument},
-	{core.ErrTooLarge, codes.ResourceExhausted},
-	{core.ErrUnsupported, codes.Unimplemented},
-	{core.ErrQueueFull, codes.Unavailable},
-	{core.ErrNoWorker, codes.Unavailable},
-	{core.ErrUnregistered, codes.Unavailable},
-	{core.ErrDeadline, codes.DeadlineExceeded},
-	{core.ErrClientGone, codes.Canceled},
-	{core.ErrInference, codes.Internal},
-	{core.ErrControlOff, codes.Unavailable},
-}
-
-// grpcCode is the gRPC status for an HTTP status: a handler's own code (a TorchServe
-// handler's answer), and the REST management API's errors that gRPC management replays.
-func grpcCode(httpStatus int) codes.Code {
-	switch httpStatus {
-	case 400:
-		return codes.InvalidArgument
-	case 401:
-		return codes.Unauthenticated
-	case 403:
-		return codes.PermissionDenied
-	case 404:
-		return codes.NotFound
-	case 408, 504:
-		return codes.DeadlineExceeded
-	case 409:
-		return codes.AlreadyExists
-	case 413, 429, 507:
-		return codes.ResourceExhausted
-	case statusClientClosed:
-		return codes.Canceled
-	case 501:
-		return codes.Unimplemented
-	case 503:
-		return codes.Unavailable
-	}
-	if httpStatus >= 400 && httpStatus < 500 {
-		return codes.InvalidArgument
-	}
-	return codes.Internal
-}
-
-// grpcError is err as a gRPC status: by its kind (grpcCodes), or by the code a handler
-// gave its own error; a malformed request is INVALID_ARGUMENT, anything else INTERNAL.
-func grpcError(err error) error {
-	var ce *core.Error
-	if errors.As(err, &ce) && ce.Status != 0 {
-		return status.Error(grpcCode(ce.Status), err.Error())
-	}
-	for _, k := range grpcCodes {
-		if errors.Is(err, k.kind) {
-			return status.Error(k.code, err.Error())
-		}
-	}
-	var ae *APIError
-	switch {
-	case errors.As(err, &ae):
-		return status.Error(grpcCode(ae.Status), ae.Msg)
-	case errors.Is(err, oip.ErrBadRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
-// healthService is grpc.health.v1: SERVING once the start-up models are warm and every
-// model is healthy, as GET /ping and /v2/health/ready. The service name is not looked at.
-type healthService struct {
-	healthpb.UnimplementedHealthServer
-	d *Daemon
-}
-
-func (h *healthService) status() healthpb.HealthCheckResponse_ServingStatus {
-	if h.d.startupDone() && h.d.Registry.Healthy() {
-		return healthpb.HealthCheckResponse_SERVING
-	}
-	return healthpb.HealthCheckResponse_NOT_SERVING
-}
-
-func (h *healthService) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	return &healthpb.HealthCheckResponse{Status: h.status()}, nil
-}
-
-// Watch sends the status, then each change, checked every healthPoll.
-func (h *healthService) Watch(_ *healthpb.HealthCheckRequest, s healthpb.Health_WatchServer) error {
-	const healthPoll = time.Second
-	last := healthpb.HealthCheckResponse_SERVICE_UNKNOWN
-	tick := time.NewTicker(healthPoll)
-	defer tick.Stop()
-	for {
-		if st := h.status(); st != last {
-			if err := s.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
-				return err
-			}
-			last = st
-		}
-		select {
-		case <-s.Context().Done():
-			return s.Context().Err()
-		case <-h.d.grpcStopping:
-			return status.Error(codes.Unavailable, "the server is stopping")
-		case <-tick.C:
-		}
-	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend/torchserve"
 )
 
 // layers are one model's sources of settings, each parsed as the daemon parses it: the
@@ -48,8 +49,7 @@ func (l layers) resolve(t *testing.T) ModelSettings {
 	var q fasthttp.Args
 	q.Parse(l.query)
 	var reg archive.Settings
-	a := args{query: &q, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	if err := a.settings(&reg); err != nil {
+	if err := torchserve.QuerySettings(&q, slog.New(slog.NewTextHandler(io.Discard, nil)), &reg); err != nil {
 		t.Fatal(err)
 	}
 	return core.Resolve(ModelDefaults(), ac.Settings, c.Model, reg)

@@ -1,20 +1,20 @@
-// Package daemon is torchd's server. It wires the serving core (package core: the registry of
-// model versions, their batchers and worker pools) to the protocol front-ends over fasthttp and
-// gRPC: TorchServe's inference and management APIs, KServe v1 and v2 with the Open Inference
-// Protocol and Triton's extensions, the Triton model repository's API (over package repository),
-// /v1/embeddings, the metrics API and the web page. It owns the configuration, the snapshot, the management service (Management) and
-// every goroutine it starts.
+// Package daemon is torchd's server, the wiring: it builds the serving core (package core:
+// the registry of model versions, their batchers and worker pools), the Triton model
+// repository (package repository) and the protocol front-ends (the packages under frontend:
+// torchserve, kserve, openai, metrics, webui), and serves them on their ports over fasthttp
+// and gRPC (apis.go says which front-end serves where). It owns the configuration, token
+// authorization, model URLs and downloads, the snapshot, the start-up models and every
+// goroutine it starts. It speaks no protocol itself.
 //
-// A request goes in one straight line: a front-end → core.Registry → handler Preprocess (in the
-// request's goroutine) → the version's Batcher → a WorkerPool worker (batched forward on a locked
-// OS thread) → handler Postprocess → the front-end's response. The HTTP and gRPC layers never
-// call LibTorch.
+// A request goes in one straight line: a front-end → core.Registry.Serve → handler
+// Preprocess (in the request's goroutine) → the version's Batcher → a WorkerPool worker
+// (batched forward on a locked OS thread) → handler Postprocess → the front-end's response.
+// The HTTP and gRPC layers never call LibTorch.
 package daemon
 
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,11 +30,23 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/kserve"
+	"github.com/torchd/torchd/frontend/metrics"
+	"github.com/torchd/torchd/frontend/openai"
+	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/frontend/webui"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/repository"
 
 	"github.com/torchd/torchd/torch"
+)
+
+// The serving core's types, as the daemon's tests name them.
+type (
+	ModelVersion    = core.ModelVersion
+	RegisterRequest = core.RegisterRequest
 )
 
 // Daemon runs the three servers over one registry.
@@ -44,12 +56,16 @@ type Daemon struct {
 	Registry *core.Registry
 	// Repository is the Triton model repository served, if any (its dir is "" without one).
 	Repository *repository.Repository
-	metrics    *Metrics
+	metrics    *metrics.Metrics
 	keys       *keyring        // nil: token authorization off
 	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
 	snapMu     sync.Mutex
 	failed     failedRestores // snapshot registrations that did not load
-	uiStats    uiStats        // the web page's live view (webui_stats.go)
+	// The front-ends (apis.go).
+	ts     *torchserve.API
+	kserve *kserve.API
+	openai *openai.API
+	page   *webui.Page // the web page (nil: enable_ui = false)
 
 	servers   []*fasthttp.Server
 	listeners []net.Listener
@@ -58,7 +74,7 @@ type Daemon struct {
 	grpcServers  []*grpc.Server
 	grpcStopping chan struct{}
 	// mgmt is the management service that the REST and gRPC management APIs call.
-	mgmt    *Management
+	mgmt    *torchserve.Management
 	serveWG sync.WaitGroup
 	// startupModels are loaded in the background after Start; the WaitGroup tracks them
 	// and startupCh closes when they are all done.
@@ -85,12 +101,13 @@ var pid = os.Getpid()
 
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
-	m := newMetrics(cfg.EnableMetrics)
+	m := metrics.New(cfg.EnableMetrics)
 	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
-	m.triton = func() []ModelStatistics { s, _ := reg.Statistics("", ""); return s }
+	m.Statistics = func() []core.Statistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
-	d.mgmt = &Management{reg: reg, open: d.registerModel, failed: &d.failed, changed: d.saveSnapshot, log: log}
+	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, Log: log}
+	d.frontEnds()
 	return d
 }
 
@@ -112,7 +129,7 @@ func statOK(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // UseLogLevel makes lv, the level of the logger given to New, the one the logging API
 // reports and changes. Without it the API changes a level no logger reads.
-func (d *Daemon) UseLogLevel(lv *slog.LevelVar) { d.logLevel = lv }
+func (d *Daemon) UseLogLevel(lv *slog.LevelVar) { d.logLevel, d.kserve.LogLevel = lv, lv }
 
 // idleTrimAfter is how long the inference API must be idle before the memory a burst left
 // free goes back to the operating system. Under load it stays: keep_freed_memory keeps
@@ -201,12 +218,12 @@ func (d *Daemon) Start() error {
 	if err := LockProcess(); err != nil {
 		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
 	}
-	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.off {
+	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.Off() {
 		f, err := openTSMetricsLog(ts.MetricsLog)
 		if err != nil {
 			return fmt.Errorf("ts-config %s: metrics_mode=log: %v", ts.Path, err)
 		}
-		d.metrics.ts.log = &tsLogger{w: f, host: d.metrics.hostname}
+		d.metrics.LogTorchServe(f)
 		d.log.Info("TorchServe's metrics are written to its log form too (metrics_mode=log)", "file", ts.MetricsLog)
 	}
 	if d.cfg.ModelRepository != "" {
@@ -218,8 +235,9 @@ func (d *Daemon) Start() error {
 	d.sweep()
 	d.trimWhenIdle()
 	tc := d.cfg.Tracing
-	tc.Version = Version
+	tc.Version = frontend.Version
 	d.tracer = tracing.New(tc, d.log)
+	d.ts.Tracer, d.kserve.Tracer, d.openai.Tracer = d.tracer, d.tracer, d.tracer
 	if d.cfg.KeepFreedMemory && !torch.KeepFreedMemory() {
 		d.log.Warn("keep_freed_memory: the C library is not glibc; its allocator's defaults stay")
 	}
@@ -229,6 +247,9 @@ func (d *Daemon) Start() error {
 			return err
 		}
 		d.keys = k
+		if d.page != nil {
+			d.page.TokenAuthorization = true
+		}
 		d.log.Info("token authorization on", "key_file", d.cfg.KeyFile, "created", created)
 	}
 	var tlsCfg *tls.Config
@@ -243,9 +264,9 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, d.endTraces(d.countResponses(d.publicUI(d.authorize("inference", d.inferenceRouter().serve, healthPath))))},
-		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().serve, noPath)))},
-		{"metrics", d.cfg.MetricsAddress, d.metricsRouter().serve},
+		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.page.Public(d.authorize("inference", d.inferenceRouter().Serve, healthPath))))},
+		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().Serve, noPath)))},
+		{"metrics", d.cfg.MetricsAddress, frontend.Describe("metrics", d.metrics.Routes()).Serve},
 	}
 	if !d.cfg.EnableMetrics {
 		apis = apis[:2]
@@ -307,6 +328,19 @@ func (d *Daemon) Start() error {
 	}
 	d.loadStartupModels()
 	return nil
+}
+
+// managementPort is the management API's port, for the web page's calls from the browser:
+// only with management_allowed_origins (CORS), once it is bound.
+func (d *Daemon) managementPort() (port int, tls, ok bool) {
+	if len(d.cfg.ManagementOrigins) == 0 || len(d.listeners) < 2 {
+		return 0, false, false
+	}
+	ta, ok := d.listeners[1].Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, false, false
+	}
+	return ta.Port, d.cfg.CertificateFile != "", true
 }
 
 func isLoopback(a net.Addr) bool {
@@ -436,7 +470,7 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 		start := time.Now()
 		h(ctx)
 		if d.tracer != nil {
-			if r := restTrace(ctx); r != nil {
+			if r := frontend.RESTTrace(ctx); r != nil {
 				d.log.Info("access", "remote", ctx.RemoteAddr().String(), "method", string(ctx.Method()),
 					"path", string(ctx.Path()), "status", ctx.Response.StatusCode(), "latency", time.Since(start), "trace_id", r.TraceID())
 				return
@@ -452,13 +486,13 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 func (d *Daemon) connError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
+		frontend.WriteError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
 	case isTimeout(err):
-		writeError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
+		frontend.WriteError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
 	case errors.As(err, new(*fasthttp.ErrSmallBuffer)):
-		writeError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
+		frontend.WriteError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
 	default:
-		writeError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
+		frontend.WriteError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
 	}
 	ctx.SetConnectionClose()
 }
@@ -468,78 +502,12 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// jsonBody is v as the TorchServe APIs' JSON body, 2-space indented and ending in a newline;
-// the gRPC management answers carry the same bytes.
-func jsonBody(v any) ([]byte, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
-// writeJSON writes v as TorchServe does (jsonBody).
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := jsonBody(v)
-	if err != nil {
-		status, b = 500, []byte(`{"code": 500, "type": "InternalServerException", "message": "response encoding failed"}`+"\n")
-	}
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("application/json")
-	ctx.SetBody(b)
-}
-
-// statusOf is TorchServe's {"status": msg} answer.
-func statusOf(msg string) map[string]string { return map[string]string{"status": msg} }
-
-// statusBody is statusOf(msg) as a JSON body.
-func statusBody(msg string) []byte {
-	b, _ := jsonBody(statusOf(msg)) // a map of strings always encodes
-	return b
-}
-
-// errorBody is TorchServe's error shape.
-type errorBody struct {
-	Code    int    `json:"code"`
-	Type    string `json:"type"`
-	Message string `json:"message"`
-}
-
-func writeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
-	writeJSON(ctx, status, errorBody{Code: status, Type: typ, Message: msg})
-}
-
-func writeAPIError(ctx *fasthttp.RequestCtx, err error) {
-	ae := apiErrorOf(err)
-	if ae.Status == 503 {
-		ctx.Response.Header.Set("Retry-After", "1")
-	}
-	writeError(ctx, ae.Status, ae.Type, ae.Msg)
-}
-
-func writeStatus(ctx *fasthttp.RequestCtx, code int, status string) {
-	writeJSON(ctx, code, statusOf(status))
-}
-
 // countResponses counts h's answers in TorchServe's Requests2XX/4XX/5XX.
 func (d *Daemon) countResponses(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		h(ctx)
-		d.metrics.countResponse(ctx.Response.StatusCode())
+		d.metrics.CountResponse(ctx.Response.StatusCode())
 	}
-}
-
-// metricsRouter serves the metrics, and the API description at OPTIONS / as TorchServe's
-// metrics port does.
-func (d *Daemon) metricsRouter() *router {
-	return withDescription("metrics", []*route{
-		{method: "GET", pattern: "/metrics", summary: "Prometheus text format: torchd's series, TorchServe's, and the process's", handle: d.serveMetrics},
-	})
-}
-
-func (d *Daemon) serveMetrics(ctx *fasthttp.RequestCtx, _ params) {
-	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-	d.metrics.WritePrometheus(ctx)
 }
 
 // loadRepository loads the model repository's start-up models, then in poll mode follows

@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/internal/jsonfile"
 )
 
@@ -103,9 +104,9 @@ func (f *failedRestores) add(m snapshotModel) {
 	f.m[m.Name+"\x00"+m.Version] = m
 }
 
-// remove drops name's failed registrations of version ("" : every version) and reports
+// Remove drops name's failed registrations of version ("" : every version) and reports
 // whether there were any.
-func (f *failedRestores) remove(name, version string) bool {
+func (f *failedRestores) Remove(name, version string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	found := false
@@ -127,6 +128,18 @@ func (f *failedRestores) all() []snapshotModel {
 		out = append(out, m)
 	}
 	sortSnapshot(out)
+	return out
+}
+
+// All is the failed registrations as the management service lists and describes them.
+func (f *failedRestores) All() []torchserve.FailedModel {
+	all := f.all()
+	out := make([]torchserve.FailedModel, len(all))
+	for i, m := range all {
+		out[i] = torchserve.FailedModel{Name: m.Name, Version: m.Version, URL: m.URL, Handler: m.Handler,
+			Workers: m.Workers, MaxWorkers: m.MaxWorkers, BatchSize: m.BatchSize,
+			MaxBatchDelayMS: m.MaxBatchDelayMS, ResponseTimeout: m.ResponseTimeout, Reason: m.Failed}
+	}
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -560,4 +561,26 @@ func (d *Daemon) loadTorchServeModels() {
 			}
 		}()
 	}
+}
+
+// tsMetricsLogPath is where TorchServe writes ts_metrics.log: $METRICS_LOCATION, else logs/
+// in the working directory.
+func tsMetricsLogPath(getenv func(string) string) string {
+	dir := getenv("METRICS_LOCATION")
+	if dir == "" {
+		dir = "logs"
+	}
+	return filepath.Join(dir, "ts_metrics.log")
+}
+
+// openTSMetricsLog opens ts_metrics.log for appending, making its directory.
+func openTSMetricsLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, cleanPathErr(err))
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", path, cleanPathErr(err))
+	}
+	return f, nil
 }

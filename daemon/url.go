@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
 )
 
 // registerModel opens the archive a registration names and loads it as a model version. It answers 409 for a version already registered, 400 for
@@ -44,7 +45,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	}
 	am, err := archive.Open(path, opts...)
 	if err != nil {
-		return nil, apiErr(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+		return nil, frontend.Errorf(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
 	}
 	// A registration parameter overrides the archive's own setting, the handler included.
 	// A Python one runs in handler processes, and fails there, with 500, if the archive does
@@ -61,7 +62,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	}
 	v, err := d.Registry.Add(name, am.Version, req, am)
 	if unknown && errors.Is(err, core.ErrLoadFailed) {
-		return nil, apiErr(http.StatusInternalServerError, "InternalServerException",
+		return nil, frontend.Errorf(http.StatusInternalServerError, "InternalServerException",
 			"handler %q given at registration does not exist: torchd has %s, and TorchServe's worker could not load it: %v",
 			req.Handler, strings.Join(archive.HandlerNames(), ", "), err)
 	}
@@ -75,7 +76,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	none := func() {}
 	if raw == "" {
-		return "", none, apiErr(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
+		return "", none, frontend.Errorf(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
@@ -87,7 +88,7 @@ func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	// for file:// also against the path with symbolic links resolved. Whether a path was
 	// refused or does not exist gets one message, so that registration cannot be used to
 	// probe the file system.
-	refused := apiErr(http.StatusBadRequest, "ModelException", "url %s is not allowed or not found: it must be in the model store or match allowed_urls", raw)
+	refused := frontend.Errorf(http.StatusBadRequest, "ModelException", "url %s is not allowed or not found: it must be in the model store or match allowed_urls", raw)
 	switch u.Scheme {
 	case "file":
 		clean := filepath.Clean("/" + u.Path)
@@ -118,13 +119,13 @@ func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	if !d.allowed(raw) {
 		return "", none, refused
 	}
-	return "", none, apiErr(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
+	return "", none, frontend.Errorf(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
 }
 
 func (d *Daemon) storePath(name string) (string, error) {
 	if strings.Contains(name, "..") {
 		// TorchServe answers 404 for a ".." in the URL.
-		return "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
+		return "", frontend.Errorf(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
 	}
 	store, err := filepath.Abs(d.cfg.ModelStore)
 	if err != nil {
@@ -132,7 +133,7 @@ func (d *Daemon) storePath(name string) (string, error) {
 	}
 	p := filepath.Join(store, filepath.Clean("/"+name))
 	if _, err := os.Stat(p); err != nil {
-		return "", apiErr(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
+		return "", frontend.Errorf(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
 	}
 	return p, nil
 }
@@ -153,15 +154,15 @@ func (d *Daemon) download(raw string, u *url.URL) (string, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
-		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s", raw)
+		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s", raw)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
+		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: HTTP %d", raw, resp.StatusCode)
+		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: HTTP %d", raw, resp.StatusCode)
 	}
 	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-download-*", os.Getpid()))
 	if err != nil {
@@ -180,7 +181,7 @@ func (d *Daemon) download(raw string, u *url.URL) (string, error) {
 	if resp.ContentLength > limit {
 		f.Close()
 		os.RemoveAll(dir)
-		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: its Content-Length %d is over max_download_size (%d bytes)", raw, resp.ContentLength, limit)
+		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: its Content-Length %d is over max_download_size (%d bytes)", raw, resp.ContentLength, limit)
 	}
 	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
 	f.Close()
@@ -192,7 +193,7 @@ func (d *Daemon) download(raw string, u *url.URL) (string, error) {
 	}
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", apiErr(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
+		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
 	}
 	return p, nil
 }

@@ -5,7 +5,7 @@
 //
 //	cd bench/metricscmp && go test -bench . -count 6 | tee out.txt && benchstat out.txt
 //
-// Both sides make exactly the updates daemon/metrics.go makes per request: six histograms
+// Both sides make exactly the updates frontend/metrics/metrics.go makes per request: six histograms
 // (queue, inference, request, batch size, preprocess, postprocess), the request counter by
 // status code, and TorchServe's three counters.
 package metricscmp
@@ -27,7 +27,7 @@ var (
 	batchBuckets  = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 )
 
-// ---- VictoriaMetrics/metrics, as daemon/metrics.go uses it ----
+// ---- VictoriaMetrics/metrics, as frontend/metrics/metrics.go uses it ----
 
 type vmModel struct {
 	set                                                 *vm.Set

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/torchd/torchd/daemon"
+	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -12,7 +12,7 @@ import (
 var Version = "0.1.0-dev"
 
 func init() {
-	daemon.Version = Version
+	frontend.Version = Version
 	commands["version"] = command{"print the versions of torchd, Go and LibTorch", func([]string) error {
 		fmt.Printf("torchd %s (%s, LibTorch %s, CUDA available: %v, devices: %d, intra-op threads: %d)\n",
 			Version, runtime.Version(), torch.Version(), torch.CUDAAvailable(), torch.CUDADeviceCount(), torch.NumThreads())

@@ -549,12 +549,12 @@ func TestAutoscalerSignal(t *testing.T) {
 	if !served {
 		t.Errorf("no Prometheus adapter rule serves %s", podsMetric)
 	}
-	metricsGo, err := os.ReadFile(filepath.Join(repoRoot, "daemon", "metrics.go"))
+	metricsGo, err := os.ReadFile(filepath.Join(repoRoot, "frontend", "metrics", "metrics.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(metricsGo), `"`+podsMetric+`"`) && !strings.Contains(string(metricsGo), `"`+podsMetric+`{`) {
-		t.Errorf("torchd does not export %s (daemon/metrics.go)", podsMetric)
+		t.Errorf("torchd does not export %s (frontend/metrics/metrics.go)", podsMetric)
 	}
 	isvc := one[InferenceService](t, docs)
 	found := false

@@ -1,0 +1,109 @@
+package frontend
+
+import (
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Params are a matched route's path parameters, in pattern order.
+type Params []string
+
+// Route is one endpoint. The router and the OpenAPI document are both built from the
+// route tables, so the document lists exactly what is served.
+type Route struct {
+	Method  string // "*" matches any method
+	Pattern string // "/models/{model_name}/{model_version}"; "{x}:verb" ends in a verb; a last "{x...}" takes the rest
+	Summary string
+	Handle  func(ctx *fasthttp.RequestCtx, p Params)
+	segs    []string
+}
+
+// Router matches a path's segments against its routes in order.
+type Router struct {
+	routes []*Route
+	api    string // "inference" or "management", for the OpenAPI title
+}
+
+// NewRouter is a router over routes, matched in order.
+func NewRouter(api string, routes []*Route) *Router {
+	for _, r := range routes {
+		r.segs = strings.Split(strings.Trim(r.Pattern, "/"), "/")
+		if r.Pattern == "/" {
+			r.segs = nil
+		}
+	}
+	return &Router{routes: routes, api: api}
+}
+
+func splitPath(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+// Serve answers ctx with the first route whose pattern and method match; TorchServe's 404
+// or 405 otherwise.
+func (rt *Router) Serve(ctx *fasthttp.RequestCtx) {
+	segs := splitPath(string(ctx.Path()))
+	method := string(ctx.Method())
+	pathMatched := false
+	for _, r := range rt.routes {
+		p, ok := match(r.segs, segs)
+		if !ok {
+			continue
+		}
+		pathMatched = true
+		if r.Method == "*" || r.Method == method {
+			r.Handle(ctx, p)
+			return
+		}
+	}
+	if pathMatched {
+		WriteError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
+		return
+	}
+	WriteError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+}
+
+func match(pattern, segs []string) (Params, bool) {
+	var p Params
+	for i, ps := range pattern {
+		if strings.HasSuffix(ps, "...}") {
+			// The rest may be empty: "/debug/pprof/" is pprof's index.
+			if i > len(segs) {
+				return nil, false
+			}
+			return append(p, strings.Join(segs[i:], "/")), true
+		}
+		if i >= len(segs) {
+			return nil, false
+		}
+		if strings.HasPrefix(ps, "{") {
+			// "{model_name}:predict" matches "digits:predict" (KServe v1's verbs).
+			if j := strings.Index(ps, "}:"); j >= 0 {
+				suffix := ps[j+1:]
+				v, ok := strings.CutSuffix(segs[i], suffix)
+				if !ok || v == "" {
+					return nil, false
+				}
+				p = append(p, v)
+				continue
+			}
+			if segs[i] == "" {
+				return nil, false
+			}
+			p = append(p, segs[i])
+			continue
+		}
+		if ps != segs[i] {
+			return nil, false
+		}
+	}
+	if len(segs) != len(pattern) {
+		return nil, false
+	}
+	return p, true
+}

@@ -1,0 +1,229 @@
+package torchserve
+
+import (
+	"bufio"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/handlers"
+	tspb "github.com/torchd/torchd/proto/torchserve"
+)
+
+// Streaming answers, as TorchServe sends them: each part a handler sends with
+// send_intermediate_predict_response goes to the client as it comes, as an HTTP chunk
+// (Transfer-Encoding: chunked) on POST /predictions, as a message on gRPC's
+// StreamPredictions. Only handler processes stream; the other APIs get the parts joined.
+
+// partQueue holds a request's parts between the worker that receives them and the
+// front-end that sends them, so that a slow client never holds up a worker.
+type partQueue struct {
+	mu    sync.Mutex
+	parts []handlers.Response
+	ready chan struct{} // signalled after each push
+}
+
+func newPartQueue() *partQueue { return &partQueue{ready: make(chan struct{}, 1)} }
+
+func (q *partQueue) push(r handlers.Response) {
+	q.mu.Lock()
+	q.parts = append(q.parts, r)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the parts queued so far.
+func (q *partQueue) take() []handlers.Response {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	p := q.parts
+	q.parts = nil
+	return p
+}
+
+// mayStream reports whether the model answers through handler processes, whose handler may
+// stream.
+func (a *API) mayStream(name, ver string) bool {
+	v, err := a.Registry.Get(name, ver)
+	return err == nil && v.HandlerName == archive.HandlerPython
+}
+
+// predictStreamed is predict for a model whose handler may stream. The request is served
+// on a goroutine of its own; if its answer comes whole, it is written as predict writes it.
+// If a part comes first, the response is committed to that part's status and content type
+// and sent in chunks, each part flushed as it comes; the served request's accounting, and
+// its trace span, end with its last part.
+func (a *API) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ver string) {
+	parts := newPartQueue()
+	done := make(chan struct{})
+	var (
+		mu                  sync.Mutex
+		committed, finished bool
+		resp                *handlers.Response
+		err                 error
+	)
+	trace := frontend.RESTTrace(ctx)
+	// Once the response streams, fasthttp may reuse ctx for the connection's next request
+	// while this one's batch runs on: the body it keeps is no longer needed then (the
+	// process has the whole request before it sends a part).
+	if keep := c.Keep; keep != nil {
+		c.Keep = func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if !committed {
+				keep()
+			}
+		}
+	}
+	go func() {
+		defer close(done)
+		var res core.Result
+		res, err = a.Registry.Serve(&core.Request{Model: name, Version: ver, Call: c,
+			Decode: func(*core.ModelVersion) (core.Input, error) {
+				req, err := requestPayloads(ctx, a.MaxRequestSize)
+				if err != nil {
+					return core.Input{}, payloadError(err)
+				}
+				req.Stream = parts.push
+				return core.Input{Payloads: req}, nil
+			}})
+		resp = res.Response
+		status := 200
+		if err != nil {
+			status = frontend.APIErrorOf(err).Status
+		} else if resp != nil {
+			status = cmpStatus(resp.Status)
+		}
+		mu.Lock()
+		finished = true
+		streamed := committed
+		mu.Unlock()
+		if streamed && trace != nil {
+			trace.EndHTTP(status)
+		}
+	}()
+	select {
+	case <-done:
+	case <-parts.ready:
+	}
+	mu.Lock()
+	committed = !finished
+	mu.Unlock()
+	if !committed {
+		<-done // finished is set just before done closes
+	}
+	first := parts.take()
+	if !committed && (len(first) == 0 || err != nil) {
+		writeWhole(ctx, resp, err)
+		return
+	}
+	// A handler that sent parts answers in chunks, as in TorchServe, also when its last part
+	// came before the first was written.
+	if committed && trace != nil {
+		frontend.KeepTrace(ctx) // the serving goroutine ends the span
+	}
+	ctx.SetStatusCode(cmpStatus(first[0].Status))
+	if ct := first[0].ContentType; ct != "" {
+		ctx.SetContentType(ct)
+	}
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		// A write that fails (the client left) stops the writes, not the wait: the batch
+		// runs to its end either way.
+		var werr error
+		send := func(body []byte) {
+			if werr == nil && len(body) > 0 {
+				if _, werr = w.Write(body); werr == nil {
+					werr = w.Flush()
+				}
+			}
+		}
+		for _, p := range first {
+			send(p.Body)
+		}
+		for {
+			select {
+			case <-parts.ready:
+				for _, p := range parts.take() {
+					send(p.Body)
+				}
+				continue
+			case <-done:
+			}
+			break
+		}
+		for _, p := range parts.take() {
+			send(p.Body)
+		}
+		// The status is sent: an error after the first part can only end the stream.
+		if err == nil && resp != nil {
+			send(resp.Body)
+		}
+	})
+}
+
+// writeWhole writes an answer that came whole, as predict writes it.
+func writeWhole(ctx *fasthttp.RequestCtx, resp *handlers.Response, err error) {
+	if err != nil {
+		frontend.WriteAPIError(ctx, err)
+		return
+	}
+	writeResponse(ctx, resp)
+}
+
+func cmpStatus(s int) int {
+	if s == 0 {
+		return 200
+	}
+	return s
+}
+
+// StreamPredictions sends each part of a streaming handler's answer as a message, then the
+// last one, as TorchServe does; other handlers' answers are one message.
+func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, stream tspb.InferenceAPIsService_StreamPredictionsServer) error {
+	parts := newPartQueue()
+	done := make(chan struct{})
+	var (
+		resp *tspb.PredictionResponse
+		err  error
+	)
+	go func() {
+		defer close(done)
+		resp, err = s.a.tsPredict(stream.Context(), r, parts.push)
+	}()
+	// The stream's Send is called from this goroutine only.
+	var serr error
+	send := func() {
+		for _, p := range parts.take() {
+			if serr == nil {
+				out := &tspb.PredictionResponse{Prediction: p.Body}
+				if r.SequenceId != nil {
+					out.SequenceId = r.SequenceId
+				}
+				serr = stream.Send(out)
+			}
+		}
+	}
+	for {
+		select {
+		case <-parts.ready:
+			send()
+			continue
+		case <-done:
+		}
+		break
+	}
+	send()
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	return stream.Send(resp)
+}
