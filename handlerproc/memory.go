@@ -17,8 +17,10 @@ import (
 // mallocDefaults are glibc malloc settings for handler processes, each unless the environment
 // sets it. glibc raises its mmap threshold to the size of the largest block freed, so after
 // the first batch a batch's activations (blocks of megabytes) come from the heap and stay
-// there when freed: resnet18 at batch 32 kept 67-251 MiB per process after a burst, and a
-// fixed threshold returns them when each batch frees them (docs/benchmarks.md).
+// there when freed: resnet18 at batch 32 kept 67-251 MiB per process after a burst. A fixed
+// threshold returns them as each batch frees them, for about 15-20% more CPU per batch in
+// page faults (docs/benchmarks.md). MALLOC_MMAP_THRESHOLD_ in torchd's environment chooses
+// another (33554432 is where glibc's own threshold ends up).
 var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=131072"}
 
 // withMallocDefaults adds each of mallocDefaults to env whose variable env does not set.
