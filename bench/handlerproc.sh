@@ -5,9 +5,9 @@
 # read), both servers running the handler with the same Python and torch. Each round runs
 # c=1 and c=50 on both servers in a shuffled order with `ab -k`; after each run, the RSS of
 # each server's whole process tree (torchd and its handler processes; TorchServe's JVM and
-# its workers). Prints one line per run, then per concurrency the medians over the rounds:
-#   R c=N server=S rps=X p50_ms=Y p99_ms=Z rss_mib=W
-#   median c=N torchd_rps=.. torchserve_rps=.. rps_ratio=.. p99_ratio=.. rss_ratio=..
+# its workers), and its PSS, which counts pages the processes share once. Prints one line per run, then per concurrency the medians over the rounds:
+#   R c=N server=S rps=X p50_ms=Y p99_ms=Z rss_mib=W pss_mib=V
+#   median c=N torchd_rps=.. torchserve_rps=.. rps_ratio=.. p99_ratio=.. rss_ratio=.. pss_ratio=..
 # (ratios are torchd's over TorchServe's). A ratio within the rounds' spread is noise.
 #
 # Needs `make build handler-runtime bench-setup`, Java 11+ and models/out (the JPEG).
@@ -66,6 +66,17 @@ tree_rss() {
     for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) s+=r[x] } printf "%.0f", s/1024 }'
 }
 
+# tree_pss PID: the proportional MiB (PSS, from smaps_rollup) of PID and all its descendants:
+# pages shared between processes (the libraries' text) count once in the sum, not per process.
+tree_pss() {
+  local p s=0
+  for p in $(ps -e -o pid=,ppid= | awk -v root="$1" '{p[$1]=$2} END {
+    for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) print x } }'); do
+    s=$((s + $(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup 2>/dev/null || echo 0)))
+  done
+  echo $((s / 1024))
+}
+
 # Warm-up: each server's workers see full batches before anything is measured.
 for s in torchd torchserve; do
   ab -k -q -c 50 -n 500 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py >/dev/null 2>&1 || true
@@ -75,18 +86,18 @@ for r in $(seq "$rounds"); do
   for c in 1 50; do
     for s in $(shuf -e torchd torchserve); do
       ab -k -q -c "$c" -t "$secs" -n 10000000 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py 2>&1 |
-        awk -v r="$r" -v s="$s" -v c="$c" -v rss="$(tree_rss "${pid[$s]}")" \
+        awk -v r="$r" -v s="$s" -v c="$c" -v rss="$(tree_rss "${pid[$s]}")" -v pss="$(tree_pss "${pid[$s]}")" \
           '/Requests per second/ {rps=$4} /^  50%/ {p50=$2} /^  99%/ {p99=$2} /^Non-2xx/ {bad=$3}
-          END {printf "%s c=%s server=%s rps=%s p50_ms=%s p99_ms=%s rss_mib=%s%s\n", r, c, s, rps, p50, p99, rss, bad ? " non2xx=" bad : ""}'
+          END {printf "%s c=%s server=%s rps=%s p50_ms=%s p99_ms=%s rss_mib=%s pss_mib=%s%s\n", r, c, s, rps, p50, p99, rss, pss, bad ? " non2xx=" bad : ""}'
     done
   done
 done | tee "$work/runs"
 
 awk '{for (i=2;i<=NF;i++) {split($i,kv,"="); f[kv[1]]=kv[2]} k=f["c"] " " f["server"]; n[k]++
-      rps[k, n[k]]=f["rps"]; p99[k, n[k]]=f["p99_ms"]; rss[k, n[k]]=f["rss_mib"]; cs[f["c"]]=1}
+      rps[k, n[k]]=f["rps"]; p99[k, n[k]]=f["p99_ms"]; rss[k, n[k]]=f["rss_mib"]; pss[k, n[k]]=f["pss_mib"]; cs[f["c"]]=1}
   function med(a, k,   i, j, t, v, m) { m=n[k]; for (i=1;i<=m;i++) v[i]=a[k, i]+0
     for (i=1;i<=m;i++) for (j=i+1;j<=m;j++) if (v[j]<v[i]) {t=v[i]; v[i]=v[j]; v[j]=t}
     return m%2 ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
   END { for (c in cs) { a=c " torchd"; b=c " torchserve"
-    printf "median c=%s torchd_rps=%.1f torchserve_rps=%.1f rps_ratio=%.2f torchd_p99_ms=%d torchserve_p99_ms=%d p99_ratio=%.2f torchd_rss_mib=%d torchserve_rss_mib=%d rss_ratio=%.2f\n",
-      c, med(rps, a), med(rps, b), med(rps, a)/med(rps, b), med(p99, a), med(p99, b), med(p99, a)/med(p99, b), med(rss, a), med(rss, b), med(rss, a)/med(rss, b) } }' "$work/runs"
+    printf "median c=%s torchd_rps=%.1f torchserve_rps=%.1f rps_ratio=%.2f torchd_p99_ms=%d torchserve_p99_ms=%d p99_ratio=%.2f torchd_rss_mib=%d torchserve_rss_mib=%d rss_ratio=%.2f torchd_pss_mib=%d torchserve_pss_mib=%d pss_ratio=%.2f\n",
+      c, med(rps, a), med(rps, b), med(rps, a)/med(rps, b), med(p99, a), med(p99, b), med(p99, a)/med(p99, b), med(rss, a), med(rss, b), med(rss, a)/med(rss, b), med(pss, a), med(pss, b), med(pss, a)/med(pss, b) } }' "$work/runs"

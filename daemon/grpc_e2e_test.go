@@ -514,6 +514,11 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 	}
 	_, err = tsc.Predictions(callCtx(t), &tspb.PredictionsRequest{ModelName: "slow", Input: map[string][]byte{"data": []byte("[[1, 0]]")}})
 	wantCode(t, err, codes.Unauthenticated, "inference key")
+	seq, err := tsc.StreamPredictions2(callCtx(t))
+	if err == nil {
+		_, err = seq.Recv()
+	}
+	wantCode(t, err, codes.Unauthenticated, "inference key")
 	mc := tspb.NewManagementAPIsServiceClient(dial(t, s.grpcMgmt))
 	_, err = mc.ListModels(bearer(keys.Inference.Key), &tspb.ListModelsRequest{})
 	wantCode(t, err, codes.Unauthenticated, "management key")

@@ -2,10 +2,12 @@ package handlerproc
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -302,5 +304,36 @@ func TestHandlerPredictionException(t *testing.T) {
 	pr, err := m.Predict([]Request{jsonReq("a", `"refuse"`)})
 	if err != nil || pr.Code != 500 || pr.Message != "the handler refused this input" {
 		t.Fatalf("%+v, %v", pr, err)
+	}
+}
+
+// environ is pid's environment.
+func environ(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+// A handler process runs with glibc's mmap threshold fixed, so that freed activations go back
+// to the system; a threshold the model's environment sets is kept.
+func TestHandlerMallocDefaults(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := environ(t, onlyProcess(t, m).cmd.Process.Pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=131072") {
+		t.Errorf("default missing from the environment: %q", env)
+	}
+	m.Close()
+	m, err = startTiny(t, "handler.py", func(c *Config) { c.Env = []string{"MALLOC_MMAP_THRESHOLD_=65536"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := environ(t, onlyProcess(t, m).cmd.Process.Pid)
+	if !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=65536") || slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=131072") {
+		t.Errorf("the model's own setting not kept: %q", env)
 	}
 }

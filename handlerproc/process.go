@@ -95,6 +95,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	// handler and model files import.
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
 	cmd.Env = append(cmd.Env, o.env...)
+	cmd.Env = withMallocDefaults(cmd.Env)
 	// Its own process group, so that a kill reaches whatever the handler started. Should
 	// torchd die, the worker exits by itself when its socket closes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

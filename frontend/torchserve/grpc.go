@@ -23,8 +23,8 @@ import (
 // the management service (Management) as REST does, and answers what REST answers: its JSON
 // body as msg, or its error under the gRPC status for the error's kind (grpcError).
 
-// tsInferenceService is TorchServe's InferenceAPIsService. StreamPredictions2 (sequences of
-// a stateful model) answers UNIMPLEMENTED.
+// tsInferenceService is TorchServe's InferenceAPIsService; StreamPredictions2 (sequences of a
+// stateful model) is in grpc_stream2.go.
 type tsInferenceService struct {
 	tspb.UnimplementedInferenceAPIsServiceServer
 	a *API

@@ -38,7 +38,7 @@ type InferenceAPIsServiceClient interface {
 	Predictions(ctx context.Context, in *PredictionsRequest, opts ...grpc.CallOption) (*PredictionResponse, error)
 	// A streaming handler's answers, one message each; torchd's handlers answer once.
 	StreamPredictions(ctx context.Context, in *PredictionsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[PredictionResponse], error)
-	// Sequences of requests (stateful models); torchd answers UNIMPLEMENTED.
+	// A sequence's requests (sequence_id set) on one stream, each answered in turn.
 	StreamPredictions2(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PredictionsRequest, PredictionResponse], error)
 }
 
@@ -110,7 +110,7 @@ type InferenceAPIsServiceServer interface {
 	Predictions(context.Context, *PredictionsRequest) (*PredictionResponse, error)
 	// A streaming handler's answers, one message each; torchd's handlers answer once.
 	StreamPredictions(*PredictionsRequest, grpc.ServerStreamingServer[PredictionResponse]) error
-	// Sequences of requests (stateful models); torchd answers UNIMPLEMENTED.
+	// A sequence's requests (sequence_id set) on one stream, each answered in turn.
 	StreamPredictions2(grpc.BidiStreamingServer[PredictionsRequest, PredictionResponse]) error
 	mustEmbedUnimplementedInferenceAPIsServiceServer()
 }

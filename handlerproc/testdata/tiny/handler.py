@@ -32,6 +32,8 @@ class TinyHandler(BaseHandler):
                 self.wrong = True
             if body == "stream":
                 self.stream = True
+            if body == "sequence":
+                self.sequence = True
             if isinstance(body, dict) and "stream_until" in body:
                 # One part, then the last once the client has shown it got the first
                 # (by creating this file): a response that is not streamed never ends.
@@ -53,6 +55,9 @@ class TinyHandler(BaseHandler):
                     return ["last"] * len(out)
                 time.sleep(0.1)
             return ["the client never got the first part"] * len(out)
+        if getattr(self, "sequence", False):
+            self.sequence = False
+            return [f"sequence {self.context.get_sequence_id(i)}" for i in range(len(out))]
         if getattr(self, "stream", False):
             self.stream = False
             for part in ("a", "b"):
