@@ -54,7 +54,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -158,6 +158,17 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 # what bench/pt2.sh and the image models' bf16 gates (TestBF16Gates) use. Minutes per model.
 models-bf16: $(MODELS_OUT)/.done
 	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --dtype bf16
+
+# ResNet-18 statically quantized to int8 (model_int8.pt2: PyTorch's PT2E flow with the x86
+# Inductor quantizer, calibrated on 50 ai-benchmark photographs), opt-in: it needs torchao
+# beside the pinned torch, and computes fast only where the CPU has VNNI or AMX-INT8. What
+# TestInt8Gate serves. About two minutes on 2 cores.
+TORCHAO_VERSION := 0.18.0
+models-int8: $(MODELS_OUT)/.done $(VENV)/.torchao
+	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --models resnet18 --dtype int8
+$(VENV)/.torchao: $(VENV)/.done
+	$(VENV)/bin/pip install --quiet --no-deps torchao==$(TORCHAO_VERSION)
+	@touch $@
 
 # The zoo's archives, built with torchd's own archiver. digits_tensor is the digits CNN
 # behind the tensor handler; slow is the controllable test model. They are stored

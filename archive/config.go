@@ -67,9 +67,10 @@ type TensorSpec struct {
 }
 
 // Precisions are the values of Settings.Precision.
-// fp16 is for AOTInductor packages exported in it (for a GPU, models/pt2.py --dtype fp16);
-// TorchScript runs in fp32 or, under autocast, bf16.
-var Precisions = []string{"fp32", "bf16", "fp16"}
+// fp16 is for AOTInductor packages exported in it (for a GPU, models/pt2.py --dtype fp16),
+// int8 for packages statically quantized to it (models/pt2.py --dtype int8); TorchScript
+// runs in fp32 or, under autocast, bf16.
+var Precisions = []string{"fp32", "bf16", "fp16", "int8"}
 
 // DTypes are the dtype names a TensorSpec may use. "string" is the Open Inference
 // Protocol's BYTES, one text per element, for an input that a handler tokenizes.

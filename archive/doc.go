@@ -61,7 +61,7 @@
 //	device_ids = [0, 1]          # GPUs for device = "cuda"; default all
 //	threads = 1                  # LibTorch intra-op threads per worker; default LibTorch's
 //	freeze = true                # torch.jit.freeze the module; default false
-//	precision = "bf16"           # "fp32", "bf16", or "fp16" (packages exported in it); default fp32
+//	precision = "bf16"           # "fp32", "bf16", "fp16" or "int8" (those two: packages exported in it); default fp32
 //	fp32_modules = ["fc"]        # submodules a TorchScript model keeps in float32 in bf16
 //
 //	[options]                    # the handler's; it validates them

@@ -231,9 +231,9 @@ func startupTimedOut(name, version string, limit time.Duration) error {
 // checkPrecision refuses a package served in another precision than it was exported in: a
 // package's precision is compiled in.
 func checkPrecision(am *archive.Model, precision string) error {
-	if am.Package == nil && precision == "fp16" {
-		return fmt.Errorf("precision fp16 is for AOTInductor packages exported in fp16 (models/pt2.py --dtype fp16); %s is TorchScript, which runs in fp32 or bf16",
-			filepath.Base(am.SerializedPath()))
+	if am.Package == nil && (precision == "fp16" || precision == "int8") {
+		return fmt.Errorf("precision %s is for AOTInductor packages exported in %s (models/pt2.py --dtype %s); %s is TorchScript, which runs in fp32 or bf16",
+			precision, precision, precision, filepath.Base(am.SerializedPath()))
 	}
 	if p := am.Package; p != nil && p.Precision != precision {
 		return fmt.Errorf("precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",

@@ -313,7 +313,7 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 	// The registration's precision parameter does what the archive's config does.
 	s.register(t, "url=digits_tensor.mar&model_name=digits_bf16_param&precision=bf16&initial_workers=1&synchronous=true")
 	r := do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp8", "", nil)
-	errorShape(t, r, 400, "BadRequestException", `precision "fp8": want one of ["fp32" "bf16" "fp16"]`)
+	errorShape(t, r, 400, "BadRequestException", `precision "fp8": want one of ["fp32" "bf16" "fp16" "int8"]`)
 	// fp16 is a package's precision (exported in it, for a GPU), never TorchScript's.
 	r = do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp16&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision fp16 is for AOTInductor packages exported in fp16")

