@@ -160,11 +160,12 @@ models-bf16: $(MODELS_OUT)/.done
 	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --dtype bf16
 
 # ResNet-18 statically quantized to int8 (model_int8.pt2: PyTorch's PT2E flow with the x86
-# Inductor quantizer, calibrated on 50 ai-benchmark photographs), opt-in: it needs torchao
-# beside the pinned torch, and computes fast only where the CPU has VNNI or AMX-INT8. What
-# TestInt8Gate serves. About two minutes on 2 cores.
+# Inductor quantizer, calibrated on 50 ai-benchmark photographs). Not in make run's zoo: it needs torchao
+# beside the pinned torch, and computes fast only where the CPU has VNNI or AMX-INT8. make
+# test builds it for TestInt8Gate and TestInt8PackageOverHTTP. About 2.5 minutes on 2 cores.
 TORCHAO_VERSION := 0.18.0
-models-int8: $(MODELS_OUT)/.done $(VENV)/.torchao
+models-int8: $(MODELS_OUT)/resnet18/model_int8.pt2
+$(MODELS_OUT)/resnet18/model_int8.pt2: $(MODELS_OUT)/.done $(VENV)/.torchao models/pt2.py
 	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --models resnet18 --dtype int8
 $(VENV)/.torchao: $(VENV)/.done
 	$(VENV)/bin/pip install --quiet --no-deps torchao==$(TORCHAO_VERSION)
@@ -272,7 +273,7 @@ vet:
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
-TEST_PREREQS := lib models vet lint-docker pyclients pyclients-http
+TEST_PREREQS := lib models models-int8 vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the binding and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
 MODULE      := github.com/torchd/torchd

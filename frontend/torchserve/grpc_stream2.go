@@ -1,4 +1,4 @@
-package daemon
+package torchserve
 
 import (
 	"errors"
@@ -60,7 +60,7 @@ func (s *tsInferenceService) predictInSequence(stream tspb.InferenceAPIsService_
 	)
 	go func() {
 		defer close(done)
-		resp, err = s.d.tsPredict(ctx, r, parts.push)
+		resp, err = s.a.tsPredict(ctx, r, parts.push)
 	}()
 	// Send is called from this goroutine only; a failed Send stops the sends, not the wait,
 	// since the batch runs to its end either way.
