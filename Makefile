@@ -195,7 +195,7 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.to
 	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
-$(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd core daemon handlers archive torch internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
+$(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd core daemon frontend repository handlerproc handlers archive torch internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,

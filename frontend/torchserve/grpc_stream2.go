@@ -52,36 +52,7 @@ func (s *tsInferenceService) predictInSequence(stream tspb.InferenceAPIsService_
 	md.Set(tsSequenceHeader, seq)
 	ctx = metadata.NewIncomingContext(ctx, md)
 
-	parts := newPartQueue()
-	done := make(chan struct{})
-	var (
-		resp *tspb.PredictionResponse
-		err  error
-	)
-	go func() {
-		defer close(done)
-		resp, err = s.a.tsPredict(ctx, r, parts.push)
-	}()
-	// Send is called from this goroutine only; a failed Send stops the sends, not the wait,
-	// since the batch runs to its end either way.
-	var serr error
-	send := func() {
-		for _, p := range parts.take() {
-			if serr == nil {
-				serr = stream.Send(&tspb.PredictionResponse{Prediction: p.Body, SequenceId: r.SequenceId})
-			}
-		}
-	}
-	for {
-		select {
-		case <-parts.ready:
-			send()
-			continue
-		case <-done:
-		}
-		break
-	}
-	send()
+	resp, err, serr := s.predictInParts(ctx, r, stream.Send)
 	switch {
 	case serr != nil:
 		return serr

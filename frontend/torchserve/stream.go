@@ -2,6 +2,7 @@ package torchserve
 
 import (
 	"bufio"
+	"context"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -186,39 +187,7 @@ func cmpStatus(s int) int {
 // StreamPredictions sends each part of a streaming handler's answer as a message, then the
 // last one, as TorchServe does; other handlers' answers are one message.
 func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, stream tspb.InferenceAPIsService_StreamPredictionsServer) error {
-	parts := newPartQueue()
-	done := make(chan struct{})
-	var (
-		resp *tspb.PredictionResponse
-		err  error
-	)
-	go func() {
-		defer close(done)
-		resp, err = s.a.tsPredict(stream.Context(), r, parts.push)
-	}()
-	// The stream's Send is called from this goroutine only.
-	var serr error
-	send := func() {
-		for _, p := range parts.take() {
-			if serr == nil {
-				out := &tspb.PredictionResponse{Prediction: p.Body}
-				if r.SequenceId != nil {
-					out.SequenceId = r.SequenceId
-				}
-				serr = stream.Send(out)
-			}
-		}
-	}
-	for {
-		select {
-		case <-parts.ready:
-			send()
-			continue
-		case <-done:
-		}
-		break
-	}
-	send()
+	resp, err, serr := s.predictInParts(stream.Context(), r, stream.Send)
 	if err != nil {
 		return err
 	}
@@ -226,4 +195,35 @@ func (s *tsInferenceService) StreamPredictions(r *tspb.PredictionsRequest, strea
 		return serr
 	}
 	return stream.Send(resp)
+}
+
+// predictInParts serves r, sending each part of a streaming handler's answer through send as
+// it comes (with r's sequence id), and returns the last answer, the request's error and the
+// first send's error. send is called from the caller's goroutine only; a failed send stops
+// the sends, not the wait, since the batch runs to its end either way.
+func (s *tsInferenceService) predictInParts(ctx context.Context, r *tspb.PredictionsRequest, send func(*tspb.PredictionResponse) error) (resp *tspb.PredictionResponse, err, serr error) {
+	parts := newPartQueue()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err = s.a.tsPredict(ctx, r, parts.push)
+	}()
+	flush := func() {
+		for _, p := range parts.take() {
+			if serr == nil {
+				serr = send(&tspb.PredictionResponse{Prediction: p.Body, SequenceId: r.SequenceId})
+			}
+		}
+	}
+	for {
+		select {
+		case <-parts.ready:
+			flush()
+			continue
+		case <-done:
+		}
+		break
+	}
+	flush()
+	return resp, err, serr
 }
