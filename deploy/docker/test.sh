@@ -13,6 +13,11 @@
 # containers use the host's network: the container's ports are the host's, set through
 # TORCHD_*_ADDRESS to 18080-18085 (TORCHD_TEST_PORT) so as not to meet another torchd.
 #
+# Then the handlers image (--target handlers): its python setting names the venv, which imports
+# torch, torchvision and TorchServe's ts on CPU; an archive with a custom handler.py
+# (testdata/digits_handler.py, archived by make-handler-mar.py) registers from a mounted model
+# store, predicts the digit 2 from a handler process, and `docker stop` ends it with exit code 0.
+#
 # Checks: the image's libraries all resolve and it holds no compiler, Go or Python; /ping is
 # healthy; a model registered through the management port predicts through the inference
 # port; describe shows the environment's batch size, delay and workers; Triton's gRPC client
@@ -228,8 +233,76 @@ if grep -v -E 'Connection refused|Connection reset by peer|^Completed [0-9]+ req
 fi
 "$docker" rm torchd-test >/dev/null
 
+log "docker build -f Dockerfile.cpu --target handlers -t torchd-handlers .   (the handler runtime)"
+t=$(now)
+bg "$docker" build --network host -f Dockerfile.cpu --target handlers -t torchd-handlers .
+hbuild_s=$(since "$t")
+hsize=$("$docker" image inspect -f '{{.Size}}' torchd-handlers)
+echo "built in $hbuild_s s; image size $hsize bytes ($((hsize / 1000000)) MB), $(((hsize - size) / 1000000)) MB over torchd"
+
+log "the handlers image: the python setting names its venv, which runs torch, torchvision and ts on CPU"
+"$docker" run --rm --network host --entrypoint /bin/sh torchd-handlers -c '
+  grep -x "python = \"/opt/torchd/.venv/bin/python\"" /etc/torchd/torchd.toml || exit 1
+  if ldd /opt/torchd/bin/torchd /opt/torchd/bin/libtorchd_c.so | grep "not found"; then exit 1; fi
+  if [ -n "$(find /opt/torchd/.venv -xtype l)" ]; then find /opt/torchd/.venv -xtype l; exit 1; fi
+  for c in cc gcc g++ c++ clang go pip pip3; do
+    if command -v $c; then echo "$c is in the image"; exit 1; fi
+  done
+  /opt/torchd/.venv/bin/python -c "
+import torch, torchvision, ts, captum
+from ts.torch_handler.image_classifier import ImageClassifier
+assert not torch.cuda.is_available()
+m = torchvision.models.resnet18(weights=None).eval()
+with torch.inference_mode():
+    assert m(torch.rand(2, 3, 224, 224)).shape == (2, 1000)
+print(\"torch\", torch.__version__, \"torchvision\", torchvision.__version__, \"ts\", ts.__version__, \"on\", torch.get_num_threads(), \"CPU threads\")
+"' 2>&1 | grep -v -E 'OpenVINO is not enabled|without onnxruntime|TensorRT not enabled' || fail "the handlers image is not as it should be"
+
+log "a TorchServe archive with a custom handler.py (an ImageClassifier subclass) in a handler process"
+# The archive is written as torch-model-archiver writes it, from the image's TorchScript digits
+# CNN and testdata/digits_handler.py, into a model store mounted as a user mounts theirs.
+store=$dir/handler-store
+rm -rf "$store" && mkdir -p "$store"
+"$docker" run --rm --network host -v "$store:/out" --entrypoint cp torchd-handlers /opt/torchd/model-store/digits.mar /out/
+python3 deploy/docker/make-handler-mar.py "$store/digits.mar" "$store/digits_py.mar"
+t=$(now)
+"$docker" run -d --name torchd-test --network host -v "$store:/mnt/models:ro" -e TORCHD_MODEL_STORE=/mnt/models \
+  -e TORCHD_INFERENCE_ADDRESS=$inf -e TORCHD_MANAGEMENT_ADDRESS=$mgmt -e TORCHD_METRICS_ADDRESS=$metrics \
+  -e TORCHD_GRPC_ADDRESS=127.0.0.1:$((port + 3)) -e TORCHD_GRPC_INFERENCE_ADDRESS=127.0.0.1:$((port + 4)) \
+  -e TORCHD_GRPC_MANAGEMENT_ADDRESS=127.0.0.1:$((port + 5)) \
+  torchd-handlers >/dev/null
+for _ in $(seq 600); do curl -fs "http://$inf/ping" >/dev/null 2>&1 && break; sleep 0.05; done
+curl -fsS "http://$inf/ping" >/dev/null || { "$docker" logs torchd-test; fail "handlers image: not healthy after 30 s"; }
+t=$(now)
+curl -fsS -X POST "http://$mgmt/models?url=digits_py.mar&synchronous=true" ||
+  { "$docker" logs torchd-test 2>&1 | tail -30; fail "handlers image: registering digits_py.mar failed"; }
+hreg_s=$(since "$t")
+echo "registered in $hreg_s s (the handler process started and warm)"
+for img in digit-2.png; do
+  pred=$(curl -fsS -T "deploy/docker/testdata/$img" "http://$inf/predictions/digits_py")
+  echo "digits_py: $img -> $pred"
+  [ "$(tr -d ' \n' <<<"$pred")" = 2 ] || fail "handlers image: the digit 2 was predicted as $pred"
+done
+"$docker" top torchd-test -o pid,args | grep -q 'ts/model_service_worker.py' ||
+  fail "handlers image: no handler process in the container"
+"$docker" logs torchd-test >"$dir/torchd-handlers.log" 2>&1
+grep -q 'msg="model registered" model=digits_py version=1.0 handler=python' "$dir/torchd-handlers.log" ||
+  fail "handlers image: digits_py was not registered as a Python handler"
+t=$(now)
+"$docker" stop torchd-test >/dev/null
+hstop_s=$(since "$t")
+"$docker" logs torchd-test >"$dir/torchd-handlers.log" 2>&1
+grep -v 'msg=access' "$dir/torchd-handlers.log" | tail -3
+hexit=$("$docker" inspect -f '{{.State.ExitCode}}' torchd-test)
+echo "stopped in $hstop_s s, exit code $hexit"
+[ "$hexit" = 0 ] || fail "handlers image: torchd exited $hexit, not 0"
+grep -q 'msg=stopped' "$dir/torchd-handlers.log" || fail "handlers image: torchd did not stop cleanly"
+"$docker" rm torchd-test >/dev/null
+
 log "results"
 echo "image size:           $size bytes ($((size / 1000000)) MB)"
+echo "handlers image size:  $hsize bytes ($((hsize / 1000000)) MB; docker build --target handlers: $hbuild_s s)"
+echo "handler registration: $hreg_s s; stop $hstop_s s"
 echo "docker run → healthy: $healthy_s s"
 echo "docker build:         $build_s s"
 echo "docker stop:          $stop_s s under load; $ok responses, all 200"
