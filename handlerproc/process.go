@@ -38,7 +38,7 @@ func FindRuntime(python string) (*Runtime, error) {
 		return rt, nil
 	}
 	if _, err := exec.LookPath(python); err != nil {
-		return nil, fmt.Errorf("the handler runtime's Python %q is not an executable (set the server's python setting)", python)
+		return nil, fmt.Errorf("the handler runtime's Python %q is not an executable (set the server's python setting; in a container, use the image with the handler runtime: Dockerfile.cpu's handlers target)", python)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
