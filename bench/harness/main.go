@@ -12,6 +12,9 @@
 // Environment: BENCH_RUNS (3), BENCH_SECONDARY_RUNS (1; FastAPI and MMS), BENCH_PEERS
 // (tornado,fastapi,torchserve,mms), BENCH_SCALE (1; multiplies every run's duration),
 // BENCH_OUT (docs, or build/bench-smoke).
+//
+// One file over 600 lines on purpose: the run is one sequence (start the peers, take turns,
+// write the tables), and splitting it would scatter that order across files.
 package main
 
 import (

@@ -13,6 +13,9 @@
 // It needs root (ip netns, cgroups), iproute2, nginx and ab; without permission for network
 // namespaces it falls back to distinct loopback addresses and says so. `make scale-test`
 // runs it; docs/guide/scale-out.md has its figures. Results: <out>/results.json and summary.md.
+//
+// One file over 600 lines on purpose: it reads as the run's script, replicas to failover in
+// order; the load balancer's config is apart (nginx.go).
 package main
 
 import (

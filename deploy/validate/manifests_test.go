@@ -1,3 +1,5 @@
+// The manifests' checks, one file over 600 lines on purpose: each test is a table of real
+// documents and their misspellings, and they share the schema loaders at the top.
 package validate
 
 import (
