@@ -324,7 +324,7 @@ func TestHandlerMallocDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := environ(t, onlyProcess(t, m).cmd.Process.Pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=131072") {
+	if env := environ(t, onlyProcess(t, m).cmd.Process.Pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") {
 		t.Errorf("default missing from the environment: %q", env)
 	}
 	m.Close()
@@ -333,7 +333,7 @@ func TestHandlerMallocDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := environ(t, onlyProcess(t, m).cmd.Process.Pid)
-	if !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=65536") || slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=131072") {
+	if !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=65536") || slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") {
 		t.Errorf("the model's own setting not kept: %q", env)
 	}
 }
