@@ -117,44 +117,6 @@ func TestMeasureCurve(t *testing.T) {
 	}
 }
 
-// busyModel is a model on a machine busy with other work: the first forward at each batch
-// size waits (the pass takes long), and batches 2 and 4 take longer than batch 1 (their
-// kernels wait for a thread that is not running).
-type busyModel struct {
-	torch.Model
-	seen map[int64]bool
-}
-
-func (m *busyModel) Forward(args ...any) (any, error) {
-	b := args[0].(*torch.Tensor).Shape()[0]
-	if !m.seen[b] {
-		m.seen[b] = true
-		time.Sleep(200 * time.Millisecond)
-	}
-	if b == 2 || b == 4 {
-		time.Sleep(time.Duration(b) * time.Millisecond)
-	}
-	return m.Model.Forward(args...)
-}
-
-// A pass that takes long on a busy machine still measures a cheap model to maxBatch: its
-// throughput dipping at 2 and 4 does not stop it (it did when the pass's elapsed time
-// counted, and batch 1 came out best: a starting limit of 1), and the start is past the dip.
-func TestMeasureCurveBusyMachine(t *testing.T) {
-	m := digits(t)
-	busy := &busyModel{Model: m.Module, seen: map[int64]bool{}}
-	c, err := measureCurve(m.Handler, busy, m.Sample, 1, 8, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(c.Points) != 4 {
-		t.Fatalf("curve %+v: want batches 1, 2, 4, 8", c.Points)
-	}
-	if start, limit := c.limits(0, 8, 1); start != 8 || limit != 8 {
-		t.Errorf("start %d, cap %d from %+v: want 8 and 8", start, limit, c.Points)
-	}
-}
-
 // New measures the curve once and reads it from the cache after: the same curve, the same
 // settings. It fills in the automatic settings within the curve's cap and leaves the
 // others as they are.
