@@ -289,7 +289,13 @@ def compile_package(m, device, dtype, path, fp32=()):
             configs["cpp.march"] = MARCH
             metadata["torchd.march"] = MARCH
         configs["cpp.simdlen"] = SIMDLEN
-    torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
+        # Frozen, the weights are constants: Inductor folds the batch norms into the
+        # convolutions and prepacks the weights in oneDNN's blocked layouts once, at compile
+        # time, instead of reordering them at every forward (ResNet-18's batch-1 forward
+        # 1.4-1.5x faster). Its freezing passes run only without autograd.
+        configs["freezing"] = True
+    with torch.no_grad():
+        torch._inductor.aoti_compile_and_package(ep, package_path=path, inductor_configs=configs)
 
 
 def one_relu_per_call(module):
