@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/tolerance"
 )
@@ -91,4 +92,27 @@ func TestPrecisionVariantsOverHTTP(t *testing.T) {
 	errorShape(t, r, 400, "ModelException", "precision bf16, but the archive's packages were exported in fp32, int8 only (model.pt2 and its variants); add model_bf16.pt2")
 	r = do(t, "POST", s.mgmt+"/models?url=pt2/resnet18_pt2.mar&model_name=x&precision=fastest", "", nil)
 	errorShape(t, r, 400, "BadRequestException", `want one of ["fp32" "bf16" "fp16" "int8"] or "auto"`)
+
+	// A variant that is not what its name says fails the registration, naming the file;
+	// the models registered before it still answer.
+	wrong := filepath.Join(t.TempDir(), "model_int8.pt2")
+	bf16, err := filepath.Abs(filepath.Join(zooDir, "digits", "model_bf16.pt2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bf16, wrong); err != nil {
+		t.Fatal(err)
+	}
+	out, err := archive.Write(archive.WriteOptions{ModelName: "digits_wrong_variant", SerializedFile: filepath.Join(zooDir, "digits", "model.pt2"),
+		ExtraFiles: []string{wrong}, ConfigFile: filepath.Join("..", "models", "configs", "digits_tensor.toml"),
+		ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(out) })
+	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_wrong_variant&synchronous=true", "", nil)
+	errorShape(t, r, 400, "", "variant model_int8.pt2 was exported in bf16 (its torchd.precision), not the int8 its name says")
+	if r := do(t, "POST", s.inf+"/predictions/auto", "image/jpeg", photo); r.status != 200 {
+		t.Errorf("after the refused registration: %d %s", r.status, r.body)
+	}
 }
