@@ -116,3 +116,40 @@ func TestPrecisionVariantsOverHTTP(t *testing.T) {
 		t.Errorf("after the refused registration: %d %s", r.status, r.body)
 	}
 }
+
+// TestBenchModelPrecision runs torchd bench-model on the store's resnet18_pt2: without
+// --precision it measures the package the daemon would serve (auto), --precision fp32 the
+// serialized one, and a precision the archive lacks is refused.
+func TestBenchModelPrecision(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(zooDir, "resnet18", "model_int8.pt2")); err != nil {
+		t.Skip("no int8 package: `make models-int8` makes models/out/resnet18/model_int8.pt2")
+	}
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	flags := core.ParseCPUFlags(string(cpuinfo))
+	auto := "fp32"
+	if flags["avx512_vnni"] || flags["avx_vnni"] || flags["amx_int8"] {
+		auto = "int8"
+	}
+	mar := filepath.Join(store, "pt2", "resnet18_pt2.mar")
+	photo := filepath.Join(zooDir, "resnet18", "sample_640x480.jpg")
+	for _, c := range []struct{ flag, want string }{{"", auto}, {"auto", auto}, {"fp32", "fp32"}} {
+		args := []string{"bench-model", "--json", "--input", photo, "--batch-sizes", "1", "--rounds", "1", "--time", "1ms", "--workers", "1"}
+		if c.flag != "" {
+			args = append(args, "--precision", c.flag)
+		}
+		out, err := runTorchd(t, append(args, mar)...)
+		if err != nil {
+			t.Fatalf("--precision %q: %v\n%s", c.flag, err, out)
+		}
+		var r struct {
+			Precision string `json:"precision"`
+		}
+		if i := strings.Index(out, "{"); i < 0 || json.NewDecoder(strings.NewReader(out[i:])).Decode(&r) != nil || r.Precision != c.want {
+			t.Errorf("--precision %q: measured %q, want %s\n%s", c.flag, r.Precision, c.want, out)
+		}
+	}
+	out, err := runTorchd(t, "bench-model", "--input", photo, "--precision", "bf16", mar)
+	if err == nil || !strings.Contains(out, "add model_bf16.pt2") {
+		t.Errorf("--precision bf16 without a bf16 package: %v\n%s", err, out)
+	}
+}
