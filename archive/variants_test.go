@@ -100,3 +100,14 @@ func TestVariantRefusals(t *testing.T) {
 		}
 	}
 }
+
+// precision takes auto beside the precisions, in model-config.toml as at registration.
+func TestPrecisionSetting(t *testing.T) {
+	var s Settings
+	if err := s.Set("precision", "auto"); err != nil || s.Precision != Of(PrecisionAuto) {
+		t.Fatalf("precision auto: %v, %v", err, s.Precision)
+	}
+	if err := s.Set("precision", "fastest"); err == nil || !strings.Contains(err.Error(), `or "auto", got "fastest"`) {
+		t.Fatalf("precision fastest: %v", err)
+	}
+}
