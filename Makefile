@@ -183,12 +183,17 @@ $(VENV)/.torchao: $(VENV)/.done
 ARCHIVES := efficientnet_lite0:efficientnet_lite0 resnet18:resnet18 digits:digits digits_tensor:digits slow:slow captioner:captioner textcls:textcls minilm:minilm \
             detector:detector segmenter:segmenter hfbert:hfbert hfbert_bpe:hfbert
 PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
+# The PT2_ARCHIVES whose NAME_pt2 archive also carries the int8 package (model_int8.pt2, make
+# models-int8) as a variant: served with precision auto, int8 where the CPU has VNNI or
+# AMX-INT8, else model.pt2 (docs/guide/pt2.md).
+INT8_ARCHIVES := resnet18
 archives: $(STORE)/.done
-$(STORE)/.done: $(MODELS_OUT)/.done $(BIN)/torchd $(wildcard models/configs/*.toml)
+$(STORE)/.done: $(MODELS_OUT)/.done $(foreach m,$(INT8_ARCHIVES),$(MODELS_OUT)/$(m)/model_int8.pt2) $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)
 	@for a in $(ARCHIVES) captioner_pt2:captioner $(foreach m,$(PT2_ARCHIVES),$(m)_pt2:$(m)); do name=$${a%%:*}; zoo=$${a##*:}; \
 	  file=model.pt; config=$$name; more=; \
-	  case $$name in captioner_pt2) more=encoder.pt2;; *_pt2) file=model.pt2; config=$${name%_pt2};; esac; \
+	  case $$name in captioner_pt2) more=encoder.pt2;; *_pt2) file=model.pt2; config=$${name%_pt2}; \
+	    case " $(INT8_ARCHIVES) " in *" $$zoo "*) more=model_int8.pt2;; esac;; esac; \
 	  extra=$$(for f in index_to_name.json vocab.txt vocab.json tokenizer.json tokenizer_bpe.json st $$more; do [ -e $(MODELS_OUT)/$$zoo/$$f ] && printf '%s,' $(MODELS_OUT)/$$zoo/$$f; done); \
 	  extra=$${extra%,}; [ -n "$$extra" ] && extra="--extra-files $$extra"; \
 	  $(BIN)/torchd archive --model-name $$name --version 1.0 --serialized-file $(MODELS_OUT)/$$zoo/$$file \

@@ -93,7 +93,7 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
 		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
-		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16" "int8"], got "fp8"`},
+		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16" "int8"] or "auto", got "fp8"`},
 		{`precision = 16`, "precision", `must be a string`},
 		{`fp32_modules = "fc"`, "fp32_modules", `must be an array of submodule paths, got string "fc"`},
 		{`fp32_modules = ["fc", 3]`, "fp32_modules[1]", `must be a submodule path such as "features.0", got integer 3`},

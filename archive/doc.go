@@ -61,7 +61,8 @@
 //	device_ids = [0, 1]          # GPUs for device = "cuda"; default all
 //	threads = 1                  # LibTorch intra-op threads per worker; default LibTorch's
 //	freeze = true                # torch.jit.freeze the module; default false
-//	precision = "bf16"           # "fp32", "bf16", "fp16" or "int8" (those two: packages exported in it); default fp32
+//	precision = "bf16"           # "fp32", "bf16", "fp16", "int8" (those two: packages) or "auto"; default fp32, or auto with variants
+//	                             # auto: of the .pt2 and its variants (model_int8.pt2, model_bf16.pt2), the fastest the CPU computes natively
 //	fp32_modules = ["fc"]        # submodules a TorchScript model keeps in float32 in bf16
 //
 //	[options]                    # the handler's; it validates them

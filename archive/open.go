@@ -47,6 +47,9 @@ type Model struct {
 	// Package is an AOTInductor package's signature: the one the manifest records (Write
 	// records it), else the package's own; nil for TorchScript.
 	Package *PackageSignature
+	// Variants are the archive's packages of the same model in other precisions than the
+	// serialized package's (see Variant), sorted by file name.
+	Variants []Variant
 	// PythonHandler is the handler a handler process runs, as TorchServe's worker names it
 	// ("x.py", "module:fn", a TorchServe built-in), when Config.Handler is HandlerPython.
 	PythonHandler string
@@ -260,6 +263,9 @@ func (m *Model) load(o openOptions) error {
 		return err
 	}
 	if err := m.loadPackage(); err != nil {
+		return err
+	}
+	if err := m.loadVariants(); err != nil {
 		return err
 	}
 	return m.loadLabels()

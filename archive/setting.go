@@ -2,7 +2,6 @@ package archive
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -110,8 +109,8 @@ func (s *Settings) Set(key string, v any) error {
 			s.Device = Of(str)
 			return nil
 		}
-		if !slices.Contains(Precisions, str) {
-			return fmt.Errorf("must be one of %q, got %q", Precisions, str)
+		if err := CheckPrecision(str); err != nil {
+			return err
 		}
 		s.Precision = Of(str)
 	case "freeze", "optimize_for_inference":

@@ -10,7 +10,9 @@ Backends, each on THREADS intra-op threads, one synchronous forward at a time:
   torch-pt2      model.pt2 (AOTInductor, fp32), in this process (aoti_load_package).
   torch-pt2-int8 model_int8.pt2 (PT2E int8, models/pt2.py --dtype int8), where it exists.
   torchd:NAME    `torchd bench-model` of an archive (its forward_ns: handlers.Infer of a batch
-                 alone, median over the round), for each --archive NAME=PATH.
+                 alone, median over the round), for each --archive NAME=PATH; a NAME of
+                 LABEL:PRECISION passes --precision PRECISION (resnet18_pt2.mar carries
+                 model_int8.pt2 too, and without it serves int8 where the CPU has VNNI).
 
 Each round runs every (backend, batch) in a new random order; a figure is the median forward
 time of a round, and the table gives the median over rounds, with the load average seen at
@@ -23,7 +25,7 @@ Needs openvino, nncf and torchao beside the project's venv, e.g.
   .venv/bin/python -m pip install --no-deps --target build/pyext openvino==2026.4.1 \
       openvino-telemetry==2025.2.0 nncf==3.4.0 ninja==1.13.2 pydot==4.0.1 tabulate==0.10.0
   PYTHONPATH=build/pyext .venv/bin/python bench/engine_spike.py --rounds 5 \
-      --archive ts=model-store/resnet18.mar --archive pt2=model-store/resnet18_pt2.mar
+      --archive ts=model-store/resnet18.mar --archive pt2:fp32=model-store/resnet18_pt2.mar
 """
 import argparse
 import json
@@ -128,10 +130,13 @@ def logits(fwd, x, step=20):
     return np.concatenate([np.asarray(fwd(x[i:i + step])) for i in range(0, len(x), step)])
 
 
-def torchd_forward(binary, archive, batches, threads, min_time, photo):
+def torchd_forward(binary, archive, batches, threads, min_time, photo, precision=None):
     """torchd bench-model's median forward seconds of each batch size, one round."""
     cmd = [binary, "bench-model", "--json", "--input", photo, "--batch-sizes", ",".join(map(str, batches)),
-           "--threads", str(threads), "--workers", "1", "--rounds", "1", "--time", f"{min_time}s", archive]
+           "--threads", str(threads), "--workers", "1", "--rounds", "1", "--time", f"{min_time}s"]
+    if precision:
+        cmd += ["--precision", precision]
+    cmd.append(archive)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
@@ -186,7 +191,8 @@ def main():
         fig = {}
         for name, n in order:
             if n is None:
-                for b, s in torchd_forward(args.torchd, archives[name[7:]], batches, args.threads, args.time, photo).items():
+                for b, s in torchd_forward(args.torchd, archives[name[7:]], batches, args.threads, args.time, photo,
+                                          name[7:].partition(":")[2] or None).items():
                     fig[f"{name} b{b}"] = s
                 continue
             xb = np.ascontiguousarray(x[:n]) if n <= len(x) else np.resize(x, (n,) + x.shape[1:])

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -54,8 +53,18 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			return nil, errorf(ErrBadModel, "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
 		}
 	}
-	if err := checkPrecision(am, s.Precision); err != nil {
+	precision, reason, err := selectPrecision(am, s.Precision, s.Device, HostCPUFlags())
+	if err != nil {
 		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	}
+	s.Precision = precision
+	modelPath := am.SerializedPath()
+	if file, _, ok := am.PackageFor(precision); ok {
+		modelPath = file
+	}
+	if reason != "" {
+		r.log.Info("precision auto", "model", name, "version", version, "precision", precision,
+			"file", filepath.Base(modelPath), "reason", reason)
 	}
 	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
@@ -80,7 +89,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if p, ok := module.(*torch.Package); ok {
 		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
 			module.Close()
-			return nil, errorf(ErrBadModel, "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(am.SerializedPath()))
+			return nil, errorf(ErrBadModel, "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(modelPath))
 		}
 	}
 	if a := req.Adapter; a != nil {
@@ -141,7 +150,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	// Measuring the batching curve is torchd's own calibration, not the workers' start:
 	// startup_timeout does not count it.
 	tuneStart := time.Now()
-	tn, err := r.setupAuto(name, &s, h, module, am.SerializedPath(), warmup)
+	tn, err := r.setupAuto(name, &s, h, module, modelPath, warmup)
 	counted = counted.Add(time.Since(tuneStart))
 	if err != nil {
 		module.Close()
@@ -211,60 +220,38 @@ func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s Model
 	return m, nil
 }
 
-// cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).
-func cpuHasBF16() bool {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if strings.HasPrefix(line, "flags") {
-			return strings.Contains(line+" ", " avx512_bf16 ") || strings.Contains(line+" ", " amx_bf16 ")
-		}
-	}
-	return false
-}
-
 // startupTimedOut is TorchServe's answer to workers that did not start within
 // startup_timeout, with the reason added.
 func startupTimedOut(name, version string, limit time.Duration) error {
 	return errorf(ErrStartupTimeout, "Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
 }
 
-// checkPrecision refuses a package served in another precision than it was exported in: a
-// package's precision is compiled in.
-func checkPrecision(am *archive.Model, precision string) error {
-	if am.Package == nil && (precision == "fp16" || precision == "int8") {
-		return fmt.Errorf("precision %s is for AOTInductor packages exported in %s (models/pt2.py --dtype %s); %s is TorchScript, which runs in fp32 or bf16",
-			precision, precision, precision, filepath.Base(am.SerializedPath()))
-	}
-	if p := am.Package; p != nil && p.Precision != precision {
-		return fmt.Errorf("precision %s, but %s was exported in %s; export it in %s (models/pt2.py --dtype, docs/guide/pt2.md) or serve it with precision = %q",
-			precision, filepath.Base(am.SerializedPath()), p.Precision, precision, p.Precision)
-	}
-	return nil
-}
-
 // LoadModel loads the archive's serialized file with the settings' device, precision and
-// freeze: an AOTInductor package with one runner per worker the pool may grow to (a worker
-// beyond them waits for one), else TorchScript.
+// freeze: an AOTInductor package (the serialized one, or its variant in the precision, "auto"
+// chosen for this host) with one runner per worker the pool may grow to (a worker beyond
+// them waits for one), else TorchScript.
 func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
+	precision, _, err := selectPrecision(am, s.Precision, s.Device, HostCPUFlags())
+	if err != nil {
+		return nil, err
+	}
 	if am.IsPackage() {
-		if err := checkPrecision(am, s.Precision); err != nil {
-			return nil, err
+		file, p, ok := am.PackageFor(precision)
+		if !ok {
+			file, p = am.SerializedPath(), am.Package
 		}
 		opts := []torch.PackageOption{torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers))}
-		if p := am.Package; p != nil && p.Plain {
+		if p != nil && p.Plain {
 			var specs []torch.Spec
 			for _, in := range p.Inputs {
 				specs = append(specs, torch.Spec{Name: in.Name, DType: in.DType, Shape: in.Shape, Min: in.Min, Max: in.Max})
 			}
 			opts = append(opts, torch.WithInputSpecs(specs))
 		}
-		return torch.LoadPackage(am.SerializedPath(), opts...)
-	}
-	if err := checkPrecision(am, s.Precision); err != nil {
-		return nil, err
+		return torch.LoadPackage(file, opts...)
 	}
 	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
-	if s.Precision == "bf16" {
+	if precision == "bf16" {
 		lopts = append(lopts, torch.WithBF16(am.Config.FP32Modules...))
 	}
 	if s.Freeze {

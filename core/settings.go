@@ -22,7 +22,7 @@ type ModelSettings struct {
 	Threads         int // intra-op threads per worker; 0: cores / workers
 	Freeze          bool
 	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
-	Precision       string // fp32, bf16 or fp16 (packages only)
+	Precision       string // fp32, bf16, fp16 or int8 (those two: packages only), or auto until the load settles it
 
 	// Self-tuning batching (package tuner): the daemon picks the settings marked in Auto
 	// itself; LatencyTarget is the p99 it holds (0: none).
@@ -107,16 +107,26 @@ func tune[T any](dst *T, auto *bool, v archive.Tunable[T]) {
 }
 
 // resolve is the settings of version name/version of the archive am, registered by req.
-// A package's precision is compiled in, so it sits just above the defaults: a bf16 package
-// is served in bf16 unless a setting says otherwise (which checkPrecision then refuses).
+// A package's precision is compiled in, so it sits just above the defaults (PackageSettings).
 func (o Options) resolve(name, version string, am *archive.Model, req RegisterRequest) ModelSettings {
-	var pkg archive.Settings
-	if p := am.Package; p != nil && p.Precision != "" {
-		pkg.Precision = archive.Of(p.Precision)
-	}
+	pkg := PackageSettings(am)
 	var perModel archive.Settings
 	if o.PerModel != nil {
 		perModel = o.PerModel(name, version, req.Startup)
 	}
 	return Resolve(o.Defaults, pkg, am.Config.Settings, o.Server, perModel, req.Settings)
+}
+
+// PackageSettings is the layer an archive's packages give, just above the defaults: a bf16
+// package is served in bf16 unless a setting says otherwise (which checkPrecision then
+// refuses), and an archive with variants in "auto", since its author shipped them to be used.
+func PackageSettings(am *archive.Model) archive.Settings {
+	var pkg archive.Settings
+	switch p := am.Package; {
+	case p != nil && len(am.Variants) > 0:
+		pkg.Precision = archive.Of(archive.PrecisionAuto)
+	case p != nil && p.Precision != "":
+		pkg.Precision = archive.Of(p.Precision)
+	}
+	return pkg
 }

@@ -37,7 +37,7 @@ func TestInt8PackageOverHTTP(t *testing.T) {
 	r = do(t, "POST", s.mgmt+"/models?url=pt2/resnet18_int8&model_name=x&precision=fp32&synchronous=true", "", nil)
 	errorShape(t, r, 400, "ModelException", "precision fp32, but model_int8.pt2 was exported in int8")
 	s.register(t, "url=pt2/resnet18_int8&initial_workers=1&synchronous=true")
-	s.register(t, "url=pt2/resnet18_pt2.mar&initial_workers=1&synchronous=true")
+	s.register(t, "url=pt2/resnet18_pt2.mar&precision=fp32&initial_workers=1&synchronous=true")
 
 	const n, classes = 32, 1000
 	a := readZooNpy(t, "efficientnet_lite0", "bf16_gate_images.npy")

@@ -26,6 +26,9 @@ func init() {
 	for _, m := range zooPackages[1:] {
 		storePackages = append(storePackages, storeArchive{m.name, m.zoo, m.zoo, "1.0", "pt2"})
 	}
+	// As make archives builds it: resnet18_pt2 carries its int8 package (make models-int8)
+	// as a variant, served where the CPU computes int8 natively (precision auto).
+	storeExtras["resnet18_pt2"] = append(storeExtras["resnet18_pt2"], "model_int8.pt2")
 }
 
 // zooPackages are the zoo's AOTInductor packages (models/pt2.py) as the store archives
@@ -113,16 +116,16 @@ func inferPackage(t *testing.T, s *server, name string, rows []oip.Tensor) []flo
 	return f32s(outs[0].Data)
 }
 
-// TestZooPackagesOverHTTP serves every zoo package and sends each one request of batch sizes
-// 1, 2, 7 and its exported max: the answers equal eager PyTorch's within 1e-5 (the
-// references are models/pt2.py's). Then single-row requests sent at once, batched by the
+// TestZooPackagesOverHTTP serves every zoo package in fp32 (resnet18_pt2's int8 variant aside)
+// and sends each one request of batch sizes 1, 2, 7 and its exported max: the answers equal
+// eager PyTorch's within 1e-5 (the references are models/pt2.py's). Then single-row requests sent at once, batched by the
 // server, equal the same rows sent one by one.
 func TestZooPackagesOverHTTP(t *testing.T) {
 	// 32 images of 3x224x224 float32 are 19 MB, over the default request limit.
 	s := startServer(t, "--max-request-size", "32000000")
 	for _, m := range zooPackages {
 		t.Run(m.name, func(t *testing.T) {
-			s.register(t, "url=pt2/"+m.name+".mar&max_batch_delay=20&initial_workers=1&synchronous=true")
+			s.register(t, "url=pt2/"+m.name+".mar&precision=fp32&max_batch_delay=20&initial_workers=1&synchronous=true")
 			ref := "pt2_ref_output_b%d.npy"
 			if m.zoo == "minilm" {
 				ref = "pt2_ref_pooled_b%d.npy"

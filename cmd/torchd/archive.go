@@ -195,6 +195,9 @@ func printModel(w io.Writer, m *archive.Model) error {
 		for _, d := range p.Dynamic {
 			fmt.Fprintf(w, "dynamic:     %s dimension %d in [%d, %d]\n", d.Input, d.Dim, d.Min, d.Max)
 		}
+		for _, v := range m.Variants {
+			fmt.Fprintf(w, "variant:     %s, precision %s (served by precision = %q, or auto where the CPU computes it)\n", v.File, v.Precision, v.Precision)
+		}
 	}
 
 	if m.Labels != nil {
@@ -278,7 +281,7 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 	if set.Precision.Set {
 		line("precision", c.Precision, true, "")
 	} else {
-		fmt.Fprintln(w, "# precision: the daemon's (fp32 unless set)")
+		fmt.Fprintln(w, "# precision: the daemon's (auto for an archive with package variants, else the package's, else fp32)")
 	}
 	if len(set.Options) == 0 {
 		return nil

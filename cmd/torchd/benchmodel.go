@@ -91,7 +91,7 @@ func runBenchModel(args []string) error {
 	workerList := fs.String("workers", "", "comma-separated numbers of workers for the pipelined figures, each with threads/workers intra-op threads (default: 1, and 2 where threads allow)")
 	rounds := fs.Int("rounds", 3, "rounds; each figure is the median over rounds")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	precision := fs.String("precision", "", "fp32, bf16, fp16 or int8 (bf16: TorchScript under autocast; a .pt2 must have been exported in it; fp16, int8: packages only); default: the archive's, else fp32")
+	precision := fs.String("precision", "", "fp32, bf16, fp16, int8 or auto (bf16: TorchScript under autocast; a .pt2 must have been exported in it or carry a variant in it; fp16, int8: packages only; auto: the fastest package this CPU computes natively); default: as the daemon serves the archive")
 	device := fs.String("device", "cpu", "cpu, cuda or cuda:N")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: torchd bench-model --input FILE [flags] ARCHIVE")
@@ -138,16 +138,21 @@ func runBenchModel(args []string) error {
 	}
 	defer am.Close()
 	if *precision == "" {
-		// As the daemon resolves it: a package's precision sits just above the defaults.
-		var pkg archive.Settings
-		if p := am.Package; p != nil && p.Precision != "" {
-			pkg.Precision = archive.Of(p.Precision)
-		}
-		*precision = core.Resolve(daemon.ModelDefaults(), pkg, am.Config.Settings).Precision
+		// As the daemon resolves it: an archive's packages sit just above the defaults.
+		*precision = core.Resolve(daemon.ModelDefaults(), core.PackageSettings(am), am.Config.Settings).Precision
 	}
-	if !slices.Contains(archive.Precisions, *precision) {
-		return fmt.Errorf("--precision %q: want one of %q", *precision, archive.Precisions)
+	if err := archive.CheckPrecision(*precision); err != nil {
+		return fmt.Errorf("--precision: %v", err)
 	}
+	// "auto" chooses among the archive's packages as the daemon does, for this CPU.
+	chosen, reason, err := core.ServedPrecision(am, *precision, *device)
+	if err != nil {
+		return fmt.Errorf("--precision %s: %v", *precision, err)
+	}
+	if reason != "" {
+		fmt.Fprintf(os.Stderr, "precision auto: %s (%s)\n", chosen, reason)
+	}
+	*precision = chosen
 	if p := am.Package; p != nil {
 		for _, n := range batches {
 			if err := p.CheckBatchSize(n); err != nil {

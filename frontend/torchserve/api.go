@@ -49,7 +49,7 @@ func (a *API) InferenceRoutes() []*frontend.Route {
 // ManagementRoutes are the management API's REST routes.
 func (a *API) ManagementRoutes() []*frontend.Route {
 	return []*frontend.Route{
-		{Method: "POST", Pattern: "/models", Summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32, bf16, or fp16 for a package exported in it), synchronous, response_timeout, startup_timeout", Handle: a.register},
+		{Method: "POST", Pattern: "/models", Summary: "Register a model: url, model_name, handler, runtime, batch_size, max_batch_delay, initial_workers (each a number or auto), latency_target_ms, threads, precision (fp32, bf16, fp16 or int8 for an archive with a package in it, or auto: the fastest the CPU computes natively), synchronous, response_timeout, startup_timeout", Handle: a.register},
 		{Method: "GET", Pattern: "/models", Summary: "List models: limit, next_page_token", Handle: a.list},
 		{Method: "GET", Pattern: "/models/{model_name}", Summary: "Describe the default version", Handle: a.describe},
 		{Method: "GET", Pattern: "/models/{model_name}/{model_version}", Summary: "Describe a version, or every version with 'all'", Handle: a.describe},

@@ -152,27 +152,29 @@ type describeWorker struct {
 }
 
 type describeModel struct {
-	ModelName            string           `json:"modelName"`
-	ModelVersion         string           `json:"modelVersion"`
-	ModelURL             string           `json:"modelUrl"`
-	Runtime              string           `json:"runtime"`
-	MinWorkers           int              `json:"minWorkers"`
-	MaxWorkers           int              `json:"maxWorkers"`
-	BatchSize            int              `json:"batchSize"`
-	MaxBatchDelay        int64            `json:"maxBatchDelay"`
-	ResponseTimeout      int64            `json:"responseTimeout"`
-	StartupTimeout       int64            `json:"startupTimeout"`
-	MaxRetryTimeoutInSec int              `json:"maxRetryTimeoutInSec"`
-	ClientTimeoutInMills int              `json:"clientTimeoutInMills"`
-	ParallelType         string           `json:"parallelType"`
-	ParallelLevel        int              `json:"parallelLevel"`
-	DeviceType           string           `json:"deviceType"`
-	LoadedAtStartup      bool             `json:"loadedAtStartup"`
-	AutoBatching         *tuner.Status    `json:"autoBatching,omitempty"`
-	Handler              string           `json:"handler"`
-	Workers              []describeWorker `json:"workers"`
-	JobQueueStatus       jobQueueStatus   `json:"jobQueueStatus"`
-	Batching             batchingStatus   `json:"batching"`
+	ModelName            string `json:"modelName"`
+	ModelVersion         string `json:"modelVersion"`
+	ModelURL             string `json:"modelUrl"`
+	Runtime              string `json:"runtime"`
+	MinWorkers           int    `json:"minWorkers"`
+	MaxWorkers           int    `json:"maxWorkers"`
+	BatchSize            int    `json:"batchSize"`
+	MaxBatchDelay        int64  `json:"maxBatchDelay"`
+	ResponseTimeout      int64  `json:"responseTimeout"`
+	StartupTimeout       int64  `json:"startupTimeout"`
+	MaxRetryTimeoutInSec int    `json:"maxRetryTimeoutInSec"`
+	ClientTimeoutInMills int    `json:"clientTimeoutInMills"`
+	ParallelType         string `json:"parallelType"`
+	ParallelLevel        int    `json:"parallelLevel"`
+	DeviceType           string `json:"deviceType"`
+	// Precision is torchd's own: the precision served, "auto" settled (fp32, bf16, fp16, int8).
+	Precision       string           `json:"precision,omitempty"`
+	LoadedAtStartup bool             `json:"loadedAtStartup"`
+	AutoBatching    *tuner.Status    `json:"autoBatching,omitempty"`
+	Handler         string           `json:"handler"`
+	Workers         []describeWorker `json:"workers"`
+	JobQueueStatus  jobQueueStatus   `json:"jobQueueStatus"`
+	Batching        batchingStatus   `json:"batching"`
 	// Status and Error are set for a snapshot registration that failed to restore, as in
 	// GET /models.
 	Status string `json:"status,omitempty"`

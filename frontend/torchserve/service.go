@@ -296,7 +296,7 @@ func describeVersion(v *core.ModelVersion) describeModel {
 		MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers, BatchSize: s.BatchSize,
 		MaxBatchDelay: s.MaxBatchDelay.Milliseconds(), ResponseTimeout: int64(s.ResponseTimeout.Seconds()),
 		StartupTimeout: int64(s.StartupTimeout.Seconds()), MaxRetryTimeoutInSec: 300, DeviceType: dev,
-		LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
+		Precision: s.Precision, LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
 		JobQueueStatus: jobQueueStatus{RemainingCapacity: st.Capacity - st.Pending, PendingRequests: st.Pending},
 		Batching: batchingStatus{
 			BatchSize: st.BatchSize, MaxBatchDelay: float64(st.MaxDelay) / 1e6,
@@ -377,7 +377,7 @@ func registrationSettings(p settingParams, log *slog.Logger, s *archive.Settings
 	}
 	if v, ok := p.str("precision"); ok {
 		if err := s.Set("precision", v); err != nil {
-			return badParam("precision %q: want one of %q", v, archive.Precisions)
+			return badParam("precision %q: want one of %q or %q", v, archive.Precisions, archive.PrecisionAuto)
 		}
 	}
 	return nil
