@@ -35,15 +35,13 @@ var HostCPUFlags = sync.OnceValue(func() CPUFlags {
 	return ParseCPUFlags(string(b))
 })
 
-// The flags under which each precision beats fp32 on a CPU, fastest first: int8 dot products
-// (AMX tiles, VNNI; without VNNI oneDNN's int8 kernels multiply pairs with AVX-512BW's or
-// AVX2's byte instructions, which measured 1.2-1.5x the fp32 package with oneDNN capped at
-// AVX2 or AVX-512 (docs/design/engine.md)), then bfloat16's. fp32 needs none.
+// The flags under which a CPU computes each precision natively, fastest first: int8 dot
+// products (VNNI, AMX tiles) and bfloat16 ones. fp32 needs none.
 var nativeFlags = []struct {
 	precision string
 	flags     []string
 }{
-	{"int8", []string{"amx_int8", "avx512_vnni", "avx_vnni", "avx512bw", "avx2"}},
+	{"int8", []string{"amx_int8", "avx512_vnni", "avx_vnni"}},
 	{"bf16", []string{"amx_bf16", "avx512_bf16"}},
 }
 
@@ -59,7 +57,7 @@ func (f CPUFlags) has(names []string) (string, bool) {
 
 // ChoosePrecision is what precision "auto" serves of packages exported in have (the
 // serialized package's precision first): on a CPU, int8 where there is an int8 package and the
-// CPU has AMX-INT8, VNNI or at least AVX2, else bf16 where there is a bf16 one and the CPU has AVX512-BF16 or
+// CPU has VNNI or AMX-INT8, else bf16 where there is a bf16 one and the CPU has AVX512-BF16 or
 // AMX-BF16, else the serialized package's. On a GPU, the serialized package's: which variant
 // wins there depends on the card, and the archive's author named the main file for it. The
 // reason says why, for the load log.

@@ -19,25 +19,23 @@ var cpuKinds = map[string]CPUFlags{
 	"Haswell (AVX2 only)":       flags("avx avx2 fma"),
 	"Zen 4 (AMD, AVX-512)":      flags("avx2 avx512f avx512_vnni avx512_bf16"),
 	"Zen 3 (AMD, AVX2)":         flags("avx2 fma"),
-	"pre-AVX2 x86-64":           flags("sse4_2 avx"),
 	"unreadable cpuinfo":        nil,
 }
 
 func flags(s string) CPUFlags { return ParseCPUFlags("processor\t: 0\nflags\t\t: " + s + "\n") }
 
-// auto serves int8 where the archive has it and the CPU has AMX-INT8, VNNI or AVX2, else bf16 where
+// auto serves int8 where the archive has it and the CPU has VNNI or AMX-INT8, else bf16 where
 // it has that and the CPU AVX512-BF16 or AMX-BF16, else the serialized package; on a GPU, the
 // serialized package.
 func TestChoosePrecision(t *testing.T) {
 	want := map[string][4]string{ // for [fp32 int8], [fp32 bf16], [fp32 int8 bf16], [fp32]
 		"Sapphire Rapids (AMX)":     {"int8", "bf16", "int8", "fp32"},
 		"Cascade Lake (AVX-512)":    {"int8", "fp32", "int8", "fp32"},
-		"Skylake-SP (AVX-512 only)": {"int8", "fp32", "int8", "fp32"},
+		"Skylake-SP (AVX-512 only)": {"fp32", "fp32", "fp32", "fp32"},
 		"Alder Lake (AVX-VNNI)":     {"int8", "fp32", "int8", "fp32"},
-		"Haswell (AVX2 only)":       {"int8", "fp32", "int8", "fp32"},
+		"Haswell (AVX2 only)":       {"fp32", "fp32", "fp32", "fp32"},
 		"Zen 4 (AMD, AVX-512)":      {"int8", "bf16", "int8", "fp32"},
-		"Zen 3 (AMD, AVX2)":         {"int8", "fp32", "int8", "fp32"},
-		"pre-AVX2 x86-64":           {"fp32", "fp32", "fp32", "fp32"},
+		"Zen 3 (AMD, AVX2)":         {"fp32", "fp32", "fp32", "fp32"},
 		"unreadable cpuinfo":        {"fp32", "fp32", "fp32", "fp32"},
 	}
 	haves := [][]string{{"fp32", "int8"}, {"fp32", "bf16"}, {"fp32", "int8", "bf16"}, {"fp32"}}
@@ -118,7 +116,7 @@ func TestSelectPrecision(t *testing.T) {
 	}
 	for cpu, f := range cpuKinds {
 		got, _, err := selectPrecision(am, "auto", "cpu", f)
-		if want := map[bool]string{true: "int8", false: "fp32"}[f["avx2"]]; err != nil || got != want {
+		if want := map[bool]string{true: "int8", false: "fp32"}[f["avx512_vnni"] || f["avx_vnni"] || f["amx_int8"]]; err != nil || got != want {
 			t.Errorf("%s: auto serves %s (%v), want %s", cpu, got, err, want)
 		}
 		for _, p := range []string{"fp32", "int8"} {
