@@ -163,7 +163,7 @@ models-bf16: $(MODELS_OUT)/.done
 # flow with the x86 Inductor quantizer, calibrated on 50 ai-benchmark photographs). Not in make
 # run's zoo: it needs torchao beside the pinned torch, and computes fast only where the CPU has
 # VNNI or AMX-INT8. make test builds them for TestInt8Gate and TestInt8PackageOverHTTP. About
-# 2.5 minutes each on 2 cores.
+# 2.5 minutes for ResNet-18 and 1 for EfficientNet-Lite0 on 2 cores.
 TORCHAO_VERSION := 0.18.0
 INT8_MODELS := resnet18 efficientnet_lite0
 models-int8: $(foreach m,$(INT8_MODELS),$(MODELS_OUT)/$(m)/model_int8.pt2)
