@@ -3,6 +3,7 @@ package torch_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/torchd/torchd/torch"
@@ -16,18 +17,24 @@ import (
 //   - EfficientNet-Lite0, its stem and first two blocks in float32 (models/pt2.py INT8): 1.5
 //     (its logits span about 12.5; depthwise convolutions quantize worse than ResNet's).
 //
-// Each needs its opt-in package and skips without it; they run on any x86-64 CPU (oneDNN
-// computes int8 with AVX2 where there is no VNNI, only slower).
+// Each needs its opt-in package and skips without it. ResNet-18's runs on any x86-64 CPU.
+// EfficientNet-Lite0's runs where oneDNN computes int8 with VNNI or AMX-INT8: without them
+// its u8×s8 products go through saturating 16-bit sums, and top-1 agreement falls to 97%
+// (docs/design/engine.md, "EfficientNet-Lite0 in int8").
 func TestInt8Gate(t *testing.T) {
 	for _, g := range []struct {
 		name      string
 		mean, std [3]float32
 		maxDiff   float64
+		needVNNI  bool
 	}{
-		{"resnet18", [3]float32{0.485, 0.456, 0.406}, [3]float32{0.229, 0.224, 0.225}, 0.5},
-		{"efficientnet_lite0", [3]float32{127. / 255, 127. / 255, 127. / 255}, [3]float32{128. / 255, 128. / 255, 128. / 255}, 1.5},
+		{"resnet18", [3]float32{0.485, 0.456, 0.406}, [3]float32{0.229, 0.224, 0.225}, 0.5, false},
+		{"efficientnet_lite0", [3]float32{127. / 255, 127. / 255, 127. / 255}, [3]float32{128. / 255, 128. / 255, 128. / 255}, 1.5, true},
 	} {
 		t.Run(g.name, func(t *testing.T) {
+			if g.needVNNI && !int8Native() {
+				t.Skip("this CPU (or ONEDNN_MAX_CPU_ISA) has neither VNNI nor AMX-INT8: oneDNN's int8 sums saturate there and the gate does not hold")
+			}
 			pkg := filepath.Join("..", "models", "out", g.name, "model_int8.pt2")
 			if _, err := os.Stat(pkg); err != nil {
 				t.Skipf("no int8 package: `make models-int8` makes models/out/%s/model_int8.pt2", g.name)
@@ -61,4 +68,14 @@ func TestInt8Gate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// int8Native reports whether oneDNN computes int8 products exactly here: the CPU has VNNI
+// (AVX-512 or AVX) or AMX-INT8, and ONEDNN_MAX_CPU_ISA, if set, does not cap it below them.
+func int8Native() bool {
+	if !hostHasFlag("avx512_vnni") && !hostHasFlag("avx_vnni") && !hostHasFlag("amx_int8") {
+		return false
+	}
+	isa := strings.ToUpper(os.Getenv("ONEDNN_MAX_CPU_ISA"))
+	return isa == "" || isa == "ALL" || strings.Contains(isa, "VNNI") || strings.Contains(isa, "AMX")
 }
