@@ -393,7 +393,8 @@ class Int8Recipe:
 # The models with an int8 export. EfficientNet-Lite's normalization is TensorFlow's
 # (pixel - 127) / 128 (models/efficientnet.py). Quantized whole, it agrees with float32's top-1
 # on 96.5% of the gate's images; its stem and first two blocks (the largest errors, one at a
-# time; 12% of its multiply-adds) in float32 make that 99.5% (docs/design/engine.md).
+# time; 12% of its multiply-adds) in float32 make that 99.0% (docs/design/engine.md), where
+# oneDNN has VNNI or AMX-INT8.
 INT8 = {
     "resnet18": Int8Recipe(one_relu_per_call, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
     "efficientnet_lite0": Int8Recipe(plain_efficientnet, [127 / 255] * 3, [128 / 255] * 3,
