@@ -159,14 +159,16 @@ $(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
 models-bf16: $(MODELS_OUT)/.done
 	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --dtype bf16
 
-# ResNet-18 statically quantized to int8 (model_int8.pt2: PyTorch's PT2E flow with the x86
-# Inductor quantizer, calibrated on 50 ai-benchmark photographs). Not in make run's zoo: it needs torchao
-# beside the pinned torch, and computes fast only where the CPU has VNNI or AMX-INT8. make
-# test builds it for TestInt8Gate and TestInt8PackageOverHTTP. About 2.5 minutes on 2 cores.
+# ResNet-18 and EfficientNet-Lite0 statically quantized to int8 (model_int8.pt2: PyTorch's PT2E
+# flow with the x86 Inductor quantizer, calibrated on 50 ai-benchmark photographs). Not in make
+# run's zoo: it needs torchao beside the pinned torch, and computes fast only where the CPU has
+# VNNI or AMX-INT8. make test builds them for TestInt8Gate and TestInt8PackageOverHTTP. About
+# 2.5 minutes for ResNet-18 and 1 for EfficientNet-Lite0 on 2 cores.
 TORCHAO_VERSION := 0.18.0
-models-int8: $(MODELS_OUT)/resnet18/model_int8.pt2
-$(MODELS_OUT)/resnet18/model_int8.pt2: $(MODELS_OUT)/.done $(VENV)/.torchao models/pt2.py
-	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --models resnet18 --dtype int8
+INT8_MODELS := resnet18 efficientnet_lite0
+models-int8: $(foreach m,$(INT8_MODELS),$(MODELS_OUT)/$(m)/model_int8.pt2)
+$(MODELS_OUT)/%/model_int8.pt2: $(MODELS_OUT)/.done $(VENV)/.torchao models/pt2.py
+	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --models $* --dtype int8
 $(VENV)/.torchao: $(VENV)/.done
 	$(VENV)/bin/pip install --quiet --no-deps torchao==$(TORCHAO_VERSION)
 	@touch $@
