@@ -78,7 +78,9 @@ done
 settings="batch_size=32&max_batch_delay=10&initial_workers=2&synchronous=true"
 for m in $models; do
   for v in ${variants[$m]}; do
-    curl -sf -X POST "http://127.0.0.1:18951/models?url=${m}_$v.mar&model_name=${m}_$v&$settings" >/dev/null ||
+    # The zoo's package carries its int8 variant, which precision auto would serve.
+    p=; [ "$v" = pt2 ] && p="&precision=fp32"
+    curl -sf -X POST "http://127.0.0.1:18951/models?url=${m}_$v.mar&model_name=${m}_$v&$settings$p" >/dev/null ||
       { echo "torchd: register ${m}_$v failed" >&2; tail -5 "$work/torchd.log"; exit 1; }
   done
   curl -sf -X POST "http://127.0.0.1:18961/models?url=$m.mar&model_name=$m&$settings" >/dev/null ||
@@ -113,7 +115,8 @@ for r in $(seq "$rounds"); do
     # The in-process reference of each torchd variant, taken while the servers idle.
     for v in ${variants[$m]}; do
       f=$work/store/${m}_$v.mar
-      bin/torchd bench-model --input "$img" --content-type image/jpeg --batch-sizes 1,8,16,32 --time 1s --rounds 1 --json "$f" >"$work/ref.json" 2>"$work/ref.err" ||
+      p=; [ "$v" = pt2 ] && p="--precision fp32"
+      bin/torchd bench-model $p --input "$img" --content-type image/jpeg --batch-sizes 1,8,16,32 --time 1s --rounds 1 --json "$f" >"$work/ref.json" 2>"$work/ref.err" ||
         { echo "bench-model ${m}_$v failed: $(tail -2 "$work/ref.err")" >&2; continue; }
       "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("REF round=%s model=%s server=torchd-%s best_rps=%.1f single_ms=%.1f best_batch=%d best_workers=%d" % (sys.argv[2], sys.argv[3], sys.argv[4], j["best"]["throughput"], j["single_ns"]/1e6, j["best"]["batch"], j["best"]["workers"]))' \
         "$work/ref.json" "$r" "$m" "$v" | tee -a "$log"
