@@ -160,10 +160,10 @@ models-bf16: $(MODELS_OUT)/.done
 	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --dtype bf16
 
 # ResNet-18 and EfficientNet-Lite0 statically quantized to int8 (model_int8.pt2: PyTorch's PT2E
-# flow with the x86 Inductor quantizer, calibrated on 50 ai-benchmark photographs). Not in make
-# run's zoo: it needs torchao beside the pinned torch, and computes fast only where the CPU has
-# VNNI or AMX-INT8. make test builds them for TestInt8Gate and TestInt8PackageOverHTTP. About
-# 2.5 minutes for ResNet-18 and 1 for EfficientNet-Lite0 on 2 cores.
+# flow with the x86 Inductor quantizer, calibrated on 50 ai-benchmark photographs), with
+# torchao beside the pinned torch. Their _pt2 archives carry them (INT8_ARCHIVES, below), and
+# TestInt8Gate and TestInt8PackageOverHTTP gate them. About 2.5 minutes for ResNet-18 and 1 for
+# EfficientNet-Lite0 on 2 cores.
 TORCHAO_VERSION := 0.18.0
 INT8_MODELS := resnet18 efficientnet_lite0
 models-int8: $(foreach m,$(INT8_MODELS),$(MODELS_OUT)/$(m)/model_int8.pt2)
@@ -188,7 +188,7 @@ PT2_ARCHIVES := efficientnet_lite0 resnet18 digits textcls minilm
 # The PT2_ARCHIVES whose NAME_pt2 archive also carries the int8 package (model_int8.pt2, make
 # models-int8) as a variant: served with precision auto, int8 where the CPU has VNNI or
 # AMX-INT8, else model.pt2 (docs/guide/pt2.md).
-INT8_ARCHIVES := resnet18
+INT8_ARCHIVES := resnet18 efficientnet_lite0
 archives: $(STORE)/.done
 $(STORE)/.done: $(MODELS_OUT)/.done $(foreach m,$(INT8_ARCHIVES),$(MODELS_OUT)/$(m)/model_int8.pt2) $(BIN)/torchd $(wildcard models/configs/*.toml)
 	@mkdir -p $(STORE)

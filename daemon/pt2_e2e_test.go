@@ -26,9 +26,11 @@ func init() {
 	for _, m := range zooPackages[1:] {
 		storePackages = append(storePackages, storeArchive{m.name, m.zoo, m.zoo, "1.0", "pt2"})
 	}
-	// As make archives builds it: resnet18_pt2 carries its int8 package (make models-int8)
-	// as a variant, served where the CPU computes int8 natively (precision auto).
-	storeExtras["resnet18_pt2"] = append(storeExtras["resnet18_pt2"], "model_int8.pt2")
+	// As make archives builds them: the CNNs' packages carry their int8 package (make
+	// models-int8) as a variant, served where the CPU computes int8 natively (precision auto).
+	for _, m := range []string{"resnet18_pt2", "efficientnet_lite0_pt2"} {
+		storeExtras[m] = append(storeExtras[m], "model_int8.pt2")
+	}
 }
 
 // zooPackages are the zoo's AOTInductor packages (models/pt2.py) as the store archives
