@@ -13,6 +13,21 @@ import (
 	"github.com/torchd/torchd/internal/tolerance"
 )
 
+// resnetAuto is the precision auto serves resnet18_pt2 in on this CPU, read from its flags
+// here rather than through core's rule; it skips the test without the int8 package.
+func resnetAuto(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(zooDir, "resnet18", "model_int8.pt2")); err != nil {
+		t.Skip("no int8 package: `make models-int8` makes models/out/resnet18/model_int8.pt2")
+	}
+	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
+	flags := core.ParseCPUFlags(string(cpuinfo))
+	if flags["avx512_vnni"] || flags["avx_vnni"] || flags["amx_int8"] {
+		return "int8"
+	}
+	return "fp32"
+}
+
 // TestPrecisionVariantsOverHTTP registers the store's resnet18_pt2, which carries ResNet-18's
 // int8 package beside its fp32 one as make archives builds it, over the management API. With
 // no precision given it serves auto: int8 where the CPU computes it natively (VNNI, AMX-INT8),
@@ -20,15 +35,7 @@ import (
 // precision=fp32 serves the fp32 package, whose answers equal eager PyTorch's; int8 serves
 // the variant on any CPU; bf16, which the archive has no package for, is refused.
 func TestPrecisionVariantsOverHTTP(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(zooDir, "resnet18", "model_int8.pt2")); err != nil {
-		t.Skip("no int8 package: `make models-int8` makes models/out/resnet18/model_int8.pt2")
-	}
-	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
-	flags := core.ParseCPUFlags(string(cpuinfo))
-	auto := "fp32"
-	if flags["avx512_vnni"] || flags["avx_vnni"] || flags["amx_int8"] {
-		auto = "int8"
-	}
+	auto := resnetAuto(t)
 	s := startServer(t)
 	precision := func(name string) string {
 		var desc []struct {
@@ -121,15 +128,7 @@ func TestPrecisionVariantsOverHTTP(t *testing.T) {
 // --precision it measures the package the daemon would serve (auto), --precision fp32 the
 // serialized one, and a precision the archive lacks is refused.
 func TestBenchModelPrecision(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(zooDir, "resnet18", "model_int8.pt2")); err != nil {
-		t.Skip("no int8 package: `make models-int8` makes models/out/resnet18/model_int8.pt2")
-	}
-	cpuinfo, _ := os.ReadFile("/proc/cpuinfo")
-	flags := core.ParseCPUFlags(string(cpuinfo))
-	auto := "fp32"
-	if flags["avx512_vnni"] || flags["avx_vnni"] || flags["amx_int8"] {
-		auto = "int8"
-	}
+	auto := resnetAuto(t)
 	mar := filepath.Join(store, "pt2", "resnet18_pt2.mar")
 	photo := filepath.Join(zooDir, "resnet18", "sample_640x480.jpg")
 	for _, c := range []struct{ flag, want string }{{"", auto}, {"auto", auto}, {"fp32", "fp32"}} {
