@@ -21,6 +21,7 @@ startup_timeout = 60
 device = "cuda"
 device_ids = [0, 1]
 threads = 1
+forward_batch = 4
 freeze = true
 precision = "bf16"
 fp32_modules = ["stem", "blocks.0"]
@@ -51,7 +52,7 @@ func TestParseTOML(t *testing.T) {
 		Settings: Settings{
 			BatchSize: Fixed(8), MaxBatchDelay: Fixed(5 * time.Millisecond), MinWorkers: Fixed(1), MaxWorkers: Of(2), JobQueueSize: Of(100),
 			ResponseTimeout: Of(120 * time.Second), StartupTimeout: Of(60 * time.Second),
-			Device: Of("cuda"), Threads: Of(1), Freeze: Of(true), Precision: Of("bf16"),
+			Device: Of("cuda"), Threads: Of(1), ForwardBatch: Fixed(4), Freeze: Of(true), Precision: Of("bf16"),
 		},
 		DeviceIDs:   []int{0, 1},
 		FP32Modules: []string{"stem", "blocks.0"},
@@ -91,6 +92,8 @@ func TestParseTOMLErrors(t *testing.T) {
 		{"device = \"cpu\"\ndevice_ids = [0]", "device_ids", `needs device = "cuda"`},
 		{`device_ids = [0, -1]`, "device_ids[1]", "must be one of GPU indexes >= 0, got integer -1"},
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
+		{`forward_batch = 0`, "forward_batch", "must be an integer >= 1, got 0"},
+		{`forward_batch = "half"`, "forward_batch", `must be an integer >= 1, got string "half"`},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
 		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
 		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16" "int8"] or "auto", got "fp8"`},

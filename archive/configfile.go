@@ -34,7 +34,7 @@ var tomlKeys = []string{
 	"handler", "serialized_file", "batch_size", "max_batch_delay", "min_workers", "max_workers",
 	"job_queue_size", "response_timeout", "startup_timeout", "device", "device_ids", "threads",
 	"freeze", "optimize_for_inference", "options", "inputs", "outputs", "latency_target_ms", "precision",
-	"fp32_modules",
+	"fp32_modules", "forward_batch",
 }
 
 func parseTOML(file string, data []byte) (ModelConfig, error) {
@@ -83,6 +83,7 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 		c.DeviceIDs = toInts(ids)
 	}
 	f.setting(&c.Settings, "threads", "threads")
+	f.setting(&c.Settings, "forward_batch", "forward_batch")
 	for _, key := range []string{"freeze", "optimize_for_inference"} {
 		if b, ok := f.boolean(key); ok {
 			_ = c.Settings.Set(key, b) // a bool is all Set checks

@@ -35,6 +35,7 @@ var SettingLimits = map[string]SettingLimit{
 	"response_timeout":  {Min: 1, Max: maxUnits, Unit: time.Second},
 	"startup_timeout":   {Min: 0, Max: maxUnits, Unit: time.Second}, // 0 fails a load that waits
 	"threads":           {Min: 1, Max: maxCount},
+	"forward_batch":     {Min: 1, Max: maxCount, Auto: true},
 }
 
 // RangeError is a numeric setting outside its SettingLimit. Got is in the setting's unit.
@@ -137,6 +138,8 @@ func (s *Settings) setAuto(key string) error {
 		s.MaxBatchDelay = Auto[time.Duration]()
 	case "min_workers":
 		s.MinWorkers = Auto[int]()
+	case "forward_batch":
+		s.ForwardBatch = Auto[int]()
 	}
 	return nil
 }
@@ -162,6 +165,8 @@ func (s *Settings) setNumber(key string, n int64, d time.Duration) {
 		s.StartupTimeout = Of(d)
 	case "threads":
 		s.Threads = Of(int(n))
+	case "forward_batch":
+		s.ForwardBatch = Fixed(int(n))
 	}
 }
 
@@ -186,6 +191,8 @@ func (s *Settings) Unset(key string) {
 		s.StartupTimeout = Value[time.Duration]{}
 	case "threads":
 		s.Threads = Value[int]{}
+	case "forward_batch":
+		s.ForwardBatch = Tunable[int]{}
 	case "device":
 		s.Device = Value[string]{}
 	case "precision":

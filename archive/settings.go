@@ -10,7 +10,7 @@ import (
 // built-in defaults. A field the source did not give is unset, so that the sources can be
 // layered (core.Resolve): the highest source that gives a setting decides it. batch_size,
 // max_batch_delay and the workers may also be "auto": the daemon measures the model and
-// picks them (package tuner).
+// picks them (package tuner), and forward_batch too (measured at load).
 type Settings struct {
 	BatchSize     Tunable[int]           // requests per forward
 	MaxBatchDelay Tunable[time.Duration] // longest wait to fill a batch; 0: never wait
@@ -24,9 +24,12 @@ type Settings struct {
 	// Device is "cpu", "cuda" (GPUs round-robin) or "cuda:N".
 	Device Value[string]
 	// Threads is LibTorch's intra-op threads per forward; 0: the cores no other forward holds.
-	Threads  Value[int]
-	Freeze   Value[bool] // run torch.jit.freeze on the loaded module
-	Optimize Value[bool] // run torch.jit.optimize_for_inference (which freezes) on it
+	Threads Value[int]
+	// ForwardBatch is the most rows one forward runs: a bigger batch runs as several forwards
+	// in turn. Unset: the whole batch; auto: the size with the best measured throughput.
+	ForwardBatch Tunable[int]
+	Freeze       Value[bool] // run torch.jit.freeze on the loaded module
+	Optimize     Value[bool] // run torch.jit.optimize_for_inference (which freezes) on it
 	// Precision is one of Precisions: a TorchScript model runs under autocast to bfloat16
 	// with bf16; an AOTInductor package must have been exported in it.
 	Precision Value[string]

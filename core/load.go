@@ -161,8 +161,17 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
 		v.tuner = tn
 	}
+	tuneStart = time.Now()
+	err = r.setupForwardBatch(name, &s, h, module, backend, modelPath, warmup)
+	counted = counted.Add(time.Since(tuneStart))
+	if err != nil {
+		module.Close()
+		return nil, errorf(ErrBadModel, "%v", err)
+	}
+	v.setSettings(s)
 	v.pool = newWorkerPool(name+":"+version, module, backend, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	v.pool.stats = v.stats
+	v.pool.rows = s.ForwardBatch
 	v.pool.model, v.pool.version = name, version
 	done := make(chan struct{})
 	go func() {
@@ -192,7 +201,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
-		"threads", v.pool.Threads(), "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
+		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
 		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
 }

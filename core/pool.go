@@ -23,6 +23,9 @@ type WorkerPool struct {
 	module         torch.Model // for its device
 	backend        Backend
 	batcher        *Batcher
+	// rows is the most rows one forward runs (forward_batch): a batch of more runs as
+	// several forwards in turn; 0: the whole batch. Set before the first worker starts.
+	rows int
 	// cores shares the machine's cores among the forwards running at each moment (every
 	// model's); each forward sets its own thread count from it (nil: threads, fixed).
 	cores *coreShare
@@ -342,7 +345,7 @@ func (p *WorkerPool) run(w *worker) {
 		torch.SetNumThreadsHere(n)
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
-		p.runBatch(batch, stage)
+		p.runBatch(batch, stage, &n)
 		p.putThreads(n)
 		w.batchStart.Store(0)
 		w.busy.Store(false)
@@ -393,7 +396,9 @@ func (p *WorkerPool) abandon() {
 
 // runBatch runs one batch. If the batch fails, it is retried request by request, so one bad
 // input fails alone and never takes its neighbours with it.
-func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
+// threads is the forwards' intra-op thread count, taken from the core share, which infer
+// may take again between forwards.
+func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int) {
 	dispatched := time.Now()
 	defer func() { p.batcher.busy.Add(int64(time.Since(dispatched))) }()
 	if batch = p.explainAll(batch); len(batch) == 0 {
@@ -405,7 +410,7 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 		samples[i] = j.sample
 	}
 	start := time.Now()
-	outs, err := p.infer(samples, stage)
+	outs, err := p.infer(samples, stage, threads)
 	elapsed := time.Since(start)
 	p.metrics.Batch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	p.stats.executed(samples, elapsed)
@@ -431,7 +436,7 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage) {
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
 		start := time.Now()
-		outs, err := p.infer([]*handlers.Sample{j.sample}, stage)
+		outs, err := p.infer([]*handlers.Sample{j.sample}, stage, threads)
 		end := time.Now()
 		if bt != nil {
 			bt.Forward(start, end, err)
@@ -486,18 +491,38 @@ func (p *WorkerPool) explain(j *job) (resp *handlers.Response, err error) {
 	return ex.explain(j.sample, j.explain.target)
 }
 
-// infer calls the backend's batch step, turning a panic in Go handler code into an error so
-// that a worker never dies on input.
-func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage) (outs [][]handlers.Tensor, err error) {
+// infer calls the backend's batch step, in forwards of at most p.rows rows, turning a panic
+// in Go handler code into an error so that a worker never dies on input. Each forward after
+// the first takes its share of the cores anew (threads): a worker that started alone with
+// every core gives them back to the sharing once another worker's forward has started.
+func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage, threads *int) (outs [][]handlers.Tensor, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)
 			p.log.Error("handler panic", "model", p.name, "panic", r)
 		}
 	}()
-	outs, err = p.backend.Run(samples, stage)
-	if err == nil && len(outs) != len(samples) {
-		err = fmt.Errorf("handler returned %d results for %d requests", len(outs), len(samples))
+	parts := [][]*handlers.Sample{samples}
+	if p.rows > 0 && len(samples) > 1 {
+		parts = handlers.SplitRows(samples, int64(p.rows))
 	}
-	return outs, err
+	for i, part := range parts {
+		if i > 0 && threads != nil {
+			p.putThreads(*threads)
+			*threads = p.takeThreads()
+			torch.SetNumThreadsHere(*threads)
+		}
+		o, err := p.backend.Run(part, stage)
+		if err == nil && len(o) != len(part) {
+			err = fmt.Errorf("handler returned %d results for %d requests", len(o), len(part))
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(parts) == 1 {
+			return o, nil
+		}
+		outs = append(outs, o...)
+	}
+	return outs, nil
 }

@@ -23,6 +23,7 @@ type ModelSettings struct {
 	Freeze          bool
 	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
 	Precision       string // fp32, bf16, fp16 or int8 (those two: packages only), or auto until the load settles it
+	ForwardBatch    int    // the most rows one forward runs; 0: the whole batch
 
 	// Self-tuning batching (package tuner): the daemon picks the settings marked in Auto
 	// itself; LatencyTarget is the p99 it holds (0: none).
@@ -31,7 +32,7 @@ type ModelSettings struct {
 }
 
 // Auto marks the settings that are "auto".
-type Auto struct{ BatchSize, MaxBatchDelay, MinWorkers bool }
+type Auto struct{ BatchSize, MaxBatchDelay, MinWorkers, ForwardBatch bool }
 
 // RegisterRequest carries a registration: what to load, how, and its own Settings, which
 // beat every other source for its model.
@@ -83,6 +84,7 @@ func Resolve(layers ...archive.Settings) ModelSettings {
 		take(&s.StartupTimeout, l.StartupTimeout)
 		take(&s.Device, l.Device)
 		take(&s.Threads, l.Threads)
+		tune(&s.ForwardBatch, &s.Auto.ForwardBatch, l.ForwardBatch)
 		take(&s.Freeze, l.Freeze)
 		take(&s.Optimize, l.Optimize)
 		take(&s.Precision, l.Precision)

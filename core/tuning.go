@@ -32,6 +32,37 @@ func (r *Registry) setupAuto(name string, s *ModelSettings, h handlers.Handler, 
 	return t, nil
 }
 
+// setupForwardBatch settles s.ForwardBatch where it is "auto": measured (or read from the
+// curves' cache) at the threads each worker has when all of them run. A handler process's
+// forward cannot be measured here; it runs each batch whole unless forward_batch is a number.
+func (r *Registry) setupForwardBatch(name string, s *ModelSettings, h handlers.Handler, m torch.Model, be Backend, modelPath string, warmup []*handlers.Sample) error {
+	if !s.Auto.ForwardBatch {
+		return nil
+	}
+	s.Auto.ForwardBatch = false
+	if _, inProcess := be.(libtorchRunner); !inProcess {
+		r.log.Warn("forward_batch \"auto\" measures in-process models only: the handler process runs each batch whole", "model", name)
+		return nil
+	}
+	if len(warmup) == 0 {
+		return fmt.Errorf("model %s: forward_batch \"auto\" needs a warm-up input (declare [[inputs]] in the archive's config)", name)
+	}
+	maxBatch := s.BatchSize
+	if s.Auto.BatchSize {
+		maxBatch = min(64, s.JobQueueSize)
+	}
+	threads := s.Threads
+	if threads == 0 {
+		threads = autoThreads(s.MinWorkers)
+	}
+	n, err := tuner.ForwardBatch(tuner.Model{Name: name, Handler: h, Module: m, Path: modelPath, Sample: warmup[0]}, threads, maxBatch, r.opts.CacheDir, r.log)
+	if err != nil {
+		return err
+	}
+	s.ForwardBatch = n
+	return nil
+}
+
 // tuned is a model version as its tuner sees it (tuner.Target): the tuner sets the batching
 // and the workers' threads and reads the dispatch counters, and nothing else.
 type tuned struct{ v *ModelVersion }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,6 +49,9 @@ type snapshotModel struct {
 	Threads int `json:"threads,omitempty"`
 	// Precision is the registration's precision parameter, if it gave one.
 	Precision string `json:"precision,omitempty"`
+	// ForwardBatch is the registration's forward_batch parameter, if it gave one ("auto" or
+	// a count).
+	ForwardBatch string `json:"forward_batch,omitempty"`
 	// Failed is why the registration failed to restore at the last start; it is tried again
 	// at every start until it loads or is unregistered.
 	Failed string `json:"failed,omitempty"`
@@ -72,6 +76,7 @@ func (m snapshotModel) settings() (archive.Settings, error) {
 		{"latency_target_ms", ms(m.LatencyTargetMS), m.LatencyTargetMS != 0},
 		{"threads", int64(m.Threads), m.Threads != 0},
 		{"precision", m.Precision, m.Precision != ""},
+		{"forward_batch", forwardBatchValue(m.ForwardBatch), m.ForwardBatch != ""},
 		{"batch_size", "auto", m.AutoBatch},
 		{"max_batch_delay", "auto", m.AutoDelay},
 		{"min_workers", "auto", m.AutoWorkers},
@@ -173,6 +178,7 @@ func (d *Daemon) saveSnapshot() {
 			LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
 			Threads:         req.Threads.V,
 			Precision:       req.Precision.V,
+			ForwardBatch:    snapshotTunable(req.ForwardBatch),
 		})
 	}
 	snap.Models = append(snap.Models, d.failed.all()...)
@@ -249,4 +255,22 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 			}
 		}()
 	}
+}
+
+// snapshotTunable writes a registration's tunable count: "auto", the number, or "" when it
+// gave none.
+func snapshotTunable(t archive.Tunable[int]) string {
+	if !t.Given() {
+		return ""
+	}
+	return t.String()
+}
+
+// forwardBatchValue reads snapshotTunable's text back for Settings.Set: "auto" or a count
+// (a string that is neither fails Set with its message).
+func forwardBatchValue(s string) any {
+	if n, err := strconv.Atoi(s); err == nil {
+		return int64(n)
+	}
+	return s
 }

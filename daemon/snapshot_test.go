@@ -17,6 +17,7 @@ type snapModel struct {
 	MaxBatchDelayMS float64 `json:"max_batch_delay_ms"`
 	Workers         int     `json:"workers"`
 	Threads         int     `json:"threads"`
+	ForwardBatch    string  `json:"forward_batch"`
 }
 
 func readSnapshot(t *testing.T, path string) []snapModel {
@@ -37,6 +38,7 @@ type described struct {
 	MinWorkers    int    `json:"minWorkers"`
 	BatchSize     int    `json:"batchSize"`
 	MaxBatchDelay int64  `json:"maxBatchDelay"`
+	ForwardBatch  int    `json:"forwardBatch"`
 	Batching      struct {
 		Threads int `json:"threadsPerWorker"`
 	} `json:"batching"`
@@ -51,8 +53,8 @@ func TestSnapshotRestore(t *testing.T) {
 	args := []string{"--snapshot-file", snap, "--models", "digits_tensor=digits_tensor.mar"}
 	s := startServer(t, args...)
 	s.waitHealthy(t)
-	s.register(t, "url=digits.mar&batch_size=4&max_batch_delay=7&initial_workers=1&threads=1")
-	s.register(t, "url=v2/digits.mar&initial_workers=1")
+	s.register(t, "url=digits.mar&batch_size=4&max_batch_delay=7&initial_workers=1&threads=1&forward_batch=2")
+	s.register(t, "url=v2/digits.mar&initial_workers=1&forward_batch=auto")
 	s.register(t, "url=slow.mar&initial_workers=1")
 	expectStatus(t, do(t, "PUT", s.mgmt+"/models/digits/2.0/set-default", "", nil), 200, `Default version successfully updated for model "digits" to "2.0"`)
 	expectStatus(t, do(t, "PUT", s.mgmt+"/models/digits/1.0?min_worker=2&synchronous=true", "", nil), 200, "Workers scaled to 2 for model: digits, version: 1.0")
@@ -60,7 +62,8 @@ func TestSnapshotRestore(t *testing.T) {
 
 	got := readSnapshot(t, snap)
 	if len(got) != 2 || got[0].Version != "1.0" || got[1].Version != "2.0" || got[0].Default || !got[1].Default ||
-		got[0].BatchSize != 4 || got[0].MaxBatchDelayMS != 7 || got[0].Workers != 2 || got[0].Threads != 1 || got[1].Threads != 0 {
+		got[0].BatchSize != 4 || got[0].MaxBatchDelayMS != 7 || got[0].Workers != 2 || got[0].Threads != 1 || got[1].Threads != 0 ||
+		got[0].ForwardBatch != "2" || got[1].ForwardBatch != "auto" {
 		t.Fatalf("snapshot: %+v", got)
 	}
 	s.stop()
@@ -72,7 +75,7 @@ func TestSnapshotRestore(t *testing.T) {
 	var all []described
 	do(t, "GET", s2.mgmt+"/models/digits/all", "", nil).json(t, &all)
 	if len(all) != 2 || all[0].ModelVersion != "1.0" || all[0].BatchSize != 4 || all[0].MaxBatchDelay != 7 || all[0].MinWorkers != 2 ||
-		all[0].Batching.Threads != 1 {
+		all[0].Batching.Threads != 1 || all[0].ForwardBatch != 2 || all[1].ForwardBatch < 1 {
 		t.Fatalf("restored digits: %+v", all)
 	}
 	var def []described

@@ -24,7 +24,7 @@ func Infer(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
 func InferStaged(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
 	if p, ok := m.(*torch.Package); ok && len(batch) > 1 {
 		_, hi := p.BatchRange()
-		if parts := splitRows(batch, hi); len(parts) > 1 {
+		if parts := SplitRows(batch, hi); len(parts) > 1 {
 			outs := make([][]Tensor, 0, len(batch))
 			for _, part := range parts {
 				o, err := inferOnce(h, m, part, st)
@@ -39,9 +39,10 @@ func InferStaged(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tens
 	return inferOnce(h, m, batch, st)
 }
 
-// splitRows cuts batch into runs of consecutive samples of at most max rows each; a sample
-// of more rows than max is a run of its own (the package refuses it with a clear error).
-func splitRows(batch []*Sample, max int64) [][]*Sample {
+// SplitRows cuts batch into runs of consecutive samples of at most max rows each; a sample
+// of more rows than max is a run of its own (a package refuses one over its maximum with a
+// clear error).
+func SplitRows(batch []*Sample, max int64) [][]*Sample {
 	var parts [][]*Sample
 	start, rows := 0, int64(0)
 	for i, s := range batch {

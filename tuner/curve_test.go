@@ -157,3 +157,23 @@ func TestNewCachesCurve(t *testing.T) {
 		t.Fatal("a missing model file: no error")
 	}
 }
+
+// forward_batch = "auto" picks the largest batch within 10% of the most rows a second: a
+// memory-bound model's peak (EfficientNet-Lite0 in int8 on one thread measured 103, 129,
+// 127, 138, 100 and 94 rows/s at 1…32), and the largest measured where throughput only
+// grows.
+func TestFastestRows(t *testing.T) {
+	for _, tc := range []struct {
+		ms   []float64
+		want int
+	}{
+		{[]float64{9.75, 15.56, 31.49, 58.06, 160.8, 340.6}, 8},
+		{[]float64{9.6, 16.4, 34.3, 75.6, 183.5}, 4}, // 104, 122, 116, 106, 87: 4 is within 10% of 2
+		{[]float64{10, 12, 16, 30, 60}, 16},
+		{[]float64{10}, 1},
+	} {
+		if b := testCurve(tc.ms...).fastestRows(); b != tc.want {
+			t.Errorf("curve %v ms: fastestRows %d, want %d", tc.ms, b, tc.want)
+		}
+	}
+}

@@ -276,6 +276,11 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 	} else {
 		fmt.Fprintln(w, "# threads: LibTorch's default")
 	}
+	if set.ForwardBatch.Given() {
+		line("forward_batch", tunable(c.Auto.ForwardBatch, c.ForwardBatch), true, "")
+	} else {
+		fmt.Fprintln(w, "# forward_batch: the whole batch")
+	}
 	line("freeze", c.Freeze, set.Freeze.Set, "")
 	line("optimize_for_inference", c.Optimize, set.Optimize.Set, "")
 	if set.Precision.Set {

@@ -168,7 +168,10 @@ type describeModel struct {
 	ParallelLevel        int    `json:"parallelLevel"`
 	DeviceType           string `json:"deviceType"`
 	// Precision is torchd's own: the precision served, "auto" settled (fp32, bf16, fp16, int8).
-	Precision       string           `json:"precision,omitempty"`
+	Precision string `json:"precision,omitempty"`
+	// ForwardBatch is torchd's own: the most rows one forward runs, "auto" settled (absent:
+	// the whole batch).
+	ForwardBatch    int              `json:"forwardBatch,omitempty"`
 	LoadedAtStartup bool             `json:"loadedAtStartup"`
 	AutoBatching    *tuner.Status    `json:"autoBatching,omitempty"`
 	Handler         string           `json:"handler"`

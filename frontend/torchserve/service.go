@@ -296,7 +296,7 @@ func describeVersion(v *core.ModelVersion) describeModel {
 		MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers, BatchSize: s.BatchSize,
 		MaxBatchDelay: s.MaxBatchDelay.Milliseconds(), ResponseTimeout: int64(s.ResponseTimeout.Seconds()),
 		StartupTimeout: int64(s.StartupTimeout.Seconds()), MaxRetryTimeoutInSec: 300, DeviceType: dev,
-		Precision: s.Precision, LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
+		Precision: s.Precision, ForwardBatch: s.ForwardBatch, LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
 		JobQueueStatus: jobQueueStatus{RemainingCapacity: st.Capacity - st.Pending, PendingRequests: st.Pending},
 		Batching: batchingStatus{
 			BatchSize: st.BatchSize, MaxBatchDelay: float64(st.MaxDelay) / 1e6,
@@ -346,6 +346,7 @@ func registrationSettings(p settingParams, log *slog.Logger, s *archive.Settings
 		{"initial_workers", "min_workers", "the archive's or the server's workers"},
 		{"latency_target_ms", "latency_target_ms", "the server's latency_target_ms"},
 		{"threads", "threads", "the server's threads"},
+		{"forward_batch", "forward_batch", "the archive's or the server's forward_batch"},
 		{"response_timeout", "response_timeout", "the archive's or the server's response_timeout"},
 		{"startup_timeout", "startup_timeout", "the archive's or the server's startup_timeout"},
 	} {
