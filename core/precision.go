@@ -122,8 +122,13 @@ func variantName(serialized, precision string) string {
 
 // cpuHasBF16 reports whether this CPU computes in bfloat16 natively (Linux x86).
 func cpuHasBF16() bool {
-	_, ok := HostCPUFlags().has([]string{"avx512_bf16", "amx_bf16"})
-	return ok
+	for _, n := range nativeFlags {
+		if n.precision == "bf16" {
+			_, ok := HostCPUFlags().has(n.flags)
+			return ok
+		}
+	}
+	return false
 }
 
 // ServedPrecision is the precision a load of am with the precision setting serves on device
