@@ -2,6 +2,7 @@ package archive
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,31 @@ func (m *Model) PackageFor(precision string) (file string, sig *PackageSignature
 		}
 	}
 	return "", nil, false
+}
+
+// LoadVariants finds and checks the variants of a Model built in place rather than by Open
+// (a Triton repository's version directory): the regular files beside its serialized package
+// named <stem>_<precision>.pt2. A link is not followed, so that a repository serves only its
+// own files. Open does this itself.
+func (m *Model) LoadVariants() error {
+	if m.Package == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(filepath.Join(m.Dir, filepath.FromSlash(path.Dir(m.SerializedFile))))
+	if err != nil {
+		return err
+	}
+	dir := path.Dir(m.SerializedFile)
+	for _, e := range entries {
+		name := path.Join(dir, e.Name())
+		if !e.Type().IsRegular() || name == m.SerializedFile || slices.ContainsFunc(m.Files, func(f File) bool { return f.Name == name }) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			m.Files = append(m.Files, File{Name: name, Size: fi.Size()})
+		}
+	}
+	return m.loadVariants()
 }
 
 // loadVariants finds and checks the serialized package's variants (see Variant). A file

@@ -372,6 +372,10 @@ func (m *Model) Archive(v Version) (*archive.Model, error) {
 		if am.Package, err = archive.ReadPackageSignature(v.Path); err != nil {
 			return nil, err
 		}
+		// model_int8.pt2 beside model.pt2: served by the precision setting, as in an archive.
+		if err := am.LoadVariants(); err != nil {
+			return nil, err
+		}
 	}
 	return am, nil
 }

@@ -279,3 +279,43 @@ func TestNamingRules(t *testing.T) {
 		t.Errorf("outputs in config order: %v", got)
 	}
 }
+
+// A version directory of a package holds its variants too, as an archive does: model_bf16.pt2
+// beside model.pt2 is the bf16 package the precision setting serves. A link is not followed,
+// and a variant that is not the same model refuses the version with its name.
+func TestPackageVariants(t *testing.T) {
+	zoo := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "..", "models", "out", "digits", name))
+		if err != nil {
+			t.Fatalf("no zoo package (run make models): %v", err)
+		}
+		return b
+	}
+	repo := t.TempDir()
+	cfg := strings.Replace(strings.Replace(digitsConfig, `name: "digits"`, "", 1), `"pytorch_libtorch"`, `"torch_aoti"`, 1)
+	model(t, repo, "aoti", cfg)
+	dir := filepath.Join(repo, "aoti", "1")
+	write(t, filepath.Join(dir, "model.pt2"), string(zoo("model.pt2")))
+	write(t, filepath.Join(dir, "model_bf16.pt2"), string(zoo("model_bf16.pt2")))
+	if err := os.Symlink(filepath.Join(dir, "model_bf16.pt2"), filepath.Join(dir, "model_fp16.pt2")); err != nil {
+		t.Fatal(err)
+	}
+	m := Read(repo, "aoti", nil)
+	am, err := m.Archive(m.Versions[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := am.PackagePrecisions(); !reflect.DeepEqual(got, []string{"fp32", "bf16"}) {
+		t.Fatalf("precisions %v, want [fp32 bf16] (the link is not a variant)", got)
+	}
+	if file, _, ok := am.PackageFor("bf16"); !ok || filepath.Base(file) != "model_bf16.pt2" {
+		t.Fatalf("bf16 package: %s %v", file, ok)
+	}
+
+	// A "bf16" variant that is the fp32 package: refused, naming the file.
+	write(t, filepath.Join(dir, "model_bf16.pt2"), string(zoo("model.pt2")))
+	m = Read(repo, "aoti", nil)
+	if _, err := m.Archive(m.Versions[0]); err == nil || !strings.Contains(err.Error(), "model_bf16.pt2") {
+		t.Fatalf("a mislabelled variant: %v", err)
+	}
+}
