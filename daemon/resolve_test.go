@@ -75,6 +75,7 @@ var perModelSettings = []perModel{
 	{"startup_timeout", "startup_timeout", "startup_timeout", "60", "70", "80", [4]any{120 * time.Second, 60 * time.Second, 70 * time.Second, 80 * time.Second}, func(s ModelSettings) any { return s.StartupTimeout }},
 	{"device", "device", "", `"cuda:1"`, "cuda:2", "", [4]any{"cpu", "cuda:1", "cuda:2"}, func(s ModelSettings) any { return s.Device }},
 	{"threads", "threads", "threads", "2", "3", "4", [4]any{0, 2, 3, 4}, func(s ModelSettings) any { return s.Threads }},
+	{"forward_batch", "forward_batch", "forward_batch", "2", "3", "4", [4]any{0, 2, 3, 4}, func(s ModelSettings) any { return s.ForwardBatch }},
 	{"freeze", "freeze", "", "true", "false", "", [4]any{false, true, false}, func(s ModelSettings) any { return s.Freeze }},
 	{"optimize_for_inference", "optimize_for_inference", "", "true", "false", "", [4]any{false, true, false}, func(s ModelSettings) any { return s.Optimize }},
 	{"", "precision", "precision", `"bf16"`, "", "fp16", [4]any{"fp32", "bf16", nil, "fp16"}, func(s ModelSettings) any { return s.Precision }},
