@@ -49,7 +49,7 @@ func (r *Registry) setupForwardBatch(name string, s *ModelSettings, h handlers.H
 	}
 	maxBatch := s.BatchSize
 	if s.Auto.BatchSize {
-		maxBatch = min(64, s.JobQueueSize)
+		maxBatch = s.JobQueueSize // the tuner's limit may grow to the queue's bound
 	}
 	threads := s.Threads
 	if threads == 0 {

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/jsonfile"
 )
 
 // The curves are cached on disk, one JSON file per key, so that a model loaded again on the
@@ -57,4 +59,20 @@ func readCurve(path string) (curve, bool) {
 		return curve{}, false
 	}
 	return c, true
+}
+
+// cachedCurve reads the curve cached at path, or measures it and caches it there; source
+// says which ("cache" or "measured"). what names the curve in errors and the log.
+func cachedCurve(path, model, what string, log *slog.Logger, measure func() (*curve, error)) (curve, string, error) {
+	if c, ok := readCurve(path); ok {
+		return c, "cache", nil
+	}
+	c, err := measure()
+	if err != nil {
+		return curve{}, "", fmt.Errorf("model %s: measuring the %s: %v", model, what, err)
+	}
+	if err := jsonfile.Write(path, c); err != nil {
+		log.Warn(what+" not cached", "model", model, "err", err)
+	}
+	return *c, "measured", nil
 }

@@ -5,18 +5,19 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/torchd/torchd/internal/jsonfile"
 	"github.com/torchd/torchd/torch"
 )
 
-// ForwardBatch is forward_batch = "auto": the batch size, up to maxBatch, at which m's
-// forward runs the most rows a second with the given intra-op threads (a worker's share when
-// every worker runs), from the same curve measurement as the batching's, cached alike.
+// ForwardBatch is forward_batch = "auto": the batch size, up to maxBatch (and the curves'
+// 64), at which m's forward runs the most rows a second with the given intra-op threads (a
+// worker's share when every worker runs), from the same curve measurement as the batching's,
+// cached alike.
 //
 // A model whose activations outgrow the caches as the batch grows (EfficientNet's
 // depthwise convolutions, memory-bound) runs a batch of 32 slower per row than four batches
 // of 8; a batch it receives is then run as forwards of this size in turn.
 func ForwardBatch(m Model, threads, maxBatch int, cacheDir string, log *slog.Logger) (int, error) {
+	maxBatch = min(maxBatch, curveMaxBatch)
 	if p, ok := m.Module.(*torch.Package); ok {
 		_, hi := p.BatchRange()
 		maxBatch = min(maxBatch, int(hi))
@@ -30,18 +31,11 @@ func ForwardBatch(m Model, threads, maxBatch int, cacheDir string, log *slog.Log
 	}
 	// Its own file: the batching curve under the same key may stop at another maxBatch.
 	path := curvePath(cacheDir, fmt.Sprintf("%s-forward%d", key, maxBatch))
-	source := "cache"
-	c, ok := readCurve(path)
-	if !ok {
-		source = "measured"
-		mc, err := measureCurve(m.Handler, m.Module, m.Sample, threads, maxBatch, 0)
-		if err != nil {
-			return 0, fmt.Errorf("model %s: measuring forward_batch: %v", m.Name, err)
-		}
-		c = *mc
-		if err := jsonfile.Write(path, c); err != nil {
-			log.Warn("forward_batch curve not cached", "model", m.Name, "err", err)
-		}
+	c, source, err := cachedCurve(path, m.Name, "forward_batch curve", log, func() (*curve, error) {
+		return measureCurve(m.Handler, m.Module, m.Sample, threads, maxBatch, 0)
+	})
+	if err != nil {
+		return 0, err
 	}
 	b := c.fastestRows()
 	log.Info("forward_batch auto", "model", m.Name, "source", source, "threads", threads, "forward_batch", b,

@@ -1,12 +1,10 @@
 package tuner
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/internal/jsonfile"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -67,28 +65,21 @@ func New(m Model, s *Settings, cacheDir string, log *slog.Logger) (*Tuner, error
 	if err != nil {
 		return nil, err
 	}
-	path := curvePath(cacheDir, key)
-	source := "cache"
-	c, ok := readCurve(path)
-	if !ok {
-		source = "measured"
-		mc, err := measureCurve(m.Handler, m.Module, sample, threads, maxBatch, s.LatencyTarget)
-		if err != nil {
-			return nil, fmt.Errorf("model %s: measuring the batching curve: %v", name, err)
+	c, source, err := cachedCurve(curvePath(cacheDir, key), name, "batching curve", log, func() (*curve, error) {
+		c, err := measureCurve(m.Handler, m.Module, sample, threads, maxBatch, s.LatencyTarget)
+		if err != nil || !s.AutoWorkers || n <= 1 {
+			return c, err
 		}
-		c = *mc
-		if s.AutoWorkers && n > 1 {
-			// One worker with every core, or a worker per core with one thread each.
-			b := c.bestBatch()
-			one, err := measureCurve(m.Handler, m.Module, sample, 1, b, 0)
-			if err == nil {
-				c.SingleThreadMS = one.Points[len(one.Points)-1].ForwardMS
-				c.Took += one.Took
-			}
+		// One worker with every core, or a worker per core with one thread each.
+		one, err := measureCurve(m.Handler, m.Module, sample, 1, c.bestBatch(), 0)
+		if err == nil {
+			c.SingleThreadMS = one.Points[len(one.Points)-1].ForwardMS
+			c.Took += one.Took
 		}
-		if err := jsonfile.Write(path, c); err != nil {
-			log.Warn("batching curve not cached", "model", name, "err", err)
-		}
+		return c, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	t := &Tuner{name: name, log: log, curve: &c, source: source, target: s.LatencyTarget, stop: make(chan struct{})}
 	t.auto.batch, t.auto.delay, t.auto.threads = s.AutoBatch, s.AutoDelay, threadsUnset && (s.AutoBatch || s.AutoDelay)
