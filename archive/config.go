@@ -54,6 +54,14 @@ type ModelConfig struct {
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec
+
+	// Runtime names the runtime that loads the serialized file when its name does not say
+	// (a Triton config's onnxruntime_onnx with default_model_filename model.bin); "": by the
+	// file's extension.
+	Runtime string
+	// RuntimeOptions are the runtime's own options (a Triton config's ONNX Runtime
+	// parameters and graph optimization level), by name.
+	RuntimeOptions map[string]string
 }
 
 // TensorSpec declares one input or output tensor.

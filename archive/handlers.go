@@ -127,8 +127,18 @@ func isTorchScriptName(name string) bool {
 // IsPackageName reports whether a serialized file is an AOTInductor package.
 func IsPackageName(name string) bool { return strings.ToLower(path.Ext(name)) == PackageExt }
 
+// ONNXExt is the extension of an ONNX model, which torchd runs with ONNX Runtime.
+const ONNXExt = ".onnx"
+
+// IsONNXName reports whether a serialized file is an ONNX model.
+func IsONNXName(name string) bool { return strings.ToLower(path.Ext(name)) == ONNXExt }
+
+// IsTorchName reports whether LibTorch loads a serialized file of this name: TorchScript or
+// an AOTInductor package.
+func IsTorchName(name string) bool { return isTorchScriptName(name) || IsPackageName(name) }
+
 // isModelName reports whether torchd can load a serialized file of this name.
-func isModelName(name string) bool { return isTorchScriptName(name) || IsPackageName(name) }
+func isModelName(name string) bool { return IsTorchName(name) || IsONNXName(name) }
 
 // checkSerializedName reports an ErrUnsupportedModel error for names that are neither
 // TorchScript nor an AOTInductor package.
@@ -136,6 +146,6 @@ func checkSerializedName(name string) error {
 	if isModelName(name) {
 		return nil
 	}
-	return fmt.Errorf("%w: %q is not a TorchScript file; torchd loads only TorchScript (%s) saved with torch.jit.save, or an AOTInductor package (%s)",
-		ErrUnsupportedModel, name, strings.Join(torchScriptExts, ", "), PackageExt)
+	return fmt.Errorf("%w: %q is not a model file torchd loads: TorchScript (%s) saved with torch.jit.save, an AOTInductor package (%s), or an ONNX model (%s)",
+		ErrUnsupportedModel, name, strings.Join(torchScriptExts, ", "), PackageExt, ONNXExt)
 }

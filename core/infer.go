@@ -115,8 +115,8 @@ func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 	}
 	// A package runs at most the rows it was exported for in one forward; the batcher splits
 	// batches to fit, but one request of more rows is the client's to split.
-	if p, ok := v.module.(*torch.Package); ok {
-		if _, hi := p.BatchRange(); int64(sample.Items) > hi {
+	if rl, ok := v.model.(RowLimited); ok {
+		if hi := rl.MaxRows(); hi > 0 && int64(sample.Items) > hi {
 			return Result{}, errorf(ErrBadInput, "model %s takes at most %d rows a request (the batch range its package was exported for), got %d", v.Name, hi, sample.Items)
 		}
 	}
@@ -191,7 +191,11 @@ func (v *ModelVersion) explainable() error {
 	if _, ok := v.handler.(handlers.Explainer); !ok {
 		return errorf(ErrUnsupported, "model %s: its handler (%s) does not explain", v.Name, v.HandlerName)
 	}
-	if _, ok := v.module.(*torch.Module); !ok {
+	switch torchOf(v.model).(type) {
+	case *torch.Module:
+	case nil:
+		return errorf(ErrUnsupported, "model %s runs on %s, which cannot be explained (integrated gradients need TorchScript's autograd)", v.Name, v.model.Kind())
+	default:
 		// Integrated gradients need TorchScript's autograd; a compiled package has no backward.
 		return errorf(ErrUnsupported, "model %s is an AOTInductor package, which cannot be explained", v.Name)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
-	"github.com/torchd/torchd/handlerproc"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
@@ -69,60 +68,81 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
 	}
-	var module torch.Model
-	if am.Config.Handler == archive.HandlerPython {
-		module, err = r.startHandlerProcesses(name, am, s)
+	rt, err := r.runtimeFor(am)
+	if err != nil {
+		return nil, err
+	}
+	var model Model
+	if rt != nil {
+		// Another runtime (ONNX Runtime, handler processes) loads its own files.
+		model, err = rt.Load(LoadRequest{Name: name, Version: version, Archive: am, Settings: s, Threads: cmp.Or(s.Threads, autoThreads(s.MinWorkers)), Log: r.log})
 	} else {
-		module, err = LoadModel(am, s)
+		var m torch.Model
+		if m, err = LoadModel(am, s); err == nil {
+			model = libtorchModel{m: m}
+		}
 	}
 	if errors.Is(err, torch.ErrFP32Modules) {
 		return nil, errorf(ErrBadModel, "model %s: fp32_modules: %v", name, err)
 	}
 	if err != nil {
+		var ce *Error
+		if errors.As(err, &ce) {
+			return nil, err
+		}
 		return nil, errorf(ErrLoadFailed, "failed to load model %s version %s: %v", name, version, err)
 	}
 	if err := timedOut(); err != nil {
-		module.Close()
+		model.Close()
 		return nil, err
 	}
 	// The package's own specs decide, should the archive's record disagree with them.
-	if p, ok := module.(*torch.Package); ok {
+	if p, ok := torchOf(model).(*torch.Package); ok {
 		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
-			module.Close()
+			model.Close()
 			return nil, errorf(ErrBadModel, "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(modelPath))
 		}
 	}
 	if a := req.Adapter; a != nil {
-		if err := a.Prepare(am, module); err != nil {
-			module.Close()
+		if err := a.Prepare(am, model); err != nil {
+			model.Close()
 			return nil, errorf(ErrBadModel, "model %s version %s: %v", name, version, err)
 		}
 	}
+	// The handler is made after the adapter has settled the signature (its order, or
+	// Triton's auto-complete from the model).
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
 	if err != nil {
-		module.Close()
+		model.Close()
 		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
 	}
-	// A handler may run more than the serialized file (the captioner's encoder package); the
-	// model it returns owns both, one runner per worker the pool may grow to.
-	bound, err := handlers.Bind(h, module, max(1, s.MaxWorkers))
-	if err != nil {
-		module.Close()
-		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	if lm, ok := model.(libtorchModel); ok {
+		// A handler may run more than the serialized file (the captioner's encoder package);
+		// the model it returns owns both, one runner per worker the pool may grow to.
+		bound, err := handlers.Bind(h, lm.m, max(1, s.MaxWorkers))
+		if err != nil {
+			model.Close()
+			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+		}
+		model = libtorchModel{h: h, m: bound}
+	} else if hb, ok := model.(HandlerBinder); ok {
+		if err := hb.BindHandler(h); err != nil {
+			model.Close()
+			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+		}
 	}
-	module = bound
 	v := &ModelVersion{
 		Name: name, Version: version, URL: req.URL, HandlerName: am.Config.Handler, Startup: req.Startup,
-		req: req, archive: am, module: module, handler: h, adapter: req.Adapter,
+		req: req, archive: am, model: model, handler: h, adapter: req.Adapter,
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 		stats:   newVersionStats(),
 	}
 	v.setSettings(s)
 	v.state.Store(int32(StateWarming))
-	v.ins, v.outs = resolveSignature(am, module, req.Adapter != nil)
+	v.ins, v.outs = resolveSignature(am, model, req.Adapter != nil)
 	v.metrics = r.metrics.Version(v)
 	warmup, err := warmupSamples(h, am.Config)
-	if am.Config.Handler == archive.HandlerPython {
+	if _, ok := model.(ProcessReporter); ok {
 		// A handler process takes whole requests, not tensors; its handler warms up in
 		// initialize, as in TorchServe.
 		warmup = nil
@@ -131,29 +151,28 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		warmup, err = req.Adapter.Warmup()
 	}
 	if err != nil {
-		module.Close()
+		model.Close()
 		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
 	}
 	// Check the model once on this goroutine so that a model that cannot run its own
-	// declared input fails registration with LibTorch's message.
-	backend := backendFor(h, module)
+	// declared input fails registration with its runtime's message.
 	for _, smp := range warmup[:min(1, len(warmup))] {
-		if _, err := backend.Run([]*handlers.Sample{smp}, nil); err != nil {
-			module.Close()
+		if _, err := model.Run([]*handlers.Sample{smp}, nil); err != nil {
+			model.Close()
 			return nil, errorf(ErrLoadFailed, "model %s version %s failed its warm-up forward: %v", name, version, err)
 		}
 	}
 	if err := timedOut(); err != nil {
-		module.Close()
+		model.Close()
 		return nil, err
 	}
 	// Measuring the batching curve is torchd's own calibration, not the workers' start:
 	// startup_timeout does not count it.
 	tuneStart := time.Now()
-	tn, err := r.setupAuto(name, &s, h, module, modelPath, warmup)
+	tn, err := r.setupAuto(name, &s, h, model, modelPath, warmup)
 	counted = counted.Add(time.Since(tuneStart))
 	if err != nil {
-		module.Close()
+		model.Close()
 		return nil, errorf(ErrBadModel, "%v", err)
 	}
 	if tn != nil {
@@ -162,14 +181,14 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		v.tuner = tn
 	}
 	tuneStart = time.Now()
-	err = r.setupForwardBatch(name, &s, h, module, backend, modelPath, warmup)
+	err = r.setupForwardBatch(name, &s, h, model, modelPath, warmup)
 	counted = counted.Add(time.Since(tuneStart))
 	if err != nil {
-		module.Close()
+		model.Close()
 		return nil, errorf(ErrBadModel, "%v", err)
 	}
 	v.setSettings(s)
-	v.pool = newWorkerPool(name+":"+version, module, backend, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	v.pool = newWorkerPool(name+":"+version, model, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	v.pool.stats = v.stats
 	v.pool.rows = s.ForwardBatch
 	v.pool.model, v.pool.version = name, version
@@ -201,32 +220,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
-		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "device", module.Device(), "precision", s.Precision, "freeze", s.Freeze,
+		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "runtime", model.Kind(), "device", model.Device(), "precision", s.Precision, "freeze", s.Freeze,
 		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
-}
-
-// startHandlerProcesses starts the processes that run the archive's Python handler, one
-// per worker the pool starts with (a worker beyond them waits for a free one).
-func (r *Registry) startHandlerProcesses(name string, am *archive.Model, s ModelSettings) (torch.Model, error) {
-	if r.opts.Python == PythonOff {
-		return nil, fmt.Errorf("its handler %q is Python, and handler processes are off (python = %s)", am.PythonHandler, PythonOff)
-	}
-	python := cmp.Or(r.opts.Python, "python3")
-	env, skipped, err := r.pythonDeps(name, python, am, s)
-	if err != nil {
-		return nil, fmt.Errorf("handler %q: %w", am.PythonHandler, err)
-	}
-	// With no workers, no process starts until workers are added (Scale), as in TorchServe.
-	m, err := handlerproc.Start(handlerproc.Config{
-		Python: python, ModelName: name, ModelDir: am.Dir, Handler: am.PythonHandler,
-		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers, Env: env,
-		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: r.opts.HandlerMemoryLimit, Log: r.log,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("handler %q: %w%s", am.PythonHandler, err, skipped)
-	}
-	return m, nil
 }
 
 // startupTimedOut is TorchServe's answer to workers that did not start within
@@ -312,15 +308,10 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 // archive's declared ones, else inputs named after forward's Tensor arguments with unknown
 // shapes. A package's specs are what its compiled code was made
 // for; an adapted registration's (Triton's config) were checked against them at load.
-func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs []archive.TensorSpec) {
+func resolveSignature(am *archive.Model, m Model, adapted bool) (ins, outs []archive.TensorSpec) {
 	plain := am.Package != nil && am.Package.Plain && am.Config.Inputs != nil
-	if p, ok := m.(*torch.Package); ok && !adapted && !plain {
-		for _, s := range p.Inputs() {
-			ins = append(ins, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
-		}
-		for _, s := range p.Outputs() {
-			outs = append(outs, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
-		}
+	if sg, ok := m.(Signed); ok && !adapted && !plain {
+		ins, outs = sg.Signature()
 	}
 	if ins == nil {
 		ins = am.Config.Inputs
@@ -328,7 +319,7 @@ func resolveSignature(am *archive.Model, m torch.Model, adapted bool) (ins, outs
 	if outs == nil {
 		outs = am.Config.Outputs
 	}
-	if mod, ok := m.(*torch.Module); ok && ins == nil {
+	if mod, ok := torchOf(m).(*torch.Module); ok && ins == nil {
 		ins = schemaInputs(mod)
 	}
 	if outs == nil {

@@ -20,8 +20,7 @@ type WorkerPool struct {
 	name string
 	// model and version name the batches' spans.
 	model, version string
-	module         torch.Model // for its device
-	backend        Backend
+	backend        Model // runs the batches; its device decides the stage
 	batcher        *Batcher
 	// rows is the most rows one forward runs (forward_batch): a batch of more runs as
 	// several forwards in turn; 0: the whole batch. Set before the first worker starts.
@@ -109,8 +108,8 @@ type WorkerInfo struct {
 
 // newWorkerPool returns a pool with no workers yet. threads 0 means the engine's share of
 // cores (see coreShare), at least cores / workers, following the worker count as it scales.
-func newWorkerPool(name string, m torch.Model, be Backend, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm Observer, log *slog.Logger) *WorkerPool {
-	p := &WorkerPool{name: name, module: m, backend: be, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
+func newWorkerPool(name string, m Model, b *Batcher, cores *coreShare, threads, workers int, stuckAfter time.Duration, warmup []*handlers.Sample, mm Observer, log *slog.Logger) *WorkerPool {
+	p := &WorkerPool{name: name, backend: m, batcher: b, autoThreads: threads == 0, warmup: warmup, metrics: mm, log: log,
 		stuckAfter: stuckAfter, watchStop: make(chan struct{}), abandoned: make(chan struct{})}
 	// A forward on a GPU keeps a core busy at most: it takes no share of the cores.
 	if m.Device() == "cpu" {
@@ -306,7 +305,7 @@ func (p *WorkerPool) run(w *worker) {
 	runtime.LockOSThread()
 	// The worker's staging buffer, reused by every batch it runs; page-locked for a GPU model
 	// (ordinary memory where there is no CUDA device).
-	stage := handlers.NewStage(p.module.Device() != "cpu", int(p.batcher.batchSize.Load()))
+	stage := handlers.NewStage(p.backend.Device() != "cpu", int(p.batcher.batchSize.Load()))
 	defer stage.Close()
 	if !p.warm(w) {
 		close(w.ready)

@@ -33,22 +33,14 @@ type Options struct {
 	PerModel func(name, version string, startup bool) archive.Settings
 	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
 	CacheDir string
-	// Python is the interpreter of handler processes, which run archives' Python handlers
-	// with TorchServe's worker ("": python3 on the PATH; PythonOff: none run).
-	Python string
-	// InstallPyDeps installs an archive's requirements.txt for its handler processes, as
-	// TorchServe's install_py_dep_per_model (pydeps.go).
-	InstallPyDeps bool
-	// HandlerMemoryLimit bounds each handler process's resident memory, in bytes; 0: none.
-	HandlerMemoryLimit int64
+	// Runtimes load the models that LibTorch, built in, does not: ONNX Runtime's, handler
+	// processes'. The first that accepts a model loads it (Runtime.Accepts).
+	Runtimes []Runtime
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none
 	Log     *slog.Logger
 }
-
-// PythonOff as Options.Python refuses archives whose handler is Python.
-const PythonOff = "off"
 
 // Registry owns every loaded model version and its lifetime.
 type Registry struct {
@@ -372,7 +364,7 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	}
 	// A handler process registered with no workers starts now, and a handler that cannot
 	// load fails the scaling, as TorchServe's worker start does; the version keeps its workers.
-	if ws, ok := v.module.(interface{ StartWorkers() error }); ok && minWorkers > 0 {
+	if ws, ok := v.model.(LazyStarter); ok && minWorkers > 0 {
 		if err := ws.StartWorkers(); err != nil {
 			return nil, errorf(ErrLoadFailed, "failed to start workers for model %s version %s: handler %q: %v", name, v.Version, v.archive.PythonHandler, err)
 		}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/torch"
 )
 
 // ModelSettings are a model version's serving settings, resolved (Resolve): every value
@@ -57,7 +56,7 @@ type Adapter interface {
 	Check(s ModelSettings) error
 	// Prepare checks the loaded model against the registration and adapts the archive's
 	// declared inputs to it, before the handler is made.
-	Prepare(am *archive.Model, m torch.Model) error
+	Prepare(am *archive.Model, m Model) error
 	// Warmup returns the warm-up inputs, which replace the handler's.
 	Warmup() ([]*handlers.Sample, error)
 	// ToModel and FromModel turn a request's tensors into the model's and back.

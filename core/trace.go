@@ -65,5 +65,5 @@ func (p *WorkerPool) traceBatch(batch []*job, dispatched time.Time) BatchTrace {
 			members = append(members, j.trace)
 		}
 	}
-	return lead.Batch(BatchInfo{Model: p.model, Version: p.version, Device: p.module.Device(), Backend: p.backend.Kind(), Size: len(batch), Dispatched: dispatched}, members)
+	return lead.Batch(BatchInfo{Model: p.model, Version: p.version, Device: p.backend.Device(), Backend: p.backend.Kind(), Size: len(batch), Dispatched: dispatched}, members)
 }

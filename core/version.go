@@ -6,7 +6,6 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/torch"
 	"github.com/torchd/torchd/tuner"
 )
 
@@ -44,7 +43,7 @@ type ModelVersion struct {
 	ins, outs []archive.TensorSpec
 
 	archive *archive.Model
-	module  torch.Model
+	model   Model
 	handler handlers.Handler
 	adapter Adapter
 	batcher *Batcher
@@ -80,8 +79,9 @@ func (v *ModelVersion) Ready() bool { return v.State() == StateReady && v.pool.C
 // Handler returns the version's handler.
 func (v *ModelVersion) Handler() handlers.Handler { return v.handler }
 
-// Module returns the loaded model.
-func (v *ModelVersion) Module() torch.Model { return v.module }
+// Model returns the loaded model: ask it what it can do through the capability interfaces
+// (Signed, ProcessReporter, ...), never by its type.
+func (v *ModelVersion) Model() Model { return v.model }
 
 // Archive returns the opened archive.
 func (v *ModelVersion) Archive() *archive.Model { return v.archive }
@@ -210,7 +210,7 @@ func (v *ModelVersion) close() {
 		}
 		break
 	}
-	v.module.Close()
+	v.model.Close()
 	v.archive.Close()
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/torchd/torchd/frontend/openai"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/frontend/webui"
+	"github.com/torchd/torchd/handlerproc"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
 	"github.com/torchd/torchd/repository"
@@ -102,13 +103,21 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := metrics.New(cfg.EnableMetrics)
-	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Python: cfg.PythonPath(), InstallPyDeps: cfg.InstallPyDeps, HandlerMemoryLimit: int64(cfg.HandlerMemoryMiB) << 20, Metrics: m, Log: log})
+	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(), Metrics: m, Log: log})
 	m.Statistics = func() []core.Statistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, Log: log}
 	d.frontEnds()
 	return d
+}
+
+// runtimes are the runtimes beside the built-in LibTorch: handler processes for Python
+// handlers (the first to ask: a Python handler's archive may hold any file) and ONNX Runtime.
+func (c *Config) runtimes() []core.Runtime {
+	return []core.Runtime{
+		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
+	}
 }
 
 // PythonPath is the handler processes' interpreter: the python setting, else the project's

@@ -73,7 +73,23 @@ func (t *Adapter) Check(s core.ModelSettings) error {
 
 // Prepare checks the loaded model against the config and puts the declared inputs in the
 // order forward takes them, by the PyTorch backend's naming rule.
-func (t *Adapter) Prepare(am *archive.Model, m torch.Model) error {
+func (t *Adapter) Prepare(am *archive.Model, cm core.Model) error {
+	var m torch.Model
+	if tm, ok := cm.(interface{ Torch() torch.Model }); ok {
+		m = tm.Torch()
+	}
+	if m == nil {
+		// Another runtime (ONNX Runtime) feeds inputs by name and reports its graph's own
+		// signature: the config is checked against it, or completed from it.
+		sg, ok := cm.(core.Signed)
+		if !ok {
+			return fmt.Errorf("%w: the %s runtime cannot serve a Triton repository model", triton.ErrUnsupported, cm.Kind())
+		}
+		ins, outs := sg.Signature()
+		if err := t.complete(am, ins, outs); err != nil {
+			return err
+		}
+	}
 	if p, ok := m.(*torch.Package); ok {
 		var args []string
 		for _, s := range p.Inputs() {
@@ -115,6 +131,65 @@ func (t *Adapter) Prepare(am *archive.Model, m torch.Model) error {
 		t.labels[o.Name] = labels
 	}
 	return nil
+}
+
+// complete checks the config's inputs and outputs against a graph's own (by name, type and
+// rank; fixed sizes must agree) or, where the config declares none, fills them in from it, as
+// Triton's ONNX Runtime backend auto-completes a config.
+func (t *Adapter) complete(am *archive.Model, ins, outs []archive.TensorSpec) error {
+	batched := func(s archive.TensorSpec) archive.TensorSpec {
+		if t.batch && len(s.Shape) > 0 {
+			s.Shape = append([]int64{-1}, s.Shape[1:]...)
+		}
+		return s
+	}
+	fill := func(kind string, declared *[]archive.TensorSpec, graph []archive.TensorSpec, proto *[]*inference.ModelInput, protoOut *[]*inference.ModelOutput) error {
+		if len(*declared) == 0 {
+			for _, g := range graph {
+				if t.batch && (len(g.Shape) == 0 || g.Shape[0] > 0) {
+					return fmt.Errorf("%s %q of the model has shape %v, without a variable batch dimension first; max_batch_size %d needs one (set max_batch_size: 0)", kind, g.Name, g.Shape, t.config.MaxBatchSize)
+				}
+				g = batched(g)
+				*declared = append(*declared, g)
+				dims := g.Shape
+				if t.batch {
+					dims = dims[1:]
+				}
+				dt := triton.DataType(g.DType)
+				if proto != nil {
+					*proto = append(*proto, &inference.ModelInput{Name: g.Name, DataType: dt, Dims: slices.Clone(dims)})
+				} else {
+					*protoOut = append(*protoOut, &inference.ModelOutput{Name: g.Name, DataType: dt, Dims: slices.Clone(dims)})
+				}
+			}
+			return nil
+		}
+		for _, d := range *declared {
+			i := slices.IndexFunc(graph, func(g archive.TensorSpec) bool { return g.Name == d.Name })
+			if i < 0 {
+				var names []string
+				for _, g := range graph {
+					names = append(names, g.Name)
+				}
+				return fmt.Errorf("%s %q is not an %s of the model (it has %s)", kind, d.Name, kind, strings.Join(names, ", "))
+			}
+			g := graph[i]
+			shape := t.modelShape(d)
+			if d.DType != g.DType || len(shape) != len(g.Shape) {
+				return fmt.Errorf("%s %q: the config declares %s %v, the model takes %s %v", kind, d.Name, d.DType, shape, g.DType, g.Shape)
+			}
+			for j := range shape {
+				if shape[j] >= 0 && g.Shape[j] >= 0 && shape[j] != g.Shape[j] {
+					return fmt.Errorf("%s %q: the config declares shape %v, the model takes %v", kind, d.Name, shape, g.Shape)
+				}
+			}
+		}
+		return nil
+	}
+	if err := fill("input", &am.Config.Inputs, ins, &t.config.Input, nil); err != nil {
+		return err
+	}
+	return fill("output", &am.Config.Outputs, outs, nil, &t.config.Output)
 }
 
 // matches checks a declared input against an AOTInductor package's recorded spec: the same
@@ -406,15 +481,21 @@ func (t *Adapter) Config(v *core.ModelVersion) *inference.ModelConfig {
 	}
 	if c.Platform == "" {
 		c.Platform = t.Platform()
+		if triton.IsONNX(c) {
+			c.Platform = triton.PlatformONNX
+		}
 	}
 	if c.Backend == "" {
 		c.Backend = triton.BackendPyTorch
+		if triton.IsONNX(c) {
+			c.Backend = triton.BackendONNX
+		}
 	}
 	if c.DefaultModelFilename == "" {
 		c.DefaultModelFilename = filepath.Base(v.Archive().SerializedFile)
 	}
 	kind := inference.ModelInstanceGroup_KIND_CPU
-	if strings.HasPrefix(v.Module().Device(), "cuda") {
+	if strings.HasPrefix(v.Model().Device(), "cuda") {
 		kind = inference.ModelInstanceGroup_KIND_GPU
 	}
 	if len(c.InstanceGroup) == 0 {

@@ -133,7 +133,7 @@ func (c *curve) limits(target time.Duration, maxBatch, workers int) (start, limi
 // and interleaved passes keep it from skewing one size against the others. Passes go on
 // while they together stay within curveRefine; a slow model gets one more if it fits in the
 // budget.
-func measureCurve(h handlers.Handler, m torch.Model, sample *handlers.Sample, threads, maxBatch int, target time.Duration) (*curve, error) {
+func measureCurve(run func([]*handlers.Sample) error, sample *handlers.Sample, threads, maxBatch int, target time.Duration) (*curve, error) {
 	c := &curve{Threads: threads}
 	var err error
 	onThread(threads, func() {
@@ -148,7 +148,7 @@ func measureCurve(h handlers.Handler, m torch.Model, sample *handlers.Sample, th
 			i := 0
 			for ; i < skip+3 || (spent < 30*time.Millisecond && i < skip+50); i++ {
 				t0 := time.Now()
-				if _, err = handlers.Infer(h, m, batch); err != nil {
+				if err = run(batch); err != nil {
 					return 0, i
 				}
 				if d := time.Since(t0); i >= skip {

@@ -91,7 +91,10 @@ func digits(t *testing.T) Model {
 		t.Fatal(err)
 	}
 	s := &handlers.Sample{Items: 1, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{1, 1, 28, 28}, Data: make([]byte, 28*28*4)}}}
-	return Model{Name: "digits", Handler: h, Module: m, Path: path, Sample: s}
+	return Model{Name: "digits", Run: func(b []*handlers.Sample) error {
+		_, err := handlers.Infer(h, m, b)
+		return err
+	}, Device: m.Device(), Path: path, Sample: s}
 }
 
 // measureCurve times real forwards of 1, 2, 4, … copies of the input: a cheap model is
@@ -99,7 +102,7 @@ func digits(t *testing.T) Model {
 // An input the model cannot run is an error.
 func TestMeasureCurve(t *testing.T) {
 	m := digits(t)
-	c, err := measureCurve(m.Handler, m.Module, m.Sample, 1, 8, 0)
+	c, err := measureCurve(m.Run, m.Sample, 1, 8, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +115,7 @@ func TestMeasureCurve(t *testing.T) {
 		}
 	}
 	bad := &handlers.Sample{Items: 1, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{1, 3}, Data: make([]byte, 12)}}}
-	if _, err := measureCurve(m.Handler, m.Module, bad, 1, 8, 0); err == nil {
+	if _, err := measureCurve(m.Run, bad, 1, 8, 0); err == nil {
 		t.Fatal("an input of the wrong shape: no error")
 	}
 }

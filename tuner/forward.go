@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/torchd/torchd/torch"
 )
 
 // ForwardBatch is forward_batch = "auto": the batch size, up to maxBatch (and the curves'
@@ -18,21 +16,20 @@ import (
 // of 8; a batch it receives is then run as forwards of this size in turn.
 func ForwardBatch(m Model, threads, maxBatch int, cacheDir string, log *slog.Logger) (int, error) {
 	maxBatch = min(maxBatch, curveMaxBatch)
-	if p, ok := m.Module.(*torch.Package); ok {
-		_, hi := p.BatchRange()
-		maxBatch = min(maxBatch, int(hi))
+	if m.MaxRows > 0 {
+		maxBatch = min(maxBatch, int(m.MaxRows))
 	}
 	if maxBatch <= 1 {
 		return 1, nil
 	}
-	key, err := curveKey(m.Path, m.Module.Device(), threads, m.Sample, false)
+	key, err := curveKey(m.Path, m.Device, threads, m.Sample, false)
 	if err != nil {
 		return 0, err
 	}
 	// Its own file: the batching curve under the same key may stop at another maxBatch.
 	path := curvePath(cacheDir, fmt.Sprintf("%s-forward%d", key, maxBatch))
 	c, source, err := cachedCurve(path, m.Name, "forward_batch curve", log, func() (*curve, error) {
-		return measureCurve(m.Handler, m.Module, m.Sample, threads, maxBatch, 0)
+		return measureCurve(m.Run, m.Sample, threads, maxBatch, 0)
 	})
 	if err != nil {
 		return 0, err

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/torch"
 )
 
 // Settings are a model's batching settings as the tuner reads them and, where they are
@@ -27,9 +26,11 @@ func (s *Settings) Auto() bool { return s.AutoBatch || s.AutoDelay || s.AutoWork
 
 // Model is what the tuner measures: the model, its handler and one input.
 type Model struct {
-	Name    string
-	Handler handlers.Handler
-	Module  torch.Model
+	Name string
+	// Run runs one batch through the model's own batch step (any runtime's).
+	Run     func(batch []*handlers.Sample) error
+	Device  string           // where it runs, part of the cache key
+	MaxRows int64            // the most rows one forward takes (a package's export); 0: any
 	Path    string           // the serialized model file, part of the cache key
 	Sample  *handlers.Sample // a warm-up input, replicated into batches
 }
@@ -57,21 +58,20 @@ func New(m Model, s *Settings, cacheDir string, log *slog.Logger) (*Tuner, error
 		maxBatch = s.BatchSize
 	}
 	// A package runs only the batch sizes it was exported for.
-	if p, ok := m.Module.(*torch.Package); ok {
-		_, hi := p.BatchRange()
-		maxBatch = min(maxBatch, int(hi))
+	if m.MaxRows > 0 {
+		maxBatch = min(maxBatch, int(m.MaxRows))
 	}
-	key, err := curveKey(m.Path, m.Module.Device(), threads, sample, s.AutoWorkers)
+	key, err := curveKey(m.Path, m.Device, threads, sample, s.AutoWorkers)
 	if err != nil {
 		return nil, err
 	}
 	c, source, err := cachedCurve(curvePath(cacheDir, key), name, "batching curve", log, func() (*curve, error) {
-		c, err := measureCurve(m.Handler, m.Module, sample, threads, maxBatch, s.LatencyTarget)
+		c, err := measureCurve(m.Run, sample, threads, maxBatch, s.LatencyTarget)
 		if err != nil || !s.AutoWorkers || n <= 1 {
 			return c, err
 		}
 		// One worker with every core, or a worker per core with one thread each.
-		one, err := measureCurve(m.Handler, m.Module, sample, 1, c.bestBatch(), 0)
+		one, err := measureCurve(m.Run, sample, 1, c.bestBatch(), 0)
 		if err == nil {
 			c.SingleThreadMS = one.Points[len(one.Points)-1].ForwardMS
 			c.Took += one.Took

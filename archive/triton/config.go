@@ -21,6 +21,16 @@ var dtypes = map[inference.DataType]string{
 	inference.DataType_TYPE_FP32: "float32", inference.DataType_TYPE_FP64: "float64",
 }
 
+// DataType is the config data type of archive's dtype name (TYPE_INVALID for none).
+func DataType(dtype string) inference.DataType {
+	for t, s := range dtypes {
+		if s == dtype {
+			return t
+		}
+	}
+	return inference.DataType_TYPE_INVALID
+}
+
 // DType returns archive's dtype name for a config data type.
 func DType(t inference.DataType) (string, error) {
 	if s, ok := dtypes[t]; ok {
@@ -86,7 +96,11 @@ func (m *Model) settings() (archive.ModelConfig, []string, error) {
 	if err := m.instances(&s); err != nil {
 		return s, nil, err
 	}
-	w, err := m.parameters(&s)
+	parameters := m.parameters
+	if IsONNX(c) {
+		s.Runtime, parameters = RuntimeONNX, m.onnxParameters
+	}
+	w, err := parameters(&s)
 	if err != nil {
 		return s, nil, err
 	}
@@ -232,6 +246,69 @@ func (m *Model) instances(s *archive.ModelConfig) error {
 	}
 	// KIND_AUTO (or no group): the daemon's device, as Triton picks a GPU when there is one.
 	return nil
+}
+
+// The ONNX Runtime backend's parameters that torchd honours, and the runtime options they
+// become (archive.ModelConfig.RuntimeOptions, read by the onnx backend).
+const (
+	ParamORTIntraOp       = "intra_op_thread_count"
+	ParamORTInterOp       = "inter_op_thread_count"
+	ParamORTExecutionMode = "execution_mode"
+	ParamORTMemArena      = "enable_mem_arena"
+	ParamORTMemPattern    = "enable_mem_pattern"
+	// OptionGraphLevel is the runtime option of optimization { graph { level } }.
+	OptionGraphLevel = "graph_optimization_level"
+)
+
+// onnxParameters reads the ONNX Runtime backend's parameters and graph optimization level.
+func (m *Model) onnxParameters(s *archive.ModelConfig) ([]string, error) {
+	var warn []string
+	s.RuntimeOptions = map[string]string{}
+	if g := m.Config.GetOptimization().GetGraph(); g != nil {
+		// Triton's ONNX Runtime backend: -1 basic, 1 extended, anything else all.
+		level := "all"
+		switch g.Level {
+		case -1:
+			level = "basic"
+		case 1:
+			level = "extended"
+		}
+		s.RuntimeOptions[OptionGraphLevel] = level
+	}
+	keys := make([]string, 0, len(m.Config.Parameters))
+	for k := range m.Config.Parameters {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v := strings.TrimSpace(m.Config.Parameters[k].GetStringValue())
+		switch k {
+		case ParamORTIntraOp, ParamORTInterOp:
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1024 {
+				return nil, fmt.Errorf("parameters %s: want a count from 0 to 1024, got %q", k, v)
+			}
+			if k == ParamORTIntraOp {
+				s.Threads = archive.NonZero(n) // 0: torchd's share of the cores
+			} else {
+				s.RuntimeOptions[k] = strconv.Itoa(n)
+			}
+		case ParamORTExecutionMode:
+			if v != "0" && v != "1" {
+				return nil, fmt.Errorf("parameters %s: want 0 (sequential) or 1 (parallel), got %q", k, v)
+			}
+			s.RuntimeOptions[k] = v
+		case ParamORTMemArena, ParamORTMemPattern:
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, fmt.Errorf("parameters %s: want true or false, got %q", k, v)
+			}
+			s.RuntimeOptions[k] = strconv.FormatBool(b)
+		default:
+			warn = append(warn, fmt.Sprintf("parameter %s is not read by torchd's ONNX Runtime backend", k))
+		}
+	}
+	return warn, nil
 }
 
 // parameters reads the PyTorch backend's parameters. A value that is not a boolean or a

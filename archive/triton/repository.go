@@ -39,7 +39,18 @@ const (
 	PlatformLibTorch = "pytorch_libtorch" // TorchScript, model.pt
 	PlatformAOTI     = "torch_aoti"       // AOTInductor package, model.pt2
 	BackendPyTorch   = "pytorch"
+	PlatformONNX     = "onnxruntime_onnx" // ONNX, model.onnx, run by ONNX Runtime
+	BackendONNX      = "onnxruntime"
+	// RuntimeONNX is the runtime an ONNX model's archive.ModelConfig names.
+	RuntimeONNX = "onnxruntime"
 )
+
+// IsONNX reports whether a config is served by ONNX Runtime: platform onnxruntime_onnx or
+// backend onnxruntime.
+func IsONNX(c *inference.ModelConfig) bool {
+	return c.Platform == PlatformONNX && (c.Backend == "" || c.Backend == BackendONNX) ||
+		c.Platform == "" && c.Backend == BackendONNX
+}
 
 // maxConfig bounds config.pbtxt; real ones are a few kilobytes.
 const maxConfig = 4 << 20
@@ -204,11 +215,20 @@ func (m *Model) check() (string, error) {
 		if file == "" {
 			file = "model.pt"
 		}
+	case IsONNX(c):
+		if file == "" {
+			file = "model.onnx"
+		}
+		if err := checkAccelerators(c); err != nil {
+			return "", err
+		}
 	case c.Platform == "" && c.Backend == "":
-		return "", fmt.Errorf("%s names neither platform nor backend; torchd serves platform %q (model.pt) and %q (model.pt2)", ConfigFile, PlatformLibTorch, PlatformAOTI)
+		return "", fmt.Errorf("%s names neither platform nor backend; torchd serves platform %q (model.pt), %q (model.pt2) and %q (model.onnx)", ConfigFile, PlatformLibTorch, PlatformAOTI, PlatformONNX)
+	case c.Platform == "tensorrt_plan" || c.Backend == "tensorrt":
+		return "", fmt.Errorf("%w: platform %q: a TensorRT engine is built for one GPU and TensorRT version; serve the ONNX model it was built from (platform %q) or the PyTorch model (docs/guide/triton.md)", ErrUnsupported, c.Platform, PlatformONNX)
 	default:
-		return "", fmt.Errorf("%w: platform %q backend %q; torchd serves PyTorch models only: platform %q (TorchScript) or %q (AOTInductor)",
-			ErrUnsupported, c.Platform, c.Backend, PlatformLibTorch, PlatformAOTI)
+		return "", fmt.Errorf("%w: platform %q backend %q; torchd serves platform %q (TorchScript), %q (AOTInductor) and %q (ONNX Runtime)",
+			ErrUnsupported, c.Platform, c.Backend, PlatformLibTorch, PlatformAOTI, PlatformONNX)
 	}
 	if strings.ContainsAny(file, `/\`) || file == "." || file == ".." {
 		return "", fmt.Errorf("default_model_filename %q must be a file name", file)
@@ -228,10 +248,12 @@ func (m *Model) check() (string, error) {
 	if c.GetModelTransactionPolicy().GetDecoupled() {
 		return "", fmt.Errorf("%w: a decoupled model (several responses per request)", ErrUnsupported)
 	}
-	if len(c.Input) == 0 {
+	// ONNX Runtime's backend completes a config without inputs and outputs from the graph
+	// (Triton's auto-complete); the PyTorch backend cannot.
+	if len(c.Input) == 0 && !IsONNX(c) {
 		return "", errors.New("the config declares no input; the PyTorch backend needs every input declared")
 	}
-	if len(c.Output) == 0 {
+	if len(c.Output) == 0 && !IsONNX(c) {
 		return "", errors.New("the config declares no output; the PyTorch backend needs every output declared")
 	}
 	_, warn, err := m.settings()
@@ -240,6 +262,24 @@ func (m *Model) check() (string, error) {
 	}
 	m.Warnings = append(m.Warnings, warn...)
 	return file, nil
+}
+
+// checkAccelerators refuses the execution accelerators torchd's ONNX Runtime cannot run: its
+// library is ONNX Runtime's CPU build (TensorRT, CUDA and OpenVINO are other builds).
+func checkAccelerators(c *inference.ModelConfig) error {
+	ea := c.GetOptimization().GetExecutionAccelerators()
+	for _, a := range ea.GetGpuExecutionAccelerator() {
+		return fmt.Errorf("%w: gpu_execution_accelerator %q: torchd runs ONNX Runtime's CPU build; remove the accelerator (the model then runs on the CPU) or serve the PyTorch model on a GPU", ErrUnsupported, a.Name)
+	}
+	for _, a := range ea.GetCpuExecutionAccelerator() {
+		return fmt.Errorf("%w: cpu_execution_accelerator %q: torchd runs ONNX Runtime's default CPU execution provider; remove the accelerator", ErrUnsupported, a.Name)
+	}
+	for _, g := range c.InstanceGroup {
+		if g.Kind == inference.ModelInstanceGroup_KIND_GPU {
+			return fmt.Errorf("%w: instance_group kind KIND_GPU for an ONNX model: torchd runs ONNX Runtime's CPU build; use KIND_CPU", ErrUnsupported)
+		}
+	}
+	return nil
 }
 
 // readVersions lists the numeric version directories and applies the version policy.

@@ -299,7 +299,7 @@ func servedConfig(v *core.ModelVersion) *inference.ModelConfig {
 }
 
 func kindOf(v *core.ModelVersion) string {
-	if strings.HasPrefix(v.Module().Device(), "cuda") {
+	if strings.HasPrefix(v.Model().Device(), "cuda") {
 		return "KIND_GPU"
 	}
 	return "KIND_CPU"

@@ -16,10 +16,8 @@ import (
 	"time"
 
 	vm "github.com/VictoriaMetrics/metrics"
-	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
-	"github.com/torchd/torchd/handlerproc"
 	"github.com/valyala/fasthttp"
 )
 
@@ -174,12 +172,17 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 	gauge("torchd_batch_delay_seconds", func() float64 { return mm.version.Load().Stats().MaxDelay.Seconds() })
 	gauge("torchd_workers", func() float64 { return float64(mm.workers.Load()) })
 	gauge("torchd_stuck_workers", func() float64 { return float64(mm.stuck.Load()) })
-	if v.HandlerName == archive.HandlerPython {
+	if _, ok := v.Model().(core.ProcessReporter); ok {
 		gauge("torchd_handler_process_rss_bytes", func() float64 {
-			if hp, ok := mm.version.Load().Module().(*handlerproc.Model); ok {
-				return float64(hp.RSS())
+			pr, ok := mm.version.Load().Model().(core.ProcessReporter)
+			if !ok {
+				return 0
 			}
-			return 0
+			var n int64
+			for _, p := range pr.Processes() {
+				n += p.RSSBytes
+			}
+			return float64(n)
 		})
 	}
 	m.models[key] = mm

@@ -280,7 +280,7 @@ func describeFailed(m FailedModel) describeModel {
 func describeVersion(v *core.ModelVersion) describeModel {
 	s := v.Settings()
 	dev := "cpu"
-	if strings.HasPrefix(v.Module().Device(), "cuda") {
+	if strings.HasPrefix(v.Model().Device(), "cuda") {
 		dev = "gpu"
 	}
 	st := v.Stats()
