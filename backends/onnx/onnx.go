@@ -1,0 +1,405 @@
+// Package onnx is the ONNX Runtime backend (core.Runtime): it loads a model's .onnx file
+// (or a Triton config's onnxruntime_onnx model) into ONNX Runtime sessions, in this process,
+// and runs the batches core's workers hand it. It knows sessions and tensors; the binding
+// (package onnxrt) knows ONNX Runtime's C API; core knows neither.
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/archive/triton"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/onnxrt"
+	"github.com/torchd/torchd/torch"
+)
+
+// Name is the runtime's name in configs and describe.
+const Name = triton.RuntimeONNX
+
+// Backend loads ONNX models. Its zero value searches for ONNX Runtime's library where
+// onnxrt.Init does.
+type Backend struct {
+	// Library is the path of libonnxruntime ("": onnxrt's search).
+	Library string
+}
+
+var (
+	_ core.Runtime       = (*Backend)(nil)
+	_ core.Model         = (*Model)(nil)
+	_ core.Signed        = (*Model)(nil)
+	_ core.HandlerBinder = (*Model)(nil)
+)
+
+// Name is "onnxruntime".
+func (*Backend) Name() string { return Name }
+
+// Accepts a model whose config names ONNX Runtime, or whose serialized file is .onnx.
+func (*Backend) Accepts(am *archive.Model) bool {
+	return am.Config.Runtime == Name || am.Config.Runtime == "" && am.Config.Handler != archive.HandlerPython && archive.IsONNXName(am.SerializedFile)
+}
+
+// Load opens one session, to check the model and read its signature; the other workers'
+// sessions open as they first run (at their warm-up).
+func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
+	s := req.Settings
+	if s.Device != "" && s.Device != "cpu" {
+		return nil, fmt.Errorf("device %s: torchd runs ONNX Runtime's CPU build; serve this model on the CPU (device cpu, or KIND_CPU)", s.Device)
+	}
+	if err := onnxrt.Init(b.Library); err != nil {
+		return nil, fmt.Errorf("ONNX Runtime is not available: %v", err)
+	}
+	opts, err := options(req.Archive.Config.RuntimeOptions, req.Threads)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{path: req.Archive.SerializedPath(), opts: opts, limit: max(1, s.MaxWorkers, s.MinWorkers), am: req.Archive}
+	m.free = make(chan *onnxrt.Session, m.limit)
+	first, err := onnxrt.NewSession(m.path, opts)
+	if err != nil {
+		return nil, err
+	}
+	m.made = 1
+	m.free <- first
+	m.ins, m.outs = first.Inputs(), first.Outputs()
+	for _, t := range append(append([]onnxrt.TensorInfo{}, m.ins...), m.outs...) {
+		if _, ok := dtypeOf[t.Type]; !ok {
+			m.Close()
+			return nil, fmt.Errorf("tensor %q is of type %s, which torchd does not serve from ONNX models (it serves %s)", t.Name, t.Type, servedTypes())
+		}
+	}
+	return m, nil
+}
+
+// options are the sessions' options: the worker's share of the cores (as LibTorch's
+// forwards get), and the Triton parameters the config gave.
+func options(ro map[string]string, threads int) (onnxrt.Options, error) {
+	o := onnxrt.Options{IntraOpThreads: max(threads, 1), InterOpThreads: 1, ConfigEntries: map[string]string{}}
+	switch l := ro[triton.OptionGraphLevel]; l {
+	case "", "all":
+		o.GraphOptimization = "all"
+	case "basic", "extended", "disable":
+		o.GraphOptimization = l
+	default:
+		return o, fmt.Errorf("graph optimization level %q: want disable, basic, extended or all", l)
+	}
+	if v, ok := ro[triton.ParamORTInterOp]; ok {
+		n, _ := strconv.Atoi(v)
+		o.InterOpThreads = n
+	}
+	o.Parallel = ro[triton.ParamORTExecutionMode] == "1"
+	if v, ok := ro[triton.ParamORTMemArena]; ok {
+		o.ConfigEntries["session.enable_cpu_mem_arena"] = v
+	}
+	if v, ok := ro[triton.ParamORTMemPattern]; ok {
+		o.ConfigEntries["session.enable_mem_pattern"] = v
+	}
+	return o, nil
+}
+
+// Model is a loaded ONNX model: up to one session a worker, each with the worker's threads.
+// ONNX Runtime's Run may be called concurrently on one session, but its intra-op pool is the
+// session's: workers sharing one would share its threads.
+type Model struct {
+	path  string
+	opts  onnxrt.Options
+	am    *archive.Model
+	limit int
+
+	ins, outs []onnxrt.TensorInfo // the graph's
+	// inNames and outNames are what a sample's tensors are, in their order, and the outputs
+	// a batch answers, in theirs: the config's declared ones, else the graph's. Set by
+	// BindHandler, after the adapter has settled the config.
+	inNames, outNames []string
+
+	mu     sync.Mutex
+	made   int
+	closed bool
+	free   chan *onnxrt.Session
+}
+
+// Kind is "onnxruntime".
+func (*Model) Kind() string { return Name }
+
+// Device is the CPU: the library is ONNX Runtime's CPU build.
+func (*Model) Device() string { return "cpu" }
+
+// Signature is the graph's inputs and outputs, in torchd's dtype names.
+func (m *Model) Signature() (ins, outs []archive.TensorSpec) {
+	conv := func(ts []onnxrt.TensorInfo) []archive.TensorSpec {
+		out := make([]archive.TensorSpec, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, archive.TensorSpec{Name: t.Name, DType: dtypeOf[t.Type].String(), Shape: append([]int64(nil), t.Shape...)})
+		}
+		return out
+	}
+	return conv(m.ins), conv(m.outs)
+}
+
+// BindHandler refuses a handler that runs its own LibTorch forward, and settles the names
+// the samples' tensors are fed by.
+func (m *Model) BindHandler(h handlers.Handler) error {
+	_, inferer := h.(handlers.Inferer)
+	_, selector := h.(handlers.OutputSelector)
+	_, binder := h.(handlers.ModelBinder)
+	if inferer || selector || binder {
+		return fmt.Errorf("handler %s runs its own LibTorch forward, which an ONNX model has not; serve it with the tensor or image_classifier handler", m.am.Config.Handler)
+	}
+	m.inNames, m.outNames = nil, nil
+	if c := m.am.Config.Inputs; len(c) > 0 {
+		for _, in := range c {
+			m.inNames = append(m.inNames, in.Name)
+		}
+	} else {
+		for _, in := range m.ins {
+			m.inNames = append(m.inNames, in.Name)
+		}
+	}
+	for _, n := range m.inNames {
+		if !hasName(m.ins, n) {
+			return fmt.Errorf("input %q is not an input of the model (it has %s)", n, names(m.ins))
+		}
+	}
+	if c := m.am.Config.Outputs; len(c) > 0 {
+		for _, out := range c {
+			if !hasName(m.outs, out.Name) {
+				return fmt.Errorf("output %q is not an output of the model (it has %s)", out.Name, names(m.outs))
+			}
+			m.outNames = append(m.outNames, out.Name)
+		}
+	} else {
+		for _, out := range m.outs {
+			m.outNames = append(m.outNames, out.Name)
+		}
+	}
+	return nil
+}
+
+// Run runs the batch as one session run when its samples' tensors differ only in rows, else
+// each sample alone (requests of different lengths batch as Triton batches them: not at all).
+func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	s, err := m.session()
+	if err != nil {
+		return nil, err
+	}
+	defer m.release(s)
+	if len(batch) == 1 || !stackable(batch) {
+		outs := make([][]handlers.Tensor, len(batch))
+		for i, smp := range batch {
+			if outs[i], err = m.run(s, smp.Tensors); err != nil {
+				return nil, err
+			}
+		}
+		return outs, nil
+	}
+	stacked, rows := stack(batch)
+	out, err := m.run(s, stacked)
+	if err != nil {
+		return nil, err
+	}
+	return split(out, batch, rows)
+}
+
+// run feeds one set of tensors, by the bound names, and returns the bound outputs.
+func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor, error) {
+	if len(ts) != len(m.inNames) {
+		return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("the model takes %d inputs (%s), got %d", len(m.inNames), strings.Join(m.inNames, ", "), len(ts))}
+	}
+	vals := make([]onnxrt.Value, len(ts))
+	for i, t := range ts {
+		et, ok := elemOf[t.DType]
+		if !ok {
+			return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("input %q: type %s is not an ONNX tensor type torchd feeds", m.inNames[i], t.DType)}
+		}
+		vals[i] = onnxrt.Value{Type: et, Shape: t.Shape, Data: t.Data}
+	}
+	res, err := s.Run(m.inNames, vals, m.outNames)
+	if err != nil {
+		if errors.Is(err, onnxrt.ErrBadInput) {
+			return nil, &handlers.Error{Status: 400, Msg: err.Error()}
+		}
+		return nil, err
+	}
+	out := make([]handlers.Tensor, len(res))
+	for i, v := range res {
+		dt, ok := dtypeOf[v.Type]
+		if !ok {
+			return nil, fmt.Errorf("output %q is of type %s, which torchd does not serve", m.outNames[i], v.Type)
+		}
+		out[i] = handlers.Tensor{DType: dt, Shape: v.Shape, Data: v.Data, Name: m.outNames[i]}
+	}
+	return out, nil
+}
+
+// session takes a free session, or opens one while there are fewer than the workers.
+func (m *Model) session() (*onnxrt.Session, error) {
+	select {
+	case s := <-m.free:
+		return s, nil
+	default:
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errors.New("the model is closed")
+	}
+	if m.made < m.limit {
+		m.made++
+		m.mu.Unlock()
+		s, err := onnxrt.NewSession(m.path, m.opts)
+		if err != nil {
+			m.mu.Lock()
+			m.made--
+			m.mu.Unlock()
+			return nil, err
+		}
+		return s, nil
+	}
+	m.mu.Unlock()
+	return <-m.free, nil
+}
+
+func (m *Model) release(s *onnxrt.Session) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		s.Close()
+		return
+	}
+	m.free <- s
+}
+
+// Close closes the idle sessions; a session still running closes when its batch ends.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	for {
+		select {
+		case s := <-m.free:
+			s.Close()
+		default:
+			return nil
+		}
+	}
+}
+
+// stackable reports whether every sample's tensors have the same types and the same shapes
+// after the rows, so that they concatenate along the first dimension.
+func stackable(batch []*handlers.Sample) bool {
+	first := batch[0].Tensors
+	for _, smp := range batch[1:] {
+		if len(smp.Tensors) != len(first) {
+			return false
+		}
+		for i, t := range smp.Tensors {
+			f := first[i]
+			if t.DType != f.DType || len(t.Shape) != len(f.Shape) || len(t.Shape) == 0 {
+				return false
+			}
+			for d := 1; d < len(t.Shape); d++ {
+				if t.Shape[d] != f.Shape[d] {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// stack concatenates the samples' tensors along the rows; rows are each sample's.
+func stack(batch []*handlers.Sample) ([]handlers.Tensor, []int64) {
+	rows := make([]int64, len(batch))
+	for i, smp := range batch {
+		rows[i] = smp.Tensors[0].Shape[0]
+	}
+	out := make([]handlers.Tensor, len(batch[0].Tensors))
+	for i := range out {
+		var n int64
+		size := 0
+		for _, smp := range batch {
+			n += smp.Tensors[i].Shape[0]
+			size += len(smp.Tensors[i].Data)
+		}
+		data := make([]byte, 0, size)
+		for _, smp := range batch {
+			data = append(data, smp.Tensors[i].Data...)
+		}
+		f := batch[0].Tensors[i]
+		shape := append([]int64{n}, f.Shape[1:]...)
+		out[i] = handlers.Tensor{DType: f.DType, Shape: shape, Data: data}
+	}
+	return out, rows
+}
+
+// split cuts each output along its rows back into the samples'.
+func split(out []handlers.Tensor, batch []*handlers.Sample, rows []int64) ([][]handlers.Tensor, error) {
+	var total int64
+	for _, r := range rows {
+		total += r
+	}
+	res := make([][]handlers.Tensor, len(batch))
+	for _, o := range out {
+		if len(o.Shape) == 0 || o.Shape[0] != total {
+			return nil, fmt.Errorf("output %q has shape %v, not %d rows first: the model does not batch along its first dimension (set max_batch_size: 0 or batch_size 1)", o.Name, o.Shape, total)
+		}
+		rowBytes := int64(len(o.Data)) / total
+		var at int64
+		for i, r := range rows {
+			t := handlers.Tensor{DType: o.DType, Name: o.Name, Shape: append([]int64{r}, o.Shape[1:]...), Data: o.Data[at*rowBytes : (at+r)*rowBytes : (at+r)*rowBytes]}
+			res[i] = append(res[i], t)
+			at += r
+		}
+	}
+	return res, nil
+}
+
+func hasName(ts []onnxrt.TensorInfo, n string) bool {
+	for _, t := range ts {
+		if t.Name == n {
+			return true
+		}
+	}
+	return false
+}
+
+func names(ts []onnxrt.TensorInfo) string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, t.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+// The element types torchd serves from ONNX models: those its tensors have.
+var (
+	dtypeOf = map[onnxrt.ElemType]torch.DType{
+		onnxrt.Float32: torch.Float32, onnxrt.Float16: torch.Float16, onnxrt.BFloat16: torch.BFloat16,
+		onnxrt.Float64: torch.Float64, onnxrt.Int64: torch.Int64, onnxrt.Int32: torch.Int32,
+		onnxrt.Uint8: torch.Uint8, onnxrt.Int8: torch.Int8, onnxrt.Bool: torch.Bool,
+	}
+	elemOf = func() map[torch.DType]onnxrt.ElemType {
+		m := map[torch.DType]onnxrt.ElemType{}
+		for e, d := range dtypeOf {
+			m[d] = e
+		}
+		return m
+	}()
+)
+
+func servedTypes() string {
+	return "float, float16, bfloat16, double, int64, int32, uint8, int8 and bool"
+}
