@@ -285,11 +285,20 @@ func describeVersion(v *core.ModelVersion) describeModel {
 	}
 	st := v.Stats()
 	runtime := "torchscript"
+	procs, _ := v.Model().(core.ProcessReporter)
 	switch {
-	case v.HandlerName == archive.HandlerPython:
+	case procs != nil:
 		runtime = "python" // handler processes, TorchServe's name for its Python workers
+	case v.Model().Kind() != core.RuntimeLibTorch:
+		runtime = v.Model().Kind() // "onnxruntime"
 	case v.Archive().IsPackage():
 		runtime = "aoti" // an AOTInductor package (.pt2)
+	}
+	// A model in processes of its own shows each worker's process, as TorchServe's workers
+	// are processes; an in-process model's workers are torchd's.
+	var infos []core.ProcessInfo
+	if procs != nil {
+		infos = procs.Processes()
 	}
 	m := describeModel{
 		ModelName: v.Name, ModelVersion: v.Version, ModelURL: v.URL, Runtime: runtime,
@@ -305,11 +314,18 @@ func describeVersion(v *core.ModelVersion) describeModel {
 		},
 		AutoBatching: v.AutoBatching(),
 	}
-	for _, w := range v.Workers() {
-		m.Workers = append(m.Workers, describeWorker{
+	for i, w := range v.Workers() {
+		dw := describeWorker{
 			ID: strconv.Itoa(9000 + w.ID), StartTime: w.StartTime.UTC().Format("2006-01-02T15:04:05.000Z"),
 			Status: w.Status, PID: pid, GPU: dev == "gpu", GPUUsage: "N/A",
-		})
+		}
+		if procs != nil {
+			dw.PID = -1 // a worker waiting for a process (none started yet), as TorchServe shows
+			if i < len(infos) {
+				dw.PID, dw.MemoryUsage = infos[i].PID, int(infos[i].RSSBytes)
+			}
+		}
+		m.Workers = append(m.Workers, dw)
 	}
 	return m
 }

@@ -1,0 +1,97 @@
+"""Triton's own Python clients (HTTP and gRPC) against torchd serving ONNX models from a Triton
+repository, unchanged, as their authors published them (models/onnx_zoo.py builds them).
+
+Each model's answers must equal onnxruntime's in Python (the references beside each model,
+refs.json) within 1e-5: every reference case over HTTP and over gRPC, and for the dynamically
+batched encoder, single rows sent concurrently (so that torchd batches them) against the rows of
+the batched reference. Exits non-zero on the first difference, naming it.
+
+Usage: python triton_onnx_client.py HTTP_HOST:PORT GRPC_HOST:PORT ONNX_DIR
+"""
+import concurrent.futures
+import json
+import os
+import sys
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+TOL = 1e-5
+# The repository's models and the zoo directory whose references they answer.
+MODELS = {"onnx-mnist-cpu": "mnist", "image_encoder": "encoder", "transformer_onnx_model": "bert"}
+DATATYPES = {np.dtype("float32"): "FP32", np.dtype("int64"): "INT64", np.dtype("float16"): "FP16",
+             np.dtype("int32"): "INT32", np.dtype("int8"): "INT8", np.dtype("uint8"): "UINT8",
+             np.dtype("bool"): "BOOL", np.dtype("float64"): "FP64"}
+
+
+def cases(onnx_dir, zoo):
+    d = os.path.join(onnx_dir, zoo)
+    with open(os.path.join(d, "refs.json")) as f:
+        refs = json.load(f)["cases"]
+    for c in refs:
+        ins = {k: np.load(os.path.join(d, v)) for k, v in c["inputs"].items()}
+        outs = {k: np.load(os.path.join(d, v)) for k, v in c["outputs"].items()}
+        yield c["name"], ins, outs
+
+
+def infer(mod, client, model, ins, out_names):
+    inputs = []
+    for name, x in ins.items():
+        i = mod.InferInput(name, list(x.shape), DATATYPES[x.dtype])
+        i.set_data_from_numpy(x)
+        inputs.append(i)
+    outputs = [mod.InferRequestedOutput(n) for n in out_names]
+    r = client.infer(model, inputs, outputs=outputs)
+    return {n: r.as_numpy(n) for n in out_names}
+
+
+def check(what, got, want):
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None:
+            sys.exit(f"{what}: no output {name!r}")
+        if g.shape != w.shape:
+            sys.exit(f"{what}: output {name!r} shape {g.shape}, want {w.shape}")
+        diff = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if w.size else 0.0
+        if diff > TOL:
+            sys.exit(f"{what}: output {name!r} differs from onnxruntime by {diff:.3g} (> {TOL})")
+        print(f"{what}: {name} {list(g.shape)} max |diff| {diff:.2g}")
+
+
+def main():
+    http_url, grpc_url, onnx_dir = sys.argv[1:4]
+    http = httpclient.InferenceServerClient(http_url, concurrency=8)
+    grpc = grpcclient.InferenceServerClient(grpc_url)
+    index = {m["name"]: m.get("state") for m in http.get_model_repository_index()}
+    gindex = {m.name: m.state for m in grpc.get_model_repository_index().models}
+    for model in MODELS:
+        if index.get(model) != "READY" or gindex.get(model) != "READY":
+            sys.exit(f"{model}: index says {index.get(model)} over HTTP, {gindex.get(model)} over gRPC; want READY")
+        meta = http.get_model_metadata(model)
+        print(f"{model}: platform {meta['platform']}, inputs {[(i['name'], i['datatype'], i['shape']) for i in meta['inputs']]}")
+        if meta["platform"] != "onnxruntime_onnx":
+            sys.exit(f"{model}: platform {meta['platform']}, want onnxruntime_onnx")
+    for model, zoo in MODELS.items():
+        for name, ins, outs in cases(onnx_dir, zoo):
+            check(f"{model} {name} HTTP", infer(httpclient, http, model, ins, list(outs)), outs)
+            check(f"{model} {name} gRPC", infer(grpcclient, grpc, model, ins, list(outs)), outs)
+    # The encoder batches dynamically: its batch case's rows, sent one a request at once,
+    # must each equal their row of the batched reference.
+    for name, ins, outs in cases(onnx_dir, "encoder"):
+        (iname, x), = ins.items()
+        if x.shape[0] < 2:
+            continue
+        with concurrent.futures.ThreadPoolExecutor(x.shape[0]) as pool:
+            futs = [pool.submit(infer, httpclient, http, "image_encoder", {iname: x[i:i + 1]}, list(outs))
+                    for i in range(x.shape[0])]
+            for i, f in enumerate(futs):
+                check(f"image_encoder {name} row {i} alone, concurrently", f.result(),
+                      {k: v[i:i + 1] for k, v in outs.items()})
+    stats = http.get_inference_statistics("image_encoder")["model_stats"][0]
+    print(f"image_encoder: {stats['inference_count']} inferences in {stats['execution_count']} executions")
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
