@@ -142,6 +142,12 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	v.ins, v.outs = resolveSignature(am, model, req.Adapter != nil)
 	v.metrics = r.metrics.Version(v)
 	warmup, err := warmupSamples(h, am.Config)
+	if sg, ok := model.(Signed); ok && err == nil && warmup == nil && torchOf(model) == nil {
+		// A model that reports its own inputs (an ONNX graph's) warms up on zeros of them
+		// when its archive declares none.
+		ins, _ := sg.Signature()
+		warmup, err = warmupSamples(h, archive.ModelConfig{Inputs: ins})
+	}
 	if _, ok := model.(ProcessReporter); ok {
 		// A handler process takes whole requests, not tensors; its handler warms up in
 		// initialize, as in TorchServe.
