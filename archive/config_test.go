@@ -105,7 +105,7 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`handler = 5`, "handler", "must be a string, got integer 5"},
 		{`handler = "my_handler.py"`, "handler", "custom Python handler"},
 		{`serialized_file = "../model.pt"`, "serialized_file", `path has a ".." component`},
-		{`serialized_file = "model.onnx"`, "serialized_file", "not a TorchScript file"},
+		{`serialized_file = "model.tflite"`, "serialized_file", "not a model file torchd loads"},
 		{`options = 3`, "options", "must be a table ([options]), got integer 3"},
 		{`inputs = 3`, "inputs", "must be an array of tables ([[inputs]])"},
 		{`inputs = [3]`, "inputs[0]", "must be a table with name, dtype and shape"},

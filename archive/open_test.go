@@ -295,12 +295,12 @@ func TestOpenUnsupported(t *testing.T) {
 		{"custom handler module", `{"modelName":"m","serializedFile":"model.pt","handler":"my_handler"}`, ErrUnsupportedHandler, "model.handler", "torchd supports the built-in handlers"},
 		{"builtin torchd lacks", `{"modelName":"m","serializedFile":"model.pt","handler":"keypoint_detector"}`, ErrUnsupportedHandler, "model.handler", `"keypoint_detector"`},
 		{"no handler", `{"modelName":"m","serializedFile":"model.pt","handler":""}`, ErrUnsupportedHandler, "model.handler", "no handler"},
-		{"onnx", `{"modelName":"m","serializedFile":"model.onnx","handler":"image_classifier"}`, ErrUnsupportedModel, "model.serializedFile", "TorchScript"},
+		{"tflite", `{"modelName":"m","serializedFile":"model.tflite","handler":"image_classifier"}`, ErrUnsupportedModel, "model.serializedFile", "TorchScript"},
 		{"no serialized file", `{"modelName":"m","handler":"image_classifier"}`, ErrInvalidConfig, "model.serializedFile", "required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mar := makeZip(t,
-				zipEntry{name: "model.pt", data: fakeTorchScript}, zipEntry{name: "model.onnx"}, zipEntry{name: "model.py"},
+				zipEntry{name: "model.pt", data: fakeTorchScript}, zipEntry{name: "model.tflite"}, zipEntry{name: "model.py"},
 				zipEntry{name: ManifestPath, data: manifestJSON(tc.model)})
 			_, err := Open(writeTemp(t, "m.mar", mar))
 			var ce *ConfigError

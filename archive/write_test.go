@@ -266,7 +266,7 @@ func TestWriteForce(t *testing.T) {
 func TestWriteRefuses(t *testing.T) {
 	src := t.TempDir()
 	writeTree(t, src, map[string]string{
-		"m.pt": fakeTorchScript, "m.onnx": "x", "dup/m.pt": "x", "other/MAR-INF/MANIFEST.json": "{}",
+		"m.pt": fakeTorchScript, "m.tflite": "x", "dup/m.pt": "x", "other/MAR-INF/MANIFEST.json": "{}",
 		"bad.toml": "batch_size = 0", "handler.toml": `handler = "tensor"`, "ser.toml": `serialized_file = "x.pt"`,
 		"cfg.json": "{}", "labels/index_to_name.json": `{"a": "b"}`,
 	})
@@ -282,7 +282,7 @@ func TestWriteRefuses(t *testing.T) {
 		{"model name with a slash", func(o *WriteOptions) { o.ModelName = "a/b" }, ErrInvalidConfig, "must match"},
 		{"bad format", func(o *WriteOptions) { o.Format = "zip" }, ErrInvalidConfig, "archive format"},
 		{"no serialized file", func(o *WriteOptions) { o.SerializedFile = "" }, ErrUnsupportedModel, "TorchScript"},
-		{"onnx", func(o *WriteOptions) { o.SerializedFile = in("m.onnx") }, ErrUnsupportedModel, "not a TorchScript file"},
+		{"tflite", func(o *WriteOptions) { o.SerializedFile = in("m.tflite") }, ErrUnsupportedModel, "not a model file torchd loads"},
 		{"missing serialized file", func(o *WriteOptions) { o.SerializedFile = in("nope.pt") }, os.ErrNotExist, "nope.pt"},
 		{"custom handler", func(o *WriteOptions) { o.Handler = "my_handler.py" }, ErrUnsupportedHandler, "custom Python handler"},
 		{"no handler", func(o *WriteOptions) { o.Handler = "" }, ErrUnsupportedHandler, "no handler"},
