@@ -59,9 +59,22 @@ type ModelConfig struct {
 	// (a Triton config's onnxruntime_onnx with default_model_filename model.bin); "": by the
 	// file's extension.
 	Runtime string
+	// Ensemble is a pipeline of other models that core runs (Runtime "ensemble"): a Triton
+	// ensemble's steps, in the config's order. nil for a model of its own.
+	Ensemble []EnsembleStep
 	// RuntimeOptions are the runtime's own options (a Triton config's ONNX Runtime
 	// parameters and graph optimization level), by name.
 	RuntimeOptions map[string]string
+}
+
+// EnsembleStep is one step of an ensemble: a model, and which of the ensemble's tensors are
+// its inputs and which its outputs become.
+type EnsembleStep struct {
+	Model   string
+	Version string // "": the model's default version
+	// Inputs maps the step model's input names to the ensemble's tensor names; Outputs maps
+	// its output names to the ensemble tensors they become.
+	Inputs, Outputs map[string]string
 }
 
 // TensorSpec declares one input or output tensor.

@@ -91,6 +91,9 @@ type ProcessInfo struct {
 // runtimeFor picks the runtime of a model: the one its config names, else the first that
 // accepts it, else the built-in LibTorch (nil).
 func (r *Registry) runtimeFor(am *archive.Model) (Runtime, error) {
+	if am.Config.Runtime == RuntimeEnsemble {
+		return nil, nil // core's own (loadEnsemble)
+	}
 	if name := am.Config.Runtime; name != "" && name != RuntimeLibTorch {
 		for _, rt := range r.opts.Runtimes {
 			if rt.Name() == name {

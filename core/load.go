@@ -73,7 +73,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		return nil, err
 	}
 	var model Model
-	if rt != nil {
+	if am.Config.Runtime == RuntimeEnsemble {
+		model, err = r.loadEnsemble(am, s)
+	} else if rt != nil {
 		// Another runtime (ONNX Runtime, handler processes) loads its own files.
 		model, err = rt.Load(LoadRequest{Name: name, Version: version, Archive: am, Settings: s, Threads: cmp.Or(s.Threads, autoThreads(s.MinWorkers)), Log: r.log})
 	} else {
@@ -155,6 +157,9 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	if req.Adapter != nil {
 		warmup, err = req.Adapter.Warmup()
+	}
+	if _, ok := model.(composite); ok {
+		warmup, err = nil, nil // an ensemble's models warmed up themselves
 	}
 	if err != nil {
 		model.Close()

@@ -33,6 +33,9 @@ type Options struct {
 	PerModel func(name, version string, startup bool) archive.Settings
 	// CacheDir holds the self-tuning's measured batching curves ("": not cached).
 	CacheDir string
+	// Pending reports whether a model not yet registered is being loaded (a repository's),
+	// so that an ensemble loading beside its models waits for them. nil: none is.
+	Pending func(name string) bool
 	// Runtimes load the models that LibTorch, built in, does not: ONNX Runtime's, handler
 	// processes'. The first that accepts a model loads it (Runtime.Accepts).
 	Runtimes []Runtime

@@ -123,7 +123,12 @@ func (v *ModelVersion) serve(req *Request, arrived time.Time) (Result, error) {
 	if req.Explain {
 		ex = &explanation{target: in.Target}
 	}
-	res, err := a.run(sample, arrived, in.Timeout, ex)
+	var res Result
+	if cm, ok := v.model.(composite); ok && ex == nil {
+		res, err = a.compose(cm, sample, arrived, in.Timeout)
+	} else {
+		res, err = a.run(sample, arrived, in.Timeout, ex)
+	}
 	res.Version, res.Sample = v, sample
 	if err != nil {
 		if req.Trace != nil {

@@ -104,9 +104,11 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := metrics.New(cfg.EnableMetrics)
-	reg := core.NewRegistry(core.Options{Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(), Metrics: m, Log: log})
+	var repo *repository.Repository // an ensemble waits for its models while the repository loads them
+	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return repo != nil && repo.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(), Metrics: m, Log: log})
 	m.Statistics = func() []core.Statistics { s, _ := reg.Statistics("", ""); return s }
-	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repository.New(reg, log), startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
+	repo = repository.New(reg, log)
+	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repo, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
 	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, Log: log}
 	d.frontEnds()

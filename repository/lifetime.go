@@ -3,6 +3,7 @@ package repository
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/torchd/torchd/archive/triton"
@@ -18,10 +19,15 @@ var interopOnce sync.Once
 // loaded (a changed version replaces the old once the new is warm), and versions the policy
 // no longer selects are unloaded.
 func (p *Repository) load(name string, config []byte) error {
+	p.markPending(name, 1)
+	defer p.markPending(name, -1)
 	m := p.model(name)
 	m.op.Lock()
 	defer m.op.Unlock()
 	tm := triton.Read(p.dir, name, config)
+	if tm.Err == nil && p.mode == ControlExplicit {
+		p.loadSteps(tm)
+	}
 	for _, w := range tm.Warnings {
 		p.log.Warn("model repository: setting not honoured", "model", name, "warning", w)
 	}
@@ -155,4 +161,44 @@ func (p *Repository) retire(m *model, mv *core.ModelVersion, reason string) {
 	p.reg.Retire(mv)
 	p.note(m, mv.Version, func(v *version) { *v = version{reason: reason} })
 	p.log.Info("model unloaded", "model", mv.Name, "version", mv.Version, "reason", reason)
+}
+
+// loadSteps loads an ensemble's models that the repository holds and the registry does not,
+// as Triton loads an ensemble's composing models with it. A step that fails is the
+// ensemble's load failure, which names it.
+func (p *Repository) loadSteps(tm *triton.Model) {
+	names, _ := triton.List(p.dir)
+	for _, st := range tm.Config.GetEnsembleScheduling().GetStep() {
+		if _, err := p.reg.Get(st.ModelName, ""); err == nil || !slices.Contains(names, st.ModelName) || st.ModelName == tm.Name {
+			continue
+		}
+		// Nested ensembles are loaded by name, not through another's steps: two that name
+		// each other would wait on each other's lock.
+		if triton.Read(p.dir, st.ModelName, nil).Config.GetEnsembleScheduling() != nil {
+			continue
+		}
+		if err := p.load(st.ModelName, nil); err != nil {
+			p.log.Warn("model repository: an ensemble's model failed to load", "ensemble", tm.Name, "model", st.ModelName, "err", err)
+		}
+	}
+}
+
+// markPending counts a load of name in progress (n 1) or done (n -1).
+func (p *Repository) markPending(name string, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending == nil {
+		p.pending = map[string]int{}
+	}
+	if p.pending[name] += n; p.pending[name] <= 0 {
+		delete(p.pending, name)
+	}
+}
+
+// Pending reports whether a model of the repository is being loaded, or is about to be at
+// start-up (core.Options.Pending): an ensemble loading beside it waits for it.
+func (p *Repository) Pending(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pending[name] > 0
 }

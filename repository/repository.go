@@ -56,8 +56,9 @@ type Repository struct {
 	dir  string
 	mode string
 
-	mu     sync.Mutex
-	models map[string]*model
+	mu      sync.Mutex
+	models  map[string]*model
+	pending map[string]int // loads in progress, by model (Pending)
 }
 
 // model is what the repository remembers of a model it has read.
@@ -179,10 +180,16 @@ func (p *Repository) LoadStartup(names []string) error {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(all), len(all)+len(missing))
+	// Every start-up model is pending before any loads, so that an ensemble waits for its
+	// models whichever goroutine runs first.
+	for _, n := range all {
+		p.markPending(n, 1)
+	}
 	for i, n := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer p.markPending(n, -1)
 			errs[i] = p.load(n, nil)
 		}()
 	}

@@ -93,7 +93,19 @@ func (m *Model) settings() (archive.ModelConfig, []string, error) {
 	} else if batching {
 		warn = append(warn, "max_batch_size > 0 without dynamic_batching: each request runs alone, as in Triton")
 	}
-	if err := m.instances(&s); err != nil {
+	if es := c.GetEnsembleScheduling(); es != nil {
+		// An ensemble runs in the request's goroutine through its steps' queues; its one
+		// worker only makes it ready.
+		s.Runtime = RuntimeEnsemble
+		s.MinWorkers, s.MaxWorkers = archive.Fixed(1), archive.Of(1)
+		for _, st := range es.Step {
+			step := archive.EnsembleStep{Model: st.ModelName, Inputs: st.InputMap, Outputs: st.OutputMap}
+			if st.ModelVersion > 0 {
+				step.Version = strconv.FormatInt(st.ModelVersion, 10)
+			}
+			s.Ensemble = append(s.Ensemble, step)
+		}
+	} else if err := m.instances(&s); err != nil {
 		return s, nil, err
 	}
 	parameters := m.parameters

@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,7 +41,10 @@ const (
 	PlatformAOTI     = "torch_aoti"       // AOTInductor package, model.pt2
 	BackendPyTorch   = "pytorch"
 	PlatformONNX     = "onnxruntime_onnx" // ONNX, model.onnx, run by ONNX Runtime
-	BackendONNX      = "onnxruntime"
+	PlatformEnsemble = "ensemble"         // a pipeline of the repository's models, run by core
+	// RuntimeEnsemble is the runtime an ensemble's archive.ModelConfig names.
+	RuntimeEnsemble = "ensemble"
+	BackendONNX     = "onnxruntime"
 	// RuntimeONNX is the runtime an ONNX model's archive.ModelConfig names.
 	RuntimeONNX = "onnxruntime"
 )
@@ -202,8 +206,11 @@ func (m *Model) check() (string, error) {
 	c := m.Config
 	file := c.DefaultModelFilename
 	switch {
-	case c.Platform == "ensemble" || c.GetEnsembleScheduling() != nil:
-		return "", fmt.Errorf("%w: an ensemble (a pipeline of models run by Triton's scheduler); serve its PyTorch steps as models and chain them in the client", ErrUnsupported)
+	case c.Platform == PlatformEnsemble || c.GetEnsembleScheduling() != nil:
+		if err := checkEnsemble(c); err != nil {
+			return "", err
+		}
+		// An ensemble has no model file: its version directories are empty.
 	case c.Backend == "python":
 		return "", fmt.Errorf("%w: backend \"python\" runs a model.py in Python; torchd runs no Python. Export the model with torch.jit.save (platform pytorch_libtorch) or AOTInductor (torch_aoti)", ErrUnsupported)
 	case c.Platform == PlatformAOTI && (c.Backend == "" || c.Backend == BackendPyTorch):
@@ -230,7 +237,7 @@ func (m *Model) check() (string, error) {
 		return "", fmt.Errorf("%w: platform %q backend %q; torchd serves platform %q (TorchScript), %q (AOTInductor) and %q (ONNX Runtime)",
 			ErrUnsupported, c.Platform, c.Backend, PlatformLibTorch, PlatformAOTI, PlatformONNX)
 	}
-	if strings.ContainsAny(file, `/\`) || file == "." || file == ".." {
+	if file != "" && (strings.ContainsAny(file, `/\`) || file == "." || file == "..") {
 		return "", fmt.Errorf("default_model_filename %q must be a file name", file)
 	}
 	if len(c.CcModelFilenames) > 0 {
@@ -262,6 +269,72 @@ func (m *Model) check() (string, error) {
 	}
 	m.Warnings = append(m.Warnings, warn...)
 	return file, nil
+}
+
+// checkEnsemble refuses an ensemble whose scheduling is empty or malformed, whose tensors
+// are not produced before they are used (a cycle, or an input no step or ensemble input
+// gives), or that names itself. Whether its models exist and their tensors match is checked
+// when it loads, once they are loaded.
+func checkEnsemble(c *inference.ModelConfig) error {
+	es := c.GetEnsembleScheduling()
+	if c.Platform != PlatformEnsemble || es == nil {
+		return errors.New(`an ensemble needs both platform: "ensemble" and ensemble_scheduling`)
+	}
+	if len(es.Step) == 0 {
+		return errors.New("ensemble_scheduling has no step")
+	}
+	have := map[string]bool{}
+	for _, in := range c.Input {
+		have[in.Name] = true
+	}
+	done := make([]bool, len(es.Step))
+	for progress := true; progress; {
+		progress = false
+		for i, st := range es.Step {
+			if done[i] {
+				continue
+			}
+			ready := true
+			for _, t := range st.InputMap {
+				ready = ready && have[t]
+			}
+			if !ready {
+				continue
+			}
+			done[i], progress = true, true
+			for _, t := range st.OutputMap {
+				have[t] = true
+			}
+		}
+	}
+	for i, st := range es.Step {
+		switch {
+		case st.ModelName == "":
+			return fmt.Errorf("ensemble step %d names no model", i+1)
+		case st.ModelName == c.Name:
+			return fmt.Errorf("ensemble step %d runs the ensemble itself (a cycle)", i+1)
+		case len(st.InputMap) == 0 || len(st.OutputMap) == 0:
+			return fmt.Errorf("ensemble step %d (%s) needs an input_map and an output_map", i+1, st.ModelName)
+		case !done[i]:
+			var missing []string
+			for _, t := range st.InputMap {
+				if !have[t] {
+					missing = append(missing, t)
+				}
+			}
+			slices.Sort(missing)
+			return fmt.Errorf("ensemble step %d (%s) takes %s, which no ensemble input or earlier step gives (a cycle, or a name that does not match)", i+1, st.ModelName, strings.Join(missing, ", "))
+		}
+	}
+	for _, out := range c.Output {
+		if !have[out.Name] {
+			return fmt.Errorf("ensemble output %q is not the output of any step", out.Name)
+		}
+	}
+	if len(c.Input) == 0 || len(c.Output) == 0 {
+		return errors.New("an ensemble declares its inputs and outputs")
+	}
+	return nil
 }
 
 // checkAccelerators refuses the execution accelerators torchd's ONNX Runtime cannot run: its
@@ -327,6 +400,17 @@ func (m *Model) readVersions(root, file string) error {
 	}
 	for _, v := range chosen {
 		ver := Version{Version: strconv.FormatInt(v, 10)}
+		if file == "" {
+			// An ensemble's version is its directory: it holds no file.
+			p, err := inside(root, filepath.Join(m.dir, ver.Version))
+			if err != nil {
+				ver.Err = fmt.Errorf("version %s: %v", ver.Version, err)
+			} else {
+				ver.Path, ver.Stamp = p, config
+			}
+			m.Versions = append(m.Versions, ver)
+			continue
+		}
 		p, err := inside(root, filepath.Join(m.dir, ver.Version, file))
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -395,6 +479,9 @@ func (m *Model) Archive(v Version) (*archive.Model, error) {
 	s, err := m.Settings()
 	if err != nil {
 		return nil, err
+	}
+	if s.Runtime == RuntimeEnsemble {
+		return &archive.Model{Source: v.Path, Kind: archive.KindTriton, Dir: v.Path, Name: m.Name, Version: v.Version, Config: s}, nil
 	}
 	fi, err := os.Stat(v.Path)
 	if err != nil {
