@@ -25,8 +25,9 @@ Files (each model in OUT/onnx/<name>/):
                         padded batch of 3 and its first text alone, unpadded) and external.
   hostile/              files a server must refuse: truncated.onnx (mnist's first half),
                         huge_initializer.onnx (an initializer declaring 2^31 x 2^31 floats with
-                        16 bytes of data), huge_external.onnx (the same dims as external data
-                        beside it), parent_external.onnx and absolute_external.onnx (external
+                        16 bytes of data), short_initializer.onnx and empty_initializer.onnx
+                        (1 GiB declared, 16 bytes or none given), huge_external.onnx (the
+                        2^31 x 2^31 dims as external data beside it), parent_external.onnx and absolute_external.onnx (external
                         data at ../outside.data and /etc/hostname), huge_input.onnx (an input
                         declared [2^40, 2^40], fine until someone sends one).
   repos/                Triton model repositories laid out as their authors published them:
@@ -249,6 +250,12 @@ def build_hostile(d, mnist):
     huge = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 31, 1 << 31],
                        raw_data=b"\0" * 16)
     onnx.save(hostile_model(huge), os.path.join(d, "huge_initializer.onnx"))
+    # 1 GiB declared, under the 2 GiB inline limit: 16 bytes of data, then none.
+    gib = [1 << 14, 1 << 14]
+    onnx.save(hostile_model(TensorProto(name="w", data_type=TensorProto.FLOAT, dims=gib, raw_data=b"\0" * 16)),
+              os.path.join(d, "short_initializer.onnx"))
+    onnx.save(hostile_model(TensorProto(name="w", data_type=TensorProto.FLOAT, dims=gib)),
+              os.path.join(d, "empty_initializer.onnx"))
     with open(os.path.join(d, "huge.data"), "wb") as f:
         f.write(b"\0" * 8)
     onnx.save(hostile_model(external_initializer("huge.data", dims=[1 << 31, 1 << 31])),

@@ -65,7 +65,7 @@ var codeNames = []string{"OK", "FAIL", "INVALID_ARGUMENT", "NO_SUCHFILE", "NO_MO
 // file and line, then the function ("tensorprotoutils.cc:1534 ValidateEmbedded... " or
 // "/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) "), which means nothing
 // to a user.
-var sourceLocation = regexp.MustCompile(`(?:/onnxruntime_src/)?[\w/.-]*\.(?:cc|h|cpp):\d+ (?:[\w:~<>]+\([^()]*\)(?: const)? |[A-Za-z_][\w:]* )?`)
+var sourceLocation = regexp.MustCompile(`(?:/[\w/.-]*/)?\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>]+\([^()]*\)(?: const)? |[A-Za-z_][\w:]* )?`)
 
 // cleanMessage drops source locations and stack traces from an ONNX Runtime message.
 func cleanMessage(m string) string {

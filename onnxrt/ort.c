@@ -11,6 +11,9 @@ static const OrtApi *api;
 static OrtEnv *env;
 static OrtMemoryInfo *cpu;
 static OrtAllocator *alloc;
+// Shared by every Run (read-only there): ONNX Runtime would log each failed run at error
+// level, and Run returns that error, so a client sending bad tensors cannot flood the log.
+static OrtRunOptions *run_opts;
 
 // Returned when an error cannot be allocated: a NULL would read as success.
 static char oom_msg[] = "out of memory";
@@ -69,11 +72,14 @@ ort_error *ort_init(const char *path) {
   OrtStatus *st = api->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "torchd", &env);
   if (st == NULL) st = api->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &cpu);
   if (st == NULL) st = api->GetAllocatorWithDefaultOptions(&alloc);
+  if (st == NULL) st = api->CreateRunOptions(&run_opts);
+  if (st == NULL) st = api->RunOptionsSetRunLogSeverityLevel(run_opts, ORT_LOGGING_LEVEL_FATAL);
   if (st != NULL) {
     ort_error *e = from_status(st);
+    if (run_opts != NULL) api->ReleaseRunOptions(run_opts);
     if (cpu != NULL) api->ReleaseMemoryInfo(cpu);
     if (env != NULL) api->ReleaseEnv(env);
-    cpu = NULL, env = NULL, api = NULL;
+    run_opts = NULL, cpu = NULL, env = NULL, api = NULL;
     dlclose(h);
     return e;
   }
@@ -181,7 +187,7 @@ ort_error *ort_run(OrtSession *s, const char *const *in_names, const ort_input *
   OrtStatus *st = NULL;
   for (size_t i = 0; st == NULL && i < nin; i++) st = make_input(&ins[i], &vals[i]);
   for (size_t i = 0; i < nout; i++) outs[i] = NULL;
-  if (st == NULL) st = api->Run(s, NULL, in_names, (const OrtValue *const *)vals, nin, out_names, nout, outs);
+  if (st == NULL) st = api->Run(s, run_opts, in_names, (const OrtValue *const *)vals, nin, out_names, nout, outs);
   for (size_t i = 0; i < nin; i++)
     if (vals[i] != NULL) api->ReleaseValue(vals[i]);
   free(vals);
