@@ -96,6 +96,8 @@ ort_error *ort_session_new(const char *path, const ort_options *o, OrtSession **
   if (st == NULL && o->inter_op_threads > 0) st = api->SetInterOpNumThreads(so, o->inter_op_threads);
   if (st == NULL) st = api->SetSessionGraphOptimizationLevel(so, (GraphOptimizationLevel)o->graph_opt_level);
   if (st == NULL && o->parallel) st = api->SetSessionExecutionMode(so, ORT_PARALLEL);
+  if (st == NULL && o->mem_arena >= 0) st = o->mem_arena ? api->EnableCpuMemArena(so) : api->DisableCpuMemArena(so);
+  if (st == NULL && o->mem_pattern >= 0) st = o->mem_pattern ? api->EnableMemPattern(so) : api->DisableMemPattern(so);
   for (size_t i = 0; st == NULL && i < o->config_count; i++)
     st = api->AddSessionConfigEntry(so, o->config_keys[i], o->config_values[i]);
   if (st == NULL) st = api->CreateSession(env, path, so, out);

@@ -34,6 +34,8 @@ typedef struct {
   int inter_op_threads;
   int graph_opt_level;   // a GraphOptimizationLevel
   int parallel;          // ORT_PARALLEL if non-zero
+  int mem_arena;         // -1 = default, 0 = DisableCpuMemArena, 1 = EnableCpuMemArena
+  int mem_pattern;       // -1 = default, 0 = DisableMemPattern, 1 = EnableMemPattern
   const char *const *config_keys;  // AddSessionConfigEntry pairs
   const char *const *config_values;
   size_t config_count;

@@ -27,18 +27,23 @@ type TensorInfo struct {
 type Options struct {
 	IntraOpThreads int // threads of one operator; 0 = ONNX Runtime's default (one per core)
 	InterOpThreads int // threads across operators, with Parallel; 0 = default
-	// GraphOptimization is "", "disable", "basic", "extended" or "all" ("" = all, ONNX
-	// Runtime's default). Triton's optimization.graph.level -1, 1 and 2 are disable, extended, all.
+	// GraphOptimization is "", "disable", "basic", "extended", "layout" or "all" ("" = all,
+	// ONNX Runtime's default). Triton's onnxruntime backend reads optimization.graph.level -1
+	// as basic, 1 as extended, 2 as disable and anything else as all.
 	GraphOptimization string
 	// Spinning sets session.intra_op.allow_spinning and session.inter_op.allow_spinning:
 	// whether idle pool threads spin for work (lower latency, busy cores). nil = ONNX Runtime's
 	// default (spin).
-	Spinning      *bool
-	Parallel      bool              // ExecutionMode ORT_PARALLEL: run independent operators at once
+	Spinning *bool
+	Parallel bool // ExecutionMode ORT_PARALLEL: run independent operators at once
+	// MemArena and MemPattern turn ONNX Runtime's CPU memory arena and memory pattern planning
+	// on or off (Triton's enable_mem_arena, enable_mem_pattern); nil = its default (on).
+	MemArena      *bool
+	MemPattern    *bool
 	ConfigEntries map[string]string // AddSessionConfigEntry keys (onnxruntime_session_options_config_keys.h)
 }
 
-var graphLevels = map[string]C.int{"": 99, "disable": 0, "basic": 1, "extended": 2, "all": 99}
+var graphLevels = map[string]C.int{"": 99, "disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
 
 // Session is a model loaded into ONNX Runtime. Its methods are safe for concurrent use.
 type Session struct {
@@ -65,7 +70,7 @@ func NewSession(path string, o Options) (*Session, error) {
 	level, ok := graphLevels[o.GraphOptimization]
 	if !ok {
 		return nil, &Error{Op: "options", kind: ErrBadInput, Msg: fmt.Sprintf(
-			"graph optimization %q is not one of disable, basic, extended, all", o.GraphOptimization)}
+			"graph optimization %q is not one of disable, basic, extended, layout, all", o.GraphOptimization)}
 	}
 	if o.IntraOpThreads < 0 || o.InterOpThreads < 0 {
 		return nil, &Error{Op: "options", kind: ErrBadInput, Msg: "thread counts must be 0 (the default) or more"}
@@ -83,6 +88,11 @@ func NewSession(path string, o Options) (*Session, error) {
 		entries["session.inter_op.allow_spinning"] = v
 	}
 	for k, v := range o.ConfigEntries {
+		// ONNX Runtime takes C strings: a NUL would cut them short.
+		if k == "" || len(k) > 1024 || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return nil, &Error{Op: "options", kind: ErrBadInput, Msg: fmt.Sprintf(
+				"session config entry %q = %q: keys are 1 to 1024 bytes, and neither may hold a NUL", k, v)}
+		}
 		entries[k] = v
 	}
 	keys := make([]string, 0, len(entries))
@@ -110,6 +120,7 @@ func NewSession(path string, o Options) (*Session, error) {
 	if o.Parallel {
 		copts.parallel = 1
 	}
+	copts.mem_arena, copts.mem_pattern = tristate(o.MemArena), tristate(o.MemPattern)
 	if len(keys) > 0 {
 		// In C memory, so that the options passed to C hold no Go pointer.
 		ck := (*[1 << 20]*C.char)(C.malloc(C.size_t(len(keys)) * C.size_t(unsafe.Sizeof((*C.char)(nil)))))[:len(keys):len(keys)]
@@ -137,6 +148,17 @@ func NewSession(path string, o Options) (*Session, error) {
 	s.inIdx, s.inNames = index(s.inputs)
 	s.outIdx, s.outNames = index(s.outputs)
 	return s, nil
+}
+
+// tristate is -1 for nil (the default), else 0 or 1.
+func tristate(b *bool) C.int {
+	switch {
+	case b == nil:
+		return -1
+	case *b:
+		return 1
+	}
+	return 0
 }
 
 func index(infos []TensorInfo) (map[string]int, []*C.char) {

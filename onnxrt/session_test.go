@@ -200,7 +200,8 @@ func TestOptions(t *testing.T) {
 		{GraphOptimization: "basic", IntraOpThreads: 1, InterOpThreads: 1},
 		{GraphOptimization: "extended", Spinning: &no},
 		{GraphOptimization: "all", Spinning: &yes, Parallel: true, InterOpThreads: 2},
-		{ConfigEntries: map[string]string{"session.disable_prepacking": "1"}},
+		{GraphOptimization: "layout", MemArena: &no, MemPattern: &no},
+		{MemArena: &yes, MemPattern: &yes, ConfigEntries: map[string]string{"session.disable_prepacking": "1"}},
 	} {
 		s := open(t, zoo(t, "mnist", "model.onnx"), o)
 		out, err := s.Run(c.Inputs, c.In, nil)
@@ -209,7 +210,12 @@ func TestOptions(t *testing.T) {
 		}
 		assertClose(t, fmt.Sprintf("%+v", o), out[0], c.Out[0])
 	}
-	for _, o := range []onnxrt.Options{{GraphOptimization: "max"}, {IntraOpThreads: -1}} {
+	for _, o := range []onnxrt.Options{
+		{GraphOptimization: "max"}, {IntraOpThreads: -1}, {InterOpThreads: -2},
+		{ConfigEntries: map[string]string{"": "1"}},
+		{ConfigEntries: map[string]string{"session.disable_prepacking\x00": "1"}},
+		{ConfigEntries: map[string]string{"session.disable_prepacking": "1\x00"}},
+	} {
 		_, err := onnxrt.NewSession(zoo(t, "mnist", "model.onnx"), o)
 		if !errors.Is(err, onnxrt.ErrBadInput) {
 			t.Errorf("%+v: %v, want ErrBadInput", o, err)
