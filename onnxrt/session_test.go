@@ -220,7 +220,7 @@ func TestOptions(t *testing.T) {
 		if !errors.Is(err, onnxrt.ErrBadInput) {
 			t.Errorf("%+v: %v, want ErrBadInput", o, err)
 		} else {
-			t.Logf("%+v: %v", o, err)
+			t.Logf("%v", err)
 		}
 	}
 }
