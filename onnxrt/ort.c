@@ -134,6 +134,7 @@ ort_error *ort_session_io(const OrtSession *s, int output, size_t index, ort_io_
     size_t n = 0;
     st = api->CastTypeInfoToTensorInfo(ti, &tsi);
     if (st == NULL) st = api->GetTensorElementType(tsi, &elem);
+    if (st == NULL) info->has_shape = api->TensorTypeAndShape_HasShape(tsi);
     if (st == NULL) st = api->GetDimensionsCount(tsi, &n);
     info->elem = (int)elem;
     if (st == NULL && n > 0) {

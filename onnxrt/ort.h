@@ -56,6 +56,7 @@ typedef struct {
   char *name;
   int onnx_type;  // ONNXType: 1 = tensor; for any other, elem and the dims are unset
   int elem;       // ONNXTensorElementDataType
+  int has_shape;  // 0 when the graph declares no shape (any rank); ndims is then 0
   size_t ndims;
   int64_t *dims;  // -1 for a dynamic dimension
   char **dim_names;

@@ -55,7 +55,7 @@ func check(t TensorInfo, v Value) error {
 	if v.Type != t.Type {
 		return badInput("input %q is %s, not %s", t.Name, t.Type.TensorType(), v.Type.TensorType())
 	}
-	if len(v.Shape) != len(t.Shape) {
+	if t.Shape != nil && len(v.Shape) != len(t.Shape) {
 		return badInput("input %q has shape %v; the model takes %d dimensions (%v)", t.Name, v.Shape, len(t.Shape), t.Shape)
 	}
 	for i, d := range t.Shape {

@@ -19,7 +19,7 @@ import (
 type TensorInfo struct {
 	Name     string
 	Type     ElemType // Undefined for an input or output that is not a tensor (a sequence, map)
-	Shape    []int64  // -1 for a dynamic dimension
+	Shape    []int64  // -1 for a dynamic dimension; nil when the graph declares none (any rank), empty for a scalar
 	DimNames []string // the graph's names of dynamic dimensions ("batch"), "" where none
 }
 
@@ -186,7 +186,9 @@ func (s *Session) readIO(output C.int) ([]TensorInfo, error) {
 			return nil, err
 		}
 		t := TensorInfo{Name: C.GoString(info.name)}
-		if info.onnx_type == C.ONNX_TYPE_TENSOR {
+		if info.onnx_type == C.ONNX_TYPE_TENSOR && info.has_shape == 0 {
+			t.Type = ElemType(info.elem)
+		} else if info.onnx_type == C.ONNX_TYPE_TENSOR {
 			t.Type = ElemType(info.elem)
 			nd := int(info.ndims)
 			t.Shape = make([]int64, nd)

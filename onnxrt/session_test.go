@@ -377,3 +377,32 @@ func TestVersion(t *testing.T) {
 	}
 	t.Logf("ONNX Runtime %s from %s", onnxrt.Version(), onnxrt.LibraryPath())
 }
+
+// TestUndeclaredAndScalarShapes loads inputs declared with no shape (any rank: Shape nil) and
+// as scalars (Shape empty), and runs each.
+func TestUndeclaredAndScalarShapes(t *testing.T) {
+	s := open(t, zoo(t, "shapes", "model.onnx"), onnxrt.Options{})
+	in := s.Inputs()
+	if in[0].Name != "any" || in[0].Shape != nil || in[1].Name != "scalar" || in[1].Shape == nil || len(in[1].Shape) != 0 {
+		t.Fatalf("inputs %#v", in)
+	}
+	scalar := onnxrt.Value{Type: onnxrt.Float32, Shape: []int64{}, Data: []byte{0, 0, 0x80, 0x3f}}
+	for _, shape := range [][]int64{{}, {3}, {1, 2, 1, 1, 1}} {
+		n := int64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		v := onnxrt.Value{Type: onnxrt.Float32, Shape: shape, Data: typeSample(onnxrt.Int32)[:4*n]}
+		out, err := s.Run([]string{"any", "scalar"}, []onnxrt.Value{v, scalar}, nil)
+		if err != nil {
+			t.Fatalf("shape %v: %v", shape, err)
+		}
+		if !reflect.DeepEqual(out[0].Shape, shape) || !bytes.Equal(out[0].Data, v.Data) || !bytes.Equal(out[1].Data, scalar.Data) {
+			t.Fatalf("shape %v: got %+v", shape, out)
+		}
+	}
+	_, err := s.Run([]string{"any", "scalar"}, []onnxrt.Value{scalar, {Type: onnxrt.Float32, Shape: []int64{1}, Data: scalar.Data}}, nil)
+	if !errors.Is(err, onnxrt.ErrBadInput) || !strings.Contains(err.Error(), "takes 0 dimensions") {
+		t.Fatalf("a [1] tensor for a scalar: %v", err)
+	}
+}
