@@ -54,7 +54,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: onnxruntime models-onnx test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -123,6 +123,22 @@ $(TORCHVISION)/lib/libtorchvision.so $(TORCHVISION)/lib/cpu/libtorchvision.so &:
 	third_party/get-torchvision.sh $(TORCHVISION)
 	@touch $(TORCHVISION)/lib/libtorchvision.so $(TORCHVISION)/lib/cpu/libtorchvision.so
 
+# ONNX Runtime from the pinned onnxruntime wheel (a 24 MB download): the library, which
+# package onnxrt opens with dlopen at run time (bin/ beside torchd, where it looks), and the C
+# API header it compiles against (third_party/get-onnxruntime.sh says where that comes from).
+# Bump ONNXRUNTIME_VERSION, the script's pin and onnxrt.LibraryName together.
+ONNXRUNTIME_VERSION := 1.31.1
+ONNXRUNTIME     := third_party/onnxruntime
+ONNXRUNTIME_LIB := $(ONNXRUNTIME)/lib/libonnxruntime.so.$(ONNXRUNTIME_VERSION)
+ONNXRUNTIME_H   := $(ONNXRUNTIME)/include/onnxruntime_c_api.h
+onnxruntime: $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(ONNXRUNTIME_H)
+$(ONNXRUNTIME_LIB) $(ONNXRUNTIME_H) &: third_party/get-onnxruntime.sh
+	GO=$(GO) third_party/get-onnxruntime.sh $(ONNXRUNTIME)
+	@touch $(ONNXRUNTIME_LIB) $(ONNXRUNTIME_H)
+$(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION): $(ONNXRUNTIME_LIB)
+	@mkdir -p $(BIN)
+	cp $< $@
+
 $(NVIDIA_DIR)/.linked: $(VENV)/.done
 	ln -sfn $(abspath $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)) $(NVIDIA_DIR)
 	@touch $@
@@ -150,7 +166,8 @@ $(VENV)/.handler-runtime: $(VENV)/.done
 
 # The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
 models: $(STORE)/.done
-$(MODELS_OUT)/.done: $(wildcard models/*.py) $(VENV)/.done
+# onnx_zoo.py is models-onnx's, not build_all's.
+$(MODELS_OUT)/.done: $(filter-out models/onnx_zoo.py,$(wildcard models/*.py)) $(VENV)/.done
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
 
@@ -171,6 +188,19 @@ $(MODELS_OUT)/%/model_int8.pt2: $(MODELS_OUT)/.done $(VENV)/.torchao models/pt2.
 	$(PYTHON) models/pt2.py --out $(MODELS_OUT) --models $* --dtype int8
 $(VENV)/.torchao: $(VENV)/.done
 	$(VENV)/bin/pip install --quiet --no-deps torchao==$(TORCHAO_VERSION)
+	@touch $@
+
+# The ONNX models of package onnxrt's tests and the ONNX backend's, and Triton repositories of
+# them (models/onnx_zoo.py says what each is), with onnx, onnxscript and the onnxruntime that
+# third_party/get-onnxruntime.sh unpacks, beside the pinned torch. A few seconds.
+ONNX_VERSION       := 1.23.2
+ONNXSCRIPT_VERSION := 0.7.2
+models-onnx: $(MODELS_OUT)/onnx/.done
+$(MODELS_OUT)/onnx/.done: models/onnx_zoo.py models/common.py models/minilm.py $(VENV)/.onnx
+	$(PYTHON) models/onnx_zoo.py --out $(MODELS_OUT)
+	@touch $@
+$(VENV)/.onnx: $(VENV)/.done
+	$(VENV)/bin/pip install --quiet onnx==$(ONNX_VERSION) onnxscript==$(ONNXSCRIPT_VERSION) onnxruntime==$(ONNXRUNTIME_VERSION)
 	@touch $@
 
 # The zoo's archives, built with torchd's own archiver. digits_tensor is the digits CNN
@@ -202,7 +232,7 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(foreach m,$(INT8_ARCHIVES),$(MODELS_OUT)/$
 	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
-$(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd core daemon frontend repository handlerproc handlers archive torch internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod
+$(BIN)/torchd: $(BIN)/libtorchd_c.so $(ONNXRUNTIME_H) $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(shell find cmd core daemon frontend repository handlerproc handlers archive torch onnxrt internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) $(wildcard onnxrt/*.[ch]) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
@@ -212,7 +242,8 @@ $(BIN)/torchd: $(BIN)/libtorchd_c.so $(shell find cmd core daemon frontend repos
 # wheels' libraries, since cuDNN and CUDA load some of theirs with dlopen (each has $$ORIGIN
 # in its rpath, so one folder serves them all). The stand-in libtorch.so goes in last, over the
 # wheel's: AOTInductor packages bind to it; so does bin/libtorchvision.so, the build's copy of
-# torchvision's operators.
+# torchvision's operators. ONNX Runtime's library goes beside torchd, where package onnxrt
+# looks for it.
 DIST ?= build/dist
 dist: $(BIN)/torchd
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
@@ -223,7 +254,7 @@ else
 	ldd $(BIN)/libtorchd_c.so | awk -v d=$(realpath $(LIBTORCH))/lib/ 'index($$3, d) == 1 {print $$3}' | \
 	  xargs -r cp -L -t $(DIST)/bin/
 endif
-	cp $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(DIST)/bin/
+	cp $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(DIST)/bin/
 	@! ldd $(DIST)/bin/libtorchd_c.so | grep 'not found'
 	@du -sh $(DIST)/bin
 
@@ -250,14 +281,15 @@ docker-test: pyclients
 run: setup build models archives handler-runtime
 	$(BIN)/torchd serve --model-store $(STORE) --models all
 
-vet:
+# package onnxrt compiles against ONNX Runtime's header.
+vet: $(ONNXRUNTIME_H)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
 # Tests use the zoo in models/out. Every test runs once, in the strictest mode that covers it:
 # the race detector's packages (RACE_PKGS) and the daemon's tests that drive the front-ends
 # concurrently (RACE_DAEMON) under -race, the binding (./torch/) under cgocheck2, which checks
-# every Go pointer that crosses into C, and the rest plainly. ./handlers/ runs plainly too:
+# every Go pointer that crosses into C (./onnxrt/ too), and the rest plainly. ./handlers/ runs plainly too:
 # its accuracy gates skip under -race (forwards, which the detector does not see).
 # deploy/validate is its own module (k8s.io/api stays out of go.mod): it decodes the
 # Kubernetes and KServe manifests strictly into the upstream types. bench-smoke runs the
@@ -280,11 +312,11 @@ vet:
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
-TEST_PREREQS := lib models models-int8 vet lint-docker pyclients pyclients-http
-# The packages tested plainly: all but the daemon, the binding and the race packages
+TEST_PREREQS := lib models models-int8 onnxruntime models-onnx vet lint-docker pyclients pyclients-http
+# The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
 MODULE      := github.com/torchd/torchd
-PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
+PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch $(MODULE)/onnxrt,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
 test: setup
 	$(MAKE) -j2 $(TEST_PREREQS)
 	$(MAKE) handler-runtime
@@ -300,7 +332,7 @@ test-daemon:
 test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
-	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/
+	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/
 	$(MAKE) fuzz FUZZTIME=50000x
 
 # The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
@@ -403,4 +435,4 @@ perf-analyzer: build archives
 	bench/perf_analyzer.sh digits_tensor 1:16:4
 
 clean:
-	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(BIN)/libtorchvision.so build
+	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(BIN)/libonnxruntime.so.* build

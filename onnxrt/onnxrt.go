@@ -1,0 +1,177 @@
+package onnxrt
+
+// ONNX Runtime's header comes from third_party/onnxruntime/include (make onnxruntime); the
+// library itself is opened with dlopen (ort.c), so only libdl is linked.
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../third_party/onnxruntime/include -O2 -Wall
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "ort.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// LibraryName is the file name of the ONNX Runtime library the default search looks for.
+const LibraryName = "libonnxruntime.so.1.31.1"
+
+// LibraryEnv names the environment variable that gives the library's path.
+const LibraryEnv = "TORCHD_ONNXRUNTIME_LIB"
+
+var (
+	// ErrNoLibrary is wrapped by the error of Init, NewSession and Version's callers when the
+	// ONNX Runtime library cannot be found or opened.
+	ErrNoLibrary = errors.New("ONNX Runtime library not available")
+	// ErrBadInput is wrapped by Run's errors about its arguments (names, types, shapes, sizes),
+	// whether this package or ONNX Runtime found them, and by NewSession's about Options.
+	ErrBadInput = errors.New("bad input")
+	// ErrBadModel is wrapped by NewSession's errors about the model file: unreadable,
+	// truncated, an invalid graph, external data that is missing or outside its folder.
+	ErrBadModel = errors.New("bad model")
+	// ErrClosed is returned by calls on a closed Session.
+	ErrClosed = errors.New("onnxrt: session is closed")
+)
+
+// Error is an error from ONNX Runtime (or the library loader). Code is ONNX Runtime's
+// OrtErrorCode name ("INVALID_ARGUMENT", "INVALID_PROTOBUF", ...), empty for the wrapper's own.
+type Error struct {
+	Op   string
+	Code string
+	Msg  string
+	kind error
+}
+
+func (e *Error) Error() string { return "onnxrt: " + e.Op + ": " + e.Msg }
+
+// Unwrap gives ErrBadInput, ErrBadModel or ErrNoLibrary where the error is one of those.
+func (e *Error) Unwrap() error { return e.kind }
+
+var codeNames = []string{"OK", "FAIL", "INVALID_ARGUMENT", "NO_SUCHFILE", "NO_MODEL", "ENGINE_ERROR",
+	"RUNTIME_EXCEPTION", "INVALID_PROTOBUF", "MODEL_LOADED", "NOT_IMPLEMENTED", "INVALID_GRAPH",
+	"EP_FAIL", "MODEL_LOAD_CANCELED", "MODEL_REQUIRES_COMPILATION", "NOT_FOUND"}
+
+// sourceLocation matches what ONNX Runtime's exceptions put before their message: a source
+// file and line, then the function ("tensorprotoutils.cc:1534 ValidateEmbedded... " or
+// "/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) "), which means nothing
+// to a user.
+var sourceLocation = regexp.MustCompile(`(?:/[\w/.-]*/)?\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>]+\([^()]*\)(?: const)? |[A-Za-z_][\w:]* )?`)
+
+// cleanMessage drops source locations and stack traces from an ONNX Runtime message.
+func cleanMessage(m string) string {
+	if i := strings.Index(m, "\nStacktrace:"); i >= 0 {
+		m = m[:i]
+	}
+	return strings.TrimSpace(sourceLocation.ReplaceAllString(m, ""))
+}
+
+// statusError turns an ort_error into a Go error and frees it; kind is the sentinel the
+// error wraps when ONNX Runtime's code is INVALID_ARGUMENT (or, for loads, any failure). It
+// is the only place where native errors cross into Go.
+func statusError(op string, e *C.ort_error, kind error) error {
+	if e == nil {
+		return nil
+	}
+	code := int(e.code)
+	err := &Error{Op: op, Msg: cleanMessage(C.GoString(e.msg)), kind: kind}
+	C.ort_error_free(e)
+	if code >= 0 && code < len(codeNames) {
+		err.Code = codeNames[code]
+	}
+	if kind == ErrBadInput && err.Code != "INVALID_ARGUMENT" {
+		err.kind = nil // a failure inside the run, not the caller's arguments
+	}
+	return err
+}
+
+var lib struct {
+	sync.Mutex
+	path string // the library opened, once Init succeeded
+}
+
+// Init opens the ONNX Runtime library and makes the process's ONNX Runtime environment.
+// libPath "" searches: TORCHD_ONNXRUNTIME_LIB, then LibraryName beside the running
+// executable, then in the source tree's bin/. Once it has succeeded, later calls return nil
+// (one library per process; a different libPath then is an error). A failed Init may be
+// retried.
+func Init(libPath string) error {
+	lib.Lock()
+	defer lib.Unlock()
+	if lib.path != "" {
+		if libPath != "" && libPath != lib.path {
+			return &Error{Op: "init", Msg: fmt.Sprintf("ONNX Runtime is already loaded from %s; cannot load %s too", lib.path, libPath)}
+		}
+		return nil
+	}
+	candidates := searchPath(libPath)
+	var tried []string
+	for _, p := range candidates {
+		if _, err := os.Stat(p); err != nil {
+			tried = append(tried, p)
+			continue
+		}
+		cp := C.CString(p)
+		e := C.ort_init(cp)
+		C.free(unsafe.Pointer(cp))
+		if err := statusError("init", e, ErrNoLibrary); err != nil {
+			err.(*Error).Msg = "cannot load " + p + ": " + err.(*Error).Msg
+			return err
+		}
+		lib.path = p
+		return nil
+	}
+	return &Error{Op: "init", kind: ErrNoLibrary, Msg: fmt.Sprintf(
+		"ONNX Runtime library not found (looked for %s); run `make onnxruntime` or set %s to its path",
+		strings.Join(tried, ", "), LibraryEnv)}
+}
+
+// searchPath lists where Init looks for the library, in order.
+func searchPath(libPath string) []string {
+	if libPath != "" {
+		return []string{libPath}
+	}
+	if p := os.Getenv(LibraryEnv); p != "" {
+		return []string{p}
+	}
+	var out []string
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		out = append(out, filepath.Join(filepath.Dir(exe), LibraryName))
+	}
+	// This file's folder at build time, for go test in a checkout (gone under -trimpath).
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		out = append(out, filepath.Join(filepath.Dir(file), "..", "bin", LibraryName))
+	}
+	return out
+}
+
+// LibraryPath is the library Init loaded, or "" before it has.
+func LibraryPath() string {
+	lib.Lock()
+	defer lib.Unlock()
+	return lib.path
+}
+
+// Version is the loaded ONNX Runtime's version ("1.31.1"), or "" before Init has succeeded.
+func Version() string {
+	if LibraryPath() == "" {
+		return ""
+	}
+	v := C.ort_version()
+	if v == nil {
+		return ""
+	}
+	return C.GoString(v)
+}

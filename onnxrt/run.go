@@ -1,0 +1,258 @@
+package onnxrt
+
+/*
+#include <stdlib.h>
+#include "ort.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"runtime"
+	"unsafe"
+)
+
+// Value is a tensor: Data holds its elements little-endian in row-major order, or, for
+// String, Strings holds them (any bytes, NUL included).
+type Value struct {
+	Type    ElemType
+	Shape   []int64
+	Data    []byte
+	Strings [][]byte
+}
+
+// maxElements bounds an input's element count, far above any real tensor, so that a
+// hostile shape cannot overflow the size arithmetic.
+const maxElements = 1 << 48
+
+// elements is the product of shape, or an error for a negative or overflowing one.
+func elements(shape []int64) (int64, error) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("dimension %d is negative", d)
+		}
+		hi, lo := bits.Mul64(uint64(n), uint64(d))
+		if hi != 0 || lo > maxElements {
+			return 0, fmt.Errorf("shape %v has too many elements", shape)
+		}
+		n = int64(lo)
+	}
+	return n, nil
+}
+
+func badInput(format string, args ...any) error {
+	return &Error{Op: "run", kind: ErrBadInput, Msg: fmt.Sprintf(format, args...)}
+}
+
+// check reports what is wrong with v as the model's input t, or nil.
+func check(t TensorInfo, v Value) error {
+	if t.Type == Undefined {
+		return badInput("input %q is not a tensor; this binding runs tensors only", t.Name)
+	}
+	if v.Type != t.Type {
+		return badInput("input %q is %s, not %s", t.Name, t.Type.TensorType(), v.Type.TensorType())
+	}
+	if t.Shape != nil && len(v.Shape) != len(t.Shape) {
+		return badInput("input %q has shape %v; the model takes %d dimensions (%v)", t.Name, v.Shape, len(t.Shape), t.Shape)
+	}
+	for i, d := range t.Shape {
+		if d >= 0 && v.Shape[i] != d {
+			return badInput("input %q has shape %v; the model takes %v (-1: any)", t.Name, v.Shape, t.Shape)
+		}
+	}
+	n, err := elements(v.Shape)
+	if err != nil {
+		return badInput("input %q: %v", t.Name, err)
+	}
+	if v.Type == String {
+		if int64(len(v.Strings)) != n {
+			return badInput("input %q has shape %v, %d strings, but %d given", t.Name, v.Shape, n, len(v.Strings))
+		}
+		return nil
+	}
+	size := v.Type.Size()
+	if size == 0 {
+		return badInput("input %q: %s tensors are not supported", t.Name, v.Type)
+	}
+	if n > math.MaxInt64/int64(size) || int64(len(v.Data)) != n*int64(size) {
+		return badInput("input %q has shape %v and type %s, %d bytes, but %d given", t.Name, v.Shape, v.Type, n*int64(size), len(v.Data))
+	}
+	return nil
+}
+
+// Run runs the model on inputs (named by inputNames, one each; every model input once) and
+// returns the outputs named by outputNames, all of them in the graph's order if it is empty.
+// Inputs are read in place and must not change during the call; outputs are the caller's.
+func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string) ([]Value, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.ptr == nil {
+		return nil, ErrClosed
+	}
+	if len(inputNames) != len(inputs) {
+		return nil, badInput("%d input names for %d inputs", len(inputNames), len(inputs))
+	}
+	if len(inputs) != len(s.inputs) {
+		return nil, badInput("%d inputs given; the model takes %d (%s)", len(inputs), len(s.inputs), names(s.inputs))
+	}
+	seen := make([]bool, len(s.inputs))
+	cin := make([]C.ort_input, len(inputs))
+	cinNames := make([]*C.char, len(inputs))
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	for i, name := range inputNames {
+		k, ok := s.inIdx[name]
+		if !ok {
+			return nil, badInput("the model has no input %q; its inputs are %s", name, names(s.inputs))
+		}
+		if seen[k] {
+			return nil, badInput("input %q is given twice", name)
+		}
+		seen[k] = true
+		v := inputs[i]
+		if err := check(s.inputs[k], v); err != nil {
+			return nil, err
+		}
+		cinNames[i] = s.inNames[k]
+		in := &cin[i]
+		in.elem = C.int(v.Type)
+		in.ndims = C.size_t(len(v.Shape))
+		if len(v.Shape) > 0 {
+			pin.Pin(&v.Shape[0])
+			in.shape = (*C.int64_t)(unsafe.Pointer(&v.Shape[0]))
+		}
+		if v.Type == String {
+			if len(v.Strings) > 0 {
+				// The pointers to each string live in Go memory, pinned with their strings.
+				ptrs := make([]*C.char, len(v.Strings))
+				lens := make([]C.size_t, len(v.Strings))
+				for j, b := range v.Strings {
+					if len(b) > 0 {
+						pin.Pin(&b[0])
+						ptrs[j] = (*C.char)(unsafe.Pointer(&b[0]))
+					}
+					lens[j] = C.size_t(len(b))
+				}
+				pin.Pin(&ptrs[0])
+				pin.Pin(&lens[0])
+				in.strs = &ptrs[0]
+				in.str_lens = &lens[0]
+				in.nstrs = C.size_t(len(v.Strings))
+			}
+		} else if len(v.Data) > 0 {
+			pin.Pin(&v.Data[0])
+			in.data = unsafe.Pointer(&v.Data[0])
+			in.nbytes = C.size_t(len(v.Data))
+		}
+	}
+	outIdx := make([]int, 0, len(s.outputs))
+	if len(outputNames) == 0 {
+		for k := range s.outputs {
+			outIdx = append(outIdx, k)
+		}
+	}
+	for _, name := range outputNames {
+		k, ok := s.outIdx[name]
+		if !ok {
+			return nil, badInput("the model has no output %q; its outputs are %s", name, names(s.outputs))
+		}
+		outIdx = append(outIdx, k)
+	}
+	coutNames := make([]*C.char, len(outIdx))
+	for i, k := range outIdx {
+		coutNames[i] = s.outNames[k]
+	}
+	couts := make([]*C.OrtValue, len(outIdx))
+	var pIn *C.ort_input
+	var pInNames, pOutNames **C.char
+	var pOuts **C.OrtValue
+	if len(cin) > 0 {
+		pIn, pInNames = &cin[0], &cinNames[0]
+	}
+	if len(couts) > 0 {
+		pOutNames, pOuts = &coutNames[0], &couts[0]
+	}
+	e := C.ort_run(s.ptr, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
+	if err := statusError("run", e, ErrBadInput); err != nil {
+		return nil, err
+	}
+	out := make([]Value, len(couts))
+	var err error
+	for i, v := range couts {
+		if err == nil {
+			out[i], err = readValue(v)
+			if err != nil {
+				err = fmt.Errorf("output %q: %w", s.outputs[outIdx[i]].Name, err)
+			}
+		}
+		C.ort_value_free(v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readValue copies a tensor's type, shape and elements into Go memory.
+func readValue(v *C.OrtValue) (Value, error) {
+	var elem C.int
+	var ndims, count C.size_t
+	var dims [8]C.int64_t
+	if err := statusError("read output", C.ort_value_shape(v, &elem, &ndims, &dims[0], C.size_t(len(dims)), &count), nil); err != nil {
+		return Value{}, err
+	}
+	shape := make([]int64, int(ndims))
+	if int(ndims) <= len(dims) {
+		for i := range shape {
+			shape[i] = int64(dims[i])
+		}
+	} else {
+		big := make([]C.int64_t, int(ndims))
+		if err := statusError("read output", C.ort_value_shape(v, &elem, &ndims, &big[0], C.size_t(len(big)), &count), nil); err != nil {
+			return Value{}, err
+		}
+		for i := range shape {
+			shape[i] = int64(big[i])
+		}
+	}
+	out := Value{Type: ElemType(elem), Shape: shape}
+	n := int(count)
+	if out.Type == String {
+		out.Strings = make([][]byte, n)
+		if n == 0 {
+			return out, nil
+		}
+		offsets := make([]C.size_t, n)
+		var buf *C.char
+		var total C.size_t
+		if err := statusError("read output", C.ort_value_strings(v, count, &buf, &total, &offsets[0]), nil); err != nil {
+			return Value{}, err
+		}
+		all := C.GoBytes(unsafe.Pointer(buf), C.int(total))
+		C.free(unsafe.Pointer(buf))
+		for i := range out.Strings {
+			end := len(all)
+			if i+1 < n {
+				end = int(offsets[i+1])
+			}
+			out.Strings[i] = all[int(offsets[i]):end:end]
+		}
+		return out, nil
+	}
+	size := out.Type.Size()
+	if size == 0 {
+		return Value{}, &Error{Op: "read output", Msg: fmt.Sprintf("%s tensors are not supported", out.Type)}
+	}
+	out.Data = make([]byte, n*size)
+	if n > 0 {
+		var p unsafe.Pointer
+		if err := statusError("read output", C.ort_value_data(v, &p), nil); err != nil {
+			return Value{}, err
+		}
+		copy(out.Data, unsafe.Slice((*byte)(p), n*size))
+	}
+	return out, nil
+}
