@@ -86,10 +86,10 @@ func TestONNXHostileModels(t *testing.T) {
 		names = append(names, name)
 		dir := filepath.Join(repo, name)
 		copyFile(t, filepath.Join(hostile, e.Name()), filepath.Join(dir, "1", "model.onnx"))
-		// Data files beside a model (external data) go with it.
-		if data, err := filepath.Glob(filepath.Join(hostile, name+".onnx.*")); err == nil {
-			for _, d := range data {
-				copyFile(t, d, filepath.Join(dir, "1", filepath.Base(d)))
+		// The data files beside the models (external data) go with each.
+		for _, d := range entries {
+			if !d.IsDir() && !strings.HasSuffix(d.Name(), ".onnx") {
+				copyFile(t, filepath.Join(hostile, d.Name()), filepath.Join(dir, "1", d.Name()))
 			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, "config.pbtxt"), []byte(`platform: "onnxruntime_onnx"`+"\n"), 0o644); err != nil {
