@@ -88,17 +88,24 @@ var storeExtras = map[string][]string{}
 // instead of its TorchScript file.
 var storePackages []storeArchive
 
+// storeONNX are built like storeArchives, from an ONNX file (model.onnx) of the zoo.
+var storeONNX []storeArchive
+
 // buildStore writes the archives with the archive package, as `make archives` does with
 // `torchd archive`. Extra files are every file of models/out/<zoo> that the archive needs:
 // index_to_name.json, vocabularies and sentence-transformers configs (st/).
 func buildStore(dir string) error {
 	serialized := map[*storeArchive]string{}
-	all := make([]storeArchive, 0, len(storeArchives)+len(storePackages))
-	all = append(append(all, storeArchives...), storePackages...)
+	all := make([]storeArchive, 0, len(storeArchives)+len(storePackages)+len(storeONNX))
+	all = append(append(append(all, storeArchives...), storePackages...), storeONNX...)
 	for i := range all {
-		serialized[&all[i]] = "model.pt"
-		if i >= len(storeArchives) {
+		switch {
+		case i >= len(storeArchives)+len(storePackages):
+			serialized[&all[i]] = "model.onnx"
+		case i >= len(storeArchives):
 			serialized[&all[i]] = "model.pt2"
+		default:
+			serialized[&all[i]] = "model.pt"
 		}
 	}
 	// Under -race, deflating the archives in this race-instrumented process takes a minute;

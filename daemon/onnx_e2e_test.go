@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"encoding/json"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,4 +117,63 @@ func TestONNXHostileModels(t *testing.T) {
 		t.Errorf("the good model beside them: %q\n%s", idx["onnx-mnist-cpu 1"], s.Log())
 	}
 	s.waitHealthy(t)
+}
+
+func init() {
+	// The zoo's trained digits CNN exported to ONNX (models/onnx_digits.py), with the
+	// TorchScript archive's config: the image_classifier handler in front of ONNX Runtime.
+	storeONNX = append(storeONNX, storeArchive{"digits_onnx", "onnx_digits", "digits", "1.0", ""})
+}
+
+// TestONNXArchive serves the digits CNN twice, from its TorchScript archive and from an
+// archive of its ONNX export with the same config: over TorchServe's REST API each held-out
+// PNG gets the same labels in the same order with probabilities within 1e-5, and over the Open
+// Inference Protocol the same tensor gets the same scores.
+func TestONNXArchive(t *testing.T) {
+	s := startServer(t, "--models", "digits=digits.mar,digits_onnx=digits_onnx.mar")
+	s.waitHealthy(t)
+	var desc []struct {
+		Runtime string
+		Workers []struct{ ID string }
+	}
+	do(t, "GET", s.mgmt+"/models/digits_onnx", "", nil).json(t, &desc)
+	if len(desc) != 1 || desc[0].Runtime != "onnxruntime" || len(desc[0].Workers) == 0 {
+		t.Errorf("describe: %+v, want runtime onnxruntime with workers", desc)
+	}
+	imgs, _ := heldOut(t)
+	for i, img := range imgs[:min(len(imgs), 20)] {
+		var want, got map[string]float64
+		do(t, "POST", s.inf+"/predictions/digits", "image/png", img).json(t, &want)
+		r := do(t, "POST", s.inf+"/predictions/digits_onnx", "image/png", img)
+		if r.status != 200 {
+			t.Fatalf("image %d: %d %s", i, r.status, r.body)
+		}
+		r.json(t, &got)
+		if len(got) != len(want) {
+			t.Fatalf("image %d: ONNX %v, TorchScript %v", i, got, want)
+		}
+		for label, p := range want {
+			if q, ok := got[label]; !ok || math.Abs(p-q) > 1e-5 {
+				t.Errorf("image %d: ONNX %v, TorchScript %v", i, got, want)
+				break
+			}
+		}
+	}
+	x := digitsInput(1)
+	infer := func(model string) []float64 {
+		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input__0", "shape": []int{1, 1, 28, 28}, "datatype": "FP32", "data": x}}})
+		r := do(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/json", body)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", model, r.status, r.body)
+		}
+		var out struct{ Outputs []struct{ Data []float64 } }
+		r.json(t, &out)
+		if len(out.Outputs) != 1 {
+			t.Fatalf("%s: %s", model, r.body)
+		}
+		return out.Outputs[0].Data
+	}
+	if a, b := infer("digits"), infer("digits_onnx"); !near(a, b, 1e-5) {
+		t.Errorf("v2 infer: ONNX %v, TorchScript %v", b, a)
+	}
 }
