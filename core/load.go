@@ -292,8 +292,13 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 			if err != nil {
 				return nil, err
 			}
-			// The product is checked as a whole: each dimension alone may be in range.
-			n, err := archive.SampleBytes(in.Shape, int64(dt.Size()))
+			// The product is checked as a whole: each dimension alone may be in range. A
+			// string element of zeros is an empty string: its 4-byte length, 0.
+			size := int64(dt.Size())
+			if dt == torch.Bytes {
+				size = 4
+			}
+			n, err := archive.SampleBytes(in.Shape, size)
 			if err != nil {
 				return nil, fmt.Errorf("input %q: %v", in.Name, err)
 			}

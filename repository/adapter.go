@@ -422,7 +422,8 @@ func zeros(dtype string, shape []int64) (handlers.Tensor, error) {
 			return handlers.Tensor{}, fmt.Errorf("dims %v have a variable dimension: give the warm-up's size", shape)
 		}
 	}
-	n, err := archive.SampleBytes(shape, int64(dt.Size()))
+	// A string element of zeros is an empty string: its 4-byte length, 0.
+	n, err := archive.SampleBytes(shape, int64(max(dt.Size(), 4*btoi(dt == torch.Bytes))))
 	if err != nil {
 		return handlers.Tensor{}, err
 	}
@@ -433,6 +434,9 @@ func zeros(dtype string, shape []int64) (handlers.Tensor, error) {
 // which every model takes (a random bit pattern would be NaNs and out-of-range indices).
 func fillRandom(x handlers.Tensor) {
 	size := x.DType.Size()
+	if size == 0 {
+		return // strings stay empty
+	}
 	for off := 0; off+size <= len(x.Data); off += size {
 		f := rand.Float64()
 		switch x.DType {
@@ -507,4 +511,11 @@ func (t *Adapter) Config(v *core.ModelVersion) *inference.ModelConfig {
 		}
 	}
 	return c
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -16,11 +16,16 @@ const (
 	Uint8    DType = 7
 	Int8     DType = 8
 	Bool     DType = 9
+	// Bytes is not a LibTorch type: a tensor of byte strings (Triton's BYTES, TYPE_STRING;
+	// ONNX's string), each element a 4-byte little-endian length and its bytes, as Triton's
+	// binary protocol lays them out. Runtimes that take strings (ONNX Runtime, handler
+	// processes) read them; LibTorch refuses them.
+	Bytes DType = 100
 )
 
 var dtypeNames = map[DType]string{
 	Float32: "float32", Float16: "float16", BFloat16: "bfloat16", Float64: "float64",
-	Int64: "int64", Int32: "int32", Uint8: "uint8", Int8: "int8", Bool: "bool",
+	Int64: "int64", Int32: "int32", Uint8: "uint8", Int8: "int8", Bool: "bool", Bytes: "string",
 }
 
 var dtypeSizes = map[DType]int{
