@@ -44,6 +44,11 @@ func onnxRepo(t testing.TB) string {
 	for _, m := range []string{"mnist/onnx-mnist-cpu", "encoder/image_encoder", "bert/transformer_onnx_model"} {
 		copyTree(t, filepath.Join(onnxDir, "repos", m), filepath.Join(repo, filepath.Base(m)))
 	}
+	// One Identity per type, under a config of one line: Triton's auto-complete fills it in.
+	copyFile(t, filepath.Join(onnxDir, "types", "model.onnx"), filepath.Join(repo, "onnx-types", "1", "model.onnx"))
+	if err := os.WriteFile(filepath.Join(repo, "onnx-types", "config.pbtxt"), []byte(`platform: "onnxruntime_onnx"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return repo
 }
 

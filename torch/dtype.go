@@ -21,15 +21,17 @@ const (
 	// binary protocol lays them out. Runtimes that take strings (ONNX Runtime, handler
 	// processes) read them; LibTorch refuses them.
 	Bytes DType = 100
+	// Int16 is a tensor type of ONNX models; torchd's LibTorch binding has no code for it.
+	Int16 DType = 101
 )
 
 var dtypeNames = map[DType]string{
 	Float32: "float32", Float16: "float16", BFloat16: "bfloat16", Float64: "float64",
-	Int64: "int64", Int32: "int32", Uint8: "uint8", Int8: "int8", Bool: "bool", Bytes: "string",
+	Int64: "int64", Int32: "int32", Uint8: "uint8", Int8: "int8", Bool: "bool", Bytes: "string", Int16: "int16",
 }
 
 var dtypeSizes = map[DType]int{
-	Float32: 4, Float16: 2, BFloat16: 2, Float64: 8, Int64: 8, Int32: 4, Uint8: 1, Int8: 1, Bool: 1,
+	Float32: 4, Float16: 2, BFloat16: 2, Float64: 8, Int64: 8, Int32: 4, Uint8: 1, Int8: 1, Bool: 1, Int16: 2,
 }
 
 func (d DType) String() string {

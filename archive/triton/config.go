@@ -19,6 +19,7 @@ var dtypes = map[inference.DataType]string{
 	inference.DataType_TYPE_INT32: "int32", inference.DataType_TYPE_INT64: "int64",
 	inference.DataType_TYPE_FP16: "float16", inference.DataType_TYPE_BF16: "bfloat16",
 	inference.DataType_TYPE_FP32: "float32", inference.DataType_TYPE_FP64: "float64",
+	inference.DataType_TYPE_STRING: "string", inference.DataType_TYPE_INT16: "int16",
 }
 
 // DataType is the config data type of archive's dtype name (TYPE_INVALID for none).
@@ -39,7 +40,7 @@ func DType(t inference.DataType) (string, error) {
 	if t == inference.DataType_TYPE_INVALID {
 		return "", errors.New("data_type is not set")
 	}
-	return "", fmt.Errorf("%w: data_type %s has no LibTorch tensor type in torchd (it serves BOOL, UINT8, INT8, INT32, INT64, FP16, BF16, FP32 and FP64)", ErrUnsupported, t)
+	return "", fmt.Errorf("%w: data_type %s has no tensor type in torchd (it serves BOOL, UINT8, INT8, INT32, INT64, FP16, BF16, FP32, FP64 and, outside LibTorch, STRING)", ErrUnsupported, t)
 }
 
 // The PyTorch backend's parameters, and what torchd does with each.

@@ -255,6 +255,19 @@ func (m *Model) check() (string, error) {
 	if c.GetModelTransactionPolicy().GetDecoupled() {
 		return "", fmt.Errorf("%w: a decoupled model (several responses per request)", ErrUnsupported)
 	}
+	// Strings are for the runtimes that take them (ONNX Runtime, Python, ensembles of them).
+	if c.Platform == PlatformLibTorch || c.Platform == PlatformAOTI || c.Backend == BackendPyTorch {
+		for _, in := range c.Input {
+			if in.DataType == inference.DataType_TYPE_STRING {
+				return "", fmt.Errorf("%w: input %q: TYPE_STRING has no LibTorch tensor type; tokenize in a Python model or an ONNX graph before it (an ensemble)", ErrUnsupported, in.Name)
+			}
+		}
+		for _, out := range c.Output {
+			if out.DataType == inference.DataType_TYPE_STRING {
+				return "", fmt.Errorf("%w: output %q: TYPE_STRING has no LibTorch tensor type", ErrUnsupported, out.Name)
+			}
+		}
+	}
 	// ONNX Runtime's backend completes a config without inputs and outputs from the graph
 	// (Triton's auto-complete); the PyTorch backend cannot.
 	if len(c.Input) == 0 && !IsONNX(c) {

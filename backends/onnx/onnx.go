@@ -5,6 +5,7 @@
 package onnx
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -220,6 +221,13 @@ func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor,
 			return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("input %q: type %s is not an ONNX tensor type torchd feeds", m.inNames[i], t.DType)}
 		}
 		vals[i] = onnxrt.Value{Type: et, Shape: t.Shape, Data: t.Data}
+		if et == onnxrt.String {
+			strs, err := SplitStrings(t.Data)
+			if err != nil {
+				return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("input %q: %v", m.inNames[i], err)}
+			}
+			vals[i] = onnxrt.Value{Type: et, Shape: t.Shape, Strings: strs}
+		}
 	}
 	res, err := s.Run(m.inNames, vals, m.outNames)
 	if err != nil {
@@ -234,7 +242,11 @@ func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor,
 		if !ok {
 			return nil, fmt.Errorf("output %q is of type %s, which torchd does not serve", m.outNames[i], v.Type)
 		}
-		out[i] = handlers.Tensor{DType: dt, Shape: v.Shape, Data: v.Data, Name: m.outNames[i]}
+		data := v.Data
+		if v.Type == onnxrt.String {
+			data = JoinStrings(v.Strings)
+		}
+		out[i] = handlers.Tensor{DType: dt, Shape: v.Shape, Data: data, Name: m.outNames[i]}
 	}
 	return out, nil
 }
@@ -356,6 +368,21 @@ func split(out []handlers.Tensor, batch []*handlers.Sample, rows []int64) ([][]h
 		if len(o.Shape) == 0 || o.Shape[0] != total {
 			return nil, fmt.Errorf("output %q has shape %v, not %d rows first: the model does not batch along its first dimension (set max_batch_size: 0 or batch_size 1)", o.Name, o.Shape, total)
 		}
+		if o.DType == torch.Bytes {
+			// Strings differ in length: split by elements.
+			strs, err := SplitStrings(o.Data)
+			if err != nil {
+				return nil, fmt.Errorf("output %q: %v", o.Name, err)
+			}
+			per := int64(len(strs)) / total
+			var at int64
+			for i, r := range rows {
+				t := handlers.Tensor{DType: o.DType, Name: o.Name, Shape: append([]int64{r}, o.Shape[1:]...), Data: JoinStrings(strs[at*per : (at+r)*per])}
+				res[i] = append(res[i], t)
+				at += r
+			}
+			continue
+		}
 		rowBytes := int64(len(o.Data)) / total
 		var at int64
 		for i, r := range rows {
@@ -389,7 +416,7 @@ var (
 	dtypeOf = map[onnxrt.ElemType]torch.DType{
 		onnxrt.Float32: torch.Float32, onnxrt.Float16: torch.Float16, onnxrt.BFloat16: torch.BFloat16,
 		onnxrt.Float64: torch.Float64, onnxrt.Int64: torch.Int64, onnxrt.Int32: torch.Int32,
-		onnxrt.Uint8: torch.Uint8, onnxrt.Int8: torch.Int8, onnxrt.Bool: torch.Bool,
+		onnxrt.Uint8: torch.Uint8, onnxrt.Int8: torch.Int8, onnxrt.Bool: torch.Bool, onnxrt.String: torch.Bytes, onnxrt.Int16: torch.Int16,
 	}
 	elemOf = func() map[torch.DType]onnxrt.ElemType {
 		m := map[torch.DType]onnxrt.ElemType{}
@@ -401,5 +428,37 @@ var (
 )
 
 func servedTypes() string {
-	return "float, float16, bfloat16, double, int64, int32, uint8, int8 and bool"
+	return "float, float16, bfloat16, double, int64, int32, int16, uint8, int8, bool and string"
+}
+
+// SplitStrings reads a tensor of strings in Triton's layout (torch.Bytes): each element a
+// 4-byte little-endian length and its bytes.
+func SplitStrings(data []byte) ([][]byte, error) {
+	var out [][]byte
+	for len(data) > 0 {
+		if len(data) < 4 {
+			return nil, errors.New("a string element is cut short")
+		}
+		n := binary.LittleEndian.Uint32(data)
+		if uint64(n) > uint64(len(data)-4) {
+			return nil, fmt.Errorf("a string element's length %d runs past the data", n)
+		}
+		out = append(out, data[4:4+n])
+		data = data[4+n:]
+	}
+	return out, nil
+}
+
+// JoinStrings lays strings out as SplitStrings reads them.
+func JoinStrings(strs [][]byte) []byte {
+	n := 0
+	for _, s := range strs {
+		n += 4 + len(s)
+	}
+	out := make([]byte, 0, n)
+	for _, s := range strs {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(s)))
+		out = append(out, s...)
+	}
+	return out
 }

@@ -58,6 +58,41 @@ def check(what, got, want):
         print(f"{what}: {name} {list(g.shape)} max |diff| {diff:.2g}")
 
 
+def check_types(http, grpc):
+    """onnx-types: a config of one line (platform only), completed from the graph; each type
+    goes in and comes back out unchanged, strings included, over both protocols."""
+    meta = http.get_model_metadata("onnx-types")
+    got = sorted((i["name"], i["datatype"]) for i in meta["inputs"])
+    print(f"onnx-types: completed inputs {got}")
+    rng = np.random.default_rng(1)
+    values = {
+        "fp32": ("FP32", rng.standard_normal((2, 3)).astype(np.float32)),
+        "fp16": ("FP16", rng.standard_normal((2, 3)).astype(np.float16)),
+        "bf16": ("BF16", np.array([[1.0, -2.5, 0.15625], [3.0, 0.0, -1.0]], dtype=np.float32)),
+        "fp64": ("FP64", rng.standard_normal((2, 3))),
+        "int64": ("INT64", np.array([[1, -2, 3], [2**40, -(2**40), 0]], dtype=np.int64)),
+        "int32": ("INT32", np.array([[1, -2, 3], [2**30, -(2**30), 0]], dtype=np.int32)),
+        "int16": ("INT16", np.array([[1, -2, 3], [32767, -32768, 0]], dtype=np.int16)),
+        "int8": ("INT8", np.array([[1, -2, 3], [127, -128, 0]], dtype=np.int8)),
+        "uint8": ("UINT8", np.array([[1, 2, 3], [255, 0, 7]], dtype=np.uint8)),
+        "bool": ("BOOL", np.array([[True, False, True], [False, False, True]])),
+        "string": ("BYTES", np.array([[b"a", b"", "\u00e9t\u00e9".encode()], [b"x" * 300, b"\x00\x01", b"z"]], dtype=np.object_)),
+    }
+    for mod, client, proto in ((httpclient, http, "HTTP"), (grpcclient, grpc, "gRPC")):
+        inputs, outputs = [], []
+        for t, (dt, x) in values.items():
+            i = mod.InferInput(f"in_{t}", list(x.shape), dt)
+            i.set_data_from_numpy(x)
+            inputs.append(i)
+            outputs.append(mod.InferRequestedOutput(f"out_{t}"))
+        r = client.infer("onnx-types", inputs, outputs=outputs)
+        for t, (dt, x) in values.items():
+            y = r.as_numpy(f"out_{t}")
+            if y is None or y.shape != x.shape or not np.array_equal(y.astype(x.dtype) if dt != "BYTES" else y, x):
+                sys.exit(f"onnx-types {proto}: out_{t} is {y!r}, want {x!r}")
+        print(f"onnx-types {proto}: every type round-trips")
+
+
 def main():
     http_url, grpc_url, onnx_dir = sys.argv[1:4]
     http = httpclient.InferenceServerClient(http_url, concurrency=8)
@@ -91,6 +126,7 @@ def main():
             r = rq.get_result()
             check(f"image_encoder {name} row {i} alone, concurrently", {n: r.as_numpy(n) for n in outs},
                   {k: v[i:i + 1] for k, v in outs.items()})
+    check_types(http, grpc)
     stats = http.get_inference_statistics("image_encoder")["model_stats"][0]
     print(f"image_encoder: {stats['inference_count']} inferences in {stats['execution_count']} executions")
     print("OK")

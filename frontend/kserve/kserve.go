@@ -150,11 +150,12 @@ func (a *API) v2ModelReady(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	ctx.SetStatusCode(200)
 }
 
-// datatypes maps the protocol's datatypes to LibTorch's; UINT16/32/64 and BYTES have no
-// LibTorch 1.13 tensor type.
+// datatypes maps the protocol's datatypes to torchd's tensor types; UINT16/32/64 have none.
+// BYTES is a tensor of strings (torch.Bytes, the protocol's own layout), which the runtimes
+// that take strings read (ONNX Runtime, Triton's Python backend) and LibTorch refuses.
 var datatypes = map[string]torch.DType{
 	"BOOL": torch.Bool, "UINT8": torch.Uint8, "INT8": torch.Int8, "INT32": torch.Int32, "INT64": torch.Int64,
-	"FP16": torch.Float16, "BF16": torch.BFloat16, "FP32": torch.Float32, "FP64": torch.Float64,
+	"FP16": torch.Float16, "BF16": torch.BFloat16, "FP32": torch.Float32, "FP64": torch.Float64, "BYTES": torch.Bytes, "INT16": torch.Int16,
 }
 
 func datatypeOf(dt torch.DType) string {
