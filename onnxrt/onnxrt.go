@@ -120,6 +120,10 @@ func Init(libPath string) error {
 			tried = append(tried, p)
 			continue
 		}
+		// dlopen searches the system's folders for a name without a slash, not the working one.
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
 		cp := C.CString(p)
 		e := C.ort_init(cp)
 		C.free(unsafe.Pointer(cp))
