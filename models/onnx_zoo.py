@@ -39,7 +39,11 @@ Files (each model in OUT/onnx/<name>/):
                                 instances; 1/model.onnx.
     bert/transformer_onnx_model/  transformer-deploy's layout: onnxruntime_onnx,
                                 default_model_filename model.bin, max_batch_size 0, int64
-                                [-1,-1] inputs; 1/model.bin.
+                                [-1,-1] inputs (listed in another order than the graph's);
+                                1/model.bin.
+    hostile/truncated/, hostile/huge_initializer/, hostile/parent_external/
+                                onnxruntime_onnx models whose 1/model.onnx is that hostile file
+                                (float `in` [-1] -> `out` [-1]): each must be refused.
 
 Usage: .venv/bin/python models/onnx_zoo.py --out DIR   (make models-onnx, a few seconds)
 """
@@ -324,6 +328,14 @@ def build_repos(d, out):
                 + io_block("output", [("output", "TYPE_FP32", [-1, 2])])
                 + "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n",
                 os.path.join(out, "bert", "model.bin"), "model.bin")
+    # Hostile files a repository might hold, each as a model of its own, to be refused while
+    # the repository's other models serve.
+    for name in ("truncated", "huge_initializer", "parent_external"):
+        triton_repo(os.path.join(d, "hostile"), name,
+                    f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+                    + io_block("input", [("in", "TYPE_FP32", [-1])])
+                    + io_block("output", [("out", "TYPE_FP32", [-1])]),
+                    os.path.join(out, "hostile", f"{name}.onnx"), "model.onnx")
 
 
 def main():
