@@ -20,6 +20,8 @@ Files (each model in OUT/onnx/<name>/):
                         fp32, fp16, bf16, fp64, int64, int32, int16, int8, uint8, bool, string.
   shapes/model.onnx     Identity on `any` (float, no declared shape: any rank) and `scalar`
                         (float, rank 0).
+  sequence/seq_in.onnx  SequenceLength of a sequence of float tensors `s` -> int64 `n`;
+  sequence/seq_out.onnx SplitToSequence of float `x` [n] -> a sequence `s`.
   external/model.onnx   an MLP float32 [N,16] `x` -> [N,4] `y` whose weights are external data in
                         model.onnx.data beside it.
   <name>/refs.json      {"cases": [{"name", "inputs": {tensor: file.npy}, "outputs": {...}}]}
@@ -228,6 +230,21 @@ def build_shapes(d):
     onnx.save(model, os.path.join(d, "model.onnx"))
 
 
+def build_sequence(d):
+    """Sequences, which the binding does not run: one as an input, one as an output."""
+    seq = helper.make_tensor_sequence_value_info
+    for name, node, inp, out in (
+            ("seq_in.onnx", helper.make_node("SequenceLength", ["s"], ["n"]),
+             seq("s", TensorProto.FLOAT, None), helper.make_tensor_value_info("n", TensorProto.INT64, [])),
+            ("seq_out.onnx", helper.make_node("SplitToSequence", ["x"], ["s"], keepdims=0),
+             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]), seq("s", TensorProto.FLOAT, None))):
+        model = helper.make_model(helper.make_graph([node], "sequence", [inp], [out]),
+                                  opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                                  ir_version=IR_VERSION)
+        onnx.checker.check_model(model)
+        onnx.save(model, os.path.join(d, name))
+
+
 def build_external(d):
     torch.manual_seed(SEED + 3)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -342,7 +359,8 @@ def main():
     args = common.parse_args(__doc__.splitlines()[0])
     with common.model_dir(args.out, NAME) as d:
         for name, build in [("mnist", build_mnist), ("encoder", build_encoder), ("bert", build_bert),
-                            ("types", build_types), ("shapes", build_shapes), ("external", build_external)]:
+                            ("types", build_types), ("shapes", build_shapes), ("sequence", build_sequence),
+                            ("external", build_external)]:
             os.makedirs(os.path.join(d, name))
             build(os.path.join(d, name))
         os.makedirs(os.path.join(d, "hostile"))

@@ -206,7 +206,7 @@ ort_error *ort_value_shape(const OrtValue *v, int *elem, size_t *ndims, int64_t 
   enum ONNXType t = ONNX_TYPE_UNKNOWN;
   OrtStatus *st = api->GetValueType(v, &t);
   if (st != NULL) return from_status(st);
-  if (t != ONNX_TYPE_TENSOR) return new_error(-1, "the output is not a tensor (a sequence, map or optional)");
+  if (t != ONNX_TYPE_TENSOR) return new_error(-1, "is not a tensor (a sequence, map or optional); this binding reads tensors only");
   OrtTensorTypeAndShapeInfo *tsi = NULL;
   enum ONNXTensorElementDataType e = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   st = api->GetTensorTypeAndShape(v, &tsi);

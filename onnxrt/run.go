@@ -184,8 +184,8 @@ func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string)
 	for i, v := range couts {
 		if err == nil {
 			out[i], err = readValue(v)
-			if err != nil {
-				err = fmt.Errorf("output %q: %w", s.outputs[outIdx[i]].Name, err)
+			if e, ok := err.(*Error); ok {
+				e.Msg = fmt.Sprintf("output %q %s", s.outputs[outIdx[i]].Name, e.Msg)
 			}
 		}
 		C.ort_value_free(v)
@@ -201,7 +201,7 @@ func readValue(v *C.OrtValue) (Value, error) {
 	var elem C.int
 	var ndims, count C.size_t
 	var dims [8]C.int64_t
-	if err := statusError("read output", C.ort_value_shape(v, &elem, &ndims, &dims[0], C.size_t(len(dims)), &count), nil); err != nil {
+	if err := statusError("run", C.ort_value_shape(v, &elem, &ndims, &dims[0], C.size_t(len(dims)), &count), nil); err != nil {
 		return Value{}, err
 	}
 	shape := make([]int64, int(ndims))
@@ -211,7 +211,7 @@ func readValue(v *C.OrtValue) (Value, error) {
 		}
 	} else {
 		big := make([]C.int64_t, int(ndims))
-		if err := statusError("read output", C.ort_value_shape(v, &elem, &ndims, &big[0], C.size_t(len(big)), &count), nil); err != nil {
+		if err := statusError("run", C.ort_value_shape(v, &elem, &ndims, &big[0], C.size_t(len(big)), &count), nil); err != nil {
 			return Value{}, err
 		}
 		for i := range shape {
@@ -228,7 +228,7 @@ func readValue(v *C.OrtValue) (Value, error) {
 		offsets := make([]C.size_t, n)
 		var buf *C.char
 		var total C.size_t
-		if err := statusError("read output", C.ort_value_strings(v, count, &buf, &total, &offsets[0]), nil); err != nil {
+		if err := statusError("run", C.ort_value_strings(v, count, &buf, &total, &offsets[0]), nil); err != nil {
 			return Value{}, err
 		}
 		all := C.GoBytes(unsafe.Pointer(buf), C.int(total))
@@ -244,12 +244,12 @@ func readValue(v *C.OrtValue) (Value, error) {
 	}
 	size := out.Type.Size()
 	if size == 0 {
-		return Value{}, &Error{Op: "read output", Msg: fmt.Sprintf("%s tensors are not supported", out.Type)}
+		return Value{}, &Error{Op: "run", Msg: fmt.Sprintf("is of type %s, which this binding does not read", out.Type)}
 	}
 	out.Data = make([]byte, n*size)
 	if n > 0 {
 		var p unsafe.Pointer
-		if err := statusError("read output", C.ort_value_data(v, &p), nil); err != nil {
+		if err := statusError("run", C.ort_value_data(v, &p), nil); err != nil {
 			return Value{}, err
 		}
 		copy(out.Data, unsafe.Slice((*byte)(p), n*size))
