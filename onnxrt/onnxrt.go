@@ -30,8 +30,8 @@ const LibraryName = "libonnxruntime.so.1.31.1"
 const LibraryEnv = "TORCHD_ONNXRUNTIME_LIB"
 
 var (
-	// ErrNoLibrary is wrapped by the error of Init, NewSession and Version's callers when the
-	// ONNX Runtime library cannot be found or opened.
+	// ErrNoLibrary is wrapped by Init's and NewSession's errors when the ONNX Runtime library
+	// cannot be found or opened.
 	ErrNoLibrary = errors.New("ONNX Runtime library not available")
 	// ErrBadInput is wrapped by Run's errors about its arguments (names, types, shapes, sizes),
 	// whether this package or ONNX Runtime found them, and by NewSession's about Options.
