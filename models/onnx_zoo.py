@@ -22,6 +22,8 @@ Files (each model in OUT/onnx/<name>/):
                         (float, rank 0).
   sequence/seq_in.onnx  SequenceLength of a sequence of float tensors `s` -> int64 `n`;
   sequence/seq_out.onnx SplitToSequence of float `x` [n] -> a sequence `s`.
+  loop/model.onnx       float `x` = `x0` + `n` (int64) by a Loop of n iterations: a run that
+                        lasts until it is cancelled.
   external/model.onnx   an MLP float32 [N,16] `x` -> [N,4] `y` whose weights are external data in
                         model.onnx.data beside it.
   <name>/refs.json      {"cases": [{"name", "inputs": {tensor: file.npy}, "outputs": {...}}]}
@@ -245,6 +247,25 @@ def build_sequence(d):
         onnx.save(model, os.path.join(d, name))
 
 
+def build_loop(d):
+    """x = x0 + n: a Loop of n iterations adding 1, for runs that take as long as a test wants."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x_in", "one"], ["x_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", f, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("x_out", f, [])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x0"], ["x"], body=body)], "loop",
+        [helper.make_tensor_value_info("n", i64, []), helper.make_tensor_value_info("x0", f, [])],
+        [helper.make_tensor_value_info("x", f, [])], [helper.make_tensor("one", f, [], [1.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                              ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+
+
 def build_external(d):
     torch.manual_seed(SEED + 3)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -360,6 +381,7 @@ def main():
     with common.model_dir(args.out, NAME) as d:
         for name, build in [("mnist", build_mnist), ("encoder", build_encoder), ("bert", build_bert),
                             ("types", build_types), ("shapes", build_shapes), ("sequence", build_sequence),
+                            ("loop", build_loop),
                             ("external", build_external)]:
             os.makedirs(os.path.join(d, name))
             build(os.path.join(d, name))

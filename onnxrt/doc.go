@@ -11,7 +11,8 @@
 // Runtime a tensor over them. Outputs are copied into Go memory once and their native values
 // released before Run returns. Every native status becomes an *Error in one place; nothing
 // panics on bad input, which comes back as an error wrapping ErrBadInput. Run may be called from
-// many goroutines on one Session, as ONNX Runtime's Run may; Close waits for them.
+// many goroutines on one Session, as ONNX Runtime's Run may; Close waits for them. RunContext
+// stops a run when its context ends (ONNX Runtime's terminate flag), for deadlines.
 //
 // The package knows nothing of torchd: no HTTP, configs, batching or models' meaning.
 package onnxrt

@@ -183,14 +183,33 @@ static OrtStatus *make_input(const ort_input *in, OrtValue **v) {
   return st;
 }
 
-ort_error *ort_run(OrtSession *s, const char *const *in_names, const ort_input *ins, size_t nin,
-                   const char *const *out_names, size_t nout, OrtValue **outs) {
+ort_error *ort_run_options_new(OrtRunOptions **out) {
+  OrtStatus *st = api->CreateRunOptions(out);
+  if (st == NULL) st = api->RunOptionsSetRunLogSeverityLevel(*out, ORT_LOGGING_LEVEL_FATAL);
+  if (st != NULL && *out != NULL) {
+    api->ReleaseRunOptions(*out);
+    *out = NULL;
+  }
+  return from_status(st);
+}
+
+void ort_run_options_terminate(OrtRunOptions *ro) {
+  OrtStatus *st = api->RunOptionsSetTerminate(ro);
+  if (st != NULL) api->ReleaseStatus(st);  // it only sets a flag; nothing to report
+}
+
+void ort_run_options_free(OrtRunOptions *ro) {
+  if (ro != NULL) api->ReleaseRunOptions(ro);
+}
+
+ort_error *ort_run(OrtSession *s, OrtRunOptions *ro, const char *const *in_names, const ort_input *ins,
+                   size_t nin, const char *const *out_names, size_t nout, OrtValue **outs) {
   OrtValue **vals = calloc(nin ? nin : 1, sizeof(OrtValue *));
   if (vals == NULL) return oom();
   OrtStatus *st = NULL;
   for (size_t i = 0; st == NULL && i < nin; i++) st = make_input(&ins[i], &vals[i]);
   for (size_t i = 0; i < nout; i++) outs[i] = NULL;
-  if (st == NULL) st = api->Run(s, run_opts, in_names, (const OrtValue *const *)vals, nin, out_names, nout, outs);
+  if (st == NULL) st = api->Run(s, ro ? ro : run_opts, in_names, (const OrtValue *const *)vals, nin, out_names, nout, outs);
   for (size_t i = 0; i < nin; i++)
     if (vals[i] != NULL) api->ReleaseValue(vals[i]);
   free(vals);

@@ -7,10 +7,12 @@ package onnxrt
 import "C"
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/bits"
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -87,6 +89,16 @@ func check(t TensorInfo, v Value) error {
 // returns the outputs named by outputNames, all of them in the graph's order if it is empty.
 // Inputs are read in place and must not change during the call; outputs are the caller's.
 func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string) ([]Value, error) {
+	return s.RunContext(context.Background(), inputNames, inputs, outputNames)
+}
+
+// RunContext is Run that ends when ctx does: ONNX Runtime stops at its next operator (or loop
+// iteration), and the error wraps ctx's (context.DeadlineExceeded, context.Canceled). A
+// context that can never end costs nothing over Run.
+func (s *Session) RunContext(ctx context.Context, inputNames []string, inputs []Value, outputNames []string) ([]Value, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "run", Msg: "not started: " + err.Error(), kind: err}
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.ptr == nil {
@@ -175,8 +187,20 @@ func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string)
 	if len(couts) > 0 {
 		pOutNames, pOuts = &coutNames[0], &couts[0]
 	}
-	e := C.ort_run(s.ptr, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
+	var ro *C.OrtRunOptions
+	if ctx.Done() != nil {
+		if err := statusError("run", C.ort_run_options_new(&ro), nil); err != nil {
+			return nil, err
+		}
+		stop := cancelOn(ctx, ro)
+		defer stop()
+	}
+	e := C.ort_run(s.ptr, ro, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
 	if err := statusError("run", e, ErrBadInput); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// Stopped by ctx (or failed as it ended): the caller's deadline is the cause to report.
+			return nil, &Error{Op: "run", Code: err.(*Error).Code, Msg: "stopped: " + cerr.Error(), kind: cerr}
+		}
 		return nil, err
 	}
 	out := make([]Value, len(couts))
@@ -194,6 +218,27 @@ func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string)
 		return nil, err
 	}
 	return out, nil
+}
+
+// cancelOn terminates the run using ro when ctx ends; the function it returns stops that
+// and frees ro, waiting for a terminate already under way, so ro is never used after free.
+func cancelOn(ctx context.Context, ro *C.OrtRunOptions) func() {
+	var mu sync.Mutex
+	freed := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !freed {
+			C.ort_run_options_terminate(ro)
+		}
+	})
+	return func() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		freed = true
+		C.ort_run_options_free(ro)
+	}
 }
 
 // readValue copies a tensor's type, shape and elements into Go memory.
