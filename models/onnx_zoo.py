@@ -35,7 +35,9 @@ Files (each model in OUT/onnx/<name>/):
                         (1 GiB declared, 16 bytes or none given), huge_external.onnx (the
                         2^31 x 2^31 dims as external data beside it), parent_external.onnx and absolute_external.onnx (external
                         data at ../outside.data and /etc/hostname), huge_input.onnx (an input
-                        declared [2^40, 2^40], fine until someone sends one).
+                        declared [2^40, 2^40], fine until someone sends one), zeros.onnx
+                        (float zeros of the int64 [2] shape it is sent: a run that allocates
+                        whatever the caller asks).
   repos/                Triton model repositories laid out as their authors published them:
     mnist/onnx-mnist-cpu/       onnxruntime_onnx, no max_batch_size, input.1 [1,1,28,28],
                                 instance_group count 5 on CPU; 1/model.onnx.
@@ -320,6 +322,14 @@ def build_hostile(d, mnist):
               os.path.join(d, "huge_external.onnx"))
     onnx.save(hostile_model(external_initializer("../outside.data")), os.path.join(d, "parent_external.onnx"))
     onnx.save(hostile_model(external_initializer("/etc/hostname")), os.path.join(d, "absolute_external.onnx"))
+    # A tensor of zeros of whatever shape the caller sends: a run that allocates any size.
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["zeros"],
+                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0]))], "zeros",
+        [helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("zeros", TensorProto.FLOAT, ["a", "b"])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                                ir_version=IR_VERSION), os.path.join(d, "zeros.onnx"))
     small = helper.make_tensor("w", TensorProto.FLOAT, [1], [1.0])
     onnx.save(hostile_model(small, input_dims=(1 << 40, 1 << 40)), os.path.join(d, "huge_input.onnx"))
 

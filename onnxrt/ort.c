@@ -87,6 +87,21 @@ ort_error *ort_init(const char *path) {
   return NULL;
 }
 
+ort_error *ort_set_memory_limit(size_t max_bytes) {
+  const char *keys[] = {"max_mem", "arena_extend_strategy"};
+  // kSameAsRequested (1): the arena grows by what a tensor needs, so the limit is not reached
+  // early by doubling.
+  size_t values[] = {max_bytes, 1};
+  OrtArenaCfg *cfg = NULL;
+  OrtMemoryInfo *info = NULL;
+  OrtStatus *st = api->CreateArenaCfgV2(keys, values, 2, &cfg);
+  if (st == NULL) st = api->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &info);
+  if (st == NULL) st = api->CreateAndRegisterAllocator(env, info, cfg);
+  if (info != NULL) api->ReleaseMemoryInfo(info);
+  if (cfg != NULL) api->ReleaseArenaCfg(cfg);
+  return from_status(st);
+}
+
 const char *ort_version(void) { return base ? base->GetVersionString() : NULL; }
 
 ort_error *ort_session_new(const char *path, const ort_options *o, OrtSession **out) {

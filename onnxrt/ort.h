@@ -25,6 +25,11 @@ void ort_error_free(ort_error *e);
 // process's one OrtEnv (logging at warning). Call it once; not thread-safe (Go serializes it).
 ort_error *ort_init(const char *path);
 
+// Wraps CreateArenaCfgV2 and CreateAndRegisterAllocator: registers with the env a CPU arena
+// that holds at most max_bytes, which the sessions whose config sets
+// session.use_env_allocators share. Once per process (a second registration is an error).
+ort_error *ort_set_memory_limit(size_t max_bytes);
+
 // ONNX Runtime's version string, or NULL before ort_init succeeded. Owned by the library.
 const char *ort_version(void);
 
