@@ -291,9 +291,9 @@ vet: $(ONNXRUNTIME_H)
 
 # Tests use the zoo in models/out. Every test runs once, in the strictest mode that covers it:
 # the race detector's packages (RACE_PKGS) and the daemon's tests that drive the front-ends
-# concurrently (RACE_DAEMON) under -race, the binding (./torch/) under cgocheck2, which checks
-# every Go pointer that crosses into C (./onnxrt/ too), and the rest plainly. ./handlers/ runs plainly too:
-# its accuracy gates skip under -race (forwards, which the detector does not see).
+# concurrently (RACE_DAEMON) under -race, the bindings (./torch/, ./onnxrt/) under cgocheck2,
+# which checks every Go pointer that crosses into C, and the rest plainly. ./handlers/ runs
+# plainly too: its accuracy gates skip under -race (forwards, which the detector does not see).
 # deploy/validate is its own module (k8s.io/api stays out of go.mod): it decodes the
 # Kubernetes and KServe manifests strictly into the upstream types. bench-smoke runs the
 # benchmark harness once, briefly (30-50 s): it checks that the harness works, not the speed.

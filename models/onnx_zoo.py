@@ -20,6 +20,10 @@ Files (each model in OUT/onnx/<name>/):
                         fp32, fp16, bf16, fp64, int64, int32, int16, int8, uint8, bool, string.
   shapes/model.onnx     Identity on `any` (float, no declared shape: any rank) and `scalar`
                         (float, rank 0).
+  sequence/seq_in.onnx  SequenceLength of a sequence of float tensors `s` -> int64 `n`;
+  sequence/seq_out.onnx SplitToSequence of float `x` [n] -> a sequence `s`.
+  loop/model.onnx       float `x` = `x0` + `n` (int64) by a Loop of n iterations: a run that
+                        lasts until it is cancelled.
   external/model.onnx   an MLP float32 [N,16] `x` -> [N,4] `y` whose weights are external data in
                         model.onnx.data beside it.
   <name>/refs.json      {"cases": [{"name", "inputs": {tensor: file.npy}, "outputs": {...}}]}
@@ -31,7 +35,9 @@ Files (each model in OUT/onnx/<name>/):
                         (1 GiB declared, 16 bytes or none given), huge_external.onnx (the
                         2^31 x 2^31 dims as external data beside it), parent_external.onnx and absolute_external.onnx (external
                         data at ../outside.data and /etc/hostname), huge_input.onnx (an input
-                        declared [2^40, 2^40], fine until someone sends one).
+                        declared [2^40, 2^40], fine until someone sends one), zeros.onnx
+                        (float zeros of the int64 [2] shape it is sent: a run that allocates
+                        whatever the caller asks).
   repos/                Triton model repositories laid out as their authors published them:
     mnist/onnx-mnist-cpu/       onnxruntime_onnx, no max_batch_size, input.1 [1,1,28,28],
                                 instance_group count 5 on CPU; 1/model.onnx.
@@ -39,7 +45,11 @@ Files (each model in OUT/onnx/<name>/):
                                 instances; 1/model.onnx.
     bert/transformer_onnx_model/  transformer-deploy's layout: onnxruntime_onnx,
                                 default_model_filename model.bin, max_batch_size 0, int64
-                                [-1,-1] inputs; 1/model.bin.
+                                [-1,-1] inputs (listed in another order than the graph's);
+                                1/model.bin.
+    hostile/truncated/, hostile/huge_initializer/, hostile/parent_external/
+                                onnxruntime_onnx models whose 1/model.onnx is that hostile file
+                                (float `in` [-1] -> `out` [-1]): each must be refused.
 
 Usage: .venv/bin/python models/onnx_zoo.py --out DIR   (make models-onnx, a few seconds)
 """
@@ -224,6 +234,40 @@ def build_shapes(d):
     onnx.save(model, os.path.join(d, "model.onnx"))
 
 
+def build_sequence(d):
+    """Sequences, which the binding does not run: one as an input, one as an output."""
+    seq = helper.make_tensor_sequence_value_info
+    for name, node, inp, out in (
+            ("seq_in.onnx", helper.make_node("SequenceLength", ["s"], ["n"]),
+             seq("s", TensorProto.FLOAT, None), helper.make_tensor_value_info("n", TensorProto.INT64, [])),
+            ("seq_out.onnx", helper.make_node("SplitToSequence", ["x"], ["s"], keepdims=0),
+             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"]), seq("s", TensorProto.FLOAT, None))):
+        model = helper.make_model(helper.make_graph([node], "sequence", [inp], [out]),
+                                  opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                                  ir_version=IR_VERSION)
+        onnx.checker.check_model(model)
+        onnx.save(model, os.path.join(d, name))
+
+
+def build_loop(d):
+    """x = x0 + n: a Loop of n iterations adding 1, for runs that take as long as a test wants."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x_in", "one"], ["x_out"]), helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", f, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("x_out", f, [])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x0"], ["x"], body=body)], "loop",
+        [helper.make_tensor_value_info("n", i64, []), helper.make_tensor_value_info("x0", f, [])],
+        [helper.make_tensor_value_info("x", f, [])], [helper.make_tensor("one", f, [], [1.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                              ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    onnx.save(model, os.path.join(d, "model.onnx"))
+
+
 def build_external(d):
     torch.manual_seed(SEED + 3)
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -278,6 +322,14 @@ def build_hostile(d, mnist):
               os.path.join(d, "huge_external.onnx"))
     onnx.save(hostile_model(external_initializer("../outside.data")), os.path.join(d, "parent_external.onnx"))
     onnx.save(hostile_model(external_initializer("/etc/hostname")), os.path.join(d, "absolute_external.onnx"))
+    # A tensor of zeros of whatever shape the caller sends: a run that allocates any size.
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["zeros"],
+                          value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0]))], "zeros",
+        [helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("zeros", TensorProto.FLOAT, ["a", "b"])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="torchd",
+                                ir_version=IR_VERSION), os.path.join(d, "zeros.onnx"))
     small = helper.make_tensor("w", TensorProto.FLOAT, [1], [1.0])
     onnx.save(hostile_model(small, input_dims=(1 << 40, 1 << 40)), os.path.join(d, "huge_input.onnx"))
 
@@ -324,13 +376,23 @@ def build_repos(d, out):
                 + io_block("output", [("output", "TYPE_FP32", [-1, 2])])
                 + "instance_group [\n  {\n    count: 1\n    kind: KIND_CPU\n  }\n]\n",
                 os.path.join(out, "bert", "model.bin"), "model.bin")
+    # Hostile files a repository might hold, each as a model of its own, to be refused while
+    # the repository's other models serve.
+    for name in ("truncated", "huge_initializer", "parent_external"):
+        triton_repo(os.path.join(d, "hostile"), name,
+                    f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 0\n'
+                    + io_block("input", [("in", "TYPE_FP32", [-1])])
+                    + io_block("output", [("out", "TYPE_FP32", [-1])]),
+                    os.path.join(out, "hostile", f"{name}.onnx"), "model.onnx")
 
 
 def main():
     args = common.parse_args(__doc__.splitlines()[0])
     with common.model_dir(args.out, NAME) as d:
         for name, build in [("mnist", build_mnist), ("encoder", build_encoder), ("bert", build_bert),
-                            ("types", build_types), ("shapes", build_shapes), ("external", build_external)]:
+                            ("types", build_types), ("shapes", build_shapes), ("sequence", build_sequence),
+                            ("loop", build_loop),
+                            ("external", build_external)]:
             os.makedirs(os.path.join(d, name))
             build(os.path.join(d, name))
         os.makedirs(os.path.join(d, "hostile"))

@@ -18,7 +18,7 @@ const libraryChildEnv = "TORCHD_TEST_ONNXRT_CHILD"
 // TestMissingLibrary starts this test binary with TORCHD_ONNXRUNTIME_LIB naming a missing
 // file, a file that is not a library, and a library that is not ONNX Runtime: NewSession
 // fails with ErrNoLibrary and a message naming the path and the setting, and the process
-// goes on (the child exits normally after reporting).
+// goes on (the child exits normally after reporting). A relative path that exists loads.
 func TestMissingLibrary(t *testing.T) {
 	if os.Getenv(libraryChildEnv) != "" {
 		libraryChild(t)
@@ -31,6 +31,8 @@ func TestMissingLibrary(t *testing.T) {
 	}
 	libm := "/lib/x86_64-linux-gnu/libm.so.6"
 	for _, tc := range []struct{ lib, message string }{
+		// A relative path is the working folder's (the child's is this package's).
+		{filepath.Join("..", "bin", onnxrt.LibraryName), "loaded " + filepath.Join(filepath.Dir(mustAbs(t, ".")), "bin", onnxrt.LibraryName)},
 		{filepath.Join(dir, "missing.so"), "ONNX Runtime library not found (looked for " + filepath.Join(dir, "missing.so") + "); run `make onnxruntime` or set TORCHD_ONNXRUNTIME_LIB"},
 		{text, "cannot load " + text + ": "},
 		{libm, "cannot load " + libm + ": the library has no OrtGetApiBase: not ONNX Runtime"},
@@ -51,8 +53,21 @@ func TestMissingLibrary(t *testing.T) {
 	}
 }
 
+func mustAbs(t *testing.T, p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
 func libraryChild(t *testing.T) {
-	_, err := onnxrt.NewSession(zoo(t, "mnist", "model.onnx"), onnxrt.Options{})
+	s, err := onnxrt.NewSession(zoo(t, "mnist", "model.onnx"), onnxrt.Options{})
+	if err == nil {
+		t.Logf("loaded %s", onnxrt.LibraryPath())
+		s.Close()
+		return
+	}
 	if !errors.Is(err, onnxrt.ErrNoLibrary) {
 		t.Fatalf("NewSession without the library: %v, want ErrNoLibrary", err)
 	}

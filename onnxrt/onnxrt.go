@@ -30,8 +30,8 @@ const LibraryName = "libonnxruntime.so.1.31.1"
 const LibraryEnv = "TORCHD_ONNXRUNTIME_LIB"
 
 var (
-	// ErrNoLibrary is wrapped by the error of Init, NewSession and Version's callers when the
-	// ONNX Runtime library cannot be found or opened.
+	// ErrNoLibrary is wrapped by Init's and NewSession's errors when the ONNX Runtime library
+	// cannot be found or opened.
 	ErrNoLibrary = errors.New("ONNX Runtime library not available")
 	// ErrBadInput is wrapped by Run's errors about its arguments (names, types, shapes, sizes),
 	// whether this package or ONNX Runtime found them, and by NewSession's about Options.
@@ -39,6 +39,9 @@ var (
 	// ErrBadModel is wrapped by NewSession's errors about the model file: unreadable,
 	// truncated, an invalid graph, external data that is missing or outside its folder.
 	ErrBadModel = errors.New("bad model")
+	// ErrOutOfMemory is wrapped by Run's errors when ONNX Runtime could not allocate a tensor:
+	// past SetMemoryLimit's cap, or the machine's memory.
+	ErrOutOfMemory = errors.New("out of memory")
 	// ErrClosed is returned by calls on a closed Session.
 	ErrClosed = errors.New("onnxrt: session is closed")
 )
@@ -54,7 +57,8 @@ type Error struct {
 
 func (e *Error) Error() string { return "onnxrt: " + e.Op + ": " + e.Msg }
 
-// Unwrap gives ErrBadInput, ErrBadModel or ErrNoLibrary where the error is one of those.
+// Unwrap gives ErrBadInput, ErrBadModel, ErrOutOfMemory or ErrNoLibrary where the error is
+// one of those.
 func (e *Error) Unwrap() error { return e.kind }
 
 var codeNames = []string{"OK", "FAIL", "INVALID_ARGUMENT", "NO_SUCHFILE", "NO_MODEL", "ENGINE_ERROR",
@@ -63,9 +67,9 @@ var codeNames = []string{"OK", "FAIL", "INVALID_ARGUMENT", "NO_SUCHFILE", "NO_MO
 
 // sourceLocation matches what ONNX Runtime's exceptions put before their message: a source
 // file and line, then the function ("tensorprotoutils.cc:1534 ValidateEmbedded... " or
-// "/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) "), which means nothing
-// to a user.
-var sourceLocation = regexp.MustCompile(`(?:/[\w/.-]*/)?\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>]+\([^()]*\)(?: const)? |[A-Za-z_][\w:]* )?`)
+// "/onnxruntime_src/.../bfc_arena.cc:360 void* onnxruntime::BFCArena::AllocateRawInternal(...) "),
+// which means nothing to a user.
+var sourceLocation = regexp.MustCompile(`(?:/[\w/.-]*/)?\w+\.(?:cc|h|cpp):\d+ (?:(?:static |virtual )?(?:[\w:<>]+[*&]* )?[\w:~<>]+\([^()]*\)(?: const)? |[A-Za-z_][\w:]* )?`)
 
 // cleanMessage drops source locations and stack traces from an ONNX Runtime message.
 func cleanMessage(m string) string {
@@ -90,13 +94,20 @@ func statusError(op string, e *C.ort_error, kind error) error {
 	}
 	if kind == ErrBadInput && err.Code != "INVALID_ARGUMENT" {
 		err.kind = nil // a failure inside the run, not the caller's arguments
+		// ONNX Runtime's allocators report no code of their own, only these messages.
+		for _, m := range []string{"Available memory of", "Failed to allocate memory", "bad_alloc"} {
+			if strings.Contains(err.Msg, m) {
+				err.kind = ErrOutOfMemory
+			}
+		}
 	}
 	return err
 }
 
 var lib struct {
 	sync.Mutex
-	path string // the library opened, once Init succeeded
+	path     string // the library opened, once Init succeeded
+	memLimit int64  // SetMemoryLimit's, 0 = none
 }
 
 // Init opens the ONNX Runtime library and makes the process's ONNX Runtime environment.
@@ -119,6 +130,10 @@ func Init(libPath string) error {
 		if _, err := os.Stat(p); err != nil {
 			tried = append(tried, p)
 			continue
+		}
+		// dlopen searches the system's folders for a name without a slash, not the working one.
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
 		}
 		cp := C.CString(p)
 		e := C.ort_init(cp)
@@ -155,6 +170,38 @@ func searchPath(libPath string) []string {
 		out = append(out, filepath.Join(filepath.Dir(file), "..", "bin", LibraryName))
 	}
 	return out
+}
+
+// SetMemoryLimit caps, at bytes, what the runs of all the sessions made after it allocate
+// together: their intermediate tensors and outputs come from one shared arena (weights are
+// outside it), and a run that would go past the cap fails with an error wrapping
+// ErrOutOfMemory instead of taking the machine's memory (a graph may allocate any size at run
+// time, ConstantOfShape or Expand to a shape it computes). The arena has one lock for all
+// those sessions; sessions made before it keep their own. It calls Init("") if needed; once
+// per process.
+func SetMemoryLimit(bytes int64) error {
+	if bytes <= 0 {
+		return &Error{Op: "memory limit", kind: ErrBadInput, Msg: "the limit must be more than 0 bytes"}
+	}
+	if err := Init(""); err != nil {
+		return err
+	}
+	lib.Lock()
+	defer lib.Unlock()
+	if lib.memLimit != 0 {
+		return &Error{Op: "memory limit", Msg: fmt.Sprintf("already set, to %d bytes", lib.memLimit)}
+	}
+	if err := statusError("memory limit", C.ort_set_memory_limit(C.size_t(bytes)), nil); err != nil {
+		return err
+	}
+	lib.memLimit = bytes
+	return nil
+}
+
+func memoryLimit() int64 {
+	lib.Lock()
+	defer lib.Unlock()
+	return lib.memLimit
 }
 
 // LibraryPath is the library Init loaded, or "" before it has.

@@ -87,6 +87,21 @@ ort_error *ort_init(const char *path) {
   return NULL;
 }
 
+ort_error *ort_set_memory_limit(size_t max_bytes) {
+  const char *keys[] = {"max_mem", "arena_extend_strategy"};
+  // kSameAsRequested (1): the arena grows by what a tensor needs, so the limit is not reached
+  // early by doubling.
+  size_t values[] = {max_bytes, 1};
+  OrtArenaCfg *cfg = NULL;
+  OrtMemoryInfo *info = NULL;
+  OrtStatus *st = api->CreateArenaCfgV2(keys, values, 2, &cfg);
+  if (st == NULL) st = api->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &info);
+  if (st == NULL) st = api->CreateAndRegisterAllocator(env, info, cfg);
+  if (info != NULL) api->ReleaseMemoryInfo(info);
+  if (cfg != NULL) api->ReleaseArenaCfg(cfg);
+  return from_status(st);
+}
+
 const char *ort_version(void) { return base ? base->GetVersionString() : NULL; }
 
 ort_error *ort_session_new(const char *path, const ort_options *o, OrtSession **out) {
@@ -183,14 +198,33 @@ static OrtStatus *make_input(const ort_input *in, OrtValue **v) {
   return st;
 }
 
-ort_error *ort_run(OrtSession *s, const char *const *in_names, const ort_input *ins, size_t nin,
-                   const char *const *out_names, size_t nout, OrtValue **outs) {
+ort_error *ort_run_options_new(OrtRunOptions **out) {
+  OrtStatus *st = api->CreateRunOptions(out);
+  if (st == NULL) st = api->RunOptionsSetRunLogSeverityLevel(*out, ORT_LOGGING_LEVEL_FATAL);
+  if (st != NULL && *out != NULL) {
+    api->ReleaseRunOptions(*out);
+    *out = NULL;
+  }
+  return from_status(st);
+}
+
+void ort_run_options_terminate(OrtRunOptions *ro) {
+  OrtStatus *st = api->RunOptionsSetTerminate(ro);
+  if (st != NULL) api->ReleaseStatus(st);  // it only sets a flag; nothing to report
+}
+
+void ort_run_options_free(OrtRunOptions *ro) {
+  if (ro != NULL) api->ReleaseRunOptions(ro);
+}
+
+ort_error *ort_run(OrtSession *s, OrtRunOptions *ro, const char *const *in_names, const ort_input *ins,
+                   size_t nin, const char *const *out_names, size_t nout, OrtValue **outs) {
   OrtValue **vals = calloc(nin ? nin : 1, sizeof(OrtValue *));
   if (vals == NULL) return oom();
   OrtStatus *st = NULL;
   for (size_t i = 0; st == NULL && i < nin; i++) st = make_input(&ins[i], &vals[i]);
   for (size_t i = 0; i < nout; i++) outs[i] = NULL;
-  if (st == NULL) st = api->Run(s, run_opts, in_names, (const OrtValue *const *)vals, nin, out_names, nout, outs);
+  if (st == NULL) st = api->Run(s, ro ? ro : run_opts, in_names, (const OrtValue *const *)vals, nin, out_names, nout, outs);
   for (size_t i = 0; i < nin; i++)
     if (vals[i] != NULL) api->ReleaseValue(vals[i]);
   free(vals);
@@ -206,7 +240,7 @@ ort_error *ort_value_shape(const OrtValue *v, int *elem, size_t *ndims, int64_t 
   enum ONNXType t = ONNX_TYPE_UNKNOWN;
   OrtStatus *st = api->GetValueType(v, &t);
   if (st != NULL) return from_status(st);
-  if (t != ONNX_TYPE_TENSOR) return new_error(-1, "the output is not a tensor (a sequence, map or optional)");
+  if (t != ONNX_TYPE_TENSOR) return new_error(-1, "is not a tensor (a sequence, map or optional); this binding reads tensors only");
   OrtTensorTypeAndShapeInfo *tsi = NULL;
   enum ONNXTensorElementDataType e = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   st = api->GetTensorTypeAndShape(v, &tsi);

@@ -25,6 +25,11 @@ void ort_error_free(ort_error *e);
 // process's one OrtEnv (logging at warning). Call it once; not thread-safe (Go serializes it).
 ort_error *ort_init(const char *path);
 
+// Wraps CreateArenaCfgV2 and CreateAndRegisterAllocator: registers with the env a CPU arena
+// that holds at most max_bytes, which the sessions whose config sets
+// session.use_env_allocators share. Once per process (a second registration is an error).
+ort_error *ort_set_memory_limit(size_t max_bytes);
+
 // ONNX Runtime's version string, or NULL before ort_init succeeded. Owned by the library.
 const char *ort_version(void);
 
@@ -81,10 +86,22 @@ typedef struct {
   size_t nstrs;
 } ort_input;
 
-// Wraps Run: makes an OrtValue over each input, runs, releases the inputs. On success outs
-// holds nout values the caller releases with ort_value_free.
-ort_error *ort_run(OrtSession *s, const char *const *in_names, const ort_input *ins, size_t nin,
-                   const char *const *out_names, size_t nout, OrtValue **outs);
+// Wraps CreateRunOptions, logging as the shared run options do (failed runs not at all).
+// The caller frees *out with ort_run_options_free, after the run using it has returned.
+ort_error *ort_run_options_new(OrtRunOptions **out);
+
+// Wraps RunOptionsSetTerminate: the run using ro stops at its next operator (or loop
+// iteration) with an error. Safe to call from any thread while the run goes on.
+void ort_run_options_terminate(OrtRunOptions *ro);
+
+// Wraps ReleaseRunOptions.
+void ort_run_options_free(OrtRunOptions *ro);
+
+// Wraps Run with run options ro (NULL: the shared ones): makes an OrtValue over each input,
+// runs, releases the inputs. On success outs holds nout values the caller releases with
+// ort_value_free.
+ort_error *ort_run(OrtSession *s, OrtRunOptions *ro, const char *const *in_names, const ort_input *ins,
+                   size_t nin, const char *const *out_names, size_t nout, OrtValue **outs);
 
 // Wraps GetTensorTypeAndShape: the element type, the rank, up to cap dims into dims, and the
 // element count. A non-tensor value is an error.

@@ -7,10 +7,12 @@ package onnxrt
 import "C"
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/bits"
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -87,6 +89,16 @@ func check(t TensorInfo, v Value) error {
 // returns the outputs named by outputNames, all of them in the graph's order if it is empty.
 // Inputs are read in place and must not change during the call; outputs are the caller's.
 func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string) ([]Value, error) {
+	return s.RunContext(context.Background(), inputNames, inputs, outputNames)
+}
+
+// RunContext is Run that ends when ctx does: ONNX Runtime stops at its next operator (or loop
+// iteration), and the error wraps ctx's (context.DeadlineExceeded, context.Canceled). A
+// context that can never end costs nothing over Run.
+func (s *Session) RunContext(ctx context.Context, inputNames []string, inputs []Value, outputNames []string) ([]Value, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "run", Msg: "not started: " + err.Error(), kind: err}
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.ptr == nil {
@@ -175,8 +187,20 @@ func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string)
 	if len(couts) > 0 {
 		pOutNames, pOuts = &coutNames[0], &couts[0]
 	}
-	e := C.ort_run(s.ptr, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
+	var ro *C.OrtRunOptions
+	if ctx.Done() != nil {
+		if err := statusError("run", C.ort_run_options_new(&ro), nil); err != nil {
+			return nil, err
+		}
+		stop := cancelOn(ctx, ro)
+		defer stop()
+	}
+	e := C.ort_run(s.ptr, ro, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
 	if err := statusError("run", e, ErrBadInput); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// Stopped by ctx (or failed as it ended): the caller's deadline is the cause to report.
+			return nil, &Error{Op: "run", Code: err.(*Error).Code, Msg: "stopped: " + cerr.Error(), kind: cerr}
+		}
 		return nil, err
 	}
 	out := make([]Value, len(couts))
@@ -184,8 +208,8 @@ func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string)
 	for i, v := range couts {
 		if err == nil {
 			out[i], err = readValue(v)
-			if err != nil {
-				err = fmt.Errorf("output %q: %w", s.outputs[outIdx[i]].Name, err)
+			if e, ok := err.(*Error); ok {
+				e.Msg = fmt.Sprintf("output %q %s", s.outputs[outIdx[i]].Name, e.Msg)
 			}
 		}
 		C.ort_value_free(v)
@@ -196,12 +220,33 @@ func (s *Session) Run(inputNames []string, inputs []Value, outputNames []string)
 	return out, nil
 }
 
+// cancelOn terminates the run using ro when ctx ends; the function it returns stops that
+// and frees ro, waiting for a terminate already under way, so ro is never used after free.
+func cancelOn(ctx context.Context, ro *C.OrtRunOptions) func() {
+	var mu sync.Mutex
+	freed := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !freed {
+			C.ort_run_options_terminate(ro)
+		}
+	})
+	return func() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		freed = true
+		C.ort_run_options_free(ro)
+	}
+}
+
 // readValue copies a tensor's type, shape and elements into Go memory.
 func readValue(v *C.OrtValue) (Value, error) {
 	var elem C.int
 	var ndims, count C.size_t
 	var dims [8]C.int64_t
-	if err := statusError("read output", C.ort_value_shape(v, &elem, &ndims, &dims[0], C.size_t(len(dims)), &count), nil); err != nil {
+	if err := statusError("run", C.ort_value_shape(v, &elem, &ndims, &dims[0], C.size_t(len(dims)), &count), nil); err != nil {
 		return Value{}, err
 	}
 	shape := make([]int64, int(ndims))
@@ -211,7 +256,7 @@ func readValue(v *C.OrtValue) (Value, error) {
 		}
 	} else {
 		big := make([]C.int64_t, int(ndims))
-		if err := statusError("read output", C.ort_value_shape(v, &elem, &ndims, &big[0], C.size_t(len(big)), &count), nil); err != nil {
+		if err := statusError("run", C.ort_value_shape(v, &elem, &ndims, &big[0], C.size_t(len(big)), &count), nil); err != nil {
 			return Value{}, err
 		}
 		for i := range shape {
@@ -228,7 +273,7 @@ func readValue(v *C.OrtValue) (Value, error) {
 		offsets := make([]C.size_t, n)
 		var buf *C.char
 		var total C.size_t
-		if err := statusError("read output", C.ort_value_strings(v, count, &buf, &total, &offsets[0]), nil); err != nil {
+		if err := statusError("run", C.ort_value_strings(v, count, &buf, &total, &offsets[0]), nil); err != nil {
 			return Value{}, err
 		}
 		all := C.GoBytes(unsafe.Pointer(buf), C.int(total))
@@ -244,12 +289,12 @@ func readValue(v *C.OrtValue) (Value, error) {
 	}
 	size := out.Type.Size()
 	if size == 0 {
-		return Value{}, &Error{Op: "read output", Msg: fmt.Sprintf("%s tensors are not supported", out.Type)}
+		return Value{}, &Error{Op: "run", Msg: fmt.Sprintf("is of type %s, which this binding does not read", out.Type)}
 	}
 	out.Data = make([]byte, n*size)
 	if n > 0 {
 		var p unsafe.Pointer
-		if err := statusError("read output", C.ort_value_data(v, &p), nil); err != nil {
+		if err := statusError("run", C.ort_value_data(v, &p), nil); err != nil {
 			return Value{}, err
 		}
 		copy(out.Data, unsafe.Slice((*byte)(p), n*size))

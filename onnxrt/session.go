@@ -79,6 +79,9 @@ func NewSession(path string, o Options) (*Session, error) {
 		return nil, &Error{Op: "load", kind: ErrBadModel, Msg: fmt.Sprintf("no model file at %s", path)}
 	}
 	entries := map[string]string{}
+	if memoryLimit() > 0 {
+		entries["session.use_env_allocators"] = "1" // SetMemoryLimit's arena
+	}
 	if o.Spinning != nil {
 		v := "0"
 		if *o.Spinning {

@@ -406,3 +406,67 @@ func TestUndeclaredAndScalarShapes(t *testing.T) {
 		t.Fatalf("a [1] tensor for a scalar: %v", err)
 	}
 }
+
+// TestSequencesRefused loads models with a sequence input and a sequence output: they load,
+// the input reads as Undefined, and running either gives a clear error.
+func TestSequencesRefused(t *testing.T) {
+	in := open(t, zoo(t, "sequence", "seq_in.onnx"), onnxrt.Options{})
+	if got := in.Inputs()[0]; got.Name != "s" || got.Type != onnxrt.Undefined {
+		t.Fatalf("sequence input: %+v", got)
+	}
+	_, err := in.Run([]string{"s"}, []onnxrt.Value{{Type: onnxrt.Float32, Shape: []int64{1}, Data: make([]byte, 4)}}, nil)
+	if !errors.Is(err, onnxrt.ErrBadInput) || !strings.Contains(err.Error(), `input "s" is not a tensor`) {
+		t.Fatalf("a tensor for a sequence input: %v", err)
+	}
+	out := open(t, zoo(t, "sequence", "seq_out.onnx"), onnxrt.Options{})
+	if got := out.Outputs()[0]; got.Name != "s" || got.Type != onnxrt.Undefined {
+		t.Fatalf("sequence output: %+v", got)
+	}
+	_, err = out.Run([]string{"x"}, []onnxrt.Value{{Type: onnxrt.Float32, Shape: []int64{2}, Data: make([]byte, 8)}}, nil)
+	if err == nil || !strings.Contains(err.Error(), `output "s" is not a tensor`) {
+		t.Fatalf("a sequence output: %v", err)
+	}
+	t.Logf("%v", err)
+	assertNoGoTypeNames(t, err)
+}
+
+// TestCloseDuringRuns closes a session while goroutines run it: each run either answers or
+// gets ErrClosed, and Close returns once the runs in progress have ended.
+func TestCloseDuringRuns(t *testing.T) {
+	s, err := onnxrt.NewSession(zoo(t, "encoder", "model.onnx"), onnxrt.Options{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := refs(t, "encoder")[0]
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				if k == 1 && g == 0 {
+					close(started)
+				}
+				_, err := s.Run(c.Inputs, c.In, nil)
+				if errors.Is(err, onnxrt.ErrClosed) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	<-started
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

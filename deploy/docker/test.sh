@@ -159,7 +159,7 @@ echo "built in $build_s s; image size $size bytes ($((size / 1000000)) MB)"
 log "the image: every library resolves; no compiler, Go or Python"
 "$docker" run --rm --network host --entrypoint /bin/sh torchd -c '
   ls -l /opt/torchd/bin /opt/torchd/model-store
-  if ldd /opt/torchd/bin/torchd /opt/torchd/bin/libtorchd_c.so | grep "not found"; then exit 1; fi
+  if ldd /opt/torchd/bin/torchd /opt/torchd/bin/libtorchd_c.so /opt/torchd/bin/libonnxruntime.so.1.31.1 | grep "not found"; then exit 1; fi
   for c in cc gcc g++ c++ clang go python python3 pip pip3; do
     if command -v $c; then echo "$c is in the image"; exit 1; fi
   done' || fail "the runtime image is not as it should be"
@@ -243,7 +243,7 @@ echo "built in $hbuild_s s; image size $hsize bytes ($((hsize / 1000000)) MB), $
 log "the handlers image: the python setting names its venv, which runs torch, torchvision and ts on CPU"
 "$docker" run --rm --network host --entrypoint /bin/sh torchd-handlers -c '
   grep -x "python = \"/opt/torchd/.venv/bin/python\"" /etc/torchd/torchd.toml || exit 1
-  if ldd /opt/torchd/bin/torchd /opt/torchd/bin/libtorchd_c.so | grep "not found"; then exit 1; fi
+  if ldd /opt/torchd/bin/torchd /opt/torchd/bin/libtorchd_c.so /opt/torchd/bin/libonnxruntime.so.1.31.1 | grep "not found"; then exit 1; fi
   if [ -n "$(find /opt/torchd/.venv -xtype l)" ]; then find /opt/torchd/.venv -xtype l; exit 1; fi
   for c in cc gcc g++ c++ clang go pip pip3; do
     if command -v $c; then echo "$c is in the image"; exit 1; fi
