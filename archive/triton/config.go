@@ -278,13 +278,15 @@ func (m *Model) onnxParameters(s *archive.ModelConfig) ([]string, error) {
 	var warn []string
 	s.RuntimeOptions = map[string]string{}
 	if g := m.Config.GetOptimization().GetGraph(); g != nil {
-		// Triton's ONNX Runtime backend: -1 basic, 1 extended, anything else all.
+		// Triton's ONNX Runtime backend: -1 basic, 1 extended, 2 disable, anything else all.
 		level := "all"
 		switch g.Level {
 		case -1:
 			level = "basic"
 		case 1:
 			level = "extended"
+		case 2:
+			level = "disable"
 		}
 		s.RuntimeOptions[OptionGraphLevel] = level
 	}
