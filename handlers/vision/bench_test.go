@@ -23,18 +23,19 @@ func reportCPU(b *testing.B, start time.Duration) {
 }
 
 // BenchmarkPreprocess times Apply with TorchServe's default transform on
-// JPEGs (quality 90) made in memory, with each decoder; turbojpeg-full is
-// libjpeg-turbo without DCT-domain downscaling, to show what that saves.
+// JPEGs (quality 90) made in memory, with each decoder; turbojpeg is the
+// default, exact path, turbojpeg-dct opts into DCT-domain downscaling, to show
+// what that saves.
 //
 //	go test -run='^$' -bench='Preprocess|Resample' -benchtime=2s -count=3 ./handlers/vision/
 func BenchmarkPreprocess(b *testing.B) {
-	for _, dec := range []string{"turbojpeg", "turbojpeg-full", "gojpeg"} {
+	for _, dec := range []string{"turbojpeg", "turbojpeg-dct", "gojpeg"} {
 		for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
 			b.Run(fmt.Sprintf("%s/%dx%d", dec, size[0], size[1]), func(b *testing.B) {
 				img := encodeJPEG(b, size[0], size[1])
 				t := DefaultTransform()
 				t.PureGoJPEG = dec == "gojpeg"
-				t.FullJPEGDecode = dec == "turbojpeg-full"
+				t.JPEGDCTScaling = dec == "turbojpeg-dct"
 				c, h, w := t.OutputShape()
 				dst := make([]float32, c*h*w)
 				b.ReportAllocs()
