@@ -441,7 +441,7 @@ func (m *Model) resolveHandler(fallback string) error {
 		}
 	}
 	switch {
-	case name != "" && IsHandlerName(name) && name != HandlerPython && !eager:
+	case name != "" && IsHandlerName(name) && name != HandlerPython && !eager && !m.ForTorchServes(name):
 		m.Config.Handler = name
 	case name == "" && eager:
 		m.Config.Handler, m.PythonHandler = HandlerPython, "base_handler"
@@ -451,6 +451,19 @@ func (m *Model) resolveHandler(fallback string) error {
 		return &ConfigError{File: file, Key: key, Err: checkHandler(name)}
 	}
 	return nil
+}
+
+// ForTorchServes reports whether the archive holds what TorchServe's own handler of that name
+// reads rather than what torchd's does, so that TorchServe's runs it, in a handler process:
+// its text_classifier reads a torchtext vocabulary (source_vocab.pt, or the manifest's
+// sourceVocab), torchd's a WordPiece vocab.txt or a tokenizer.json.
+func (m *Model) ForTorchServes(name string) bool {
+	switch name {
+	case "text_classifier":
+		ts := m.Manifest.Model.SourceVocab != "" || m.has("source_vocab.pt")
+		return ts && !m.has("vocab.txt") && !m.has("tokenizer.json")
+	}
+	return false
 }
 
 // resolveSerialized settles the TorchScript file: model-config.toml's

@@ -53,6 +53,8 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	switch {
 	case python:
 		am.Config.Handler, am.PythonHandler = archive.HandlerPython, entry
+	case am.ForTorchServes(req.Handler):
+		am.Config.Handler, am.PythonHandler = archive.HandlerPython, req.Handler
 	case req.Handler != "":
 		am.Config.Handler = req.Handler
 	}
