@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"unsafe"
@@ -300,6 +301,30 @@ func imageError(i, n int, err error) error {
 }
 
 // blankImage is a black image of t's output shape, for warm-up.
+// channelsRE finds a convolution's complaint about its input's channels in LibTorch's error.
+var channelsRE = regexp.MustCompile(`expected input\[[^\]]*\] to have (\d+) channels, but got (\d+) channels`)
+
+// explainChannels turns a forward's channel mismatch (a one-channel model fed the RGB
+// default) into a message naming the option to set.
+func explainChannels(err error) error {
+	m := channelsRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	var set string
+	switch m[1] {
+	case "1":
+		set = `set color = "gray" in the model's options (model-config.toml's [options], or model-config.yaml's handler section)`
+	case "3":
+		set = `set color = "rgb" in the model's options (model-config.toml's [options])`
+	default:
+		set = `the image handlers make 1 (color = "gray") or 3 (color = "rgb")`
+	}
+	return &hintError{msg: fmt.Sprintf("the model takes %s-channel images and this handler makes %s-channel ones: %s", m[1], m[2], set), err: err}
+}
+
+func (ic *ImageClassifier) explainForward(err error) error { return explainChannels(err) }
+
 func blankImage(t vision.Transform) *Sample {
 	c, h, w := t.OutputShape()
 	buf := make([]float32, c*h*w)
