@@ -255,11 +255,11 @@ func TestTorchServeRegistrationDefaults(t *testing.T) {
 	if len(desc) != 1 || desc[0].MinWorkers != 0 || len(desc[0].Workers) != 0 {
 		t.Fatalf("describe after a plain registration: %+v, want no workers", desc)
 	}
-	if r := do(t, "POST", s.inf+"/predictions/digits", "application/json", []byte(zerosJSON)); r.status != 503 {
+	png, _ := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 503 {
 		t.Fatalf("a prediction with no worker: %d %s, want 503", r.status, r.body)
 	}
 	expectStatus(t, do(t, "PUT", m+"/models/digits?min_worker=1&synchronous=true", "", nil), 200, "Workers scaled to 1 for model: digits")
-	png, _ := heldOut(t)
 	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 200 {
 		t.Fatalf("a prediction once scaled: %d %s", r.status, r.body)
 	}
