@@ -52,6 +52,55 @@ func BenchmarkPreprocess(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeJPEG times libjpeg-turbo's decode alone, into the raster the
+// resize reads, exact (the default) and with DCT scaling, so that Preprocess's
+// time splits into decoding and resampling (BenchmarkResampleFrom).
+//
+//	go test -run='^$' -bench='DecodeJPEG|ResampleFrom|Preprocess/turbo' -benchtime=2s -count=3 ./handlers/vision/
+func BenchmarkDecodeJPEG(b *testing.B) {
+	for _, dec := range []string{"exact", "dct"} {
+		for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
+			b.Run(fmt.Sprintf("%s/%dx%d", dec, size[0], size[1]), func(b *testing.B) {
+				img := encodeJPEG(b, size[0], size[1])
+				t := DefaultTransform()
+				t.JPEGDCTScaling = dec == "dct"
+				b.ReportAllocs()
+				start := cpuTime()
+				for b.Loop() {
+					r, err := t.decodeTurbo(img)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.release()
+				}
+				reportCPU(b, start)
+			})
+		}
+	}
+}
+
+// BenchmarkResampleFrom times the resize, crop and normalization alone from a
+// decoded image of each size, the part of Preprocess that is not decoding.
+func BenchmarkResampleFrom(b *testing.B) {
+	for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
+		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
+			r := newRaster(size[0], size[1], 3)
+			defer r.release()
+			for i := range r.pix {
+				r.pix[i] = byte(i * 7)
+			}
+			t := DefaultTransform()
+			dst := make([]float32, 3*224*224)
+			b.ReportAllocs()
+			start := cpuTime()
+			for b.Loop() {
+				t.resampleInto(&r, dst)
+			}
+			reportCPU(b, start)
+		})
+	}
+}
+
 // BenchmarkResample times the resize, crop and normalization alone, on a
 // decoded 640x480 image.
 func BenchmarkResample(b *testing.B) {
