@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/torchd/torchd/archive"
 )
 
 // Parameters that TorchServe cannot parse fall back to their defaults there, and scripts
@@ -271,4 +274,37 @@ func TestTorchServeRegistrationDefaults(t *testing.T) {
 	// take it.
 	w := startServer(t, "--initial-workers", "0", "--workers", "2")
 	expectStatus(t, do(t, "POST", w.mgmt+"/models?url=digits.mar&synchronous=true", "", nil), 200, `Model "digits" Version: 1.0 registered with 2 initial workers`)
+}
+
+// An archive made for TorchServe's own text_classifier (a torchtext source_vocab.pt, no
+// vocab.txt) runs that handler in a handler process, whether the archive names it or the
+// registration does; torchd's BERT-style handler would refuse it for want of a vocab.txt.
+func TestTorchServeTextClassifierRoutes(t *testing.T) {
+	dir := t.TempDir()
+	vocab := filepath.Join(dir, "source_vocab.pt")
+	if err := os.WriteFile(vocab, []byte("a torchtext vocabulary, read by TorchServe's handler only"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tc_manifest", "tc_param"} {
+		handler := "text_classifier"
+		if name == "tc_param" {
+			handler = "tensor" // the registration's handler= names text_classifier
+		}
+		if _, err := archive.Write(archive.WriteOptions{ModelName: name, SerializedFile: filepath.Join(zooDir, "textcls", "model.pt"),
+			Handler: handler, ExtraFiles: []string{vocab}, ExportPath: dir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, "--allowed-urls", "file://.*", "--python", venvPython(t))
+	for name, query := range map[string]string{"tc_manifest": "", "tc_param": "&handler=text_classifier"} {
+		r := do(t, "POST", s.mgmt+"/models?initial_workers=0&url=file://"+filepath.Join(dir, name+".mar")+query, "", nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", name, r.status, r.body)
+		}
+		var desc []struct{ Handler, Runtime string }
+		do(t, "GET", s.mgmt+"/models/"+name, "", nil).json(t, &desc)
+		if len(desc) != 1 || desc[0].Handler != "python" || desc[0].Runtime != "python" {
+			t.Errorf("%s: %+v, want TorchServe's handler in a handler process", name, desc)
+		}
+	}
 }
