@@ -70,6 +70,7 @@ func TestLenientParameters(t *testing.T) {
 	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=-1", "", nil), 500, "InternalServerException", "Parameter min_worker must be an integer ≥ 0, got -1")
 	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=-1&synchronous=true", "", nil), 500, "InternalServerException", "min_worker")
 	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=1&max_worker=-1", "", nil), 400, "BadRequestException", "max_worker cannot be less than min_worker.")
+	errorShape(t, do(t, "PUT", m+"/models/nope?min_worker=-1", "", nil), 404, "ModelNotFoundException", "nope")
 	var slow []map[string]any
 	do(t, "GET", m+"/models/slow", "", nil).json(t, &slow)
 	if len(slow) != 1 || slow[0]["minWorkers"] != 1.0 {

@@ -173,14 +173,17 @@ func (m *Management) Scale(s Scaling) (Scaled, error) {
 	if maxW < minW {
 		return Scaled{}, badParam("max_worker cannot be less than min_worker.")
 	}
-	// TorchServe checks only the order: a negative count then fails inside its scaling,
-	// which answers 500. So does torchd, with a message that says why; it has no core kind,
-	// as no model or request is at fault but the call's.
+	// TorchServe checks only the order and that the model exists: a negative count then
+	// fails inside its scaling, which answers 500. So does torchd, with a message that says
+	// why; it has no core kind, as no model or request is at fault but the call's.
 	for _, p := range []struct {
 		key string
 		n   int
 	}{{"min_worker", minW}, {"max_worker", maxW}} {
 		if p.n < 0 {
+			if _, err := m.Registry.Get(s.Name, s.Version); err != nil {
+				return Scaled{}, err
+			}
 			return Scaled{}, fmt.Errorf("Parameter %s must be an integer ≥ 0, got %d", p.key, p.n)
 		}
 	}
