@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
-	github.com/VictoriaMetrics/metrics v1.41.2
+	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/pkg/profile v1.7.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.67.2

@@ -123,7 +123,7 @@ func TestOpenMalicious(t *testing.T) {
 			zipEntry{name: ConfigTOML, data: `batch_size = "8"`}, zipEntry{name: ManifestPath, data: manifest}), want: ErrInvalidConfig},
 		{name: "unknown key in TOML", file: "m.mar", data: makeZip(t, zipEntry{name: "model.pt"},
 			zipEntry{name: ConfigTOML, data: `batchsize = 8`}, zipEntry{name: ManifestPath, data: manifest}), want: ErrInvalidConfig},
-		{name: "bad labels", file: "m.mar", data: makeZip(t, zipEntry{name: "model.pt"}, zipEntry{name: LabelsFile, data: `{"zero": "person"}`},
+		{name: "bad labels", file: "m.mar", data: makeZip(t, zipEntry{name: "model.pt"}, zipEntry{name: LabelsFile, data: `{"0": 5}`},
 			zipEntry{name: ManifestPath, data: manifest}), want: ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

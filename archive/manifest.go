@@ -56,6 +56,7 @@ type ManifestModel struct {
 	Description string `json:"description,omitempty"`
 	Version     string `json:"version,omitempty"`
 	Envelope    string `json:"envelope,omitempty"`
+	SourceVocab string `json:"sourceVocab,omitempty"` // older archivers' --source-vocab, for TorchServe's text_classifier
 }
 
 // ManifestEngine is MMS's "engine" object.

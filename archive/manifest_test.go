@@ -92,6 +92,12 @@ func TestParseLabels(t *testing.T) {
 		{LabelsFile, `{"0": "person", "1": "bicycle"}`, map[int]string{0: "person", 1: "bicycle"}},
 		{LabelsFile, `{"0": ["n01440764", "tench"], "1": ["goldfish"]}`, map[int]string{0: "tench", 1: "goldfish"}},
 		{"classes.txt", "cat\r\ndog\n bird \n", map[int]string{0: "cat", 1: "dog", 2: "bird"}},
+		// As TorchServe's load_label_mapping: older examples' object_type_names, and keys that
+		// are no class index (the token classification example's label_list), which its
+		// handlers read themselves.
+		{LabelsFile, `{"object_type_names": ["__background__", "person"]}`, map[int]string{0: "__background__", 1: "person"}},
+		{LabelsFile, `{"label_list": ["O", "B-MISC", "I-MISC"]}`, map[int]string{}},
+		{LabelsFile, `{"-1": "a", "0": "b"}`, map[int]string{0: "b"}},
 	} {
 		got, err := ParseLabels(tc.name, []byte(tc.data))
 		if err != nil || len(got) != len(tc.want) {
@@ -105,7 +111,6 @@ func TestParseLabels(t *testing.T) {
 	}
 	for _, tc := range []struct{ data, key, msg string }{
 		{`["a", "b"]`, "", "must be a JSON object"},
-		{`{"-1": "a"}`, "-1", "keys must be class indexes >= 0"},
 		{`{"0": 5}`, "0", "must be a label string or a list whose last element is the label, got number 5"},
 		{`{"0": []}`, "0", "got an empty list"},
 		{`{"0": ["a", 1]}`, "0", "got number 1"},

@@ -441,16 +441,48 @@ func (m *Model) resolveHandler(fallback string) error {
 		}
 	}
 	switch {
-	case name != "" && IsHandlerName(name) && name != HandlerPython && !eager:
+	case name != "" && IsHandlerName(name) && name != HandlerPython && !eager && !m.ForTorchServes(name):
 		m.Config.Handler = name
 	case name == "" && eager:
 		m.Config.Handler, m.PythonHandler = HandlerPython, "base_handler"
+	case name == HandlerPython:
+		return configErr(file, key, "%w", errNoManifestHandler)
 	case isPythonHandler(name) || eager || name != "" && m.has(name+".py"):
 		m.Config.Handler, m.PythonHandler = HandlerPython, tsEntry(name)
 	default:
 		return &ConfigError{File: file, Key: key, Err: checkHandler(name)}
 	}
 	return nil
+}
+
+var errNoManifestHandler = fmt.Errorf("%w: handler %q runs the archive's own Python handler in a handler process, and its manifest names none: give the handler's name (a built-in, x.py or module:function) instead", ErrUnsupportedHandler, HandlerPython)
+
+// RunManifestHandler makes handler processes run the archive's own handler, the one its
+// manifest names (torch-model-archiver --handler), as handler = "python" in model-config.toml
+// does; it fails with ErrUnsupportedHandler where the manifest names none.
+func (m *Model) RunManifestHandler() error {
+	if m.Config.Handler == HandlerPython && m.PythonHandler != "" {
+		return nil
+	}
+	entry := m.Manifest.Model.Handler
+	if entry == "" || entry == HandlerPython {
+		return errNoManifestHandler
+	}
+	m.Config.Handler, m.PythonHandler = HandlerPython, tsEntry(entry)
+	return nil
+}
+
+// ForTorchServes reports whether the archive holds what TorchServe's own handler of that name
+// reads rather than what torchd's does, so that TorchServe's runs it, in a handler process:
+// its text_classifier reads a torchtext vocabulary (source_vocab.pt, or the manifest's
+// sourceVocab), torchd's a WordPiece vocab.txt or a tokenizer.json.
+func (m *Model) ForTorchServes(name string) bool {
+	switch name {
+	case "text_classifier":
+		ts := m.Manifest.Model.SourceVocab != "" || m.has("source_vocab.pt")
+		return ts && !m.has("vocab.txt") && !m.has("tokenizer.json")
+	}
+	return false
 }
 
 // resolveSerialized settles the TorchScript file: model-config.toml's

@@ -339,6 +339,34 @@ func TestOpenPythonHandlers(t *testing.T) {
 			}
 		})
 	}
+	// TorchServe's text_classifier reads a torchtext vocabulary, torchd's a vocab.txt: the archive's
+	// files say whose it is.
+	for _, tc := range []struct {
+		name  string
+		model string
+		files []string
+		want  string
+	}{
+		{"source_vocab.pt", `{"modelName":"m","serializedFile":"model.pt","handler":"text_classifier"}`, []string{"source_vocab.pt"}, HandlerPython},
+		{"manifest's sourceVocab", `{"modelName":"m","serializedFile":"model.pt","handler":"text_classifier","sourceVocab":"vocab.pt"}`, []string{"vocab.pt"}, HandlerPython},
+		{"vocab.txt", `{"modelName":"m","serializedFile":"model.pt","handler":"text_classifier"}`, []string{"vocab.txt"}, "text_classifier"},
+		{"both", `{"modelName":"m","serializedFile":"model.pt","handler":"text_classifier"}`, []string{"source_vocab.pt", "tokenizer.json"}, "text_classifier"},
+	} {
+		t.Run("text_classifier with "+tc.name, func(t *testing.T) {
+			files := []zipEntry{{name: "model.pt", data: fakeTorchScript}, {name: ManifestPath, data: manifestJSON(tc.model)}}
+			for _, f := range tc.files {
+				files = append(files, zipEntry{name: f})
+			}
+			m, err := Open(writeTemp(t, "m.mar", makeZip(t, files...)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if m.Config.Handler != tc.want || tc.want == HandlerPython && m.PythonHandler != "text_classifier" {
+				t.Errorf("handler %q, python handler %q; want %q", m.Config.Handler, m.PythonHandler, tc.want)
+			}
+		})
+	}
 	// A built-in handler cannot load an eager model: the refusal says what to set.
 	mar := makeZip(t, zipEntry{name: "model.pt", data: fakeTorchScript}, zipEntry{name: "model.py"},
 		zipEntry{name: ConfigTOML, data: `handler = "image_classifier"`},

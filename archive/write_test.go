@@ -268,7 +268,7 @@ func TestWriteRefuses(t *testing.T) {
 	writeTree(t, src, map[string]string{
 		"m.pt": fakeTorchScript, "m.tflite": "x", "dup/m.pt": "x", "other/MAR-INF/MANIFEST.json": "{}",
 		"bad.toml": "batch_size = 0", "handler.toml": `handler = "tensor"`, "ser.toml": `serialized_file = "x.pt"`,
-		"cfg.json": "{}", "labels/index_to_name.json": `{"a": "b"}`,
+		"cfg.json": "{}", "labels/index_to_name.json": `{"0": 5}`,
 	})
 	in := func(name string) string { return filepath.Join(src, name) }
 	ok := WriteOptions{ModelName: "m", SerializedFile: in("m.pt"), Handler: "image_classifier"}

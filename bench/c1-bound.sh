@@ -12,7 +12,7 @@ secs=${2:-10}
 body=models/out/resnet18/sample_640x480.jpg
 . bench/serve.sh
 serve 19810 /tmp/c1-bound.log BATCH_SIZE=32 WORKERS=2 LINGER_MS=0 OMP_WAIT_POLICY=PASSIVE
-curl -sf -X POST "http://$mg/models?url=resnet18.mar&model_name=r&synchronous=true" >/dev/null || { echo "register failed"; exit 1; }
+curl -sf -X POST "http://$mg/models?url=resnet18.mar&model_name=r&initial_workers=1&synchronous=true" >/dev/null || { echo "register failed"; exit 1; }
 ab -k -q -c 1 -t 3 -n 1000000 -T image/jpeg -p $body "http://$inf/predictions/r" >/dev/null 2>&1 # warm-up
 for r in $(seq "$rounds"); do
   in=$(OMP_WAIT_POLICY=PASSIVE bin/torchd bench-model --json --rounds 1 --time 2s --batch-sizes 1 --input $body model-store/resnet18.mar 2>/dev/null |

@@ -22,7 +22,7 @@ rss() { awk '/^VmRSS:/ {printf "%.0f", $2 / 1024}' "/proc/$pid/status"; }
 echo "torchd $(bin/torchd version 2>/dev/null | head -1); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
 echo "RSS at start (no model): $(rss) MiB"
 for i in $(seq 0 $((VERSIONS - 1))); do
-  curl -sf -X POST "http://$mg/models?url=$MODEL.mar&model_name=${MODEL}_v$i&synchronous=true" >/dev/null ||
+  curl -sf -X POST "http://$mg/models?url=$MODEL.mar&model_name=${MODEL}_v$i&initial_workers=1&synchronous=true" >/dev/null ||
     { echo "register ${MODEL}_v$i failed" >&2; tail -5 "$log" >&2; exit 1; }
 done
 sleep 5

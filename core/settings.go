@@ -44,6 +44,9 @@ type RegisterRequest struct {
 	Startup     bool
 	Persist     bool // record in the snapshot
 	archive.Settings
+	// Defaults are the protocol's own defaults, a layer just above the built-in ones and
+	// below the archive's: TorchServe's management API starts no worker unless asked.
+	Defaults archive.Settings
 
 	// Adapter, when set, joins the version's path (a Triton repository model's).
 	Adapter Adapter
@@ -115,7 +118,7 @@ func (o Options) resolve(name, version string, am *archive.Model, req RegisterRe
 	if o.PerModel != nil {
 		perModel = o.PerModel(name, version, req.Startup)
 	}
-	return Resolve(o.Defaults, pkg, am.Config.Settings, o.Server, perModel, req.Settings)
+	return Resolve(o.Defaults, req.Defaults, pkg, am.Config.Settings, o.Server, perModel, req.Settings)
 }
 
 // PackageSettings is the layer an archive's packages give, just above the defaults: a bf16

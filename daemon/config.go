@@ -51,6 +51,7 @@ type Config struct {
 	Python                string // handler processes' interpreter; "": see PythonPath
 	InstallPyDeps         bool   // pip install archives' requirements.txt for their handler processes
 	HandlerMemoryMiB      int    // each handler process's RSS bound; 0: none
+	InitialWorkers        int    // workers a management-API registration starts by default; 0, as TorchServe
 	TokenAuth             bool
 	EnableSnapshots       bool
 	SnapshotFile          string
@@ -356,6 +357,8 @@ var settings = []setting{
 		apply: modelSetting("max_batch_delay", false)},
 	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards on a locked OS thread`,
 		apply: modelSetting("min_workers", false)},
+	{key: "initial_workers", def: "0", help: "workers a registration through TorchServe's management API (REST or gRPC) starts when neither it (initial_workers), the archive nor an explicit workers setting names a count; 0 is TorchServe's default (scale workers up to serve), 1 serves at once",
+		apply: intSetting(func(c *Config) *int { return &c.InitialWorkers }, 0)},
 	{key: "latency_target_ms", def: "0", model: true, help: "p99 latency objective for auto batching, in ms; 0: none (lowest latency at the offered load)",
 		apply: modelSetting("latency_target_ms", true)},
 	{key: "cache_dir", def: "", help: "where measured batching curves are cached; empty: the user cache directory/torchd",

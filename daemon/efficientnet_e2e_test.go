@@ -140,7 +140,7 @@ func sameTopK(got, want topK, tol float64) error {
 
 // The ImageNet EfficientNet-Lite0 through HTTP answers every real JPEG (scikit-learn's two
 // photos and JPEGs made from them: crops, rotations, EXIF orientation, gray, progressive,
-// 4:4:4, 180x120 to 4032x3024, so decoded at full size and at 1/2, 1/4 and 1/8) with Python's
+// 4:4:4, 180x120 to 4032x3024, each decoded at full size as PIL decodes it) with Python's
 // top-5, in order, within 1e-4; and batched requests, concurrent or several images in one
 // multipart request, get the answers they get one by one.
 func TestEfficientNetLite0MatchesPython(t *testing.T) {

@@ -197,7 +197,9 @@ func startServerIn(t testing.TB, tmp string, args ...string) *server {
 	s.cmd = exec.Command(torchdBin, all...)
 	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
 	// The snapshot goes to a file of the test's own (a flag in args overrides it).
-	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp,
+	// TORCHD_INITIAL_WORKERS=1 opts into a worker at registration, which most tests
+	// assume; the tests of TorchServe's default (none) pass --initial-workers 0.
+	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp, "TORCHD_INITIAL_WORKERS=1",
 		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"), "TORCHD_CACHE_DIR="+filepath.Join(t.TempDir(), "cache"))
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

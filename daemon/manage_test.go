@@ -80,9 +80,10 @@ func TestManagementOverGRPC(t *testing.T) {
 		{"register absent archive", func() (*tspb.ManagementResponse, error) {
 			return s.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "absent.mar"})
 		}, codes.NotFound, "absent.mar"},
+		// As TorchServe: the model is looked up before a negative count fails its scaling.
 		{"scale negative", func() (*tspb.ManagementResponse, error) {
 			return s.ScaleWorker(ctx, &tspb.ScaleWorkerRequest{ModelName: "m", MinWorker: -1})
-		}, codes.InvalidArgument, "min_worker"},
+		}, codes.NotFound, "m"},
 		{"scale max below min", func() (*tspb.ManagementResponse, error) {
 			return s.ScaleWorker(ctx, &tspb.ScaleWorkerRequest{ModelName: "m", MinWorker: 3, MaxWorker: 2})
 		}, codes.InvalidArgument, "max_worker"},

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,6 +136,22 @@ func TestRegistrationFailures(t *testing.T) {
 	// An unknown handler given at registration fails it with 500, as TorchServe's failed
 	// worker start does (TestRegisterHandlerOverride).
 	errorShape(t, do(t, "POST", s.mgmt+"/models?url=file://"+bad+"&handler=my_handler.py", "", nil), 500, "InternalServerException", `handler "my_handler.py"`)
+	// handler=python runs the archive's own Python handler; a bare file names none.
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url=file://"+bad+"&handler=python", "", nil), 400, "ModelException", `handler "python" runs the archive's own Python handler in a handler process, and its manifest names none`)
+	// A model saved with torch.save, not TorchScript, is named as such, with what to do and no
+	// temporary extraction path.
+	py, _ := filepath.Abs("../.venv/bin/python")
+	if out, err := exec.Command(py, "-c", "import sys, torch; torch.save(torch.nn.Linear(4, 2), sys.argv[1])", filepath.Join(dir, "pickled.pt")).CombinedOutput(); err != nil {
+		t.Fatalf("torch.save: %v\n%s", err, out)
+	}
+	if _, err := archive.Write(archive.WriteOptions{ModelName: "pickled", SerializedFile: filepath.Join(dir, "pickled.pt"), Handler: "tensor", ExportPath: dir}); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, "POST", s.mgmt+"/models?url=file://"+filepath.Join(dir, "pickled.mar"), "", nil)
+	errorShape(t, r, 500, "InternalServerException", "pickled.pt is a pickled Python object (torch.save of a model or a state dict): script it")
+	if strings.Contains(string(r.body), os.TempDir()) || strings.Contains(string(r.body), "corrupted") {
+		t.Errorf("a torch.save pickle: %s shows a temporary path or LibTorch's message", r.body)
+	}
 
 	var list struct{ Models []struct{ ModelName string } }
 	do(t, "GET", s.mgmt+"/models", "", nil).json(t, &list)

@@ -110,7 +110,7 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 	repo = repository.New(reg, log)
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repo, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
-	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, Log: log}
+	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, InitialWorkers: cfg.InitialWorkers, Log: log}
 	d.frontEnds()
 	return d
 }

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/torchd/torchd/archive"
 )
 
 // Parameters that TorchServe cannot parse fall back to their defaults there, and scripts
@@ -60,10 +63,19 @@ func TestLenientParameters(t *testing.T) {
 		t.Fatalf("list limit=1&next_page_token=-1: %+v", list)
 	}
 
-	// min_worker=nan is the default, 1: 202 as TorchServe; -1 is refused (TorchServe: 500).
+	// min_worker=nan is the default, 1: 202 as TorchServe; -1 fails with TorchServe's 500, a
+	// max_worker under min_worker with its 400, and the model keeps its workers.
 	expectStatus(t, do(t, "PUT", m+"/models/slow?min_worker=nan", "", nil), 202, "Processing worker updates...")
 	expectStatus(t, do(t, "PUT", m+"/models/slow?min_worker=1&max_worker=x&synchronous=TRUE", "", nil), 200, "Workers scaled to 1 for model: slow")
-	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=-1", "", nil), 400, "BadRequestException", "min_worker")
+	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=-1", "", nil), 500, "InternalServerException", "Parameter min_worker must be an integer ≥ 0, got -1")
+	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=-1&synchronous=true", "", nil), 500, "InternalServerException", "min_worker")
+	errorShape(t, do(t, "PUT", m+"/models/slow?min_worker=1&max_worker=-1", "", nil), 400, "BadRequestException", "max_worker cannot be less than min_worker.")
+	errorShape(t, do(t, "PUT", m+"/models/nope?min_worker=-1", "", nil), 404, "ModelNotFoundException", "nope")
+	var slow []map[string]any
+	do(t, "GET", m+"/models/slow", "", nil).json(t, &slow)
+	if len(slow) != 1 || slow[0]["minWorkers"] != 1.0 {
+		t.Fatalf("after refused scalings: %v, want minWorkers 1", slow)
+	}
 
 	log := s.Log()
 	for _, p := range []string{"batch_size", "max_batch_delay", "synchronous", "limit", "next_page_token", "min_worker", "max_worker"} {
@@ -222,4 +234,78 @@ func TestMetricsAPIDescription(t *testing.T) {
 	}
 	errorShape(t, do(t, "GET", s.metrics+"/nope", "", nil), 404, "ResourceNotFoundException", "")
 	errorShape(t, do(t, "POST", s.metrics+"/metrics", "", nil), 405, "MethodNotAllowedException", "")
+}
+
+// TorchServe's management API starts no worker at registration unless asked
+// (initial_workers, the archive's minWorkers, or an explicit workers setting, which is
+// TorchServe's default_workers_per_model): so a registration with a handler that cannot load,
+// with startup_timeout=0 or asynchronous answers 200 with 0 workers, and the scale and
+// unregister calls that follow find the model. --initial-workers 1 opts into a worker at
+// registration, as the other tests run (startServer).
+func TestTorchServeRegistrationDefaults(t *testing.T) {
+	s := startServer(t, "--initial-workers", "0")
+	m := s.mgmt
+	zero := func(name string) string {
+		return `Model "` + name + `" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.`
+	}
+	expectStatus(t, do(t, "POST", m+"/models?url=digits.mar", "", nil), 200, zero("digits"))
+	expectStatus(t, do(t, "POST", m+"/models?url=slow.mar&synchronous=false", "", nil), 200, zero("slow"))
+	expectStatus(t, do(t, "POST", m+"/models?url=digits_tensor.mar&startup_timeout=0", "", nil), 200, zero("digits_tensor"))
+	var desc []struct {
+		MinWorkers int   `json:"minWorkers"`
+		Workers    []any `json:"workers"`
+	}
+	do(t, "GET", m+"/models/digits", "", nil).json(t, &desc)
+	if len(desc) != 1 || desc[0].MinWorkers != 0 || len(desc[0].Workers) != 0 {
+		t.Fatalf("describe after a plain registration: %+v, want no workers", desc)
+	}
+	png, _ := heldOut(t)
+	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 503 {
+		t.Fatalf("a prediction with no worker: %d %s, want 503", r.status, r.body)
+	}
+	expectStatus(t, do(t, "PUT", m+"/models/digits?min_worker=1&synchronous=true", "", nil), 200, "Workers scaled to 1 for model: digits")
+	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 200 {
+		t.Fatalf("a prediction once scaled: %d %s", r.status, r.body)
+	}
+	// Asked for, a worker starts at registration.
+	expectStatus(t, do(t, "POST", m+"/models?url=v2/digits.mar&initial_workers=1&synchronous=true", "", nil), 200, `Model "digits" Version: 2.0 registered with 1 initial workers`)
+	expectStatus(t, do(t, "DELETE", m+"/models/slow", "", nil), 200, `Model "slow" unregistered`)
+
+	// An explicit workers setting is TorchServe's default_workers_per_model: registrations
+	// take it.
+	w := startServer(t, "--initial-workers", "0", "--workers", "2")
+	expectStatus(t, do(t, "POST", w.mgmt+"/models?url=digits.mar&synchronous=true", "", nil), 200, `Model "digits" Version: 1.0 registered with 2 initial workers`)
+}
+
+// An archive made for TorchServe's own text_classifier (a torchtext source_vocab.pt, no
+// vocab.txt) runs that handler in a handler process, whether the archive names it or the
+// registration does; torchd's BERT-style handler would refuse it for want of a vocab.txt.
+func TestTorchServeTextClassifierRoutes(t *testing.T) {
+	dir := t.TempDir()
+	vocab := filepath.Join(dir, "source_vocab.pt")
+	if err := os.WriteFile(vocab, []byte("a torchtext vocabulary, read by TorchServe's handler only"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tc_manifest", "tc_param"} {
+		handler := "text_classifier"
+		if name == "tc_param" {
+			handler = "tensor" // the registration's handler= names text_classifier
+		}
+		if _, err := archive.Write(archive.WriteOptions{ModelName: name, SerializedFile: filepath.Join(zooDir, "textcls", "model.pt"),
+			Handler: handler, ExtraFiles: []string{vocab}, ExportPath: dir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, "--allowed-urls", "file://.*", "--python", venvPython(t))
+	for name, query := range map[string]string{"tc_manifest": "", "tc_param": "&handler=text_classifier"} {
+		r := do(t, "POST", s.mgmt+"/models?initial_workers=0&url=file://"+filepath.Join(dir, name+".mar")+query, "", nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", name, r.status, r.body)
+		}
+		var desc []struct{ Handler, Runtime string }
+		do(t, "GET", s.mgmt+"/models/"+name, "", nil).json(t, &desc)
+		if len(desc) != 1 || desc[0].Handler != "python" || desc[0].Runtime != "python" {
+			t.Errorf("%s: %+v, want TorchServe's handler in a handler process", name, desc)
+		}
+	}
 }

@@ -25,7 +25,8 @@ import (
 // TorchServe's examples make them (daemon/testdata/tsdiff/make.py), served by TorchServe 0.12
 // and by torchd, must answer alike. The archives cover a custom BaseHandler, an eager model
 // with model.py under the built-in image_classifier, MNIST's example handler,
-// object_detector and image_segmenter over torchvision models, a Hugging Face sequence
+// object_detector and image_segmenter over torchvision models (eager, in a handler process, and
+// scripted, in torchd's own handlers, sent photo-sized JPEGs as well), a Hugging Face sequence
 // classifier, a streaming handler and an MMS module:function entry point.
 
 // handlerPython is the handler runtime: TORCHD_PYTHON, else the project venv, which make
@@ -79,8 +80,8 @@ func TestTorchServeDifferential(t *testing.T) {
 		}
 		return b
 	}
-	images := func(prefix string) [][]byte {
-		return [][]byte{read(prefix + "0.png"), read(prefix + "1.png"), read(prefix + "2.png"), read(prefix + "3.png")}
+	images := func(prefix, ext string) [][]byte {
+		return [][]byte{read(prefix + "0" + ext), read(prefix + "1" + ext), read(prefix + "2" + ext), read(prefix + "3" + ext)}
 	}
 	texts := func(s ...string) [][]byte {
 		var out [][]byte
@@ -91,10 +92,14 @@ func TestTorchServeDifferential(t *testing.T) {
 	}
 	cases := []diffCase{
 		{"custom", "application/json", texts(`{"x":[1,2,3,4,5,6,7,8]}`, `{"x":[0,0,0,0,0,0,0,0]}`, `{"x":[-1,0.5,2,0,3,-2,1,1]}`, `{"x":[8,7,6,5,4,3,2,1]}`)},
-		{"resnet18", "image/png", images("rgb")},
-		{"mnist", "image/png", images("digit")},
-		{"detector", "image/png", images("scene")},
-		{"segmenter", "image/png", images("rgb")},
+		{"resnet18", "image/png", images("rgb", ".png")},
+		{"mnist", "image/png", images("digit", ".png")},
+		{"detector", "image/png", images("scene", ".png")},
+		{"segmenter", "image/png", images("rgb", ".png")},
+		// JPEGs of 720×720 to 1920×1080 with the default settings: torchd decodes them whole,
+		// as PIL does in TorchServe, so the answers agree within 1e-6.
+		{"resnet18_ts", "image/jpeg", images("photo", ".jpg")},
+		{"segmenter_ts", "image/jpeg", images("photo", ".jpg")},
 		{"hfcls", "text/plain", texts("the movie was good", "awful plot and bad actors", "a", "not very fine")},
 		{"streamer", "text/plain", texts("one", "two", "three", "four")},
 		{"mms", "text/plain", texts("hello", "", "abc", "the quick brown fox")},

@@ -53,6 +53,13 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	switch {
 	case python:
 		am.Config.Handler, am.PythonHandler = archive.HandlerPython, entry
+	case req.Handler == archive.HandlerPython:
+		if err := am.RunManifestHandler(); err != nil {
+			am.Close()
+			return nil, frontend.Errorf(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+		}
+	case am.ForTorchServes(req.Handler):
+		am.Config.Handler, am.PythonHandler = archive.HandlerPython, req.Handler
 	case req.Handler != "":
 		am.Config.Handler = req.Handler
 	}

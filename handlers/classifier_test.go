@@ -154,3 +154,42 @@ func TestTensorRejectsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A one-channel model registered with the RGB defaults fails its first forward with a short
+// message that names the option to set, not LibTorch's traceback; the opposite mistake names
+// color = "rgb".
+func TestImageChannelsMismatchNamesColor(t *testing.T) {
+	m, err := torch.Load(filepath.Join("..", "models", "out", "digits", "model.pt"))
+	if err != nil {
+		t.Fatalf("%v: run `make models` first", err)
+	}
+	defer m.Close()
+	r18, err := torch.Load(filepath.Join("..", "models", "out", "resnet18", "model.pt"))
+	if err != nil {
+		t.Fatalf("%v: run `make models` first", err)
+	}
+	defer r18.Close()
+	for _, tc := range []struct {
+		name    string
+		model   *torch.Module
+		options map[string]any
+		want    string
+	}{
+		{"image_classifier", m, map[string]any{}, `the model takes 1-channel images and this handler makes 3-channel ones: set color = "gray"`},
+		{"image_segmenter", m, map[string]any{}, `set color = "gray"`},
+		{"image_classifier", r18, map[string]any{"color": "gray"}, `the model takes 3-channel images and this handler makes 1-channel ones: set color = "rgb"`},
+	} {
+		h, err := handlers.New(tc.name, handlers.Context{Config: archive.ModelConfig{File: "model-config.toml", Handler: tc.name, Options: tc.options}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = handlers.Infer(h, tc.model, []*handlers.Sample{h.(handlers.Warmer).WarmupSample()})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || len(err.Error()) > 300 {
+			t.Errorf("%s %v: %v; want a short error containing %q", tc.name, tc.options, err, tc.want)
+		}
+		var te *torch.Error
+		if !errors.As(err, &te) {
+			t.Errorf("%s: %v no longer wraps LibTorch's error", tc.name, err)
+		}
+	}
+}

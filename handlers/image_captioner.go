@@ -24,7 +24,7 @@ func init() { Register("image_captioner", newImageCaptioner) }
 // [options]): width and height (the model's input size; required), mean and std (ImageNet's),
 // vocab (the archive's vocabulary, "vocab.json"), max_length (tokens generated at most, 32),
 // max_images (64, per request), max_request_pixels (400 M, per request), encoder (none),
-// jpeg_dct_scaling (true, as image_classifier).
+// jpeg_dct_scaling (false, as image_classifier).
 //
 // encoder names an AOTInductor package in the archive (models/pt2.py's encoder.pt2) that
 // computes the features from the images in place of the model's own encoder; the scripted

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"sort"
 	"strconv"
 	"unsafe"
@@ -27,7 +28,8 @@ func init() { Register("image_classifier", newImageClassifier) }
 // Options (model-config.toml [options]): resize (256), crop_size (224), width and height
 // (exact resize instead of resize+crop), mean and std (ImageNet's), color ("rgb" or "gray"),
 // top_k (5), max_pixels (40 M, per image), max_images (64, per request), max_request_pixels
-// (400 M, per request), jpeg_dct_scaling (true; false decodes every JPEG at full size, as PIL).
+// (400 M, per request), jpeg_dct_scaling (false: every JPEG decoded at full size, as PIL and
+// TorchServe; true opts into decoding large JPEGs scaled in the DCT domain).
 type ImageClassifier struct {
 	transform vision.Transform
 	topK      int
@@ -55,8 +57,8 @@ func newImageClassifier(ctx Context) (Handler, error) {
 
 // readImageTransform reads the options of TorchServe's image preprocessing (resize,
 // crop_size, width and height, max_pixels, color, mean and std, jpeg_dct_scaling) over its
-// defaults: Resize(256), CenterCrop(224), ImageNet's mean and std, RGB, large JPEGs decoded
-// scaled in the DCT domain.
+// defaults: Resize(256), CenterCrop(224), ImageNet's mean and std, RGB, every JPEG decoded at
+// full size.
 func readImageTransform(opts *intOptions) (vision.Transform, error) {
 	cfg := opts.cfg
 	t := vision.DefaultTransform()
@@ -85,15 +87,15 @@ func readImageTransform(opts *intOptions) (vision.Transform, error) {
 	return t, nil
 }
 
-// readJPEGScaling reads the option jpeg_dct_scaling: true (the default) lets a JPEG at least
-// twice the resize target be decoded at 1/2, 1/4 or 1/8 size in the DCT domain; false decodes
-// every JPEG at full size, so the tensor equals torchvision's.
+// readJPEGScaling reads the option jpeg_dct_scaling. Off by default, because TorchServe's
+// handlers decode every JPEG whole and a model's answer must equal theirs; true lets a JPEG at
+// least twice the resize target be decoded at 1/2, 1/4 or 1/8 size in the DCT domain.
 func readJPEGScaling(cfg *archive.ModelConfig, t *vision.Transform) error {
-	scaling, err := cfg.BoolOption("jpeg_dct_scaling", true)
+	scaling, err := cfg.BoolOption("jpeg_dct_scaling", false)
 	if err != nil {
 		return err
 	}
-	t.FullJPEGDecode = !scaling
+	t.JPEGDCTScaling = scaling
 	return nil
 }
 
@@ -299,6 +301,30 @@ func imageError(i, n int, err error) error {
 }
 
 // blankImage is a black image of t's output shape, for warm-up.
+// channelsRE finds a convolution's complaint about its input's channels in LibTorch's error.
+var channelsRE = regexp.MustCompile(`expected input\[[^\]]*\] to have (\d+) channels, but got (\d+) channels`)
+
+// explainChannels turns a forward's channel mismatch (a one-channel model fed the RGB
+// default) into a message naming the option to set.
+func explainChannels(err error) error {
+	m := channelsRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	var set string
+	switch m[1] {
+	case "1":
+		set = `set color = "gray" in the model's options (model-config.toml's [options], or model-config.yaml's handler section)`
+	case "3":
+		set = `set color = "rgb" in the model's options (model-config.toml's [options])`
+	default:
+		set = `the image handlers make 1 (color = "gray") or 3 (color = "rgb")`
+	}
+	return &hintError{msg: fmt.Sprintf("the model takes %s-channel images and this handler makes %s-channel ones: %s", m[1], m[2], set), err: err}
+}
+
+func (ic *ImageClassifier) explainForward(err error) error { return explainChannels(err) }
+
 func blankImage(t vision.Transform) *Sample {
 	c, h, w := t.OutputShape()
 	buf := make([]float32, c*h*w)

@@ -56,6 +56,8 @@ func (is *ImageSegmenter) PreprocessTensor(t Tensor) (*Sample, error) {
 // WarmupSample is a black image of the model's input shape.
 func (is *ImageSegmenter) WarmupSample() *Sample { return blankImage(is.transform) }
 
+func (is *ImageSegmenter) explainForward(err error) error { return explainChannels(err) }
+
 // SelectOutputs takes the class scores from the model's output: a dict's "out", a tensor, or
 // a tuple's or list's first item.
 func (is *ImageSegmenter) SelectOutputs(v any) ([]*torch.Tensor, error) {

@@ -22,6 +22,27 @@ func Infer(h Handler, m torch.Model, batch []*Sample) ([][]Tensor, error) {
 // InferStaged is Infer stacking the batch into st, the worker's own stage (nil: one lent
 // for the call).
 func InferStaged(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
+	out, err := inferStagedParts(h, m, batch, st)
+	if ex, ok := h.(forwardExplainer); ok && err != nil {
+		err = ex.explainForward(err)
+	}
+	return out, err
+}
+
+// forwardExplainer is a handler that can say which of its options a failed forward points
+// to, in place of LibTorch's traceback.
+type forwardExplainer interface{ explainForward(err error) error }
+
+// hintError is a short message for a long error, which it still wraps.
+type hintError struct {
+	msg string
+	err error
+}
+
+func (e *hintError) Error() string { return e.msg }
+func (e *hintError) Unwrap() error { return e.err }
+
+func inferStagedParts(h Handler, m torch.Model, batch []*Sample, st *Stage) ([][]Tensor, error) {
 	if p, ok := m.(*torch.Package); ok && len(batch) > 1 {
 		_, hi := p.BatchRange()
 		if parts := SplitRows(batch, hi); len(parts) > 1 {

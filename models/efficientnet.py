@@ -59,8 +59,8 @@ def save_traced(model, path):
 
 def make_images(d):
     """Write the test photos into d and return their file names: sizes from 180x120 to a
-    phone camera's 4032x3024, so that torchd decodes some at full size and some at 1/2, 1/4
-    and 1/8 in the DCT domain."""
+    phone camera's 4032x3024, which jpeg_dct_scaling = true would decode at 1/2, 1/4 and 1/8
+    in the DCT domain (by default torchd decodes them whole)."""
     china = Image.open(os.path.join(SKLEARN_IMAGES, "china.jpg"))
     flower = Image.open(os.path.join(SKLEARN_IMAGES, "flower.jpg"))
     files = []
@@ -106,27 +106,12 @@ def resized_size(w, h):
 def preprocess(path):
     """torchd's image_classifier preprocessing of an image file, step for step in PIL.
 
-    It is torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize, as the
-    handlers/vision tests prove torchd equal to (models/vision_ref.py), except for JPEGs of at
-    least twice the resized size: torchd decodes those at 1/2, 1/4 or 1/8 size in the DCT domain
-    (handlers/vision jpegScale), and so does PIL's draft, then resizes mapping onto the
-    full-size image, which PIL's resize does with its box.
+    It is TorchServe's and torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize on
+    the upright image, which the handlers/vision tests prove torchd equal to
+    (models/vision_ref.py): by default torchd decodes every JPEG at full size, as PIL does.
     """
-    img = Image.open(path)
-    w, h = img.size
-    upright = (h, w) if img.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (w, h)
-    rw, rh = resized_size(*upright)
-    scale = 1
-    if img.format == "JPEG":
-        scale = max((d for d in (2, 4, 8) if upright[0] >= rw * d and upright[1] >= rh * d),
-                    default=1)
-    if scale > 1:
-        img.draft(img.mode, (w // scale, h // scale))
-        # libjpeg rounds scaled sizes up, as torchd's decoder does.
-        assert img.size == (-(-w // scale), -(-h // scale)), (path, img.size, scale)
-    img = ImageOps.exif_transpose(img).convert("RGB")
-    img = img.resize((rw, rh), Image.Resampling.BILINEAR,
-                     box=(0, 0, upright[0] / scale, upright[1] / scale))
+    img = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
+    img = img.resize(resized_size(*img.size), Image.Resampling.BILINEAR)
     return T.Compose([T.CenterCrop(CROP), T.ToTensor(), T.Normalize(MEAN, STD)])(img)
 
 

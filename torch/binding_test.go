@@ -3,6 +3,7 @@ package torch_test
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -349,5 +350,44 @@ func TestThreadsAndDevices(t *testing.T) {
 	s, err := m.Schema("forward")
 	if err != nil || !strings.Contains(s, "forward(") {
 		t.Errorf("Schema = %q, %v", s, err)
+	}
+}
+
+// A file torch.save wrote (a pickled nn.Module, a state dict, or the legacy format) is refused
+// with what it is and what to do, without LibTorch's "checkpoint file is corrupted" or its
+// directory (an archive's temporary extraction).
+func TestLoadPickleIsNotTorchScript(t *testing.T) {
+	py, err := filepath.Abs(filepath.Join("..", ".venv", "bin", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("torch.save's files are made by the project venv's Python (make venv)")
+	}
+	dir := t.TempDir()
+	script := `import sys, torch
+m = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU())
+torch.save(m, sys.argv[1] + "/module.pt")
+torch.save(m.state_dict(), sys.argv[1] + "/weights.pt")
+torch.save(m.state_dict(), sys.argv[1] + "/legacy.pth", _use_new_zipfile_serialization=False)
+`
+	if out, err := exec.Command(py, "-c", script, dir).CombinedOutput(); err != nil {
+		t.Fatalf("torch.save: %v\n%s", err, out)
+	}
+	for _, f := range []string{"module.pt", "weights.pt", "legacy.pth"} {
+		_, err := torch.Load(filepath.Join(dir, f))
+		if !errors.Is(err, torch.ErrNotTorchScript) {
+			t.Errorf("%s: %v, want ErrNotTorchScript", f, err)
+			continue
+		}
+		msg := err.Error()
+		for _, want := range []string{f + " is a pickled Python object", "torch.jit.script", "--model-file"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: %q does not say %q", f, msg, want)
+			}
+		}
+		if strings.Contains(msg, dir) || strings.Contains(msg, "corrupted") {
+			t.Errorf("%s: %q shows the directory or LibTorch's message", f, msg)
+		}
 	}
 }

@@ -7,9 +7,12 @@ package torch
 import "C"
 
 import (
+	"archive/zip"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -61,6 +64,42 @@ func WithOptimize() LoadOption { return func(o *loadOptions) { o.flags |= C.TD_L
 // takes or returns other than one tensor. It is the caller's error, not the runtime's.
 var ErrFP32Modules = errors.New("float32 modules")
 
+// ErrNotTorchScript is wrapped by Load's error for a file torch.save wrote (a pickled
+// nn.Module or state dict), which only Python can load.
+var ErrNotTorchScript = errors.New("not TorchScript")
+
+// isPickle reports whether the file at path is what torch.save writes rather than
+// torch.jit.save: a zip with a data.pkl and no constants.pkl, or a legacy pickle stream
+// (it starts with pickle's PROTO opcode).
+func isPickle(file string) bool {
+	f, err := os.Open(file)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var head [1]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return false
+	}
+	if head[0] == 0x80 {
+		return true
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	z, err := zip.NewReader(f, st.Size())
+	if err != nil {
+		return false
+	}
+	data, constants := false, false
+	for _, e := range z.File {
+		data = data || filepath.Base(e.Name) == "data.pkl"
+		constants = constants || filepath.Base(e.Name) == "constants.pkl"
+	}
+	return data && !constants
+}
+
 // Load reads a TorchScript module saved by torch.jit.save.
 func Load(path string, opts ...LoadOption) (*Module, error) {
 	o := loadOptions{device: "cpu"}
@@ -86,6 +125,12 @@ func Load(path string, opts ...LoadOption) (*Module, error) {
 	if err := statusError("load "+path, C.td_module_load(cpath, cdev, o.flags, cfp32, &h)); err != nil {
 		if len(o.fp32Modules) > 0 && strings.Contains(err.Error(), ": float32 module") {
 			return nil, fmt.Errorf("%w: %w", ErrFP32Modules, err)
+		}
+		// LibTorch's "failed locating file constants.pkl ... checkpoint file is corrupted" tells
+		// the user nothing: the file is sound, only not TorchScript.
+		if isPickle(path) {
+			return nil, fmt.Errorf("%w: %s is a pickled Python object (torch.save of a model or a state dict): script it (torch.jit.script or torch.jit.trace, then torch.jit.save), or archive it with --model-file and the model's Python class, which a handler process loads",
+				ErrNotTorchScript, filepath.Base(path))
 		}
 		return nil, err
 	}

@@ -178,7 +178,7 @@ curl -fsS "http://$inf/ping" || { "$docker" logs torchd-test; fail "not healthy 
 echo "healthy $healthy_s s after docker run"
 
 log "register through the management port, predict through the inference port"
-curl -fsS -X POST "http://$mgmt/models?url=digits.mar&synchronous=true"
+curl -fsS -X POST "http://$mgmt/models?url=digits.mar&initial_workers=1&synchronous=true"
 pred=$(curl -fsS -T deploy/docker/testdata/digit-2.png "http://$inf/predictions/digits")
 echo "$pred"
 first=$(tr -d ' \n{' <<<"$pred" | cut -d: -f1)
@@ -274,7 +274,7 @@ t=$(now)
 for _ in $(seq 600); do curl -fs "http://$inf/ping" >/dev/null 2>&1 && break; sleep 0.05; done
 curl -fsS "http://$inf/ping" >/dev/null || { "$docker" logs torchd-test; fail "handlers image: not healthy after 30 s"; }
 t=$(now)
-curl -fsS -X POST "http://$mgmt/models?url=digits_py.mar&synchronous=true" ||
+curl -fsS -X POST "http://$mgmt/models?url=digits_py.mar&initial_workers=1&synchronous=true" ||
   { "$docker" logs torchd-test 2>&1 | tail -30; fail "handlers image: registering digits_py.mar failed"; }
 hreg_s=$(since "$t")
 echo "registered in $hreg_s s (the handler process started and warm)"

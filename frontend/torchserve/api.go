@@ -41,6 +41,9 @@ func (a *API) InferenceRoutes() []*frontend.Route {
 		{Method: "PUT", Pattern: "/predictions/{model_name}/{model_version}", Summary: "Predict with a version", Handle: a.predictRoute},
 		{Method: "POST", Pattern: "/explanations/{model_name}", Summary: "Integrated Gradients of the target class (image and text classifiers; 501 for other handlers)", Handle: a.explain},
 		{Method: "POST", Pattern: "/explanations/{model_name}/{model_version}", Summary: "Integrated Gradients of a version", Handle: a.explain},
+		// TorchServe takes any method on its inference paths; its READMEs send files with curl -T (PUT).
+		{Method: "PUT", Pattern: "/explanations/{model_name}", Summary: "Integrated Gradients of the target class", Handle: a.explain},
+		{Method: "PUT", Pattern: "/explanations/{model_name}/{model_version}", Summary: "Integrated Gradients of a version", Handle: a.explain},
 		{Method: "POST", Pattern: "/invocations", Summary: "SageMaker-style predict; ?model_name= or the only model", Handle: a.invocations},
 		{Method: "POST", Pattern: "/models/{model_name}/invoke", Summary: "SageMaker-style predict", Handle: a.predictRoute},
 	}

@@ -140,7 +140,7 @@ func (p grpcParams) num(key, _ string) (int, bool) {
 
 func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterModelRequest) (*tspb.ManagementResponse, error) {
 	reg := Registration{URL: r.GetUrl(), URLGiven: true, Name: r.GetModelName(), Handler: r.GetHandler(),
-		Runtime: r.GetRuntime(), Synchronous: r.GetSynchronous()}
+		Runtime: r.GetRuntime(), Synchronous: r.GetSynchronous(), Defaults: s.a.Manage.tsDefaults()}
 	p := grpcParams{"batch_size": r.GetBatchSize(), "max_batch_delay": r.GetMaxBatchDelay(),
 		"initial_workers": r.GetInitialWorkers(), "response_timeout": r.GetResponseTimeout(),
 		"startup_timeout": r.GetStartupTimeout()}

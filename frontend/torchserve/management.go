@@ -96,6 +96,7 @@ func (ts *API) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 		return
 	}
 	r.Synchronous = a.bool("synchronous", true)
+	r.Defaults = ts.Manage.tsDefaults()
 	done, err := ts.Manage.Register(r)
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)

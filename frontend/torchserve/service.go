@@ -31,7 +31,16 @@ type Management struct {
 	// Unregistered is called after a version is unregistered: the memory it held goes back
 	// (nil: nothing to do).
 	Unregistered func()
-	Log          *slog.Logger
+	// InitialWorkers are the workers a registration through TorchServe's management API
+	// (REST or gRPC) starts when neither it (initial_workers), the archive, nor the server's
+	// workers setting names a count: 0 is TorchServe's default; 1 serves at once.
+	InitialWorkers int
+	Log            *slog.Logger
+}
+
+// tsDefaults are the defaults of a registration through TorchServe's management API.
+func (m *Management) tsDefaults() archive.Settings {
+	return archive.Settings{MinWorkers: archive.Fixed(m.InitialWorkers)}
 }
 
 // Failed are registrations restored from the snapshot at start-up that did not load.
@@ -82,6 +91,7 @@ type Registration struct {
 	URLGiven               bool
 	Name, Handler, Runtime string
 	Settings               archive.Settings // the registration's layer (registrationSettings)
+	Defaults               archive.Settings // the protocol's defaults (core.RegisterRequest.Defaults)
 	Synchronous            bool
 }
 
@@ -113,7 +123,7 @@ func (m *Management) Register(r Registration) (Registered, error) {
 		return Registered{}, badParam("Invalid RuntimeType value: %s", r.Runtime)
 	}
 	v, err := m.Open(core.RegisterRequest{URL: r.URL, Name: r.Name, Handler: r.Handler, Runtime: r.Runtime,
-		Settings: r.Settings, Synchronous: r.Synchronous, Persist: true})
+		Settings: r.Settings, Defaults: r.Defaults, Synchronous: r.Synchronous, Persist: true})
 	if err != nil {
 		return Registered{}, err
 	}
@@ -160,16 +170,22 @@ func (m *Management) Scale(s Scaling) (Scaled, error) {
 	} else {
 		maxW = minW
 	}
+	if maxW < minW {
+		return Scaled{}, badParam("max_worker cannot be less than min_worker.")
+	}
+	// TorchServe checks only the order and that the model exists: a negative count then
+	// fails inside its scaling, which answers 500. So does torchd, with a message that says
+	// why; it has no core kind, as no model or request is at fault but the call's.
 	for _, p := range []struct {
 		key string
 		n   int
 	}{{"min_worker", minW}, {"max_worker", maxW}} {
 		if p.n < 0 {
-			return Scaled{}, badParam("Parameter %s must be an integer ≥ 0, got %d", p.key, p.n)
+			if _, err := m.Registry.Get(s.Name, s.Version); err != nil {
+				return Scaled{}, err
+			}
+			return Scaled{}, fmt.Errorf("Parameter %s must be an integer ≥ 0, got %d", p.key, p.n)
 		}
-	}
-	if maxW < minW {
-		return Scaled{}, badParam("max_worker cannot be less than min_worker.")
 	}
 	v, err := m.Registry.Scale(s.Name, s.Version, minW, maxW, s.Synchronous)
 	if err != nil {

@@ -23,18 +23,19 @@ func reportCPU(b *testing.B, start time.Duration) {
 }
 
 // BenchmarkPreprocess times Apply with TorchServe's default transform on
-// JPEGs (quality 90) made in memory, with each decoder; turbojpeg-full is
-// libjpeg-turbo without DCT-domain downscaling, to show what that saves.
+// JPEGs (quality 90) made in memory, with each decoder; turbojpeg is the
+// default, exact path, turbojpeg-dct opts into DCT-domain downscaling, to show
+// what that saves.
 //
 //	go test -run='^$' -bench='Preprocess|Resample' -benchtime=2s -count=3 ./handlers/vision/
 func BenchmarkPreprocess(b *testing.B) {
-	for _, dec := range []string{"turbojpeg", "turbojpeg-full", "gojpeg"} {
+	for _, dec := range []string{"turbojpeg", "turbojpeg-dct", "gojpeg"} {
 		for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
 			b.Run(fmt.Sprintf("%s/%dx%d", dec, size[0], size[1]), func(b *testing.B) {
 				img := encodeJPEG(b, size[0], size[1])
 				t := DefaultTransform()
 				t.PureGoJPEG = dec == "gojpeg"
-				t.FullJPEGDecode = dec == "turbojpeg-full"
+				t.JPEGDCTScaling = dec == "turbojpeg-dct"
 				c, h, w := t.OutputShape()
 				dst := make([]float32, c*h*w)
 				b.ReportAllocs()
@@ -48,6 +49,55 @@ func BenchmarkPreprocess(b *testing.B) {
 				reportCPU(b, start)
 			})
 		}
+	}
+}
+
+// BenchmarkDecodeJPEG times libjpeg-turbo's decode alone, into the raster the
+// resize reads, exact (the default) and with DCT scaling, so that Preprocess's
+// time splits into decoding and resampling (BenchmarkResampleFrom).
+//
+//	go test -run='^$' -bench='DecodeJPEG|ResampleFrom|Preprocess/turbo' -benchtime=2s -count=3 ./handlers/vision/
+func BenchmarkDecodeJPEG(b *testing.B) {
+	for _, dec := range []string{"exact", "dct"} {
+		for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
+			b.Run(fmt.Sprintf("%s/%dx%d", dec, size[0], size[1]), func(b *testing.B) {
+				img := encodeJPEG(b, size[0], size[1])
+				t := DefaultTransform()
+				t.JPEGDCTScaling = dec == "dct"
+				b.ReportAllocs()
+				start := cpuTime()
+				for b.Loop() {
+					r, err := t.decodeTurbo(img)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.release()
+				}
+				reportCPU(b, start)
+			})
+		}
+	}
+}
+
+// BenchmarkResampleFrom times the resize, crop and normalization alone from a
+// decoded image of each size, the part of Preprocess that is not decoding.
+func BenchmarkResampleFrom(b *testing.B) {
+	for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
+		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
+			r := newRaster(size[0], size[1], 3)
+			defer r.release()
+			for i := range r.pix {
+				r.pix[i] = byte(i * 7)
+			}
+			t := DefaultTransform()
+			dst := make([]float32, 3*224*224)
+			b.ReportAllocs()
+			start := cpuTime()
+			for b.Loop() {
+				t.resampleInto(&r, dst)
+			}
+			reportCPU(b, start)
+		})
 	}
 }
 

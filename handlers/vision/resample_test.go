@@ -46,22 +46,28 @@ func TestCropOrigin(t *testing.T) {
 	}
 }
 
+// TestJPEGScale: with JPEGDCTScaling, the largest reduction that keeps the resize target;
+// without it (the default), none.
 func TestJPEGScale(t *testing.T) {
 	def := DefaultTransform()
+	def.JPEGDCTScaling = true
 	tests := []struct {
 		t    Transform
 		w, h int
 		want int
 	}{
-		{def, 640, 480, 1},                     // 1/2 would be 240 < 256
-		{def, 1024, 768, 2},                    // 384x512... 512x384 >= 341x256
-		{def, 1920, 1080, 4},                   // 480x270 >= 455x256
-		{def, 1080, 1920, 4},                   // portrait, as after EXIF rotation
-		{def, 2600, 2100, 8},                   // 325x262 >= 321x256
-		{def, 2048, 2047, 4},                   // 1/8 would be 255.9 rows
-		{Transform{CropW: 224}, 4000, 3000, 1}, // no resize: nothing to gain
-		{Transform{Width: 28, Height: 28}, 640, 480, 8},
-		{Transform{Width: 28, Height: 28}, 200, 480, 4},
+		{def, 640, 480, 1},   // 1/2 would be 240 < 256
+		{def, 1024, 768, 2},  // 384x512... 512x384 >= 341x256
+		{def, 1920, 1080, 4}, // 480x270 >= 455x256
+		{def, 1080, 1920, 4}, // portrait, as after EXIF rotation
+		{def, 2600, 2100, 8}, // 325x262 >= 321x256
+		{def, 2048, 2047, 4}, // 1/8 would be 255.9 rows
+		{Transform{CropW: 224, JPEGDCTScaling: true}, 4000, 3000, 1}, // no resize: nothing to gain
+		{Transform{Width: 28, Height: 28, JPEGDCTScaling: true}, 640, 480, 8},
+		{Transform{Width: 28, Height: 28, JPEGDCTScaling: true}, 200, 480, 4},
+		{DefaultTransform(), 1920, 1080, 1}, // the default decodes whole, as PIL
+		{DefaultTransform(), 2600, 2100, 1},
+		{Transform{Width: 28, Height: 28}, 640, 480, 1},
 	}
 	for _, tt := range tests {
 		if got := tt.t.jpegScale(tt.w, tt.h); got != tt.want {

@@ -89,9 +89,9 @@ var dctScales = sync.OnceValue(func() []int {
 // filter still does the final, antialiased step, as it does in PIL. w and h
 // are the upright size of the JPEG. The result is sharper than PIL's, whose
 // filter spans twice the reduction: handlers' TestJPEGScalingGate measures
-// what that changes (FullJPEGDecode turns it off).
+// what that changes (only JPEGDCTScaling turns it on).
 func (t Transform) jpegScale(w, h int) int {
-	if t.FullJPEGDecode {
+	if !t.JPEGDCTScaling {
 		return 1
 	}
 	if t.Resize == 0 && t.Width == 0 {

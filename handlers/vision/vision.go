@@ -7,9 +7,9 @@
 // It follows PIL step for step: the resize is PIL's Image.resize(BILINEAR)
 // (which torchvision 0.14 calls) coefficient for coefficient, JPEG is decoded
 // by libjpeg-turbo like PIL's libjpeg, and lossy WebP colour is converted as
-// libwebp does. The tensor therefore equals torchvision's, except where a large
-// JPEG is decoded at 1/2, 1/4 or 1/8 size in the DCT domain to skip most of
-// the work (a mean difference of about 0.02 in normalized units).
+// libwebp does. The tensor therefore equals torchvision's, unless the caller
+// opts into decoding a large JPEG at 1/2, 1/4 or 1/8 size in the DCT domain to
+// skip most of the work (a mean difference of about 0.02 in normalized units).
 //
 // It knows nothing of HTTP or LibTorch: it fills a []float32 the caller owns,
 // and refuses images over a pixel limit before decoding them.
@@ -61,12 +61,12 @@ type Transform struct {
 	// PureGoJPEG decodes JPEG with image/jpeg instead of libjpeg-turbo. It is
 	// slower and further from PIL; it exists for benchmarks and comparison.
 	PureGoJPEG bool
-	// FullJPEGDecode decodes every JPEG at full size, as PIL does, so the
-	// tensor equals torchvision's. By default a JPEG at least twice the resize
-	// target in both directions is decoded at 1/2, 1/4 or 1/8 size in the DCT
-	// domain, which skips most of the decoding work for a slightly different
-	// tensor (docs/benchmarks.md, Image preprocessing).
-	FullJPEGDecode bool
+	// JPEGDCTScaling lets a JPEG at least twice the resize target in both
+	// directions be decoded at 1/2, 1/4 or 1/8 size in the DCT domain, which
+	// skips most of the decoding work for a different tensor (docs/benchmarks.md,
+	// Image preprocessing). Off, every JPEG is decoded at full size, as PIL
+	// does, so the tensor equals torchvision's and TorchServe's.
+	JPEGDCTScaling bool
 }
 
 // DefaultTransform returns TorchServe's image_classifier preprocessing:

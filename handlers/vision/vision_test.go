@@ -109,12 +109,13 @@ func diff(got, want []float32) (mean, maxd float64) {
 // Pillow 9.4, torchvision 0.14) are in the comments.
 const (
 	// PNG, GIF, BMP, WebP (lossy and lossless) and JPEG decoded at full
-	// size by libjpeg-turbo, which runs the same IDCT and upsampling as
-	// PIL's libjpeg: measured 0, the tensors are identical.
+	// size by libjpeg-turbo (the default), which runs the same IDCT and
+	// upsampling as PIL's libjpeg: measured 0, the tensors are identical.
 	tolExact = 1e-6
 	// JPEG decoded at 1/4 or 1/8 size in the DCT domain before the
-	// bilinear resize: measured 0.018–0.020 (max 0.67, under 40 levels of
-	// 255, at sharp edges). The cost of skipping most of the IDCT work.
+	// bilinear resize (JPEGDCTScaling): measured 0.018–0.020 (max 0.67,
+	// under 40 levels of 255, at sharp edges). The cost of skipping most of
+	// the IDCT work.
 	tolDCTScaled = 0.025
 	// JPEG decoded by image/jpeg, whose IDCT and nearest-neighbour chroma
 	// differ from libjpeg: measured 0.0002 (gray) to 0.028 (320x240 upscaled).
@@ -127,7 +128,7 @@ func tolerance(variant string, scaled bool) float64 {
 	switch {
 	case variant == "gojpeg":
 		return tolGoJPEG
-	case variant == "turbojpeg" && scaled:
+	case variant == "turbojpeg-dct" && scaled:
 		return tolDCTScaled
 	}
 	return tolExact
@@ -146,12 +147,13 @@ func TestMatchesTorchvision(t *testing.T) {
 		}
 		variants := []string{"default"}
 		if strings.HasPrefix(c.Name, "jpeg") {
-			variants = []string{"turbojpeg", "turbojpeg-full", "gojpeg"}
+			// turbojpeg is the default Transform: it must be exact for every size.
+			variants = []string{"turbojpeg", "turbojpeg-dct", "gojpeg"}
 		}
 		for _, v := range variants {
 			t.Run(c.Name+"/"+v, func(t *testing.T) {
 				tr := c.transform()
-				tr.FullJPEGDecode = v == "turbojpeg-full"
+				tr.JPEGDCTScaling = v == "turbojpeg-dct"
 				tr.PureGoJPEG = v == "gojpeg"
 				ch, h, w := tr.OutputShape()
 				if fmt.Sprint([]int{ch, h, w}) != fmt.Sprint(shape) {
@@ -162,18 +164,25 @@ func TestMatchesTorchvision(t *testing.T) {
 					t.Fatal(err)
 				}
 				scale := 1
-				if v == "turbojpeg" {
+				if v != "gojpeg" {
 					_, w, h, err := DecodeConfig(img)
 					if err != nil {
 						t.Fatal(err)
 					}
 					scale = tr.jpegScale(w, h)
 				}
+				if v == "turbojpeg" && scale != 1 {
+					t.Errorf("the default transform decodes at 1/%d: only JPEGDCTScaling may scale", scale)
+				}
 				mean, maxd := diff(got, want)
 				tol := tolerance(v, scale > 1)
 				t.Logf("mean |diff| %.6f (bound %g), max %.4f, DCT scale 1/%d", mean, tol, maxd, scale)
 				if mean > tol {
 					t.Errorf("mean |diff| from torchvision %.6f > %.4f", mean, tol)
+				}
+				// The exact paths are exact pixel by pixel, not only on average.
+				if tol == tolExact && maxd > tolExact {
+					t.Errorf("max |diff| from torchvision %.6f > %g", maxd, tolExact)
 				}
 			})
 		}

@@ -63,6 +63,17 @@ def state_dict(module, cls, tweak=None):
     return write
 
 
+def scripted(module, cls, tweak=None):
+    """The state_dict's model, scripted: TorchServe loads it as TorchScript, torchd in-process."""
+    def write(work):
+        torch.manual_seed(0)
+        m = getattr(__import__(module), cls)().eval()
+        if tweak:
+            tweak(m)
+        torch.jit.script(m).save(os.path.join(work, "model.pt"))
+    return write
+
+
 def labels(work, n):
     with open(os.path.join(work, "index_to_name.json"), "w") as f:
         json.dump({str(i): f"class_{i}" for i in range(n)}, f)
@@ -106,6 +117,16 @@ def images():
         Image.fromarray(px, "RGB").save(os.path.join(INPUTS, f"scene{i}.png"))
         d = (torch.rand(28, 28, generator=g) * 255).to(torch.uint8).numpy()
         Image.fromarray(d, "L").save(os.path.join(INPUTS, f"digit{i}.png"))
+    # Photo-sized JPEGs, over twice the 256-pixel resize on both sides (kitten.jpg's 720×720 and
+    # a street photo's 810×1080 among them), which TorchServe's handlers decode whole: smooth
+    # shapes with noise, so that a decode that is not PIL's would show in the answers.
+    for i, (w, h) in enumerate([(720, 720), (810, 1080), (1080, 810), (1920, 1080)]):
+        y = torch.linspace(0, 1, h).view(h, 1, 1)
+        x = torch.linspace(0, 1, w).view(1, w, 1)
+        rgb = torch.cat([x.expand(h, w, 1), y.expand(h, w, 1), (x * y).expand(h, w, 1)], 2)
+        rgb = rgb * 200 + (torch.sin(x * 40 + y * 25 + i) > 0) * 40 + torch.rand(h, w, 3, generator=g) * 15
+        Image.fromarray(rgb.clamp(0, 255).to(torch.uint8).numpy(), "RGB").save(
+            os.path.join(INPUTS, f"photo{i}.jpg"), quality=90)
 
 
 def main():
@@ -121,6 +142,11 @@ def main():
             weights=lambda w: (state_dict("detector_model", "Detector", confident_detector)(w), labels(w, 91)))
     archive("segmenter", "image_segmenter", [("segmenter_model.py", "model.py")], model_file="model.py", serialized="weights.pt",
             weights=state_dict("segmenter_model", "Segmenter", decisive_segmenter))
+    # The same models scripted: torchd runs these in-process, with its own image decoding.
+    archive("resnet18_ts", "image_classifier", [], serialized="model.pt",
+            weights=lambda w: (scripted("resnet_model", "ImageClassifier")(w), labels(w, 1000)))
+    archive("segmenter_ts", "image_segmenter", [], serialized="model.pt",
+            weights=scripted("segmenter_model", "Segmenter", decisive_segmenter))
     archive("hfcls", "hf_handler.py", [("hf_handler.py", "hf_handler.py")], serialized="model.safetensors", weights=bert)
     archive("streamer", "stream_handler.py", [("stream_handler.py", "stream_handler.py")])
     archive("mms", "mms_service:handle", [("mms_service.py", "mms_service.py")])
