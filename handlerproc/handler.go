@@ -103,9 +103,21 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 		if c.reply = byID[c.req.ID]; c.reply == nil {
 			return nil, &handlers.Error{Status: http.StatusServiceUnavailable, Msg: "the handler returned no answer for a request of its batch"}
 		}
+		if !validStatus(c.reply.Status) {
+			// 1000 would go out as "HTTP/1.1 1000", and a 101 as a final answer tells a proxy
+			// to switch protocols: the client gets a 500, the log the handler's status.
+			pm.cfg.Log.Warn("handler answered an invalid HTTP status: answered 500", "model", pm.cfg.ModelName, "status", c.reply.Status)
+			c.reply = &Reply{ID: c.reply.ID, Status: http.StatusInternalServerError, Reason: invalidStatusMsg}
+		}
 	}
 	return make([][]handlers.Tensor, len(batch)), nil
 }
+
+const invalidStatusMsg = "the handler answered an invalid HTTP status (a final answer's is 200 to 599)"
+
+// validStatus reports whether a handler's status can go to the client as a final answer:
+// 1xx are interim, and a status past 599 or below 100 is none.
+func validStatus(s int) bool { return s >= 200 && s <= 599 }
 
 // Kind names the backend in the batch spans.
 func (*Model) Kind() string { return "handler_process" }

@@ -38,16 +38,20 @@ type Config struct {
 	// MemoryLimit bounds each process's resident memory, in bytes: a process above it is
 	// killed and replaced (memory.go). 0: no bound.
 	MemoryLimit int64
-	Env         []string
-	Log         *slog.Logger
+	// LogLinesPerSecond bounds the model's output lines that reach the log, its processes
+	// together; the rest are counted (DroppedLogLines). 0: DefaultLogLinesPerSecond.
+	LogLinesPerSecond int
+	Env               []string
+	Log               *slog.Logger
 }
 
 // Model is a model served by handler processes. It implements torch.Model so that the
 // core's worker pool runs it as it runs LibTorch's, one batch per process at a time.
 type Model struct {
-	cfg  Config
-	rt   *Runtime
-	idle chan *process // processes ready for a batch
+	cfg   Config
+	rt    *Runtime
+	idle  chan *process // processes ready for a batch
+	limit *logLimiter   // the processes' output lines
 
 	startMu sync.Mutex // StartWorkers, one at a time
 	mu      sync.Mutex
@@ -74,7 +78,8 @@ func Start(cfg Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, cfg.Processes), live: map[*process]bool{}, stop: make(chan struct{})}
+	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, cfg.Processes), live: map[*process]bool{}, stop: make(chan struct{}),
+		limit: newLogLimiter(cfg.LogLinesPerSecond)}
 	if lazy {
 		return m, nil
 	}
@@ -113,7 +118,7 @@ func (m *Model) start() (*process, error) {
 	} else if m.cfg.Device == "cuda" {
 		gpu = 0
 	}
-	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env,
+	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit,
 		load: Load{ModelName: m.cfg.ModelName, ModelPath: m.cfg.ModelDir, Handler: m.cfg.Handler,
 			BatchSize: max(1, m.cfg.BatchSize), GPU: gpu, LimitMaxImagePixels: true}})
 	if err != nil {
