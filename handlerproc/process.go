@@ -30,7 +30,9 @@ var (
 	runtimes   = map[string]*Runtime{}
 )
 
-// FindRuntime checks once per interpreter that it can import ts.
+// FindRuntime checks once per interpreter that it can import ts and what its worker imports
+// at start (PyYAML, for its metrics config): a Python that lacks one is refused here, with
+// the reason, not at every registration.
 func FindRuntime(python string) (*Runtime, error) {
 	runtimesMu.Lock()
 	defer runtimesMu.Unlock()
@@ -42,9 +44,9 @@ func FindRuntime(python string) (*Runtime, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", "import os, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
+	out, err := exec.CommandContext(ctx, python, "-c", "import os, yaml, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package: install it with `pip install torchserve==0.12.0` (make handler-runtime does it for the project's venv): %s",
+		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package and the PyYAML it needs: install them with `pip install torchserve==0.12.0 pyyaml` (make handler-runtime does it for the project's venv): %s",
 			python, lastLine(out))
 	}
 	rt := &Runtime{Python: python, tsDir: strings.TrimSpace(string(out))}
