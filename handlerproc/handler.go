@@ -87,7 +87,7 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 	}
 	pr, err := pm.Predict(reqs)
 	if err != nil {
-		return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}
+		return nil, lostBatch{&handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}}
 	}
 	if pr.Code != http.StatusOK {
 		// TorchServe answers every request of the batch with the worker's code and message,
@@ -118,6 +118,18 @@ const invalidStatusMsg = "the handler answered an invalid HTTP status (a final a
 // validStatus reports whether a handler's status can go to the client as a final answer:
 // 1xx are interim, and a status past 599 or below 100 is none.
 func validStatus(s int) bool { return s >= 200 && s <= 599 }
+
+// lostBatch is a batch that no process could run to its end: it crashed, passed the
+// response timeout, or none was free. The core does not retry its requests one by one (as
+// it does a batch the handler refused), since that would run the culprit again, for another
+// response timeout or another process.
+type lostBatch struct{ err *handlers.Error }
+
+func (e lostBatch) Error() string { return e.err.Msg }
+func (e lostBatch) Unwrap() error { return e.err }
+
+// WholeBatchLost tells the core's worker pool not to retry the batch request by request.
+func (lostBatch) WholeBatchLost() bool { return true }
 
 // Kind names the backend in the batch spans.
 func (*Model) Kind() string { return "handler_process" }
