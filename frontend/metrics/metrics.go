@@ -181,6 +181,13 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 			}
 			return 0
 		})
+		// Lines of the handler's output dropped over its rate, since the version loaded.
+		gauge("torchd_handler_log_dropped_lines", func() float64 {
+			if hp, ok := mm.version.Load().Module().(*handlerproc.Model); ok {
+				return float64(hp.DroppedLogLines())
+			}
+			return 0
+		})
 	}
 	m.models[key] = mm
 	return mm
