@@ -62,7 +62,7 @@ class TinyHandler(BaseHandler):
                 # (by creating this file): a response that is not streamed never ends.
                 self.until = body["stream_until"]
                 body = {"x": [0.0] * 4}
-            rows.append(torch.tensor(body["x"] if isinstance(body, dict) else [0.0] * 4, dtype=torch.float32))
+            rows.append(torch.tensor(body["x"] if isinstance(body, dict) and "x" in body else [0.0] * 4, dtype=torch.float32))
         return torch.stack(rows)
 
     def postprocess(self, out):
