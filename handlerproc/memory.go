@@ -58,11 +58,12 @@ func rss(pid int) int64 {
 // RSS is the resident memory of the model's handler processes together, with every process
 // they started and their supervisors, in bytes.
 func (m *Model) RSS() int64 {
+	procs := readProcs() // once for every process: a scan of /proc reads each process's stat
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var n int64
 	for p := range m.live {
-		n += treeRSS(p.cmd.Process.Pid)
+		n += procs.treeRSS(p.cmd.Process.Pid)
 	}
 	return n
 }
@@ -79,9 +80,10 @@ func (m *Model) watchMemory() {
 			return
 		case <-t.C:
 		}
+		procs := readProcs()
 		m.mu.Lock()
 		for p := range m.live {
-			if r := treeRSS(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
+			if r := procs.treeRSS(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
 				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.cmd.Process.Pid,
 					"rss_mib", r>>20, "limit_mib", m.cfg.MemoryLimit>>20)
 				p.stop()

@@ -68,15 +68,17 @@ type procEntry struct {
 	state     byte
 }
 
-// descendants is root's process tree below it, read from /proc; zombies included.
-func descendants(root int) []procEntry {
+// procTable is every process's children, read from /proc once.
+type procTable map[int][]procEntry
+
+func readProcs() procTable {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
 	}
 	names, _ := d.Readdirnames(-1)
 	d.Close()
-	kids := map[int][]procEntry{}
+	kids := procTable{}
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil {
@@ -99,6 +101,11 @@ func descendants(root int) []procEntry {
 		ppid, _ := strconv.Atoi(f[1])
 		kids[ppid] = append(kids[ppid], procEntry{pid: pid, ppid: ppid, state: f[0][0]})
 	}
+	return kids
+}
+
+// below is root's process tree below it; zombies included.
+func (kids procTable) below(root int) []procEntry {
 	var out []procEntry
 	todo := []int{root}
 	for len(todo) > 0 {
@@ -111,6 +118,9 @@ func descendants(root int) []procEntry {
 	}
 	return out
 }
+
+// descendants is root's process tree below it, read from /proc; zombies included.
+func descendants(root int) []procEntry { return readProcs().below(root) }
 
 // killTree SIGKILLs root's live descendants and then root's process group: the way out when
 // the supervisor itself does not stop them.
@@ -130,10 +140,10 @@ func killTree(root int) {
 	syscall.Kill(-root, syscall.SIGKILL)
 }
 
-// treeRSS is the resident memory of root and its descendants, in bytes.
-func treeRSS(root int) int64 {
+// treeRSS is the resident memory of root and its descendants in procs, in bytes.
+func (kids procTable) treeRSS(root int) int64 {
 	n := rss(root)
-	for _, e := range descendants(root) {
+	for _, e := range kids.below(root) {
 		n += rss(e.pid)
 	}
 	return n
