@@ -92,8 +92,8 @@ func TestParseTOMLErrors(t *testing.T) {
 		{"device = \"cpu\"\ndevice_ids = [0]", "device_ids", `needs device = "cuda"`},
 		{`device_ids = [0, -1]`, "device_ids[1]", "must be one of GPU indexes >= 0, got integer -1"},
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
-		{`forward_batch = 0`, "forward_batch", "must be an integer >= 1, got 0"},
-		{`forward_batch = "half"`, "forward_batch", `must be an integer >= 1, got string "half"`},
+		{`forward_batch = -1`, "forward_batch", "must be an integer >= 0, got -1"},
+		{`forward_batch = "half"`, "forward_batch", `must be an integer >= 0, got string "half"`},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
 		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
 		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16" "int8"] or "auto", got "fp8"`},
@@ -249,3 +249,18 @@ bad_list = [1, "x"]
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// forward_batch = 0 is the whole batch, as the server's setting takes it: set, not refused.
+func TestForwardBatchZero(t *testing.T) {
+	c, err := ParseModelConfig("model-config.toml", []byte("forward_batch = 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fb := c.Settings.ForwardBatch; !fb.Set || fb.Auto || fb.V != 0 {
+		t.Errorf("forward_batch = 0 parsed as %+v", fb)
+	}
+	var s Settings
+	if err := s.Set("forward_batch", int64(0)); err != nil || !s.ForwardBatch.Set || s.ForwardBatch.V != 0 {
+		t.Errorf("Set(forward_batch, 0): %+v, %v", s.ForwardBatch, err)
+	}
+}

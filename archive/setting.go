@@ -35,7 +35,7 @@ var SettingLimits = map[string]SettingLimit{
 	"response_timeout":  {Min: 1, Max: maxUnits, Unit: time.Second},
 	"startup_timeout":   {Min: 0, Max: maxUnits, Unit: time.Second}, // 0 fails a load that waits
 	"threads":           {Min: 1, Max: maxCount},
-	"forward_batch":     {Min: 1, Max: maxCount, Auto: true},
+	"forward_batch":     {Min: 0, Max: maxCount, Auto: true}, // 0: the whole batch, as the server's setting
 }
 
 // RangeError is a numeric setting outside its SettingLimit. Got is in the setting's unit.

@@ -61,10 +61,19 @@ type (
 	RowLimited interface {
 		MaxRows() int64
 	}
-	// LazyStarter models start their workers' resources on the first scale-up (handler
-	// processes registered with no workers).
-	LazyStarter interface {
-		StartWorkers() error
+	// ProcessScaler models run a process per worker (handler processes): scaling sets how
+	// many, starting them before the workers that use them and stopping them after.
+	ProcessScaler interface {
+		SetProcesses(n int) error
+	}
+	// LogLimiter models rate-limit the output of their processes, and count what they drop.
+	LogLimiter interface {
+		DroppedLogLines() int64
+	}
+	// Interrupter models can cut their running batches short (handler processes, killed),
+	// so that a stop keeps to shutdown_timeout.
+	Interrupter interface {
+		Interrupt()
 	}
 	// ProcessReporter models run in processes of their own, whose pids and memory describe
 	// and the metrics report.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -393,8 +394,15 @@ func (p *WorkerPool) abandon() {
 	p.abandonOnce.Do(func() { close(p.abandoned) })
 }
 
+// wholeBatchLost is a backend's error for a batch lost as a whole, not refused by its
+// handler: a handler process that crashed or passed its timeout. Retrying its requests one
+// by one would run the culprit again, costing another process or another timeout, so each
+// request gets the batch's error.
+type wholeBatchLost interface{ WholeBatchLost() bool }
+
 // runBatch runs one batch. If the batch fails, it is retried request by request, so one bad
-// input fails alone and never takes its neighbours with it.
+// input fails alone and never takes its neighbours with it (a batch lost as a whole is not:
+// wholeBatchLost).
 // threads is the forwards' intra-op thread count, taken from the core share, which infer
 // may take again between forwards.
 func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int) {
@@ -432,8 +440,23 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int)
 		batch[0].finish(Result{err: err, Queued: batch[0].queuedFor(dispatched), Inference: elapsed, BatchSize: 1, dispatched: dispatched})
 		return
 	}
+	var lost wholeBatchLost
+	if errors.As(err, &lost) && lost.WholeBatchLost() {
+		if bt != nil {
+			bt.End(time.Now(), err)
+		}
+		for _, j := range batch {
+			j.finish(Result{err: err, Queued: j.queuedFor(dispatched), Inference: elapsed, BatchSize: len(batch), dispatched: dispatched})
+		}
+		return
+	}
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
 	for _, j := range batch {
+		// A request whose client already has its answer (its deadline passed: a 504; it
+		// left: a 499) is not run again.
+		if !live(j, time.Now()) {
+			continue
+		}
 		start := time.Now()
 		outs, err := p.infer([]*handlers.Sample{j.sample}, stage, threads)
 		end := time.Now()

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,5 +256,36 @@ func TestIdleWorkerReleasesStage(t *testing.T) {
 	for spell := int64(1); spell <= 2; spell++ {
 		pair()
 		waitFor(t, "the idle worker's release", func() bool { return v.pool.idleReleases.Load() >= spell })
+	}
+}
+
+// A request whose client already has its answer is not run again: when its batch fails, the
+// requests are retried one by one, except one whose client left while the batch ran.
+func TestBatchRetrySkipsAnsweredRequests(t *testing.T) {
+	r := testRegistry(t, 0)
+	v := addSlow(t, r, "s", archive.Settings{BatchSize: archive.Fixed(3), MaxBatchDelay: archive.Fixed(time.Hour)})
+	var calls atomic.Int32
+	// The batcher asks once, as it forms the batch; the client leaves after that.
+	left := Call{Gone: func() bool { return calls.Add(1) > 1 }}
+	errs := make(chan error, 3)
+	go func() { _, err := infer(v, Call{}, slowRow(0, -1)); errs <- err }()
+	go func() { _, err := infer(v, left, slowRow(1, 1)); errs <- err }()
+	res, err := infer(v, Call{}, slowRow(2, 1))
+	if err != nil || len(res.Out) != 1 || float32s(res.Out[0])[0] != 4 {
+		t.Fatalf("the good request beside a failing one: %v, %v", res.Out, err)
+	}
+	var gone, failed int
+	for range 2 {
+		switch err := <-errs; {
+		case errorIs(err, ErrClientGone):
+			gone++
+		case errorIs(err, ErrInference):
+			failed++
+		default:
+			t.Errorf("unexpected answer: %v", err)
+		}
+	}
+	if gone != 1 || failed != 1 {
+		t.Errorf("%d answered client gone, %d failed; want the one that left not run again", gone, failed)
 	}
 }

@@ -365,10 +365,12 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	if err != nil {
 		return nil, err
 	}
-	// A handler process registered with no workers starts now, and a handler that cannot
-	// load fails the scaling, as TorchServe's worker start does; the version keeps its workers.
-	if ws, ok := v.model.(LazyStarter); ok && minWorkers > 0 {
-		if err := ws.StartWorkers(); err != nil {
+	// Handler processes follow the workers, one each. Scaling up starts them first, and a
+	// handler that cannot load fails the scaling, as TorchServe's worker start does; the
+	// version keeps the workers it had. Scaling down stops them after the workers.
+	procs, _ := v.model.(ProcessScaler)
+	if procs != nil && minWorkers > 0 {
+		if err := procs.SetProcesses(minWorkers); err != nil {
 			return nil, errorf(ErrLoadFailed, "failed to start workers for model %s version %s: handler %q: %v", name, v.Version, v.archive.PythonHandler, err)
 		}
 	}
@@ -378,6 +380,9 @@ func (r *Registry) Scale(name, version string, minWorkers, maxWorkers int, wait 
 	v.setSettings(s)
 	r.mu.Unlock()
 	v.pool.Scale(minWorkers, wait)
+	if procs != nil && minWorkers == 0 {
+		procs.SetProcesses(0) // only a closed model fails it, with nothing left to stop
+	}
 	if v.tuner != nil {
 		// The workers' threads follow the count (cores / workers) unless they were set; a
 		// thread count the tuner chose for the old count starts over from them.

@@ -199,6 +199,12 @@ func (v *ModelVersion) close() {
 		v.tuner.Stop()
 	}
 	v.batcher.closed.Store(true)
+	// A module whose batches can be cut short (handler processes, killed) is stopped first:
+	// the pool then does not wait out a batch that hangs, and a stop keeps to
+	// shutdown_timeout. Its Close below has nothing left to do.
+	if m, ok := v.model.(Interrupter); ok {
+		m.Interrupt()
+	}
 	v.pool.Stop()
 	// Requests still queued when the last worker stopped are answered, not dropped.
 	for {

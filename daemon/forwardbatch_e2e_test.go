@@ -10,8 +10,8 @@ import (
 // forward_batch over HTTP on the zoo's EfficientNet-Lite0 package, the model it is for: a
 // registration's number splits batches of concurrent requests into forwards of that many
 // images, and each answer is the one the image gets alone; the archive's own "auto" is
-// measured at load, logged and shown in describe; a count below 1 is a 400 that names the
-// parameter.
+// measured at load, logged and shown in describe; 0 is the whole batch; a count below 0 is a
+// 400 that names the parameter.
 func TestForwardBatchOverHTTP(t *testing.T) {
 	s := startServer(t, "--access-log=false")
 	s.register(t, "url=pt2/efficientnet_lite0_pt2.mar&model_name=split&batch_size=8&max_batch_delay=50&initial_workers=1&precision=fp32&forward_batch=3&synchronous=true")
@@ -55,7 +55,14 @@ func TestForwardBatchOverHTTP(t *testing.T) {
 		t.Errorf("auto: no answer")
 	}
 
-	for _, bad := range []string{"forward_batch=0", "forward_batch=-2"} {
+	for _, bad := range []string{"forward_batch=-2", "forward_batch=-1"} {
 		errorShape(t, do(t, "POST", s.mgmt+"/models?url=pt2/efficientnet_lite0_pt2.mar&model_name=bad&"+bad, "", nil), 400, "BadRequestException", "forward_batch")
+	}
+	// 0 is the whole batch, as the server's forward_batch takes it.
+	s.register(t, "url=pt2/efficientnet_lite0_pt2.mar&model_name=whole&batch_size=8&initial_workers=0&forward_batch=0&synchronous=true")
+	var whole []described // describe leaves out a forwardBatch of 0
+	do(t, "GET", s.mgmt+"/models/whole", "", nil).json(t, &whole)
+	if len(whole) != 1 || whole[0].ForwardBatch != 0 {
+		t.Errorf("forward_batch=0 described as %+v", whole)
 	}
 }

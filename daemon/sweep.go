@@ -3,18 +3,24 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
-// staleTemp matches the directories torchd creates in TMPDIR: extracted archives, downloads
-// and extracted AOTInductor packages (torch.PackageDirPrefix), named with the pid of the
-// process that made them.
-var staleTemp = regexp.MustCompile(`^torchd-(\d+)-(model|download|package)-`)
+// staleTemp matches the directories torchd creates in TMPDIR: extracted archives, downloads,
+// extracted AOTInductor packages (torch.PackageDirPrefix) and handler processes' sockets
+// (handlerproc), named with the pid of the process that made them.
+var staleTemp = regexp.MustCompile(`^torchd-(\d+)-(model|download|package|handler)-`)
+
+// legacyHandlerDir is a handler process's socket directory as torchd made it before its name
+// held the pid: it is stale when no process listens on its socket.
+var legacyHandlerDir = regexp.MustCompile(`^torchd-handler-\d+$`)
 
 // Each process holds an exclusive flock on TMPDIR/torchd-<pid>.lock for its lifetime. The
 // kernel drops it the moment the process's files are closed, before it becomes a zombie
@@ -92,6 +98,13 @@ func SweepTemp() (removed []string, held []int) {
 		}
 		release()
 	}
+	for _, e := range entries {
+		if e.IsDir() && legacyHandlerDir.MatchString(e.Name()) && !listening(filepath.Join(dir, e.Name(), ".ts.sock.0")) {
+			if os.RemoveAll(filepath.Join(dir, e.Name())) == nil {
+				removed = append(removed, e.Name())
+			}
+		}
+	}
 	// Lock files of dead processes that left no directory.
 	for _, e := range entries {
 		var pid int
@@ -123,6 +136,17 @@ func ownerGone(pid int) (release func(), dead bool) {
 		return nil, false
 	}
 	return func() { os.Remove(p); f.Close() }, true
+}
+
+// listening reports whether a process listens on the Unix socket at path (a live worker
+// takes the connection into its backlog; a dead one's socket refuses it).
+func listening(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // alive reports whether a process exists (EPERM: it exists, owned by another user).

@@ -26,7 +26,9 @@ type Backend struct {
 var (
 	_ core.Runtime         = (*Backend)(nil)
 	_ core.Model           = (*Model)(nil)
-	_ core.LazyStarter     = (*Model)(nil)
+	_ core.ProcessScaler   = (*Model)(nil)
+	_ core.Interrupter     = (*Model)(nil)
+	_ core.LogLimiter      = (*Model)(nil)
 	_ core.ProcessReporter = (*Model)(nil)
 )
 

@@ -87,7 +87,7 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 	}
 	pr, err := pm.Predict(reqs)
 	if err != nil {
-		return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}
+		return nil, lostBatch{&handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}}
 	}
 	if pr.Code != http.StatusOK {
 		// TorchServe answers every request of the batch with the worker's code and message,
@@ -103,9 +103,33 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 		if c.reply = byID[c.req.ID]; c.reply == nil {
 			return nil, &handlers.Error{Status: http.StatusServiceUnavailable, Msg: "the handler returned no answer for a request of its batch"}
 		}
+		if !validStatus(c.reply.Status) {
+			// 1000 would go out as "HTTP/1.1 1000", and a 101 as a final answer tells a proxy
+			// to switch protocols: the client gets a 500, the log the handler's status.
+			pm.cfg.Log.Warn("handler answered an invalid HTTP status: answered 500", "model", pm.cfg.ModelName, "status", c.reply.Status)
+			c.reply = &Reply{ID: c.reply.ID, Status: http.StatusInternalServerError, Reason: invalidStatusMsg}
+		}
 	}
 	return make([][]handlers.Tensor, len(batch)), nil
 }
+
+const invalidStatusMsg = "the handler answered an invalid HTTP status (a final answer's is 200 to 599)"
+
+// validStatus reports whether a handler's status can go to the client as a final answer:
+// 1xx are interim, and a status past 599 or below 100 is none.
+func validStatus(s int) bool { return s >= 200 && s <= 599 }
+
+// lostBatch is a batch that no process could run to its end: it crashed, passed the
+// response timeout, or none was free. The core does not retry its requests one by one (as
+// it does a batch the handler refused), since that would run the culprit again, for another
+// response timeout or another process.
+type lostBatch struct{ err *handlers.Error }
+
+func (e lostBatch) Error() string { return e.err.Msg }
+func (e lostBatch) Unwrap() error { return e.err }
+
+// WholeBatchLost tells the core's worker pool not to retry the batch request by request.
+func (lostBatch) WholeBatchLost() bool { return true }
 
 // Kind names the backend in the batch spans.
 func (*Model) Kind() string { return "handler_process" }

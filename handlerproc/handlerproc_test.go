@@ -337,3 +337,22 @@ func TestHandlerMallocDefaults(t *testing.T) {
 		t.Errorf("the model's own setting not kept: %q", env)
 	}
 }
+
+// A Python that imports ts but not PyYAML, which the worker needs for its metrics config,
+// is refused by the runtime check, saying what is missing.
+func TestRuntimeWithoutYAML(t *testing.T) {
+	py := testPython(t)
+	dir := t.TempDir()
+	// A yaml module that fails as a missing one does, first on the path.
+	if err := os.WriteFile(filepath.Join(dir, "yaml.py"), []byte("raise ModuleNotFoundError(\"No module named 'yaml'\")\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shim := filepath.Join(dir, "python")
+	if err := os.WriteFile(shim, []byte("#!/bin/sh\nPYTHONPATH="+dir+" exec "+py+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := FindRuntime(shim)
+	if err == nil || !strings.Contains(err.Error(), "No module named 'yaml'") || !strings.Contains(err.Error(), "pyyaml") {
+		t.Errorf("err = %v; want the missing yaml named", err)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -56,18 +55,20 @@ func rss(pid int) int64 {
 	return pages * int64(os.Getpagesize())
 }
 
-// RSS is the resident memory of the model's handler processes together, in bytes.
+// RSS is the resident memory of the model's handler processes together, with every process
+// they started and their supervisors, in bytes.
 func (m *Model) RSS() int64 {
+	procs := readProcs() // once for every process: a scan of /proc reads each process's stat
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var n int64
 	for p := range m.live {
-		n += rss(p.cmd.Process.Pid)
+		n += procs.treeRSS(p.cmd.Process.Pid)
 	}
 	return n
 }
 
-// watchMemory kills a process whose RSS passes cfg.MemoryLimit: the batch it runs fails,
+// watchMemory kills a process whose tree's RSS passes cfg.MemoryLimit: the batch it runs fails,
 // and it is replaced as after a crash (an idle one is replaced before it takes a batch).
 func (m *Model) watchMemory() {
 	defer m.wg.Done()
@@ -79,12 +80,13 @@ func (m *Model) watchMemory() {
 			return
 		case <-t.C:
 		}
+		procs := readProcs()
 		m.mu.Lock()
 		for p := range m.live {
-			if r := rss(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
+			if r := procs.treeRSS(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
 				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.cmd.Process.Pid,
 					"rss_mib", r>>20, "limit_mib", m.cfg.MemoryLimit>>20)
-				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+				p.stop()
 			}
 		}
 		m.mu.Unlock()

@@ -29,7 +29,7 @@ type Config struct {
 	BatchSize int
 	Device    string // "cpu" or "cuda:N"
 	// Processes is how many processes serve at once: one per worker. 0 starts none until
-	// StartWorkers (lazy.go).
+	// SetProcesses (lazy.go).
 	Processes int
 	// StartTimeout bounds a process's start and its handler's initialize.
 	StartTimeout time.Duration
@@ -38,66 +38,58 @@ type Config struct {
 	// MemoryLimit bounds each process's resident memory, in bytes: a process above it is
 	// killed and replaced (memory.go). 0: no bound.
 	MemoryLimit int64
-	Env         []string
-	Log         *slog.Logger
+	// LogLinesPerSecond bounds the model's output lines that reach the log, its processes
+	// together; the rest are counted (DroppedLogLines). 0: DefaultLogLinesPerSecond.
+	LogLinesPerSecond int
+	Env               []string
+	Log               *slog.Logger
 }
 
 // Model is a model served by handler processes. It implements torch.Model so that the
 // core's worker pool runs it as it runs LibTorch's, one batch per process at a time.
 type Model struct {
-	cfg  Config
-	rt   *Runtime
-	idle chan *process // processes ready for a batch
+	cfg   Config
+	rt    *Runtime
+	idle  chan *process // processes ready for a batch
+	limit *logLimiter   // the processes' output lines
 
-	startMu sync.Mutex // StartWorkers, one at a time
+	startMu sync.Mutex // SetProcesses, one at a time
 	mu      sync.Mutex
 	closed  bool
 	live    map[*process]bool
-	lastErr error // why the last restart failed
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	want    int // the processes it scales to (SetProcesses)
+	// restarting counts the successors being started for processes that failed.
+	restarting int
+	lastErr    error // why the last restart failed
+	stop       chan struct{}
+	wg         sync.WaitGroup
 }
 
 var _ torch.Model = (*Model)(nil)
 
+// maxProcesses bounds the processes of one model (its idle queue's capacity).
+const maxProcesses = 1024
+
 // Start starts cfg.Processes handler processes and loads the model in each (none for 0: see
-// StartWorkers). It fails, with
-// the handler's own Python error where it printed one, when the first cannot load.
+// SetProcesses). It fails, with the handler's own Python error where it printed one, when one
+// cannot load.
 func Start(cfg Config) (*Model, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	lazy := cfg.Processes == 0
-	cfg.Processes = max(1, cfg.Processes)
+	if cfg.Processes < 0 || cfg.Processes > maxProcesses {
+		return nil, fmt.Errorf("a model runs 0 to %d handler processes, not %d", maxProcesses, cfg.Processes)
+	}
 	cfg.StartTimeout = cmpDur(cfg.StartTimeout, 2*time.Minute)
 	rt, err := FindRuntime(cfg.Python)
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, cfg.Processes), live: map[*process]bool{}, stop: make(chan struct{})}
-	if lazy {
-		return m, nil
-	}
-	type started struct {
-		p   *process
-		err error
-	}
-	ch := make(chan started, cfg.Processes)
-	for range cfg.Processes {
-		go func() { p, err := m.start(); ch <- started{p, err} }()
-	}
-	var firstErr error
-	for range cfg.Processes {
-		s := <-ch
-		if s.err != nil {
-			firstErr = cmp(firstErr, s.err)
-			continue
-		}
-		m.idle <- s.p
-	}
-	if firstErr != nil {
+	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, maxProcesses), live: map[*process]bool{}, stop: make(chan struct{}),
+		limit: newLogLimiter(cfg.LogLinesPerSecond)}
+	if err := m.SetProcesses(cfg.Processes); err != nil {
 		m.Close()
-		return nil, firstErr
+		return nil, err
 	}
 	if cfg.MemoryLimit > 0 {
 		m.wg.Add(1)
@@ -113,7 +105,7 @@ func (m *Model) start() (*process, error) {
 	} else if m.cfg.Device == "cuda" {
 		gpu = 0
 	}
-	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env,
+	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit,
 		load: Load{ModelName: m.cfg.ModelName, ModelPath: m.cfg.ModelDir, Handler: m.cfg.Handler,
 			BatchSize: max(1, m.cfg.BatchSize), GPU: gpu, LimitMaxImagePixels: true}})
 	if err != nil {
@@ -174,25 +166,46 @@ func (m *Model) Predict(batch []Request) (PredictReply, error) {
 		m.replace(p)
 		return PredictReply{}, err
 	}
-	m.idle <- p
+	m.release(p)
 	return pr, nil
+}
+
+// release puts p back among the idle processes, or stops it if the model scaled down while
+// it ran a batch.
+func (m *Model) release(p *process) {
+	m.mu.Lock()
+	if m.closed || len(m.live)+m.restarting > m.want {
+		delete(m.live, p)
+		m.mu.Unlock()
+		go p.kill()
+		return
+	}
+	m.mu.Unlock()
+	m.idle <- p
 }
 
 // replace kills p and starts its successor, with backoff while starts fail.
 func (m *Model) replace(p *process) {
 	m.mu.Lock()
 	delete(m.live, p)
-	closed := m.closed
-	if !closed {
+	// A model scaled down meanwhile has one process fewer to run.
+	restart := !m.closed && len(m.live)+m.restarting < m.want
+	if restart {
 		m.wg.Add(1)
+		m.restarting++
 	}
 	m.mu.Unlock()
 	go p.kill()
-	if closed {
+	if !restart {
 		return
 	}
 	go func() {
 		defer m.wg.Done()
+		defer func() {
+			m.mu.Lock()
+			m.restarting--
+			m.mu.Unlock()
+		}()
 		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 			np, err := m.start()
 			if err == nil {
@@ -264,3 +277,7 @@ func cmp(a, b error) error {
 	}
 	return b
 }
+
+// Interrupt stops every process now, failing the batches they run: the core calls it before
+// it stops the workers, so that a stop does not wait out a batch that hangs.
+func (m *Model) Interrupt() { m.Close() }

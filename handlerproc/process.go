@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +30,9 @@ var (
 	runtimes   = map[string]*Runtime{}
 )
 
-// FindRuntime checks once per interpreter that it can import ts.
+// FindRuntime checks once per interpreter that it can import ts and what its worker imports
+// at start (PyYAML, for its metrics config): a Python that lacks one is refused here, with
+// the reason, not at every registration.
 func FindRuntime(python string) (*Runtime, error) {
 	runtimesMu.Lock()
 	defer runtimesMu.Unlock()
@@ -42,9 +44,9 @@ func FindRuntime(python string) (*Runtime, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", "import os, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
+	out, err := exec.CommandContext(ctx, python, "-c", "import os, yaml, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package: install it with `pip install torchserve==0.12.0` (make handler-runtime does it for the project's venv): %s",
+		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package and the PyYAML it needs: install them with `pip install torchserve==0.12.0 pyyaml` (make handler-runtime does it for the project's venv): %s",
 			python, lastLine(out))
 	}
 	rt := &Runtime{Python: python, tsDir: strings.TrimSpace(string(out))}
@@ -66,6 +68,9 @@ type process struct {
 	done chan struct{} // closed when the process has exited
 	err  error         // how it exited, once done is closed
 	log  *slog.Logger
+	// stdin is the supervisor's stdin: closing it stops the tree, as torchd's death does.
+	stdin *os.File
+	out   *os.File // the output's read end
 	// overLimit is the RSS at which the memory watchdog killed it; 0: it did not.
 	overLimit atomic.Int64
 }
@@ -78,44 +83,69 @@ type startOptions struct {
 	timeout  time.Duration // for the start and the load together
 	log      *slog.Logger
 	logLines int // the most output lines kept for an error message
+	limit    *logLimiter
 }
 
-// startProcess starts a worker, connects to it and loads the model. On an error nothing
-// is left running.
+// startProcess starts a worker under its supervisor (supervisor.go), connects to it and
+// loads the model. On an error nothing is left running.
 func startProcess(o startOptions) (_ *process, err error) {
-	dir, err := os.MkdirTemp("", "torchd-handler-")
+	// The pid and start time in the name let the next torchd remove what a killed one left
+	// (daemon's SweepTemp).
+	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-", os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("cannot make the handler process's socket directory: %w", cleanErr(err))
 	}
 	sock := filepath.Join(dir, ".ts.sock.0") // the worker parses the suffix after the last dot as a port
-	cmd := exec.Command(o.rt.Python, "-u", filepath.Join(o.rt.tsDir, "model_service_worker.py"),
+	cmd, err := supervised(o.rt.Python, dir, o.rt.Python, "-u", filepath.Join(o.rt.tsDir, "model_service_worker.py"),
 		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", filepath.Join(o.rt.tsDir, "configs", "metrics.yaml"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
+	}
 	cmd.Dir = o.load.ModelPath
 	// As TorchServe's frontend: the model's directory first on the path, so that its
 	// handler and model files import.
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
 	cmd.Env = append(cmd.Env, o.env...)
 	cmd.Env = withMallocDefaults(cmd.Env)
-	// Its own process group, so that a kill reaches whatever the handler started. Should
-	// torchd die, the worker exits by itself when its socket closes.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := cmd.StdoutPipe()
+	// The output is a pipe of torchd's own, not exec's: Wait then does not wait for its last
+	// writer, which may be a process that outlived the worker.
+	outR, outW, err := os.Pipe()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
 	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
+	// The supervisor's stdin: only torchd holds its write end, so it closes when torchd dies.
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, outW
+	err = startOnSpawnThread(cmd)
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process %s: %w", o.rt.Python, cleanErr(err))
 	}
-	p := &process{name: o.load.ModelName, cmd: cmd, dir: dir, done: make(chan struct{}), log: o.log}
+	p := &process{name: o.load.ModelName, cmd: cmd, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR}
 	tail := &lineTail{max: max(o.logLines, 20)}
 	logged := make(chan struct{})
-	go p.copyLog(out, tail, logged)
+	go p.copyLog(outR, tail, o.limit, logged)
 	go func() {
-		<-logged // Wait must not close the pipe before its last lines are read
-		p.err = cmd.Wait()
+		err := cmd.Wait()
+		// The supervisor kills the tree before it exits, so the output ends with it; the
+		// last lines are read before done, for the error that quotes them.
+		select {
+		case <-logged:
+		case <-time.After(2 * time.Second):
+		}
+		p.err = err
 		close(p.done)
 	}()
 	defer func() {
@@ -198,6 +228,10 @@ func (p *process) predict(batch []Request, timeout time.Duration) (PredictReply,
 				if part := streamed[rep.ID]; part != nil {
 					more = true
 					delete(rep.Headers, "ts_stream_next")
+					if !validStatus(rep.Status) { // the first part's status is the answer's
+						p.log.Warn("handler answered an invalid HTTP status: answered 500", "model", p.name, "status", rep.Status)
+						rep.Status = http.StatusInternalServerError
+					}
 					part(*rep)
 					continue
 				}
@@ -264,38 +298,32 @@ func (p *process) exitText() string {
 	return "exit status 0"
 }
 
-// kill stops the worker's process group and removes its socket directory.
+// kill stops the worker and every process it started, and removes its socket directory.
 func (p *process) kill() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
-	if p.cmd.Process != nil {
-		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	}
+	p.stop()
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.log.Warn("handler process did not exit after SIGKILL", "model", p.name, "pid", p.cmd.Process.Pid)
+	case <-time.After(5 * time.Second):
+		// The supervisor did not stop the tree (it was killed, or is stuck): kill what can
+		// still be found from it.
+		killTree(p.cmd.Process.Pid)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			p.log.Warn("handler process did not exit after SIGKILL", "model", p.name, "pid", p.cmd.Process.Pid)
+		}
 	}
+	p.out.Close() // ends the log's copy should a process that escaped the tree still hold it
 	os.RemoveAll(p.dir)
 }
 
-// copyLog writes the worker's output into torchd's log with the model's name. TorchServe's
-// [METRICS] lines are the worker's metrics, kept at debug level.
-func (p *process) copyLog(r io.Reader, tail *lineTail, done chan<- struct{}) {
-	defer close(done)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		tail.add(line)
-		if strings.Contains(line, "[METRICS]") {
-			p.log.Debug("handler metrics", "model", p.name, "line", line)
-			continue
-		}
-		p.log.Info("handler", "model", p.name, "pid", p.cmd.Process.Pid, "line", line)
-	}
-	io.Copy(io.Discard, r)
+// stop asks the supervisor to kill the worker's tree, and returns at once.
+func (p *process) stop() {
+	p.stdin.Close()
+	p.cmd.Process.Signal(syscall.SIGTERM)
 }
 
 // lineTail keeps the last lines a process printed, for the error that names why it failed.

@@ -184,6 +184,13 @@ func (m *Metrics) Version(v *core.ModelVersion) core.Observer {
 			}
 			return float64(n)
 		})
+		// Lines of the handler's output dropped over its rate, since the version loaded.
+		gauge("torchd_handler_log_dropped_lines", func() float64 {
+			if ll, ok := mm.version.Load().Model().(core.LogLimiter); ok {
+				return float64(ll.DroppedLogLines())
+			}
+			return 0
+		})
 	}
 	m.models[key] = mm
 	return mm

@@ -3,9 +3,12 @@ package torchserve
 import (
 	"bufio"
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
@@ -20,32 +23,69 @@ import (
 // StreamPredictions. Only handler processes stream; the other APIs get the parts joined.
 
 // partQueue holds a request's parts between the worker that receives them and the
-// front-end that sends them, so that a slow client never holds up a worker.
+// front-end that sends them, so that a slow client never holds up a worker. It holds at most
+// maxQueuedParts bytes: a client that does not read that much fails its request (the parts
+// are dropped and the stream is cut), as a worker must not wait on one client.
 type partQueue struct {
-	mu    sync.Mutex
-	parts []handlers.Response
-	ready chan struct{} // signalled after each push
+	mu       sync.Mutex
+	parts    []handlers.Response
+	bytes    int
+	overflow bool
+	ready    chan struct{} // signalled after each push
+	// cut, when set, is called once at the overflow: it ends the transfer that a client
+	// which does not read keeps blocked.
+	cut func()
 }
+
+// maxQueuedParts bounds the bytes of one request's parts that wait for its client.
+const maxQueuedParts = 64 << 20
+
+// errPartsOverflow is a streamed request whose client did not take its parts.
+var errPartsOverflow = errors.New("the client did not read the streamed answer: more than 64 MiB of its parts waited to be sent, and the rest were dropped")
 
 func newPartQueue() *partQueue { return &partQueue{ready: make(chan struct{}, 1)} }
 
 func (q *partQueue) push(r handlers.Response) {
 	q.mu.Lock()
-	q.parts = append(q.parts, r)
+	if q.overflow {
+		q.mu.Unlock()
+		return
+	}
+	var cut func()
+	if q.bytes+len(r.Body) > maxQueuedParts {
+		q.overflow, q.parts, q.bytes, cut = true, nil, 0, q.cut
+	} else {
+		q.parts = append(q.parts, r)
+		q.bytes += len(r.Body)
+	}
 	q.mu.Unlock()
+	if cut != nil {
+		cut()
+	}
 	select {
 	case q.ready <- struct{}{}:
 	default:
 	}
 }
 
-// take returns the parts queued so far.
-func (q *partQueue) take() []handlers.Response {
+// take returns the parts queued so far, and whether the queue overflowed.
+func (q *partQueue) take() ([]handlers.Response, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	p := q.parts
-	q.parts = nil
-	return p
+	q.parts, q.bytes = nil, 0
+	return p, q.overflow
+}
+
+// onOverflow sets cut; it is called at once if the queue already overflowed.
+func (q *partQueue) onOverflow(cut func()) {
+	q.mu.Lock()
+	q.cut = cut
+	over := q.overflow
+	q.mu.Unlock()
+	if over {
+		cut()
+	}
 }
 
 // mayStream reports whether the model answers through handler processes, whose handler may
@@ -119,7 +159,7 @@ func (a *API) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ver s
 	if !committed {
 		<-done // finished is set just before done closes
 	}
-	first := parts.take()
+	first, _ := parts.take()
 	if !committed && (len(first) == 0 || err != nil) {
 		writeWhole(ctx, resp, err)
 		return
@@ -134,6 +174,10 @@ func (a *API) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ver s
 		ctx.SetContentType(ct)
 	}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		// A client that lets its parts pile up is cut off: closing the connection ends a
+		// write it blocks, and the chunked body never ends, so the client sees a failure.
+		conn := ctx.Conn()
+		parts.onOverflow(func() { conn.Close() })
 		// A write that fails (the client left) stops the writes, not the wait: the batch
 		// runs to its end either way.
 		var werr error
@@ -144,23 +188,29 @@ func (a *API) predictStreamed(ctx *fasthttp.RequestCtx, c core.Call, name, ver s
 				}
 			}
 		}
+		sendQueued := func() {
+			ps, over := parts.take()
+			if over && werr == nil {
+				werr = errPartsOverflow
+				conn.Close()
+			}
+			for _, p := range ps {
+				send(p.Body)
+			}
+		}
 		for _, p := range first {
 			send(p.Body)
 		}
 		for {
 			select {
 			case <-parts.ready:
-				for _, p := range parts.take() {
-					send(p.Body)
-				}
+				sendQueued()
 				continue
 			case <-done:
 			}
 			break
 		}
-		for _, p := range parts.take() {
-			send(p.Body)
-		}
+		sendQueued()
 		// The status is sent: an error after the first part can only end the stream.
 		if err == nil && resp != nil {
 			send(resp.Body)
@@ -209,7 +259,11 @@ func (s *tsInferenceService) predictInParts(ctx context.Context, r *tspb.Predict
 		resp, err = s.a.tsPredict(ctx, r, parts.push)
 	}()
 	flush := func() {
-		for _, p := range parts.take() {
+		ps, over := parts.take()
+		if over && serr == nil {
+			serr = status.Error(codes.ResourceExhausted, errPartsOverflow.Error())
+		}
+		for _, p := range ps {
 			if serr == nil {
 				serr = send(&tspb.PredictionResponse{Prediction: p.Body, SequenceId: r.SequenceId})
 			}

@@ -64,7 +64,7 @@ func New(cfg Config, log *slog.Logger) *Tracer {
 		log.Warn("tracing off: trace_exporter (OTEL_TRACES_EXPORTER) must be otlp, console or none", "got", cfg.Exporter)
 		return nil
 	}
-	exporter, err := newExporter(exp, cfg)
+	exporter, err := newExporter(exp, cfg, log)
 	if err != nil {
 		log.Warn("tracing off: "+err.Error(), "exporter", exp)
 		return nil
@@ -101,13 +101,13 @@ func New(cfg Config, log *slog.Logger) *Tracer {
 	// The exporter's failures (an unreachable collector) are logged, never the request's.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export", "err", err) }))
 	log.Info("tracing on", "exporter", exp, "endpoint", endpointForLog(exp, cfg), "sampler", sampler.Description(), "propagators", cfg.Propagators, "service", name)
-	return newTracer(sdktrace.NewBatchSpanProcessor(exporter), sampler, prop, res)
+	return newTracer(sdktrace.NewBatchSpanProcessor(exporter, batchOptions(log)...), sampler, prop, res, sdktrace.WithRawSpanLimits(spanLimits(log)))
 }
 
 // newTracer is a tracer whose spans go to sp: the exporter's batching queue, which never
 // blocks a request (a full queue drops spans), or a test's recorder.
-func newTracer(sp sdktrace.SpanProcessor, sampler sdktrace.Sampler, prop propagation.TextMapPropagator, res *resource.Resource) *Tracer {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sp), sdktrace.WithSampler(linked{sampler}), sdktrace.WithResource(res))
+func newTracer(sp sdktrace.SpanProcessor, sampler sdktrace.Sampler, prop propagation.TextMapPropagator, res *resource.Resource, opts ...sdktrace.TracerProviderOption) *Tracer {
+	tp := sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(sp), sdktrace.WithSampler(linked{sampler}), sdktrace.WithResource(res)}, opts...)...)
 	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/torchd/torchd"), prop: prop}
 }
 
@@ -119,7 +119,7 @@ func (t *Tracer) Shutdown(ctx context.Context) error {
 	return t.provider.Shutdown(ctx)
 }
 
-func newExporter(kind string, cfg Config) (sdktrace.SpanExporter, error) {
+func newExporter(kind string, cfg Config, log *slog.Logger) (sdktrace.SpanExporter, error) {
 	if kind == "console" {
 		return stdouttrace.New(stdouttrace.WithWriter(os.Stdout))
 	}
@@ -134,13 +134,13 @@ func newExporter(kind string, cfg Config) (sdktrace.SpanExporter, error) {
 	ctx := context.Background()
 	switch proto {
 	case "grpc":
-		var opts []otlptracegrpc.Option
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(exporterTimeout(log))}
 		if ep != "" {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(ep))
 		}
 		return otlptracegrpc.New(ctx, opts...)
 	case "", "http/protobuf":
-		var opts []otlptracehttp.Option
+		opts := []otlptracehttp.Option{otlptracehttp.WithTimeout(exporterTimeout(log))}
 		if ep != "" {
 			opts = append(opts, otlptracehttp.WithEndpointURL(ep))
 		}

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -296,5 +297,52 @@ func TestBadConfig(t *testing.T) {
 				t.Fatalf("log %q, want a warning containing %q", buf.String(), c.warn)
 			}
 		})
+	}
+}
+
+// TestOTELEnvBounded: the OTEL_* numbers the SDK reads itself are checked as torchd's own
+// settings are: one out of range (which panicked, ran out of memory or spun the exporter)
+// is a warning that names it, and tracing starts with the default.
+func TestOTELEnvBounded(t *testing.T) {
+	for _, c := range []struct{ key, value string }{
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "-5"},
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "2000000000"},
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "lots"},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1"},
+		{"OTEL_BSP_SCHEDULE_DELAY", "-100"},
+		{"OTEL_BSP_EXPORT_TIMEOUT", "0"},
+		{"OTEL_EXPORTER_OTLP_TIMEOUT", "-1"},
+		{"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "99999999999999999999"},
+		{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "2000000000"},
+		{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "-7"},
+		{"OTEL_SPAN_EVENT_COUNT_LIMIT", "-1"},
+		{"OTEL_LINK_ATTRIBUTE_COUNT_LIMIT", "1e9"},
+	} {
+		for _, exp := range []string{"console", "otlp"} {
+			if exp == "console" && strings.HasPrefix(c.key, "OTEL_EXPORTER_OTLP") {
+				continue // the console exporter has no timeout
+			}
+			t.Run(c.key+"="+c.value+"/"+exp, func(t *testing.T) {
+				t.Setenv(c.key, c.value)
+				var buf bytes.Buffer
+				tr := New(Config{Exporter: exp, Endpoint: "http://127.0.0.1:1/v1/traces"}, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})))
+				if tr == nil {
+					t.Fatalf("tracing off; log %s", buf.String())
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+				defer cancel()
+				defer tr.Shutdown(ctx)
+				if !strings.Contains(buf.String(), c.key+" must be a whole number from") {
+					t.Errorf("log %q; want a warning naming %s", buf.String(), c.key)
+				}
+				tr.Start(propagation.MapCarrier{}, restPOST, time.Now()).EndHTTP(200)
+			})
+		}
+	}
+	// A value in range is taken without a word.
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
+	var buf bytes.Buffer
+	if n := bspQueueSize.read(slog.New(slog.NewTextHandler(&buf, nil))); n != 100 || buf.Len() > 0 {
+		t.Errorf("OTEL_BSP_MAX_QUEUE_SIZE=100 read as %d; log %q", n, buf.String())
 	}
 }

@@ -2,6 +2,8 @@
 state dict the test writes, with inputs that make it misbehave on purpose."""
 import json
 import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -34,15 +36,52 @@ class TinyHandler(BaseHandler):
                 self.stream = True
             if body == "sequence":
                 self.sequence = True
+            if isinstance(body, dict) and "spin" in body:
+                with open(body["spin"], "w") as f:
+                    f.write(str(os.getpid()))
+                while True:
+                    pass
+            if body == "long line":
+                print("x" * (2 << 20))
+                print("after the long line")
+            if isinstance(body, dict) and "flood" in body:
+                for i in range(body["flood"]):
+                    print("flood line", i)
+                sys.stdout.flush()
+            if isinstance(body, dict) and "spawn" in body:
+                # Children that leave the worker's process group: one in a session of its
+                # own, one orphaned by a shell that exits at once.
+                self.spawned = [subprocess.Popen(["sleep", "600"], start_new_session=True).pid]
+                subprocess.run(["sh", "-c", "setsid sleep 601 & echo $! > " + body["spawn"]], check=True)
+            if isinstance(body, dict) and "status" in body:
+                self.status = body["status"]
+            if isinstance(body, dict) and "parts" in body:
+                self.parts = (body["parts"], body["size"])
             if isinstance(body, dict) and "stream_until" in body:
                 # One part, then the last once the client has shown it got the first
                 # (by creating this file): a response that is not streamed never ends.
                 self.until = body["stream_until"]
                 body = {"x": [0.0] * 4}
-            rows.append(torch.tensor(body["x"] if isinstance(body, dict) else [0.0] * 4, dtype=torch.float32))
+            rows.append(torch.tensor(body["x"] if isinstance(body, dict) and "x" in body else [0.0] * 4, dtype=torch.float32))
         return torch.stack(rows)
 
     def postprocess(self, out):
+        status = getattr(self, "status", None)
+        if status is not None:
+            self.status = None
+            for i in range(len(out)):
+                self.context.set_response_status(status, "set by the handler", i)
+            return ["status set"] * len(out)
+        parts = getattr(self, "parts", None)
+        if parts:
+            self.parts = None
+            for _ in range(parts[0]):
+                send_intermediate_predict_response(["p" * parts[1]] * len(out), self.context.request_ids, "Intermediate", 200, self.context)
+            return ["end"] * len(out)
+        spawned = getattr(self, "spawned", None)
+        if spawned:
+            self.spawned = None
+            return [{"pids": spawned}] * len(out)
         if getattr(self, "wrong", False):
             self.wrong = False
             return []

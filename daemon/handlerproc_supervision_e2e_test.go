@@ -1,0 +1,294 @@
+package daemon_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/daemon"
+)
+
+// procTree is pid's descendants, with their command lines, from /proc.
+func procTree(pid int) map[int]string {
+	kids := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		kids[ppid] = append(kids[ppid], p)
+	}
+	out := map[int]string{}
+	todo := []int{pid}
+	for len(todo) > 0 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for _, k := range kids[p] {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", k))
+			out[k] = strings.ReplaceAll(string(b), "\x00", " ")
+			todo = append(todo, k)
+		}
+	}
+	return out
+}
+
+// supervisors counts the handler processes' supervisors under torchd.
+func (s *server) supervisors() int {
+	n := 0
+	for _, cmd := range procTree(s.cmd.Process.Pid) {
+		if strings.Contains(cmd, "supervisor.py") {
+			n++
+		}
+	}
+	return n
+}
+
+// A batch of four with one request that crashes its process costs one process, not two:
+// the batch is not retried request by request (which would crash a second one), and each of
+// its requests gets the batch's error. A hang costs one response timeout, not two.
+func TestHandlerProcessLostBatchOnce(t *testing.T) {
+	py := venvPython(t)
+	archiveTiny(t, py, "pylost", "handler.py")
+	s := startServer(t, "--python", py)
+	// The batch goes when four requests are in it.
+	s.register(t, "url=pylost.mar&initial_workers=1&batch_size=4&max_batch_delay=600000&response_timeout=3&synchronous=true")
+	pred := s.inf + "/predictions/pylost"
+	for _, bad := range []string{`"crash"`, `"hang"`} {
+		before := strings.Count(s.Log(), "handler process failed a batch")
+		var wg sync.WaitGroup
+		answers := make([]response, 4)
+		for i := range 4 {
+			body := []byte(`{"x":[1,2,3,4]}`)
+			if i == 0 {
+				body = []byte(bad)
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); answers[i] = post(pred, "application/json", body) }()
+		}
+		wg.Wait()
+		for i, a := range answers {
+			if a.status == 200 {
+				t.Errorf("%s: request %d of the lost batch answered 200", bad, i)
+			}
+		}
+		// The failure is logged once the process is replaced; the batch answered before.
+		deadline := time.Now().Add(30 * time.Second)
+		for strings.Count(s.Log(), "handler process failed a batch") == before && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		// The model serves on (four requests: one batch), once its process has restarted:
+		// a batch sent while it loads may pass the 3 s timeout on a loaded machine.
+		for try := 0; ; try++ {
+			var ok sync.WaitGroup
+			var mu sync.Mutex
+			var failed []response
+			for range 4 {
+				ok.Add(1)
+				go func() {
+					defer ok.Done()
+					if r := post(pred, "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
+						mu.Lock()
+						failed = append(failed, r)
+						mu.Unlock()
+					}
+				}()
+			}
+			ok.Wait()
+			if len(failed) == 0 {
+				break
+			}
+			if try == 10 {
+				t.Fatalf("after %s: %d %s", bad, failed[0].status, failed[0].body)
+			}
+		}
+		if n := strings.Count(s.Log(), "handler process failed a batch") - before; n != 1 {
+			t.Errorf("%s: %d processes failed a batch; want 1 (no retry of the lost batch)", bad, n)
+		}
+	}
+}
+
+// Scaling up starts a process per worker, scaling to 0 stops them all, and scaling up again
+// serves.
+func TestHandlerProcessScaling(t *testing.T) {
+	py := venvPython(t)
+	archiveTiny(t, py, "pyscale", "handler.py")
+	s := startServer(t, "--python", py)
+	s.register(t, "url=pyscale.mar&initial_workers=1&synchronous=true")
+	if n := s.supervisors(); n != 1 {
+		t.Fatalf("%d processes for 1 worker", n)
+	}
+	for _, c := range []struct{ workers, want int }{{3, 3}, {1, 1}, {0, 0}, {2, 2}} {
+		r := do(t, "PUT", fmt.Sprintf("%s/models/pyscale?min_worker=%d&synchronous=true", s.mgmt, c.workers), "", nil)
+		if r.status != 200 {
+			t.Fatalf("scale to %d: %d %s", c.workers, r.status, r.body)
+		}
+		// Idle processes stop as the scaling returns; allow for their exit.
+		deadline := time.Now().Add(30 * time.Second)
+		for s.supervisors() != c.want && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := s.supervisors(); n != c.want {
+			t.Errorf("scaled to %d workers: %d processes", c.workers, n)
+		}
+	}
+	if r := post(s.inf+"/predictions/pyscale", "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
+		t.Errorf("after scaling: %d %s", r.status, r.body)
+	}
+}
+
+// A handler's detached children (setsid) go with its model when it is unregistered, and with
+// torchd at a stop, which keeps to shutdown_timeout with a batch that hangs.
+func TestHandlerProcessChildrenContained(t *testing.T) {
+	py := venvPython(t)
+	archiveTiny(t, py, "pykids", "handler.py")
+	s := startServer(t, "--python", py, "--shutdown-timeout", "5s")
+	s.register(t, "url=pykids.mar&initial_workers=1&response_timeout=600&synchronous=true")
+	spawn := func() []int {
+		file := filepath.Join(t.TempDir(), "pid")
+		r := post(s.inf+"/predictions/pykids", "application/json", []byte(fmt.Sprintf(`{"spawn": %q}`, file)))
+		if r.status != 200 {
+			t.Fatalf("spawn: %d %s", r.status, r.body)
+		}
+		var pids []int
+		for _, f := range strings.FieldsFunc(string(r.body), func(r rune) bool { return r < '0' || r > '9' }) {
+			n, _ := strconv.Atoi(f)
+			pids = append(pids, n)
+		}
+		b, err := os.ReadFile(file)
+		n, err2 := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || err2 != nil || len(pids) != 1 {
+			t.Fatalf("spawn answered %s; orphan %q", r.body, b)
+		}
+		return append(pids, n)
+	}
+	waitGone := func(what string, pids []int) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for _, pid := range pids {
+			for {
+				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				if err != nil || strings.Contains(string(b), ") Z ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the handler's child %d still runs", what, pid)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	kids := spawn()
+	if r := do(t, "DELETE", s.mgmt+"/models/pykids", "", nil); r.status != 200 {
+		t.Fatalf("unregister: %d %s", r.status, r.body)
+	}
+	waitGone("after unregister", kids)
+
+	s.register(t, "url=pykids.mar&initial_workers=1&response_timeout=600&synchronous=true")
+	kids = spawn()
+	hung := make(chan response, 1)
+	go func() { hung <- post(s.inf+"/predictions/pykids", "application/json", []byte(`"hang"`)) }()
+	time.Sleep(500 * time.Millisecond) // let the hang reach the process; the test holds either way
+	start := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("torchd did not exit within 60 s of SIGTERM")
+	}
+	t.Logf("stopped in %v with shutdown_timeout 5s", time.Since(start).Round(time.Millisecond))
+	waitGone("after SIGTERM", kids)
+	if n := len(procTree(s.cmd.Process.Pid)); n != 0 {
+		t.Errorf("%d processes left under torchd", n)
+	}
+	<-hung
+}
+
+// A client that does not read a streamed answer holds at most 64 MiB of its parts in torchd:
+// past it the transfer is cut, the client never sees the answer end, and the model serves on.
+func TestHandlerProcessStreamBounded(t *testing.T) {
+	py := venvPython(t)
+	archiveTiny(t, py, "pyflood", "handler.py")
+	s := startServer(t, "--python", py)
+	s.register(t, "url=pyflood.mar&initial_workers=1&response_timeout=120&synchronous=true")
+	u, _ := url.Parse(s.inf)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"parts": 200, "size": 1048576}` // 200 MiB
+	fmt.Fprintf(conn, "POST /predictions/pyflood HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// The client reads nothing until the handler is done: a request after it is served by
+	// the one process once the streaming batch has ended.
+	if r := post(s.inf+"/predictions/pyflood", "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
+		t.Fatalf("the request after the flood: %d %s", r.status, r.body)
+	}
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	got, _ := io.ReadAll(bufio.NewReader(conn))
+	if strings.HasSuffix(string(got), "0\r\n\r\n") || strings.Contains(string(got), "end") {
+		t.Errorf("the unread stream ended normally (%d bytes): it was not cut", len(got))
+	}
+}
+
+// The socket directories of a killed torchd's handler processes are swept at the next start;
+// a live worker's (one that listens) is kept, a dead one's of the old naming removed.
+func TestSweepHandlerSocketDirs(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dead := exec0(t)
+	named := filepath.Join(tmp, fmt.Sprintf("torchd-%d-handler-123", dead))
+	old := filepath.Join(tmp, "torchd-handler-456")
+	live := filepath.Join(tmp, "torchd-handler-789")
+	for _, d := range []string{named, old, live} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(old, ".ts.sock.0"), nil, 0o600) // a socket no one listens on
+	l, err := net.Listen("unix", filepath.Join(live, ".ts.sock.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	removed, _ := daemon.SweepTemp()
+	for _, d := range []string{named, old} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s kept (removed %v)", filepath.Base(d), removed)
+		}
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live worker's directory was removed: %v", err)
+	}
+}
+
+// exec0 is the pid of a process that has exited.
+func exec0(t *testing.T) int {
+	t.Helper()
+	p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Wait()
+	return p.Pid
+}
