@@ -1,13 +1,13 @@
 package core
 
 import (
+	"cmp"
 	"log/slog"
 	"path/filepath"
 	"strings"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/torch"
 )
 
 // Model is a loaded model version as a worker sees it: it runs the preprocessed samples of one
@@ -24,8 +24,9 @@ type Model interface {
 	Close() error
 }
 
-// Runtime loads the files of a model version into a Model. LibTorch (TorchScript and .pt2) is
-// built in; the daemon adds the others (ONNX Runtime, handler processes) in Options.Runtimes.
+// Runtime loads the files of a model version into a Model. The daemon hands the registry its
+// runtimes (Options.Runtimes): LibTorch (TorchScript and .pt2), ONNX Runtime, handler
+// processes; core imports none of them.
 type Runtime interface {
 	// Name is what a model's config names it by (archive.ModelConfig.Runtime) and what
 	// describe shows: "onnxruntime", "python".
@@ -85,9 +86,25 @@ type (
 	HandlerBinder interface {
 		BindHandler(h handlers.Handler) error
 	}
-	// explainer models explain one request on the worker's thread.
-	explainer interface {
-		explain(s *handlers.Sample, target int) (*handlers.Response, error)
+	// Explainer models explain one request on the worker's thread (integrated gradients);
+	// CanExplain says why one cannot, before the request is queued.
+	Explainer interface {
+		CanExplain() error
+		Explain(s *handlers.Sample, target int) (*handlers.Response, error)
+	}
+	// ThreadSetter models take the intra-op threads each forward runs with, set on the
+	// worker's OS thread before the forward (LibTorch's).
+	ThreadSetter interface {
+		SetThreadsHere(n int)
+	}
+	// MemoryTrimmer models give their allocator's free memory back when the workers idle.
+	MemoryTrimmer interface {
+		TrimMemory()
+	}
+	// SchemaSigned models guess their inputs when nothing declares them (a TorchScript
+	// module's forward schema).
+	SchemaSigned interface {
+		SchemaInputs() []archive.TensorSpec
 	}
 )
 
@@ -98,107 +115,31 @@ type ProcessInfo struct {
 }
 
 // runtimeFor picks the runtime of a model: the one its config names, else the first that
-// accepts it, else the built-in LibTorch (nil).
+// accepts it. Ensembles are core's own (nil).
 func (r *Registry) runtimeFor(am *archive.Model) (Runtime, error) {
 	if am.Config.Runtime == RuntimeEnsemble {
 		return nil, nil // core's own (loadEnsemble)
 	}
-	if name := am.Config.Runtime; name != "" && name != RuntimeLibTorch {
+	if name := am.Config.Runtime; name != "" {
 		for _, rt := range r.opts.Runtimes {
 			if rt.Name() == name {
 				return rt, nil
 			}
 		}
-		return nil, errorf(ErrBadModel, "model %s: runtime %q is not available in this torchd (it has %s)", am.Name, name, strings.Join(r.runtimeNames(), ", "))
+		return nil, errorf(ErrBadModel, "model %s: runtime %q is not available in this torchd (it has %s)", am.Name, name, cmp.Or(strings.Join(r.runtimeNames(), ", "), "none"))
 	}
 	for _, rt := range r.opts.Runtimes {
 		if rt.Accepts(am) {
 			return rt, nil
 		}
 	}
-	if am.Config.Runtime == "" && !archive.IsTorchName(filepath.Base(am.SerializedFile)) && am.Config.Handler != archive.HandlerPython {
-		return nil, errorf(ErrBadModel, "model %s: no runtime of this torchd runs %s (it has %s)", am.Name, filepath.Base(am.SerializedFile), strings.Join(r.runtimeNames(), ", "))
-	}
-	return nil, nil
+	return nil, errorf(ErrBadModel, "model %s: no runtime of this torchd runs %s (it has %s)", am.Name, filepath.Base(am.SerializedFile), cmp.Or(strings.Join(r.runtimeNames(), ", "), "none"))
 }
 
-// RuntimeLibTorch names the built-in runtime.
-const RuntimeLibTorch = "libtorch"
-
 func (r *Registry) runtimeNames() []string {
-	names := []string{RuntimeLibTorch}
+	names := []string{}
 	for _, rt := range r.opts.Runtimes {
 		names = append(names, rt.Name())
 	}
 	return names
-}
-
-// libtorchModel is the built-in runtime's model: concatenate → forward → split, or the
-// handler's own Infer, over a LibTorch module or package, on the worker's thread.
-type libtorchModel struct {
-	h handlers.Handler
-	m torch.Model
-}
-
-func (b libtorchModel) Run(batch []*handlers.Sample, stage *handlers.Stage) ([][]handlers.Tensor, error) {
-	return handlers.InferStaged(b.h, b.m, batch, stage)
-}
-
-func (libtorchModel) Kind() string     { return RuntimeLibTorch }
-func (b libtorchModel) Device() string { return b.m.Device() }
-func (b libtorchModel) Close() error   { return b.m.Close() }
-
-// Torch is the LibTorch model under it, for the tuner's curves and the Triton adapter's
-// checks of forward's arguments.
-func (b libtorchModel) Torch() torch.Model { return b.m }
-
-// MaxRows is a package's largest exported batch; a TorchScript module has no limit (0).
-func (b libtorchModel) MaxRows() int64 {
-	if p, ok := b.m.(*torch.Package); ok {
-		_, hi := p.BatchRange()
-		return hi
-	}
-	return 0
-}
-
-// Signature is an AOTInductor package's recorded specs; a TorchScript module records none.
-func (b libtorchModel) Signature() (ins, outs []archive.TensorSpec) {
-	p, ok := b.m.(*torch.Package)
-	if !ok {
-		return nil, nil
-	}
-	for _, s := range p.Inputs() {
-		ins = append(ins, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
-	}
-	for _, s := range p.Outputs() {
-		outs = append(outs, archive.TensorSpec{Name: s.Name, DType: s.DType, Shape: s.Shape})
-	}
-	return ins, outs
-}
-
-// explain is the handler's Integrated Gradients over the TorchScript module (which
-// ModelVersion.explainable checked before the request was admitted).
-func (b libtorchModel) explain(s *handlers.Sample, target int) (*handlers.Response, error) {
-	ex, _ := b.h.(handlers.Explainer)
-	m, _ := b.m.(*torch.Module)
-	if ex == nil || m == nil {
-		return nil, errorf(ErrUnsupported, "the model cannot be explained")
-	}
-	resp, err := ex.Explain(m, s, target)
-	if err != nil {
-		status, kind := handlers.StatusOf(err, 0), ErrInference
-		if status >= 400 && status < 500 {
-			kind = ErrBadInput
-		}
-		return nil, &Error{Kind: kind, Status: status, Msg: err.Error()}
-	}
-	return resp, nil
-}
-
-// torchOf is the LibTorch model under m, or nil for another runtime's.
-func torchOf(m Model) torch.Model {
-	if t, ok := m.(interface{ Torch() torch.Model }); ok {
-		return t.Torch()
-	}
-	return nil
 }

@@ -73,7 +73,7 @@ func TestForwardBatchSplitsBatches(t *testing.T) {
 // ran at, no larger than its batch_size, and cached for the next load.
 func TestForwardBatchAuto(t *testing.T) {
 	cache := t.TempDir()
-	r := NewRegistry(Options{Defaults: testDefaults, CacheDir: cache, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r := NewRegistry(Options{Defaults: testDefaults, CacheDir: cache, Runtimes: []Runtime{torchRuntime{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(r.Close)
 	s := archive.Settings{BatchSize: archive.Fixed(8), ForwardBatch: archive.Auto[int]()}
 	v := addDigits(t, r, "d", "tensor", s)

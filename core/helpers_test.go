@@ -32,7 +32,7 @@ var probe = handlertest.Register("core_probe", "tensor")
 // when the test ends.
 func testRegistry(t *testing.T, cores int) *Registry {
 	t.Helper()
-	r := NewRegistry(Options{Defaults: testDefaults, Cores: cores, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	r := NewRegistry(Options{Defaults: testDefaults, Cores: cores, Runtimes: []Runtime{torchRuntime{}}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(r.Close)
 	return r
 }
@@ -159,4 +159,72 @@ func errorContains(t *testing.T, what string, err, kind error, part string) {
 	if !errors.Is(err, kind) || !strings.Contains(err.Error(), part) {
 		t.Errorf("%s: error %v, want %q containing %q", what, err, kind, part)
 	}
+}
+
+// torchRuntime is LibTorch as a runtime for core's own tests: backends/libtorch imports core,
+// so core's tests cannot import it. It is that runtime's load and batch step, without the
+// load options (freeze, bf16) the tests here do not use.
+type torchRuntime struct{}
+
+func (torchRuntime) Name() string { return "libtorch" }
+func (torchRuntime) Accepts(am *archive.Model) bool {
+	return am.Config.Handler != archive.HandlerPython && archive.IsTorchName(filepath.Base(am.SerializedFile))
+}
+
+func (torchRuntime) Load(req LoadRequest) (Model, error) {
+	am, s := req.Archive, req.Settings
+	var m torch.Model
+	var err error
+	if am.IsPackage() {
+		file := am.SerializedPath()
+		if f, _, ok := am.PackageFor(s.Precision); ok {
+			file = f
+		}
+		m, err = torch.LoadPackage(file, torch.WithRunners(max(1, s.MaxWorkers)))
+	} else {
+		m, err = torch.Load(am.SerializedPath(), torch.WithDevice(s.Device))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &torchModel{m: m}, nil
+}
+
+type torchModel struct {
+	h handlers.Handler
+	m torch.Model
+}
+
+func (t *torchModel) Run(batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error) {
+	return handlers.InferStaged(t.h, t.m, batch, st)
+}
+func (*torchModel) Kind() string         { return "libtorch" }
+func (t *torchModel) Device() string     { return t.m.Device() }
+func (t *torchModel) Close() error       { return t.m.Close() }
+func (*torchModel) SetThreadsHere(n int) { torch.SetNumThreadsHere(n) }
+func (t *torchModel) Torch() torch.Model { return t.m }
+func (t *torchModel) BindHandler(h handlers.Handler) (err error) {
+	t.h = h
+	t.m, err = handlers.Bind(h, t.m, 4)
+	return err
+}
+func (t *torchModel) MaxRows() int64 {
+	if p, ok := t.m.(*torch.Package); ok {
+		_, hi := p.BatchRange()
+		return hi
+	}
+	return 0
+}
+func (t *torchModel) SchemaInputs() []archive.TensorSpec { return nil }
+func (t *torchModel) CanExplain() error {
+	if _, ok := t.m.(*torch.Module); !ok {
+		return errors.New("an AOTInductor package has no backward")
+	}
+	if _, ok := t.h.(handlers.Explainer); !ok {
+		return errors.New("its handler does not explain")
+	}
+	return nil
+}
+func (t *torchModel) Explain(s *handlers.Sample, target int) (*handlers.Response, error) {
+	return t.h.(handlers.Explainer).Explain(t.m.(*torch.Module), s, target)
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/torch"
 )
 
 // Call is what the request path needs from a request's transport, whatever its protocol.
@@ -191,13 +190,12 @@ func (v *ModelVersion) explainable() error {
 	if _, ok := v.handler.(handlers.Explainer); !ok {
 		return errorf(ErrUnsupported, "model %s: its handler (%s) does not explain", v.Name, v.HandlerName)
 	}
-	switch torchOf(v.model).(type) {
-	case *torch.Module:
-	case nil:
+	ex, ok := v.model.(Explainer)
+	if !ok {
 		return errorf(ErrUnsupported, "model %s runs on %s, which cannot be explained (integrated gradients need TorchScript's autograd)", v.Name, v.model.Kind())
-	default:
-		// Integrated gradients need TorchScript's autograd; a compiled package has no backward.
-		return errorf(ErrUnsupported, "model %s is an AOTInductor package, which cannot be explained", v.Name)
+	}
+	if err := ex.CanExplain(); err != nil {
+		return errorf(ErrUnsupported, "model %s cannot be explained: %v", v.Name, err)
 	}
 	return nil
 }

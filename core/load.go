@@ -3,14 +3,12 @@ package core
 import (
 	"cmp"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/torch"
 )
 
 // load builds a version whole: it resolves the settings, loads the module, makes the
@@ -75,17 +73,8 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	var model Model
 	if am.Config.Runtime == RuntimeEnsemble {
 		model, err = r.loadEnsemble(am, s)
-	} else if rt != nil {
-		// Another runtime (ONNX Runtime, handler processes) loads its own files.
-		model, err = rt.Load(LoadRequest{Name: name, Version: version, Archive: am, Settings: s, Threads: cmp.Or(s.Threads, autoThreads(s.MinWorkers)), Log: r.log})
 	} else {
-		var m torch.Model
-		if m, err = LoadModel(am, s); err == nil {
-			model = libtorchModel{m: m}
-		}
-	}
-	if errors.Is(err, torch.ErrFP32Modules) {
-		return nil, errorf(ErrBadModel, "model %s: fp32_modules: %v", name, err)
+		model, err = rt.Load(LoadRequest{Name: name, Version: version, Archive: am, Settings: s, Threads: cmp.Or(s.Threads, autoThreads(s.MinWorkers)), Log: r.log})
 	}
 	if err != nil {
 		var ce *Error
@@ -97,13 +86,6 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if err := timedOut(); err != nil {
 		model.Close()
 		return nil, err
-	}
-	// The package's own specs decide, should the archive's record disagree with them.
-	if p, ok := torchOf(model).(*torch.Package); ok {
-		if lo, hi := p.BatchRange(); int64(s.BatchSize) < lo || int64(s.BatchSize) > hi {
-			model.Close()
-			return nil, errorf(ErrBadModel, "model %s: batch_size %d is outside the batch range [%d, %d] that %s was exported with", name, s.BatchSize, lo, hi, filepath.Base(modelPath))
-		}
 	}
 	if a := req.Adapter; a != nil {
 		if err := a.Prepare(am, model); err != nil {
@@ -118,16 +100,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		model.Close()
 		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
 	}
-	if lm, ok := model.(libtorchModel); ok {
-		// A handler may run more than the serialized file (the captioner's encoder package);
-		// the model it returns owns both, one runner per worker the pool may grow to.
-		bound, err := handlers.Bind(h, lm.m, max(1, s.MaxWorkers))
-		if err != nil {
-			model.Close()
-			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
-		}
-		model = libtorchModel{h: h, m: bound}
-	} else if hb, ok := model.(HandlerBinder); ok {
+	if hb, ok := model.(HandlerBinder); ok {
 		if err := hb.BindHandler(h); err != nil {
 			model.Close()
 			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
@@ -144,11 +117,14 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	v.ins, v.outs = resolveSignature(am, model, req.Adapter != nil)
 	v.metrics = r.metrics.Version(v)
 	warmup, err := warmupSamples(h, am.Config)
-	if sg, ok := model.(Signed); ok && err == nil && warmup == nil && torchOf(model) == nil {
+	if _, schema := model.(SchemaSigned); !schema && err == nil && warmup == nil {
+		sg, _ := model.(Signed)
 		// A model that reports its own inputs (an ONNX graph's) warms up on zeros of them
 		// when its archive declares none.
-		ins, _ := sg.Signature()
-		warmup, err = warmupSamples(h, archive.ModelConfig{Inputs: ins})
+		if sg != nil {
+			ins, _ := sg.Signature()
+			warmup, err = warmupSamples(h, archive.ModelConfig{Inputs: ins})
+		}
 	}
 	if _, ok := model.(ProcessReporter); ok {
 		// A handler process takes whole requests, not tensors; its handler warms up in
@@ -242,43 +218,6 @@ func startupTimedOut(name, version string, limit time.Duration) error {
 	return errorf(ErrStartupTimeout, "Failed to start workers for model %s version: %s (not loaded and warm within startup_timeout %v)", name, version, limit)
 }
 
-// LoadModel loads the archive's serialized file with the settings' device, precision and
-// freeze: an AOTInductor package (the serialized one, or its variant in the precision, "auto"
-// chosen for this host) with one runner per worker the pool may grow to (a worker beyond
-// them waits for one), else TorchScript.
-func LoadModel(am *archive.Model, s ModelSettings) (torch.Model, error) {
-	precision, _, err := selectPrecision(am, s.Precision, s.Device, HostCPUFlags())
-	if err != nil {
-		return nil, err
-	}
-	if am.IsPackage() {
-		file, p, ok := am.PackageFor(precision)
-		if !ok {
-			file, p = am.SerializedPath(), am.Package
-		}
-		opts := []torch.PackageOption{torch.WithPackageDevice(s.Device), torch.WithRunners(max(1, s.MaxWorkers))}
-		if p != nil && p.Plain {
-			var specs []torch.Spec
-			for _, in := range p.Inputs {
-				specs = append(specs, torch.Spec{Name: in.Name, DType: in.DType, Shape: in.Shape, Min: in.Min, Max: in.Max})
-			}
-			opts = append(opts, torch.WithInputSpecs(specs))
-		}
-		return torch.LoadPackage(file, opts...)
-	}
-	lopts := []torch.LoadOption{torch.WithDevice(s.Device)}
-	if precision == "bf16" {
-		lopts = append(lopts, torch.WithBF16(am.Config.FP32Modules...))
-	}
-	if s.Freeze {
-		lopts = append(lopts, torch.WithFreeze())
-	}
-	if s.Optimize {
-		lopts = append(lopts, torch.WithOptimize())
-	}
-	return torch.Load(am.SerializedPath(), lopts...)
-}
-
 // warmupSamples returns the inputs each worker runs before serving: the handler's own, or
 // zeros of the archive's declared input signature (variable dimensions as 1), or none.
 func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Sample, error) {
@@ -286,30 +225,9 @@ func warmupSamples(h handlers.Handler, ac archive.ModelConfig) ([]*handlers.Samp
 	if w, ok := h.(handlers.Warmer); ok {
 		s = w.WarmupSample()
 	} else if len(ac.Inputs) > 0 {
-		s = &handlers.Sample{Items: 1}
-		for _, in := range ac.Inputs {
-			dt, err := torch.ParseDType(in.DType)
-			if err != nil {
-				return nil, err
-			}
-			// The product is checked as a whole: each dimension alone may be in range. A
-			// string element of zeros is an empty string: its 4-byte length, 0.
-			size := int64(dt.Size())
-			if dt == torch.Bytes {
-				size = 4
-			}
-			n, err := archive.SampleBytes(in.Shape, size)
-			if err != nil {
-				return nil, fmt.Errorf("input %q: %v", in.Name, err)
-			}
-			shape := make([]int64, len(in.Shape))
-			for i, d := range in.Shape {
-				shape[i] = max(d, 1)
-			}
-			if len(shape) == 0 || shape[0] != 1 {
-				shape = append([]int64{1}, shape...)
-			}
-			s.Tensors = append(s.Tensors, handlers.Tensor{DType: dt, Shape: shape, Data: make([]byte, n)})
+		var err error
+		if s, err = handlers.ZeroSample(ac.Inputs); err != nil {
+			return nil, err
 		}
 	}
 	if s == nil {
@@ -335,28 +253,11 @@ func resolveSignature(am *archive.Model, m Model, adapted bool) (ins, outs []arc
 	if outs == nil {
 		outs = am.Config.Outputs
 	}
-	if mod, ok := torchOf(m).(*torch.Module); ok && ins == nil {
-		ins = schemaInputs(mod)
+	if ss, ok := m.(SchemaSigned); ok && ins == nil {
+		ins = ss.SchemaInputs()
 	}
 	if outs == nil {
 		outs = []archive.TensorSpec{{Name: "output__0", DType: "float32", Shape: []int64{-1}}}
 	}
 	return ins, outs
-}
-
-// schemaInputs infers inputs from forward's TorchScript schema, e.g.
-// "forward(__torch__.Net self, Tensor x) -> Tensor". The schema carries no dtype or shape:
-// float32 and an unknown shape are assumed.
-func schemaInputs(m *torch.Module) []archive.TensorSpec {
-	args, err := m.Args("forward")
-	if err != nil {
-		return nil
-	}
-	var out []archive.TensorSpec
-	for _, a := range args {
-		if a.Type == "Tensor" || a.Type == "Tensor?" {
-			out = append(out, archive.TensorSpec{Name: a.Name, DType: "float32", Shape: []int64{-1}})
-		}
-	}
-	return out
 }

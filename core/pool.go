@@ -11,7 +11,6 @@ import (
 
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/internal/memtrim"
-	"github.com/torchd/torchd/torch"
 )
 
 // WorkerPool runs a model version's batched forwards on workers: goroutines locked to their
@@ -73,13 +72,23 @@ var releasing atomic.Bool
 // releaseIdle gives the process's free memory back to the operating system: the Go heap's
 // (where the staging buffer went) and the C heaps', every thread's arena top included. It
 // runs on the idle worker's thread; two full collections are its cost, once per idle spell.
-func releaseIdle() {
+func releaseIdle(m Model) {
 	if !releasing.CompareAndSwap(false, true) {
 		return
 	}
 	defer releasing.Store(false)
-	torch.TrimArenas()
+	if t, ok := m.(MemoryTrimmer); ok {
+		t.TrimMemory()
+	}
 	memtrim.Trim()
+}
+
+// setThreads sets the threads of the calling worker's next forward, for a model that takes
+// them (LibTorch's, per OS thread; ONNX Runtime's sessions have theirs from the load).
+func (p *WorkerPool) setThreads(n int) {
+	if ts, ok := p.backend.(ThreadSetter); ok {
+		ts.SetThreadsHere(n)
+	}
 }
 
 // maxStuck bounds the threads one model may leave behind in hung forwards. Past it, stuck
@@ -334,7 +343,7 @@ func (p *WorkerPool) run(w *worker) {
 			if idleC != nil {
 				stage.Close()
 				p.idleReleases.Add(1)
-				releaseIdle()
+				releaseIdle(p.backend)
 				continue
 			}
 			return
@@ -342,7 +351,7 @@ func (p *WorkerPool) run(w *worker) {
 		// The count is set on this thread before every forward: it costs about as much as
 		// a cgo call (BenchmarkSetNumThreadsHere), next to a forward's milliseconds.
 		n := p.takeThreads()
-		torch.SetNumThreadsHere(n)
+		p.setThreads(n)
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch, stage, &n)
@@ -368,7 +377,7 @@ func (p *WorkerPool) warm(w *worker) bool {
 		counts = append(counts, p.cores.cores)
 	}
 	for _, n := range counts {
-		torch.SetNumThreadsHere(n)
+		p.setThreads(n)
 		for i, s := range p.warmup {
 			select {
 			case <-p.abandoned:
@@ -506,11 +515,11 @@ func (p *WorkerPool) explain(j *job) (resp *handlers.Response, err error) {
 			p.log.Error("handler panic", "model", p.name, "panic", r)
 		}
 	}()
-	ex, ok := p.backend.(explainer)
+	ex, ok := p.backend.(Explainer)
 	if !ok {
 		return nil, errorf(ErrUnsupported, "the model's backend (%s) does not explain", p.backend.Kind())
 	}
-	return ex.explain(j.sample, j.explain.target)
+	return ex.Explain(j.sample, j.explain.target)
 }
 
 // infer calls the backend's batch step, in forwards of at most p.rows rows, turning a panic
@@ -532,7 +541,7 @@ func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage, th
 		if i > 0 && threads != nil {
 			p.putThreads(*threads)
 			*threads = p.takeThreads()
-			torch.SetNumThreadsHere(*threads)
+			p.setThreads(*threads)
 		}
 		o, err := p.backend.Run(part, stage)
 		if err == nil && len(o) != len(part) {

@@ -203,7 +203,7 @@ func TestWarmupAbandoned(t *testing.T) {
 	for i := range warmup {
 		warmup[i] = one[0]
 	}
-	p := newWorkerPool("digits:1", libtorchModel{h: h, m: m}, NewBatcher(8, 1, 0), nil, 1, 1, 0, warmup, nothing{}, slog.New(slog.DiscardHandler))
+	p := newWorkerPool("digits:1", &torchModel{h: h, m: m}, NewBatcher(8, 1, 0), nil, 1, 1, 0, warmup, nothing{}, slog.New(slog.DiscardHandler))
 	p.stats = newVersionStats()
 	p.Scale(1, false)
 	deadline := time.Now().Add(time.Minute)

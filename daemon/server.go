@@ -29,6 +29,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 
+	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/backends/onnx"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
@@ -121,6 +122,7 @@ func (c *Config) runtimes() []core.Runtime {
 	return []core.Runtime{
 		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
 		&onnx.Backend{},
+		libtorch.Backend{},
 	}
 }
 

@@ -74,7 +74,7 @@ func (pythonHandler) Infer(m torch.Model, batch []*handlers.Sample) ([][]handler
 	return pm.Run(batch, nil)
 }
 
-// Run is the model as the core's backend (core.Backend): it sends the batch of the python
+// Run is the model as core runs it (core.Model): it sends the batch of the python
 // handler's samples to a process and files each request's reply in its sample.
 func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
 	reqs := make([]Request, len(batch))

@@ -246,3 +246,34 @@ func (o *intOptions) get(key string, def int) int {
 type TextSampler interface {
 	TextSample(texts []string) (*Sample, error)
 }
+
+// ZeroSample is one row of zeros of the given inputs, variable dimensions as 1: a warm-up
+// input for a model whose handler has none of its own. A string element of zeros is an empty
+// string (its 4-byte length, 0). The product of each shape is checked as a whole: each
+// dimension alone may be in range.
+func ZeroSample(ins []archive.TensorSpec) (*Sample, error) {
+	s := &Sample{Items: 1}
+	for _, in := range ins {
+		dt, err := torch.ParseDType(in.DType)
+		if err != nil {
+			return nil, err
+		}
+		size := int64(dt.Size())
+		if dt == torch.Bytes {
+			size = 4
+		}
+		n, err := archive.SampleBytes(in.Shape, size)
+		if err != nil {
+			return nil, fmt.Errorf("input %q: %v", in.Name, err)
+		}
+		shape := make([]int64, len(in.Shape))
+		for i, d := range in.Shape {
+			shape[i] = max(d, 1)
+		}
+		if len(shape) == 0 || shape[0] != 1 {
+			shape = append([]int64{1}, shape...)
+		}
+		s.Tensors = append(s.Tensors, Tensor{DType: dt, Shape: shape, Data: make([]byte, n)})
+	}
+	return s, nil
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/core"
 )
 
@@ -50,7 +51,7 @@ func testRepository(t *testing.T) (*Repository, *core.Registry) {
 	write("nofile/config.pbtxt", []byte(strings.Replace(digitsConfig, `"digits"`, `"nofile"`, 1)))
 	write("nofile/1/README", []byte("no model here"))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := core.NewRegistry(core.Options{Log: log, Defaults: archive.Settings{
+	reg := core.NewRegistry(core.Options{Log: log, Runtimes: []core.Runtime{libtorch.Backend{}}, Defaults: archive.Settings{
 		BatchSize: archive.Fixed(1), MaxBatchDelay: archive.Fixed(time.Duration(0)), MinWorkers: archive.Fixed(1),
 		JobQueueSize: archive.Of(10), ResponseTimeout: archive.Of(time.Minute), StartupTimeout: archive.Of(time.Minute),
 		Device: archive.Of("cpu"), Precision: archive.Of("fp32"),

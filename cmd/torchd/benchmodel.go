@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/daemon"
 	"github.com/torchd/torchd/handlers"
@@ -161,7 +162,7 @@ func runBenchModel(args []string) error {
 		}
 	}
 	maxWorkers := slices.Max(workers)
-	m, err := core.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
+	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
 	if err != nil {
 		return err
 	}

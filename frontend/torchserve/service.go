@@ -305,8 +305,8 @@ func describeVersion(v *core.ModelVersion) describeModel {
 	switch {
 	case procs != nil:
 		runtime = "python" // handler processes, TorchServe's name for its Python workers
-	case v.Model().Kind() != core.RuntimeLibTorch:
-		runtime = v.Model().Kind() // "onnxruntime"
+	case v.Model().Kind() != "libtorch":
+		runtime = v.Model().Kind() // "onnxruntime", "ensemble"
 	case v.Archive().IsPackage():
 		runtime = "aoti" // an AOTInductor package (.pt2)
 	}
