@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,4 +239,29 @@ func TestAnotherRuntimesFailures(t *testing.T) {
 			t.Fatalf("err %v, want ErrUnsupported", err)
 		}
 	})
+}
+
+// The self-tuner measures another runtime's batches as it measures LibTorch's: a model of
+// that runtime registered with batch_size "auto" gets its curve and a tuner.
+func TestAutoBatchingAnotherRuntime(t *testing.T) {
+	rt := &fakeRuntime{}
+	r := NewRegistry(Options{Defaults: testDefaults, Runtimes: []Runtime{rt}, CacheDir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(r.Close)
+	v, err := r.Add("fake", "1", RegisterRequest{Synchronous: true}, fakeArchive(t, "batch_size = \"auto\"\nmax_batch_delay = \"auto\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.AutoBatching() == nil {
+		t.Fatal("no self-tuning for the runtime's model")
+	}
+
+	rt.model.mu.Lock()
+	largest := slices.Max(rt.model.batches)
+	rt.model.mu.Unlock()
+	if largest < 2 {
+		t.Errorf("the curve measured batches of at most %d", largest)
+	}
+	if _, err := r.Serve(&Request{Model: "fake", Raw: true, Decode: sampleInput(1, 2)}); err != nil {
+		t.Fatal(err)
+	}
 }
