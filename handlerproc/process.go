@@ -44,7 +44,7 @@ func FindRuntime(python string) (*Runtime, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", "import os, yaml, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
+	out, err := runTracked(exec.CommandContext(ctx, python, "-c", "import os, yaml, ts; print(os.path.dirname(ts.__file__))"))
 	if err != nil {
 		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package and the PyYAML it needs: install them with `pip install torchserve==0.12.0 pyyaml` (make handler-runtime does it for the project's venv): %s",
 			python, lastLine(out))
@@ -124,7 +124,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, outW
-	err = startOnSpawnThread(cmd)
+	err = startTracked(cmd, true)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -139,6 +139,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	go p.copyLog(outR, tail, o.limit, logged)
 	go func() {
 		err := cmd.Wait()
+		forget(cmd.Process.Pid)
 		// The supervisor kills the tree before it exits, so the output ends with it; the
 		// last lines are read before done, for the error that quotes them.
 		select {
