@@ -89,7 +89,7 @@ type startOptions struct {
 // startProcess starts a worker under its supervisor (supervisor.go), connects to it and
 // loads the model. On an error nothing is left running.
 func startProcess(o startOptions) (_ *process, err error) {
-	// The pid and start time in the name let the next torchd remove what a killed one left
+	// The pid in the name lets the next torchd remove what a killed one left
 	// (daemon's SweepTemp).
 	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-", os.Getpid()))
 	if err != nil {
