@@ -108,6 +108,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
 	cmd.Env = append(cmd.Env, o.env...)
 	cmd.Env = withMallocDefaults(cmd.Env)
+	cmd.Env = append(cmd.Env, handlerMark())
 	// The output is a pipe of torchd's own, not exec's: Wait then does not wait for its last
 	// writer, which may be a process that outlived the worker.
 	outR, outW, err := os.Pipe()

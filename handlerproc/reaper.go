@@ -2,9 +2,11 @@ package handlerproc
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -17,7 +19,9 @@ import (
 // then be started here (startTracked), so that the reaper knows it: in torchd only this
 // package starts processes. A child in torchd's own process group is left alone, should a
 // library start one with popen: a handler's processes are in their supervisor's group or a
-// session of their own.
+// session of their own. When torchd is PID 1 (a container's init) every orphan of the
+// container comes to it, a `docker exec`'s included: it then kills only those of handler
+// trees (marked in their environment, handlerMark) and reaps the rest when they exit.
 
 var (
 	reaperOn  sync.Once
@@ -103,10 +107,28 @@ func reapOrphans(log *slog.Logger) {
 			continue
 		}
 		if e.state != 'Z' {
+			if me == 1 && !marked(e.pid) {
+				continue
+			}
 			log.Warn("killed a process a handler left behind", "pid", e.pid)
 			syscall.Kill(e.pid, syscall.SIGKILL)
 		}
 		var ws syscall.WaitStatus
 		syscall.Wait4(e.pid, &ws, syscall.WNOHANG, nil)
 	}
+}
+
+// handlerMark is in the environment of every handler process (and of what it starts, unless
+// it clears its environment): the reaper of a torchd that is PID 1 kills only what has it.
+func handlerMark() string { return "TORCHD_HANDLER_OF=" + strconv.Itoa(os.Getpid()) }
+
+// marked reports whether pid's environment, as it started, holds handlerMark.
+func marked(pid int) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	return bytes.Contains(append([]byte{0}, b...), []byte("\x00"+handlerMark()+"\x00"))
 }

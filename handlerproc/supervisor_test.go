@@ -277,3 +277,26 @@ func TestOrphansReaped(t *testing.T) {
 	}
 	waitGone(t, "after its supervisor was killed", pid)
 }
+
+// A handler's processes carry the mark that the reaper of a torchd running as PID 1 kills
+// by; a process without it is not marked.
+func TestHandlerMark(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids := spawn(t, m)
+	for _, pid := range kids {
+		if !marked(pid) {
+			t.Errorf("the handler's child %d is not marked", pid)
+		}
+	}
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	if marked(other.Process.Pid) {
+		t.Error("a process torchd did not start for a handler is marked")
+	}
+}
