@@ -239,13 +239,19 @@ func TestHandlerProcessStreamBounded(t *testing.T) {
 	defer conn.Close()
 	body := `{"parts": 200, "size": 1048576}` // 200 MiB
 	fmt.Fprintf(conn, "POST /predictions/pyflood HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	// The client reads nothing until the handler is done: a request after it is served by
-	// the one process once the streaming batch has ended.
+	// The client reads the status line, which shows that the stream runs, then nothing until
+	// the handler is done: a request after it is served by the one process once the
+	// streaming batch has ended.
+	br := bufio.NewReader(conn)
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
+		t.Fatalf("the stream's status line: %q, %v", line, err)
+	}
 	if r := post(s.inf+"/predictions/pyflood", "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
 		t.Fatalf("the request after the flood: %d %s", r.status, r.body)
 	}
 	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
-	got, _ := io.ReadAll(bufio.NewReader(conn))
+	got, _ := io.ReadAll(br)
 	if strings.HasSuffix(string(got), "0\r\n\r\n") || strings.Contains(string(got), "end") {
 		t.Errorf("the unread stream ended normally (%d bytes): it was not cut", len(got))
 	}

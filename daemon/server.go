@@ -233,6 +233,9 @@ func (d *Daemon) Start() error {
 	if err := LockProcess(); err != nil {
 		d.log.Warn("no lock file in TMPDIR: a later start cannot tell this process's temp files from a dead one's until it exits", "err", err)
 	}
+	// torchd is the subreaper of what handlers start: a process whose supervisor a handler
+	// killed comes here, not to init, and is killed (handlerproc/reaper.go).
+	handlerproc.ReapOrphans(d.log)
 	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.Off() {
 		f, err := openTSMetricsLog(ts.MetricsLog)
 		if err != nil {

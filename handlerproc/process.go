@@ -44,7 +44,7 @@ func FindRuntime(python string) (*Runtime, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "-c", "import os, yaml, ts; print(os.path.dirname(ts.__file__))").CombinedOutput()
+	out, err := runTracked(exec.CommandContext(ctx, python, "-c", "import os, yaml, ts; print(os.path.dirname(ts.__file__))"))
 	if err != nil {
 		return nil, fmt.Errorf("the handler runtime's Python %q cannot import TorchServe's ts package and the PyYAML it needs: install them with `pip install torchserve==0.12.0 pyyaml` (make handler-runtime does it for the project's venv): %s",
 			python, lastLine(out))
@@ -89,7 +89,7 @@ type startOptions struct {
 // startProcess starts a worker under its supervisor (supervisor.go), connects to it and
 // loads the model. On an error nothing is left running.
 func startProcess(o startOptions) (_ *process, err error) {
-	// The pid and start time in the name let the next torchd remove what a killed one left
+	// The pid in the name lets the next torchd remove what a killed one left
 	// (daemon's SweepTemp).
 	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-", os.Getpid()))
 	if err != nil {
@@ -108,6 +108,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
 	cmd.Env = append(cmd.Env, o.env...)
 	cmd.Env = withMallocDefaults(cmd.Env)
+	cmd.Env = append(cmd.Env, handlerMark())
 	// The output is a pipe of torchd's own, not exec's: Wait then does not wait for its last
 	// writer, which may be a process that outlived the worker.
 	outR, outW, err := os.Pipe()
@@ -124,7 +125,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, outW
-	err = startOnSpawnThread(cmd)
+	err = startTracked(cmd, true)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -139,6 +140,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	go p.copyLog(outR, tail, o.limit, logged)
 	go func() {
 		err := cmd.Wait()
+		forget(cmd.Process.Pid)
 		// The supervisor kills the tree before it exits, so the output ends with it; the
 		// last lines are read before done, for the error that quotes them.
 		select {

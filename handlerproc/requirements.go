@@ -45,7 +45,7 @@ func (r Requirements) Install() error {
 	cmd := exec.CommandContext(ctx, r.Python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
 		"--quiet", "--target", r.Target, "--requirement", r.File)
 	cmd.Dir = filepath.Dir(r.File)
-	out, err := cmd.CombinedOutput()
+	out, err := runTracked(cmd)
 	if ctx.Err() != nil {
 		return fmt.Errorf("pip install of %s did not finish within %v", filepath.Base(r.File), cmpDur(r.Timeout, 10*time.Minute))
 	}

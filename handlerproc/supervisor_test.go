@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,5 +227,76 @@ func TestSupervisorExitStatus(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%q: the supervisor exited with %v; want %s", c.script, err, c.want)
 		}
+	}
+}
+
+// TestHelperReapsOrphans is not a test: run by TestOrphansReaped as a process of its own
+// (the subreaper is process-wide), it reaps orphans, has a handler start a detached child
+// and kill its own supervisor, prints the child's pid, and waits.
+func TestHelperReapsOrphans(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		t.Skip("run by TestOrphansReaped")
+	}
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ReapOrphans(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	file := filepath.Join(dir, "escaped.pid")
+	go m.Predict([]Request{jsonReq("escape", fmt.Sprintf(`{"escape": %q}`, file))})
+	fmt.Println("escaped", readPid(t, file))
+	select {}
+}
+
+// A handler that kills its own supervisor leaves its detached children to torchd, the
+// subreaper of what handlers start, which kills and reaps them.
+func TestOrphansReaped(t *testing.T) {
+	testPython(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReapsOrphans$", "-test.v")
+	cmd.Env = append(os.Environ(), helperEnv+"="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := 0
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "escaped "); ok {
+			pid, _ = strconv.Atoi(rest)
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatal("the helper printed no pid")
+	}
+	waitGone(t, "after its supervisor was killed", pid)
+}
+
+// A handler's processes carry the mark that the reaper of a torchd running as PID 1 kills
+// by; a process without it is not marked.
+func TestHandlerMark(t *testing.T) {
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids := spawn(t, m)
+	for _, pid := range kids {
+		if !marked(pid) {
+			t.Errorf("the handler's child %d is not marked", pid)
+		}
+	}
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	if marked(other.Process.Pid) {
+		t.Error("a process torchd did not start for a handler is marked")
 	}
 }

@@ -53,6 +53,14 @@ class TinyHandler(BaseHandler):
                 # own, one orphaned by a shell that exits at once.
                 self.spawned = [subprocess.Popen(["sleep", "600"], start_new_session=True).pid]
                 subprocess.run(["sh", "-c", "setsid sleep 601 & echo $! > " + body["spawn"]], check=True)
+            if isinstance(body, dict) and "escape" in body:
+                # A hostile handler: a child in a session of its own, then its supervisor
+                # killed, which takes the worker with it.
+                child = subprocess.Popen(["sleep", "602"], start_new_session=True)
+                with open(body["escape"], "w") as f:
+                    f.write(str(child.pid))
+                os.kill(os.getppid(), 9)
+                time.sleep(600)
             if isinstance(body, dict) and "status" in body:
                 self.status = body["status"]
             if isinstance(body, dict) and "parts" in body:
