@@ -115,9 +115,15 @@ func writeAdapter(dir string, req core.LoadRequest, versionDir, modelConfig stri
 			return fmt.Errorf("cannot write the adapter: %v", pathErr(err))
 		}
 	}
+	// KIND_GPU: the instance's kind and device id, as Triton tells model.py where to run.
+	kind, device := "CPU", "0"
+	if d, ok := strings.CutPrefix(req.Settings.Device, "cuda"); ok {
+		kind, device = "GPU", cmpStr(strings.TrimPrefix(d, ":"), "0")
+	}
 	args, err := json.Marshal(map[string]string{
 		"model_config": modelConfig, "model_name": req.Name, "model_version": filepath.Base(versionDir),
 		"model_repository": filepath.Dir(versionDir), "model_file": filepath.Join(versionDir, req.Archive.SerializedFile), "lock_dir": dir,
+		"instance_kind": kind, "device_id": device,
 	})
 	if err != nil {
 		return err

@@ -90,9 +90,9 @@ class _Model:
         if hasattr(self.model, "initialize"):
             self.model.initialize({
                 "model_config": a["model_config"],
-                "model_instance_kind": "CPU",
+                "model_instance_kind": a.get("instance_kind", "CPU"),
                 "model_instance_name": f"{self.name}_0_{instance}",
-                "model_instance_device_id": "0",
+                "model_instance_device_id": a.get("device_id", "0"),
                 "model_repository": a["model_repository"],
                 "model_version": a["model_version"],
                 "model_name": self.name,
