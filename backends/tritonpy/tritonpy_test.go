@@ -46,7 +46,7 @@ func load(t testing.TB, name string, mod func(*core.ModelSettings)) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := core.ModelSettings{BatchSize: am.Config.BatchSize.V, MinWorkers: am.Config.MinWorkers.V, ResponseTimeout: time.Minute}
+	s := core.ModelSettings{BatchSize: am.Config.BatchSize.V, MinWorkers: max(1, am.Config.MinWorkers.V), ResponseTimeout: time.Minute}
 	if mod != nil {
 		mod(&s)
 	}
@@ -249,6 +249,7 @@ func TestPythonBackendFailures(t *testing.T) {
 		{"an error response", -5, 400, "X is negative"},
 		{"an output of another type", -6, 500, "output 'Y' is of numpy type float64, the config declares TYPE_FP32"},
 		{"hangs", -4, 500, "did not answer within the response timeout"},
+		{"exits", -7, 500, "exited"},
 	} {
 		_, err := m.Run([]*handlers.Sample{sample([]float32{c.mode, 0}, "a")}, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) || handlers.StatusOf(err, 0) != c.status {
@@ -308,5 +309,43 @@ func TestPythonBackendRefusals(t *testing.T) {
 	am, _ := tm.Archive(tm.Versions[0])
 	if _, err := (&Backend{Python: handlerproc.Off}).Load(core.LoadRequest{Name: "badinit", Archive: am}); err == nil || !strings.Contains(err.Error(), "handler processes are off") {
 		t.Errorf("python off: %v", err)
+	}
+}
+
+// TestPythonBackendTypes sends a tensor of every type model.py takes through it and back:
+// each arrives as numpy holds it and returns byte for byte.
+func TestPythonBackendTypes(t *testing.T) {
+	m := load(t, "echo", nil)
+	ins, _ := m.Signature()
+	var ts []handlers.Tensor
+	for i, in := range ins {
+		dt, err := torch.ParseDType(in.DType)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn := handlers.Tensor{DType: dt, Shape: []int64{2, 3}}
+		if dt == torch.Bytes {
+			tn.Data = strs("", "a", "héllo", "\x00bin\xff", "6", "seven")
+		} else {
+			tn.Data = make([]byte, 6*dt.Size())
+			for j := range tn.Data {
+				tn.Data[j] = byte(i*31 + j)
+			}
+			if dt == torch.Bool {
+				for j := range tn.Data {
+					tn.Data[j] &= 1
+				}
+			}
+		}
+		ts = append(ts, tn)
+	}
+	out, err := m.Run([]*handlers.Sample{{Items: 1, Tensors: ts}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out[0] {
+		if o.DType != ts[i].DType || len(o.Shape) != 2 || o.Shape[0] != 2 || o.Shape[1] != 3 || string(o.Data) != string(ts[i].Data) {
+			t.Errorf("%s: %v %v %x, sent %x", ins[i].Name, o.DType, o.Shape, o.Data, ts[i].Data)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 """A Python backend model written to Triton's contract, which misbehaves on request: the
 first element of X picks what execute does with the whole batch (0: answer)."""
 import json
+import os
 import time
 
 import numpy as np
@@ -31,6 +32,8 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse([]) for _ in range(len(requests) + 1)]
         if -4 in modes:
             time.sleep(3600)
+        if -7 in modes:
+            os._exit(3)
         responses = []
         for r, mode in zip(requests, modes):
             if mode == -3:
