@@ -250,6 +250,7 @@ func TestPythonBackendFailures(t *testing.T) {
 		{"an output of another type", -6, 500, "output 'Y' is of numpy type float64, the config declares TYPE_FP32"},
 		{"hangs", -4, 500, "did not answer within the response timeout"},
 		{"exits", -7, 500, "exited"},
+		{"calls another model (BLS)", -8, 500, "execute raised TritonModelException: BLS (InferenceRequest.exec) is not supported"},
 	} {
 		_, err := m.Run([]*handlers.Sample{sample([]float32{c.mode, 0}, "a")}, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) || handlers.StatusOf(err, 0) != c.status {
