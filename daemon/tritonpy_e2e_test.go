@@ -73,6 +73,14 @@ func TestTritonPythonBackend(t *testing.T) {
 		}
 	}
 
+	var meta struct{ Platform string }
+	do(t, "GET", s.inf+"/v2/models/transformer_tokenize", "", nil).json(t, &meta)
+	var config struct{ Platform, Backend string }
+	do(t, "GET", s.inf+"/v2/models/transformer_tokenize/config", "", nil).json(t, &config)
+	if meta.Platform != "python" || config.Backend != "python" || config.Platform != "" {
+		t.Errorf("transformer_tokenize: metadata platform %q, config platform %q backend %q; want python, none and python", meta.Platform, config.Platform, config.Backend)
+	}
+
 	var refs textRefs
 	b, err := os.ReadFile(filepath.Join(tritonTextDir, "refs.json"))
 	if err != nil {
