@@ -350,3 +350,29 @@ func TestPythonBackendTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonBackendInstances: an instance_group count of 2 is two processes, each its own
+// TritonPythonModel with its own instance name.
+func TestPythonBackendInstances(t *testing.T) {
+	m := load(t, "faulty", func(s *core.ModelSettings) { s.MinWorkers = 2 })
+	if ps := m.Processes(); len(ps) != 2 || ps[0].PID == ps[1].PID {
+		t.Fatalf("processes %+v", ps)
+	}
+	seen := map[string]bool{}
+	for range 20 {
+		out, err := m.Run([]*handlers.Sample{sample([]float32{1, 2}, "a")}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info map[string]any
+		json.Unmarshal([]byte(splitStrs(t, out[0][2].Data)[0]), &info)
+		name, _ := info["model_instance_name"].(string)
+		seen[name] = true
+		if len(seen) == 2 {
+			break
+		}
+	}
+	if !seen["faulty_0_0"] || !seen["faulty_0_1"] || len(seen) != 2 {
+		t.Errorf("instance names %v, want faulty_0_0 and faulty_0_1", seen)
+	}
+}
