@@ -67,7 +67,7 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 	if !ok {
 		return nil, errors.New("the Python backend serves models of a Triton repository (config.pbtxt with backend: \"python\")")
 	}
-	versionDir, err := filepath.Abs(am.Dir) // the processes run in the model's directory
+	versionDir, err := filepath.Abs(am.Dir) // absolute: the processes run in the model's directory
 	if err != nil {
 		return nil, err
 	}
