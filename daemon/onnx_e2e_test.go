@@ -86,8 +86,10 @@ func TestONNXHostileModels(t *testing.T) {
 	}
 	var names []string
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".onnx") || e.Name() == "huge_input.onnx" {
-			continue // an input declared huge loads; a request of that size is refused by the body limit
+		if !strings.HasSuffix(e.Name(), ".onnx") || e.Name() == "huge_input.onnx" || e.Name() == "zeros.onnx" {
+			// These load: an input declared huge (a request of that size is refused by the
+			// body limit), and zeros of the shape a request sends (the size is the request's).
+			continue
 		}
 		name := strings.TrimSuffix(e.Name(), ".onnx")
 		names = append(names, name)

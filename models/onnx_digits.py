@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Build OUT/onnx_digits/: the zoo's trained digits CNN (OUT/digits/model.pt) exported to ONNX.
+"""Build OUT/onnx_digits/: the zoo's trained digits CNN (OUT/digits/model.pt) exported to ONNX; and OUT/onnx_head/.
 
 The same weights as the TorchScript archive, so that an ONNX archive of it behind the built-in
 image_classifier handler can be checked against the TorchScript one on real digits: the same
 labels, and probabilities within ONNX Runtime's rounding. The batch dimension is dynamic.
+
+OUT/onnx_head/model.onnx is a classifier head for the ONNX image encoder's embeddings
+(OUT/onnx/encoder: [N,64] -> softmax [N,10], random weights, seeded): the second step of the
+ensemble that bench/ensemble.sh chains after the encoder.
 
 Usage: .venv/bin/python models/onnx_digits.py --out DIR   (make models-onnx, a few seconds)
 """
@@ -40,6 +44,12 @@ def main():
         if diff > 1e-4:
             raise SystemExit(f"onnx_digits: the exported graph differs from the TorchScript module by {diff}")
     print(f"onnx_digits: {os.path.join(args.out, NAME)} (max |diff| vs TorchScript {diff:.2g})", flush=True)
+    torch.manual_seed(65)
+    head = torch.nn.Sequential(torch.nn.Linear(64, 10), torch.nn.Softmax(dim=1)).eval()
+    with common.model_dir(args.out, "onnx_head") as d:
+        torch.onnx.export(head, (torch.zeros(2, 64),), os.path.join(d, "model.onnx"), input_names=["embedding"],
+                          output_names=["scores"], dynamic_axes={"embedding": {0: "batch"}, "scores": {0: "batch"}}, dynamo=False)
+    print(f"onnx_head: {os.path.join(args.out, 'onnx_head')}", flush=True)
 
 
 if __name__ == "__main__":
