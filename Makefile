@@ -54,7 +54,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: onnxruntime models-onnx test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: onnxruntime models-onnx models-triton-text test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -166,8 +166,8 @@ $(VENV)/.handler-runtime: $(VENV)/.done
 
 # The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
 models: $(STORE)/.done
-# onnx_zoo.py is models-onnx's, not build_all's.
-$(MODELS_OUT)/.done: $(filter-out models/onnx_zoo.py,$(wildcard models/*.py)) $(VENV)/.done
+# onnx_zoo.py is models-onnx's and triton_text.py models-triton-text's, not build_all's.
+$(MODELS_OUT)/.done: $(filter-out models/onnx_zoo.py models/triton_text.py,$(wildcard models/*.py)) $(VENV)/.done
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
 
@@ -201,6 +201,13 @@ models-onnx: $(MODELS_OUT)/onnx/.done
 $(MODELS_OUT)/onnx/.done: models/onnx_zoo.py models/onnx_digits.py models/common.py models/minilm.py $(VENV)/.onnx $(MODELS_OUT)/.done
 	$(PYTHON) models/onnx_zoo.py --out $(MODELS_OUT)
 	$(PYTHON) models/onnx_digits.py --out $(MODELS_OUT)
+	@touch $@
+
+# transformer-deploy's Triton layout (a Python backend tokenizer, onnx/bert's model, their
+# ensemble) and its answers in Python: TestTritonPythonBackend's. Seconds.
+models-triton-text: $(MODELS_OUT)/triton_text/.done
+$(MODELS_OUT)/triton_text/.done: models/triton_text.py models/common.py $(MODELS_OUT)/onnx/.done
+	$(PYTHON) models/triton_text.py --out $(MODELS_OUT)
 	@touch $@
 $(VENV)/.onnx: $(VENV)/.done
 	$(VENV)/bin/pip install --quiet onnx==$(ONNX_VERSION) onnxscript==$(ONNXSCRIPT_VERSION) onnxruntime==$(ONNXRUNTIME_VERSION)
@@ -315,7 +322,7 @@ vet: $(ONNXRUNTIME_H)
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
-TEST_PREREQS := lib models models-int8 onnxruntime models-onnx vet lint-docker pyclients pyclients-http
+TEST_PREREQS := lib models models-int8 onnxruntime models-onnx models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
 MODULE      := github.com/torchd/torchd

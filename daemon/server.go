@@ -31,6 +31,7 @@ import (
 
 	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/backends/onnx"
+	"github.com/torchd/torchd/backends/tritonpy"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/frontend/kserve"
@@ -117,11 +118,13 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 }
 
 // runtimes are the runtimes beside the built-in LibTorch: handler processes for Python
-// handlers (the first to ask: a Python handler's archive may hold any file) and ONNX Runtime.
+// handlers (the first to ask: a Python handler's archive may hold any file), ONNX Runtime,
+// and Triton's Python backend (model.py in handler processes of the same Python).
 func (c *Config) runtimes() []core.Runtime {
 	return []core.Runtime{
 		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
 		&onnx.Backend{},
+		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
 		libtorch.Backend{},
 	}
 }

@@ -131,6 +131,12 @@ func (e lostBatch) Unwrap() error { return e.err }
 // WholeBatchLost tells the core's worker pool not to retry the batch request by request.
 func (lostBatch) WholeBatchLost() bool { return true }
 
+// LostBatch is Predict's error as a batch error that the core does not retry request by
+// request (see lostBatch), for the runtimes over handler processes.
+func LostBatch(err error) error {
+	return lostBatch{&handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}}
+}
+
 // Kind names the backend in the batch spans.
 func (*Model) Kind() string { return "handler_process" }
 

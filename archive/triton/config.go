@@ -110,8 +110,11 @@ func (m *Model) settings() (archive.ModelConfig, []string, error) {
 		return s, nil, err
 	}
 	parameters := m.parameters
-	if IsONNX(c) {
+	switch {
+	case IsONNX(c):
 		s.Runtime, parameters = RuntimeONNX, m.onnxParameters
+	case c.Backend == BackendPython:
+		s.Runtime, parameters = RuntimePython, m.pythonParameters
 	}
 	w, err := parameters(&s)
 	if err != nil {

@@ -47,6 +47,10 @@ const (
 	BackendONNX     = "onnxruntime"
 	// RuntimeONNX is the runtime an ONNX model's archive.ModelConfig names.
 	RuntimeONNX = "onnxruntime"
+	// BackendPython runs a model.py's TritonPythonModel; RuntimePython is the runtime its
+	// archive.ModelConfig names (not "python": that is TorchServe handlers' runtime).
+	BackendPython = "python"
+	RuntimePython = "python_backend"
 )
 
 // IsONNX reports whether a config is served by ONNX Runtime: platform onnxruntime_onnx or
@@ -211,8 +215,13 @@ func (m *Model) check() (string, error) {
 			return "", err
 		}
 		// An ensemble has no model file: its version directories are empty.
-	case c.Backend == "python":
-		return "", fmt.Errorf("%w: backend \"python\" runs a model.py in Python; torchd runs no Python. Export the model with torch.jit.save (platform pytorch_libtorch) or AOTInductor (torch_aoti)", ErrUnsupported)
+	case c.Backend == BackendPython:
+		if file == "" {
+			file = "model.py"
+		}
+		if err := checkPython(c); err != nil {
+			return "", err
+		}
 	case c.Platform == PlatformAOTI && (c.Backend == "" || c.Backend == BackendPyTorch):
 		if file == "" {
 			file = "model.pt2"
