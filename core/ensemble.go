@@ -45,22 +45,9 @@ var (
 func (a *admission) compose(cm composite, sample *handlers.Sample, arrived time.Time, timeout time.Duration) (Result, error) {
 	v, c := a.v, a.c
 	defer a.rsv.release()
-	if c.Timeout != nil {
-		ct, err := c.Timeout()
-		if err != nil {
-			return Result{}, errorf(ErrBadInput, "%v", err)
-		}
-		if ct > 0 && (timeout <= 0 || ct < timeout) {
-			timeout = ct
-		}
-	}
-	if rt := v.responseTimeout(); rt > 0 && (timeout <= 0 || rt < timeout) {
-		timeout = rt
-	}
-	if v.adapter != nil {
-		if err := v.adapter.ToModel(sample); err != nil {
-			return Result{}, errorf(ErrBadInput, "%v", err)
-		}
+	timeout, err := a.prepare(sample, timeout)
+	if err != nil {
+		return Result{}, err
 	}
 	var deadline time.Time
 	if timeout > 0 {

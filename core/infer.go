@@ -89,16 +89,15 @@ func (v *ModelVersion) queueFull() error {
 	return errorf(ErrQueueFull, "model %s: its job queue is full (job_queue_size %d); retry later", v.Name, v.batcher.Capacity())
 }
 
-// run queues the admitted request's preprocessed sample on v's batcher and waits for its
-// share of the batch output, or its explanation (ex). The deadline is the earliest of
-// response_timeout, timeout (0: none) and the client's own limit, counted from arrival.
-func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time.Duration, ex *explanation) (Result, error) {
-	v, c, rsv := a.v, a.c, a.rsv
-	defer rsv.release()
+// prepare settles an admitted request's timeout, the earliest of response_timeout, timeout
+// (0: none) and the client's own limit, and turns its sample into the model's tensors (the
+// adapter's reshapes).
+func (a *admission) prepare(sample *handlers.Sample, timeout time.Duration) (time.Duration, error) {
+	v, c := a.v, a.c
 	if c.Timeout != nil {
 		ct, err := c.Timeout()
 		if err != nil {
-			return Result{}, errorf(ErrBadInput, "%v", err)
+			return 0, errorf(ErrBadInput, "%v", err)
 		}
 		if ct > 0 && (timeout <= 0 || ct < timeout) {
 			timeout = ct
@@ -109,8 +108,21 @@ func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 	}
 	if v.adapter != nil {
 		if err := v.adapter.ToModel(sample); err != nil {
-			return Result{}, errorf(ErrBadInput, "%v", err)
+			return 0, errorf(ErrBadInput, "%v", err)
 		}
+	}
+	return timeout, nil
+}
+
+// run queues the admitted request's preprocessed sample on v's batcher and waits for its
+// share of the batch output, or its explanation (ex). The deadline is the earliest of
+// response_timeout, timeout (0: none) and the client's own limit, counted from arrival.
+func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time.Duration, ex *explanation) (Result, error) {
+	v, c, rsv := a.v, a.c, a.rsv
+	defer rsv.release()
+	timeout, err := a.prepare(sample, timeout)
+	if err != nil {
+		return Result{}, err
 	}
 	// A package runs at most the rows it was exported for in one forward; the batcher splits
 	// batches to fit, but one request of more rows is the client's to split.
@@ -126,7 +138,7 @@ func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 	if v.pool.Count() == 0 {
 		return Result{}, errorf(ErrNoWorker, "model %s has no worker to serve the request: none is running (scale its workers up)", v.Name)
 	}
-	err := v.batcher.Submit(j)
+	err = v.batcher.Submit(j)
 	rsv.release()
 	if err != nil {
 		return Result{}, v.queueFull()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/torchd/torchd/archive"
@@ -54,7 +55,7 @@ func (m *Model) pythonParameters(s *archive.ModelConfig) ([]string, error) {
 // 64-bit integers as JSON numbers (protojson would quote them), enums by name, unset fields
 // left out, except name, max_batch_size, input and output, which models read unguarded.
 func ConfigJSON(c *inference.ModelConfig) ([]byte, error) {
-	m := messageJSON(c.ProtoReflect())
+	m := MessageJSON(c)
 	for k, v := range map[string]any{"name": c.Name, "max_batch_size": c.MaxBatchSize, "input": []any{}, "output": []any{}} {
 		if _, ok := m[k]; !ok {
 			m[k] = v
@@ -62,6 +63,11 @@ func ConfigJSON(c *inference.ModelConfig) ([]byte, error) {
 	}
 	return json.Marshal(m)
 }
+
+// MessageJSON is a protobuf message as Triton writes a model config in JSON (its HTTP API, and
+// the model_config a Python model's initialize gets): field names as in the .proto, 64-bit
+// integers as JSON numbers (protojson would quote them), enums by name, unset fields left out.
+func MessageJSON(m proto.Message) map[string]any { return messageJSON(m.ProtoReflect()) }
 
 func messageJSON(m protoreflect.Message) map[string]any {
 	out := map[string]any{}
