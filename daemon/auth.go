@@ -14,6 +14,7 @@ import (
 
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/frontend/kserve"
+	"github.com/torchd/torchd/frontend/openai"
 	"github.com/valyala/fasthttp"
 )
 
@@ -149,7 +150,12 @@ func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(p
 			}
 		case !d.keys.allowed(ctx, keyFor(kind, path)):
 			msg := fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", keyFor(kind, path))
-			if strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/") {
+			switch {
+			case path == "/v1/embeddings":
+				// OpenAI's clients read their API's shape, and 401 as a bad key.
+				openai.WriteError(ctx, 401, "invalid_api_key", msg)
+				return
+			case strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/"):
 				kserve.WriteError(ctx, 400, msg) // the KServe protocols' {"error": ...}
 				return
 			}

@@ -73,6 +73,12 @@ func TestTokenAuthorization(t *testing.T) {
 	if r.status != 400 || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, "Token Authorization failed") {
 		t.Fatalf("v2 infer without a key: %d %s", r.status, r.body)
 	}
+	// OpenAI's route answers in OpenAI's shape, 401 as OpenAI answers a bad key.
+	r = withKey(t, "POST", s.inf+"/v1/embeddings", "wrong", []byte(`{"model": "m", "input": "x"}`))
+	var oe struct{ Error struct{ Message, Type, Code string } }
+	if r.status != 401 || json.Unmarshal(r.body, &oe) != nil || oe.Error.Code != "invalid_api_key" || !strings.Contains(oe.Error.Message, "Token Authorization failed") {
+		t.Fatalf("embeddings without the key: %d %s", r.status, r.body)
+	}
 	// Probes and scrapers need no key.
 	for _, u := range []string{s.inf + "/ping", s.inf + "/v2/health/live", s.inf + "/v2/health/ready", s.metrics + "/metrics"} {
 		if r := do(t, "GET", u, "", nil); r.status != 200 {

@@ -46,6 +46,12 @@ type embeddingsRequest struct {
 	Dimensions     json.RawMessage `json:"dimensions"`
 }
 
+// WriteError answers an error of the API's own, outside a request's call (authorization), in
+// OpenAI's shape with code (e.g. "invalid_api_key").
+func WriteError(ctx *fasthttp.RequestCtx, status int, code, msg string) {
+	openAIError(ctx, status, "", code, msg)
+}
+
 // openAIError answers {"error": {"message", "type", "param", "code"}}, OpenAI's error shape.
 func openAIError(ctx *fasthttp.RequestCtx, status int, param, code, msg string) {
 	typ := "invalid_request_error"
