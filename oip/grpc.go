@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/torchd/torchd/internal/bytestr"
 	pb "github.com/torchd/torchd/proto/inference"
 )
 
@@ -272,11 +273,7 @@ func typedContents(t Tensor) *pb.InferTensorContents {
 	d := t.Data
 	size := DatatypeSize(t.Datatype)
 	if t.Datatype == "BYTES" {
-		for off := 0; off+4 <= len(d); {
-			l := int(binary.LittleEndian.Uint32(d[off:]))
-			c.BytesContents = append(c.BytesContents, d[off+4:off+4+l])
-			off += 4 + l
-		}
+		c.BytesContents, _ = bytestr.Split(d) // checked by the caller
 		return c
 	}
 	for i := 0; i+size <= len(d); i += size {

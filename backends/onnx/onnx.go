@@ -5,7 +5,6 @@
 package onnx
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/torchd/torchd/archive/triton"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/bytestr"
 	"github.com/torchd/torchd/onnxrt"
 	"github.com/torchd/torchd/torch"
 )
@@ -222,7 +222,7 @@ func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor,
 		}
 		vals[i] = onnxrt.Value{Type: et, Shape: t.Shape, Data: t.Data}
 		if et == onnxrt.String {
-			strs, err := SplitStrings(t.Data)
+			strs, err := bytestr.Split(t.Data)
 			if err != nil {
 				return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("input %q: %v", m.inNames[i], err)}
 			}
@@ -244,7 +244,7 @@ func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor,
 		}
 		data := v.Data
 		if v.Type == onnxrt.String {
-			data = JoinStrings(v.Strings)
+			data = bytestr.Join(v.Strings)
 		}
 		out[i] = handlers.Tensor{DType: dt, Shape: v.Shape, Data: data, Name: m.outNames[i]}
 	}
@@ -370,14 +370,14 @@ func split(out []handlers.Tensor, batch []*handlers.Sample, rows []int64) ([][]h
 		}
 		if o.DType == torch.Bytes {
 			// Strings differ in length: split by elements.
-			strs, err := SplitStrings(o.Data)
+			strs, err := bytestr.Split(o.Data)
 			if err != nil {
 				return nil, fmt.Errorf("output %q: %v", o.Name, err)
 			}
 			per := int64(len(strs)) / total
 			var at int64
 			for i, r := range rows {
-				t := handlers.Tensor{DType: o.DType, Name: o.Name, Shape: append([]int64{r}, o.Shape[1:]...), Data: JoinStrings(strs[at*per : (at+r)*per])}
+				t := handlers.Tensor{DType: o.DType, Name: o.Name, Shape: append([]int64{r}, o.Shape[1:]...), Data: bytestr.Join(strs[at*per : (at+r)*per])}
 				res[i] = append(res[i], t)
 				at += r
 			}
@@ -429,36 +429,4 @@ var (
 
 func servedTypes() string {
 	return "float, float16, bfloat16, double, int64, int32, int16, uint8, int8, bool and string"
-}
-
-// SplitStrings reads a tensor of strings in Triton's layout (torch.Bytes): each element a
-// 4-byte little-endian length and its bytes.
-func SplitStrings(data []byte) ([][]byte, error) {
-	var out [][]byte
-	for len(data) > 0 {
-		if len(data) < 4 {
-			return nil, errors.New("a string element is cut short")
-		}
-		n := binary.LittleEndian.Uint32(data)
-		if uint64(n) > uint64(len(data)-4) {
-			return nil, fmt.Errorf("a string element's length %d runs past the data", n)
-		}
-		out = append(out, data[4:4+n])
-		data = data[4+n:]
-	}
-	return out, nil
-}
-
-// JoinStrings lays strings out as SplitStrings reads them.
-func JoinStrings(strs [][]byte) []byte {
-	n := 0
-	for _, s := range strs {
-		n += 4 + len(s)
-	}
-	out := make([]byte, 0, n)
-	for _, s := range strs {
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(s)))
-		out = append(out, s...)
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/bytestr"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -109,28 +110,13 @@ func TestLibTorchHandlersRefused(t *testing.T) {
 }
 
 func TestStrings(t *testing.T) {
-	in := [][]byte{[]byte("a"), {}, []byte("été"), bytes.Repeat([]byte("x"), 300)}
-	got, err := SplitStrings(JoinStrings(in))
-	if err != nil || len(got) != len(in) {
-		t.Fatalf("round trip: %q %v", got, err)
-	}
-	for i := range in {
-		if !bytes.Equal(got[i], in[i]) {
-			t.Errorf("element %d: %q, want %q", i, got[i], in[i])
-		}
-	}
-	for _, bad := range [][]byte{{1, 0}, {9, 0, 0, 0, 'a'}} {
-		if _, err := SplitStrings(bad); err == nil {
-			t.Errorf("%v: no error", bad)
-		}
-	}
 	// Strings split by elements across a batch's samples.
-	out := handlers.Tensor{DType: torch.Bytes, Name: "s", Shape: []int64{3, 1}, Data: JoinStrings([][]byte{[]byte("one"), []byte("two!"), []byte("3")})}
+	out := handlers.Tensor{DType: torch.Bytes, Name: "s", Shape: []int64{3, 1}, Data: bytestr.Join([][]byte{[]byte("one"), []byte("two!"), []byte("3")})}
 	res, err := split([]handlers.Tensor{out}, make([]*handlers.Sample, 2), []int64{1, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, _ := SplitStrings(res[1][0].Data)
+	second, _ := bytestr.Split(res[1][0].Data)
 	if len(second) != 2 || string(second[0]) != "two!" || res[1][0].Shape[0] != 2 {
 		t.Errorf("the second sample's strings: %q shape %v", second, res[1][0].Shape)
 	}

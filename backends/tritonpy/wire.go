@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/bytestr"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -149,7 +150,7 @@ func decodeReply(b []byte) ([]handlers.Tensor, error) {
 		}
 		data := region[w.Offset : w.Offset+w.Size]
 		if dt == torch.Bytes {
-			count, err := countStrings(data)
+			count, err := bytestr.Count(data)
 			if err != nil {
 				return nil, fmt.Errorf("output %q: %v", w.Name, err)
 			}
@@ -163,21 +164,4 @@ func decodeReply(b []byte) ([]handlers.Tensor, error) {
 		out[i] = handlers.Tensor{Name: w.Name, DType: dt, Shape: append([]int64{}, w.Shape...), Data: append([]byte(nil), data...)}
 	}
 	return out, nil
-}
-
-// countStrings counts the elements of a tensor of strings in Triton's BYTES layout.
-func countStrings(data []byte) (int64, error) {
-	var n int64
-	for len(data) > 0 {
-		if len(data) < 4 {
-			return 0, errors.New("a string element is cut short")
-		}
-		l := binary.LittleEndian.Uint32(data)
-		if uint64(l) > uint64(len(data)-4) {
-			return 0, fmt.Errorf("a string element's length %d runs past the data", l)
-		}
-		data = data[4+l:]
-		n++
-	}
-	return n, nil
 }

@@ -3,7 +3,6 @@ package kserve
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/bytestr"
 	"github.com/torchd/torchd/oip"
 	"github.com/torchd/torchd/repository"
 	"github.com/valyala/fasthttp"
@@ -353,20 +353,16 @@ func bytesPayloads(t oip.Tensor) (*handlers.Request, error) {
 		return nil, handlers.BadInput("input %q: BYTES input must have shape [N] or [N, 1], got %v", t.Name, t.Shape)
 	}
 	var ins []handlers.Payload
-	for b := t.Data; len(b) > 0; {
-		if len(b) < 4 {
-			return nil, handlers.BadInput("input %q: a BYTES element is cut short", t.Name)
-		}
-		n := binary.LittleEndian.Uint32(b)
-		if uint64(n) > uint64(len(b)-4) {
-			return nil, handlers.BadInput("input %q: a BYTES element's length %d runs past the data", t.Name, n)
-		}
-		p := handlers.Payload{Name: t.Name, Data: b[4 : 4+n]}
+	err := bytestr.Each(t.Data, func(_ int, s []byte) error {
+		p := handlers.Payload{Name: t.Name, Data: s}
 		if isBase64(p.Data) {
 			p.ContentType = "text/plain"
 		}
 		ins = append(ins, p)
-		b = b[4+n:]
+		return nil
+	})
+	if err != nil {
+		return nil, handlers.BadInput("input %q: %v", t.Name, err)
 	}
 	if int64(len(ins)) != t.Shape[0] {
 		return nil, handlers.BadInput("input %q: shape %v but %d elements", t.Name, t.Shape, len(ins))
@@ -391,20 +387,15 @@ func textSample(ts handlers.TextSampler, t oip.Tensor) (*handlers.Sample, error)
 		return nil, fmt.Errorf("input %q: BYTES texts must have shape [N] or [N, 1], got %v", t.Name, t.Shape)
 	}
 	var texts []string
-	for b := t.Data; len(b) > 0; {
-		if len(b) < 4 {
-			return nil, fmt.Errorf("input %q: a BYTES element is cut short", t.Name)
-		}
-		n := binary.LittleEndian.Uint32(b)
-		if uint64(n) > uint64(len(b)-4) {
-			return nil, fmt.Errorf("input %q: a BYTES element's length %d runs past the data", t.Name, n)
-		}
-		s := b[4 : 4+n]
+	err := bytestr.Each(t.Data, func(i int, s []byte) error {
 		if !utf8.Valid(s) {
-			return nil, fmt.Errorf("input %q: text %d is not valid UTF-8", t.Name, len(texts))
+			return fmt.Errorf("text %d is not valid UTF-8", i)
 		}
 		texts = append(texts, string(s))
-		b = b[4+n:]
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("input %q: %v", t.Name, err)
 	}
 	if int64(len(texts)) != t.Shape[0] {
 		return nil, fmt.Errorf("input %q: shape %v but %d texts", t.Name, t.Shape, len(texts))
