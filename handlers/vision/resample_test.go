@@ -2,8 +2,11 @@ package vision
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"image"
 	"image/png"
+	"strings"
 	"testing"
 )
 
@@ -125,6 +128,86 @@ func TestOutputShapeAndValidate(t *testing.T) {
 		}
 		if err := tt.t.validate(); (err == nil) != tt.valid {
 			t.Errorf("%+v: validate = %v, want valid %v", tt.t, err, tt.valid)
+		}
+	}
+}
+
+// TestJPEGWindowEqualsWholeDecode: decoding only the window the resize reads gives, inside
+// it less its margin, the pixels of a whole decode, for sizes whose window starts and ends
+// anywhere in an MCU, landscape and portrait (4:2:0, by image/jpeg; TestMatchesTorchvision
+// covers PIL's progressive, 4:4:4, gray and CMYK files through the window against
+// torchvision).
+func TestJPEGWindowEqualsWholeDecode(t *testing.T) {
+	whole := Transform{CropW: 1 << 20} // no resize: the whole image, by TurboJPEG
+	for _, size := range [][2]int{{640, 480}, {513, 700}, {1001, 333}, {1920, 1080}, {1080, 1920}, {333, 2001}, {2047, 1531}} {
+		img := encodeJPEG(t, size[0], size[1])
+		def := DefaultTransform()
+		x0, x1, y0, y1, ok := def.sourceWindow(size[0], size[1])
+		if !ok {
+			t.Fatalf("%v: no window", size)
+		}
+		got, err := def.decodeTurbo(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := whole.decodeTurbo(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := jpegWindowMargin
+		differ := 0
+		for y := max(y0, y0+m*boolInt(y0 > 0)); y < min(y1, y1-m*boolInt(y1 < size[1])); y++ {
+			a := (y*size[0] + x0 + m*boolInt(x0 > 0)) * 3
+			b := (y*size[0] + x1 - m*boolInt(x1 < size[0])) * 3
+			for i := a; i < b; i++ {
+				if got.pix[i] != want.pix[i] {
+					differ++
+				}
+			}
+		}
+		if differ > 0 {
+			t.Errorf("%v: %d bytes of the window [%d,%d)x[%d,%d) differ from the whole decode", size, differ, x0, x1, y0, y1)
+		}
+		got.release()
+		want.release()
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestJPEGWindowErrors: a truncated or damaged photo fails (or not) through the window decode
+// as it does through TurboJPEG's whole decode, wherever the damage is, above, inside or below
+// the window: truncation is ErrCorrupt, and nothing crashes.
+func TestJPEGWindowErrors(t *testing.T) {
+	img := encodeJPEG(t, 1920, 1080)
+	def := DefaultTransform()
+	whole := Transform{CropW: 1 << 20}
+	cases := map[string][]byte{}
+	for _, cut := range []int{len(img) / 20, len(img) / 2, len(img) * 19 / 20, len(img) - 2} {
+		cases[fmt.Sprintf("cut at %d of %d", cut, len(img))] = img[:cut]
+	}
+	for _, at := range []int{len(img) / 10, len(img) / 2, len(img) * 19 / 20} {
+		b := append([]byte{}, img...)
+		for i := at; i < at+64; i++ {
+			b[i] = byte(i * 31)
+		}
+		cases[fmt.Sprintf("garbage at %d", at)] = b
+	}
+	for name, b := range cases {
+		r, errWin := def.decodeTurbo(b)
+		r.release()
+		r, errWhole := whole.decodeTurbo(b)
+		r.release()
+		if (errWin == nil) != (errWhole == nil) || (errWin != nil && !errors.Is(errWin, ErrCorrupt)) {
+			t.Errorf("%s: window decode %v, whole decode %v", name, errWin, errWhole)
+		}
+		if strings.HasPrefix(name, "cut") && (errWin == nil || !strings.Contains(errWin.Error(), "truncated")) {
+			t.Errorf("%s: %v, want a truncated JPEG refused", name, errWin)
 		}
 	}
 }
