@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -209,5 +211,44 @@ func TestJPEGWindowErrors(t *testing.T) {
 		if strings.HasPrefix(name, "cut") && (errWin == nil || !strings.Contains(errWin.Error(), "truncated")) {
 			t.Errorf("%s: %v, want a truncated JPEG refused", name, errWin)
 		}
+	}
+}
+
+// TestJPEGWindowScanLimit: a progressive JPEG of more than 500 scans, a CPU bomb the pixel
+// limit does not catch, is refused by the window decode as TurboJPEG's TJFLAG_LIMITSCANS
+// refuses it in the whole decode. The bomb is PIL's progressive photo with its last scan
+// repeated 600 times.
+func TestJPEGWindowScanLimit(t *testing.T) {
+	dir, _ := loadRefs(t)
+	img, err := os.ReadFile(filepath.Join(dir, "photo_progressive.jpg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := bytes.LastIndex(img, []byte{0xff, 0xda})
+	if last < 0 || !bytes.HasSuffix(img, []byte{0xff, 0xd9}) {
+		t.Fatal("photo_progressive.jpg has no scan or no EOI")
+	}
+	scan := img[last : len(img)-2]
+	bomb := append([]byte{}, img[:len(img)-2]...)
+	for range 600 {
+		bomb = append(bomb, scan...)
+	}
+	bomb = append(bomb, 0xff, 0xd9)
+	def := DefaultTransform()
+	if _, _, _, _, ok := def.sourceWindow(640, 480); !ok {
+		t.Fatal("no window for 640x480")
+	}
+	for name, tr := range map[string]Transform{"window": def, "whole": {CropW: 1 << 20}} {
+		r, err := tr.decodeTurbo(bomb)
+		r.release()
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "500 scans") {
+			t.Errorf("%s decode of %d scans: %v, want the scan limit", name, 600, err)
+		}
+	}
+	// The photo itself decodes.
+	r, err := def.decodeTurbo(img)
+	r.release()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
