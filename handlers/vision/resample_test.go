@@ -252,3 +252,29 @@ func TestJPEGWindowScanLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStoredRect: for every EXIF orientation, the stored rectangle holds every pixel of the
+// upright one, and no more rows or columns than it needs.
+func TestStoredRect(t *testing.T) {
+	const w, h = 7, 5
+	for o := 1; o <= 8; o++ {
+		uw, uh := w, h
+		if o >= 5 {
+			uw, uh = h, w
+		}
+		for _, r := range [][4]int{{0, uw, 0, uh}, {1, 3, 2, 4}, {uw - 1, uw, 0, 1}} {
+			sx0, sx1, sy0, sy1 := storedRect(o, w, h, r[0], r[1], r[2], r[3])
+			base, dx, dy := orientMap(o, w, h)
+			want := [4]int{w, 0, h, 0}
+			for y := r[2]; y < r[3]; y++ {
+				for x := r[0]; x < r[1]; x++ {
+					i := base + x*dx + y*dy
+					want = [4]int{min(want[0], i%w), max(want[1], i%w+1), min(want[2], i/w), max(want[3], i/w+1)}
+				}
+			}
+			if got := [4]int{sx0, sx1, sy0, sy1}; got != want {
+				t.Errorf("orientation %d, upright %v: stored %v, want %v", o, r, got, want)
+			}
+		}
+	}
+}
