@@ -126,30 +126,50 @@ func clipByte(v int) byte {
 
 // orient returns r turned upright for an EXIF orientation (1–8), releasing r,
 // or r itself for 1 and unknown values. It is PIL's ImageOps.exif_transpose.
+// orientMap is EXIF orientation o as index arithmetic over a stored w×h image: the upright
+// pixel (x, y) is stored pixel base + x*dx + y*dy (row-major, in pixels).
+func orientMap(o, w, h int) (base, dx, dy int) {
+	switch o {
+	case 2: // mirrored left-right
+		return w - 1, -1, w
+	case 3: // rotated 180°
+		return h*w - 1, -1, -w
+	case 4: // mirrored top-bottom
+		return (h - 1) * w, 1, -w
+	case 5: // transposed
+		return 0, w, 1
+	case 6: // needs 90° clockwise
+		return (h - 1) * w, -w, 1
+	case 7: // transversed
+		return h*w - 1, -w, -1
+	case 8: // needs 90° counter-clockwise
+		return w - 1, w, -1
+	}
+	return 0, 1, w
+}
+
+// storedRect maps the upright rectangle [x0, x1) × [y0, y1) of a w×h image stored with
+// EXIF orientation o to the rectangle of the stored image that holds it.
+func storedRect(o, w, h, x0, x1, y0, y1 int) (sx0, sx1, sy0, sy1 int) {
+	base, dx, dy := orientMap(o, w, h)
+	sx0, sy0, sx1, sy1 = w, h, 0, 0
+	for _, x := range []int{x0, x1 - 1} {
+		for _, y := range []int{y0, y1 - 1} {
+			i := base + x*dx + y*dy
+			sx, sy := i%w, i/w
+			sx0, sx1, sy0, sy1 = min(sx0, sx), max(sx1, sx+1), min(sy0, sy), max(sy1, sy+1)
+		}
+	}
+	return sx0, sx1, sy0, sy1
+}
+
 func (r raster) orient(o int) raster {
 	if o < 2 || o > 8 {
 		return r
 	}
 	w, h, c := r.w, r.h, r.c
-	// Destination pixel (x, y) reads source pixel base + x*dx + y*dy.
-	var base, dx, dy int
+	base, dx, dy := orientMap(o, w, h)
 	dw, dh := w, h
-	switch o {
-	case 2: // mirrored left-right
-		base, dx, dy = w-1, -1, w
-	case 3: // rotated 180°
-		base, dx, dy = h*w-1, -1, -w
-	case 4: // mirrored top-bottom
-		base, dx, dy = (h-1)*w, 1, -w
-	case 5: // transposed
-		base, dx, dy = 0, w, 1
-	case 6: // needs 90° clockwise
-		base, dx, dy = (h-1)*w, -w, 1
-	case 7: // transversed
-		base, dx, dy = h*w-1, -w, -1
-	case 8: // needs 90° counter-clockwise
-		base, dx, dy = w-1, w, -1
-	}
 	if o >= 5 {
 		dw, dh = h, w
 	}

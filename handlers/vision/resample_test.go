@@ -2,8 +2,13 @@ package vision
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"image"
 	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -125,6 +130,151 @@ func TestOutputShapeAndValidate(t *testing.T) {
 		}
 		if err := tt.t.validate(); (err == nil) != tt.valid {
 			t.Errorf("%+v: validate = %v, want valid %v", tt.t, err, tt.valid)
+		}
+	}
+}
+
+// TestJPEGWindowEqualsWholeDecode: decoding only the window the resize reads gives, inside
+// it less its margin, the pixels of a whole decode, for sizes whose window starts and ends
+// anywhere in an MCU, landscape and portrait (4:2:0, by image/jpeg; TestMatchesTorchvision
+// covers PIL's progressive, 4:4:4, gray and CMYK files through the window against
+// torchvision).
+func TestJPEGWindowEqualsWholeDecode(t *testing.T) {
+	whole := Transform{CropW: 1 << 20} // no resize: the whole image, by TurboJPEG
+	for _, size := range [][2]int{{640, 480}, {513, 700}, {1001, 333}, {1920, 1080}, {1080, 1920}, {333, 2001}, {2047, 1531}} {
+		img := encodeJPEG(t, size[0], size[1])
+		def := DefaultTransform()
+		x0, x1, y0, y1, ok := def.sourceWindow(size[0], size[1])
+		if !ok {
+			t.Fatalf("%v: no window", size)
+		}
+		got, err := def.decodeTurbo(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := whole.decodeTurbo(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := jpegWindowMargin
+		differ := 0
+		for y := max(y0, y0+m*boolInt(y0 > 0)); y < min(y1, y1-m*boolInt(y1 < size[1])); y++ {
+			a := (y*size[0] + x0 + m*boolInt(x0 > 0)) * 3
+			b := (y*size[0] + x1 - m*boolInt(x1 < size[0])) * 3
+			for i := a; i < b; i++ {
+				if got.pix[i] != want.pix[i] {
+					differ++
+				}
+			}
+		}
+		if differ > 0 {
+			t.Errorf("%v: %d bytes of the window [%d,%d)x[%d,%d) differ from the whole decode", size, differ, x0, x1, y0, y1)
+		}
+		got.release()
+		want.release()
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestJPEGWindowErrors: a truncated or damaged photo fails (or not) through the window decode
+// as it does through TurboJPEG's whole decode, wherever the damage is, above, inside or below
+// the window: truncation is ErrCorrupt, and nothing crashes.
+func TestJPEGWindowErrors(t *testing.T) {
+	img := encodeJPEG(t, 1920, 1080)
+	def := DefaultTransform()
+	whole := Transform{CropW: 1 << 20}
+	cases := map[string][]byte{}
+	for _, cut := range []int{len(img) / 20, len(img) / 2, len(img) * 19 / 20, len(img) - 2} {
+		cases[fmt.Sprintf("cut at %d of %d", cut, len(img))] = img[:cut]
+	}
+	for _, at := range []int{len(img) / 10, len(img) / 2, len(img) * 19 / 20} {
+		b := append([]byte{}, img...)
+		for i := at; i < at+64; i++ {
+			b[i] = byte(i * 31)
+		}
+		cases[fmt.Sprintf("garbage at %d", at)] = b
+	}
+	for name, b := range cases {
+		r, errWin := def.decodeTurbo(b)
+		r.release()
+		r, errWhole := whole.decodeTurbo(b)
+		r.release()
+		if (errWin == nil) != (errWhole == nil) || (errWin != nil && !errors.Is(errWin, ErrCorrupt)) {
+			t.Errorf("%s: window decode %v, whole decode %v", name, errWin, errWhole)
+		}
+		if strings.HasPrefix(name, "cut") && (errWin == nil || !strings.Contains(errWin.Error(), "truncated")) {
+			t.Errorf("%s: %v, want a truncated JPEG refused", name, errWin)
+		}
+	}
+}
+
+// TestJPEGWindowScanLimit: a progressive JPEG of more than 500 scans, a CPU bomb the pixel
+// limit does not catch, is refused by the window decode as TurboJPEG's TJFLAG_LIMITSCANS
+// refuses it in the whole decode. The bomb is PIL's progressive photo with its last scan
+// repeated 600 times.
+func TestJPEGWindowScanLimit(t *testing.T) {
+	dir, _ := loadRefs(t)
+	img, err := os.ReadFile(filepath.Join(dir, "photo_progressive.jpg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := bytes.LastIndex(img, []byte{0xff, 0xda})
+	if last < 0 || !bytes.HasSuffix(img, []byte{0xff, 0xd9}) {
+		t.Fatal("photo_progressive.jpg has no scan or no EOI")
+	}
+	scan := img[last : len(img)-2]
+	bomb := append([]byte{}, img[:len(img)-2]...)
+	for range 600 {
+		bomb = append(bomb, scan...)
+	}
+	bomb = append(bomb, 0xff, 0xd9)
+	def := DefaultTransform()
+	if _, _, _, _, ok := def.sourceWindow(640, 480); !ok {
+		t.Fatal("no window for 640x480")
+	}
+	for name, tr := range map[string]Transform{"window": def, "whole": {CropW: 1 << 20}} {
+		r, err := tr.decodeTurbo(bomb)
+		r.release()
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "500 scans") {
+			t.Errorf("%s decode of %d scans: %v, want the scan limit", name, 600, err)
+		}
+	}
+	// The photo itself decodes.
+	r, err := def.decodeTurbo(img)
+	r.release()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStoredRect: for every EXIF orientation, the stored rectangle holds every pixel of the
+// upright one, and no more rows or columns than it needs.
+func TestStoredRect(t *testing.T) {
+	const w, h = 7, 5
+	for o := 1; o <= 8; o++ {
+		uw, uh := w, h
+		if o >= 5 {
+			uw, uh = h, w
+		}
+		for _, r := range [][4]int{{0, uw, 0, uh}, {1, 3, 2, 4}, {uw - 1, uw, 0, 1}} {
+			sx0, sx1, sy0, sy1 := storedRect(o, w, h, r[0], r[1], r[2], r[3])
+			base, dx, dy := orientMap(o, w, h)
+			want := [4]int{w, 0, h, 0}
+			for y := r[2]; y < r[3]; y++ {
+				for x := r[0]; x < r[1]; x++ {
+					i := base + x*dx + y*dy
+					want = [4]int{min(want[0], i%w), max(want[1], i%w+1), min(want[2], i/w), max(want[3], i/w+1)}
+				}
+			}
+			if got := [4]int{sx0, sx1, sy0, sy1}; got != want {
+				t.Errorf("orientation %d, upright %v: stored %v, want %v", o, r, got, want)
+			}
 		}
 	}
 }

@@ -141,6 +141,23 @@ func (t Transform) decodeTurbo(img []byte) (raster, error) {
 	r := newRaster(sw, sh, c)
 	r.scale = scale
 	r.fullW, r.fullH = hdr.w, hdr.h
+	// Decoded whole, a photo's columns and rows outside the crop need not be: libjpeg
+	// decodes only the window the resize reads (found upright, then mapped to the stored
+	// image), with the same IDCT and upsampling, skipping the rest's IDCT and colour
+	// conversion (most of a 16:9 photo's width).
+	if x0, x1, y0, y1, ok := t.sourceWindow(uw, uh); ok && scale == 1 && (x1-x0)*(y1-y0) < hdr.w*hdr.h*9/10 {
+		if orientation >= 2 && orientation <= 8 {
+			x0, x1, y0, y1 = storedRect(orientation, hdr.w, hdr.h, x0, x1, y0, y1)
+		}
+		if err := decodeJPEGWindow(img, &r, x0, x1, y0, y1); err != nil {
+			r.release()
+			return raster{}, err
+		}
+		if c == 4 {
+			r.cmykToRGB()
+		}
+		return r.orient(orientation), nil
+	}
 	// LIMITSCANS refuses progressive JPEGs with absurd scan counts, a CPU bomb
 	// that the pixel limit does not catch.
 	if C.tjDecompress2(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)),

@@ -1,0 +1,89 @@
+#include "jpegwindow.h"
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+// The error manager returns to jw_decode instead of exiting, and notes the end of data.
+typedef struct {
+	struct jpeg_error_mgr pub;
+	jmp_buf jump;
+	int eof;
+	char msg[JMSG_LENGTH_MAX];
+} jw_error;
+
+static void jw_error_exit(j_common_ptr ci) {
+	jw_error *e = (jw_error *)ci->err;
+	(*ci->err->format_message)(ci, e->msg);
+	longjmp(e->jump, 1);
+}
+
+static void jw_emit(j_common_ptr ci, int level) {
+	jw_error *e = (jw_error *)ci->err;
+	if (level < 0 && ci->err->msg_code == JWRN_JPEG_EOF) {
+		e->eof = 1;
+	}
+}
+
+// A progressive JPEG's scans are read in jpeg_start_decompress; past 500 the image is
+// refused, a CPU bomb the pixel limit does not catch.
+static void jw_progress(j_common_ptr ci) {
+	j_decompress_ptr d = (j_decompress_ptr)ci;
+	if (d->progressive_mode && d->input_scan_number > 500) {
+		jw_error *e = (jw_error *)ci->err;
+		snprintf(e->msg, sizeof e->msg, "progressive JPEG image has more than 500 scans");
+		longjmp(e->jump, 1);
+	}
+}
+
+jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
+		int x0, int x1, int y0, int y1) {
+	jw_result res;
+	memset(&res, 0, sizeof res);
+	struct jpeg_decompress_struct d;
+	jw_error err;
+	struct jpeg_progress_mgr progress;
+	memset(&err, 0, sizeof err);
+	memset(&progress, 0, sizeof progress);
+	d.err = jpeg_std_error(&err.pub);
+	err.pub.error_exit = jw_error_exit;
+	err.pub.emit_message = jw_emit;
+	progress.progress_monitor = jw_progress;
+	if (setjmp(err.jump)) {
+		jpeg_destroy_decompress(&d);
+		res.rc = -1;
+		res.truncated = err.eof;
+		snprintf(res.msg, sizeof res.msg, "%s", err.msg);
+		return res;
+	}
+	jpeg_create_decompress(&d);
+	d.progress = &progress;
+	jpeg_mem_src(&d, buf, (unsigned long)n);
+	jpeg_read_header(&d, TRUE);
+	d.out_color_space = c == 1 ? JCS_GRAYSCALE : c == 4 ? JCS_CMYK : JCS_RGB;
+	jpeg_start_decompress(&d);
+	if ((int)d.output_width != w || (int)d.output_height != h || d.output_components != c ||
+			x0 < 0 || x0 >= x1 || x1 > w || y0 < 0 || y0 >= y1 || y1 > h) {
+		snprintf(err.msg, sizeof err.msg, "window [%d,%d)x[%d,%d) of a %dx%dx%d image decoded as %ux%ux%d",
+			x0, x1, y0, y1, w, h, c, d.output_width, d.output_height, d.output_components);
+		longjmp(err.jump, 1);
+	}
+	JDIMENSION xoff = (JDIMENSION)x0, width = (JDIMENSION)(x1 - x0);
+	jpeg_crop_scanline(&d, &xoff, &width);
+	if (y0 > 0) {
+		jpeg_skip_scanlines(&d, (JDIMENSION)y0);
+	}
+	// The rows below the window are read, not skipped: jpeg_skip_scanlines to the end
+	// would not read their data, and a file truncated there would pass for a whole one.
+	while (d.output_scanline < d.output_height) {
+		JSAMPROW row = dst + ((size_t)d.output_scanline * (size_t)w + xoff) * (size_t)c;
+		jpeg_read_scanlines(&d, &row, 1);
+	}
+	jpeg_finish_decompress(&d);
+	res.truncated = err.eof;
+	jpeg_destroy_decompress(&d);
+	return res;
+}
