@@ -75,7 +75,9 @@ func TestTokenAuthorization(t *testing.T) {
 	}
 	// OpenAI's route answers in OpenAI's shape, 401 as OpenAI answers a bad key.
 	r = withKey(t, "POST", s.inf+"/v1/embeddings", "wrong", []byte(`{"model": "m", "input": "x"}`))
-	var oe struct{ Error struct{ Message, Type, Code string } }
+	var oe struct {
+		Error struct{ Message, Type, Code string }
+	}
 	if r.status != 401 || json.Unmarshal(r.body, &oe) != nil || oe.Error.Code != "invalid_api_key" || !strings.Contains(oe.Error.Message, "Token Authorization failed") {
 		t.Fatalf("embeddings without the key: %d %s", r.status, r.body)
 	}
