@@ -168,8 +168,9 @@ $(VENV)/.handler-runtime: $(VENV)/.done
 
 # The zoo (models/out) and its archives (model-store/, built with `torchd archive`).
 models: $(STORE)/.done
-# onnx_zoo.py is models-onnx's and triton_text.py models-triton-text's, not build_all's.
-$(MODELS_OUT)/.done: $(filter-out models/onnx_zoo.py models/triton_text.py,$(wildcard models/*.py)) $(VENV)/.done
+# onnx_zoo.py and onnx_digits.py are models-onnx's and triton_text.py models-triton-text's,
+# not build_all's.
+$(MODELS_OUT)/.done: $(filter-out models/onnx_zoo.py models/onnx_digits.py models/triton_text.py,$(wildcard models/*.py)) $(VENV)/.done
 	$(PYTHON) models/build_all.py --out $(MODELS_OUT)
 	@touch $@
 

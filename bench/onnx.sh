@@ -8,7 +8,9 @@
 #   - each server driven by ab with the same Open Inference Protocol JSON body, ROUNDS rounds,
 #     the order of the servers rotating each round; medians and ratios printed;
 #   - then perf_analyzer against torchd's MNIST, as the seed measured it
-#     (--shape input.1:1,1,28,28), when bench/perf_analyzer.sh can fetch it.
+#     (--shape input.1:1,1,28,28), and against transformer-deploy's ensemble (its Python
+#     tokenizer, then the ONNX model: models/out/triton_text) with --string-data, when
+#     bench/perf_analyzer.sh can fetch it.
 #
 # Usage: bench/onnx.sh [seconds-per-run] [rounds]   (default 10 3; about 4 minutes)
 set -euo pipefail
@@ -18,7 +20,7 @@ rounds=${2:-3}
 py=.venv/bin/python
 out=build/onnx-bench
 rm -rf "$out" && mkdir -p "$out/repo"
-cp -r models/out/onnx/repos/mnist/onnx-mnist-cpu models/out/onnx/repos/bert/transformer_onnx_model "$out/repo/"
+cp -r models/out/onnx/repos/mnist/onnx-mnist-cpu models/out/triton_text/repo/* "$out/repo/"
 $py - "$out" <<'PY'
 import json, sys
 import numpy as np
@@ -94,4 +96,10 @@ if PA_ONLY=1 bench/perf_analyzer.sh >/dev/null 2>&1; then
   LD_LIBRARY_PATH=build/perf_analyzer/nvidia/cuda_runtime/lib build/perf_analyzer/tritonclient-2.40.0.data/data/bin/perf_analyzer \
     -m onnx-mnist-cpu -u 127.0.0.1:18180 -i http --shared-memory none --shape input.1:1,1,28,28 \
     --concurrency-range 8 --measurement-interval 5000 2>&1 | grep -E 'Concurrency: 8|Throughput|p99' || true
+  echo
+  echo "perf_analyzer, transformer_inference (Python tokenizer + ONNX BERT) with --string-data, HTTP:"
+  LD_LIBRARY_PATH=build/perf_analyzer/nvidia/cuda_runtime/lib build/perf_analyzer/tritonclient-2.40.0.data/data/bin/perf_analyzer \
+    -m transformer_inference -u 127.0.0.1:18180 -i http --shared-memory none \
+    --string-data "This live event is great. I will sign-up for Infinity." --shape TEXT:1 \
+    --concurrency-range 1:4:3 --measurement-interval 5000 2>&1 | grep -E '^Concurrency:' || true
 fi
