@@ -221,7 +221,7 @@ func TestExplainErrors(t *testing.T) {
 	v2Err(do(t, "POST", s.inf+"/v1/models/digits:explain", "application/json", []byte(`{"instances": [{"data": ""}], "target": -1}`)), 400, "target")
 	v2Err(do(t, "POST", s.inf+"/v1/models/nope:explain", "application/json", []byte(`{"instances": [1]}`)), 404, "")
 	v2Err(do(t, "POST", s.inf+"/v2/models/digits/explain", "application/json",
-		[]byte(`{"inputs":[{"name":"a","shape":[1],"datatype":"BYTES","data":["x"]}]}`)), 400, "no LibTorch tensor type")
+		[]byte(`{"inputs":[{"name":"a","shape":[1],"datatype":"BYTES","data":["x"]}]}`)), 400, "got string [1]")
 	v2Err(do(t, "POST", s.inf+"/v2/models/digits/explain", "application/json",
 		[]byte(`{"inputs":[{"name":"a","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4]}]}`)), 400, "float32 [1, 28, 28]")
 	v2Err(do(t, "POST", s.inf+"/v1/models/digits_tensor:explain", "application/json", []byte(`{"instances": [[1]]}`)), 501, "does not explain")

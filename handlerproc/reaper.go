@@ -19,15 +19,16 @@ import (
 // then be started here (startTracked), so that the reaper knows it: in torchd only this
 // package starts processes. A child in torchd's own process group is left alone, should a
 // library start one with popen: a handler's processes are in their supervisor's group or a
-// session of their own. When torchd is PID 1 (a container's init) every orphan of the
-// container comes to it, a `docker exec`'s included: it then kills only those of handler
-// trees (marked in their environment, handlerMark) and reaps the rest when they exit.
+// session of their own. It kills only the orphans of handler trees (marked in their
+// environment, handlerMark), and reaps the rest when they exit: other orphans may come to it
+// (when torchd is PID 1, a `docker exec`'s; in a test binary, a server a test started).
 
 var (
 	reaperOn  sync.Once
 	reaping   bool
 	childMu   sync.Mutex // held while a child starts and is recorded, and while orphans are reaped
 	children  = map[int]bool{}
+	orphans   = map[int]bool{} // handlers' orphans killed, to reap once they are zombies
 	reapEvery = time.Second
 )
 
@@ -107,19 +108,29 @@ func reapOrphans(log *slog.Logger) {
 			continue
 		}
 		if e.state != 'Z' {
-			if me == 1 && !marked(e.pid) {
+			// Only what a handler's tree started is killed: another orphan that comes to
+			// this process (a `docker exec`'s under PID 1) is not torchd's to kill.
+			if !marked(e.pid) {
 				continue
 			}
 			log.Warn("killed a process a handler left behind", "pid", e.pid)
 			syscall.Kill(e.pid, syscall.SIGKILL)
+			orphans[e.pid] = true
+		} else if !orphans[e.pid] && me != 1 {
+			// A zombie's environment is gone: it is reaped when it was seen as a handler's
+			// orphan. Another may be a child whose own Wait is coming (a process a library
+			// or a test started with exec); only init reaps every one.
+			continue
 		}
 		var ws syscall.WaitStatus
-		syscall.Wait4(e.pid, &ws, syscall.WNOHANG, nil)
+		if pid, _ := syscall.Wait4(e.pid, &ws, syscall.WNOHANG, nil); pid == e.pid {
+			delete(orphans, e.pid)
+		}
 	}
 }
 
 // handlerMark is in the environment of every handler process (and of what it starts, unless
-// it clears its environment): the reaper of a torchd that is PID 1 kills only what has it.
+// it clears its environment): the reaper kills only what has it.
 func handlerMark() string { return "TORCHD_HANDLER_OF=" + strconv.Itoa(os.Getpid()) }
 
 // marked reports whether pid's environment, as it started, holds handlerMark.

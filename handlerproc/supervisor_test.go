@@ -278,8 +278,8 @@ func TestOrphansReaped(t *testing.T) {
 	waitGone(t, "after its supervisor was killed", pid)
 }
 
-// A handler's processes carry the mark that the reaper of a torchd running as PID 1 kills
-// by; a process without it is not marked.
+// A handler's processes carry the mark that torchd's reaper kills by; a process without it
+// is not marked.
 func TestHandlerMark(t *testing.T) {
 	m, err := startTiny(t, "handler.py", nil)
 	if err != nil {

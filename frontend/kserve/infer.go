@@ -166,7 +166,7 @@ func handlerTensor(tensors []oip.Tensor, tooMany string) (*handlers.Tensor, erro
 	t := tensors[0]
 	dt, ok := datatypes[t.Datatype]
 	if !ok {
-		return &handlers.Tensor{Name: t.Name}, fmt.Errorf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
+		return &handlers.Tensor{Name: t.Name}, fmt.Errorf("input %q: datatype %s has no tensor type in torchd", t.Name, t.Datatype)
 	}
 	return &handlers.Tensor{DType: dt, Shape: t.Shape, Data: t.Data, Name: t.Name}, nil
 }
@@ -327,7 +327,7 @@ func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*h
 	for i, t := range ordered {
 		dt, ok := datatypes[t.Datatype]
 		if !ok {
-			return nil, fmt.Errorf("input %q: datatype %s has no LibTorch tensor type", t.Name, t.Datatype)
+			return nil, fmt.Errorf("input %q: datatype %s has no tensor type in torchd", t.Name, t.Datatype)
 		}
 		if len(t.Shape) == 0 || t.Shape[0] < 1 {
 			return nil, fmt.Errorf("input %q: the first dimension is the batch and must be ≥ 1, got shape %v", t.Name, t.Shape)
