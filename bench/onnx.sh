@@ -101,5 +101,5 @@ if PA_ONLY=1 bench/perf_analyzer.sh >/dev/null 2>&1; then
   LD_LIBRARY_PATH=build/perf_analyzer/nvidia/cuda_runtime/lib build/perf_analyzer/tritonclient-2.40.0.data/data/bin/perf_analyzer \
     -m transformer_inference -u 127.0.0.1:18180 -i http --shared-memory none \
     --string-data "This live event is great. I will sign-up for Infinity." --shape TEXT:1 \
-    --concurrency-range 1:4:3 --measurement-interval 5000 2>&1 | grep -E '^Concurrency:' || true
+    --concurrency-range 1:4:3 --measurement-interval 5000 --stability-percentage 50 --max-trials 10 2>&1 | grep -E "^Concurrency:|[Ff]ailed" || true
 fi
