@@ -7,7 +7,6 @@ package core
 
 import (
 	"cmp"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
@@ -59,7 +58,6 @@ type Registry struct {
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry
-	failed []string // start-up models that failed to load
 }
 
 // NewRegistry returns an empty registry.
@@ -179,13 +177,11 @@ func (r *Registry) Loaded() []*ModelVersion {
 	return out
 }
 
-// Healthy reports whether every model loaded at start-up is warm.
+// Healthy reports whether every model loaded at start-up is warm (one that failed to load is
+// package lifecycle's record).
 func (r *Registry) Healthy() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if len(r.failed) > 0 {
-		return false
-	}
 	for _, e := range r.models {
 		for _, v := range e.versions {
 			if v.Startup && v.State() != StateReady {
@@ -194,13 +190,6 @@ func (r *Registry) Healthy() bool {
 		}
 	}
 	return true
-}
-
-// FailStartup records a start-up model that failed to load: the server is unhealthy.
-func (r *Registry) FailStartup(name string, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failed = append(r.failed, fmt.Sprintf("%s: %v", name, err))
 }
 
 // Add loads an opened archive as version of name, which must not be registered yet

@@ -16,18 +16,14 @@ import (
 // frontEnds builds the protocol front-ends over the registry, each given what it uses.
 // Start adds the tracer, once it exists.
 func (d *Daemon) frontEnds() {
-	d.ts = &torchserve.API{Registry: d.Registry, Manage: d.mgmt, Ready: d.ready, MaxRequestSize: d.cfg.MaxRequestSize, Log: d.log}
+	d.ts = &torchserve.API{Registry: d.Registry, Life: d.Life, InitialWorkers: d.cfg.InitialWorkers, Ready: d.Life.Ready, MaxRequestSize: d.cfg.MaxRequestSize, Log: d.log}
 	d.openai = &openai.API{Registry: d.Registry}
-	d.kserve = &kserve.API{Registry: d.Registry, Repository: d.Repository, Store: modelStore{d}, Ready: d.ready,
+	d.kserve = &kserve.API{Registry: d.Registry, Life: d.Life, Ready: d.Life.Ready,
 		MaxRequestSize: d.cfg.MaxRequestSize, LogLevel: d.logLevel}
 	if d.cfg.EnableUI {
 		d.page = &webui.Page{Registry: d.Registry, Metrics: d.cfg.EnableMetrics, Management: d.managementPort}
 	}
 }
-
-// ready reports whether every start-up model has loaded or failed and every model is
-// healthy: the health of /ping, /v2/health/ready and gRPC's health.
-func (d *Daemon) ready() bool { return d.startupDone() && d.Registry.Healthy() }
 
 // inferenceRouter is the inference port's routes: TorchServe's inference API, OpenAI's
 // embeddings, KServe v1 and v2 with Triton's extensions, and the web page.

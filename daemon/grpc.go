@@ -40,11 +40,11 @@ func (d *Daemon) grpcAPIs() []grpcAPI {
 	return []grpcAPI{
 		{name: "grpc", addr: d.cfg.GRPCAddress, key: "inference", register: func(s *grpc.Server) {
 			pb.RegisterGRPCInferenceServiceServer(s, d.kserve.InferenceService())
-			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.ready, Stopping: d.grpcStopping})
+			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.Life.Ready, Stopping: d.grpcStopping})
 		}},
 		{name: "grpc_inference", addr: d.cfg.GRPCInferenceAddress, key: "inference", register: func(s *grpc.Server) {
 			tspb.RegisterInferenceAPIsServiceServer(s, d.ts.InferenceService())
-			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.ready, Stopping: d.grpcStopping})
+			healthpb.RegisterHealthServer(s, &frontend.Health{Ready: d.Life.Ready, Stopping: d.grpcStopping})
 		}},
 		{name: "grpc_management", addr: d.cfg.GRPCManagementAddress, key: "management", register: func(s *grpc.Server) {
 			tspb.RegisterManagementAPIsServiceServer(s, d.ts.ManagementService())

@@ -14,7 +14,8 @@ import (
 )
 
 // Each source of a model's settings refuses what archive.SettingLimits refuses: the server's
-// flags, and the snapshot. A registration's are in package torchserve
+// flags. The snapshot's are in package lifecycle (TestSnapshotSettingLimits), a
+// registration's in package torchserve
 // (TestRegistrationSettingLimits), a model-config's in package archive
 // (TestSettingLimitsInConfigFiles).
 func TestSettingLimitsBySource(t *testing.T) {
@@ -30,18 +31,6 @@ func TestSettingLimitsBySource(t *testing.T) {
 		envOf(map[string]string{"TORCHD_THREADS": "4"}))
 	if err != nil || c.Model.Threads.Set || c.Model.MaxWorkers.Set || c.Model.LatencyTarget.Set {
 		t.Errorf("zeros, the flag's over the environment's threads: %v, %+v", err, c.Model)
-	}
-
-	// A snapshot entry outside the limits fails to restore, naming the setting.
-	for _, m := range []snapshotModel{{BatchSize: 1, Threads: -2}, {BatchSize: 1, ResponseTimeout: 0.25}, {BatchSize: 1, Workers: -1}} {
-		if _, err := m.settings(); err == nil {
-			t.Errorf("snapshot %+v: accepted", m)
-		}
-	}
-	m := snapshotModel{BatchSize: 4, MaxBatchDelayMS: 2.5, Workers: 2, AutoBatch: true, Threads: 3}
-	got, err := m.settings()
-	if err != nil || !got.BatchSize.Auto || got.MaxBatchDelay.V.Microseconds() != 2500 || got.MinWorkers.V != 2 || got.Threads.V != 3 || got.MaxWorkers.Set {
-		t.Errorf("snapshot %+v: %+v, %v", m, got, err)
 	}
 }
 

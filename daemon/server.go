@@ -42,7 +42,7 @@ import (
 	"github.com/torchd/torchd/handlerproc"
 	"github.com/torchd/torchd/internal/memtrim"
 	"github.com/torchd/torchd/internal/tracing"
-	"github.com/torchd/torchd/repository"
+	"github.com/torchd/torchd/lifecycle"
 
 	"github.com/torchd/torchd/torch"
 )
@@ -58,13 +58,12 @@ type Daemon struct {
 	cfg      *Config
 	log      *slog.Logger
 	Registry *core.Registry
-	// Repository is the Triton model repository served, if any (its dir is "" without one).
-	Repository *repository.Repository
-	metrics    *metrics.Metrics
-	keys       *keyring        // nil: token authorization off
-	tracer     *tracing.Tracer // nil: tracing off (tracing.go)
-	snapMu     sync.Mutex
-	failed     failedRestores // snapshot registrations that did not load
+	// Life owns the models' lifetimes: registrations, the snapshot, the start-up models,
+	// the Triton repository and the model store.
+	Life    *lifecycle.Service
+	metrics *metrics.Metrics
+	keys    *keyring        // nil: token authorization off
+	tracer  *tracing.Tracer // nil: tracing off (tracing.go)
 	// The front-ends (apis.go).
 	ts     *torchserve.API
 	kserve *kserve.API
@@ -77,13 +76,7 @@ type Daemon struct {
 	// which ends the health watches that would otherwise hold a graceful stop.
 	grpcServers  []*grpc.Server
 	grpcStopping chan struct{}
-	// mgmt is the management service that the REST and gRPC management APIs call.
-	mgmt    *torchserve.Management
-	serveWG sync.WaitGroup
-	// startupModels are loaded in the background after Start; the WaitGroup tracks them
-	// and startupCh closes when they are all done.
-	startupWG sync.WaitGroup
-	startupCh chan struct{}
+	serveWG      sync.WaitGroup
 	// sweepStop ends the re-sweep of TMPDIR (see sweep) and the idle trim (see trimWhenIdle).
 	sweepStop chan struct{}
 	sweepWG   sync.WaitGroup
@@ -96,9 +89,6 @@ type Daemon struct {
 	trimmedAt atomic.Int64
 	// logLevel is the log's level, which POST /v2/logging changes (see UseLogLevel).
 	logLevel *slog.LevelVar
-	// pollStop ends the model repository's poll (poll mode), which pollWG waits for.
-	pollStop chan struct{}
-	pollWG   sync.WaitGroup
 }
 
 var pid = os.Getpid()
@@ -106,13 +96,18 @@ var pid = os.Getpid()
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := metrics.New(cfg.EnableMetrics)
-	var repo *repository.Repository // an ensemble waits for its models while the repository loads them
-	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return repo != nil && repo.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(), Metrics: m, Log: log})
+	var life *lifecycle.Service // an ensemble waits for its models while the repository loads them
+	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return life != nil && life.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(), Metrics: m, Log: log})
 	m.Statistics = func() []core.Statistics { s, _ := reg.Statistics("", ""); return s }
-	repo = repository.New(reg, log)
-	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, Repository: repo, startupCh: make(chan struct{}), sweepStop: make(chan struct{}),
-		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar), pollStop: make(chan struct{})}
-	d.mgmt = &torchserve.Management{Registry: reg, Open: d.registerModel, Failed: &d.failed, Changed: d.saveSnapshot, Unregistered: trimMemory, InitialWorkers: cfg.InitialWorkers, Log: log}
+	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, sweepStop: make(chan struct{}),
+		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar)}
+	snapshot := cfg.SnapshotFile
+	if !cfg.EnableSnapshots {
+		snapshot = ""
+	}
+	life = lifecycle.New(lifecycle.Config{Registry: reg, Open: d.registerModel, ModelStore: cfg.ModelStore, ControlMode: cfg.ModelControlMode,
+		SnapshotFile: snapshot, Unregistered: trimMemory, Log: log})
+	d.Life = life
 	d.frontEnds()
 	return d
 }
@@ -251,7 +246,7 @@ func (d *Daemon) Start() error {
 		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {
 			return fmt.Errorf("model_repository %s: not a directory", d.cfg.ModelRepository)
 		}
-		d.Repository.Open(d.cfg.ModelRepository, d.cfg.ModelControlMode)
+		d.Life.OpenRepository(d.cfg.ModelRepository)
 	}
 	d.sweep()
 	d.trimWhenIdle()
@@ -385,7 +380,7 @@ func (d *Daemon) Addrs() (inference, management, metrics string) {
 }
 
 // WaitStartup waits until every start-up model has loaded or failed.
-func (d *Daemon) WaitStartup() { d.startupWG.Wait() }
+func (d *Daemon) WaitStartup() { d.Life.WaitStartup() }
 
 // drainGrace is how long a graceful stop waits for keep-alive connections to send their next
 // request, which is answered with Connection: close, before it closes those still idle.
@@ -470,9 +465,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}()
 	wg.Wait()
 	d.serveWG.Wait()
-	d.startupWG.Wait()
-	close(d.pollStop)
-	d.pollWG.Wait()
+	d.Life.Stop()
 	d.Registry.Close()
 	close(d.sweepStop)
 	d.sweepWG.Wait()
@@ -531,28 +524,18 @@ func (d *Daemon) countResponses(h fasthttp.RequestHandler) fasthttp.RequestHandl
 	}
 }
 
-// loadRepository loads the model repository's start-up models, then in poll mode follows
-// the repository until Shutdown. Models that fail are listed in the repository index with
-// their reason; the rest serve.
-func (d *Daemon) loadRepository() {
-	if err := d.Repository.LoadStartup(d.cfg.LoadModels); err != nil {
-		d.log.Error("model repository: some models are not served (see POST /v2/repository/index)", "err", err)
-	}
-	if d.cfg.ModelControlMode != ControlPoll {
-		return
-	}
-	d.pollWG.Add(1)
-	go func() {
-		defer d.pollWG.Done()
-		tick := time.NewTicker(d.cfg.RepositoryPollSecs)
-		defer tick.Stop()
-		for {
-			select {
-			case <-d.pollStop:
-				return
-			case <-tick.C:
-				d.Repository.Poll()
-			}
+// loadStartupModels has the lifecycle service load the start-up models in the background:
+// the snapshot's, the Triton repository's, config.properties' model_snapshot and the models
+// setting's.
+func (d *Daemon) loadStartupModels() {
+	st := lifecycle.Startup{Models: d.cfg.Models, LoadModels: d.cfg.LoadModels, PollEvery: d.cfg.RepositoryPollSecs}
+	if ts := d.cfg.TorchServe; ts != nil {
+		for _, k := range ts.Ignored {
+			d.log.Info("ts-config: key not used by torchd", "file", ts.Path, "key", k.Key, "why", k.Why)
 		}
-	}()
+		for _, m := range ts.Models {
+			st.Versions = append(st.Versions, lifecycle.StartupVersion{Name: m.Name, Version: m.Version, URL: m.MarName, Default: m.Default, Settings: m.Settings})
+		}
+	}
+	d.Life.Start(st)
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/torchd/torchd/archive"
-	"github.com/torchd/torchd/core"
 )
 
 // TorchServe's config.properties (torchd serve --ts-config FILE), the file KServe's `pytorch`
@@ -515,52 +514,6 @@ func cleanPathErr(err error) error {
 		return errors.New(pe.Err.Error())
 	}
 	return err
-}
-
-// loadTorchServeModels logs the config.properties keys torchd does not use, once, and
-// registers model_snapshot's versions: each model's in order, the models in parallel, and
-// makes its defaultVersion the default. A version that fails makes the server unhealthy, as a
-// start-up model does.
-func (d *Daemon) loadTorchServeModels() {
-	ts := d.cfg.TorchServe
-	if ts == nil {
-		return
-	}
-	for _, k := range ts.Ignored {
-		d.log.Info("ts-config: key not used by torchd", "file", ts.Path, "key", k.Key, "why", k.Why)
-	}
-	byName := map[string][]TorchServeModel{}
-	var names []string
-	for _, m := range ts.Models {
-		if byName[m.Name] == nil {
-			names = append(names, m.Name)
-		}
-		byName[m.Name] = append(byName[m.Name], m)
-	}
-	for _, name := range names {
-		d.startupWG.Add(1)
-		go func() {
-			defer d.startupWG.Done()
-			for _, m := range byName[name] {
-				req := RegisterRequest{URL: m.MarName, Name: m.Name, Startup: true, Synchronous: true, Settings: m.Settings}
-				v, err := d.registerModel(req)
-				if err != nil {
-					if errors.Is(err, core.ErrConflict) {
-						d.log.Info("model_snapshot model already loaded", "model", name, "version", m.Version, "msg", err.Error())
-						continue
-					}
-					d.log.Error("model_snapshot model failed to load", "model", name, "version", m.Version, "mar", m.MarName, "err", err)
-					d.Registry.FailStartup(name, err)
-					continue
-				}
-				if m.Default {
-					if err := d.Registry.SetDefault(name, v.Version); err != nil {
-						d.log.Error("model_snapshot default version", "model", name, "err", err)
-					}
-				}
-			}
-		}()
-	}
 }
 
 // tsMetricsLogPath is where TorchServe writes ts_metrics.log: $METRICS_LOCATION, else logs/

@@ -22,8 +22,8 @@ import (
 	"github.com/torchd/torchd/torch"
 )
 
-// newAdapter is the adapter a version of m is loaded with.
-func newAdapter(m *triton.Model) *Adapter {
+// NewAdapter is the adapter a version of m is loaded with.
+func NewAdapter(m *triton.Model) *Adapter {
 	return &Adapter{config: m.Config, dir: m.Dir(), batch: m.Config.MaxBatchSize > 0}
 }
 

@@ -13,17 +13,16 @@ import (
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/internal/tracing"
+	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
-	"github.com/torchd/torchd/repository"
 )
 
 // API is the Open Inference Protocol and KServe v1 over the registry.
 type API struct {
 	Registry *core.Registry
-	// Repository is the Triton model repository (--model-repository), which the repository
-	// API loads, unloads and indexes; without one (its control mode ""), Store does.
-	Repository *repository.Repository
-	Store      Store
+	// Life answers the repository API: its one index, and the load and unload of a Triton
+	// repository's models (--model-repository) or, without one, the model store's.
+	Life *lifecycle.Service
 	// Ready reports whether the start-up models are loaded and every model is healthy
 	// (/v2/health/ready, ServerReady).
 	Ready  func() bool
@@ -32,31 +31,6 @@ type API struct {
 	MaxRequestSize int
 	// LogLevel is the log's level, which the logging extension reports and changes.
 	LogLevel *slog.LevelVar
-}
-
-// Store is the repository API's control of the model store, without a Triton repository.
-type Store interface {
-	// Index lists the loaded versions, the registrations that failed and the store's
-	// archives not loaded; with ready, only the READY versions.
-	Index(ready bool) []repository.Model
-	Load(name string, config []byte) error
-	Unload(name string) error
-}
-
-// load loads (or reloads) a model through the repository API.
-func (a *API) load(name string, config []byte) error {
-	if a.Repository.ControlMode() != "" {
-		return a.Repository.Load(name, config)
-	}
-	return a.Store.Load(name, config)
-}
-
-// unload unloads a model through the repository API.
-func (a *API) unload(name string) error {
-	if a.Repository.ControlMode() != "" {
-		return a.Repository.Unload(name)
-	}
-	return a.Store.Unload(name)
 }
 
 // InferenceService is the gRPC GRPCInferenceService.

@@ -14,7 +14,6 @@ import (
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
-	"github.com/torchd/torchd/repository"
 )
 
 // oipService is the Open Inference Protocol's gRPC service, as Triton serves it: the same
@@ -195,20 +194,14 @@ func (s *oipService) ModelStatistics(_ context.Context, r *pb.ModelStatisticsReq
 	return out, nil
 }
 
-// RepositoryIndex lists a Triton repository's models as REST's index does; without one, the
-// model store's (Store.Index).
+// RepositoryIndex answers the index REST's POST /v2/repository/index answers (lifecycle's
+// one Index).
 func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexRequest) (*pb.RepositoryIndexResponse, error) {
-	out := &pb.RepositoryIndexResponse{}
-	// A Triton model repository (--model-repository): its index, as REST's; else the model store's.
-	var idx []repository.Model
-	if s.a.Repository.ControlMode() != "" {
-		var err error
-		if idx, err = s.a.Repository.Index(r.GetReady()); err != nil {
-			return nil, frontend.GRPCError(err)
-		}
-	} else {
-		idx = s.a.Store.Index(r.GetReady())
+	idx, err := s.a.Life.Index(r.GetReady())
+	if err != nil {
+		return nil, frontend.GRPCError(err)
 	}
+	out := &pb.RepositoryIndexResponse{}
 	for _, m := range idx {
 		out.Models = append(out.Models, &pb.RepositoryIndexResponse_ModelIndex{Name: m.Name, Version: m.Version, State: m.State, Reason: m.Reason})
 	}
@@ -216,7 +209,7 @@ func (s *oipService) RepositoryIndex(_ context.Context, r *pb.RepositoryIndexReq
 }
 
 // RepositoryModelLoad loads a model as POST /v2/repository/models/{name}/load does
-// (API.load); it takes the management key.
+// (lifecycle.Service.Load); it takes the management key.
 func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryModelLoadRequest) (*pb.RepositoryModelLoadResponse, error) {
 	var config []byte
 	for k, p := range r.GetParameters() {
@@ -225,16 +218,16 @@ func (s *oipService) RepositoryModelLoad(_ context.Context, r *pb.RepositoryMode
 		}
 		config = []byte(p.GetStringParam())
 	}
-	if err := s.a.load(r.GetModelName(), config); err != nil {
+	if err := s.a.Life.Load(r.GetModelName(), config); err != nil {
 		return nil, frontend.GRPCError(err)
 	}
 	return &pb.RepositoryModelLoadResponse{}, nil
 }
 
 // RepositoryModelUnload unloads a model as POST /v2/repository/models/{name}/unload does
-// (API.unload); it takes the management key.
+// (lifecycle.Service.Unload); it takes the management key.
 func (s *oipService) RepositoryModelUnload(_ context.Context, r *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
-	if err := s.a.unload(r.GetModelName()); err != nil {
+	if err := s.a.Life.Unload(r.GetModelName()); err != nil {
 		return nil, frontend.GRPCError(err)
 	}
 	return &pb.RepositoryModelUnloadResponse{}, nil

@@ -64,7 +64,7 @@ func (a *API) v2RepositoryIndex(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 		WriteError(ctx, 400, err.Error())
 		return
 	}
-	idx, err := a.Repository.Index(req.Ready)
+	idx, err := a.Life.Index(req.Ready)
 	if err != nil {
 		v2APIError(ctx, err)
 		return
@@ -98,7 +98,7 @@ func (a *API) v2RepositoryLoad(ctx *fasthttp.RequestCtx, p frontend.Params) {
 			return
 		}
 	}
-	if err := a.load(p[0], config); err != nil {
+	if err := a.Life.Load(p[0], config); err != nil {
 		v2APIError(ctx, err)
 		return
 	}
@@ -120,7 +120,7 @@ func (a *API) v2RepositoryUnload(ctx *fasthttp.RequestCtx, p frontend.Params) {
 			return
 		}
 	}
-	if err := a.unload(p[0]); err != nil {
+	if err := a.Life.Unload(p[0]); err != nil {
 		v2APIError(ctx, err)
 		return
 	}

@@ -1,9 +1,9 @@
 // Package torchserve is TorchServe's APIs over the one core call (core.Registry.Serve): the
 // inference API (/ping, /predictions, /explanations, SageMaker's /invocations) and the
-// management API over REST, both gRPC services (InferenceAPIsService, with streamed answers,
-// and ManagementAPIsService), and the management service (Management) that REST and gRPC
-// management and the repository API call. Answers and errors are TorchServe's, from
-// frontend's table of the core's kinds.
+// management API over REST, and both gRPC services (InferenceAPIsService, with streamed
+// answers, and ManagementAPIsService). Management calls the lifecycle service, which owns
+// every model's lifetime. Answers and errors are TorchServe's, from frontend's table of the
+// core's kinds.
 package torchserve
 
 import (
@@ -13,13 +13,20 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/internal/tracing"
+	"github.com/torchd/torchd/lifecycle"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
 // API is TorchServe's inference and management APIs over the registry.
 type API struct {
 	Registry *core.Registry
-	Manage   *Management
+	// Life registers, scales and unregisters model versions, and keeps the snapshot's
+	// registrations that failed to restore.
+	Life *lifecycle.Service
+	// InitialWorkers are the workers a registration through TorchServe's management API
+	// (REST or gRPC) starts when neither it (initial_workers), the archive, nor the server's
+	// workers setting names a count: 0 is TorchServe's default; 1 serves at once.
+	InitialWorkers int
 	// Ready reports whether the start-up models are loaded and every model is healthy
 	// (/ping, gRPC Ping).
 	Ready  func() bool

@@ -16,11 +16,12 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/lifecycle"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
 // TorchServe's gRPC APIs. Inference is one core call, as POST /predictions; management calls
-// the management service (Management) as REST does, and answers what REST answers: its JSON
+// the lifecycle service (lifecycle.Service) as REST does, and answers what REST answers: its JSON
 // body as msg, or its error under the gRPC status for the error's kind (grpcError).
 
 // tsInferenceService is TorchServe's InferenceAPIsService; StreamPredictions2 (sequences of a
@@ -119,12 +120,12 @@ func (s *tsManagementService) DescribeModel(_ context.Context, r *tspb.DescribeM
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	return answer(s.a.Manage.Describe(r.GetModelName(), r.GetModelVersion()))
+	return answer(s.a.describeModels(r.GetModelName(), r.GetModelVersion()))
 }
 
 // ListModels: a limit or token of 0 is unset, as proto3 cannot tell it from absent.
 func (s *tsManagementService) ListModels(_ context.Context, r *tspb.ListModelsRequest) (*tspb.ManagementResponse, error) {
-	return answer(s.a.Manage.List(int(r.GetLimit()), r.GetLimit() != 0, int(r.GetNextPageToken())), nil)
+	return answer(s.a.listModels(int(r.GetLimit()), r.GetLimit() != 0, int(r.GetNextPageToken())), nil)
 }
 
 // grpcParams are a RegisterModelRequest's numbers as registration parameters: 0 is unset and
@@ -139,31 +140,31 @@ func (p grpcParams) num(key, _ string) (int, bool) {
 }
 
 func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterModelRequest) (*tspb.ManagementResponse, error) {
-	reg := Registration{URL: r.GetUrl(), URLGiven: true, Name: r.GetModelName(), Handler: r.GetHandler(),
-		Runtime: r.GetRuntime(), Synchronous: r.GetSynchronous(), Defaults: s.a.Manage.tsDefaults()}
+	reg := lifecycle.Registration{URL: r.GetUrl(), URLGiven: true, Name: r.GetModelName(), Handler: r.GetHandler(),
+		Runtime: r.GetRuntime(), Synchronous: r.GetSynchronous(), Defaults: s.a.tsDefaults()}
 	p := grpcParams{"batch_size": r.GetBatchSize(), "max_batch_delay": r.GetMaxBatchDelay(),
 		"initial_workers": r.GetInitialWorkers(), "response_timeout": r.GetResponseTimeout(),
 		"startup_timeout": r.GetStartupTimeout()}
 	if err := registrationSettings(p, s.a.Log, &reg.Settings); err != nil {
 		return nil, frontend.GRPCError(err)
 	}
-	done, err := s.a.Manage.Register(reg)
-	return answer(frontend.StatusOf(done.Message()), err)
+	done, err := s.a.Life.Register(reg)
+	return answer(frontend.StatusOf(registeredMessage(done)), err)
 }
 
 func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorkerRequest) (*tspb.ManagementResponse, error) {
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	sc := Scaling{Name: r.GetModelName(), Version: r.GetModelVersion(), Synchronous: r.GetSynchronous()}
+	sc := lifecycle.Scaling{Name: r.GetModelName(), Version: r.GetModelVersion(), Synchronous: r.GetSynchronous()}
 	if n := r.GetMinWorker(); n != 0 {
 		sc.Min = archive.Of(int(n))
 	}
 	if n := r.GetMaxWorker(); n != 0 {
 		sc.Max = archive.Of(int(n))
 	}
-	done, err := s.a.Manage.Scale(sc)
-	return answer(frontend.StatusOf(done.Message()), err)
+	done, err := s.a.Life.Scale(sc)
+	return answer(frontend.StatusOf(scaledMessage(done)), err)
 }
 
 func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRequest) (*tspb.ManagementResponse, error) {
@@ -173,7 +174,7 @@ func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRe
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	err := s.a.Manage.SetDefault(r.GetModelName(), r.GetModelVersion())
+	err := s.a.Life.SetDefault(r.GetModelName(), r.GetModelVersion())
 	return answer(frontend.StatusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
 }
 
@@ -181,6 +182,6 @@ func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.Unregis
 	if err := checkModel(r.GetModelName(), r.GetModelVersion()); err != nil {
 		return nil, err
 	}
-	err := s.a.Manage.Unregister(r.GetModelName(), r.GetModelVersion())
+	err := s.a.Life.Unregister(r.GetModelName(), r.GetModelVersion())
 	return answer(frontend.StatusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/lifecycle"
 	"github.com/torchd/torchd/tuner"
 )
 
@@ -86,7 +87,7 @@ func (ts *API) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
-	var r Registration
+	var r lifecycle.Registration
 	r.URL, r.URLGiven = a.str("url")
 	r.Name, _ = a.str("model_name")
 	r.Handler, _ = a.str("handler")
@@ -96,8 +97,8 @@ func (ts *API) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 		return
 	}
 	r.Synchronous = a.bool("synchronous", true)
-	r.Defaults = ts.Manage.tsDefaults()
-	done, err := ts.Manage.Register(r)
+	r.Defaults = ts.tsDefaults()
+	done, err := ts.Life.Register(r)
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
@@ -106,7 +107,7 @@ func (ts *API) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if done.Workers > 0 && !done.Synchronous {
 		code = 202
 	}
-	frontend.WriteStatus(ctx, code, done.Message())
+	frontend.WriteStatus(ctx, code, registeredMessage(done))
 }
 
 // settings reads a registration's serving settings (registrationSettings). batch_size,
@@ -137,7 +138,7 @@ func (ts *API) list(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	a, _ := ts.readArgs(ctx)
 	limit, given := a.num("limit", "100")
 	offset, _ := a.num("next_page_token", "0")
-	frontend.WriteJSON(ctx, 200, ts.Manage.List(limit, given, offset))
+	frontend.WriteJSON(ctx, 200, ts.listModels(limit, given, offset))
 }
 
 // describeWorker and describeModel follow TorchServe's DescribeModelResponse, plus torchd's
@@ -201,7 +202,7 @@ type batchingStatus struct {
 }
 
 func (ts *API) describe(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	out, err := ts.Manage.Describe(p[0], version(p))
+	out, err := ts.describeModels(p[0], version(p))
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
@@ -215,14 +216,14 @@ func (ts *API) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
 		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
-	sc := Scaling{Name: p[0], Version: version(p), Synchronous: a.bool("synchronous", false)}
+	sc := lifecycle.Scaling{Name: p[0], Version: version(p), Synchronous: a.bool("synchronous", false)}
 	if n, ok := a.num("min_worker", "1"); ok {
 		sc.Min = archive.Of(n)
 	}
 	if n, ok := a.num("max_worker", "min_worker"); ok {
 		sc.Max = archive.Of(n)
 	}
-	done, err := ts.Manage.Scale(sc)
+	done, err := ts.Life.Scale(sc)
 	if err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
@@ -231,11 +232,11 @@ func (ts *API) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if !done.Synchronous {
 		code = 202
 	}
-	frontend.WriteStatus(ctx, code, done.Message())
+	frontend.WriteStatus(ctx, code, scaledMessage(done))
 }
 
 func (ts *API) unregister(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	if err := ts.Manage.Unregister(p[0], version(p)); err != nil {
+	if err := ts.Life.Unregister(p[0], version(p)); err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
 	}
@@ -243,7 +244,7 @@ func (ts *API) unregister(ctx *fasthttp.RequestCtx, p frontend.Params) {
 }
 
 func (ts *API) setDefault(ctx *fasthttp.RequestCtx, p frontend.Params) {
-	if err := ts.Manage.SetDefault(p[0], p[1]); err != nil {
+	if err := ts.Life.SetDefault(p[0], p[1]); err != nil {
 		frontend.WriteAPIError(ctx, err)
 		return
 	}

@@ -1,4 +1,4 @@
-package repository
+package lifecycle
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/torchd/torchd/archive/triton"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/repository"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -18,7 +19,7 @@ var interopOnce sync.Once
 // load reads a model and brings the registry in line with it: new and changed versions are
 // loaded (a changed version replaces the old once the new is warm), and versions the policy
 // no longer selects are unloaded.
-func (p *Repository) load(name string, config []byte) error {
+func (p *modelRepository) load(name string, config []byte) error {
 	p.markPending(name, 1)
 	defer p.markPending(name, -1)
 	m := p.model(name)
@@ -33,21 +34,21 @@ func (p *Repository) load(name string, config []byte) error {
 	}
 	if tm.Err != nil {
 		// What is loaded keeps serving: a broken edit does not take a model down.
+		p.records.setReason(name, "", tm.Err.Error())
 		p.mu.Lock()
-		m.reason, m.stamp = tm.Err.Error(), tm.Stamp
+		m.stamp = tm.Stamp
 		p.mu.Unlock()
 		p.log.Error("model repository: model not served", "model", name, "err", tm.Err)
 		return core.Errorf(core.ErrBadModel, "failed to load '%s': %v", name, tm.Err)
 	}
-	p.mu.Lock()
-	m.reason = ""
-	p.mu.Unlock()
+	p.records.clear(name, "")
 	var errs []error
 	wanted := map[string]bool{}
 	for _, ver := range tm.Versions {
 		wanted[ver.Version] = true
 		if ver.Err != nil {
-			p.note(m, ver.Version, func(v *version) { v.reason = ver.Err.Error() })
+			p.note(m, ver.Version, func(*version) {})
+			p.records.setReason(name, ver.Version, ver.Err.Error())
 			errs = append(errs, fmt.Errorf("version %s: %w", ver.Version, ver.Err))
 			continue
 		}
@@ -77,7 +78,7 @@ func (p *Repository) load(name string, config []byte) error {
 
 // unchanged tells whether the registry serves what this repository loaded for ver, from the
 // same files; if so, a failure since (files that came back) is forgotten.
-func (p *Repository) unchanged(m *model, name string, ver triton.Version) bool {
+func (p *modelRepository) unchanged(m *model, name string, ver triton.Version) bool {
 	old, ok := p.reg.Peek(name, ver.Version)
 	if !ok {
 		return false
@@ -88,18 +89,19 @@ func (p *Repository) unchanged(m *model, name string, ver triton.Version) bool {
 	if v == nil || v.served != old || v.stamp != ver.Stamp {
 		return false
 	}
-	v.reason = ""
+	p.records.clear(name, ver.Version)
 	return true
 }
 
 // loadVersion adds a version to the registry, or replaces the one it holds; a failed
 // replacement leaves the old one serving.
-func (p *Repository) loadVersion(m *model, tm *triton.Model, ver triton.Version) error {
+func (p *modelRepository) loadVersion(m *model, tm *triton.Model, ver triton.Version) error {
 	name := tm.Name
 	old, _ := p.reg.Peek(name, ver.Version)
 	am, err := tm.Archive(ver)
 	if err != nil {
-		p.note(m, ver.Version, func(v *version) { v.reason = err.Error() })
+		p.note(m, ver.Version, func(*version) {})
+		p.records.setReason(name, ver.Version, err.Error())
 		return err
 	}
 	if n := am.Config.InteropThreads; n > 0 {
@@ -109,7 +111,7 @@ func (p *Repository) loadVersion(m *model, tm *triton.Model, ver triton.Version)
 			}
 		})
 	}
-	req := core.RegisterRequest{URL: am.Dir, Synchronous: true, Adapter: newAdapter(tm)}
+	req := core.RegisterRequest{URL: am.Dir, Synchronous: true, Adapter: repository.NewAdapter(tm)}
 	var served *core.ModelVersion
 	if old == nil {
 		served, err = p.reg.Add(name, ver.Version, req, am)
@@ -118,17 +120,19 @@ func (p *Repository) loadVersion(m *model, tm *triton.Model, ver triton.Version)
 	}
 	if err != nil {
 		if old == nil {
-			p.note(m, ver.Version, func(v *version) { v.reason = err.Error() })
+			p.note(m, ver.Version, func(*version) {})
+			p.records.setReason(name, ver.Version, err.Error())
 		}
 		p.log.Error("model repository: version not loaded", "model", name, "version", ver.Version, "err", err)
 		return err
 	}
 	p.note(m, ver.Version, func(v *version) { *v = version{served: served, stamp: ver.Stamp} })
+	p.records.clear(name, ver.Version)
 	return nil
 }
 
 // unload unloads every version of a model.
-func (p *Repository) unload(name, reason string) error {
+func (p *modelRepository) unload(name, reason string) error {
 	m := p.model(name)
 	m.op.Lock()
 	defer m.op.Unlock()
@@ -145,10 +149,10 @@ func (p *Repository) unload(name, reason string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m.stamp = ""
-	for _, v := range m.versions {
+	for ver, v := range m.versions {
 		// A version that failed keeps its reason; one unloaded otherwise takes this one.
-		if v.reason == "" {
-			v.reason = reason
+		if p.records.reason(name, ver) == "" {
+			p.records.setReason(name, ver, reason)
 		}
 		v.served = nil
 	}
@@ -156,17 +160,18 @@ func (p *Repository) unload(name, reason string) error {
 }
 
 // retire has the registry take a version out, answer its accepted requests and close it.
-func (p *Repository) retire(m *model, mv *core.ModelVersion, reason string) {
+func (p *modelRepository) retire(m *model, mv *core.ModelVersion, reason string) {
 	p.note(m, mv.Version, func(v *version) { v.unloading = true })
 	p.reg.Retire(mv)
-	p.note(m, mv.Version, func(v *version) { *v = version{reason: reason} })
+	p.note(m, mv.Version, func(v *version) { *v = version{} })
+	p.records.setReason(mv.Name, mv.Version, reason)
 	p.log.Info("model unloaded", "model", mv.Name, "version", mv.Version, "reason", reason)
 }
 
 // loadSteps loads an ensemble's models that the repository holds and the registry does not,
 // as Triton loads an ensemble's composing models with it. A step that fails is the
 // ensemble's load failure, which names it.
-func (p *Repository) loadSteps(tm *triton.Model) {
+func (p *modelRepository) loadSteps(tm *triton.Model) {
 	names, _ := triton.List(p.dir)
 	for _, st := range tm.Config.GetEnsembleScheduling().GetStep() {
 		if _, err := p.reg.Get(st.ModelName, ""); err == nil || !slices.Contains(names, st.ModelName) || st.ModelName == tm.Name {
@@ -184,7 +189,7 @@ func (p *Repository) loadSteps(tm *triton.Model) {
 }
 
 // markPending counts a load of name in progress (n 1) or done (n -1).
-func (p *Repository) markPending(name string, n int) {
+func (p *modelRepository) markPending(name string, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.pending == nil {
@@ -197,7 +202,7 @@ func (p *Repository) markPending(name string, n int) {
 
 // Pending reports whether a model of the repository is being loaded, or is about to be at
 // start-up (core.Options.Pending): an ensemble loading beside it waits for it.
-func (p *Repository) Pending(name string) bool {
+func (p *modelRepository) Pending(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pending[name] > 0

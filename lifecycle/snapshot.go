@@ -1,4 +1,4 @@
-package daemon
+package lifecycle
 
 import (
 	"encoding/json"
@@ -7,12 +7,10 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
-	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/internal/jsonfile"
 )
 
@@ -26,10 +24,11 @@ import (
 
 type snapshotFile struct {
 	Saved  string          `json:"saved"`
-	Models []snapshotModel `json:"models"`
+	Models []SnapshotModel `json:"models"`
 }
 
-type snapshotModel struct {
+// SnapshotModel is a registration as the snapshot keeps it.
+type SnapshotModel struct {
 	Name            string  `json:"name"`
 	Version         string  `json:"version"`
 	URL             string  `json:"url"`
@@ -60,7 +59,7 @@ type snapshotModel struct {
 // settings are the registration settings that bring m back as it was saved, each through
 // archive.Settings.Set and its limits. A setting that was automatic is automatic again, not
 // frozen at its value; a 0 that the snapshot writes for "not given" stays unset.
-func (m snapshotModel) settings() (archive.Settings, error) {
+func (m SnapshotModel) settings() (archive.Settings, error) {
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
 	var s archive.Settings
 	for _, x := range []struct {
@@ -91,64 +90,7 @@ func (m snapshotModel) settings() (archive.Settings, error) {
 	return s, nil
 }
 
-// failedRestores are the snapshot's registrations that failed to load at start-up. They
-// stay in the snapshot, and are listed by GET /models as FAILED, until a user unregisters
-// them or registers the same version again: a restart without, say, the allowed_urls that
-// admitted a registration must not lose it for good.
-type failedRestores struct {
-	mu sync.Mutex
-	m  map[string]snapshotModel // by name + "\x00" + version
-}
-
-func (f *failedRestores) add(m snapshotModel) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m == nil {
-		f.m = map[string]snapshotModel{}
-	}
-	f.m[m.Name+"\x00"+m.Version] = m
-}
-
-// Remove drops name's failed registrations of version ("" : every version) and reports
-// whether there were any.
-func (f *failedRestores) Remove(name, version string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	found := false
-	for k, m := range f.m {
-		if m.Name == name && (version == "" || m.Version == version) {
-			delete(f.m, k)
-			found = true
-		}
-	}
-	return found
-}
-
-// all returns the failed registrations sorted by name and version.
-func (f *failedRestores) all() []snapshotModel {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]snapshotModel, 0, len(f.m))
-	for _, m := range f.m {
-		out = append(out, m)
-	}
-	sortSnapshot(out)
-	return out
-}
-
-// All is the failed registrations as the management service lists and describes them.
-func (f *failedRestores) All() []torchserve.FailedModel {
-	all := f.all()
-	out := make([]torchserve.FailedModel, len(all))
-	for i, m := range all {
-		out[i] = torchserve.FailedModel{Name: m.Name, Version: m.Version, URL: m.URL, Handler: m.Handler,
-			Workers: m.Workers, MaxWorkers: m.MaxWorkers, BatchSize: m.BatchSize,
-			MaxBatchDelayMS: m.MaxBatchDelayMS, ResponseTimeout: m.ResponseTimeout, Reason: m.Failed}
-	}
-	return out
-}
-
-func sortSnapshot(ms []snapshotModel) {
+func sortSnapshot(ms []SnapshotModel) {
 	sort.Slice(ms, func(i, j int) bool {
 		a, b := ms[i], ms[j]
 		return a.Name < b.Name || a.Name == b.Name && a.Version < b.Version
@@ -157,44 +99,48 @@ func sortSnapshot(ms []snapshotModel) {
 
 // saveSnapshot writes the API-registered models. It is called after each change through the
 // management API; failures are logged, never fatal.
-func (d *Daemon) saveSnapshot() {
-	if !d.cfg.EnableSnapshots {
+func (s *Service) saveSnapshot() {
+	if s.snapshotFile == "" {
 		return
 	}
-	d.snapMu.Lock()
-	defer d.snapMu.Unlock()
-	snap := snapshotFile{Saved: time.Now().UTC().Format(time.RFC3339), Models: []snapshotModel{}}
-	for _, e := range d.Registry.List() {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	snap := snapshotFile{Saved: time.Now().UTC().Format(time.RFC3339), Models: []SnapshotModel{}}
+	for _, e := range s.reg.List() {
 		v, req := e.ModelVersion, e.Request()
 		if v.State() == core.StateLoading || !req.Persist {
 			continue
 		}
-		s := v.Settings()
-		snap.Models = append(snap.Models, snapshotModel{
+		set := v.Settings()
+		snap.Models = append(snap.Models, SnapshotModel{
 			Name: v.Name, Version: v.Version, URL: v.URL, Handler: req.Handler, Default: e.Default,
-			BatchSize: s.BatchSize, MaxBatchDelayMS: float64(s.MaxBatchDelay) / float64(time.Millisecond),
-			Workers: s.MinWorkers, MaxWorkers: s.MaxWorkers, ResponseTimeout: s.ResponseTimeout.Seconds(),
-			AutoBatch: s.Auto.BatchSize, AutoDelay: s.Auto.MaxBatchDelay, AutoWorkers: s.Auto.MinWorkers,
-			LatencyTargetMS: float64(s.LatencyTarget) / float64(time.Millisecond),
+			BatchSize: set.BatchSize, MaxBatchDelayMS: float64(set.MaxBatchDelay) / float64(time.Millisecond),
+			Workers: set.MinWorkers, MaxWorkers: set.MaxWorkers, ResponseTimeout: set.ResponseTimeout.Seconds(),
+			AutoBatch: set.Auto.BatchSize, AutoDelay: set.Auto.MaxBatchDelay, AutoWorkers: set.Auto.MinWorkers,
+			LatencyTargetMS: float64(set.LatencyTarget) / float64(time.Millisecond),
 			Threads:         req.Threads.V,
 			Precision:       req.Precision.V,
 			ForwardBatch:    snapshotTunable(req.ForwardBatch),
 		})
 	}
-	snap.Models = append(snap.Models, d.failed.all()...)
+	for _, f := range s.Restores() {
+		m := *f.Restore
+		m.Failed = f.Reason
+		snap.Models = append(snap.Models, m)
+	}
 	sortSnapshot(snap.Models)
-	if err := jsonfile.Write(d.cfg.SnapshotFile, snap); err != nil {
-		d.log.Error("snapshot not written", "file", d.cfg.SnapshotFile, "err", err)
+	if err := jsonfile.Write(s.snapshotFile, snap); err != nil {
+		s.log.Error("snapshot not written", "file", s.snapshotFile, "err", err)
 	}
 }
 
 // readSnapshot returns the snapshot's models, grouped by name with the default version last
 // so that registering them in order leaves the right default; none when there is no file.
-func (d *Daemon) readSnapshot() ([]snapshotModel, error) {
-	if !d.cfg.EnableSnapshots {
+func (s *Service) readSnapshot() ([]SnapshotModel, error) {
+	if s.snapshotFile == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(d.cfg.SnapshotFile)
+	b, err := os.ReadFile(s.snapshotFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -203,41 +149,40 @@ func (d *Daemon) readSnapshot() ([]snapshotModel, error) {
 	}
 	var snap snapshotFile
 	if err := json.Unmarshal(b, &snap); err != nil {
-		return nil, fmt.Errorf("snapshot %s: %v", d.cfg.SnapshotFile, err)
+		return nil, fmt.Errorf("snapshot %s: %v", s.snapshotFile, err)
 	}
 	return snap.Models, nil
 }
 
 // restoreSnapshot registers a snapshot's models again, each model's versions in order on one
 // goroutine and the models in parallel. A version that fails is logged and kept as failed
-// (see failedRestores).
-func (d *Daemon) restoreSnapshot(models []snapshotModel) {
-	byName := map[string][]snapshotModel{}
+// with its entry (Record.Restore).
+func (s *Service) restoreSnapshot(models []SnapshotModel) {
+	byName := map[string][]SnapshotModel{}
 	for _, m := range models {
 		byName[m.Name] = append(byName[m.Name], m)
 	}
 	for name, versions := range byName {
-		d.startupWG.Add(1)
+		s.startupWG.Add(1)
 		go func() {
-			defer d.startupWG.Done()
+			defer s.startupWG.Done()
 			def := ""
 			restored := 0
 			for _, m := range versions {
 				m.Failed = ""
 				settings, err := m.settings()
 				if err == nil {
-					req := RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, Synchronous: true, Startup: true, Persist: true,
+					req := core.RegisterRequest{URL: m.URL, Name: m.Name, Handler: m.Handler, Synchronous: true, Startup: true, Persist: true,
 						Settings: settings}
-					_, err = d.registerModel(req)
+					_, err = s.open(req)
 				}
 				if err != nil {
 					if errors.Is(err, core.ErrConflict) {
-						d.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)
+						s.log.Info("model from the snapshot already loaded by the models setting", "model", name, "version", m.Version)
 						continue
 					}
-					d.log.Error("model from the snapshot failed to load; it stays in the snapshot, listed as FAILED, until unregistered", "model", name, "version", m.Version, "url", m.URL, "err", err)
-					m.Failed = err.Error()
-					d.failed.add(m)
+					s.log.Error("model from the snapshot failed to load; it stays in the snapshot, listed as FAILED, until unregistered", "model", name, "version", m.Version, "url", m.URL, "err", err)
+					s.records.set(Record{Name: m.Name, Version: m.Version, Reason: err.Error(), Restore: &m})
 					continue
 				}
 				restored++
@@ -246,12 +191,12 @@ func (d *Daemon) restoreSnapshot(models []snapshotModel) {
 				}
 			}
 			if def != "" {
-				if err := d.Registry.SetDefault(name, def); err != nil {
-					d.log.Error("snapshot default version", "model", name, "err", err)
+				if err := s.reg.SetDefault(name, def); err != nil {
+					s.log.Error("snapshot default version", "model", name, "err", err)
 				}
 			}
 			if restored > 0 {
-				d.log.Info("model restored from the snapshot", "model", name, "versions", restored, "failed", len(versions)-restored)
+				s.log.Info("model restored from the snapshot", "model", name, "versions", restored, "failed", len(versions)-restored)
 			}
 		}()
 	}
