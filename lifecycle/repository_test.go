@@ -13,6 +13,7 @@ import (
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/repository"
 )
 
 // The tests serve the zoo's digits CNN (models/out, made by `make models`) from a Triton
@@ -29,7 +30,12 @@ output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 10 ] } ]
 // testRepository writes a repository of digits (version 1), broken (a config that does not
 // parse) and nofile (a version directory without its model), served in explicit mode over a
 // fresh registry.
-func testRepository(t *testing.T) (*Repository, *core.Registry) {
+func testRepository(t *testing.T) (*Service, *core.Registry) {
+	t.Helper()
+	return testRepositoryMode(t, ControlExplicit)
+}
+
+func testRepositoryMode(t *testing.T, mode string) (*Service, *core.Registry) {
 	t.Helper()
 	model, err := os.ReadFile(filepath.Join("..", "models", "out", "digits", "model.pt"))
 	if err != nil {
@@ -50,20 +56,28 @@ func testRepository(t *testing.T) (*Repository, *core.Registry) {
 	write("broken/config.pbtxt", []byte("max_batch_size: {"))
 	write("nofile/config.pbtxt", []byte(strings.Replace(digitsConfig, `"digits"`, `"nofile"`, 1)))
 	write("nofile/1/README", []byte("no model here"))
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := core.NewRegistry(core.Options{Log: log, Runtimes: []core.Runtime{libtorch.Backend{}}, Defaults: archive.Settings{
+	reg := testRegistry(t)
+	p := New(Config{Registry: reg, ControlMode: mode, Log: discard})
+	p.OpenRepository(dir)
+	return p, reg
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testRegistry is a registry over LibTorch with batches of one and one worker.
+func testRegistry(t *testing.T) *core.Registry {
+	t.Helper()
+	reg := core.NewRegistry(core.Options{Log: discard, Runtimes: []core.Runtime{libtorch.Backend{}}, Defaults: archive.Settings{
 		BatchSize: archive.Fixed(1), MaxBatchDelay: archive.Fixed(time.Duration(0)), MinWorkers: archive.Fixed(1),
 		JobQueueSize: archive.Of(10), ResponseTimeout: archive.Of(time.Minute), StartupTimeout: archive.Of(time.Minute),
 		Device: archive.Of("cpu"), Precision: archive.Of("fp32"),
 	}})
 	t.Cleanup(reg.Close)
-	p := New(reg, log)
-	p.Open(dir, ControlExplicit)
-	return p, reg
+	return reg
 }
 
 // index returns the index as "name version" → "STATE reason".
-func index(t *testing.T, p *Repository, ready bool) map[string]string {
+func index(t *testing.T, p *Service, ready bool) map[string]string {
 	t.Helper()
 	idx, err := p.Index(ready)
 	if err != nil {
@@ -76,17 +90,15 @@ func index(t *testing.T, p *Repository, ready bool) map[string]string {
 	return out
 }
 
-// TestControl: load and unload need a repository and explicit control, and say which kind
-// of error refused them.
+// TestControl: load and unload need explicit control, and say which kind of error refused
+// them.
 func TestControl(t *testing.T) {
-	p := New(core.NewRegistry(core.Options{}), nil)
-	if p.ControlMode() != "" {
-		t.Fatalf("control mode without a repository: %q", p.ControlMode())
+	p := New(Config{Registry: core.NewRegistry(core.Options{}), ControlMode: ControlNone})
+	if err := p.Load("digits", nil); !errors.Is(err, core.ErrControlOff) {
+		t.Fatalf("load of the model store's without explicit control: %v", err)
 	}
-	if err := p.Load("digits", nil); !errors.Is(err, core.ErrBadInput) {
-		t.Fatalf("load without a repository: %v", err)
-	}
-	p.Open(t.TempDir(), ControlPoll)
+	p = New(Config{Registry: core.NewRegistry(core.Options{}), ControlMode: ControlPoll})
+	p.OpenRepository(t.TempDir())
 	if err := p.Load("digits", nil); !errors.Is(err, core.ErrControlOff) {
 		t.Fatalf("load in poll mode: %v", err)
 	}
@@ -109,7 +121,7 @@ func TestLifetimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := AdapterOf(v); a == nil || !a.Batched() || a.Platform() != "pytorch_libtorch" || a.Config(v).MaxBatchSize != 8 {
+	if a := repository.AdapterOf(v); a == nil || !a.Batched() || a.Platform() != "pytorch_libtorch" || a.Config(v).MaxBatchSize != 8 {
 		t.Fatalf("the version's adapter: %+v", a)
 	}
 	if got := index(t, p, true); got["digits 1"] != "READY " || len(got) != 1 {
@@ -137,7 +149,7 @@ func TestLifetimes(t *testing.T) {
 	}
 
 	// A version whose file goes away serves on from what was loaded, and says why.
-	model := filepath.Join(p.Dir(), "digits", "1", "model.pt")
+	model := filepath.Join(p.RepositoryDir(), "digits", "1", "model.pt")
 	b, err := os.ReadFile(model)
 	if err != nil {
 		t.Fatal(err)
@@ -191,9 +203,8 @@ func TestLifetimes(t *testing.T) {
 // TestPollFollowsTheRepository: poll mode loads every model at start, then unloads what
 // leaves the directory.
 func TestPollFollowsTheRepository(t *testing.T) {
-	p, reg := testRepository(t)
-	p.Open(p.Dir(), ControlPoll)
-	if err := p.LoadStartup(nil); !errors.Is(err, core.ErrBadModel) {
+	p, reg := testRepositoryMode(t, ControlPoll)
+	if err := p.repo.LoadStartup(nil); !errors.Is(err, core.ErrBadModel) {
 		t.Fatalf("start-up with two models that cannot be served: %v", err)
 	}
 	if _, err := reg.Get("digits", "1"); err != nil {
@@ -203,7 +214,7 @@ func TestPollFollowsTheRepository(t *testing.T) {
 	if got := index(t, p, true); got["digits 1"] != "READY " {
 		t.Fatalf("after a poll with no change: %q", got)
 	}
-	if err := os.RemoveAll(filepath.Join(p.Dir(), "digits")); err != nil {
+	if err := os.RemoveAll(filepath.Join(p.RepositoryDir(), "digits")); err != nil {
 		t.Fatal(err)
 	}
 	p.Poll()
