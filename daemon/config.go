@@ -63,7 +63,7 @@ type Config struct {
 	KeepFreedMemoryMB     int      // the most freed C memory kept under load, MiB; 0: no cap
 	ManagementOrigins     []string // browser origins allowed to call the management API (CORS); empty: none
 
-	// A Triton model repository (repository.go): its directory ("" for none), the model
+	// A Triton model repository (package lifecycle serves it): its directory ("" for none), the model
 	// control mode (none, explicit or poll), the models loaded at start in explicit mode
 	// ("*": all), and how often poll mode reads the repository.
 	ModelRepository    string

@@ -1,10 +1,11 @@
 // Package daemon is torchd's server, the wiring: it builds the serving core (package core:
-// the registry of model versions, their batchers and worker pools), the Triton model
-// repository (package repository) and the protocol front-ends (the packages under frontend:
+// the registry of model versions, their batchers and worker pools), the lifecycle service
+// (package lifecycle: registrations, the snapshot, the start-up models, a Triton model
+// repository and the model store) and the protocol front-ends (the packages under frontend:
 // torchserve, kserve, openai, metrics, webui), and serves them on their ports over fasthttp
 // and gRPC (apis.go says which front-end serves where). It owns the configuration, token
-// authorization, model URLs and downloads, the snapshot, the start-up models and every
-// goroutine it starts. It speaks no protocol itself.
+// authorization, model URLs and downloads (the lifecycle service's Open) and every goroutine
+// it starts. It speaks no protocol itself.
 //
 // A request goes in one straight line: a front-end → core.Registry.Serve → handler
 // Preprocess (in the request's goroutine) → the version's Batcher → a WorkerPool worker

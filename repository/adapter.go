@@ -1,3 +1,8 @@
+// Package repository is what a version served from a Triton model repository adds to the
+// common load and request path: the Adapter of its config.pbtxt (input order, reshapes,
+// warm-up, labels), which the front-ends read back with AdapterOf. Which versions are
+// loaded, reloaded and unloaded is package lifecycle's. It knows no protocol: its errors are
+// core's kinds.
 package repository
 
 import (
