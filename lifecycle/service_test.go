@@ -110,6 +110,11 @@ func TestManagementAndSnapshot(t *testing.T) {
 	if _, err := s.Scale(Scaling{Name: "nope", Min: archive.Of(-1)}); !errors.Is(err, core.ErrModelNotFound) {
 		t.Fatalf("scale of a model not registered: %v", err)
 	}
+	// A negative count of a model that exists fails with no kind (the call is at fault, as
+	// TorchServe answers it 500), and changes nothing.
+	if _, err := s.Scale(Scaling{Name: "a", Min: archive.Of(-1)}); err == nil || errors.Is(err, core.ErrBadInput) || errors.Is(err, core.ErrModelNotFound) {
+		t.Fatalf("scale to -1: %v", err)
+	}
 	sc, err := s.Scale(Scaling{Name: "a", Min: archive.Of(2), Synchronous: true})
 	if err != nil || sc.Workers != 2 {
 		t.Fatalf("scale: %+v %v", sc, err)
