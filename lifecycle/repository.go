@@ -76,11 +76,9 @@ func (p *modelRepository) note(m *model, ver string, fn func(v *version)) {
 	fn(m.version(ver))
 }
 
-// control refuses load and unload outside explicit mode, as Triton does.
-func (p *modelRepository) control(op string) error {
-	if p.dir == "" {
-		return core.Errorf(core.ErrBadInput, "no model repository: start torchd with --model-repository DIR to %s models through the repository API", op)
-	}
+// control refuses load and unload outside explicit mode, as Triton does. (Without a
+// repository the service loads the model store's instead.)
+func (p *modelRepository) control() error {
 	if p.mode != ControlExplicit {
 		return core.Errorf(core.ErrControlOff, "explicit model load / unload is not allowed if polling is enabled or the model control mode is %s (start with --model-control-mode explicit)", p.mode)
 	}
@@ -91,7 +89,7 @@ func (p *modelRepository) control(op string) error {
 // ModelConfig in JSON used in place of config.pbtxt. Versions whose files did not change
 // stay as they are; changed ones are reloaded while the old keeps serving.
 func (p *modelRepository) Load(name string, config []byte) error {
-	if err := p.control("load"); err != nil {
+	if err := p.control(); err != nil {
 		return err
 	}
 	return p.load(name, config)
@@ -100,7 +98,7 @@ func (p *modelRepository) Load(name string, config []byte) error {
 // Unload unloads every version of a repository model, in explicit mode, once the requests
 // it has accepted are answered.
 func (p *modelRepository) Unload(name string) error {
-	if err := p.control("unload"); err != nil {
+	if err := p.control(); err != nil {
 		return err
 	}
 	return p.unload(name, "unloaded")
