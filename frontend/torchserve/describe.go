@@ -13,6 +13,10 @@ import (
 	"github.com/torchd/torchd/lifecycle"
 )
 
+// TorchServe's management answers over the lifecycle service, which REST (management.go)
+// and gRPC (grpc.go) share: its messages, its list and describe bodies, and a registration's
+// parameters read as settings.
+
 // registeredMessage is TorchServe's answer to a registration.
 func registeredMessage(r lifecycle.Registered) string {
 	switch {
