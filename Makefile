@@ -323,7 +323,7 @@ vet: $(ONNXRUNTIME_H)
 # reports; they run after the lanes, alone (about 2.5 minutes). The rest of the daemon's tests
 # would take over 20 minutes under -race for little more: their servers run the same code,
 # and the forwards are C++, which the detector does not see.
-RACE_PKGS   := ./core/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
+RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
 TEST_PREREQS := lib models models-int8 onnxruntime models-onnx models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
