@@ -51,6 +51,7 @@ type Config struct {
 	Python                string // handler processes' interpreter; "": see PythonPath
 	InstallPyDeps         bool   // pip install archives' requirements.txt for their handler processes
 	HandlerMemoryMiB      int    // each handler process's RSS bound; 0: none
+	ONNXMemoryMiB         int    // what ONNX models' runs may allocate together; 0: none, -1: auto
 	InitialWorkers        int    // workers a management-API registration starts by default; 0, as TorchServe
 	TokenAuth             bool
 	EnableSnapshots       bool
@@ -111,6 +112,18 @@ func parseInt(min int) func(string) (int, error) {
 		}
 		return n, nil
 	}
+}
+
+// parseAutoInt is an integer ≥ 0, or "auto" as -1.
+func parseAutoInt(v string) (int, error) {
+	if strings.TrimSpace(v) == "auto" {
+		return -1, nil
+	}
+	n, err := parseInt(0)(v)
+	if err != nil {
+		err = fmt.Errorf(`%v, or "auto"`, err)
+	}
+	return n, err
 }
 
 func parseDur(unit time.Duration) func(string) (time.Duration, error) {
@@ -367,6 +380,8 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
 	{key: "install_py_dep_per_model", def: "false", help: "pip install an archive's requirements.txt (torch-model-archiver --requirements-file) into a directory of the model's own, first on its handler processes' PYTHONPATH, as TorchServe's install_py_dep_per_model; false: the file is not installed, and the log says so",
 		apply: boolSetting(func(c *Config) *bool { return &c.InstallPyDeps })},
+	{key: "onnx_memory_limit", def: "auto", help: `MiB that the runs of ONNX models may allocate together (their intermediate tensors and outputs, from one arena; weights are outside it): a run that would go past it fails with "out of memory" and the server goes on, where a graph that sizes a tensor from a request's values (ConstantOfShape, Expand) could otherwise take the machine's memory; "auto": half of what the process may use (its cgroup's memory.max, else the machine's memory); 0: no limit. Once, at start`,
+		apply: field(func(c *Config) *int { return &c.ONNXMemoryMiB }, parseAutoInt)},
 	{key: "handler_memory_limit", def: "0", help: "MiB of resident memory each handler process may use: one above it is killed, failing its batch, and restarted; 0: no limit",
 		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",

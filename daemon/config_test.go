@@ -95,12 +95,30 @@ func TestConfigErrors(t *testing.T) {
 		{nil, map[string]string{"TORCHD_KEEP_FREED_MEMORY": "sometimes"}, `TORCHD_KEEP_FREED_MEMORY: want true or false, got "sometimes"`},
 		{nil, map[string]string{"TORCHD_KEEP_FREED_MEMORY_MB": "-1"}, `TORCHD_KEEP_FREED_MEMORY_MB: want an integer ≥ 0, got "-1"`},
 		{[]string{"extra"}, nil, "unexpected arguments"},
+		{[]string{"--onnx-memory-limit", "-1"}, nil, `flag --onnx-memory-limit: want an integer ≥ 0, got "-1", or "auto"`},
 	}
 	for _, c := range cases {
 		_, err := LoadConfig(c.args, envOf(c.env))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %v: error %v, want it to contain %q", c.args, c.env, err, c.want)
 		}
+	}
+}
+
+// TestONNXMemoryLimitSetting: onnx_memory_limit is MiB, 0 none, and "auto" (the default)
+// half of what the process may use, which this machine can read.
+func TestONNXMemoryLimitSetting(t *testing.T) {
+	for args, want := range map[string]int64{"": processMemory() / 2, "--onnx-memory-limit 0": 0, "--onnx-memory-limit 64": 64 << 20} {
+		c, err := LoadConfig(strings.Fields(args), envOf(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.onnxMemoryLimit(); got != want {
+			t.Errorf("%q: %d bytes, want %d", args, got, want)
+		}
+	}
+	if processMemory() <= 0 {
+		t.Errorf("the process's memory could not be read")
 	}
 }
 

@@ -184,3 +184,34 @@ func TestONNXArchive(t *testing.T) {
 		t.Errorf("v2 infer: ONNX %v, TorchScript %v", b, a)
 	}
 }
+
+// TestONNXMemoryLimit serves a graph that allocates whatever size a request asks
+// (ConstantOfShape of the request's shape) under onnx_memory_limit 64 MiB: a 128 MiB answer
+// fails with "out of memory", a small one is served, and the model beside it goes on.
+func TestONNXMemoryLimit(t *testing.T) {
+	repo := onnxRepo(t)
+	copyFile(t, filepath.Join(onnxDir, "hostile", "zeros.onnx"), filepath.Join(repo, "zeros", "1", "model.onnx"))
+	if err := os.WriteFile(filepath.Join(repo, "zeros", "config.pbtxt"), []byte(`platform: "onnxruntime_onnx"`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--model-repository", repo, "--onnx-memory-limit", "64")
+	s.waitHealthy(t)
+	zeros := func(a, b int) response {
+		body, _ := json.Marshal(map[string]any{
+			"inputs":  []map[string]any{{"name": "shape", "shape": []int{2}, "datatype": "INT64", "data": []int{a, b}}},
+			"outputs": []map[string]any{{"name": "zeros", "parameters": map[string]any{"binary_data": true}}},
+		})
+		return do(t, "POST", s.inf+"/v2/models/zeros/infer", "application/json", body)
+	}
+	if r := zeros(4096, 8192); r.status < 500 || !strings.Contains(string(r.body), "out of memory") {
+		t.Errorf("128 MiB of zeros under a 64 MiB limit: %d %.300s", r.status, r.body)
+	}
+	if r := zeros(3, 4); r.status != 200 {
+		t.Errorf("3x4 zeros after: %d %s", r.status, r.body)
+	}
+	x := make([]float32, 784)
+	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "input.1", "shape": []int{1, 1, 28, 28}, "datatype": "FP32", "data": x}}})
+	if r := do(t, "POST", s.inf+"/v2/models/onnx-mnist-cpu/infer", "application/json", body); r.status != 200 {
+		t.Errorf("the model beside it: %d %s", r.status, r.body)
+	}
+}

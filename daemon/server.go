@@ -22,6 +22,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,10 +120,19 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 func (c *Config) runtimes() []core.Runtime {
 	return []core.Runtime{
 		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
-		&onnx.Backend{},
+		&onnx.Backend{MemoryLimit: c.onnxMemoryLimit()},
 		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
 		libtorch.Backend{},
 	}
+}
+
+// onnxMemoryLimit is onnx_memory_limit in bytes, "auto" resolved: half of the cgroup's
+// memory.max, else of the machine's memory (0 where neither can be read: no limit).
+func (c *Config) onnxMemoryLimit() int64 {
+	if c.ONNXMemoryMiB >= 0 {
+		return int64(c.ONNXMemoryMiB) << 20
+	}
+	return processMemory() / 2
 }
 
 // PythonPath is the handler processes' interpreter: the python setting, else the project's
@@ -539,4 +549,24 @@ func (d *Daemon) loadStartupModels() {
 		}
 	}
 	d.Life.Start(st)
+}
+
+// processMemory is the memory this process may use, in bytes: its cgroup's memory.max where
+// one is set (a container's limit), else the machine's MemTotal; 0 if neither can be read.
+func processMemory() int64 {
+	total := int64(0)
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				total = kb << 10
+			}
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
+			return n
+		}
+	}
+	return total
 }

@@ -198,6 +198,9 @@ func SetMemoryLimit(bytes int64) error {
 	return nil
 }
 
+// MemoryLimit is SetMemoryLimit's cap, in bytes; 0 while none is set.
+func MemoryLimit() int64 { return memoryLimit() }
+
 func memoryLimit() int64 {
 	lib.Lock()
 	defer lib.Unlock()

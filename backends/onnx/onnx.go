@@ -28,6 +28,12 @@ const Name = triton.RuntimeONNX
 type Backend struct {
 	// Library is the path of libonnxruntime ("": onnxrt's search).
 	Library string
+	// MemoryLimit caps, in bytes, what all ONNX models' runs allocate together
+	// (onnxrt.SetMemoryLimit), set before the first session; 0: none.
+	MemoryLimit int64
+
+	limitOnce sync.Once
+	limitErr  error
 }
 
 var (
@@ -55,6 +61,9 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 	if err := onnxrt.Init(b.Library); err != nil {
 		return nil, fmt.Errorf("ONNX Runtime is not available: %v", err)
 	}
+	if err := b.setMemoryLimit(); err != nil {
+		return nil, err
+	}
 	opts, err := options(req.Archive.Config.RuntimeOptions, req.Threads)
 	if err != nil {
 		return nil, err
@@ -75,6 +84,19 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// setMemoryLimit applies MemoryLimit once, before any session; a limit already set in this
+// process (another server in it, as tests run) stands.
+func (b *Backend) setMemoryLimit() error {
+	b.limitOnce.Do(func() {
+		if b.MemoryLimit > 0 && onnxrt.MemoryLimit() == 0 {
+			if err := onnxrt.SetMemoryLimit(b.MemoryLimit); err != nil {
+				b.limitErr = fmt.Errorf("onnx_memory_limit: %v", err)
+			}
+		}
+	})
+	return b.limitErr
 }
 
 // options are the sessions' options: the worker's share of the cores (as LibTorch's
@@ -233,6 +255,11 @@ func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor,
 	if err != nil {
 		if errors.Is(err, onnxrt.ErrBadInput) {
 			return nil, &handlers.Error{Status: 400, Msg: err.Error()}
+		}
+		if errors.Is(err, onnxrt.ErrOutOfMemory) {
+			if l := onnxrt.MemoryLimit(); l > 0 {
+				return nil, fmt.Errorf("out of memory: the run needs more than onnx_memory_limit (%d MiB, for all ONNX models' runs together) leaves: %v", l>>20, err)
+			}
 		}
 		return nil, err
 	}
