@@ -148,7 +148,7 @@ func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterM
 		return nil, frontend.GRPCError(err)
 	}
 	done, err := s.a.Manage.Register(reg)
-	return answer(frontend.StatusOf(done.Message()), err)
+	return answer(frontend.StatusMessage(done.Message()), err)
 }
 
 func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorkerRequest) (*tspb.ManagementResponse, error) {
@@ -163,7 +163,7 @@ func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorker
 		sc.Max = archive.Of(int(n))
 	}
 	done, err := s.a.Manage.Scale(sc)
-	return answer(frontend.StatusOf(done.Message()), err)
+	return answer(frontend.StatusMessage(done.Message()), err)
 }
 
 func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRequest) (*tspb.ManagementResponse, error) {
@@ -174,7 +174,7 @@ func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRe
 		return nil, err
 	}
 	err := s.a.Manage.SetDefault(r.GetModelName(), r.GetModelVersion())
-	return answer(frontend.StatusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
+	return answer(frontend.StatusMessage(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
 }
 
 func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.UnregisterModelRequest) (*tspb.ManagementResponse, error) {
@@ -182,5 +182,5 @@ func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.Unregis
 		return nil, err
 	}
 	err := s.a.Manage.Unregister(r.GetModelName(), r.GetModelVersion())
-	return answer(frontend.StatusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
+	return answer(frontend.StatusMessage(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
 }
