@@ -76,7 +76,7 @@ func (s *statDuration) load() StatDuration { return StatDuration{s.count.Load(),
 type versionStats struct {
 	success, fail, queue, input, infer, output statDuration
 	inferences, executions                     atomic.Uint64
-	failures                                   [4]atomic.Uint64           // by failReasons
+	failures                                   [4]atomic.Uint64           // by FailReasons
 	last                                       atomic.Int64               // UnixMilli
 	latency                                    [latencyBins]atomic.Uint64 // per bucket; the last is +Inf
 

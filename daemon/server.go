@@ -80,8 +80,8 @@ type Daemon struct {
 	// mgmt is the management service that the REST and gRPC management APIs call.
 	mgmt    *torchserve.Management
 	serveWG sync.WaitGroup
-	// startupModels are loaded in the background after Start; the WaitGroup tracks them
-	// and startupCh closes when they are all done.
+	// The start-up models load in the background after Start; startupWG tracks them and
+	// startupCh closes when they are all done.
 	startupWG sync.WaitGroup
 	startupCh chan struct{}
 	// sweepStop ends the re-sweep of TMPDIR (see sweep) and the idle trim (see trimWhenIdle).

@@ -31,7 +31,7 @@ func APIErrorf(status int, typ, format string, args ...any) *APIError {
 }
 
 // APIErrorOf is the TorchServe REST answer to an error: the core's kinds map to TorchServe's
-// statuses and exception names (errorKinds); an APIError is answered as it is. It is the
+// statuses and exception names (TorchServeAnswers); an APIError is answered as it is. It is the
 // answer of every REST route outside the Open Inference Protocol's and OpenAI's (the router's
 // 404 and 405, authorization, management), and the metrics' code label.
 func APIErrorOf(err error) *APIError {

@@ -14,7 +14,7 @@ import (
 
 // GRPCCall is a gRPC request's call: a client that cancelled is gone, and its deadline is
 // its own time limit, which the batcher enforces as it does X-Request-Timeout. A traced call
-// (grpcTraceUnary) carries its trace.
+// (TraceUnary) carries its trace.
 func GRPCCall(ctx context.Context) core.Call {
 	arrived := time.Now()
 	c := core.Call{Gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
@@ -54,7 +54,7 @@ var GRPCCodes = KindTable[codes.Code]{
 }
 
 // grpcCode is the gRPC status for an HTTP status: a handler's own code (a TorchServe
-// handler's answer), and the REST management API's errors that gRPC management replays.
+// handler's answer), and a front-end's own APIError.
 func grpcCode(httpStatus int) codes.Code {
 	switch httpStatus {
 	case 400:

@@ -21,7 +21,7 @@ import (
 
 // TorchServe's gRPC APIs. Inference is one core call, as POST /predictions; management calls
 // the management service (Management) as REST does, and answers what REST answers: its JSON
-// body as msg, or its error under the gRPC status for the error's kind (grpcError).
+// body as msg, or its error under the gRPC status for the error's kind (frontend.GRPCError).
 
 // tsInferenceService is TorchServe's InferenceAPIsService; StreamPredictions2 (sequences of a
 // stateful model) is in grpc_stream2.go.
