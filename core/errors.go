@@ -40,7 +40,7 @@ type Error struct {
 	Kind        error
 	HandlerCode int
 	Msg         string
-	cause       error // the front-end's own error this one wraps, for its errors.As; nil: none
+	cause       error // the error this one wraps (a front-end's, a handler's), for errors.As; nil: none
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -77,16 +77,19 @@ func withKind(err error, kind error) error {
 // Kinds lists every kind, for the protocols' tables to be checked against.
 var Kinds = errkind.All
 
-// handlerError is a handler's error as the core's: of the kind the handler gave it
-// (handlers.Error), else of kind, with the code the handler answered it with.
+// handlerError is a handler's error as the core's, with message msg: of the kind it has
+// (a handlers.Error's), else of kind, with the code the handler answered it with.
 func handlerError(err error, kind error, msg string) *Error {
 	e := &Error{Kind: kind, Msg: msg, cause: err}
+	for _, k := range Kinds {
+		if errors.Is(err, k) {
+			e.Kind = k
+			break
+		}
+	}
 	var he *handlers.Error
 	if errors.As(err, &he) {
 		e.HandlerCode = he.Code
-		if he.Kind != nil {
-			e.Kind = he.Kind
-		}
 	}
 	return e
 }
