@@ -3,39 +3,44 @@ package core
 import (
 	"errors"
 	"fmt"
+
+	"github.com/torchd/torchd/errkind"
+	"github.com/torchd/torchd/handlers"
 )
 
 // The core's errors name what went wrong, not how a protocol answers it: each front-end maps
-// them to its own status codes and exception names (errors.Is on the kind).
+// them to its own status codes and exception names (errors.Is on the kind). They are
+// errkind's, so that handlers and handler processes below the core return the same kinds.
 var (
-	ErrModelNotFound   = errors.New("model not found")
-	ErrVersionNotFound = errors.New("model version not found")
-	ErrLoading         = errors.New("model is still loading")
-	ErrConflict        = errors.New("model version already registered")
-	ErrDefaultVersion  = errors.New("the default version cannot be removed while others exist")
-	ErrBadModel        = errors.New("model cannot be served") // the archive, its settings or its handler
-	ErrLoadFailed      = errors.New("model failed to load")   // LibTorch's error, or the warm-up forward's
-	ErrStartupTimeout  = errors.New("workers did not start within startup_timeout")
-	ErrBadInput        = errors.New("bad request") // the client's input
-	ErrTooLarge        = errors.New("request too large")
-	ErrUnsupported     = errors.New("not supported by the model") // e.g. an explanation its handler cannot give
-	ErrQueueFull       = errors.New("queue full")
-	ErrNoWorker        = errors.New("no worker")
-	ErrUnregistered    = errors.New("model was unregistered")
-	ErrDeadline        = errors.New("request deadline passed while queued")
-	ErrClientGone      = errors.New("client disconnected while queued")
-	ErrInference       = errors.New("inference failed")     // the handler or the model
-	ErrControlOff      = errors.New("model control is off") // load and unload need explicit model control
+	ErrModelNotFound   = errkind.ModelNotFound
+	ErrVersionNotFound = errkind.VersionNotFound
+	ErrLoading         = errkind.Loading
+	ErrConflict        = errkind.Conflict
+	ErrDefaultVersion  = errkind.DefaultVersion
+	ErrBadModel        = errkind.BadModel
+	ErrLoadFailed      = errkind.LoadFailed
+	ErrStartupTimeout  = errkind.StartupTimeout
+	ErrBadInput        = errkind.BadInput
+	ErrTooLarge        = errkind.TooLarge
+	ErrUnsupported     = errkind.Unsupported
+	ErrQueueFull       = errkind.QueueFull
+	ErrNoWorker        = errkind.NoWorker
+	ErrUnregistered    = errkind.Unregistered
+	ErrDeadline        = errkind.Deadline
+	ErrClientGone      = errkind.ClientGone
+	ErrInference       = errkind.Inference
+	ErrControlOff      = errkind.ControlOff
 )
 
-// Error is an error of one of the kinds above with its message. Status is the code a
-// handler gave its own error (handlers.Error: a TorchServe handler's answer), which a
-// protocol that speaks HTTP may keep; 0: none. The core itself never reads it.
+// Error is an error of one of the kinds above with its message. HandlerCode is the code a
+// handler answered its own error with (handlers.Error.Code: a TorchServe handler's
+// PredictionException or set_response_status), which TorchServe's front-end answers with;
+// 0: none. It is data of the kind: the core never classifies by it.
 type Error struct {
-	Kind   error
-	Status int
-	Msg    string
-	cause  error // the front-end's own error this one wraps, for its errors.As; nil: none
+	Kind        error
+	HandlerCode int
+	Msg         string
+	cause       error // the error this one wraps (a front-end's, a handler's), for errors.As; nil: none
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -70,6 +75,21 @@ func withKind(err error, kind error) error {
 }
 
 // Kinds lists every kind, for the protocols' tables to be checked against.
-var Kinds = []error{ErrModelNotFound, ErrVersionNotFound, ErrLoading, ErrConflict, ErrDefaultVersion,
-	ErrBadModel, ErrLoadFailed, ErrStartupTimeout, ErrBadInput, ErrTooLarge, ErrUnsupported,
-	ErrQueueFull, ErrNoWorker, ErrUnregistered, ErrDeadline, ErrClientGone, ErrInference, ErrControlOff}
+var Kinds = errkind.All
+
+// handlerError is a handler's error as the core's, with message msg: of the kind it has
+// (a handlers.Error's), else of kind, with the code the handler answered it with.
+func handlerError(err error, kind error, msg string) *Error {
+	e := &Error{Kind: kind, Msg: msg, cause: err}
+	for _, k := range Kinds {
+		if errors.Is(err, k) {
+			e.Kind = k
+			break
+		}
+	}
+	var he *handlers.Error
+	if errors.As(err, &he) {
+		e.HandlerCode = he.Code
+	}
+	return e
+}

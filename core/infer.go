@@ -188,7 +188,7 @@ func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 	case errors.As(res.err, &ce):
 		return res, ce
 	}
-	return res, &Error{Kind: ErrInference, Status: handlers.StatusOf(res.err, 0), Msg: res.err.Error()}
+	return res, handlerError(res.err, ErrInference, res.err.Error())
 }
 
 // explanation asks a worker for the explanation of a request's input in place of its

@@ -23,23 +23,65 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}()
 	s := r.opts.resolve(name, version, am, req)
 	start := time.Now()
-	counted := start // startup_timeout counts from here
-	// A registration that waits for its workers fails, as TorchServe's does, when they are not
-	// loaded and warm within startup_timeout. A load or forward in LibTorch cannot be
-	// interrupted, so the steps on this goroutine are checked when each returns.
-	wait := req.Synchronous || req.Startup
-	timedOut := func() error {
-		if !wait || s.MinWorkers == 0 && !s.Auto.MinWorkers || time.Since(counted) <= s.StartupTimeout {
-			return nil
-		}
-		return startupTimedOut(name, version, s.StartupTimeout)
-	}
-	if err := timedOut(); err != nil {
+	clock := &startupClock{name: name, version: version, wait: req.Synchronous || req.Startup, s: &s, counted: start}
+	if err := clock.check(); err != nil {
 		return nil, err
 	}
+	modelPath, err := r.settle(name, version, req, am, &s)
+	if err != nil {
+		return nil, err
+	}
+	model, err := r.loadModel(name, version, am, s)
+	if err != nil {
+		return nil, err
+	}
+	v, warmup, err := r.prepare(name, version, req, am, model, s, clock)
+	if err != nil {
+		model.Close()
+		return nil, err
+	}
+	if err := r.calibrate(v, &s, modelPath, warmup, clock); err != nil {
+		model.Close()
+		return nil, err
+	}
+	if handedOff, err = v.start(s, clock); err != nil {
+		return nil, err
+	}
+	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
+		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
+		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "runtime", model.Kind(), "device", model.Device(), "precision", s.Precision, "freeze", s.Freeze,
+		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
+	return v, nil
+}
+
+// startupClock is startup_timeout for a registration that waits for its workers: it fails,
+// as TorchServe's does, when they are not loaded and warm within it. A load or forward in
+// LibTorch cannot be interrupted, so the steps on the loading goroutine are checked when
+// each returns; torchd's own calibration is not counted (exclude).
+type startupClock struct {
+	name, version string
+	wait          bool // the registration waits for its workers
+	s             *ModelSettings
+	counted       time.Time // startup_timeout counts from here
+}
+
+// check is the registration's error once startup_timeout has passed; nil before.
+func (c *startupClock) check() error {
+	if !c.wait || c.s.MinWorkers == 0 && !c.s.Auto.MinWorkers || time.Since(c.counted) <= c.s.StartupTimeout {
+		return nil
+	}
+	return startupTimedOut(c.name, c.version, c.s.StartupTimeout)
+}
+
+// exclude takes the time since from the count.
+func (c *startupClock) exclude(since time.Time) { c.counted = c.counted.Add(time.Since(since)) }
+
+// settle checks the settings against the archive before its model is loaded (the adapter's
+// check, a package's batch range) and picks the precision; it returns the model file.
+func (r *Registry) settle(name, version string, req RegisterRequest, am *archive.Model, s *ModelSettings) (string, error) {
 	if a := req.Adapter; a != nil {
-		if err := a.Check(s); err != nil {
-			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+		if err := a.Check(*s); err != nil {
+			return "", errorf(ErrBadModel, "model %s: %v", name, err)
 		}
 	}
 	// A package's compiled code runs only the batch sizes it was exported for, and does not
@@ -47,12 +89,12 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	// before the package is loaded, not at a request.
 	if p := am.Package; p != nil {
 		if err := p.CheckBatchSize(s.BatchSize); err != nil {
-			return nil, errorf(ErrBadModel, "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
+			return "", errorf(ErrBadModel, "model %s: %v (%s)", name, err, filepath.Base(am.SerializedPath()))
 		}
 	}
 	precision, reason, err := selectPrecision(am, s.Precision, s.Device, HostCPUFlags())
 	if err != nil {
-		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+		return "", errorf(ErrBadModel, "model %s: %v", name, err)
 	}
 	s.Precision = precision
 	modelPath := am.SerializedPath()
@@ -66,6 +108,11 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	if s.Precision == "bf16" && !strings.HasPrefix(s.Device, "cuda") && !cpuHasBF16() {
 		r.log.Warn("precision bf16 on a CPU without avx512_bf16 or amx_bf16: bfloat16 is emulated, slower than fp32", "model", name)
 	}
+	return modelPath, nil
+}
+
+// loadModel loads the archive's model with its runtime, or an ensemble's steps.
+func (r *Registry) loadModel(name, version string, am *archive.Model, s ModelSettings) (Model, error) {
 	rt, err := r.runtimeFor(am)
 	if err != nil {
 		return nil, err
@@ -83,27 +130,30 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		}
 		return nil, errorf(ErrLoadFailed, "failed to load model %s version %s: %v", name, version, err)
 	}
-	if err := timedOut(); err != nil {
-		model.Close()
-		return nil, err
+	return model, nil
+}
+
+// prepare makes the version over a loaded model: the adapter's preparation, the handler,
+// the signature, and one forward of the warm-up input on this goroutine. On an error the
+// model is still the caller's. It returns the version and its warm-up input.
+func (r *Registry) prepare(name, version string, req RegisterRequest, am *archive.Model, model Model, s ModelSettings, clock *startupClock) (*ModelVersion, []*handlers.Sample, error) {
+	if err := clock.check(); err != nil {
+		return nil, nil, err
 	}
 	if a := req.Adapter; a != nil {
 		if err := a.Prepare(am, model); err != nil {
-			model.Close()
-			return nil, errorf(ErrBadModel, "model %s version %s: %v", name, version, err)
+			return nil, nil, errorf(ErrBadModel, "model %s version %s: %v", name, version, err)
 		}
 	}
 	// The handler is made after the adapter has settled the signature (its order, or
 	// Triton's auto-complete from the model).
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
 	if err != nil {
-		model.Close()
-		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+		return nil, nil, errorf(ErrBadModel, "model %s: %v", name, err)
 	}
 	if hb, ok := model.(HandlerBinder); ok {
 		if err := hb.BindHandler(h); err != nil {
-			model.Close()
-			return nil, errorf(ErrBadModel, "model %s: %v", name, err)
+			return nil, nil, errorf(ErrBadModel, "model %s: %v", name, err)
 		}
 	}
 	v := &ModelVersion{
@@ -116,7 +166,28 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	v.state.Store(int32(StateWarming))
 	v.ins, v.outs = resolveSignature(am, model, req.Adapter != nil)
 	v.metrics = r.metrics.Version(v)
-	warmup, err := warmupSamples(h, am.Config)
+	warmup, err := warmupFor(h, model, req.Adapter, am.Config)
+	if err != nil {
+		return nil, nil, errorf(ErrBadModel, "model %s: %v", name, err)
+	}
+	// Check the model once on this goroutine so that a model that cannot run its own
+	// declared input fails registration with its runtime's message.
+	for _, smp := range warmup[:min(1, len(warmup))] {
+		if _, err := model.Run([]*handlers.Sample{smp}, nil); err != nil {
+			return nil, nil, errorf(ErrLoadFailed, "model %s version %s failed its warm-up forward: %v", name, version, err)
+		}
+	}
+	if err := clock.check(); err != nil {
+		return nil, nil, err
+	}
+	return v, warmup, nil
+}
+
+// warmupFor is the input a model's workers warm up on: its handler's or its archive's, or
+// zeros of the inputs a model reports itself; none for a handler process (its handler warms
+// up in initialize, as in TorchServe) or an ensemble (its models warmed up themselves).
+func warmupFor(h handlers.Handler, model Model, adapter Adapter, ac archive.ModelConfig) ([]*handlers.Sample, error) {
+	warmup, err := warmupSamples(h, ac)
 	if _, schema := model.(SchemaSigned); !schema && err == nil && warmup == nil {
 		sg, _ := model.(Signed)
 		// A model that reports its own inputs (an ONNX graph's) warms up on zeros of them
@@ -127,58 +198,49 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 		}
 	}
 	if _, ok := model.(ProcessReporter); ok {
-		// A handler process takes whole requests, not tensors; its handler warms up in
-		// initialize, as in TorchServe.
 		warmup = nil
 	}
-	if req.Adapter != nil {
-		warmup, err = req.Adapter.Warmup()
+	if adapter != nil {
+		warmup, err = adapter.Warmup()
 	}
 	if _, ok := model.(composite); ok {
-		warmup, err = nil, nil // an ensemble's models warmed up themselves
+		warmup, err = nil, nil
 	}
-	if err != nil {
-		model.Close()
-		return nil, errorf(ErrBadModel, "model %s: %v", name, err)
-	}
-	// Check the model once on this goroutine so that a model that cannot run its own
-	// declared input fails registration with its runtime's message.
-	for _, smp := range warmup[:min(1, len(warmup))] {
-		if _, err := model.Run([]*handlers.Sample{smp}, nil); err != nil {
-			model.Close()
-			return nil, errorf(ErrLoadFailed, "model %s version %s failed its warm-up forward: %v", name, version, err)
-		}
-	}
-	if err := timedOut(); err != nil {
-		model.Close()
-		return nil, err
-	}
-	// Measuring the batching curve is torchd's own calibration, not the workers' start:
-	// startup_timeout does not count it.
+	return warmup, err
+}
+
+// calibrate measures the batching curve when batching is automatic, and the forward batch:
+// torchd's own calibration, not the workers' start, which startup_timeout does not count.
+func (r *Registry) calibrate(v *ModelVersion, s *ModelSettings, modelPath string, warmup []*handlers.Sample, clock *startupClock) error {
 	tuneStart := time.Now()
-	tn, err := r.setupAuto(name, &s, h, model, modelPath, warmup)
-	counted = counted.Add(time.Since(tuneStart))
+	tn, err := r.setupAuto(v.Name, s, v.handler, v.model, modelPath, warmup)
+	clock.exclude(tuneStart)
 	if err != nil {
-		model.Close()
-		return nil, errorf(ErrBadModel, "%v", err)
+		return errorf(ErrBadModel, "%v", err)
 	}
 	if tn != nil {
-		v.setSettings(s)
+		v.setSettings(*s)
 		v.batcher.SetBatching(s.BatchSize, s.MaxBatchDelay)
 		v.tuner = tn
 	}
 	tuneStart = time.Now()
-	err = r.setupForwardBatch(name, &s, h, model, modelPath, warmup)
-	counted = counted.Add(time.Since(tuneStart))
+	err = r.setupForwardBatch(v.Name, s, v.handler, v.model, modelPath, warmup)
+	clock.exclude(tuneStart)
 	if err != nil {
-		model.Close()
-		return nil, errorf(ErrBadModel, "%v", err)
+		return errorf(ErrBadModel, "%v", err)
 	}
-	v.setSettings(s)
-	v.pool = newWorkerPool(name+":"+version, model, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
+	v.setSettings(*s)
+	v.pool = newWorkerPool(v.Name+":"+v.Version, v.model, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)
 	v.pool.stats = v.stats
 	v.pool.rows = s.ForwardBatch
-	v.pool.model, v.pool.version = name, version
+	v.pool.model, v.pool.version = v.Name, v.Version
+	return nil
+}
+
+// start starts v's workers, then its tuner; a registration that waits for them returns when
+// they are warm, or fails at startup_timeout. handedOff: v, and its archive, close in the
+// background (their workers stop at their next forward).
+func (v *ModelVersion) start(s ModelSettings, clock *startupClock) (handedOff bool, err error) {
 	done := make(chan struct{})
 	go func() {
 		v.pool.Scale(s.MinWorkers, true)
@@ -188,28 +250,24 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 			v.tuner.Run(tuned{v})
 		}
 	}()
-	if wait {
-		timer := time.NewTimer(max(s.StartupTimeout-time.Since(counted), 0))
-		select {
-		case <-done:
-			timer.Stop()
-		case <-timer.C:
-			if s.MinWorkers > 0 || s.Auto.MinWorkers {
-				// The workers still warming up stop at their next forward, then the version
-				// closes (a forward in progress cannot be interrupted).
-				handedOff = true
-				v.pool.abandon()
-				go func() { <-done; v.close() }()
-				return nil, startupTimedOut(name, version, s.StartupTimeout)
-			}
-			<-done
-		}
+	if !clock.wait {
+		return false, nil
 	}
-	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
-		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
-		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "runtime", model.Kind(), "device", model.Device(), "precision", s.Precision, "freeze", s.Freeze,
-		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
-	return v, nil
+	timer := time.NewTimer(max(s.StartupTimeout-time.Since(clock.counted), 0))
+	select {
+	case <-done:
+		timer.Stop()
+	case <-timer.C:
+		if s.MinWorkers > 0 || s.Auto.MinWorkers {
+			// The workers still warming up stop at their next forward, then the version
+			// closes (a forward in progress cannot be interrupted).
+			v.pool.abandon()
+			go func() { <-done; v.close() }()
+			return true, startupTimedOut(v.Name, v.Version, s.StartupTimeout)
+		}
+		<-done
+	}
+	return false, nil
 }
 
 // startupTimedOut is TorchServe's answer to workers that did not start within

@@ -2,7 +2,7 @@ package core
 
 import "time"
 
-// Recorder is where the core reports what it serves (package daemon's metrics): an Observer
+// Recorder is where the core reports what it serves (frontend/metrics): an Observer
 // per model version, and Drop when a version leaves. A reloaded version gets the Observer of
 // the version it replaces, which then reports the new one.
 type Recorder interface {

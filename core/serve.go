@@ -180,7 +180,7 @@ func (v *ModelVersion) decode(req *Request) (Input, *handlers.Sample, error) {
 		s, err := tp.PreprocessTensor(*in.Tensor)
 		v.metrics.Preprocess(t0)
 		if err != nil {
-			return in, nil, &Error{Kind: ErrBadInput, Status: handlers.StatusOf(err, 0), Msg: fmt.Sprintf("input %q: %v", in.Tensor.Name, err)}
+			return in, nil, handlerError(err, ErrBadInput, fmt.Sprintf("input %q: %v", in.Tensor.Name, err))
 		}
 		return in, s, nil
 	case in.Payloads != nil:
@@ -199,7 +199,7 @@ func (v *ModelVersion) preprocess(req *handlers.Request) (*handlers.Sample, erro
 		return nil, errorf(ErrClientGone, "%s", err.Error())
 	}
 	if err != nil {
-		return nil, &Error{Kind: ErrBadInput, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
+		return nil, handlerError(err, ErrBadInput, err.Error())
 	}
 	return sample, nil
 }
@@ -212,7 +212,7 @@ func (v *ModelVersion) postprocess(sample *handlers.Sample, res Result, arrived 
 	v.metrics.Postprocess(t1)
 	v.metrics.Handler(time.Since(arrived) - res.Queued)
 	if err != nil {
-		e := &Error{Kind: ErrInference, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
+		e := handlerError(err, ErrInference, err.Error())
 		if t != nil {
 			t.Stage("postprocess", t1, time.Now(), e)
 			t.Fail(e)

@@ -53,7 +53,7 @@ type RegisterRequest struct {
 }
 
 // Adapter is what a registration adds to its version's request path: a Triton repository
-// model's tensor names, shapes and warm-up (package daemon).
+// model's tensor names, shapes and warm-up (repository.Adapter).
 type Adapter interface {
 	// Check refuses settings the model cannot be served with, before it is loaded.
 	Check(s ModelSettings) error

@@ -76,7 +76,7 @@ func (s *statDuration) load() StatDuration { return StatDuration{s.count.Load(),
 type versionStats struct {
 	success, fail, queue, input, infer, output statDuration
 	inferences, executions                     atomic.Uint64
-	failures                                   [4]atomic.Uint64           // by failReasons
+	failures                                   [4]atomic.Uint64           // by FailReasons
 	last                                       atomic.Int64               // UnixMilli
 	latency                                    [latencyBins]atomic.Uint64 // per bucket; the last is +Inf
 
@@ -212,15 +212,14 @@ var FailReasons = []string{FailRejected, FailCanceled, FailBackend, FailOther}
 
 // FailReason is the failure reason of a request that failed with err, by its kind.
 func FailReason(err error) string {
-	var ce *Error
 	switch {
 	case errors.Is(err, ErrQueueFull), errors.Is(err, ErrDeadline), errors.Is(err, ErrNoWorker),
 		errors.Is(err, ErrUnregistered), errors.Is(err, ErrLoading):
 		return FailRejected
 	case errors.Is(err, ErrClientGone):
 		return FailCanceled
-	case errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500:
-		return FailOther // a handler's own answer that the input was wrong
+	case errors.Is(err, ErrBadInput):
+		return FailOther // the input was wrong, whoever said so
 	case errors.Is(err, ErrInference), errors.Is(err, ErrLoadFailed), errors.Is(err, ErrStartupTimeout):
 		return FailBackend
 	}

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/frontend"
-	"github.com/torchd/torchd/frontend/kserve"
-	"github.com/torchd/torchd/frontend/openai"
 	"github.com/valyala/fasthttp"
 )
 
@@ -133,8 +131,11 @@ func (k *keyring) rotate(kind string) (string, error) {
 	return e.Key, nil
 }
 
-// authorize wraps an API's handler with the key check. exempt lists paths that need no key.
-func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(path string) bool) fasthttp.RequestHandler {
+// authorize wraps a port's router with the key check. exempt lists paths that need no key.
+// A refused key is answered in the shape of the API whose route it asked for (the router's
+// Unauthorized).
+func (d *Daemon) authorize(kind string, rt *frontend.Router, exempt func(path string) bool) fasthttp.RequestHandler {
+	h := rt.Serve
 	if d.keys == nil {
 		return h
 	}
@@ -145,21 +146,11 @@ func (d *Daemon) authorize(kind string, h fasthttp.RequestHandler, exempt func(p
 		case kind == "management" && path == "/token":
 			// Rotation takes the API key.
 			if !d.keys.allowed(ctx, "API") {
-				frontend.WriteError(ctx, 400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not provided correctly: /token takes the API key")
+				frontend.WriteTorchServeError(ctx, 400, "InvalidKeyException", "Token Authorization failed. Token either incorrect, expired, or not provided correctly: /token takes the API key")
 				return
 			}
 		case !d.keys.allowed(ctx, keyFor(kind, path)):
-			msg := fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", keyFor(kind, path))
-			switch {
-			case path == "/v1/embeddings":
-				// OpenAI's clients read their API's shape, and 401 as a bad key.
-				openai.WriteError(ctx, 401, "invalid_api_key", msg)
-				return
-			case strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/"):
-				kserve.WriteError(ctx, 400, msg) // the KServe protocols' {"error": ...}
-				return
-			}
-			frontend.WriteError(ctx, 400, "InvalidKeyException", msg)
+			rt.Unauthorized(ctx, fmt.Sprintf("Token Authorization failed. Token either incorrect, expired, or not provided correctly: send the %s key as Authorization: Bearer <key>", keyFor(kind, path)))
 			return
 		}
 		h(ctx)
@@ -184,12 +175,12 @@ func noPath(string) bool { return false }
 // token rotates a key: GET /token?type=management|inference, with the API key.
 func (d *Daemon) token(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if d.keys == nil {
-		frontend.WriteError(ctx, 400, "BadRequestException", "token authorization is off (enable_token_authorization = false)")
+		frontend.WriteTorchServeError(ctx, 400, "BadRequestException", "token authorization is off (enable_token_authorization = false)")
 		return
 	}
 	key, err := d.keys.rotate(string(ctx.QueryArgs().Peek("type")))
 	if err != nil {
-		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
+		frontend.WriteTorchServeError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	d.log.Info("key rotated", "type", string(ctx.QueryArgs().Peek("type")), "key_file", d.keys.path)

@@ -67,14 +67,17 @@ func TestTokenAuthorization(t *testing.T) {
 	if r := withKey(t, "GET", s.mgmt+"/models", k.Management.Key, nil); r.status != 200 {
 		t.Fatalf("management key: %d %s", r.status, r.body)
 	}
-	// The KServe routes answer in their own error shape.
-	r := withKey(t, "POST", s.inf+"/v2/models/digits_tensor/infer", "", []byte(`{"inputs": []}`))
-	var e oip.ErrorResponse
-	if r.status != 400 || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, "Token Authorization failed") {
-		t.Fatalf("v2 infer without a key: %d %s", r.status, r.body)
+	// The KServe routes (v1, v2, Triton's extensions; the repository's load takes the
+	// management key) answer in their own error shape.
+	for _, u := range []string{"/v2/models/digits_tensor/infer", "/v1/models/digits_tensor:predict", "/v2/repository/index", "/v2/repository/models/digits_tensor/load"} {
+		r := withKey(t, "POST", s.inf+u, "", []byte(`{"inputs": []}`))
+		var e oip.ErrorResponse
+		if r.status != 400 || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, "Token Authorization failed") {
+			t.Fatalf("%s without a key: %d %s", u, r.status, r.body)
+		}
 	}
 	// OpenAI's route answers in OpenAI's shape, 401 as OpenAI answers a bad key.
-	r = withKey(t, "POST", s.inf+"/v1/embeddings", "wrong", []byte(`{"model": "m", "input": "x"}`))
+	r := withKey(t, "POST", s.inf+"/v1/embeddings", "wrong", []byte(`{"model": "m", "input": "x"}`))
 	var oe struct {
 		Error struct{ Message, Type, Code string }
 	}

@@ -24,9 +24,10 @@ import (
 )
 
 // The gRPC front-ends, each a google.golang.org/grpc server on its own port, since fasthttp
-// does not speak HTTP/2: the Open Inference Protocol as Triton serves it (grpc_oip.go), and
-// TorchServe's inference and management APIs (grpc_torchserve.go). They are codecs over the
-// same calls as REST: one core.Registry.Serve per inference request, and the registry.
+// does not speak HTTP/2: the Open Inference Protocol as Triton serves it
+// (frontend/kserve/grpc.go), and TorchServe's inference and management APIs
+// (frontend/torchserve/grpc.go). They are codecs over the same calls as REST: one
+// core.Registry.Serve per inference request, and the registry.
 
 // grpcAPI is one gRPC server to start: its name in the logs, its address and its services.
 type grpcAPI struct {

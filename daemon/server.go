@@ -291,8 +291,8 @@ func (d *Daemon) Start() error {
 		name, addr string
 		h          fasthttp.RequestHandler
 	}{
-		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.page.Public(d.authorize("inference", d.inferenceRouter().Serve, healthPath))))},
-		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter().Serve, noPath)))},
+		{"inference", d.cfg.InferenceAddress, frontend.EndTraces(d.tracer, d.countResponses(d.page.Public(d.authorize("inference", d.inferenceRouter(), healthPath))))},
+		{"management", d.cfg.ManagementAddress, d.countResponses(d.allowOrigins(d.authorize("management", d.managementRouter(), noPath)))},
 		{"metrics", d.cfg.MetricsAddress, frontend.Describe("metrics", d.metrics.Routes()).Serve},
 	}
 	if !d.cfg.EnableMetrics {
@@ -511,13 +511,13 @@ func (d *Daemon) accessLog(h fasthttp.RequestHandler) fasthttp.RequestHandler {
 func (d *Daemon) connError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		frontend.WriteError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
+		frontend.WriteTorchServeError(ctx, 413, "RequestEntityTooLargeException", fmt.Sprintf("request body exceeds max_request_size (%d bytes)", d.cfg.MaxRequestSize))
 	case isTimeout(err):
-		frontend.WriteError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
+		frontend.WriteTorchServeError(ctx, 408, "RequestTimeoutException", "timed out reading the request")
 	case errors.As(err, new(*fasthttp.ErrSmallBuffer)):
-		frontend.WriteError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
+		frontend.WriteTorchServeError(ctx, 431, "RequestHeaderFieldsTooLargeException", "the request line and headers exceed 4096 bytes")
 	default:
-		frontend.WriteError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
+		frontend.WriteTorchServeError(ctx, 400, "BadRequestException", "malformed request: "+err.Error())
 	}
 	ctx.SetConnectionClose()
 }

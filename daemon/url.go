@@ -45,7 +45,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	}
 	am, err := archive.Open(path, opts...)
 	if err != nil {
-		return nil, frontend.Errorf(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+		return nil, frontend.APIErrorf(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
 	}
 	// A registration parameter overrides the archive's own setting, the handler included.
 	// A Python one runs in handler processes, and fails there, with 500, if the archive does
@@ -56,7 +56,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	case req.Handler == archive.HandlerPython:
 		if err := am.RunManifestHandler(); err != nil {
 			am.Close()
-			return nil, frontend.Errorf(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
+			return nil, frontend.APIErrorf(http.StatusBadRequest, "ModelException", "%s: %v", req.URL, err)
 		}
 	case am.ForTorchServes(req.Handler):
 		am.Config.Handler, am.PythonHandler = archive.HandlerPython, req.Handler
@@ -69,7 +69,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 	}
 	v, err := d.Registry.Add(name, am.Version, req, am)
 	if unknown && errors.Is(err, core.ErrLoadFailed) {
-		return nil, frontend.Errorf(http.StatusInternalServerError, "InternalServerException",
+		return nil, frontend.APIErrorf(http.StatusInternalServerError, "InternalServerException",
 			"handler %q given at registration does not exist: torchd has %s, and TorchServe's worker could not load it: %v",
 			req.Handler, strings.Join(archive.HandlerNames(), ", "), err)
 	}
@@ -83,7 +83,7 @@ func (d *Daemon) registerModel(req RegisterRequest) (*ModelVersion, error) {
 func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	none := func() {}
 	if raw == "" {
-		return "", none, frontend.Errorf(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
+		return "", none, frontend.APIErrorf(http.StatusBadRequest, "BadRequestException", "Parameter url is required.")
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme == "" {
@@ -95,7 +95,7 @@ func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	// for file:// also against the path with symbolic links resolved. Whether a path was
 	// refused or does not exist gets one message, so that registration cannot be used to
 	// probe the file system.
-	refused := frontend.Errorf(http.StatusBadRequest, "ModelException", "url %s is not allowed or not found: it must be in the model store or match allowed_urls", raw)
+	refused := frontend.APIErrorf(http.StatusBadRequest, "ModelException", "url %s is not allowed or not found: it must be in the model store or match allowed_urls", raw)
 	switch u.Scheme {
 	case "file":
 		clean := filepath.Clean("/" + u.Path)
@@ -126,13 +126,13 @@ func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 	if !d.allowed(raw) {
 		return "", none, refused
 	}
-	return "", none, frontend.Errorf(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
+	return "", none, frontend.APIErrorf(http.StatusBadRequest, "ModelException", "url scheme %q is not supported (file, http, https)", u.Scheme)
 }
 
 func (d *Daemon) storePath(name string) (string, error) {
 	if strings.Contains(name, "..") {
 		// TorchServe answers 404 for a ".." in the URL.
-		return "", frontend.Errorf(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
+		return "", frontend.APIErrorf(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
 	}
 	store, err := filepath.Abs(d.cfg.ModelStore)
 	if err != nil {
@@ -140,7 +140,7 @@ func (d *Daemon) storePath(name string) (string, error) {
 	}
 	p := filepath.Join(store, filepath.Clean("/"+name))
 	if _, err := os.Stat(p); err != nil {
-		return "", frontend.Errorf(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
+		return "", frontend.APIErrorf(http.StatusNotFound, "ModelNotFoundException", "Model not found in model store: %s", name)
 	}
 	return p, nil
 }
@@ -161,15 +161,15 @@ func (d *Daemon) download(raw string, u *url.URL) (string, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
-		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s", raw)
+		return "", frontend.APIErrorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s", raw)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
+		return "", frontend.APIErrorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: HTTP %d", raw, resp.StatusCode)
+		return "", frontend.APIErrorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: HTTP %d", raw, resp.StatusCode)
 	}
 	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-download-*", os.Getpid()))
 	if err != nil {
@@ -188,7 +188,7 @@ func (d *Daemon) download(raw string, u *url.URL) (string, error) {
 	if resp.ContentLength > limit {
 		f.Close()
 		os.RemoveAll(dir)
-		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: its Content-Length %d is over max_download_size (%d bytes)", raw, resp.ContentLength, limit)
+		return "", frontend.APIErrorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: its Content-Length %d is over max_download_size (%d bytes)", raw, resp.ContentLength, limit)
 	}
 	n, err := io.Copy(f, io.LimitReader(resp.Body, limit+1))
 	f.Close()
@@ -200,7 +200,7 @@ func (d *Daemon) download(raw string, u *url.URL) (string, error) {
 	}
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", frontend.Errorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
+		return "", frontend.APIErrorf(http.StatusBadRequest, "DownloadArchiveException", "Failed to download archive from: %s: %v", raw, err)
 	}
 	return p, nil
 }

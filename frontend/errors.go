@@ -24,13 +24,14 @@ type APIError struct {
 
 func (e *APIError) Error() string { return e.Msg }
 
-// Errorf is an APIError with a formatted message.
-func Errorf(status int, typ, format string, args ...any) *APIError {
+// APIErrorf is an APIError with a formatted message: a TorchServe answer of the front-end's own,
+// outside the core's kinds.
+func APIErrorf(status int, typ, format string, args ...any) *APIError {
 	return &APIError{Status: status, Type: typ, Msg: fmt.Sprintf(format, args...)}
 }
 
 // APIErrorOf is the TorchServe REST answer to an error: the core's kinds map to TorchServe's
-// statuses and exception names (errorKinds); an APIError is answered as it is. It is the
+// statuses and exception names (TorchServeAnswers); an APIError is answered as it is. It is the
 // answer of every REST route outside the Open Inference Protocol's and OpenAI's (the router's
 // 404 and 405, authorization, management), and the metrics' code label.
 func APIErrorOf(err error) *APIError {
@@ -38,22 +39,19 @@ func APIErrorOf(err error) *APIError {
 	if errors.As(err, &ae) {
 		return ae
 	}
-	status, typ := 500, "InternalServerException"
-	for _, k := range errorKinds {
-		if errors.Is(err, k.kind) {
-			status, typ = k.status, k.typ
-			break
-		}
+	a, ok := TorchServeAnswers.Of(err)
+	if !ok {
+		a = TorchServeAnswer{500, "InternalServerException"}
 	}
 	var ce *core.Error
-	if errors.As(err, &ce) && ce.Status != 0 {
-		// A handler's own status: a 4xx is the client's.
-		status = ce.Status
-		if status < 500 {
-			typ = "BadRequestException"
+	if errors.As(err, &ce) && ce.HandlerCode != 0 {
+		// TorchServe answers with the code a handler gave its own error; a 4xx is the client's.
+		a.Status = ce.HandlerCode
+		if a.Status < 500 {
+			a.Type = "BadRequestException"
 		}
 	}
-	return &APIError{Status: status, Type: typ, Msg: err.Error()}
+	return &APIError{Status: a.Status, Type: a.Type, Msg: err.Error()}
 }
 
 // HTTPStatus is the HTTP status an inference request that ended with err (nil: answered) is
@@ -65,30 +63,33 @@ func HTTPStatus(err error) int {
 	return APIErrorOf(err).Status
 }
 
-// errorKinds is TorchServe's REST table: the core's kinds as its statuses and exception names.
-var errorKinds = []struct {
-	kind   error
-	status int
-	typ    string
-}{
-	{core.ErrModelNotFound, 404, "ModelNotFoundException"},
-	{core.ErrVersionNotFound, 404, "ModelVersionNotFoundException"},
-	{core.ErrLoading, 503, "ServiceUnavailableException"},
-	{core.ErrConflict, 409, "ConflictStatusException"},
-	{core.ErrDefaultVersion, 403, "InvalidModelVersionException"},
-	{core.ErrBadModel, 400, "ModelException"},
-	{core.ErrLoadFailed, 500, "InternalServerException"},
-	{core.ErrStartupTimeout, 500, "InternalServerException"},
-	{core.ErrBadInput, 400, "BadRequestException"},
-	{core.ErrTooLarge, 413, "RequestEntityTooLargeException"},
-	{core.ErrUnsupported, 501, "NotImplementedException"},
-	{core.ErrQueueFull, 503, "ServiceUnavailableException"},
-	{core.ErrNoWorker, 503, "ServiceUnavailableException"},
-	{core.ErrUnregistered, 503, "ServiceUnavailableException"},
-	{core.ErrDeadline, 504, "RequestTimeoutException"},
-	{core.ErrClientGone, StatusClientClosed, "ClientClosedRequest"},
-	{core.ErrInference, 500, "InternalServerException"},
-	{core.ErrControlOff, 503, "ServiceUnavailableException"},
+// TorchServeAnswer is TorchServe's REST answer to an error: its status and exception name.
+type TorchServeAnswer struct {
+	Status int
+	Type   string
+}
+
+// TorchServeAnswers is TorchServe's REST table: the core's kinds as its statuses and
+// exception names.
+var TorchServeAnswers = KindTable[TorchServeAnswer]{
+	{core.ErrModelNotFound, TorchServeAnswer{404, "ModelNotFoundException"}},
+	{core.ErrVersionNotFound, TorchServeAnswer{404, "ModelVersionNotFoundException"}},
+	{core.ErrLoading, TorchServeAnswer{503, "ServiceUnavailableException"}},
+	{core.ErrConflict, TorchServeAnswer{409, "ConflictStatusException"}},
+	{core.ErrDefaultVersion, TorchServeAnswer{403, "InvalidModelVersionException"}},
+	{core.ErrBadModel, TorchServeAnswer{400, "ModelException"}},
+	{core.ErrLoadFailed, TorchServeAnswer{500, "InternalServerException"}},
+	{core.ErrStartupTimeout, TorchServeAnswer{500, "InternalServerException"}},
+	{core.ErrBadInput, TorchServeAnswer{400, "BadRequestException"}},
+	{core.ErrTooLarge, TorchServeAnswer{413, "RequestEntityTooLargeException"}},
+	{core.ErrUnsupported, TorchServeAnswer{501, "NotImplementedException"}},
+	{core.ErrQueueFull, TorchServeAnswer{503, "ServiceUnavailableException"}},
+	{core.ErrNoWorker, TorchServeAnswer{503, "ServiceUnavailableException"}},
+	{core.ErrUnregistered, TorchServeAnswer{503, "ServiceUnavailableException"}},
+	{core.ErrDeadline, TorchServeAnswer{504, "RequestTimeoutException"}},
+	{core.ErrClientGone, TorchServeAnswer{StatusClientClosed, "ClientClosedRequest"}},
+	{core.ErrInference, TorchServeAnswer{500, "InternalServerException"}},
+	{core.ErrControlOff, TorchServeAnswer{503, "ServiceUnavailableException"}},
 }
 
 // JSONBody is v as the TorchServe APIs' JSON body, 2-space indented and ending in a newline;
@@ -112,12 +113,12 @@ func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetBody(b)
 }
 
-// StatusOf is TorchServe's {"status": msg} answer.
-func StatusOf(msg string) map[string]string { return map[string]string{"status": msg} }
+// StatusMessage is TorchServe's {"status": msg} answer.
+func StatusMessage(msg string) map[string]string { return map[string]string{"status": msg} }
 
-// StatusBody is StatusOf(msg) as a JSON body.
+// StatusBody is StatusMessage(msg) as a JSON body.
 func StatusBody(msg string) []byte {
-	b, _ := JSONBody(StatusOf(msg)) // a map of strings always encodes
+	b, _ := JSONBody(StatusMessage(msg)) // a map of strings always encodes
 	return b
 }
 
@@ -128,8 +129,8 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
-// WriteError answers in TorchServe's error shape.
-func WriteError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+// WriteTorchServeError answers in TorchServe's error shape.
+func WriteTorchServeError(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
 	WriteJSON(ctx, status, errorBody{Code: status, Type: typ, Message: msg})
 }
 
@@ -140,10 +141,10 @@ func WriteAPIError(ctx *fasthttp.RequestCtx, err error) {
 	if ae.Status == 503 {
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
-	WriteError(ctx, ae.Status, ae.Type, ae.Msg)
+	WriteTorchServeError(ctx, ae.Status, ae.Type, ae.Msg)
 }
 
 // WriteStatus answers TorchServe's {"status": msg}.
 func WriteStatus(ctx *fasthttp.RequestCtx, code int, status string) {
-	WriteJSON(ctx, code, StatusOf(status))
+	WriteJSON(ctx, code, StatusMessage(status))
 }

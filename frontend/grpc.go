@@ -14,7 +14,7 @@ import (
 
 // GRPCCall is a gRPC request's call: a client that cancelled is gone, and its deadline is
 // its own time limit, which the batcher enforces as it does X-Request-Timeout. A traced call
-// (grpcTraceUnary) carries its trace.
+// (TraceUnary) carries its trace.
 func GRPCCall(ctx context.Context) core.Call {
 	arrived := time.Now()
 	c := core.Call{Gone: func() bool { return errors.Is(ctx.Err(), context.Canceled) }}
@@ -30,12 +30,9 @@ func GRPCCall(ctx context.Context) core.Call {
 	return c
 }
 
-// grpcCodes is both gRPC front-ends' table: the core's kinds as gRPC status codes, as
+// GRPCCodes is both gRPC front-ends' table: the core's kinds as gRPC status codes, as
 // Triton maps its errors.
-var grpcCodes = []struct {
-	kind error
-	code codes.Code
-}{
+var GRPCCodes = KindTable[codes.Code]{
 	{core.ErrModelNotFound, codes.NotFound},
 	{core.ErrVersionNotFound, codes.NotFound},
 	{core.ErrLoading, codes.Unavailable},
@@ -57,7 +54,7 @@ var grpcCodes = []struct {
 }
 
 // grpcCode is the gRPC status for an HTTP status: a handler's own code (a TorchServe
-// handler's answer), and the REST management API's errors that gRPC management replays.
+// handler's answer), and a front-end's own APIError.
 func grpcCode(httpStatus int) codes.Code {
 	switch httpStatus {
 	case 400:
@@ -87,17 +84,15 @@ func grpcCode(httpStatus int) codes.Code {
 	return codes.Internal
 }
 
-// GRPCError is err as a gRPC status: by its kind (grpcCodes), or by the code a handler
-// gave its own error; a malformed request is INVALID_ARGUMENT, anything else INTERNAL.
+// GRPCError is err as a gRPC status: by the code a handler gave its own error, or by its
+// kind (GRPCCodes); a malformed request is INVALID_ARGUMENT, anything else INTERNAL.
 func GRPCError(err error) error {
 	var ce *core.Error
-	if errors.As(err, &ce) && ce.Status != 0 {
-		return status.Error(grpcCode(ce.Status), err.Error())
+	if errors.As(err, &ce) && ce.HandlerCode != 0 {
+		return status.Error(grpcCode(ce.HandlerCode), err.Error())
 	}
-	for _, k := range grpcCodes {
-		if errors.Is(err, k.kind) {
-			return status.Error(k.code, err.Error())
-		}
+	if code, ok := GRPCCodes.Of(err); ok {
+		return status.Error(code, err.Error())
 	}
 	var ae *APIError
 	switch {

@@ -16,7 +16,19 @@ type Route struct {
 	Pattern string // "/models/{model_name}/{model_version}"; "{x}:verb" ends in a verb; a last "{x...}" takes the rest
 	Summary string
 	Handle  func(ctx *fasthttp.RequestCtx, p Params)
-	segs    []string
+	// Unauthorized answers a request this route refused for its key (token authorization)
+	// in the shape of the route's API; nil: TorchServe's (WriteTorchServeError).
+	Unauthorized func(ctx *fasthttp.RequestCtx, msg string)
+	segs         []string
+}
+
+// WithUnauthorized sets each route's Unauthorized to answer, for an API to answer refused
+// keys in its own shape; it returns routes.
+func WithUnauthorized(routes []*Route, answer func(ctx *fasthttp.RequestCtx, msg string)) []*Route {
+	for _, r := range routes {
+		r.Unauthorized = answer
+	}
+	return routes
 }
 
 // Router matches a path's segments against its routes in order.
@@ -62,10 +74,27 @@ func (rt *Router) Serve(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if pathMatched {
-		WriteError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
+		WriteTorchServeError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
 		return
 	}
-	WriteError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+	WriteTorchServeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+}
+
+// Unauthorized answers a request refused for its key in the shape of the API that owns its
+// path: the first route whose pattern matches it, whatever its method. A path no route
+// matches is answered as the router answers it, in TorchServe's shape: 400
+// InvalidKeyException, TorchServe's answer to a refused key.
+func (rt *Router) Unauthorized(ctx *fasthttp.RequestCtx, msg string) {
+	segs := splitPath(string(ctx.Path()))
+	for _, r := range rt.routes {
+		if _, ok := match(r.segs, segs); ok && r.Unauthorized != nil {
+			r.Unauthorized(ctx, msg)
+			return
+		} else if ok {
+			break
+		}
+	}
+	WriteTorchServeError(ctx, 400, "InvalidKeyException", msg)
 }
 
 func match(pattern, segs []string) (Params, bool) {

@@ -2,12 +2,12 @@ package handlerproc
 
 import (
 	"fmt"
-	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/errkind"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
@@ -87,12 +87,12 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 	}
 	pr, err := pm.Predict(reqs)
 	if err != nil {
-		return nil, lostBatch{&handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}}
+		return nil, LostBatch(err)
 	}
-	if pr.Code != http.StatusOK {
+	if pr.Code != 200 {
 		// TorchServe answers every request of the batch with the worker's code and message,
 		// e.g. 503 "Prediction failed" when the handler raised.
-		return nil, &handlers.Error{Status: pr.Code, Msg: pr.Message}
+		return nil, handlers.Answered(pr.Code, pr.Message)
 	}
 	byID := make(map[string]*Reply, len(pr.Replies))
 	for i := range pr.Replies {
@@ -101,13 +101,14 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 	for _, s := range batch {
 		c := s.State.(*call)
 		if c.reply = byID[c.req.ID]; c.reply == nil {
-			return nil, &handlers.Error{Status: http.StatusServiceUnavailable, Msg: "the handler returned no answer for a request of its batch"}
+			// TorchServe's service answers 503 when a handler's answers do not match its batch.
+			return nil, handlers.Answered(503, "the handler returned no answer for a request of its batch")
 		}
 		if !validStatus(c.reply.Status) {
 			// 1000 would go out as "HTTP/1.1 1000", and a 101 as a final answer tells a proxy
 			// to switch protocols: the client gets a 500, the log the handler's status.
 			pm.cfg.Log.Warn("handler answered an invalid HTTP status: answered 500", "model", pm.cfg.ModelName, "status", c.reply.Status)
-			c.reply = &Reply{ID: c.reply.ID, Status: http.StatusInternalServerError, Reason: invalidStatusMsg}
+			c.reply = &Reply{ID: c.reply.ID, Status: 500, Reason: invalidStatusMsg}
 		}
 	}
 	return make([][]handlers.Tensor, len(batch)), nil
@@ -123,9 +124,9 @@ func validStatus(s int) bool { return s >= 200 && s <= 599 }
 // response timeout, or none was free. The core does not retry its requests one by one (as
 // it does a batch the handler refused), since that would run the culprit again, for another
 // response timeout or another process.
-type lostBatch struct{ err *handlers.Error }
+type lostBatch struct{ err error }
 
-func (e lostBatch) Error() string { return e.err.Msg }
+func (e lostBatch) Error() string { return e.err.Error() }
 func (e lostBatch) Unwrap() error { return e.err }
 
 // WholeBatchLost tells the core's worker pool not to retry the batch request by request.
@@ -134,7 +135,7 @@ func (lostBatch) WholeBatchLost() bool { return true }
 // LostBatch is Predict's error as a batch error that the core does not retry request by
 // request (see lostBatch), for the runtimes over handler processes.
 func LostBatch(err error) error {
-	return lostBatch{&handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}}
+	return lostBatch{&handlers.Error{Kind: errkind.Inference, Msg: err.Error()}}
 }
 
 // Kind names the backend in the batch spans.
@@ -143,18 +144,18 @@ func (*Model) Kind() string { return "handler_process" }
 func (pythonHandler) Postprocess(s *handlers.Sample, _ []handlers.Tensor) (*handlers.Response, error) {
 	rep := s.State.(*call).reply
 	if rep == nil {
-		return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: "the handler process gave no answer"}
+		return nil, handlers.Failed("the handler process gave no answer")
 	}
 	status := rep.Status
 	if status == 0 {
-		status = http.StatusOK
+		status = 200
 	}
 	if status >= 400 {
 		msg := string(rep.Body)
 		if rep.Reason != "" {
 			msg = rep.Reason
 		}
-		return nil, &handlers.Error{Status: status, Msg: msg}
+		return nil, handlers.Answered(status, msg)
 	}
 	return &handlers.Response{Status: status, ContentType: rep.ContentType, Body: rep.Body}, nil
 }

@@ -16,12 +16,10 @@ import (
 // mallocDefaults are glibc malloc settings for handler processes, each unless the environment
 // sets it. glibc raises its mmap threshold to the size of the largest block freed, so after
 // the first batch a batch's activations (blocks of megabytes) come from the heap and stay
-// there when freed: resnet18 at batch 32 kept 67-251 MiB per process after a burst. Fixed at
-// 4 MiB, a large batch's blocks are mapped and returned as it frees them, while a batch of
-// one's (under 4 MiB) stay in the heap: at 128 KiB every small forward paid page faults, and
-// resnet18 at c=1 ran at 0.69x TorchServe's throughput against 0.89x (docs/benchmarks.md).
-// MALLOC_MMAP_THRESHOLD_ in torchd's environment chooses another (33554432 is where glibc's
-// own threshold ends up).
+// there when freed. Fixed at 4 MiB, a large batch's blocks are mapped and returned as it
+// frees them, while a batch of one's stay in the heap; a lower threshold makes every small
+// forward pay page faults (docs/benchmarks.md has the measurements). MALLOC_MMAP_THRESHOLD_
+// in torchd's environment chooses another (33554432 is where glibc's own threshold ends up).
 var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304"}
 
 // withMallocDefaults adds each of mallocDefaults to env whose variable env does not set.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,7 +231,7 @@ func (p *process) predict(batch []Request, timeout time.Duration) (PredictReply,
 					delete(rep.Headers, "ts_stream_next")
 					if !validStatus(rep.Status) { // the first part's status is the answer's
 						p.log.Warn("handler answered an invalid HTTP status: answered 500", "model", p.name, "status", rep.Status)
-						rep.Status = http.StatusInternalServerError
+						rep.Status = 500
 					}
 					part(*rep)
 					continue

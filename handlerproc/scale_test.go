@@ -4,11 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/handlers"
 )
@@ -41,9 +42,10 @@ func TestHandlerStatusValidated(t *testing.T) {
 		}
 		resp, err := pythonHandler{}.Postprocess(s, nil)
 		got := 0
-		if err != nil {
-			got = handlers.StatusOf(err, 0)
-		} else {
+		var he *handlers.Error
+		if errors.As(err, &he) {
+			got = he.Code
+		} else if err == nil {
 			got = resp.Status
 		}
 		if got != c.want {
@@ -67,8 +69,8 @@ func TestLostBatchNotRetried(t *testing.T) {
 	}
 	_, err = m.Run([]*handlers.Sample{sample(t, `"crash"`), sample(t, `{"x":[1,2,3,4]}`)}, nil)
 	var lost interface{ WholeBatchLost() bool }
-	if !errors.As(err, &lost) || !lost.WholeBatchLost() || handlers.StatusOf(err, 0) != http.StatusInternalServerError {
-		t.Fatalf("crash: %v (%T); want a lost batch, 500", err, err)
+	if !errors.As(err, &lost) || !lost.WholeBatchLost() || !errors.Is(err, errkind.Inference) {
+		t.Fatalf("crash: %v (%T); want a lost batch, a failed inference", err, err)
 	}
 	// A batch the handler refused (it raised) may be retried: the process lives on.
 	_, err = m.Run([]*handlers.Sample{sample(t, `"raise"`)}, nil)

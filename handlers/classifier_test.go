@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torchd/torchd/errkind"
+
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/internal/npy"
@@ -149,7 +151,7 @@ func TestTensorRejectsBadInput(t *testing.T) {
 	for body, want := range cases {
 		_, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", Data: []byte(body)}}, Header: func(string) string { return "" }})
 		var he *handlers.Error
-		if !errors.As(err, &he) || he.Status != 400 || !strings.Contains(err.Error(), want) {
+		if !errors.As(err, &he) || he.Kind != errkind.BadInput || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.40q: %v, want a 400 mentioning %q", body, err, want)
 		}
 	}

@@ -3,9 +3,12 @@ package handlers
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/torch"
@@ -31,7 +34,7 @@ func FuzzDecodeJSONTensor(f *testing.F) {
 			t.Fatalf("scanner: %v; reference: %v", err, refErr)
 		}
 		if err != nil {
-			if StatusOf(err, 500) != 400 || err.Error() == "" {
+			if !errors.Is(err, errkind.BadInput) || err.Error() == "" {
 				t.Fatalf("not a 400 with a message: %v", err)
 			}
 		} else {
@@ -44,7 +47,7 @@ func FuzzDecodeJSONTensor(f *testing.F) {
 		}
 		s, err := h.Preprocess(&Request{Inputs: []Payload{{Name: "body", ContentType: "application/json", Data: b}}, Header: func(string) string { return "" }})
 		if err != nil {
-			if StatusOf(err, 500) != 400 {
+			if !errors.Is(err, errkind.BadInput) {
 				t.Fatalf("Preprocess: not a 400: %v", err)
 			}
 			return

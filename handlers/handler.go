@@ -10,11 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"net/http"
 	"sort"
 	"sync"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/errkind"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -142,26 +142,41 @@ var (
 	_ OutputSelector = (*ImageSegmenter)(nil)
 )
 
-// Error is a handler error with the HTTP status it maps to.
+// Error is a handler's error: its kind (errkind.BadInput when the request's input is at
+// fault; nil: the handler or model failed, errkind.Inference) and the code the handler
+// answered it with itself, as TorchServe's handlers do (PredictionException's code,
+// context.set_response_status); 0: none. The code is data of the kind, for TorchServe's
+// front-end to answer with: nothing classifies by it.
 type Error struct {
-	Status int
-	Msg    string
+	Kind error
+	Code int
+	Msg  string
 }
 
 func (e *Error) Error() string { return e.Msg }
 
-// BadInput returns a 400 error.
+// Unwrap gives the kind to errors.Is.
+func (e *Error) Unwrap() error { return e.Kind }
+
+// BadInput returns an error of kind errkind.BadInput: the request's input is at fault.
 func BadInput(format string, args ...any) error {
-	return &Error{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, args...)}
+	return &Error{Kind: errkind.BadInput, Msg: fmt.Sprintf(format, args...)}
 }
 
-// StatusOf returns the HTTP status an error maps to: its own for *Error, else fallback.
-func StatusOf(err error, fallback int) int {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Status
+// Failed returns an error of kind errkind.Inference: the handler or its model failed.
+func Failed(format string, args ...any) error {
+	return &Error{Kind: errkind.Inference, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Answered is a handler's answer that failed with its own code, as TorchServe's handlers
+// answer (a PredictionException, a status of 400 or above): its kind is what TorchServe
+// makes of the code, the client's input for a 4xx and the handler's failure otherwise.
+func Answered(code int, msg string) error {
+	kind := errkind.Inference
+	if code >= 400 && code < 500 {
+		kind = errkind.BadInput
 	}
-	return fallback
+	return &Error{Kind: kind, Code: code, Msg: msg}
 }
 
 // Context is what a handler is built from.

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"image"
 	"image/png"
 	"math"
@@ -12,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/internal/npy"
@@ -21,7 +24,7 @@ import (
 // wantBadInput fails unless err is a 400 whose message holds part.
 func wantBadInput(t *testing.T, what string, err error, part string) {
 	t.Helper()
-	if err == nil || StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), part) {
+	if err == nil || !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), part) {
 		t.Errorf("%s: %v, want a 400 mentioning %q", what, err, part)
 	}
 }

@@ -4,15 +4,17 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"maps"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
@@ -278,7 +280,7 @@ func TestCaptionerBadImageIs400(t *testing.T) {
 		"not an image":  []byte("hello"),
 	} {
 		_, err := h.Preprocess(pngRequest(body))
-		if err == nil || handlers.StatusOf(err, 500) != http.StatusBadRequest {
+		if err == nil || !errors.Is(err, errkind.BadInput) {
 			t.Errorf("%s: %v, want a 400 error", name, err)
 		}
 	}

@@ -2,11 +2,14 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/internal/npy"
@@ -128,7 +131,7 @@ func TestImageSegmenterRefusals(t *testing.T) {
 	if _, err := h.Postprocess(&handlers.Sample{Items: 1}, []handlers.Tensor{{DType: torch.Float32, Shape: []int64{1, 4}, Data: make([]byte, 16)}}); err == nil || !strings.Contains(err.Error(), "[N, classes, H, W]") {
 		t.Errorf("2-D output: %v", err)
 	}
-	if _, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", Data: []byte("GIF89a")}}}); handlers.StatusOf(err, 500) != 400 {
+	if _, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", Data: []byte("GIF89a")}}}); !errors.Is(err, errkind.BadInput) {
 		t.Errorf("truncated image: %v", err)
 	}
 }

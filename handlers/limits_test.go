@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torchd/torchd/errkind"
+
 	"github.com/torchd/torchd/handlers"
 )
 
@@ -43,7 +45,7 @@ func TestImageRequestPixelBudget(t *testing.T) {
 		req.Inputs = append(req.Inputs, handlers.Payload{Name: "data", ContentType: "image/png", Data: pngHeader(6000, 6000)})
 	}
 	_, err := h.Preprocess(req)
-	if handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "max_request_pixels") || !strings.Contains(err.Error(), "432000000 pixels") {
+	if !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "max_request_pixels") || !strings.Contains(err.Error(), "432000000 pixels") {
 		t.Fatalf("12 images of 36 Mpx: %v, want a 400 naming max_request_pixels", err)
 	}
 }
@@ -76,7 +78,7 @@ func TestImageOverMaxPixelsRefusedFirst(t *testing.T) {
 	}
 	req.Inputs = append(req.Inputs, handlers.Payload{Name: "data", ContentType: "image/png", Data: pngHeader(50000, 50000)})
 	_, err := h.Preprocess(req)
-	if handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "image 3: ") || !strings.Contains(err.Error(), "over the limit") {
+	if !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "image 3: ") || !strings.Contains(err.Error(), "over the limit") {
 		t.Fatalf("%v, want image 3's max_pixels error", err)
 	}
 }

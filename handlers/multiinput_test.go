@@ -3,12 +3,15 @@ package handlers_test
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
@@ -171,7 +174,7 @@ func TestTensorHandlerNamedInputsRefused(t *testing.T) {
 		{`{"input_ids": {"data": [1, 2], "dtype": "float32"}, "attention_mask": [[1, 1]]}`, `input "input_ids" must be int64, got float32`},
 	} {
 		_, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "application/json", Data: []byte(c.body)}}, Header: func(string) string { return "" }})
-		if err == nil || handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), c.msg) {
+		if err == nil || !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), c.msg) {
 			t.Errorf("%s: %v, want a 400 with %q", c.body, err, c.msg)
 		}
 	}

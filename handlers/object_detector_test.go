@@ -3,11 +3,14 @@ package handlers_test
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/handlers"
@@ -246,11 +249,11 @@ func TestObjectDetectorLimits(t *testing.T) {
 		_, err := h.Preprocess(&handlers.Request{Inputs: in})
 		return err
 	}
-	if err := one(pngHeader(4000, 3001)); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "over the limit of 12000000 pixels") {
+	if err := one(pngHeader(4000, 3001)); !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "over the limit of 12000000 pixels") {
 		t.Errorf("a 12-Mpx image: %v", err)
 	}
 	ten := pngHeader(3000, 3334)
-	if err := one(ten, ten, ten, ten, ten); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "at most 48000000 per request (max_request_pixels)") {
+	if err := one(ten, ten, ten, ten, ten); !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "at most 48000000 per request (max_request_pixels)") {
 		t.Errorf("five 10-Mpx images: %v", err)
 	}
 	h = detectorHandler(t, "max_pixels = 20_000_000\n")
@@ -263,11 +266,11 @@ func TestObjectDetectorLimits(t *testing.T) {
 // terms, not Go's.
 func TestObjectDetectorRefusals(t *testing.T) {
 	h := detectorHandler(t, "")
-	if _, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", Data: []byte("not an image")}}}); handlers.StatusOf(err, 500) != 400 {
+	if _, err := h.Preprocess(&handlers.Request{Inputs: []handlers.Payload{{Name: "body", Data: []byte("not an image")}}}); !errors.Is(err, errkind.BadInput) {
 		t.Errorf("not an image: %v", err)
 	}
 	tp := h.(handlers.TensorPreprocessor)
-	if _, err := tp.PreprocessTensor(handlers.Tensor{DType: torch.Int64, Shape: []int64{3, 4, 4}, Data: make([]byte, 8*48)}); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "float32 images") {
+	if _, err := tp.PreprocessTensor(handlers.Tensor{DType: torch.Int64, Shape: []int64{3, 4, 4}, Data: make([]byte, 8*48)}); !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "float32 images") {
 		t.Errorf("int64 tensor: %v", err)
 	}
 	s, err := tp.PreprocessTensor(handlers.Tensor{DType: torch.Float32, Shape: []int64{2, 3, 4, 5}, Data: make([]byte, 4*120)})
@@ -290,7 +293,7 @@ func TestObjectDetectorRefusals(t *testing.T) {
 		t.Errorf("images as one tensor: %v", err)
 	}
 	raw.Tensors[0].DType = torch.Int32
-	if _, err := handlers.Infer(h, m, []*handlers.Sample{raw}); handlers.StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "takes float32 images") {
+	if _, err := handlers.Infer(h, m, []*handlers.Sample{raw}); !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "takes float32 images") {
 		t.Errorf("int32 images: %v", err)
 	}
 }

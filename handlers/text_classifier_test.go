@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/internal/tolerance"
@@ -141,8 +144,8 @@ func TestTextClassifierRejectsBadInput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := tc.Preprocess(c.req)
-			if err == nil || StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), c.msg) {
-				t.Fatalf("error %v (status %d), want a 400 mentioning %q", err, StatusOf(err, 500), c.msg)
+			if err == nil || !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("error %v, want a bad input mentioning %q", err, c.msg)
 			}
 		})
 	}
@@ -367,7 +370,7 @@ func TestMaxTexts(t *testing.T) {
 		t.Fatalf("3 texts: %v", err)
 	}
 	_, err := tc.Preprocess(&Request{Inputs: []Payload{{ContentType: "application/json", Data: []byte(`["a", "b", "c", "d"]`)}}})
-	if err == nil || StatusOf(err, 500) != 400 || !strings.Contains(err.Error(), "over max_texts (3)") {
+	if err == nil || !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "over max_texts (3)") {
 		t.Fatalf("4 texts: %v", err)
 	}
 	if tc := newTestTextClassifier(t, nil); tc.maxTexts != defaultMaxTexts {

@@ -3,12 +3,15 @@ package handlers
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/errkind"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/internal/tolerance"
@@ -178,7 +181,7 @@ func TestTextEmbeddingRefusesOverLongWhenConfigured(t *testing.T) {
 		t.Fatalf("254 words (256 ids): %v", err)
 	}
 	_, err := te.Preprocess(textRequest(textBody("text/plain", strings.Repeat("great ", 255))))
-	if err == nil || StatusOf(err, 0) != 400 || !strings.Contains(err.Error(), "over the model's max_seq_length of 256") {
+	if err == nil || !errors.Is(err, errkind.BadInput) || !strings.Contains(err.Error(), "over the model's max_seq_length of 256") {
 		t.Fatalf("255 words: %v, want a 400 naming max_seq_length", err)
 	}
 	cut := newTestTextEmbedding(t, nil)

@@ -15,6 +15,33 @@ func (t *Tuner) step(w window) time.Duration {
 	old := now.BatchSize
 	t.log.Debug("auto batching window", "model", t.name, "batch_size", old, "delay", now.MaxDelay.Round(time.Microsecond), "threads", t.threads,
 		"phase", t.phase, "rate", math.Round(w.rate), "steal", math.Round(w.steal*1000)/1000, "mean_batch", math.Round(w.mean*10)/10, "in_server", math.Round(w.load*10)/10, "in_server_at_end", w.end, "p99", w.p99, "busy", math.Round(w.busy*100)/100, "cpu", math.Round(w.cpu*100)/100)
+	if d, judged := t.judged(w, old); !judged {
+		return d
+	}
+	t.lastP99 = w.p99
+	switch t.phase {
+	case phaseProbing:
+		// The candidate's window is over: back to the setting, for the window after it.
+		t.trial = w
+		t.phase = phaseReturning
+		t.set(t.limit, t.delay, t.threads)
+		return t.settleTime(t.cand)
+	case phaseReturning:
+		if d, done := t.judgeProbe(w); done {
+			return d
+		}
+	}
+	settle, over := t.followLoad(w)
+	t.followArrivals(w)
+	if !t.auto.batch && !(t.auto.delay && t.workers == 1) || settle > 0 {
+		return settle
+	}
+	return t.probe(w, old, over)
+}
+
+// judged handles a window with too little load to judge anything, and the first after a
+// pause: it reports whether w is to be judged, and when not, how long to let a change settle.
+func (t *Tuner) judged(w window, old int) (time.Duration, bool) {
 	if w.batches < minBatches || w.n < minAnswered || w.cut() {
 		// Too little load to judge anything (idle, or the load stopped): a probe's trial
 		// under way is void and is tried again when the load is back, after a wait that
@@ -26,101 +53,104 @@ func (t *Tuner) step(w window) time.Duration {
 			t.backoff = min(maxBackoff, max(1, 2*t.backoff))
 			t.phase, t.wait, t.again = phaseSteady, t.backoff, false
 			t.set(t.limit, t.delay, t.threads)
-			return t.settleTime(old)
+			return t.settleTime(old), false
 		}
-		return 0
+		return 0, false
 	}
 	if t.paused {
 		// The load is back after a pause. A window that may have begun before it did is
 		// skipped; one that began with it (see meter.idle) is judged.
 		t.paused, t.resumed, t.prev = false, true, window{}
 		if !w.fresh {
-			return 0
+			return 0, false
 		}
 	}
-	t.lastP99 = w.p99
-	switch t.phase {
-	case phaseProbing:
-		t.trial = w
-		t.phase = phaseReturning
-		t.set(t.limit, t.delay, t.threads)
-		return t.settleTime(t.cand)
-	case phaseReturning:
-		t.phase = phaseSteady
-		if t.resumed && t.shiftedFrom(w) {
-			// Back after a pause at another load: the probe is void, and the load is new.
-			t.again = false
-			break
-		}
-		if shifted(w.rate, t.before.rate, voidShift) {
-			// The load changed during the probe: it says nothing; try again later.
-			t.wait, t.again = max(1, t.backoff), false
-			return 0
-		}
-		if disturbed(t.before, t.trial, w) {
-			// The hypervisor took more of the CPU in one of the three windows than in
-			// another: the same probe again, after a window.
-			t.wait, t.again, t.prev = 1, true, window{}
-			t.log.Debug("auto batching probe void: stolen CPU time", "model", t.name, "tried", t.settingOf(t.cand, t.candDly, t.candThr),
-				"steal", fmt.Sprintf("%.3f/%.3f/%.3f", t.before.steal, t.trial.steal, w.steal))
-			return 0
-		}
-		t.probes++
-		t.noise(t.before, w)
-		t.prev = w
-		t.hear(w)
-		// Windows are noisy (on a shared machine the served rate moves from one window to
-		// the next by more than the gains sought, p99 more): the evidence of every probe of
-		// this neighbour at this load adds up, weighed against the noise measured as the
-		// tuner serves.
-		k := probeKey{t.cand, t.candDly > 0, t.candThr}
-		if t.evidence == nil {
-			t.evidence = map[probeKey]evidence{}
-		}
-		e := t.evidence[k]
-		e.add(t.probeGains(t.trial, t.before, w))
-		t.evidence[k] = e
-		verdict, why := t.byRate(e, w)
-		if t.target > 0 {
-			verdict, why = t.byLatency(e, verdict, why)
-		} else {
-			verdict, why = t.byMeanLatency(e, verdict, why)
-		}
-		if verdict == "" && t.candDly > 0 && !t.linger && e.n < lingerProbes {
-			verdict, why = "undecided", why+": lingering needs more probes"
-		}
-		if verdict == "undecided" && e.n >= maxEvidence {
-			verdict = "declined"
-		}
-		switch verdict {
-		case "":
-			t.again = false
-			if t.candThr != t.threads {
-				// A thread count that wins somewhere is not a loser everywhere.
-				delete(t.threadsLost, t.candThr)
-			}
-			from, fromLimit := t.setting(), t.limit
-			t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1 && t.auto.delay
-			t.threads = t.candThr
-			t.backoff = 1
-			t.forget()
-			t.rememberAround(t.before)
-			t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
-			t.wait = 0
-			return t.settleTime(fromLimit)
-		case "undecided":
-			t.again, t.wait = true, 1
-		default:
-			t.lost(e, w)
-			t.decline()
-		}
-		t.remember(t.before)
-		t.log.Debug("auto batching probe "+verdict, "model", t.name, "setting", t.setting(), "tried", t.settingOf(t.cand, t.candDly, t.candThr), "detail", why)
-		return 0
+	return 0, true
+}
+
+// judgeProbe judges a probe by the window back at the setting that follows its trial: the
+// candidate is adopted, tried again or declined. It reports false when the window is not a
+// probe's to judge (the load is new after a pause), to be followed as any window.
+func (t *Tuner) judgeProbe(w window) (time.Duration, bool) {
+	t.phase = phaseSteady
+	if t.resumed && t.shiftedFrom(w) {
+		// Back after a pause at another load: the probe is void, and the load is new.
+		t.again = false
+		return 0, false
 	}
+	if shifted(w.rate, t.before.rate, voidShift) {
+		// The load changed during the probe: it says nothing; try again later.
+		t.wait, t.again = max(1, t.backoff), false
+		return 0, true
+	}
+	if disturbed(t.before, t.trial, w) {
+		// The hypervisor took more of the CPU in one of the three windows than in
+		// another: the same probe again, after a window.
+		t.wait, t.again, t.prev = 1, true, window{}
+		t.log.Debug("auto batching probe void: stolen CPU time", "model", t.name, "tried", t.settingOf(t.cand, t.candDly, t.candThr),
+			"steal", fmt.Sprintf("%.3f/%.3f/%.3f", t.before.steal, t.trial.steal, w.steal))
+		return 0, true
+	}
+	t.probes++
+	t.noise(t.before, w)
+	t.prev = w
 	t.hear(w)
-	over := t.over()
-	var settle time.Duration
+	// Windows are noisy (on a shared machine the served rate moves from one window to
+	// the next by more than the gains sought, p99 more): the evidence of every probe of
+	// this neighbour at this load adds up, weighed against the noise measured as the
+	// tuner serves.
+	k := probeKey{t.cand, t.candDly > 0, t.candThr}
+	if t.evidence == nil {
+		t.evidence = map[probeKey]evidence{}
+	}
+	e := t.evidence[k]
+	e.add(t.probeGains(t.trial, t.before, w))
+	t.evidence[k] = e
+	verdict, why := t.byRate(e, w)
+	if t.target > 0 {
+		verdict, why = t.byLatency(e, verdict, why)
+	} else {
+		verdict, why = t.byMeanLatency(e, verdict, why)
+	}
+	if verdict == "" && t.candDly > 0 && !t.linger && e.n < lingerProbes {
+		verdict, why = "undecided", why+": lingering needs more probes"
+	}
+	if verdict == "undecided" && e.n >= maxEvidence {
+		verdict = "declined"
+	}
+	switch verdict {
+	case "":
+		t.again = false
+		if t.candThr != t.threads {
+			// A thread count that wins somewhere is not a loser everywhere.
+			delete(t.threadsLost, t.candThr)
+		}
+		from, fromLimit := t.setting(), t.limit
+		t.limit, t.delay, t.linger = t.cand, t.candDly, t.candDly > 0 && t.workers == 1 && t.auto.delay
+		t.threads = t.candThr
+		t.backoff = 1
+		t.forget()
+		t.rememberAround(t.before)
+		t.apply(fmt.Sprintf("probe: %s with %s than with %s", why, t.setting(), from))
+		t.wait = 0
+		return t.settleTime(fromLimit), true
+	case "undecided":
+		t.again, t.wait = true, 1
+	default:
+		t.lost(e, w)
+		t.decline()
+	}
+	t.remember(t.before)
+	t.log.Debug("auto batching probe "+verdict, "model", t.name, "setting", t.setting(), "tried", t.settingOf(t.cand, t.candDly, t.candThr), "detail", why)
+	return 0, true
+}
+
+// followLoad follows the load at the current setting: a broken target, a pause's end, a load
+// that shifted or drifted. It returns how long a new level lets the setting settle, and
+// whether the target is broken.
+func (t *Tuner) followLoad(w window) (settle time.Duration, over bool) {
+	t.hear(w)
+	over = t.over()
 	switch {
 	case over && !t.wasOver:
 		// The target broke: try a smaller batch at once.
@@ -161,6 +191,12 @@ func (t *Tuner) step(w window) time.Duration {
 		t.settled.cpu += (w.cpu - t.settled.cpu) / 4
 	}
 	t.wasOver = over
+	return settle, over
+}
+
+// followArrivals follows the arrival rate with the delay: lingering, or the time a queue of
+// several workers takes to fill a batch.
+func (t *Tuner) followArrivals(w window) {
 	switch {
 	case t.linger && (w.mean < 2 || w.load < 0.75*float64(t.limit) && w.mean < 0.75*float64(t.limit)):
 		// The load can no longer fill the batches (at worst single requests wait their
@@ -189,9 +225,11 @@ func (t *Tuner) step(w window) time.Duration {
 			t.apply(fmt.Sprintf("arrival rate %.0f/s", w.served()))
 		}
 	}
-	if !t.auto.batch && !(t.auto.delay && t.workers == 1) || settle > 0 {
-		return settle
-	}
+}
+
+// probe starts the next probe, where the load makes the setting matter and no wait is due:
+// the same candidate again, or the next direction's; old is the batch size before it.
+func (t *Tuner) probe(w window, old int, over bool) time.Duration {
 	if t.shifts > 0 {
 		// The load may have changed (one window away from the settled one): no probe until
 		// the next window says whether it did. A probe begun here would be judged with the

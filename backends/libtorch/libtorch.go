@@ -209,11 +209,7 @@ func (b *Model) Explain(s *handlers.Sample, target int) (*handlers.Response, err
 	}
 	resp, err := ex.Explain(m, s, target)
 	if err != nil {
-		kind := core.ErrInference
-		if status := handlers.StatusOf(err, 0); status >= 400 && status < 500 {
-			kind = core.ErrBadInput
-		}
-		return nil, &core.Error{Kind: kind, Status: handlers.StatusOf(err, 0), Msg: err.Error()}
+		return nil, core.WithKind(err, core.ErrInference) // a handler's own kind stays
 	}
 	return resp, nil
 }

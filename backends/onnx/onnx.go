@@ -234,19 +234,19 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 // run feeds one set of tensors, by the bound names, and returns the bound outputs.
 func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor, error) {
 	if len(ts) != len(m.inNames) {
-		return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("the model takes %d inputs (%s), got %d", len(m.inNames), strings.Join(m.inNames, ", "), len(ts))}
+		return nil, handlers.BadInput("the model takes %d inputs (%s), got %d", len(m.inNames), strings.Join(m.inNames, ", "), len(ts))
 	}
 	vals := make([]onnxrt.Value, len(ts))
 	for i, t := range ts {
 		et, ok := elemOf[t.DType]
 		if !ok {
-			return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("input %q: type %s is not an ONNX tensor type torchd feeds", m.inNames[i], t.DType)}
+			return nil, handlers.BadInput("input %q: type %s is not an ONNX tensor type torchd feeds", m.inNames[i], t.DType)
 		}
 		vals[i] = onnxrt.Value{Type: et, Shape: t.Shape, Data: t.Data}
 		if et == onnxrt.String {
 			strs, err := bytestr.Split(t.Data)
 			if err != nil {
-				return nil, &handlers.Error{Status: 400, Msg: fmt.Sprintf("input %q: %v", m.inNames[i], err)}
+				return nil, handlers.BadInput("input %q: %v", m.inNames[i], err)
 			}
 			vals[i] = onnxrt.Value{Type: et, Shape: t.Shape, Strings: strs}
 		}
@@ -254,7 +254,7 @@ func (m *Model) run(s *onnxrt.Session, ts []handlers.Tensor) ([]handlers.Tensor,
 	res, err := s.Run(m.inNames, vals, m.outNames)
 	if err != nil {
 		if errors.Is(err, onnxrt.ErrBadInput) {
-			return nil, &handlers.Error{Status: 400, Msg: err.Error()}
+			return nil, handlers.BadInput("%s", err)
 		}
 		if errors.Is(err, onnxrt.ErrOutOfMemory) {
 			if l := onnxrt.MemoryLimit(); l > 0 {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/torchd/torchd/errkind"
+
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
@@ -89,7 +91,7 @@ func TestBadInput(t *testing.T) {
 	bad := handlers.Tensor{DType: torch.Float32, Shape: []int64{1, 3, 64}, Data: make([]byte, 3*64*4)}
 	_, err := m.Run([]*handlers.Sample{{Items: 1, Tensors: []handlers.Tensor{bad}}}, nil)
 	var he *handlers.Error
-	if !errors.As(err, &he) || he.Status != 400 {
+	if !errors.As(err, &he) || he.Kind != errkind.BadInput {
 		t.Fatalf("a tensor of the wrong rank: %v, want the client's error", err)
 	}
 	if _, err := m.Run([]*handlers.Sample{{Items: 1, Tensors: []handlers.Tensor{randomImages(1, 1)}}}, nil); err != nil {

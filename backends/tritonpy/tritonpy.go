@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/archive/triton"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/errkind"
 	"github.com/torchd/torchd/handlerproc"
 	"github.com/torchd/torchd/handlers"
 )
@@ -155,7 +155,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		id := strconv.FormatUint(requestSeq.Add(1), 36)
 		body, err := encodeRequest(id, m.ins, s.Tensors, m.outs)
 		if err != nil {
-			return nil, &handlers.Error{Status: http.StatusBadRequest, Msg: err.Error()}
+			return nil, handlers.BadInput("%s", err)
 		}
 		reqs[i] = handlerproc.Request{ID: id, Params: []handlerproc.Param{{Name: "body", ContentType: "application/octet-stream", Value: body}}}
 	}
@@ -165,9 +165,9 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		// request, which would run the culprit again.
 		return nil, handlerproc.LostBatch(err)
 	}
-	if pr.Code != http.StatusOK {
+	if pr.Code != 200 {
 		// The adapter answers every request itself; the worker's own failure is the batch's.
-		return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: "the Python backend's adapter failed: " + pr.Message}
+		return nil, handlers.Failed("the Python backend's adapter failed: %s", pr.Message)
 	}
 	byID := make(map[string]*handlerproc.Reply, len(pr.Replies))
 	for i := range pr.Replies {
@@ -177,14 +177,14 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 	for i := range batch {
 		rep := byID[reqs[i].ID]
 		if rep == nil {
-			return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: "the Python backend gave no answer for a request of its batch"}
+			return nil, handlers.Failed("the Python backend gave no answer for a request of its batch")
 		}
 		ts, err := decodeReply(rep.Body)
 		if err != nil {
 			return nil, requestError(err)
 		}
 		if out[i], err = m.ordered(ts); err != nil {
-			return nil, &handlers.Error{Status: http.StatusInternalServerError, Msg: err.Error()}
+			return nil, handlers.Failed("%s", err)
 		}
 	}
 	return out, nil
@@ -216,25 +216,25 @@ func (m *Model) ordered(ts []handlers.Tensor) ([]handlers.Tensor, error) {
 	return out, nil
 }
 
-// requestError is a request's error as the client sees it: model.py's message, a client's
-// error for INVALID_ARG as in Triton, else the server's.
+// requestError is a request's error as the client sees it: model.py's message, of the kind
+// its TritonError's code is (INVALID_ARG the client's, UNSUPPORTED the model's refusal, else
+// the model's failure), with the HTTP status Triton answers that code with as its own code.
 func requestError(err error) error {
 	var re *replyError
 	if !errors.As(err, &re) {
-		return &handlers.Error{Status: http.StatusInternalServerError, Msg: "the Python backend's reply: " + err.Error()}
+		return handlers.Failed("the Python backend's reply: %s", err)
 	}
-	status := http.StatusInternalServerError
 	switch re.Code {
 	case "INVALID_ARG":
-		status = http.StatusBadRequest
+		return &handlers.Error{Kind: errkind.BadInput, Code: 400, Msg: re.Msg}
 	case "UNAVAILABLE":
-		status = http.StatusServiceUnavailable
+		return &handlers.Error{Kind: errkind.Inference, Code: 503, Msg: re.Msg}
 	case "NOT_FOUND":
-		status = http.StatusNotFound
+		return &handlers.Error{Kind: errkind.BadInput, Code: 404, Msg: re.Msg}
 	case "UNSUPPORTED":
-		status = http.StatusNotImplemented
+		return &handlers.Error{Kind: errkind.Unsupported, Code: 501, Msg: re.Msg}
 	}
-	return &handlers.Error{Status: status, Msg: re.Msg}
+	return handlers.Failed("%s", re.Msg)
 }
 
 // Kind is "python_backend".

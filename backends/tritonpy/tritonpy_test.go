@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/torchd/torchd/errkind"
+
 	"github.com/torchd/torchd/archive/triton"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlerproc"
@@ -157,7 +159,7 @@ func TestWireBadReplies(t *testing.T) {
 		}
 	}
 	var re *replyError
-	if _, err := decodeReply(frame(`{"error":"no good","code":"INVALID_ARG"}`, nil)); !errors.As(err, &re) || handlers.StatusOf(requestError(err), 0) != 400 {
+	if _, err := decodeReply(frame(`{"error":"no good","code":"INVALID_ARG"}`, nil)); !errors.As(err, &re) || !errors.Is(requestError(err), errkind.BadInput) {
 		t.Errorf("INVALID_ARG: %v", err)
 	}
 }
@@ -238,23 +240,23 @@ func TestPythonBackendFailures(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		name   string
-		mode   float32
-		status int
-		want   string
+		name string
+		mode float32
+		kind error
+		want string
 	}{
-		{"raises", -1, 500, "execute raised ValueError: asked to raise"},
-		{"wrong number of responses", -2, 500, "execute returned a list of 2 items; Triton's contract is a list of 1 pb_utils.InferenceResponse"},
-		{"wrong type", -3, 500, "execute's response 0 is a dict, not a pb_utils.InferenceResponse"},
-		{"an error response", -5, 400, "X is negative"},
-		{"an output of another type", -6, 500, "output 'Y' is of numpy type float64, the config declares TYPE_FP32"},
-		{"hangs", -4, 500, "did not answer within the response timeout"},
-		{"exits", -7, 500, "exited"},
-		{"calls another model (BLS)", -8, 500, "execute raised TritonModelException: BLS (InferenceRequest.exec) is not supported"},
+		{"raises", -1, errkind.Inference, "execute raised ValueError: asked to raise"},
+		{"wrong number of responses", -2, errkind.Inference, "execute returned a list of 2 items; Triton's contract is a list of 1 pb_utils.InferenceResponse"},
+		{"wrong type", -3, errkind.Inference, "execute's response 0 is a dict, not a pb_utils.InferenceResponse"},
+		{"an error response", -5, errkind.BadInput, "X is negative"},
+		{"an output of another type", -6, errkind.Inference, "output 'Y' is of numpy type float64, the config declares TYPE_FP32"},
+		{"hangs", -4, errkind.Inference, "did not answer within the response timeout"},
+		{"exits", -7, errkind.Inference, "exited"},
+		{"calls another model (BLS)", -8, errkind.Inference, "execute raised TritonModelException: BLS (InferenceRequest.exec) is not supported"},
 	} {
 		_, err := m.Run([]*handlers.Sample{sample([]float32{c.mode, 0}, "a")}, nil)
-		if err == nil || !strings.Contains(err.Error(), c.want) || handlers.StatusOf(err, 0) != c.status {
-			t.Errorf("%s: %v (status %d), want %d %q", c.name, err, handlers.StatusOf(err, 0), c.status, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, c.kind) {
+			t.Errorf("%s: %v, want %v %q", c.name, err, c.kind, c.want)
 		}
 		good()
 	}

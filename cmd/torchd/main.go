@@ -59,12 +59,10 @@ func usage() {
 // passiveOpenMP restarts the process once with OMP_WAIT_POLICY=PASSIVE unless the variable
 // is set. LibTorch (and the MKL inside it) runs on GNU OpenMP, whose threads spin while they
 // wait at a barrier. In a server the same cores also run the HTTP goroutines (and, on shared
-// machines, other processes), and spinning threads take the cores from them: on Debian's
-// LibTorch 1.13, which torchd ran on before the pinned wheel, digits PNG at c=32 on the 2-core
-// VM ran at a median 3,116 requests/s with the default policy and 4,427 with PASSIVE, and
-// under heavy outside load 404–524 against 4,221–5,116 (docs/design/openmp.md). libgomp reads the variable once, when the process loads it, before main
-// runs, so setting it needs a fresh exec. OMP_WAIT_POLICY=ACTIVE in the environment keeps
-// spinning.
+// machines, other processes), and spinning threads take the cores from them
+// (docs/design/openmp.md has the measurements). libgomp reads the variable once, when the
+// process loads it, before main runs, so setting it needs a fresh exec.
+// OMP_WAIT_POLICY=ACTIVE in the environment keeps spinning.
 func passiveOpenMP() {
 	if os.Getenv("OMP_WAIT_POLICY") != "" {
 		return

@@ -4,7 +4,7 @@
 // the one core call (core.Registry.Serve). v2 infer takes tensors straight to the model where
 // the request names the model's inputs: the handler's pre- and postprocessing are bypassed,
 // as in Triton. Where it does not, and the handler takes tensors, the handler runs, as in
-// TorchServe. Errors are answered from the protocol's tables: v2Statuses (REST) and
+// TorchServe. Errors are answered from the protocol's tables: OIPStatuses (REST) and
 // frontend's gRPC codes.
 package kserve
 

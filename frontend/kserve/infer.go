@@ -21,7 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// v2 inference, over REST here and over gRPC (grpc_oip.go): decode, one core.Registry.Serve,
+// v2 inference, over REST here and over gRPC (grpc.go): decode, one core.Registry.Serve,
 // encode.
 
 // v2Infer decodes JSON or binary tensors, checks them against the signature, batches them

@@ -16,10 +16,11 @@ import (
 )
 
 // Routes are the Open Inference Protocol's (KServe v2, as Triton serves it, with Triton's
-// extensions) and KServe v1's, on the inference port.
+// extensions) and KServe v1's, on the inference port. A refused key is answered in their
+// shape, 400 {"error": msg}, as KServe's and Triton's errors are.
 func (a *API) Routes() []*frontend.Route {
 	// Triton's extensions first: /v2/models/stats is no model named "stats".
-	return append(a.tritonRoutes(), []*frontend.Route{
+	return frontend.WithUnauthorized(append(a.tritonRoutes(), []*frontend.Route{
 		{Method: "GET", Pattern: "/v2", Summary: "Server metadata", Handle: a.v2Server},
 		{Method: "GET", Pattern: "/v2/health/live", Summary: "Liveness: 200", Handle: func(ctx *fasthttp.RequestCtx, _ frontend.Params) { ctx.SetStatusCode(200) }},
 		{Method: "GET", Pattern: "/v2/health/ready", Summary: "Readiness: 200 once start-up models are warm, else 400", Handle: a.v2Ready},
@@ -36,7 +37,7 @@ func (a *API) Routes() []*frontend.Route {
 		{Method: "POST", Pattern: "/v2/models/{model_name}/explain", Summary: "KServe v2 explanation through the handler, in TorchServe's kservev2 shape", Handle: a.v2Explain},
 		{Method: "POST", Pattern: "/v2/models/{model_name}/versions/{model_version}/explain", Summary: "KServe v2 explanation of a version", Handle: a.v2Explain},
 		{Method: "GET", Pattern: "/v1/models/{model_name}", Summary: "KServe v1 model status", Handle: a.v1Model},
-	}...)
+	}...), func(ctx *fasthttp.RequestCtx, msg string) { WriteError(ctx, 400, msg) })
 }
 
 // v2Version picks the version segment of the v2 routes (".../versions/{v}/...").
@@ -65,17 +66,15 @@ func v2APIError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // v2Status is the HTTP status of the Open Inference Protocol's answer (KServe v1 and v2,
-// Triton's extensions) to err: by its kind (v2Statuses), or the code a handler gave its own
-// error; a malformed request is 400, anything else 500.
+// Triton's extensions) to err: the code a handler gave its own error, or by its kind
+// (OIPStatuses); a malformed request is 400, anything else 500.
 func v2Status(err error) int {
 	var ce *core.Error
-	if errors.As(err, &ce) && ce.Status != 0 {
-		return ce.Status
+	if errors.As(err, &ce) && ce.HandlerCode != 0 {
+		return ce.HandlerCode
 	}
-	for _, k := range v2Statuses {
-		if errors.Is(err, k.kind) {
-			return k.status
-		}
+	if status, ok := OIPStatuses.Of(err); ok {
+		return status
 	}
 	var ae *frontend.APIError
 	switch {
@@ -87,29 +86,27 @@ func v2Status(err error) int {
 	return 500
 }
 
-// v2Statuses is the Open Inference Protocol's table: the core's kinds as HTTP statuses.
-var v2Statuses = []struct {
-	kind   error
-	status int
-}{
-	{core.ErrModelNotFound, 404},
-	{core.ErrVersionNotFound, 404},
-	{core.ErrLoading, 503},
-	{core.ErrConflict, 409},
-	{core.ErrDefaultVersion, 403},
-	{core.ErrBadModel, 400},
-	{core.ErrLoadFailed, 500},
-	{core.ErrStartupTimeout, 500},
-	{core.ErrBadInput, 400},
-	{core.ErrTooLarge, 413},
-	{core.ErrUnsupported, 501},
-	{core.ErrQueueFull, 503},
-	{core.ErrNoWorker, 503},
-	{core.ErrUnregistered, 503},
-	{core.ErrDeadline, 504},
-	{core.ErrClientGone, frontend.StatusClientClosed},
-	{core.ErrInference, 500},
-	{core.ErrControlOff, 503},
+// OIPStatuses is the Open Inference Protocol's table (KServe v1 and v2 over REST, Triton's
+// extensions): the core's kinds as HTTP statuses.
+var OIPStatuses = frontend.KindTable[int]{
+	{Kind: core.ErrModelNotFound, Answer: 404},
+	{Kind: core.ErrVersionNotFound, Answer: 404},
+	{Kind: core.ErrLoading, Answer: 503},
+	{Kind: core.ErrConflict, Answer: 409},
+	{Kind: core.ErrDefaultVersion, Answer: 403},
+	{Kind: core.ErrBadModel, Answer: 400},
+	{Kind: core.ErrLoadFailed, Answer: 500},
+	{Kind: core.ErrStartupTimeout, Answer: 500},
+	{Kind: core.ErrBadInput, Answer: 400},
+	{Kind: core.ErrTooLarge, Answer: 413},
+	{Kind: core.ErrUnsupported, Answer: 501},
+	{Kind: core.ErrQueueFull, Answer: 503},
+	{Kind: core.ErrNoWorker, Answer: 503},
+	{Kind: core.ErrUnregistered, Answer: 503},
+	{Kind: core.ErrDeadline, Answer: 504},
+	{Kind: core.ErrClientGone, Answer: frontend.StatusClientClosed},
+	{Kind: core.ErrInference, Answer: 500},
+	{Kind: core.ErrControlOff, Answer: 503},
 }
 
 func writeCompactJSON(ctx *fasthttp.RequestCtx, v any) {

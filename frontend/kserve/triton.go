@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
 	"github.com/valyala/fasthttp"
 )
@@ -158,13 +159,13 @@ func (a *API) LogSettings() LogSettings {
 // format chosen at start (log_format).
 func (a *API) SetLogSettings(s LogSettings) error {
 	if s.LogFile != nil && *s.LogFile != "" {
-		return frontend.Errorf(400, "BadRequestException", "log_file: torchd logs to stderr; redirect it to a file instead")
+		return core.Errorf(core.ErrBadInput, "log_file: torchd logs to stderr; redirect it to a file instead")
 	}
 	if s.LogFormat != nil && *s.LogFormat != "default" {
-		return frontend.Errorf(400, "BadRequestException", "log_format %q: torchd's format is set at start (log_format = text or json); send \"default\"", *s.LogFormat)
+		return core.Errorf(core.ErrBadInput, "log_format %q: torchd's format is set at start (log_format = text or json); send \"default\"", *s.LogFormat)
 	}
 	if s.LogVerboseLevel != nil && *s.LogVerboseLevel < 0 {
-		return frontend.Errorf(400, "BadRequestException", "log_verbose_level must be ≥ 0, got %d", *s.LogVerboseLevel)
+		return core.Errorf(core.ErrBadInput, "log_verbose_level must be ≥ 0, got %d", *s.LogVerboseLevel)
 	}
 	cur := a.LogSettings()
 	pick := func(p, def *bool) bool {

@@ -73,7 +73,7 @@ func New(enabled bool) *Metrics {
 	return m
 }
 
-// countResponse counts an answer of the inference or management API by its class, as
+// CountResponse counts an answer of the inference or management API by its class, as
 // TorchServe does for every response it sends: 2xx, 4xx, and anything else as 5xx.
 func (m *Metrics) CountResponse(code int) {
 	switch {

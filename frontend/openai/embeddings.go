@@ -1,7 +1,7 @@
 // Package openai is the OpenAI-compatible embeddings API (POST /v1/embeddings), as TEI,
 // Infinity and vLLM serve it: a codec over the one core call (core.Registry.Serve). The
 // request's input goes to the model's handler as a JSON payload; its embeddings come back in
-// OpenAI's shape, and errors in OpenAI's error shape (openAIStatuses).
+// OpenAI's shape, and errors in OpenAI's error shape (Statuses).
 package openai
 
 import (
@@ -27,9 +27,9 @@ type API struct {
 
 // Routes are the API's routes on the inference port.
 func (a *API) Routes() []*frontend.Route {
-	return []*frontend.Route{
+	return frontend.WithUnauthorized([]*frontend.Route{
 		{Method: "POST", Pattern: "/v1/embeddings", Summary: "OpenAI-compatible embeddings of a text_embedding model", Handle: a.embeddings},
-	}
+	}, unauthorized)
 }
 
 // embedder is a handler whose model answers one embedding per input (text_embedding).
@@ -46,10 +46,10 @@ type embeddingsRequest struct {
 	Dimensions     json.RawMessage `json:"dimensions"`
 }
 
-// WriteError answers an error of the API's own, outside a request's call (authorization), in
-// OpenAI's shape with code (e.g. "invalid_api_key").
-func WriteError(ctx *fasthttp.RequestCtx, status int, code, msg string) {
-	openAIError(ctx, status, "", code, msg)
+// unauthorized answers a refused key as OpenAI does: 401 invalid_api_key, which its
+// clients read as a bad key.
+func unauthorized(ctx *fasthttp.RequestCtx, msg string) {
+	openAIError(ctx, 401, "", "invalid_api_key", msg)
 }
 
 // openAIError answers {"error": {"message", "type", "param", "code"}}, OpenAI's error shape.
@@ -84,39 +84,41 @@ type paramError struct{ param, msg string }
 
 func (e *paramError) Error() string { return e.msg }
 
-// openAIStatuses is the OpenAI API's table: the core's kinds as HTTP statuses (the rest are
-// 500s, a server_error).
-var openAIStatuses = []struct {
-	kind   error
-	status int
-}{
-	{core.ErrModelNotFound, 404},
-	{core.ErrVersionNotFound, 404},
-	{core.ErrLoading, 503},
-	{core.ErrBadInput, 400},
-	{core.ErrTooLarge, 413},
-	{core.ErrUnsupported, 400},
-	{core.ErrQueueFull, 503},
-	{core.ErrNoWorker, 503},
-	{core.ErrUnregistered, 503},
-	{core.ErrDeadline, 504},
-	{core.ErrClientGone, frontend.StatusClientClosed},
-	{core.ErrInference, 500},
-	{core.ErrControlOff, 503},
+// Statuses is the OpenAI API's table: the core's kinds as HTTP statuses; a 500 is a
+// server_error. The kinds of registration and loading (a conflict, a bad model, a failed
+// load) never end an embeddings request; they are the server's should one.
+var Statuses = frontend.KindTable[int]{
+	{Kind: core.ErrModelNotFound, Answer: 404},
+	{Kind: core.ErrVersionNotFound, Answer: 404},
+	{Kind: core.ErrLoading, Answer: 503},
+	{Kind: core.ErrConflict, Answer: 500},
+	{Kind: core.ErrDefaultVersion, Answer: 500},
+	{Kind: core.ErrBadModel, Answer: 500},
+	{Kind: core.ErrLoadFailed, Answer: 500},
+	{Kind: core.ErrStartupTimeout, Answer: 500},
+	{Kind: core.ErrBadInput, Answer: 400},
+	{Kind: core.ErrTooLarge, Answer: 413},
+	{Kind: core.ErrUnsupported, Answer: 400},
+	{Kind: core.ErrQueueFull, Answer: 503},
+	{Kind: core.ErrNoWorker, Answer: 503},
+	{Kind: core.ErrUnregistered, Answer: 503},
+	{Kind: core.ErrDeadline, Answer: 504},
+	{Kind: core.ErrClientGone, Answer: frontend.StatusClientClosed},
+	{Kind: core.ErrInference, Answer: 500},
+	{Kind: core.ErrControlOff, Answer: 503},
 }
 
-// openAIAnswer answers err in OpenAI's shape: its status by kind, the parameter it names.
+// openAIAnswer answers err in OpenAI's shape: its status by kind (or the code a handler gave
+// its own error), the parameter it names.
 func openAIAnswer(ctx *fasthttp.RequestCtx, model string, err error) {
-	status := 500
-	for _, k := range openAIStatuses {
-		if errors.Is(err, k.kind) {
-			status = k.status
-			break
-		}
+	status, ok := Statuses.Of(err)
+	if !ok {
+		status = 500
 	}
 	var ce *core.Error
-	if errors.As(err, &ce) && ce.Status != 0 {
-		status = ce.Status
+	handlerCode := errors.As(err, &ce) && ce.HandlerCode != 0
+	if handlerCode {
+		status = ce.HandlerCode
 	}
 	var pe *paramError
 	switch {
@@ -124,7 +126,8 @@ func openAIAnswer(ctx *fasthttp.RequestCtx, model string, err error) {
 		openAIError(ctx, 400, pe.param, "", pe.msg)
 	case errors.Is(err, core.ErrModelNotFound), errors.Is(err, core.ErrVersionNotFound):
 		openAIError(ctx, 404, "model", "model_not_found", fmt.Sprintf("The model '%s' does not exist.", model))
-	case errors.Is(err, core.ErrBadInput) && status < 500:
+	case errors.Is(err, core.ErrBadInput) && !handlerCode:
+		// The handler refused the input; a handler's own code names no parameter.
 		openAIError(ctx, status, "input", "", err.Error())
 	default:
 		openAIError(ctx, status, "", "", err.Error())

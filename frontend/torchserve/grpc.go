@@ -22,7 +22,7 @@ import (
 
 // TorchServe's gRPC APIs. Inference is one core call, as POST /predictions; management calls
 // the lifecycle service (lifecycle.Service) as REST does, and answers what REST answers: its JSON
-// body as msg, or its error under the gRPC status for the error's kind (grpcError).
+// body as msg, or its error under the gRPC status for the error's kind (frontend.GRPCError).
 
 // tsInferenceService is TorchServe's InferenceAPIsService; StreamPredictions2 (sequences of a
 // stateful model) is in grpc_stream2.go.
@@ -149,7 +149,7 @@ func (s *tsManagementService) RegisterModel(_ context.Context, r *tspb.RegisterM
 		return nil, frontend.GRPCError(err)
 	}
 	done, err := s.a.Life.Register(reg)
-	return answer(frontend.StatusOf(registeredMessage(done)), err)
+	return answer(frontend.StatusMessage(registeredMessage(done)), err)
 }
 
 func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorkerRequest) (*tspb.ManagementResponse, error) {
@@ -164,7 +164,7 @@ func (s *tsManagementService) ScaleWorker(_ context.Context, r *tspb.ScaleWorker
 		sc.Max = archive.Of(int(n))
 	}
 	done, err := s.a.Life.Scale(sc)
-	return answer(frontend.StatusOf(scaledMessage(done)), err)
+	return answer(frontend.StatusMessage(scaledMessage(done)), err)
 }
 
 func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRequest) (*tspb.ManagementResponse, error) {
@@ -175,7 +175,7 @@ func (s *tsManagementService) SetDefault(_ context.Context, r *tspb.SetDefaultRe
 		return nil, err
 	}
 	err := s.a.Life.SetDefault(r.GetModelName(), r.GetModelVersion())
-	return answer(frontend.StatusOf(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
+	return answer(frontend.StatusMessage(fmt.Sprintf("Default version successfully updated for model \"%s\" to \"%s\"", r.GetModelName(), r.GetModelVersion())), err)
 }
 
 func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.UnregisterModelRequest) (*tspb.ManagementResponse, error) {
@@ -183,5 +183,5 @@ func (s *tsManagementService) UnregisterModel(_ context.Context, r *tspb.Unregis
 		return nil, err
 	}
 	err := s.a.Life.Unregister(r.GetModelName(), r.GetModelVersion())
-	return answer(frontend.StatusOf(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
+	return answer(frontend.StatusMessage(fmt.Sprintf("Model \"%s\" unregistered", r.GetModelName())), err)
 }

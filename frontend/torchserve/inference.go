@@ -87,7 +87,7 @@ func (a *API) invocations(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	if name == "" {
 		all := a.Registry.Defaults()
 		if len(all) != 1 {
-			frontend.WriteError(ctx, 400, "BadRequestException", "Parameter model_name is required.")
+			frontend.WriteTorchServeError(ctx, 400, "BadRequestException", "Parameter model_name is required.")
 			return
 		}
 		name = all[0].Name

@@ -84,7 +84,7 @@ func (a args) bool(key string, def bool) bool {
 func (ts *API) register(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	a, err := ts.readArgs(ctx)
 	if err != nil {
-		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
+		frontend.WriteTorchServeError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	var r lifecycle.Registration
@@ -213,7 +213,7 @@ func (ts *API) describe(ctx *fasthttp.RequestCtx, p frontend.Params) {
 func (ts *API) scale(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	a, err := ts.readArgs(ctx)
 	if err != nil {
-		frontend.WriteError(ctx, 400, "BadRequestException", err.Error())
+		frontend.WriteTorchServeError(ctx, 400, "BadRequestException", err.Error())
 		return
 	}
 	sc := lifecycle.Scaling{Name: p[0], Version: version(p), Synchronous: a.bool("synchronous", false)}

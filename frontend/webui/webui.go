@@ -107,7 +107,7 @@ func (pg *Page) Routes() []*frontend.Route {
 // 405, and OPTIONS / stays the API description.
 func (pg *Page) uiRoot(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	if !strings.Contains(string(ctx.Request.Header.Peek("Accept")), "text/html") {
-		frontend.WriteError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
+		frontend.WriteTorchServeError(ctx, 405, "MethodNotAllowedException", "Requested method is not allowed, please refer to API document.")
 		return
 	}
 	pg.uiStatic(ctx, nil)
@@ -123,7 +123,7 @@ func (pg *Page) uiStatic(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	}
 	a, ok := uiAssets[name]
 	if !ok {
-		frontend.WriteError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
+		frontend.WriteTorchServeError(ctx, 404, "ResourceNotFoundException", "Requested resource is not found, please refer to API document.")
 		return
 	}
 	h := &ctx.Response.Header

@@ -46,9 +46,10 @@ func (p *slicePool[T]) get(n int) *[]T {
 }
 
 // maxPooledBytes bounds a buffer the pools keep. A pooled buffer lives until two garbage
-// collections pass, and an idle server collects rarely: after a burst of 36-Mpx images the
-// pool held over 500 MB of 108 MB buffers while nothing ran. Buffers of typical photos (up
-// to about 10 Mpx of RGB) are reused; larger ones go back to the garbage collector at once.
+// collections pass, and an idle server collects rarely, so a burst of huge images would
+// leave their buffers held while nothing runs (docs/guide/attacks.md). Buffers of typical
+// photos (up to about 10 Mpx of RGB) are reused; larger ones go back to the garbage
+// collector at once.
 // Once the server is idle, the daemon's memory trim runs the two collections that empty
 // the pools (memtrim.Trim).
 const maxPooledBytes = 32 << 20
