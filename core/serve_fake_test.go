@@ -59,7 +59,7 @@ func failures(t *testing.T, r *core.Registry, name string) (map[string]uint64, u
 func TestServeBatchesAndSplitsAnswers(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	coretest.Add(t, r, "m", "tensor", "batch_size = 4\nmax_batch_delay = 60000\n"+coretest.XConfig)
+	coretest.Add(t, r, "m", coretest.Archive(t, "tensor", "batch_size = 4\nmax_batch_delay = 60000\n"+coretest.XConfig, nil))
 	warm := len(rt.Model("m", "1").Batches())
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -95,7 +95,7 @@ func TestServeBatchesAndSplitsAnswers(t *testing.T) {
 func TestServeQueuedRequestsBatchWhenTheWorkerFrees(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	v := coretest.Add(t, r, "m", "tensor", "batch_size = 3\nmax_batch_delay = 0\n"+coretest.XConfig)
+	v := coretest.Add(t, r, "m", coretest.Archive(t, "tensor", "batch_size = 3\nmax_batch_delay = 0\n"+coretest.XConfig, nil))
 	m := rt.Model("m", "1")
 	held, release := m.Hold()
 	first := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
@@ -121,7 +121,7 @@ func TestServeQueuedRequestsBatchWhenTheWorkerFrees(t *testing.T) {
 func TestServeQueueFull(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	v := coretest.Add(t, r, "m", "tensor", "job_queue_size = 2\n"+coretest.XConfig)
+	v := coretest.Add(t, r, "m", coretest.Archive(t, "tensor", "job_queue_size = 2\n"+coretest.XConfig, nil))
 	held, release := rt.Model("m", "1").Hold()
 	defer release()
 	first := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
@@ -155,7 +155,7 @@ func TestServeQueueFull(t *testing.T) {
 func TestServeDeadlines(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	coretest.Add(t, r, "m", "tensor", coretest.XConfig)
+	coretest.Add(t, r, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	m := rt.Model("m", "1")
 	const limit = 20 * time.Millisecond
 	for _, c := range []struct {
@@ -197,7 +197,7 @@ func TestServeDeadlines(t *testing.T) {
 func TestServeClientGone(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	v := coretest.Add(t, r, "m", "tensor", coretest.XConfig)
+	v := coretest.Add(t, r, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	m := rt.Model("m", "1")
 	held, release := m.Hold()
 	first := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
@@ -234,7 +234,7 @@ func TestServeClientGone(t *testing.T) {
 func TestServeUnregisterWhileQueued(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	v := coretest.Add(t, r, "m", "tensor", coretest.XConfig)
+	v := coretest.Add(t, r, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	m := rt.Model("m", "1")
 	held, release := m.Hold()
 	first := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
@@ -274,9 +274,9 @@ func TestServeUnregisterWhileQueued(t *testing.T) {
 func TestServeErrorKinds(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	coretest.Add(t, r, "m", "tensor", coretest.XConfig)
+	coretest.Add(t, r, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	// "p" takes payloads through a handler that takes no tensors.
-	coretest.Add(t, r, "p", "text_classifier_fake", "")
+	coretest.Add(t, r, "p", coretest.Archive(t, "text_classifier_fake", "", nil))
 	rt.Model("m", "1").FailOn(13)
 	tooLarge := core.Errorf(core.ErrTooLarge, "the body is over max_request_size")
 	for _, c := range []struct {
@@ -351,7 +351,7 @@ func counted(r *core.Registry) (answered, all uint64) {
 func TestServeNoWorker(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	coretest.Add(t, r, "m", "tensor", coretest.XConfig)
+	coretest.Add(t, r, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	if _, err := r.Scale("m", "1", 0, 0, true); err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestServeNoWorker(t *testing.T) {
 func TestServeLoadingAndLoadFailed(t *testing.T) {
 	rt := &coretest.Runtime{LoadErr: errors.New("the graph is truncated")}
 	r := coretest.NewRegistry(t, rt)
-	_, err := r.Add("bad", "1", core.RegisterRequest{Name: "bad", Synchronous: true}, coretest.Archive(t, "tensor", coretest.XConfig))
+	_, err := r.Add("bad", "1", core.RegisterRequest{Name: "bad", Synchronous: true}, coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	wantKind(t, "a load the runtime refuses", err, core.ErrLoadFailed, "the graph is truncated")
 	_, err = r.Serve(&core.Request{Model: "bad", Decode: rows(1, 1)})
 	wantKind(t, "serving a model that failed to load", err, core.ErrModelNotFound, "")
@@ -380,8 +380,8 @@ func TestServeLoadingAndLoadFailed(t *testing.T) {
 func TestServeVersions(t *testing.T) {
 	rt := &coretest.Runtime{}
 	r := coretest.NewRegistry(t, rt)
-	coretest.Add(t, r, "m", "tensor", coretest.XConfig)
-	if _, err := r.Add("m", "2", core.RegisterRequest{Name: "m", Synchronous: true}, coretest.Archive(t, "tensor", coretest.XConfig)); err != nil {
+	coretest.Add(t, r, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
+	if _, err := r.Add("m", "2", core.RegisterRequest{Name: "m", Synchronous: true}, coretest.Archive(t, "tensor", coretest.XConfig, nil)); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ asked, want string }{{"", "1"}, {"1", "1"}, {"2", "2"}} {

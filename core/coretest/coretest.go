@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -28,6 +29,9 @@ import (
 type Runtime struct {
 	// LoadErr, when set, is every load's error (a runtime's refusal of the file).
 	LoadErr error
+	// Compute, when set, is what the models compute for each sample in place of doubling
+	// (for a handler whose model answers other shapes: an embedding model's).
+	Compute func(s *handlers.Sample) ([]handlers.Tensor, error)
 
 	mu     sync.Mutex
 	models map[string]*Model // by "name/version", the latest load's
@@ -42,7 +46,7 @@ func (rt *Runtime) Load(req core.LoadRequest) (core.Model, error) {
 	if rt.LoadErr != nil {
 		return nil, rt.LoadErr
 	}
-	m := &Model{threads: req.Threads, ins: req.Archive.Config.Inputs}
+	m := &Model{threads: req.Threads, ins: req.Archive.Config.Inputs, compute: rt.Compute}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.models == nil {
@@ -64,9 +68,11 @@ func (rt *Runtime) Model(name, version string) *Model {
 type Model struct {
 	threads int
 	ins     []archive.TensorSpec
+	compute func(s *handlers.Sample) ([]handlers.Tensor, error)
 
 	mu      sync.Mutex
-	batches []int // the samples of each batch run
+	batches []int               // the samples of each batch run
+	inputs  [][]handlers.Tensor // each sample's tensors, copied, in the order run
 	failOn  float32
 	held    chan struct{} // each Run under hold sends here, then waits for gate
 	gate    chan struct{}
@@ -104,6 +110,17 @@ func (m *Model) Batches() []int {
 	return append([]int(nil), m.batches...)
 }
 
+// LastInput returns the tensors of the latest sample run: what a request's decoding handed
+// the model. The data are copies: a request's body is reused once it is answered.
+func (m *Model) LastInput() []handlers.Tensor {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.inputs) == 0 {
+		return nil
+	}
+	return m.inputs[len(m.inputs)-1]
+}
+
 // FailOn makes every batch holding an element equal to x fail as a whole (0: none does).
 func (m *Model) FailOn(x float32) {
 	m.mu.Lock()
@@ -134,6 +151,14 @@ func (m *Model) Hold() (held <-chan struct{}, release func()) {
 func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
 	m.mu.Lock()
 	m.batches = append(m.batches, len(batch))
+	for _, s := range batch {
+		ts := make([]handlers.Tensor, len(s.Tensors))
+		for i, t := range s.Tensors {
+			ts[i] = t
+			ts[i].Data = append([]byte(nil), t.Data...)
+		}
+		m.inputs = append(m.inputs, ts)
+	}
 	held, gate, failOn := m.held, m.gate, m.failOn
 	m.mu.Unlock()
 	if gate != nil {
@@ -142,6 +167,14 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 	}
 	outs := make([][]handlers.Tensor, len(batch))
 	for i, s := range batch {
+		if m.compute != nil {
+			out, err := m.compute(s)
+			if err != nil {
+				return nil, err
+			}
+			outs[i] = out
+			continue
+		}
 		for j, in := range s.Tensors {
 			out := handlers.Tensor{DType: in.DType, Shape: in.Shape, Data: append([]byte(nil), in.Data...), Name: "y"}
 			if j > 0 {
@@ -198,16 +231,24 @@ shape = [-1, 2]
 `
 
 // Archive is a directory archive of the fake model served by handler, with config's lines of
-// model-config.toml (settings, [[inputs]]).
-func Archive(t testing.TB, handler, config string) *archive.Model {
+// model-config.toml (settings, [[inputs]]) and files (path in the archive → content) beside.
+func Archive(t testing.TB, handler, config string, files map[string]string) *archive.Model {
 	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), []byte("fake"), 0o644); err != nil {
-		t.Fatal(err)
+	files = maps.Clone(files)
+	if files == nil {
+		files = map[string]string{}
 	}
-	toml := "handler = \"" + handler + "\"\nserialized_file = \"model.onnx\"\n" + config
-	if err := os.WriteFile(filepath.Join(dir, "model-config.toml"), []byte(toml), 0o644); err != nil {
-		t.Fatal(err)
+	files["model.onnx"] = "fake"
+	files["model-config.toml"] = "handler = \"" + handler + "\"\nserialized_file = \"model.onnx\"\n" + config
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	am, err := archive.Open(dir)
 	if err != nil {
@@ -216,11 +257,10 @@ func Archive(t testing.TB, handler, config string) *archive.Model {
 	return am
 }
 
-// Add registers the fake model as name's version "1", served by handler with config, and
-// waits until it is ready.
-func Add(t testing.TB, r *core.Registry, name, handler, config string) *core.ModelVersion {
+// Add registers am as name's version "1" and waits until it is ready.
+func Add(t testing.TB, r *core.Registry, name string, am *archive.Model) *core.ModelVersion {
 	t.Helper()
-	v, err := r.Add(name, "1", core.RegisterRequest{Name: name, Synchronous: true}, Archive(t, handler, config))
+	v, err := r.Add(name, "1", core.RegisterRequest{Name: name, Synchronous: true}, am)
 	if err != nil {
 		t.Fatal(err)
 	}
