@@ -56,13 +56,22 @@ func Do(routes []*frontend.Route, req Request) Response {
 	}
 }
 
-// Golden compares an answer with testdata/<name>.golden: its status line and content type
-// exactly; a JSON body as JSON, its numbers within a relative 1e-6 (a model computes them);
+// contractHeaders are the response headers a protocol defines, which golden files hold.
+var contractHeaders = []string{"Retry-After", "Inference-Header-Content-Length", "Content-Encoding", "Allow"}
+
+// Golden compares an answer with testdata/<name>.golden: its status line, content type and
+// the protocol's headers (contractHeaders) exactly; a JSON body as JSON, its numbers within a relative 1e-6 (a model computes them);
 // any other body byte for byte.
 func Golden(t testing.TB, name string, got Response) {
 	t.Helper()
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d %s\n\n", got.Status, got.ContentType)
+	fmt.Fprintf(&b, "%d %s\n", got.Status, got.ContentType)
+	for _, h := range contractHeaders {
+		if v := got.Header.Peek(h); v != nil {
+			fmt.Fprintf(&b, "%s: %s\n", h, v)
+		}
+	}
+	b.WriteByte('\n')
 	b.Write(got.Body)
 	GoldenBytes(t, name, b.Bytes(), strings.Contains(got.ContentType, "json"))
 }
