@@ -33,8 +33,28 @@ type Runtime struct {
 	// (for a handler whose model answers other shapes: an embedding model's).
 	Compute func(s *handlers.Sample) ([]handlers.Tensor, error)
 
-	mu     sync.Mutex
-	models map[string]*Model // by "name/version", the latest load's
+	mu      sync.Mutex
+	models  map[string]*Model // by "name/version", the latest load's
+	loading chan struct{}     // each load under HoldLoads sends here, then waits for loadGate
+	gate    chan struct{}
+}
+
+// HoldLoads makes each following load signal loading when it starts and wait until release
+// is called: the model is then registered and still loading (core.ErrLoading).
+func (rt *Runtime) HoldLoads() (loading <-chan struct{}, release func()) {
+	l, g := make(chan struct{}, 16), make(chan struct{})
+	rt.mu.Lock()
+	rt.loading, rt.gate = l, g
+	rt.mu.Unlock()
+	var once sync.Once
+	return l, func() {
+		once.Do(func() {
+			rt.mu.Lock()
+			rt.loading, rt.gate = nil, nil
+			rt.mu.Unlock()
+			close(g)
+		})
+	}
 }
 
 func (*Runtime) Name() string { return "fake" }
@@ -43,6 +63,13 @@ func (*Runtime) Accepts(am *archive.Model) bool {
 }
 
 func (rt *Runtime) Load(req core.LoadRequest) (core.Model, error) {
+	rt.mu.Lock()
+	loading, gate := rt.loading, rt.gate
+	rt.mu.Unlock()
+	if gate != nil {
+		loading <- struct{}{}
+		<-gate
+	}
 	if rt.LoadErr != nil {
 		return nil, rt.LoadErr
 	}

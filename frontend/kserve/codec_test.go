@@ -9,7 +9,9 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -199,7 +201,20 @@ func TestV2ServerErrors(t *testing.T) {
 	}
 	const good = `{"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}`
 	done := make(chan frontendtest.Response, 2)
-	send := func(body string) { go func() { done <- f.do("POST", "/v2/models/m/infer", body, nil) }() }
+	send := func(body string) {
+		go func() {
+			for {
+				r := f.do("POST", "/v2/models/m/infer", body, nil)
+				// A request that arrives as the worker takes the one before it may be refused for a
+				// moment: that one's queue place is given back just after the worker has it.
+				if r.Status == 503 && v.Pending() == 0 {
+					continue
+				}
+				done <- r
+				return
+			}
+		}()
+	}
 
 	held, release := m.Hold()
 	send(good)
@@ -212,6 +227,14 @@ func TestV2ServerErrors(t *testing.T) {
 		if r := <-done; r.Status != 200 {
 			t.Errorf("a queued request: %d %s", r.Status, r.Body)
 		}
+	}
+
+	// The rest on a queue of the default size: a request past its deadline keeps its place
+	// until the worker reaches it, which a queue of one would show as full.
+	f = newFixture(t, "")
+	m = f.rt.Model("m", "1")
+	if v, err = f.r.Get("m", "1"); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, c := range []struct {
@@ -227,6 +250,8 @@ func TestV2ServerErrors(t *testing.T) {
 		frontendtest.Golden(t, "errors/deadline_"+c.name, f.do("POST", "/v2/models/m/infer", c.body, c.header))
 		release()
 		<-done
+		// The request past its deadline holds its queue place until the worker drops it.
+		coretest.WaitFor(t, "the expired request dropped", func() bool { return v.Pending() == 0 })
 		for _, in := range m.LastInput() {
 			if bytes.Equal(in.Data, le32(7, 7)) {
 				t.Errorf("%s: the request past its deadline reached the model", c.name)
@@ -306,4 +331,90 @@ func goldenGRPC(t *testing.T, name string, resp proto.Message, err error) {
 		body = b.Bytes()
 	}
 	frontendtest.GoldenBytes(t, name, fmt.Appendf(nil, "%s %s\n\n%s", st.Code(), st.Message(), body), true)
+}
+
+// gRPC's answers to the core's refusals: the timeout parameter (µs) and the call's own
+// deadline are DEADLINE_EXCEEDED, a full queue UNAVAILABLE, a failed model INTERNAL; the
+// worker is held meanwhile, and the model serves on after.
+func TestGRPCServerErrors(t *testing.T) {
+	req := func(x float32) *pb.ModelInferRequest {
+		return &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 2},
+			Contents: &pb.InferTensorContents{Fp32Contents: []float32{x, x}}}}}
+	}
+	f := newFixture(t, "")
+	svc := f.api.InferenceService()
+	m := f.rt.Model("m", "1")
+	done := make(chan error, 2)
+	var v *core.ModelVersion // the queue send waits on, once there is one
+	send := func(svc pb.GRPCInferenceServiceServer) {
+		go func() {
+			for {
+				_, err := svc.ModelInfer(context.Background(), req(1))
+				// A request that arrives as the worker takes the one before it may be refused for a
+				// moment: that one's queue place is given back just after the worker has it.
+				if st, _ := status.FromError(err); st.Code() == codes.Unavailable && v != nil && v.Pending() == 0 {
+					continue
+				}
+				done <- err
+				return
+			}
+		}()
+	}
+
+	held, release := m.Hold()
+	send(svc)
+	<-held
+	withTimeout := req(7)
+	withTimeout.Parameters = map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 20000}}}
+	resp, err := svc.ModelInfer(context.Background(), withTimeout)
+	goldenGRPC(t, "grpc/deadline_timeout_parameter", resp, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err = svc.ModelInfer(ctx, req(7))
+	cancel()
+	if st, _ := status.FromError(err); st.Code() != codes.DeadlineExceeded {
+		t.Errorf("a call past its own deadline: %v, want DeadlineExceeded", err)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.ModelInfer(context.Background(), req(1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range m.LastInput() {
+		if bytes.Equal(in.Data, le32(7, 7)) {
+			t.Error("a request past its deadline reached the model")
+		}
+	}
+
+	m.FailOn(13)
+	resp, err = svc.ModelInfer(context.Background(), req(13))
+	goldenGRPC(t, "grpc/model_fails", resp, err)
+	m.FailOn(0)
+	fp16 := &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP16", Shape: []int64{1}}}}
+	resp, err = svc.ModelInfer(context.Background(), fp16)
+	goldenGRPC(t, "grpc/fp16_typed_contents", resp, err)
+	if _, err := svc.ModelInfer(context.Background(), req(1)); err != nil {
+		t.Errorf("after the failures: %v", err)
+	}
+
+	small := newFixture(t, "job_queue_size = 1\n")
+	svc = small.api.InferenceService()
+	v, err = small.r.Get("m", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, release = small.rt.Model("m", "1").Hold()
+	send(svc)
+	<-held
+	send(svc)
+	coretest.WaitFor(t, "a request queued", func() bool { return v.Pending() == 1 })
+	resp, err = svc.ModelInfer(context.Background(), req(1))
+	goldenGRPC(t, "grpc/queue_full", resp, err)
+	release()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("a queued request: %v", err)
+		}
+	}
 }

@@ -113,6 +113,7 @@ func TestPredictionErrors(t *testing.T) {
 		{"multipart_without_files", "POST", "/predictions/m", "multipart/form-data; boundary=x", "--x--\r\n", nil},
 		{"multipart_broken", "POST", "/predictions/m", "multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"data\"\r\n\r\n[[1, 2]]", nil},
 		{"request_timeout_header_malformed", "POST", "/predictions/m", "application/json", `[[1, 2]]`, map[string]string{"X-Request-Timeout": "soon"}},
+		{"request_timeout_header_negative", "POST", "/predictions/m", "application/json", `[[1, 2]]`, map[string]string{"X-Request-Timeout": "-5"}},
 		{"explanation_unsupported", "POST", "/explanations/m", "application/json", `[[1, 2]]`, nil},
 		{"invocations_without_a_model", "POST", "/invocations", "application/json", `[[1, 2]]`, nil},
 		{"gzip_not_gzip", "POST", "/predictions/m", "application/json", `[[1, 2]]`, map[string]string{"Content-Encoding": "gzip"}},
@@ -144,7 +145,18 @@ func TestPredictionServerErrors(t *testing.T) {
 	}
 	done := make(chan frontendtest.Response, 2)
 	send := func() {
-		go func() { done <- f.do("POST", "/predictions/m", "application/json", []byte(`[[1, 2]]`), nil) }()
+		go func() {
+			for {
+				r := f.do("POST", "/predictions/m", "application/json", []byte(`[[1, 2]]`), nil)
+				// A request that arrives as the worker takes the one before it may be refused for a
+				// moment: that one's queue place is given back just after the worker has it.
+				if r.Status == 503 && v.Pending() == 0 {
+					continue
+				}
+				done <- r
+				return
+			}
+		}()
 	}
 	held, release := m.Hold()
 	send()
@@ -158,6 +170,13 @@ func TestPredictionServerErrors(t *testing.T) {
 			t.Errorf("a queued request: %d %s", r.Status, r.Body)
 		}
 	}
+	// The rest on a queue of the default size: a request past its deadline keeps its place
+	// until the worker reaches it, which a queue of one would show as full.
+	f = newFixture(t, "")
+	m = f.rt.Model("m", "1")
+	if v, err = f.r.Get("m", "1"); err != nil {
+		t.Fatal(err)
+	}
 
 	held, release = m.Hold()
 	send()
@@ -165,6 +184,17 @@ func TestPredictionServerErrors(t *testing.T) {
 	frontendtest.Golden(t, "errors/deadline", f.do("POST", "/predictions/m", "application/json", []byte(`[[7, 7]]`), map[string]string{"X-Request-Timeout": "20"}))
 	release()
 	<-done
+	// The request past its deadline holds its queue place until the worker drops it.
+	coretest.WaitFor(t, "the expired request dropped", func() bool { return v.Pending() == 0 })
+	// Within its deadline, a request is answered; the one past it never reached the model.
+	if r := f.do("POST", "/predictions/m", "application/json", []byte(`[[1, 2]]`), map[string]string{"X-Request-Timeout": "5s"}); r.Status != 200 {
+		t.Errorf("a request within its deadline: %d %s", r.Status, r.Body)
+	}
+	for _, in := range m.LastInput() {
+		if bytes.Equal(in.Data, coretest.Floats([]int64{1, 2}, 7, 7).Data) {
+			t.Error("the request past its deadline reached the model")
+		}
+	}
 
 	m.FailOn(13)
 	frontendtest.Golden(t, "errors/model_fails", f.do("POST", "/predictions/m", "application/json", []byte(`[[13, 13]]`), nil))
@@ -174,4 +204,25 @@ func TestPredictionServerErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	frontendtest.Golden(t, "errors/no_worker", f.do("POST", "/predictions/m", "application/json", []byte(`[[1, 2]]`), nil))
+}
+
+// A model still loading is a 503 with Retry-After, not the 404 of a model that does not exist.
+func TestPredictionWhileLoading(t *testing.T) {
+	f := newFixture(t, "")
+	loading, release := f.rt.HoldLoads()
+	defer release()
+	added := make(chan error, 1)
+	go func() {
+		_, err := f.r.Add("later", "1", core.RegisterRequest{Name: "later", Synchronous: true}, coretest.Archive(t, "tensor", coretest.XConfig, nil))
+		added <- err
+	}()
+	<-loading
+	frontendtest.Golden(t, "errors/loading", f.do("POST", "/predictions/later", "application/json", []byte(`[[1, 2]]`), nil))
+	release()
+	if err := <-added; err != nil {
+		t.Fatal(err)
+	}
+	if r := f.do("POST", "/predictions/later", "application/json", []byte(`[[1, 2]]`), nil); r.Status != 200 {
+		t.Errorf("once loaded: %d %s", r.Status, r.Body)
+	}
 }
