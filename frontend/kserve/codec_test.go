@@ -301,6 +301,8 @@ func TestGRPCInfer(t *testing.T) {
 		{"contents_short_of_shape", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{2, 2},
 			Contents: &pb.InferTensorContents{Fp32Contents: []float32{1}}}}}},
 		{"raw_short_of_shape", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{raw}, RawInputContents: [][]byte{x[:4]}}},
+		{"wrong_shape", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 3},
+			Contents: &pb.InferTensorContents{Fp32Contents: []float32{1, 2, 3}}}}}},
 		{"wrong_datatype", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "INT32", Shape: []int64{1, 2},
 			Contents: &pb.InferTensorContents{IntContents: []int32{1, 2}}}}}},
 		{"timeout_parameter_not_a_number", &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{input("x")},
