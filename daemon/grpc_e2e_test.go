@@ -120,20 +120,10 @@ func TestGRPC(t *testing.T) {
 	x := readZooNpy(t, "digits", "ref_input.npy")
 	rest := restV2(t, s, "digits_tensor", oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data})
 
-	t.Run("health and metadata", func(t *testing.T) {
+	// The inference service's health, metadata, config and statistics answers are
+	// frontend/kserve's TestGRPCMetadata; the standard health service is the server's.
+	t.Run("health", func(t *testing.T) {
 		ctx := callCtx(t)
-		if r, err := oipc.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil || !r.GetLive() {
-			t.Fatalf("live %v %v", r, err)
-		}
-		if r, err := oipc.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !r.GetReady() {
-			t.Fatalf("ready %v %v", r, err)
-		}
-		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "digits_tensor"}); err != nil || !r.GetReady() {
-			t.Fatalf("model ready %v %v", r, err)
-		}
-		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"}); err != nil || r.GetReady() {
-			t.Fatalf("an unknown model is ready: %v %v", r, err)
-		}
 		health := healthpb.NewHealthClient(dial(t, s.grpc))
 		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -146,41 +136,6 @@ func TestGRPC(t *testing.T) {
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health watch %v %v", h, err)
 		}
-		sm, err := oipc.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
-		if err != nil || sm.GetName() != "torchd" || len(sm.GetExtensions()) == 0 {
-			t.Fatalf("server metadata %v %v", sm, err)
-		}
-		md, err := oipc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "digits_tensor"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var restMD oip.ModelMetadata
-		do(t, "GET", s.inf+"/v2/models/digits_tensor", "", nil).json(t, &restMD)
-		if md.GetName() != restMD.Name || md.GetPlatform() != restMD.Platform || len(md.GetInputs()) != 1 ||
-			md.GetInputs()[0].GetName() != restMD.Inputs[0].Name || !slicesEqual(md.GetInputs()[0].GetShape(), restMD.Inputs[0].Shape) ||
-			md.GetOutputs()[0].GetDatatype() != restMD.Outputs[0].Datatype {
-			t.Fatalf("gRPC metadata %v, REST %+v", md, restMD)
-		}
-		_, err = oipc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "nope"})
-		wantCode(t, err, codes.NotFound, "nope")
-		cfg, err := oipc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "digits_tensor"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var restCfg struct {
-			MaxBatchSize int32 `json:"max_batch_size"`
-			Input        []struct {
-				Dims []int64 `json:"dims"`
-			} `json:"input"`
-		}
-		do(t, "GET", s.inf+"/v2/models/digits_tensor/config", "", nil).json(t, &restCfg)
-		c := cfg.GetConfig()
-		if c.GetMaxBatchSize() != restCfg.MaxBatchSize || !slicesEqual(c.GetInput()[0].GetDims(), restCfg.Input[0].Dims) ||
-			c.GetInput()[0].GetDataType() != pb.DataType_TYPE_FP32 || c.GetInstanceGroup()[0].GetKind() != pb.ModelInstanceGroup_KIND_CPU {
-			t.Fatalf("gRPC config %v, REST %+v", c, restCfg)
-		}
-		_, err = oipc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "nope"})
-		wantCode(t, err, codes.NotFound, "nope")
 	})
 
 	t.Run("infer typed and raw", func(t *testing.T) {
@@ -302,24 +257,6 @@ func TestGRPC(t *testing.T) {
 		}
 	})
 
-	t.Run("statistics", func(t *testing.T) {
-		st := stats(t, oipc, "digits_tensor")
-		if st.GetInferenceStats().GetSuccess().GetCount() < 2 || st.GetInferenceCount() < 8 || st.GetExecutionCount() < 1 || st.GetLastInference() == 0 {
-			t.Fatalf("statistics %v", st)
-		}
-		all, err := oipc.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{})
-		if err != nil || len(all.GetModelStats()) != 3 {
-			t.Fatalf("every model's statistics: %v %v", all, err)
-		}
-		_, err = oipc.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{Name: "nope"})
-		wantCode(t, err, codes.NotFound, "nope")
-	})
-
-	t.Run("unimplemented", func(t *testing.T) {
-		_, err := oipc.SystemSharedMemoryStatus(callCtx(t), &pb.SystemSharedMemoryStatusRequest{})
-		wantCode(t, err, codes.Unimplemented, "")
-	})
-
 	t.Run("torchserve inference", func(t *testing.T) {
 		tsc := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
 		ctx := callCtx(t)
@@ -349,12 +286,7 @@ func TestGRPC(t *testing.T) {
 		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("after the one answer: %v", err)
 		}
-		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "nope", Input: map[string][]byte{"data": imgs[0]}})
-		wantCode(t, err, codes.NotFound, "nope")
-		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits"})
-		wantCode(t, err, codes.InvalidArgument, "no input")
-		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", Input: map[string][]byte{"data": []byte("not an image")}})
-		wantCode(t, err, codes.InvalidArgument, "")
+		// Its errors are frontend/torchserve's TestGRPCPredictions.
 	})
 
 	t.Run("torchserve management", func(t *testing.T) {

@@ -420,3 +420,62 @@ func TestGRPCServerErrors(t *testing.T) {
 		}
 	}
 }
+
+// gRPC's health, metadata, configuration and statistics calls answer what REST's do (the
+// golden files of metadata/ beside grpc/), unknown models NOT_FOUND; the calls torchd does not
+// serve are UNIMPLEMENTED.
+func TestGRPCMetadata(t *testing.T) {
+	f := newFixture(t, "")
+	svc := f.api.InferenceService()
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		call func() (proto.Message, error)
+	}{
+		{"server_live", func() (proto.Message, error) { return svc.ServerLive(ctx, &pb.ServerLiveRequest{}) }},
+		{"server_ready", func() (proto.Message, error) { return svc.ServerReady(ctx, &pb.ServerReadyRequest{}) }},
+		{"server_metadata", func() (proto.Message, error) { return svc.ServerMetadata(ctx, &pb.ServerMetadataRequest{}) }},
+		{"model_ready", func() (proto.Message, error) { return svc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "m"}) }},
+		{"model_version_ready", func() (proto.Message, error) {
+			return svc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "m", Version: "2"})
+		}},
+		{"model_unknown_ready", func() (proto.Message, error) { return svc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"}) }},
+		{"model_metadata", func() (proto.Message, error) { return svc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "m"}) }},
+		{"model_unknown_metadata", func() (proto.Message, error) { return svc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "nope"}) }},
+		{"model_unknown_version_metadata", func() (proto.Message, error) {
+			return svc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "m", Version: "9.9"})
+		}},
+		{"model_config", func() (proto.Message, error) { return svc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "m"}) }},
+		{"model_unknown_config", func() (proto.Message, error) { return svc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "nope"}) }},
+		{"model_unknown_statistics", func() (proto.Message, error) {
+			return svc.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "nope"})
+		}},
+		{"shared_memory_unimplemented", func() (proto.Message, error) {
+			return svc.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := c.call()
+			goldenGRPC(t, "grpc/"+c.name, resp, err)
+		})
+	}
+
+	// Statistics count what was served (their times are the machine's: not in a golden file).
+	for range 2 {
+		if _, err := svc.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32",
+			Shape: []int64{2, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1, 2, 3, 4}}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := svc.ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: "m", Version: "1"})
+	if err != nil || len(st.GetModelStats()) != 1 {
+		t.Fatalf("statistics: %v %v", st, err)
+	}
+	if s := st.GetModelStats()[0]; s.GetInferenceStats().GetSuccess().GetCount() != 2 || s.GetInferenceCount() != 4 || s.GetExecutionCount() != 2 || s.GetLastInference() == 0 {
+		t.Errorf("statistics after two requests of two rows: %v", s)
+	}
+	all, err := svc.ModelStatistics(ctx, &pb.ModelStatisticsRequest{})
+	if err != nil || len(all.GetModelStats()) != 2 {
+		t.Errorf("every version's statistics: %v %v", all, err)
+	}
+}

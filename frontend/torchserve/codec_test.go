@@ -3,15 +3,22 @@ package torchserve
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"io"
 	"log/slog"
 	"mime/multipart"
 	"net/textproto"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend/frontendtest"
+	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
 // TorchServe's inference API is tested as a codec over a registry whose models are package
@@ -224,5 +231,38 @@ func TestPredictionWhileLoading(t *testing.T) {
 	}
 	if r := f.do("POST", "/predictions/later", "application/json", []byte(`[[1, 2]]`), nil); r.Status != 200 {
 		t.Errorf("once loaded: %d %s", r.Status, r.Body)
+	}
+}
+
+// TorchServe's gRPC inference API: Ping answers /ping's body, Predictions the body
+// /predictions answers, errors their gRPC codes.
+func TestGRPCPredictions(t *testing.T) {
+	f := newFixture(t, "")
+	svc := f.api.InferenceService()
+	ctx := context.Background()
+	ping, err := svc.Ping(ctx, &emptypb.Empty{})
+	if rest := f.do("GET", "/ping", "", nil, nil); err != nil || ping.GetHealth() != string(rest.Body) {
+		t.Errorf("ping %v %v, REST %s", ping, err, rest.Body)
+	}
+	rest := f.do("POST", "/predictions/m", "application/json", []byte(`[[1.5, -2]]`), nil)
+	p, err := svc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "m", ModelVersion: "2", Input: map[string][]byte{"data": []byte(`[[1.5, -2]]`)}})
+	if err != nil || !bytes.Equal(p.GetPrediction(), rest.Body) {
+		t.Errorf("prediction %s %v, want REST's %s", p.GetPrediction(), err, rest.Body)
+	}
+	for _, c := range []struct {
+		name string
+		req  *tspb.PredictionsRequest
+		code codes.Code
+		msg  string
+	}{
+		{"unknown model", &tspb.PredictionsRequest{ModelName: "nope", Input: map[string][]byte{"data": []byte(`[[1, 2]]`)}}, codes.NotFound, "Model not found: nope"},
+		{"unknown version", &tspb.PredictionsRequest{ModelName: "m", ModelVersion: "9", Input: map[string][]byte{"data": []byte(`[[1, 2]]`)}}, codes.NotFound, "Model version: 9 does not exist"},
+		{"no input", &tspb.PredictionsRequest{ModelName: "m"}, codes.InvalidArgument, "the request has no input"},
+		{"bad input", &tspb.PredictionsRequest{ModelName: "m", Input: map[string][]byte{"data": []byte(`[[1, 2, 3]]`)}}, codes.InvalidArgument, `must have shape [-1 2]`},
+	} {
+		_, err := svc.Predictions(ctx, c.req)
+		if st, _ := status.FromError(err); st.Code() != c.code || !strings.Contains(st.Message(), c.msg) {
+			t.Errorf("%s: %v, want %v with %q", c.name, err, c.code, c.msg)
+		}
 	}
 }
