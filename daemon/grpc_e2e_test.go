@@ -240,7 +240,7 @@ func TestGRPC(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		waitFor(t, time.Minute, "the stream's requests queued", func() bool { _, n := s.queueState(t, "slow"); return n == 3 })
 		cancel()
 		if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
 			t.Fatalf("after cancel: %v", err)
