@@ -204,7 +204,7 @@ func TestQueueFull(t *testing.T) {
 	s.register(t, "url=slow.mar&initial_workers=1")
 	// One request occupies the worker (describe shows it busy), two fill the queue (describe
 	// shows them pending); the first needs only outlast the fourth's answer.
-	busy := s.occupySlow(t, 3000)
+	busy := s.occupySlow(t, 1500)
 	var wg sync.WaitGroup
 	accepted := make([]response, 2)
 	for i := range 2 {

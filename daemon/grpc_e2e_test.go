@@ -440,7 +440,7 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 		waitFor(t, time.Minute, what, func() bool { return there(s.queueStateWith(t, "slow", keys.Management.Key)) })
 		return done
 	}
-	running := occupy(3000, "a request on the worker", func(busy bool, _ int) bool { return busy })
+	running := occupy(1500, "a request on the worker", func(busy bool, _ int) bool { return busy })
 	queued := occupy(1, "a request queued", func(_ bool, n int) bool { return n == 1 })
 	_, err = oipc.ModelInfer(bearer(keys.Inference.Key), slowIn(1))
 	wantCode(t, err, codes.Unavailable, "job queue is full")
