@@ -169,8 +169,20 @@ func TestScaleDuringLoad(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// Each scaling comes once the run has been served more requests since the last: in the
+	// middle of the load, whatever the machine's speed.
+	requests := func() int64 {
+		var desc []struct {
+			Batching struct {
+				Requests int64 `json:"requests"`
+			} `json:"batching"`
+		}
+		do(t, "GET", s.mgmt+"/models/digits", "", nil).json(t, &desc)
+		return desc[0].Batching.Requests
+	}
 	for _, n := range []int{3, 1, 2, 0, 2} {
-		time.Sleep(150 * time.Millisecond)
+		from := requests()
+		waitFor(t, time.Minute, "requests served under the load", func() bool { return requests() >= from+200 })
 		if n == 0 {
 			continue // never leave the model without workers mid-run
 		}
