@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"regexp"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -123,5 +125,100 @@ func TestMetricsExposition(t *testing.T) {
 		if _, ok := fams[n]; !ok {
 			t.Errorf("no process metric %s", n)
 		}
+	}
+}
+
+// TorchServe's frontend and model metrics, with its names and labels, in the form its Java
+// client writes and its own test (test/pytest/test_metrics.py) reads: requests by the
+// version they named ("default" when none), the response classes CountResponse counts, the
+// host's gauges, a worker's load time and the model's handler and prediction times.
+func TestTorchServeExposition(t *testing.T) {
+	m := New(true)
+	rt := &coretest.Runtime{}
+	r := core.NewRegistry(core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{rt}, Metrics: m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(r.Close)
+	coretest.Add(t, r, "digits", coretest.Archive(t, "tensor", coretest.XConfig, nil))
+	tensor := func(cols int) func(*core.ModelVersion) (core.Input, error) {
+		return func(*core.ModelVersion) (core.Input, error) {
+			x := coretest.Floats([]int64{1, int64(cols)}, make([]float32, cols)...)
+			x.Name = "x"
+			return core.Input{Tensor: &x}, nil
+		}
+	}
+	const ok, bad = 5, 2
+	for range ok {
+		if _, err := r.Serve(&core.Request{Model: "digits", Decode: tensor(2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range bad {
+		r.Serve(&core.Request{Model: "digits", Decode: tensor(3)})
+	}
+	if _, err := r.Serve(&core.Request{Model: "digits", Version: "1", Decode: tensor(2)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []int{200, 201, 400, 404, 413, 500, 503} {
+		m.CountResponse(code)
+	}
+
+	body := frontendtest.Do(m.Routes(), frontendtest.Request{Method: "GET", URI: "/metrics"}).Body
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("exposition does not parse: %v\n%s", err, body)
+	}
+	host := map[string]string{"Level": "Host"}
+	for name, want := range map[string]float64{"Requests2XX": 2, "Requests4XX": 3, "Requests5XX": 2} {
+		if v := findMetric(t, fams, name, host).GetCounter().GetValue(); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	for _, name := range []string{"CPUUtilization", "MemoryUsed", "MemoryAvailable", "MemoryUtilization", "DiskUsage", "DiskAvailable", "DiskUtilization"} {
+		if v := findMetric(t, fams, name, host).GetGauge().GetValue(); v < 0 || strings.HasSuffix(name, "Utilization") && v > 100 {
+			t.Errorf("%s = %v", name, v)
+		}
+	}
+	if v := findMetric(t, fams, "MemoryUsed", host).GetGauge().GetValue(); v <= 0 {
+		t.Errorf("MemoryUsed = %v MB", v)
+	}
+	if v := findMetric(t, fams, "WorkerLoadTime", map[string]string{"WorkerName": "W-9000-digits_1", "Level": "Host"}).GetGauge().GetValue(); v < 0 {
+		t.Errorf("WorkerLoadTime = %v ms", v)
+	}
+	// The double's load and forward take about a microsecond: these may read 0 ms, never less
+	// (daemon's TestTorchServeMetrics sees a real model's).
+	for _, name := range []string{"HandlerTime", "PredictionTime"} {
+		if v := findMetric(t, fams, name, map[string]string{"ModelName": "digits", "Level": "Model"}).GetGauge().GetValue(); v < 0 {
+			t.Errorf("%s = %v ms", name, v)
+		}
+	}
+	for _, pat := range []string{
+		`TYPE Requests2XX counter`, `Requests2XX\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE ts_inference_requests_total counter`, `ts_inference_requests_total\{model_name="digits",model_version="1",hostname=".+",\} \d+\.\d+`,
+		`ts_inference_requests_total\{model_name="digits",model_version="default",hostname=".+",\} \d+\.\d+`,
+		`TYPE ts_inference_latency_microseconds counter`, `ts_inference_latency_microseconds\{model_name="digits",model_version="1",hostname=".+",\} \d+\.\d+`,
+		`TYPE ts_queue_latency_microseconds counter`, `ts_queue_latency_microseconds\{model_name="digits",model_version="1",hostname=".+",\} \d+\.\d+`,
+		`TYPE QueueTime gauge`, `QueueTime\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE WorkerThreadTime gauge`, `WorkerThreadTime\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE WorkerLoadTime gauge`, `WorkerLoadTime\{WorkerName=".+",Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE CPUUtilization gauge`, `CPUUtilization\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE MemoryUsed gauge`, `MemoryUsed\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE DiskAvailable gauge`, `DiskAvailable\{Level="Host",Hostname=".+",\} \d+\.\d+`,
+		`TYPE HandlerTime gauge`, `HandlerTime\{ModelName="digits",Level="Model",Hostname=".+",\} \d+\.\d+`,
+		`TYPE PredictionTime gauge`, `PredictionTime\{ModelName="digits",Level="Model",Hostname=".+",\} \d+\.\d+`,
+	} {
+		if n := len(regexp.MustCompile(pat).FindAllIndex(body, -1)); n != 1 {
+			t.Errorf("TorchServe's pattern %s matches %d times, want 1", pat, n)
+		}
+	}
+	// TorchServe's series split by what the request named; torchd's own count the version
+	// that answered.
+	for version, want := range map[string]float64{"1": 1, "default": ok + bad} {
+		if v := findMetric(t, fams, "ts_inference_requests_total", map[string]string{"model_name": "digits", "model_version": version}).GetCounter().GetValue(); v != want {
+			t.Errorf("ts_inference_requests_total{model_version=%q} = %v, want %v", version, v, want)
+		}
+	}
+	if v := findMetric(t, fams, "torchd_requests_total", map[string]string{"model": "digits", "version": "1", "code": "200"}).GetCounter().GetValue(); v != ok+1 {
+		t.Errorf("torchd_requests_total{code=\"200\"} = %v, want every answered request (%d)", v, ok+1)
 	}
 }
