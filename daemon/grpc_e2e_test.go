@@ -120,20 +120,10 @@ func TestGRPC(t *testing.T) {
 	x := readZooNpy(t, "digits", "ref_input.npy")
 	rest := restV2(t, s, "digits_tensor", oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data})
 
-	t.Run("health and metadata", func(t *testing.T) {
+	// The inference service's health, metadata, config and statistics answers are
+	// frontend/kserve's TestGRPCMetadata; the standard health service is the server's.
+	t.Run("health", func(t *testing.T) {
 		ctx := callCtx(t)
-		if r, err := oipc.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil || !r.GetLive() {
-			t.Fatalf("live %v %v", r, err)
-		}
-		if r, err := oipc.ServerReady(ctx, &pb.ServerReadyRequest{}); err != nil || !r.GetReady() {
-			t.Fatalf("ready %v %v", r, err)
-		}
-		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "digits_tensor"}); err != nil || !r.GetReady() {
-			t.Fatalf("model ready %v %v", r, err)
-		}
-		if r, err := oipc.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"}); err != nil || r.GetReady() {
-			t.Fatalf("an unknown model is ready: %v %v", r, err)
-		}
 		health := healthpb.NewHealthClient(dial(t, s.grpc))
 		h, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -146,41 +136,6 @@ func TestGRPC(t *testing.T) {
 		if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health watch %v %v", h, err)
 		}
-		sm, err := oipc.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
-		if err != nil || sm.GetName() != "torchd" || len(sm.GetExtensions()) == 0 {
-			t.Fatalf("server metadata %v %v", sm, err)
-		}
-		md, err := oipc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "digits_tensor"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var restMD oip.ModelMetadata
-		do(t, "GET", s.inf+"/v2/models/digits_tensor", "", nil).json(t, &restMD)
-		if md.GetName() != restMD.Name || md.GetPlatform() != restMD.Platform || len(md.GetInputs()) != 1 ||
-			md.GetInputs()[0].GetName() != restMD.Inputs[0].Name || !slicesEqual(md.GetInputs()[0].GetShape(), restMD.Inputs[0].Shape) ||
-			md.GetOutputs()[0].GetDatatype() != restMD.Outputs[0].Datatype {
-			t.Fatalf("gRPC metadata %v, REST %+v", md, restMD)
-		}
-		_, err = oipc.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "nope"})
-		wantCode(t, err, codes.NotFound, "nope")
-		cfg, err := oipc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "digits_tensor"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var restCfg struct {
-			MaxBatchSize int32 `json:"max_batch_size"`
-			Input        []struct {
-				Dims []int64 `json:"dims"`
-			} `json:"input"`
-		}
-		do(t, "GET", s.inf+"/v2/models/digits_tensor/config", "", nil).json(t, &restCfg)
-		c := cfg.GetConfig()
-		if c.GetMaxBatchSize() != restCfg.MaxBatchSize || !slicesEqual(c.GetInput()[0].GetDims(), restCfg.Input[0].Dims) ||
-			c.GetInput()[0].GetDataType() != pb.DataType_TYPE_FP32 || c.GetInstanceGroup()[0].GetKind() != pb.ModelInstanceGroup_KIND_CPU {
-			t.Fatalf("gRPC config %v, REST %+v", c, restCfg)
-		}
-		_, err = oipc.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "nope"})
-		wantCode(t, err, codes.NotFound, "nope")
 	})
 
 	t.Run("infer typed and raw", func(t *testing.T) {
@@ -217,26 +172,17 @@ func TestGRPC(t *testing.T) {
 		wantCode(t, err, codes.InvalidArgument, `unknown output "nope"`)
 	})
 
-	t.Run("bad input", func(t *testing.T) {
+	// Bad input's answers are frontend/kserve's TestGRPCInfer and TestGRPCServerErrors; the
+	// server's own bound on a message is here.
+	t.Run("max_request_size", func(t *testing.T) {
 		ctx := callCtx(t)
-		_, err := oipc.ModelInfer(ctx, fp32Request("digits_tensor", []int64{4, 1, 28, 27}, x.Data[:4*4*28*27], true))
-		wantCode(t, err, codes.InvalidArgument, "must have shape")
-		_, err = oipc.ModelInfer(ctx, fp32Request("digits_tensor", x.Shape, x.Data[:len(x.Data)-4], true))
-		wantCode(t, err, codes.InvalidArgument, "need 12544 bytes, got 12540")
-		_, err = oipc.ModelInfer(ctx, fp32Request("digits_tensor", x.Shape, x.Data[:len(x.Data)-4], false))
-		wantCode(t, err, codes.InvalidArgument, "needs 3136 elements in contents.fp32_contents, got 3135")
-		_, err = oipc.ModelInfer(ctx, fp32Request("nope", x.Shape, x.Data, true))
-		wantCode(t, err, codes.NotFound, "nope")
-		fp16 := &pb.ModelInferRequest{ModelName: "digits_tensor", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "input__0", Datatype: "FP16", Shape: []int64{1}}}}
-		_, err = oipc.ModelInfer(ctx, fp16)
-		wantCode(t, err, codes.InvalidArgument, "FP16 has no typed contents")
 		// max_request_size (6553500 bytes) bounds a gRPC message too.
 		big := make([]byte, 7<<20)
-		_, err = oipc.ModelInfer(ctx, fp32Request("digits_tensor", []int64{int64(len(big)) / 3136, 1, 28, 28}, big, true))
+		_, err := oipc.ModelInfer(ctx, fp32Request("digits_tensor", []int64{int64(len(big)) / 3136, 1, 28, 28}, big, true))
 		wantCode(t, err, codes.ResourceExhausted, "larger than max")
 		// Nothing else is affected.
 		if _, err := oipc.ModelInfer(ctx, fp32Request("digits_tensor", x.Shape, x.Data, true)); err != nil {
-			t.Fatalf("a good request after the bad ones: %v", err)
+			t.Fatalf("a good request after the bad one: %v", err)
 		}
 	})
 
@@ -281,25 +227,6 @@ func TestGRPC(t *testing.T) {
 		}
 	})
 
-	t.Run("deadlines", func(t *testing.T) {
-		busy := s.occupySlow(t, 1500)
-		// The schedule policy's timeout parameter (µs), through the batcher's deadline.
-		req := slowIn(1)
-		req.Parameters = map[string]*pb.InferParameter{"timeout": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 100000}}}
-		_, err := oipc.ModelInfer(callCtx(t), req)
-		wantCode(t, err, codes.DeadlineExceeded, "did not answer within its timeout")
-		// The call's own deadline, through the same.
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_, err = oipc.ModelInfer(ctx, slowIn(1))
-		wantCode(t, err, codes.DeadlineExceeded, "")
-		<-busy
-		r, err := oipc.ModelInfer(callCtx(t), slowIn(1))
-		if err != nil || r.GetOutputs()[0].GetContents().GetFp32Contents()[0] != 2 {
-			t.Fatalf("slow after the deadlines: %v %v", r, err)
-		}
-	})
-
 	t.Run("client cancels mid-stream", func(t *testing.T) {
 		before := stats(t, oipc, "slow").GetInferenceCount()
 		busy := s.occupySlow(t, 1000)
@@ -313,7 +240,7 @@ func TestGRPC(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		waitFor(t, time.Minute, "the stream's requests queued", func() bool { _, n := s.queueState(t, "slow"); return n == 3 })
 		cancel()
 		if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
 			t.Fatalf("after cancel: %v", err)
@@ -328,24 +255,6 @@ func TestGRPC(t *testing.T) {
 		if got := stats(t, oipc, "slow").GetInferenceCount() - before; got != 2 {
 			t.Fatalf("slow inferred %d items, want 2: a cancelled request reached the model", got)
 		}
-	})
-
-	t.Run("statistics", func(t *testing.T) {
-		st := stats(t, oipc, "digits_tensor")
-		if st.GetInferenceStats().GetSuccess().GetCount() < 2 || st.GetInferenceCount() < 8 || st.GetExecutionCount() < 1 || st.GetLastInference() == 0 {
-			t.Fatalf("statistics %v", st)
-		}
-		all, err := oipc.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{})
-		if err != nil || len(all.GetModelStats()) != 3 {
-			t.Fatalf("every model's statistics: %v %v", all, err)
-		}
-		_, err = oipc.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{Name: "nope"})
-		wantCode(t, err, codes.NotFound, "nope")
-	})
-
-	t.Run("unimplemented", func(t *testing.T) {
-		_, err := oipc.SystemSharedMemoryStatus(callCtx(t), &pb.SystemSharedMemoryStatusRequest{})
-		wantCode(t, err, codes.Unimplemented, "")
 	})
 
 	t.Run("torchserve inference", func(t *testing.T) {
@@ -377,12 +286,7 @@ func TestGRPC(t *testing.T) {
 		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("after the one answer: %v", err)
 		}
-		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "nope", Input: map[string][]byte{"data": imgs[0]}})
-		wantCode(t, err, codes.NotFound, "nope")
-		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits"})
-		wantCode(t, err, codes.InvalidArgument, "no input")
-		_, err = tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", Input: map[string][]byte{"data": []byte("not an image")}})
-		wantCode(t, err, codes.InvalidArgument, "")
+		// Its errors are frontend/torchserve's TestGRPCPredictions.
 	})
 
 	t.Run("torchserve management", func(t *testing.T) {
@@ -527,16 +431,17 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 	}
 
 	// One request runs, one waits in the queue of one; the next is UNAVAILABLE at once.
-	occupy := func(ms float32) <-chan error {
+	occupy := func(ms float32, what string, there func(busy bool, pending int) bool) <-chan error {
 		done := make(chan error, 1)
 		go func() {
 			_, err := oipc.ModelInfer(bearer(keys.Inference.Key), slowIn(ms))
 			done <- err
 		}()
-		time.Sleep(200 * time.Millisecond)
+		waitFor(t, time.Minute, what, func() bool { return there(s.queueStateWith(t, "slow", keys.Management.Key)) })
 		return done
 	}
-	running, queued := occupy(1500), occupy(1)
+	running := occupy(1500, "a request on the worker", func(busy bool, _ int) bool { return busy })
+	queued := occupy(1, "a request queued", func(_ bool, n int) bool { return n == 1 })
 	_, err = oipc.ModelInfer(bearer(keys.Inference.Key), slowIn(1))
 	wantCode(t, err, codes.Unavailable, "job queue is full")
 	_, err = tsc.Predictions(bearer(keys.Inference.Key), &tspb.PredictionsRequest{ModelName: "slow", Input: map[string][]byte{"data": []byte("[[1, 0]]")}})
@@ -549,7 +454,7 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 	}
 
 	// A graceful stop answers the call in flight before the server exits.
-	inFlight := occupy(1000)
+	inFlight := occupy(1000, "a request on the worker", func(busy bool, _ int) bool { return busy })
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-inFlight; err != nil {
 		t.Fatalf("the call in flight at SIGTERM: %v", err)

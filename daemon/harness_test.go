@@ -448,13 +448,50 @@ func runTorchd(t testing.TB, args ...string) (string, error) {
 }
 
 // occupySlow keeps the slow model's only worker busy for about ms milliseconds: it sends
-// that request and returns once the request has had time to start; its answer comes on the
-// channel.
+// that request and returns once describe shows the worker busy with it; its answer comes on
+// the channel.
 func (s *server) occupySlow(t testing.TB, ms int) <-chan response {
 	busy := make(chan response, 1)
 	go func() {
 		busy <- do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(fmt.Sprintf("[[%d, 0]]", ms)))
 	}()
-	time.Sleep(200 * time.Millisecond)
-	return busy
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := s.queueState(t, "slow"); b {
+			return busy
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow request never reached the worker")
+		}
+	}
+}
+
+// queueState is what describe shows of model's default version: whether a worker is busy,
+// and the requests pending in its queue.
+func (s *server) queueState(t testing.TB, model string) (busy bool, pending int) {
+	return s.queueStateWith(t, model, "")
+}
+
+// queueStateWith is queueState on a server whose management API needs key ("": none).
+func (s *server) queueStateWith(t testing.TB, model, key string) (busy bool, pending int) {
+	t.Helper()
+	var d []struct {
+		Workers []struct {
+			Status string `json:"status"`
+		} `json:"workers"`
+		JobQueueStatus struct {
+			PendingRequests int `json:"pendingRequests"`
+		} `json:"jobQueueStatus"`
+	}
+	req := must(t, "GET", s.mgmt+"/models/"+model, "", nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	send(t, req).json(t, &d)
+	if len(d) == 0 {
+		t.Fatalf("describe %s: no version", model)
+	}
+	for _, w := range d[0].Workers {
+		busy = busy || w.Status == "BUSY"
+	}
+	return busy, d[0].JobQueueStatus.PendingRequests
 }

@@ -128,31 +128,6 @@ func TestStuckWorkerReplaced(t *testing.T) {
 	}
 }
 
-// X-Request-Timeout is a per-request deadline: a request still queued when it passes is
-// answered 504 and never reaches the model; a malformed header is 400.
-func TestRequestTimeoutHeader(t *testing.T) {
-	s := startServer(t, "--batch-size", "1")
-	s.register(t, "url=slow.mar&initial_workers=1")
-	busy := s.occupySlow(t, 1500)
-	post := func(timeout string) response {
-		req := must(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 0]]`))
-		req.Header.Set("X-Request-Timeout", timeout)
-		return send(t, req)
-	}
-	errorShape(t, post("100"), 504, "RequestTimeoutException", "within its timeout (100ms")
-	errorShape(t, post("soon"), 400, "BadRequestException", "X-Request-Timeout")
-	errorShape(t, post("-5"), 400, "BadRequestException", "X-Request-Timeout")
-	if r := <-busy; r.status != 200 {
-		t.Fatalf("busy request: %d %s", r.status, r.body)
-	}
-	if r := post("5s"); r.status != 200 {
-		t.Fatalf("request within its deadline: %d %s", r.status, r.body)
-	}
-	if b, _ := s.batching(t, "slow"); b != 2 {
-		t.Fatalf("the model ran %d batches, want 2: expired and refused requests must not run", b)
-	}
-}
-
 // A model that loads but fails its warm-up forward is refused with LibTorch's message and
 // leaves nothing behind; as a start-up model it keeps /ping unhealthy; the daemon serves on.
 func TestWarmupFailure(t *testing.T) {

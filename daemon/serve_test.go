@@ -1,22 +1,14 @@
 package daemon_test
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/torchd/torchd/handlers/handlertest"
 )
 
 // Every inference API is one core call, so each counts what it serves in the metrics and
@@ -66,84 +58,6 @@ func TestExplanationsAndEmbeddingsCounted(t *testing.T) {
 				t.Errorf("%s: torchd_requests_total code %s = %v, want %d", c.model, code, got, want)
 			}
 		}
-	}
-}
-
-// loadProbe holds the load of TestEmbeddingsWhileLoading's model in its warm-up forward.
-var loadProbe = handlertest.Register("daemon_load_probe", "tensor")
-
-// A request to a model whose first version is still loading is answered 503 with
-// Retry-After, over embeddings as over /predictions, not 404 as for a model that does not
-// exist. The load is held in its warm-up forward by a probe handler of its own.
-func TestEmbeddingsWhileLoading(t *testing.T) {
-	store := probeStore(t, "digits_tensor", "digits")
-	config, err := os.ReadFile(filepath.Join(store, "digits_tensor", "model-config.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// No snapshot: the registration below would be restored by the next in-process server.
-	d, _ := startInProcess(t, "digits_tensor", []string{"--model-store", store, "--models", "digits_tensor=digits_tensor", "--workers", "1", "--enable-snapshots=false"}, nil)
-	// The model to load joins the store once the server has started, which loads what it finds.
-	if err := os.Mkdir(filepath.Join(store, "loading"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	model, _ := os.Readlink(filepath.Join(store, "digits_tensor", "model.pt"))
-	if err := os.Symlink(model, filepath.Join(store, "loading", "model.pt")); err != nil {
-		t.Fatal(err)
-	}
-	config = bytes.Replace(config, []byte(`handler = "daemon_probe"`), []byte(`handler = "daemon_load_probe"`), 1)
-	if err := os.WriteFile(filepath.Join(store, "loading", "model-config.toml"), config, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	inf, mgmt, _ := d.Addrs()
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	loadProbe.Before(func(int) {
-		once.Do(func() {
-			close(held)
-			<-release
-		})
-	})
-	t.Cleanup(func() { loadProbe.Before(nil) })
-	registered := make(chan string, 1)
-	go func() {
-		resp, err := http.Post("http://"+mgmt+"/models?url=loading&model_name=later&synchronous=true", "", nil)
-		if err != nil {
-			registered <- err.Error()
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		registered <- fmt.Sprintf("%d %s", resp.StatusCode, b)
-	}()
-	select {
-	case <-held:
-	case r := <-registered:
-		t.Fatalf("registration answered %s before its warm-up forward", r)
-	}
-
-	body := []byte(`{"model": "later", "input": "text"}`)
-	r := do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", body)
-	var e struct {
-		Error map[string]any `json:"error"`
-	}
-	r.json(t, &e)
-	if r.status != 503 || r.header.Get("Retry-After") == "" || e.Error["type"] != "server_error" || !strings.Contains(fmt.Sprint(e.Error["message"]), "still loading") {
-		t.Errorf("embeddings while loading: %d Retry-After %q %s, want 503 server_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
-	}
-	errorShape(t, do(t, "POST", "http://"+inf+"/predictions/later", "application/json", []byte(`[[0]]`)), 503, "ServiceUnavailableException", "still loading")
-	if r := do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", []byte(`{"model": "nope", "input": "text"}`)); r.status != 404 {
-		t.Errorf("embeddings of a model that does not exist: %d %s, want 404", r.status, r.body)
-	}
-	close(release)
-	if r := <-registered; !strings.HasPrefix(r, "200 ") {
-		t.Fatalf("registration: %s", r)
-	}
-	// Loaded, it is what it is: not an embedding model.
-	r = do(t, "POST", "http://"+inf+"/v1/embeddings", "application/json", body)
-	r.json(t, &e)
-	if r.status != 400 || e.Error["param"] != "model" {
-		t.Errorf("embeddings of a loaded tensor model: %d %s, want 400 naming the model", r.status, r.body)
 	}
 }
 

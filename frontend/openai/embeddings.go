@@ -139,6 +139,12 @@ func (a *API) embeddings(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 	frontend.TraceREST(a.Tracer, ctx, &c, "openai", "/v1/embeddings")
 	var req embeddingsRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
+		// A body of another JSON kind is named by its kind, not by the Go type it missed.
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			openAIError(ctx, 400, "", "", fmt.Sprintf("the body must be a JSON object, got %s", te.Value))
+			return
+		}
 		openAIError(ctx, 400, "", "", fmt.Sprintf("the body must be a JSON object: %v", err))
 		return
 	}
