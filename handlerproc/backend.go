@@ -24,12 +24,13 @@ type Backend struct {
 }
 
 var (
-	_ core.Runtime         = (*Backend)(nil)
-	_ core.Model           = (*Model)(nil)
-	_ core.ProcessScaler   = (*Model)(nil)
-	_ core.Interrupter     = (*Model)(nil)
-	_ core.LogLimiter      = (*Model)(nil)
-	_ core.ProcessReporter = (*Model)(nil)
+	_ core.Runtime          = (*Backend)(nil)
+	_ core.Model            = (*Model)(nil)
+	_ core.ProcessScaler    = (*Model)(nil)
+	_ core.Interrupter      = (*Model)(nil)
+	_ core.LogLimiter       = (*Model)(nil)
+	_ core.ProcessReporter  = (*Model)(nil)
+	_ core.HandlerExplainer = (*Model)(nil)
 )
 
 // Name is what describe shows as the model's runtime.
