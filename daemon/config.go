@@ -51,6 +51,8 @@ type Config struct {
 	Python                string // handler processes' interpreter; "": see PythonPath
 	InstallPyDeps         bool   // pip install archives' requirements.txt for their handler processes
 	HandlerMemoryMiB      int    // each handler process's RSS bound; 0: none
+	MetricsConfig         string // TorchServe's metrics.yaml: the handlers' context.metrics and their series
+	MetricsAutoDetect     bool   // serve handlers' metrics that MetricsConfig does not declare
 	InitialWorkers        int    // workers a management-API registration starts by default; 0, as TorchServe
 	TokenAuth             bool
 	EnableSnapshots       bool
@@ -367,6 +369,10 @@ var settings = []setting{
 		apply: strSetting(func(c *Config) *string { return &c.Python })},
 	{key: "install_py_dep_per_model", def: "false", help: "pip install an archive's requirements.txt (torch-model-archiver --requirements-file) into a directory of the model's own, first on its handler processes' PYTHONPATH, as TorchServe's install_py_dep_per_model; false: the file is not installed, and the log says so",
 		apply: boolSetting(func(c *Config) *bool { return &c.InstallPyDeps })},
+	{key: "metrics_config", def: "", help: "a TorchServe metrics.yaml (its metrics_config): its model_metrics are the metrics Python handlers' context.metrics knows (get_metric), and are served on the metrics port as TorchServe serves them, labelled by their dimensions and Hostname; empty: TorchServe's default (HandlerTime and PredictionTime, which torchd writes itself)",
+		apply: strSetting(func(c *Config) *string { return &c.MetricsConfig })},
+	{key: "model_metrics_auto_detect", def: "false", help: "serve a metric a Python handler emits that metrics_config does not declare, as TorchServe's model_metrics_auto_detect; false: such a metric is dropped",
+		apply: boolSetting(func(c *Config) *bool { return &c.MetricsAutoDetect })},
 	{key: "handler_memory_limit", def: "0", help: "MiB of resident memory each handler process may use: one above it is killed, failing its batch, and restarted; 0: no limit",
 		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The rest of TorchServe's API reaching a Python handler (#65): KServe v1 and v2 through
@@ -269,4 +271,73 @@ func closeFloats(t *testing.T, what string, got, want []float64, tol float64) {
 	if worst > tol {
 		t.Errorf("%s: differs from /explanations by up to %g", what, worst)
 	}
+}
+
+// A handler's custom metrics (context.metrics) work as in TorchServe with its
+// metrics_config, and are served on the metrics port as TorchServe's prometheus mode serves
+// them: declared ones by their metrics.yaml dimensions, undeclared ones by auto-detection.
+func TestPythonHandlerCustomMetrics(t *testing.T) {
+	py := handlerPython(t)
+	archiveMNIST(t, py, "pymetrics", "testdata/tsapi/metrics_handler.py")
+	cfg, err := filepath.Abs("testdata/tsapi/metrics.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, "--python", py, "--metrics-config", cfg, "--model-metrics-auto-detect")
+	s.register(t, "url=pymetrics.mar&initial_workers=1&synchronous=true")
+	png := digitPNG(t, 0)
+	for i := range 2 {
+		// Without the metrics_config, get_metric raises and every request fails (503).
+		if r := post(s.inf+"/predictions/pymetrics", "image/png", png); r.status != 200 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+	host, _ := os.Hostname()
+	want := []string{
+		"# HELP DigitRequests Torchserve prometheus counter metric with unit: count\n# TYPE DigitRequests counter\n",
+		fmt.Sprintf("DigitRequests{Hostname=%q,} 2.0\n", host),
+		fmt.Sprintf("DigitLoads{ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,} 1.0\n", host),
+		fmt.Sprintf("DigitBatch{ModelName=\"pymetrics\",Hostname=%q,} 1.0\n", host),
+		fmt.Sprintf("DigitBytes{ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,} %s\n", host, javaDoubleOf(float64(len(png))/1024)),
+		// Auto-detected: labelled by the dimensions the line names.
+		"# TYPE DigitStepTime gauge\n",
+		fmt.Sprintf("DigitStepTime{Step=\"preprocess\",ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,} 2.5\n", host),
+		"# TYPE DigitShare histogram\n",
+		fmt.Sprintf("DigitShare_bucket{ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,le=\"10.0\",} 0.0\n", host),
+		fmt.Sprintf("DigitShare_bucket{ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,le=\"+Inf\",} 2.0\n", host),
+		fmt.Sprintf("DigitShare_count{ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,} 2.0\n", host),
+		fmt.Sprintf("DigitShare_sum{ModelName=\"pymetrics\",Level=\"Model\",Hostname=%q,} 100.0\n", host),
+	}
+	// The worker prints its metrics as it runs; they reach torchd with its output, after
+	// the answer: wait until the second request's count is in.
+	var text string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		text = string(do(t, "GET", s.metrics+"/metrics", "", nil).body)
+		if strings.Contains(text, want[1]) && strings.Contains(text, want[len(want)-1]) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("/metrics has no %q", w)
+		}
+	}
+	// torchd writes HandlerTime itself: the worker's own line does not make a second series.
+	if n := strings.Count(text, "\nHandlerTime{"); n != 1 {
+		t.Errorf("%d HandlerTime series, want torchd's one", n)
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", text)
+	}
+}
+
+// javaDoubleOf is v as TorchServe's Java client writes it, for the values this test sends.
+func javaDoubleOf(v float64) string {
+	s := strconv.FormatFloat(v, 'f', -1, 64)
+	if !strings.Contains(s, ".") {
+		s += ".0"
+	}
+	return s
 }
