@@ -103,7 +103,7 @@ func ndOutput(name string, answer json.RawMessage) (oip.ResponseOutput, error) {
 	}
 	var flat []any
 	if l, ok := v.([]any); ok {
-		flat = flatten(l, nil)
+		flat = flatten(l, []any{})
 	} else {
 		flat = []any{v}
 	}
