@@ -47,8 +47,12 @@ func TestHandlerMetrics(t *testing.T) {
 	}
 	for _, bad := range []func() bool{
 		func() bool { return m.HandlerMetric("U", "ms", "GAUGE", nil, nil, "h", 1) },
-		func() bool { return m.HandlerMetric("C", "count", "COUNTER", []string{"ModelName", "Level"}, []string{"m", "Model"}, "h", 1) },
-		func() bool { return m.HandlerMetric("C", "count", "COUNTER", []string{"ModelName"}, []string{"m"}, "h", -1) },
+		func() bool {
+			return m.HandlerMetric("C", "count", "COUNTER", []string{"ModelName", "Level"}, []string{"m", "Model"}, "h", 1)
+		},
+		func() bool {
+			return m.HandlerMetric("C", "count", "COUNTER", []string{"ModelName"}, []string{"m"}, "h", -1)
+		},
 		func() bool { return m.HandlerMetric("HandlerTime", "ms", "GAUGE", nil, nil, "h", 1) },
 	} {
 		if bad() {
