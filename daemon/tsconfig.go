@@ -57,7 +57,7 @@ var tsIgnored = map[string]string{
 	"vmargs":                   "torchd runs no JVM",
 	"number_of_gpu":            "models choose their device with the device setting",
 	"default_service_handler":  "the archive names its handler",
-	"service_envelope":         "torchd serves KServe's v1 and v2 protocols natively, on the inference address",
+	"service_envelope":         "torchd serves KServe's v1 and v2 natively, on the inference address, and hands a Python handler what TorchServe's envelopes hand it",
 	"enable_grpc_ssl":          "gRPC uses TLS when certificate_file and private_key_file are set",
 	"cors_allowed_origin":      "see management_allowed_origins",
 	"cors_allowed_methods":     "see management_allowed_origins",
