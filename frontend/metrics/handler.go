@@ -65,7 +65,13 @@ type handlerMetrics struct {
 	mu         sync.Mutex
 	families   map[string]*handlerFamily
 	autoDetect bool
+	series     int // in every family
 }
+
+// maxHandlerSeries bounds the series handlers make, all models together: a handler that
+// emits a new dimension value per request would otherwise grow the scrape, and torchd's
+// memory, without end. Updates of series past it are dropped.
+const maxHandlerSeries = 10000
 
 // handlerFamily is one metric: its label names are its dimensions, then Hostname.
 type handlerFamily struct {
@@ -94,6 +100,7 @@ func (m *Metrics) SetHandlerMetrics(specs []HandlerMetricSpec, autoDetect bool) 
 	defer m.handler.mu.Unlock()
 	m.handler.autoDetect = autoDetect
 	m.handler.families = map[string]*handlerFamily{}
+	m.handler.series = 0
 	for _, s := range specs {
 		m.handler.families[s.Name] = newHandlerFamily(s.Type, s.Unit, s.Dimensions)
 	}
@@ -107,7 +114,8 @@ func newHandlerFamily(typ, unit string, dims []string) *handlerFamily {
 // or HISTOGRAM), its dimensions' names and values in order, and the host it names. It
 // reports false where the update was dropped, as TorchServe drops it: a metric neither
 // declared nor auto-detected, dimensions other than the declared ones, a negative counter
-// increment, or one of the series torchd writes itself (HandlerTime, PredictionTime, ...).
+// increment, or one of the series torchd writes itself (HandlerTime, PredictionTime, ...);
+// and a new series past maxHandlerSeries.
 func (m *Metrics) HandlerMetric(name, unit, typ string, dimNames, dimValues []string, host string, value float64) bool {
 	if m.off || tsSeriesNames[name] || len(dimNames) != len(dimValues) {
 		return false
@@ -138,6 +146,10 @@ func (m *Metrics) HandlerMetric(name, unit, typ string, dimNames, dimValues []st
 	key := strings.Join(values, "\x00")
 	s := f.series[key]
 	if s == nil {
+		if h.series >= maxHandlerSeries {
+			return false
+		}
+		h.series++
 		s = &handlerSeries{values: values}
 		if f.typ == "histogram" {
 			s.counts = make([]float64, len(histogramBuckets))

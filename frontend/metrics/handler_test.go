@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,15 @@ func TestHandlerMetrics(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "C{") {
 		t.Error("SetHandlerMetrics kept the families it replaced")
+	}
+	// A handler that makes a series per request stops at the bound; known series go on.
+	for i := range maxHandlerSeries {
+		m.HandlerMetric("Many", "count", "COUNTER", []string{"Request"}, []string{strconv.Itoa(i)}, "h", 1)
+	}
+	if m.HandlerMetric("Many", "count", "COUNTER", []string{"Request"}, []string{"one more"}, "h", 1) {
+		t.Error("a series past the bound was kept")
+	}
+	if !m.HandlerMetric("G", "ms", "GAUGE", []string{"Step"}, []string{`a"b`}, "h", 5) {
+		t.Error("a known series was dropped at the bound")
 	}
 }
