@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	pb "github.com/torchd/torchd/proto/inference"
 )
 
 // The rest of TorchServe's API reaching a Python handler (#65): KServe v1 and v2 through
@@ -166,6 +168,16 @@ func TestPythonHandlerKServeAndExplanations(t *testing.T) {
 		body = `{"inputs":[{"name":"t","shape":[1,28,28],"datatype":"FP32","data":[` + strings.Join(img, ",") + `]}]}`
 		if r := post(s.inf+"/v2/models/pymnist/infer", "application/json", []byte(body)); r.status != 200 || !strings.Contains(string(r.body), `"name":"t"`) {
 			t.Errorf("a tensor input: %d %s", r.status, r.body)
+		}
+		// The same over gRPC: a BYTES input's base64 text is the handler's data.
+		oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
+		gr, err := oipc.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "pymnist", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+			{Name: "g", Datatype: "BYTES", Shape: []int64{1}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte(b64[2])}}}}})
+		if err != nil {
+			t.Fatalf("gRPC: %v", err)
+		}
+		if o := gr.GetOutputs(); len(o) != 1 || o[0].GetName() != "g" || o[0].GetDatatype() != "INT64" || fmt.Sprint(o[0].GetContents().GetInt64Contents()) != fmt.Sprint([]int{digits[2]}) {
+			t.Errorf("gRPC: %v, want digit %d", gr, digits[2])
 		}
 		// FP16 has no exact JSON for the handler: the client's error.
 		body = `{"inputs":[{"name":"h","shape":[1],"datatype":"FP16","data":[1]}]}`
