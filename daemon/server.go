@@ -123,7 +123,7 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 func (c *Config) runtimes(m *metrics.Metrics) []core.Runtime {
 	return []core.Runtime{
 		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20,
-			MetricsConfig: c.MetricsConfig, OnMetric: handlerMetric(m)},
+			MetricsConfig: absPath(c.MetricsConfig), OnMetric: handlerMetric(m)},
 		&onnx.Backend{},
 		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
 		libtorch.Backend{},
@@ -575,4 +575,16 @@ func handlerMetric(m *metrics.Metrics) func(string, handlerproc.Metric) {
 		}
 		m.HandlerMetric(hm.Name, hm.Unit, hm.Type, names, values, hm.Host, hm.Value)
 	}
+}
+
+// absPath is p made absolute against torchd's working directory ("" stays ""): handler
+// processes run in their model's directory.
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }

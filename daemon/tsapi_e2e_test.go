@@ -291,11 +291,9 @@ func closeFloats(t *testing.T, what string, got, want []float64, tol float64) {
 func TestPythonHandlerCustomMetrics(t *testing.T) {
 	py := handlerPython(t)
 	archiveMNIST(t, py, "pymetrics", "testdata/tsapi/metrics_handler.py")
-	cfg, err := filepath.Abs("testdata/tsapi/metrics.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, "--python", py, "--metrics-config", cfg, "--model-metrics-auto-detect")
+	// A relative path is torchd's working directory's, though handler processes run in
+	// their model's.
+	s := startServer(t, "--python", py, "--metrics-config", "testdata/tsapi/metrics.yaml", "--model-metrics-auto-detect")
 	s.register(t, "url=pymetrics.mar&initial_workers=1&synchronous=true")
 	png := digitPNG(t, 0)
 	for i := range 2 {
