@@ -92,6 +92,12 @@ type (
 		CanExplain() error
 		Explain(s *handlers.Sample, target int) (*handlers.Response, error)
 	}
+	// HandlerExplainer models are Explainers whose own handler explains (a Python handler's
+	// explain_handle, in its process), whatever torchd's handler for them offers.
+	HandlerExplainer interface {
+		Explainer
+		ExplainsInHandler()
+	}
 	// ThreadSetter models take the intra-op threads each forward runs with, set on the
 	// worker's OS thread before the forward (LibTorch's).
 	ThreadSetter interface {

@@ -199,7 +199,8 @@ type explanation struct{ target int }
 // explainable reports, as ErrUnsupported, why v cannot explain: its handler does not, or
 // its model has no autograd.
 func (v *ModelVersion) explainable() error {
-	if _, ok := v.handler.(handlers.Explainer); !ok {
+	_, inHandler := v.model.(HandlerExplainer)
+	if _, ok := v.handler.(handlers.Explainer); !ok && !inHandler {
 		return errorf(ErrUnsupported, "model %s: its handler (%s) does not explain", v.Name, v.HandlerName)
 	}
 	ex, ok := v.model.(Explainer)

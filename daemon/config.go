@@ -52,6 +52,8 @@ type Config struct {
 	InstallPyDeps         bool   // pip install archives' requirements.txt for their handler processes
 	HandlerMemoryMiB      int    // each handler process's RSS bound; 0: none
 	ONNXMemoryMiB         int    // what ONNX models' runs may allocate together; 0: none, -1: auto
+	MetricsConfig         string // TorchServe's metrics.yaml: the handlers' context.metrics and their series
+	MetricsAutoDetect     bool   // serve handlers' metrics that MetricsConfig does not declare
 	InitialWorkers        int    // workers a management-API registration starts by default; 0, as TorchServe
 	TokenAuth             bool
 	EnableSnapshots       bool
@@ -382,6 +384,10 @@ var settings = []setting{
 		apply: boolSetting(func(c *Config) *bool { return &c.InstallPyDeps })},
 	{key: "onnx_memory_limit", def: "auto", help: `MiB that the runs of ONNX models may allocate together (their intermediate tensors and outputs, from one arena; weights are outside it): a run that would go past it fails with "out of memory" and the server goes on, where a graph that sizes a tensor from a request's values (ConstantOfShape, Expand) could otherwise take the machine's memory; "auto": half of what the process may use (its cgroup's memory.max, else the machine's memory); 0: no limit. Once, at start`,
 		apply: field(func(c *Config) *int { return &c.ONNXMemoryMiB }, parseAutoInt)},
+	{key: "metrics_config", def: "", help: "a TorchServe metrics.yaml (its metrics_config): its model_metrics are the metrics Python handlers' context.metrics knows (get_metric), and are served on the metrics port as TorchServe serves them, labelled by their dimensions and Hostname; empty: TorchServe's default (HandlerTime and PredictionTime, which torchd writes itself)",
+		apply: strSetting(func(c *Config) *string { return &c.MetricsConfig })},
+	{key: "model_metrics_auto_detect", def: "false", help: "serve a metric a Python handler emits that metrics_config does not declare, as TorchServe's model_metrics_auto_detect; false: such a metric is dropped",
+		apply: boolSetting(func(c *Config) *bool { return &c.MetricsAutoDetect })},
 	{key: "handler_memory_limit", def: "0", help: "MiB of resident memory each handler process may use: one above it is killed, failing its batch, and restarted; 0: no limit",
 		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",

@@ -197,7 +197,20 @@ func TestStartupModels(t *testing.T) {
 // Registration by http URL obeys allowed_urls, downloads into a temporary file that is
 // removed once the archive is extracted, and reports failed downloads.
 func TestRegisterByURL(t *testing.T) {
-	files := http.FileServer(http.Dir(store))
+	// The server serves another directory than the model store: an archive whose name is
+	// in the store is refused before any download, as TorchServe refuses it.
+	remote := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(store, "digits.mar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(remote, "remote_digits.mar"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(remote, "digits.mar"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := http.FileServer(http.Dir(remote))
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -205,7 +218,11 @@ func TestRegisterByURL(t *testing.T) {
 	}))
 	defer srv.Close()
 	s := startServer(t, "--allowed-urls", `http://127\.0\.0\.1:\d+/.*`)
-	expectStatus(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/digits.mar&initial_workers=1", "", nil),
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/digits.mar&initial_workers=1", "", nil), 500, "FileAlreadyExistsException", "digits.mar")
+	if hits.Load() != 0 {
+		t.Fatalf("%d downloads of an archive whose name is in the model store, want 0", hits.Load())
+	}
+	expectStatus(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/remote_digits.mar&initial_workers=1", "", nil),
 		200, `Model "digits" Version: 1.0 registered with 1 initial workers`)
 	if hits.Load() != 1 {
 		t.Fatalf("%d downloads, want 1", hits.Load())
@@ -238,7 +255,7 @@ func TestDownloadLimits(t *testing.T) {
 				w.Write(big)
 				w.(http.Flusher).Flush()
 			}
-		case "/slow.mar":
+		case "/slow_download.mar":
 			w.Header().Set("Content-Length", "50")
 			for range 50 {
 				w.Write([]byte("y"))
@@ -256,7 +273,7 @@ func TestDownloadLimits(t *testing.T) {
 	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/big.mar", "", nil), 400, "DownloadArchiveException", "Content-Length 4096 is over max_download_size (1024 bytes)")
 	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/chunked.mar", "", nil), 400, "DownloadArchiveException", "larger than max_download_size (1024 bytes)")
 	start := time.Now()
-	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/slow.mar", "", nil), 400, "DownloadArchiveException", "download_timeout (500ms) passed")
+	errorShape(t, do(t, "POST", s.mgmt+"/models?url="+srv.URL+"/slow_download.mar", "", nil), 400, "DownloadArchiveException", "download_timeout (500ms) passed")
 	t.Logf("slow download cut after %v", time.Since(start).Round(time.Millisecond))
 	for _, u := range []string{"../digits.mar", "v2/../../digits.mar", "%2e%2e/digits.mar"} {
 		r := do(t, "POST", s.mgmt+"/models?url="+u, "", nil)

@@ -99,7 +99,7 @@ var pid = os.Getpid()
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := metrics.New(cfg.EnableMetrics)
 	var life *lifecycle.Service // an ensemble waits for its models while the repository loads them
-	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return life != nil && life.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(), Metrics: m, Log: log})
+	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return life != nil && life.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(m), Metrics: m, Log: log})
 	m.Statistics = func() []core.Statistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar)}
@@ -117,9 +117,10 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 // runtimes are the runtimes beside the built-in LibTorch: handler processes for Python
 // handlers (the first to ask: a Python handler's archive may hold any file), ONNX Runtime,
 // and Triton's Python backend (model.py in handler processes of the same Python).
-func (c *Config) runtimes() []core.Runtime {
+func (c *Config) runtimes(m *metrics.Metrics) []core.Runtime {
 	return []core.Runtime{
-		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
+		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20,
+			MetricsConfig: absPath(c.MetricsConfig), OnMetric: handlerMetric(m)},
 		&onnx.Backend{MemoryLimit: c.onnxMemoryLimit()},
 		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
 		libtorch.Backend{},
@@ -253,6 +254,14 @@ func (d *Daemon) Start() error {
 		d.metrics.LogTorchServe(f)
 		d.log.Info("TorchServe's metrics are written to its log form too (metrics_mode=log)", "file", ts.MetricsLog)
 	}
+	var specs []metrics.HandlerMetricSpec
+	if d.cfg.MetricsConfig != "" {
+		var err error
+		if specs, err = metrics.ReadTorchServeMetricsConfig(d.cfg.MetricsConfig); err != nil {
+			return err
+		}
+	}
+	d.metrics.SetHandlerMetrics(specs, d.cfg.MetricsAutoDetect)
 	if d.cfg.ModelRepository != "" {
 		if fi, err := os.Stat(d.cfg.ModelRepository); err != nil || !fi.IsDir() {
 			return fmt.Errorf("model_repository %s: not a directory", d.cfg.ModelRepository)
@@ -569,4 +578,27 @@ func processMemory() int64 {
 		}
 	}
 	return total
+}
+
+// handlerMetric hands a Python handler's metric (context.metrics) to the metrics port.
+func handlerMetric(m *metrics.Metrics) func(string, handlerproc.Metric) {
+	return func(_ string, hm handlerproc.Metric) {
+		names, values := make([]string, len(hm.Dims)), make([]string, len(hm.Dims))
+		for i, d := range hm.Dims {
+			names[i], values[i] = d.Name, d.Value
+		}
+		m.HandlerMetric(hm.Name, hm.Unit, hm.Type, names, values, hm.Host, hm.Value)
+	}
+}
+
+// absPath is p made absolute against torchd's working directory ("" stays ""): handler
+// processes run in their model's directory.
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }

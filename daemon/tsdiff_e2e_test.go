@@ -322,8 +322,9 @@ type torchServe struct {
 }
 
 // startTorchServe runs TorchServe in the foreground on free ports, with every archive of
-// store loaded at start, and everything it writes under a temporary directory.
-func startTorchServe(t *testing.T, py, store string) *torchServe {
+// store loaded at start, and everything it writes under a temporary directory; extra are
+// more config.properties lines.
+func startTorchServe(t *testing.T, py, store string, extra ...string) *torchServe {
 	t.Helper()
 	dir := t.TempDir()
 	var ports [5]int
@@ -350,6 +351,9 @@ disable_token_authorization=true
 install_py_dep_per_model=false
 vmargs=-Xmx1g -XX:+UseContainerSupport -Djava.io.tmpdir=%s
 `, ports[0], ports[1], ports[2], ports[3], ports[4], store, tmp)
+	for _, l := range extra {
+		cfg += l + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(dir, "config.properties"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -117,6 +117,14 @@ func (d *Daemon) resolveURL(raw string) (string, func(), error) {
 		if !d.allowed(clean) {
 			return "", none, refused
 		}
+		// TorchServe downloads into the model store and refuses, before downloading, a URL
+		// whose file name is already there (500); torchd downloads elsewhere but answers alike.
+		if name := path.Base(c.Path); name != "/" && name != "." && d.cfg.ModelStore != "" {
+			if _, err := os.Stat(filepath.Join(d.cfg.ModelStore, name)); err == nil {
+				return "", none, frontend.APIErrorf(http.StatusInternalServerError, "FileAlreadyExistsException",
+					"%s: an archive of that name is already in the model store (register it by its name, or rename the download)", name)
+			}
+		}
 		p, err := d.download(clean, &c)
 		if err != nil {
 			return "", none, err

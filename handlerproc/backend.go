@@ -21,15 +21,21 @@ type Backend struct {
 	InstallPyDeps bool
 	// MemoryLimit bounds each process's resident memory, in bytes; 0: none.
 	MemoryLimit int64
+	// MetricsConfig is the metrics.yaml handlers' context.metrics knows (TorchServe's
+	// metrics_config); "": TorchServe's default.
+	MetricsConfig string
+	// OnMetric takes each metric a model's handler emits (Config.OnMetric); nil: none kept.
+	OnMetric func(model string, m Metric)
 }
 
 var (
-	_ core.Runtime         = (*Backend)(nil)
-	_ core.Model           = (*Model)(nil)
-	_ core.ProcessScaler   = (*Model)(nil)
-	_ core.Interrupter     = (*Model)(nil)
-	_ core.LogLimiter      = (*Model)(nil)
-	_ core.ProcessReporter = (*Model)(nil)
+	_ core.Runtime          = (*Backend)(nil)
+	_ core.Model            = (*Model)(nil)
+	_ core.ProcessScaler    = (*Model)(nil)
+	_ core.Interrupter      = (*Model)(nil)
+	_ core.LogLimiter       = (*Model)(nil)
+	_ core.ProcessReporter  = (*Model)(nil)
+	_ core.HandlerExplainer = (*Model)(nil)
 )
 
 // Name is what describe shows as the model's runtime.
@@ -54,6 +60,7 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		Python: python, ModelName: req.Name, ModelDir: am.Dir, Handler: am.PythonHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers, Env: env,
 		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: b.MemoryLimit, Log: req.Log,
+		MetricsConfig: b.MetricsConfig, OnMetric: b.onMetric(req.Name),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handler %q: %w%s", am.PythonHandler, err, skipped)
@@ -71,4 +78,12 @@ func (m *Model) Processes() []core.ProcessInfo {
 		out = append(out, core.ProcessInfo{PID: pid, RSSBytes: rss(pid)})
 	}
 	return out
+}
+
+// onMetric is OnMetric for one model's processes.
+func (b *Backend) onMetric(model string) func(Metric) {
+	if b.OnMetric == nil {
+		return nil
+	}
+	return func(m Metric) { b.OnMetric(model, m) }
 }

@@ -1,13 +1,18 @@
 package handlerproc
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/errkind"
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
@@ -23,10 +28,12 @@ type pythonHandler struct{}
 
 var _ handlers.Inferer = pythonHandler{}
 
-// call is one request on its way through a handler process: State of its Sample.
+// call is one request on its way through a handler process: State of its Sample. A request
+// is one request of the worker's batch, or, as rows (handlers.Request.Rows), one each.
 type call struct {
-	req   Request
-	reply *Reply
+	reqs    []Request
+	replies []*Reply
+	rows    bool // the answer is the JSON list of the rows' answers
 }
 
 var requestSeq atomic.Uint64
@@ -34,34 +41,64 @@ var requestSeq atomic.Uint64
 // requestPrefix keeps request ids unique across restarts of torchd, as TorchServe's UUIDs are.
 var requestPrefix = strconv.FormatInt(time.Now().UnixNano(), 36)
 
+func newRequest() Request {
+	return Request{ID: requestPrefix + "-" + strconv.FormatUint(requestSeq.Add(1), 36)}
+}
+
+// explainHeader is how TorchServe's frontend tells a handler to explain (BaseHandler's
+// _is_explain reads it): "True" on explanations, "False" on every other inference, whatever
+// the client sent.
+const explainHeader = "explain"
+
+// TakesRows: KServe requests reach a Python handler as TorchServe's envelopes hand them.
+func (pythonHandler) TakesRows() {}
+
 func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
-	c := &call{req: Request{ID: requestPrefix + "-" + strconv.FormatUint(requestSeq.Add(1), 36)}}
+	var headers []Header
 	if r.Headers != nil {
 		for k, v := range r.Headers {
-			c.req.Headers = append(c.req.Headers, Header{Name: k, Value: v})
+			if !strings.EqualFold(k, explainHeader) {
+				headers = append(headers, Header{Name: k, Value: v})
+			}
 		}
 	}
+	headers = append(headers, Header{Name: explainHeader, Value: "False"})
+	if len(r.Rows) > 0 {
+		// Each row is a request of the worker's batch, so that the handler's data is the
+		// envelope's list of instances, each a dict of its fields.
+		c := &call{rows: true, reqs: make([]Request, len(r.Rows))}
+		for i, row := range r.Rows {
+			c.reqs[i] = newRequest()
+			c.reqs[i].Headers = headers
+			for _, p := range row {
+				c.reqs[i].Params = append(c.reqs[i].Params, Param{Name: p.Name, ContentType: p.ContentType, Value: p.Data})
+			}
+		}
+		return &handlers.Sample{Items: len(r.Rows), State: c}, nil
+	}
+	req := newRequest()
+	req.Headers = headers
 	for _, p := range r.Inputs {
 		name := p.Name
 		if name == "" {
 			name = "body"
 		}
-		c.req.Params = append(c.req.Params, Param{Name: name, ContentType: p.ContentType, Value: p.Data})
+		req.Params = append(req.Params, Param{Name: name, ContentType: p.ContentType, Value: p.Data})
 	}
 	if stream := r.Stream; stream != nil {
-		c.req.Part = func(rep Reply) {
+		req.Part = func(rep Reply) {
 			stream(handlers.Response{Status: rep.Status, ContentType: rep.ContentType, Body: rep.Body})
 		}
 	}
 	// Query arguments are parameters too, as TorchServe's frontend passes them.
 	if r.Query != nil {
 		for k, v := range r.Query {
-			c.req.Params = append(c.req.Params, Param{Name: k, Value: []byte(v)})
+			req.Params = append(req.Params, Param{Name: k, Value: []byte(v)})
 		}
 	}
 	// One request is one item of the batch: a handler gets one dict per request, as in
 	// TorchServe, whatever its form fields hold.
-	return &handlers.Sample{Items: 1, State: c}, nil
+	return &handlers.Sample{Items: 1, State: &call{reqs: []Request{req}}}, nil
 }
 
 // Infer sends the batch to a process (Model.Run): the core calls Run itself, as the
@@ -77,41 +114,85 @@ func (pythonHandler) Infer(m torch.Model, batch []*handlers.Sample) ([][]handler
 // Run is the model as core runs it (core.Model): it sends the batch of the python
 // handler's samples to a process and files each request's reply in its sample.
 func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
-	reqs := make([]Request, len(batch))
+	calls := make([]*call, len(batch))
+	var reqs []Request
 	for i, s := range batch {
 		c, ok := s.State.(*call)
 		if !ok {
-			return nil, fmt.Errorf("a handler process runs the python handler's requests only")
+			return nil, core.Errorf(core.ErrUnsupported, "model %s runs in handler processes, which take requests through its Python handler, not tensors", pm.cfg.ModelName)
 		}
-		reqs[i] = c.req
+		calls[i] = c
+		reqs = append(reqs, c.reqs...)
 	}
+	if err := pm.runCalls(calls, reqs); err != nil {
+		return nil, err
+	}
+	return make([][]handlers.Tensor, len(batch)), nil
+}
+
+// runCalls sends the requests of calls to a process and files each reply in its call.
+func (pm *Model) runCalls(calls []*call, reqs []Request) error {
 	pr, err := pm.Predict(reqs)
 	if err != nil {
-		return nil, LostBatch(err)
+		return LostBatch(err)
 	}
 	if pr.Code != 200 {
 		// TorchServe answers every request of the batch with the worker's code and message,
 		// e.g. 503 "Prediction failed" when the handler raised.
-		return nil, handlers.Answered(pr.Code, pr.Message)
+		return handlers.Answered(pr.Code, pr.Message)
 	}
 	byID := make(map[string]*Reply, len(pr.Replies))
 	for i := range pr.Replies {
 		byID[pr.Replies[i].ID] = &pr.Replies[i]
 	}
-	for _, s := range batch {
-		c := s.State.(*call)
-		if c.reply = byID[c.req.ID]; c.reply == nil {
-			// TorchServe's service answers 503 when a handler's answers do not match its batch.
-			return nil, handlers.Answered(503, "the handler returned no answer for a request of its batch")
-		}
-		if !validStatus(c.reply.Status) {
-			// 1000 would go out as "HTTP/1.1 1000", and a 101 as a final answer tells a proxy
-			// to switch protocols: the client gets a 500, the log the handler's status.
-			pm.cfg.Log.Warn("handler answered an invalid HTTP status: answered 500", "model", pm.cfg.ModelName, "status", c.reply.Status)
-			c.reply = &Reply{ID: c.reply.ID, Status: 500, Reason: invalidStatusMsg}
+	for _, c := range calls {
+		c.replies = make([]*Reply, len(c.reqs))
+		for i, r := range c.reqs {
+			rep := byID[r.ID]
+			if rep == nil {
+				// TorchServe's service answers 503 when a handler's answers do not match its batch.
+				return handlers.Answered(503, "the handler returned no answer for a request of its batch")
+			}
+			if !validStatus(rep.Status) {
+				// 1000 would go out as "HTTP/1.1 1000", and a 101 as a final answer tells a proxy
+				// to switch protocols: the client gets a 500, the log the handler's status.
+				pm.cfg.Log.Warn("handler answered an invalid HTTP status: answered 500", "model", pm.cfg.ModelName, "status", rep.Status)
+				rep = &Reply{ID: rep.ID, Status: 500, Reason: invalidStatusMsg}
+			}
+			c.replies[i] = rep
 		}
 	}
-	return make([][]handlers.Tensor, len(batch)), nil
+	return nil
+}
+
+// CanExplain: a Python handler explains in its process (BaseHandler's explain_handle), or
+// says itself that it cannot.
+func (*Model) CanExplain() error { return nil }
+
+// ExplainsInHandler: torchd's handler for the model (the python handler) has no explanation
+// of its own to offer; the handler process's does.
+func (*Model) ExplainsInHandler() {}
+
+// Explain runs one request with TorchServe's explain header set, alone, as TorchServe's
+// handlers decide to explain a batch from its first request.
+func (pm *Model) Explain(s *handlers.Sample, _ int) (*handlers.Response, error) {
+	c, ok := s.State.(*call)
+	if !ok {
+		return nil, core.Errorf(core.ErrUnsupported, "model %s runs in handler processes, which explain requests through its Python handler, not tensors", pm.cfg.ModelName)
+	}
+	for i := range c.reqs {
+		h := slices.Clone(c.reqs[i].Headers)
+		for j := range h {
+			if h[j].Name == explainHeader {
+				h[j].Value = "True"
+			}
+		}
+		c.reqs[i].Headers = h
+	}
+	if err := pm.runCalls([]*call{c}, c.reqs); err != nil {
+		return nil, err
+	}
+	return pythonHandler{}.Postprocess(s, nil)
 }
 
 const invalidStatusMsg = "the handler answered an invalid HTTP status (a final answer's is 200 to 599)"
@@ -142,10 +223,37 @@ func LostBatch(err error) error {
 func (*Model) Kind() string { return "handler_process" }
 
 func (pythonHandler) Postprocess(s *handlers.Sample, _ []handlers.Tensor) (*handlers.Response, error) {
-	rep := s.State.(*call).reply
-	if rep == nil {
+	c := s.State.(*call)
+	if len(c.replies) != len(c.reqs) {
 		return nil, handlers.Failed("the handler process gave no answer")
 	}
+	if !c.rows {
+		return replyResponse(c.replies[0])
+	}
+	// The envelope's answer: the list of the rows' answers, each as the JSON it is, or as a
+	// string where the handler answered text.
+	list := make([]json.RawMessage, len(c.replies))
+	for i, rep := range c.replies {
+		resp, err := replyResponse(rep)
+		if err != nil {
+			return nil, err
+		}
+		body := bytes.TrimSpace(resp.Body)
+		if !json.Valid(body) || len(body) == 0 {
+			body, _ = json.Marshal(strings.ToValidUTF8(string(resp.Body), "\uFFFD"))
+		}
+		list[i] = body
+	}
+	body, err := json.Marshal(list)
+	if err != nil {
+		return nil, core.Errorf(core.ErrInference, "the handler's answers cannot be put in a list: %v", err)
+	}
+	return &handlers.Response{ContentType: "application/json", Body: body}, nil
+}
+
+// replyResponse is a request's reply as its response, or its error where the handler
+// answered one.
+func replyResponse(rep *Reply) (*handlers.Response, error) {
 	status := rep.Status
 	if status == 0 {
 		status = 200

@@ -128,6 +128,11 @@ func (p *process) copyLog(r io.Reader, tail *lineTail, limit *logLimiter, done c
 		}
 		tail.add(line)
 		metrics := strings.Contains(line, "[METRICS]")
+		if metrics && p.onMetric != nil {
+			if m, ok := parseMetric(line); ok {
+				p.onMetric(m)
+			}
+		}
 		if metrics && !debug {
 			continue
 		}

@@ -43,6 +43,12 @@ type Config struct {
 	LogLinesPerSecond int
 	Env               []string
 	Log               *slog.Logger
+	// MetricsConfig is the metrics.yaml whose model_metrics the handler's context.metrics
+	// knows (TorchServe's metrics_config); "": TorchServe's default.
+	MetricsConfig string
+	// OnMetric takes each metric the handler emits, on the goroutine that reads the
+	// process's output: it must not block. nil: they go to the log at debug level only.
+	OnMetric func(Metric)
 }
 
 // Model is a model served by handler processes. It implements torch.Model so that the
@@ -106,6 +112,7 @@ func (m *Model) start() (*process, error) {
 		gpu = 0
 	}
 	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit,
+		metricsConfig: m.cfg.MetricsConfig, onMetric: m.cfg.OnMetric,
 		load: Load{ModelName: m.cfg.ModelName, ModelPath: m.cfg.ModelDir, Handler: m.cfg.Handler,
 			BatchSize: max(1, m.cfg.BatchSize), GPU: gpu, LimitMaxImagePixels: true}})
 	if err != nil {

@@ -72,6 +72,7 @@ type process struct {
 	out   *os.File // the output's read end
 	// overLimit is the RSS at which the memory watchdog killed it; 0: it did not.
 	overLimit atomic.Int64
+	onMetric  func(Metric) // the handler's metrics, as it emits them; nil: none kept
 }
 
 // startOptions is what a worker process is started and loaded with.
@@ -83,6 +84,10 @@ type startOptions struct {
 	log      *slog.Logger
 	logLines int // the most output lines kept for an error message
 	limit    *logLimiter
+	// metricsConfig is the metrics.yaml the worker's context.metrics knows (TorchServe's
+	// metrics_config); "": ts's default.
+	metricsConfig string
+	onMetric      func(Metric)
 }
 
 // startProcess starts a worker under its supervisor (supervisor.go), connects to it and
@@ -96,7 +101,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	}
 	sock := filepath.Join(dir, ".ts.sock.0") // the worker parses the suffix after the last dot as a port
 	cmd, err := supervised(o.rt.Python, dir, o.rt.Python, "-u", filepath.Join(o.rt.tsDir, "model_service_worker.py"),
-		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", filepath.Join(o.rt.tsDir, "configs", "metrics.yaml"))
+		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", cmpStr(o.metricsConfig, filepath.Join(o.rt.tsDir, "configs", "metrics.yaml")))
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
@@ -133,7 +138,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process %s: %w", o.rt.Python, cleanErr(err))
 	}
-	p := &process{name: o.load.ModelName, cmd: cmd, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR}
+	p := &process{name: o.load.ModelName, cmd: cmd, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR, onMetric: o.onMetric}
 	tail := &lineTail{max: max(o.logLines, 20)}
 	logged := make(chan struct{})
 	go p.copyLog(outR, tail, o.limit, logged)

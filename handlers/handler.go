@@ -37,6 +37,24 @@ type Request struct {
 	// it must not block. The final Response is then the last part only. nil: the parts are
 	// joined into the final Response. Only handler processes stream.
 	Stream func(part Response)
+	// Rows, when set, are the request's rows of a handler batch, each its fields as JSON
+	// payloads, as TorchServe's KServe envelopes hand a handler each instance (v1) or input
+	// (v2). Only a RowTaker gets them, in place of Inputs; its answer is the JSON list of the
+	// rows' answers, in order.
+	Rows [][]Payload
+}
+
+// RowTaker is implemented by handlers that take a request as rows of their batch
+// (Request.Rows): TorchServe's Python handlers, which see KServe requests through its
+// envelopes.
+type RowTaker interface {
+	TakesRows()
+}
+
+// TakesRows reports whether h takes requests as rows (RowTaker).
+func TakesRows(h Handler) bool {
+	_, ok := h.(RowTaker)
+	return ok
 }
 
 // ErrCanceled is returned by Preprocess when the request's client went away while its

@@ -470,3 +470,7 @@ func appendString(b, s []byte) []byte {
 	b = append(b, s[start:]...)
 	return append(b, '"')
 }
+
+// DataJSON is t's data as a flat JSON array, or ok false where JSON cannot carry it exactly
+// (see appendData).
+func DataJSON(t Tensor) (_ []byte, ok bool) { return appendData(nil, &t) }

@@ -102,11 +102,14 @@ func (a *API) grpcInfer(ctx context.Context, r *pb.ModelInferRequest) (*pb.Model
 	err := a.v2Serve(frontend.GRPCCall(ctx), r.GetModelName(), r.GetModelVersion(), decode, func(_ *core.ModelVersion, ans v2Answer) error {
 		outTensors := ans.outs
 		if ans.envelope {
-			t, err := oip.JSONTensor(ans.resp.Outputs[0])
-			if err != nil {
-				return err
+			outTensors = nil
+			for _, o := range ans.resp.Outputs {
+				t, err := oip.JSONTensor(o)
+				if err != nil {
+					return err
+				}
+				outTensors = append(outTensors, t)
 			}
-			outTensors = []oip.Tensor{t}
 		}
 		var err error
 		resp, err = oip.EncodeInferResponse(ans.resp, outTensors, len(r.GetRawInputContents()) > 0)

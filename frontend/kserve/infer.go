@@ -53,8 +53,7 @@ func (a *API) v2Infer(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	}
 	err := a.v2Serve(c, p[0], v2Version(p), decode, func(v *core.ModelVersion, ans v2Answer) error {
 		if ans.envelope {
-			out := ans.resp.Outputs[0]
-			b, err := json.Marshal(map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": []any{out}})
+			b, err := json.Marshal(map[string]any{"id": ans.resp.ID, "model_name": v.Name, "model_version": v.Version, "outputs": ans.resp.Outputs})
 			if err != nil {
 				return err
 			}
@@ -96,7 +95,8 @@ type v2Answer struct {
 // the call.
 func (a *API) v2Serve(c core.Call, name, version string, decode func(v *core.ModelVersion, ins []oip.MetadataTensor) (*oip.InferRequest, []oip.Tensor, error), encode func(v *core.ModelVersion, ans v2Answer) error) error {
 	var req *oip.InferRequest
-	var input string // the input named in the handler's answer (envelope)
+	var input string    // the input named in the handler's answer (envelope)
+	var inputs []string // the inputs, in order, as rows of a handler that takes rows
 	_, err := a.Registry.Serve(&core.Request{Model: name, Version: version, Call: c,
 		Decode: func(v *core.ModelVersion) (core.Input, error) {
 			ins, _ := signature(v)
@@ -108,6 +108,11 @@ func (a *API) v2Serve(c core.Call, name, version string, decode func(v *core.Mod
 			timeout, err := scheduleParams(r.Parameters)
 			if err != nil {
 				return core.Input{}, err
+			}
+			if handlers.TakesRows(v.Handler()) {
+				rows, names, err := inputRows(tensors)
+				inputs = names
+				return core.Input{Payloads: &handlers.Request{Rows: rows, Header: func(string) string { return "" }}, Timeout: timeout}, err
 			}
 			declared := v.Archive().Config.Inputs != nil
 			_, texts := v.Handler().(handlers.TextSampler)
@@ -138,6 +143,13 @@ func (a *API) v2Serve(c core.Call, name, version string, decode func(v *core.Mod
 		},
 		Encode: func(res *core.Result) error {
 			v := res.Version
+			if inputs != nil {
+				ans, err := rowsAnswer(v, req, inputs, res.Response.Body)
+				if err != nil {
+					return err
+				}
+				return encode(v, ans)
+			}
 			if res.Response != nil {
 				ans, err := envelopeAnswer(v, req, input, res.Response.Body)
 				if err != nil {

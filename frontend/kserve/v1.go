@@ -22,7 +22,7 @@ func (a *API) v1Predict(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	c := frontend.RESTCall(ctx)
 	frontend.TraceREST(a.Tracer, ctx, &c, "kserve_v1", "/v1/models/{model_name}:predict")
 	_, err := a.Registry.Serve(&core.Request{Model: p[0], Call: c,
-		Decode: func(*core.ModelVersion) (core.Input, error) { return v1Input(ctx, c) },
+		Decode: func(v *core.ModelVersion) (core.Input, error) { return v1Input(ctx, c, v) },
 		Encode: func(res *core.Result) error {
 			return writeV1(ctx, map[string]any{"predictions": v1Predictions(res.Response.Body, res.Sample.Items)})
 		}})
@@ -31,19 +31,81 @@ func (a *API) v1Predict(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	}
 }
 
-// v1Input is a KServe v1 body's instances, as one JSON payload for the model's handler.
-func v1Input(ctx *fasthttp.RequestCtx, c core.Call) (core.Input, error) {
+// v1Input is a KServe v1 body's instances, as one JSON payload for the model's handler; or,
+// for a handler that takes rows (a Python handler), as TorchServe's kserve envelope hands
+// them: each instance a row of the batch, an object's keys its fields.
+func v1Input(ctx *fasthttp.RequestCtx, c core.Call, v *core.ModelVersion) (core.Input, error) {
 	var body struct {
 		Instances json.RawMessage `json:"instances"`
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil || len(body.Instances) == 0 {
 		return core.Input{}, errors.New(`KServe v1 needs a JSON body {"instances": [...]}`)
 	}
-	return core.Input{Payloads: &handlers.Request{
+	req := &handlers.Request{
 		Inputs:   []handlers.Payload{{Name: "body", ContentType: "application/json", Data: body.Instances}},
 		Header:   func(n string) string { return string(ctx.Request.Header.Peek(n)) },
 		Canceled: c.Gone,
-	}}, nil
+	}
+	if handlers.TakesRows(v.Handler()) {
+		rows, err := instanceRows(body.Instances)
+		if err != nil {
+			return core.Input{}, err
+		}
+		req.Inputs, req.Rows = nil, rows
+		req.Headers = func(yield func(string, string) bool) {
+			for k, v := range ctx.Request.Header.All() {
+				if !yield(string(k), string(v)) {
+					return
+				}
+			}
+		}
+	}
+	return core.Input{Payloads: req}, nil
+}
+
+// instanceRows makes each instance a row: an object's keys are its fields, each with its
+// JSON value (which the handler sees decoded); any other instance is the row's "body".
+func instanceRows(instances json.RawMessage) ([][]handlers.Payload, error) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(instances, &list); err != nil || len(list) == 0 {
+		return nil, errors.New(`KServe v1's "instances" must be a list of at least one instance`)
+	}
+	rows := make([][]handlers.Payload, len(list))
+	for i, inst := range list {
+		inst = bytes.TrimSpace(inst)
+		if len(inst) > 0 && inst[0] == '{' {
+			fields, err := objectFields(inst)
+			if err != nil {
+				return nil, fmt.Errorf("instance %d: %v", i, err)
+			}
+			rows[i] = fields
+			continue
+		}
+		rows[i] = []handlers.Payload{{Name: "body", ContentType: "application/json", Data: inst}}
+	}
+	return rows, nil
+}
+
+// objectFields are a JSON object's members in their order, each as a JSON payload.
+func objectFields(obj json.RawMessage) ([]handlers.Payload, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // {
+		return nil, err
+	}
+	var fields []handlers.Payload
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		fields = append(fields, handlers.Payload{Name: key, ContentType: "application/json", Data: val})
+	}
+	return fields, nil
 }
 
 // writeV1 answers v as compact JSON, within the core call.
@@ -119,9 +181,10 @@ func (a *API) v1Model(ctx *fasthttp.RequestCtx, p frontend.Params) {
 func (a *API) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	c := frontend.RESTCall(ctx)
 	_, err := a.Registry.Serve(&core.Request{Model: p[0], Call: c, Explain: true,
-		Decode: func(*core.ModelVersion) (core.Input, error) {
-			in, err := v1Input(ctx, c)
-			if err != nil {
+		Decode: func(v *core.ModelVersion) (core.Input, error) {
+			in, err := v1Input(ctx, c, v)
+			if err != nil || in.Payloads.Rows != nil {
+				// A handler that takes rows reads each instance's target itself.
 				return in, err
 			}
 			var body struct {
@@ -143,8 +206,10 @@ func (a *API) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 			if err := json.Unmarshal(res.Response.Body, &expl); err != nil {
 				return errors.New("the handler's explanation is not JSON")
 			}
-			// One instance's explanation is the handler's whole answer; several come as a list.
-			if list, ok := expl.([]any); ok && res.Sample.Items > 1 {
+			// One instance's explanation is the handler's whole answer; several come as a list,
+			// as do the rows' answers of a handler that takes rows.
+			rows := handlers.TakesRows(res.Version.Handler())
+			if list, ok := expl.([]any); ok && (res.Sample.Items > 1 || rows) {
 				return writeV1(ctx, map[string]any{"explanations": list})
 			}
 			return writeV1(ctx, map[string]any{"explanations": []any{expl}})
@@ -159,20 +224,29 @@ func (a *API) v1Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 func (a *API) v2Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	var req *oip.InferRequest
 	var input string
+	var inputs []string // the inputs, in order, as rows of a handler that takes rows
 	_, err := a.Registry.Serve(&core.Request{Model: p[0], Version: v2Version(p), Call: frontend.RESTCall(ctx), Explain: true,
 		Check: func(v *core.ModelVersion) error {
+			if handlers.TakesRows(v.Handler()) {
+				return nil // the core asks the model whether it explains
+			}
 			_, explains := v.Handler().(handlers.Explainer)
 			if _, ok := v.Handler().(handlers.TensorPreprocessor); !ok || !explains {
 				return core.Errorf(core.ErrUnsupported, "model %s: its handler (%s) does not explain KServe v2 tensors", v.Name, v.HandlerName)
 			}
 			return nil
 		},
-		Decode: func(*core.ModelVersion) (core.Input, error) {
+		Decode: func(v *core.ModelVersion) (core.Input, error) {
 			r, tensors, err := oip.DecodeRequest(ctx.Request.Body(), -1, string(ctx.Request.Header.Peek("Content-Encoding")), a.MaxRequestSize)
 			if err != nil {
 				return core.Input{}, err
 			}
 			req = r
+			if handlers.TakesRows(v.Handler()) {
+				rows, names, err := inputRows(tensors)
+				inputs = names
+				return core.Input{Payloads: &handlers.Request{Rows: rows, Header: func(string) string { return "" }}}, err
+			}
 			t, err := handlerTensor(tensors, "explain takes one input, got %d")
 			if err != nil {
 				return core.Input{}, err
@@ -189,6 +263,13 @@ func (a *API) v2Explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 			return core.Input{Tensor: t, Target: target}, nil
 		},
 		Encode: func(res *core.Result) error {
+			if inputs != nil {
+				ans, err := rowsAnswer(res.Version, req, inputs, res.Response.Body)
+				if err != nil {
+					return err
+				}
+				return writeV1(ctx, map[string]any{"id": ans.resp.ID, "model_name": res.Version.Name, "model_version": res.Version.Version, "outputs": ans.resp.Outputs})
+			}
 			ans, err := envelopeAnswer(res.Version, req, input, res.Response.Body)
 			if err != nil {
 				return err

@@ -35,6 +35,7 @@ type Metrics struct {
 	ts  tsHostMetrics
 	// Statistics returns what Triton's metric families are written from (nil: none).
 	Statistics func() []core.Statistics
+	handler    handlerMetrics // Python handlers' own (handler.go)
 }
 
 // tsHostMetrics are TorchServe's frontend metrics from its default metrics.yaml, with its
@@ -375,6 +376,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	var b bytes.Buffer
 	m.set.WritePrometheus(&b)
 	writeTorchServeText(w, b.Bytes())
+	m.writeHandlerMetrics(w)
 	if m.Statistics != nil {
 		writeTriton(w, m.Statistics())
 	}

@@ -31,10 +31,15 @@ func (a *API) ping(ctx *fasthttp.RequestCtx, _ frontend.Params) {
 // runs it alone.
 func (a *API) explain(ctx *fasthttp.RequestCtx, p frontend.Params) {
 	res, err := a.Registry.Serve(&core.Request{Model: p[0], Version: version(p), Call: frontend.RESTCall(ctx), Explain: true,
-		Decode: func(*core.ModelVersion) (core.Input, error) {
+		Decode: func(v *core.ModelVersion) (core.Input, error) {
 			req, err := requestPayloads(ctx, a.MaxRequestSize)
 			if err != nil {
 				return core.Input{}, payloadError(err)
+			}
+			if _, ok := v.Handler().(handlers.Explainer); !ok {
+				// A handler that explains in its own process (a Python handler's
+				// explain_handle) reads the target from its request itself.
+				return core.Input{Payloads: req}, nil
 			}
 			target, err := explainTarget(req)
 			return core.Input{Payloads: req, Target: target}, err
