@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
-	"github.com/torchd/torchd/errkind"
 	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/errkind"
 	"github.com/torchd/torchd/handlers"
 	"github.com/torchd/torchd/torch"
 )
