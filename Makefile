@@ -245,7 +245,7 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(foreach m,$(INT8_ARCHIVES),$(MODELS_OUT)/$
 	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
-$(BIN)/torchd: $(BIN)/libtorchd_c.so $(ONNXRUNTIME_H) $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(shell find cmd core daemon frontend repository handlerproc handlers archive backends torch onnxrt internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) $(wildcard onnxrt/*.[ch]) go.mod
+$(BIN)/torchd: $(BIN)/libtorchd_c.so $(ONNXRUNTIME_H) $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(shell find cmd core daemon frontend repository lifecycle errkind handlerproc handlers archive backends torch onnxrt internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) $(wildcard onnxrt/*.[ch]) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
