@@ -122,9 +122,9 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 // and Triton's Python backend (model.py in handler processes of the same Python).
 func (c *Config) runtimes() []core.Runtime {
 	return []core.Runtime{
-		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
+		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20, StartApart: !c.HandlerForkServer},
 		&onnx.Backend{},
-		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
+		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20, StartApart: !c.HandlerForkServer},
 		libtorch.Backend{},
 	}
 }

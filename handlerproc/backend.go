@@ -21,6 +21,8 @@ type Backend struct {
 	InstallPyDeps bool
 	// MemoryLimit bounds each process's resident memory, in bytes; 0: none.
 	MemoryLimit int64
+	// StartApart starts every process with its own interpreter, never from the fork server.
+	StartApart bool
 }
 
 var (
@@ -54,6 +56,9 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		Python: python, ModelName: req.Name, ModelDir: am.Dir, Handler: am.PythonHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers, Env: env,
 		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: b.MemoryLimit, Log: req.Log,
+		// An archive's installed requirements may hold other versions of what the fork
+		// server imported: its processes start apart.
+		StartApart: b.StartApart || env != nil,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handler %q: %w%s", am.PythonHandler, err, skipped)
@@ -67,7 +72,7 @@ func (m *Model) Processes() []core.ProcessInfo {
 	defer m.mu.Unlock()
 	out := make([]core.ProcessInfo, 0, len(m.live))
 	for p := range m.live {
-		pid := p.cmd.Process.Pid
+		pid := p.pid
 		out = append(out, core.ProcessInfo{PID: pid, RSSBytes: rss(pid)})
 	}
 	return out

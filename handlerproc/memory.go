@@ -63,7 +63,7 @@ func (m *Model) RSS() int64 {
 	defer m.mu.Unlock()
 	var n int64
 	for p := range m.live {
-		n += procs.treeRSS(p.cmd.Process.Pid)
+		n += procs.treeRSS(p.pid)
 	}
 	return n
 }
@@ -83,8 +83,8 @@ func (m *Model) watchMemory() {
 		procs := readProcs()
 		m.mu.Lock()
 		for p := range m.live {
-			if r := procs.treeRSS(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
-				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.cmd.Process.Pid,
+			if r := procs.treeRSS(p.pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
+				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.pid,
 					"rss_mib", r>>20, "limit_mib", m.cfg.MemoryLimit>>20)
 				p.stop()
 			}

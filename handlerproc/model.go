@@ -42,7 +42,11 @@ type Config struct {
 	// together; the rest are counted (DroppedLogLines). 0: DefaultLogLinesPerSecond.
 	LogLinesPerSecond int
 	Env               []string
-	Log               *slog.Logger
+	// StartApart starts each process with its own interpreter, not forked from the runtime's
+	// fork server (forkserver.go): for an archive whose installed requirements the fork
+	// server's imports could shadow, or where the server's setting turns it off.
+	StartApart bool
+	Log        *slog.Logger
 }
 
 // Model is a model served by handler processes. It implements torch.Model so that the
@@ -105,7 +109,7 @@ func (m *Model) start() (*process, error) {
 	} else if m.cfg.Device == "cuda" {
 		gpu = 0
 	}
-	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit,
+	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit, apart: m.cfg.StartApart,
 		load: Load{ModelName: m.cfg.ModelName, ModelPath: m.cfg.ModelDir, Handler: m.cfg.Handler,
 			BatchSize: max(1, m.cfg.BatchSize), GPU: gpu, LimitMaxImagePixels: true}})
 	if err != nil {

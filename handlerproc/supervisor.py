@@ -1,5 +1,6 @@
 # torchd's supervisor of one handler process (supervisor.go says why it exists). Run as
-# `python -I -S supervisor.py WORKER-ARGV...`: it starts the worker, is the subreaper of every
+# `python -I -S supervisor.py WORKER-ARGV...`, or forked by the fork server (forkserver.py),
+# which calls main with the worker to run in the forked child: it starts the worker, is the subreaper of every
 # process the handler starts (one that calls setsid stays in its tree), reaps them as they
 # exit, and kills the whole tree when the worker exits, when torchd sends SIGTERM, or when
 # torchd is gone (its stdin, a pipe only torchd writes to, closes). It then exits as the
@@ -11,7 +12,7 @@ import signal
 import sys
 import time
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 1, 15, 36
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -79,8 +80,15 @@ def kill_tree(worker):
     return status
 
 
-def main():
+def exec_worker():
+    os.execv(sys.argv[1], sys.argv[1:])
+
+
+def main(run_worker=exec_worker):
+    """Supervises run_worker, which runs in a forked child and must not return."""
     me = os.getpid()
+    # Its name, which ps and torchd's tests find it by, whether it was exec'd or forked.
+    libc.prctl(PR_SET_NAME, b"torchd-sup", 0, 0, 0)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         os.write(2, b"torchd supervisor: cannot become a subreaper: a handler's detached children escape its tree\n")
     wake_r, wake_w = os.pipe()
@@ -105,7 +113,7 @@ def main():
             os.close(null)
             os.close(wake_r)
             os.close(wake_w)
-            os.execv(sys.argv[1], sys.argv[1:])
+            run_worker()
         except BaseException as e:
             os.write(2, ("torchd supervisor: cannot start the handler process: %s\n" % e).encode())
         os._exit(127)
@@ -135,4 +143,5 @@ def main():
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-main()
+if __name__ == "__main__":
+    main()
