@@ -19,7 +19,7 @@ import socket
 import sys
 import traceback
 
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
 libc = ctypes.CDLL(None, use_errno=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -51,6 +51,8 @@ def send(ctl, msg):
 def run_worker(req):
     """The worker, in the supervisor's child: TorchServe's worker script as __main__, in the
     model's directory, with the path a worker started apart would have."""
+    # The name an exec'd worker has, not its supervisor's.
+    libc.prctl(PR_SET_NAME, os.path.basename(sys.executable).encode()[:15], 0, 0, 0)
     os.chdir(req["cwd"])
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = paths + [p for p in sys.path if p not in paths]

@@ -89,6 +89,11 @@ func TestForkServerForks(t *testing.T) {
 		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/comm"); strings.TrimSpace(string(b)) != "torchd-sup" {
 			t.Errorf("supervisor %d is named %q", p.pid, b)
 		}
+		for _, e := range descendants(p.pid) {
+			if b, _ := os.ReadFile("/proc/" + strconv.Itoa(e.pid) + "/comm"); strings.TrimSpace(string(b)) == "torchd-sup" {
+				t.Errorf("supervisor %d's worker %d has its supervisor's name", p.pid, e.pid)
+			}
+		}
 	}
 	forked := []probe{probeModel(t, m), probeModel(t, m)}
 	if forked[0].PID == forked[1].PID {
