@@ -317,14 +317,15 @@ func environ(t *testing.T, pid int) []string {
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
 
-// A handler process runs with glibc's mmap threshold fixed, so that freed activations go back
-// to the system; a threshold the model's environment sets is kept.
+// A handler process runs with glibc's mmap and trim thresholds fixed, so that a large batch's
+// freed activations go back to the system and a small one's stay for the next; a threshold
+// the model's environment sets is kept.
 func TestHandlerMallocDefaults(t *testing.T) {
 	m, err := startTiny(t, "handler.py", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := environ(t, onlyProcess(t, m).pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") {
+	if env := environ(t, onlyProcess(t, m).pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") || !slices.Contains(env, "MALLOC_TRIM_THRESHOLD_=16777216") {
 		t.Errorf("default missing from the environment: %q", env)
 	}
 	m.Close()

@@ -20,9 +20,13 @@ import (
 // 4 MiB, a large batch's blocks are mapped and returned as it frees them, while a batch of
 // one's (under 4 MiB) stay in the heap: at 128 KiB every small forward paid page faults, and
 // resnet18 at c=1 ran at 0.69x TorchServe's throughput against 0.89x (docs/benchmarks.md).
-// MALLOC_MMAP_THRESHOLD_ in torchd's environment chooses another (33554432 is where glibc's
-// own threshold ends up).
-var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304"}
+// A fixed mmap threshold also fixes the trim threshold at 128 KiB (glibc's own grows with the
+// mmap threshold): the heap's top, freed after each request, went back to the system and
+// was faulted in again by the next, 7,700-11,000 page faults (30-43 MiB) per resnet18
+// request at batch 1. At 16 MiB none are left (bench/handlerproc/c1_faults.py). Either
+// variable in torchd's environment chooses another (33554432 is where glibc's own mmap
+// threshold ends up).
+var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304", "MALLOC_TRIM_THRESHOLD_=16777216"}
 
 // withMallocDefaults adds each of mallocDefaults to env whose variable env does not set.
 func withMallocDefaults(env []string) []string {
