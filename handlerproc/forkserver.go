@@ -223,7 +223,11 @@ func (fs *forkServer) read(ready chan<- error, exited <-chan struct{}) {
 		}
 		if err != nil {
 			if first {
-				<-exited
+				// Its last lines, which name the error, are read before it is reported.
+				select {
+				case <-exited:
+				case <-time.After(5 * time.Second):
+				}
 				ready <- errors.New("it exited as it started")
 			}
 			fs.died()

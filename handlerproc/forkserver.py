@@ -1,9 +1,9 @@
 # torchd's fork server for one handler runtime (forkserver.go says why it exists). Run as
 # `python -u forkserver.py` with a SOCK_SEQPACKET socket to torchd on fd 3: it imports torch
 # and TorchServe's worker once, runs no torch op (so no OpenMP or intra-op pool is started),
-# and then forks each handler process on torchd's request: the child becomes that worker's
-# supervisor (supervisor.py's main, a subreaper with the same guarantees as an exec'd one),
-# whose own child runs TorchServe's worker in the model's directory and environment. It
+# and then forks each handler process on torchd's request: its child forks the worker, which
+# runs TorchServe's worker in the model's directory and environment, and then execs
+# supervisor.py to become the worker's supervisor, as small as one torchd starts itself. It
 # answers each request with the supervisor's pid, and reports each supervisor's exit status.
 # It dies with torchd (its parent-death signal, and the socket's close); the supervisors die
 # with it (theirs). Nothing of a handler runs in it.
@@ -82,14 +82,20 @@ def run_worker(req):
 
 
 def child(me, ctl, wake, sup, req, fds):
-    """The forked child: the worker's supervisor."""
+    """The forked child: it forks the worker, a copy of the warm image, then becomes the
+    worker's supervisor by exec'ing supervisor.py, a fresh interpreter that holds none of the
+    fork server's pages (a subreaper, its parent-death signal and its child kept)."""
     signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # SIGTERM (torchd's stop) waits until the supervisor handles it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # dies with the fork server
     if os.getppid() != me:
         os._exit(1)
     os.setpgid(0, 0)  # a group of its own, as an exec'd supervisor has
+    # Before the worker exists, so that no orphan of its tree escapes before the exec.
+    libc.prctl(sup.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     ctl.close()
     for fd in wake:
         os.close(fd)
@@ -101,7 +107,15 @@ def child(me, ctl, wake, sup, req, fds):
     os.close(out)
     os.environ.clear()
     os.environ.update(dict(kv.split("=", 1) for kv in req["env"] if "=" in kv))
-    sup.main(lambda: run_worker(req))
+    mine = os.getpid()
+    worker = os.fork()
+    if worker == 0:
+        sup.worker_child(mine, lambda: run_worker(req))
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", os.path.join(HERE, "supervisor.py"), "--adopt", str(worker)])
+    except OSError as e:
+        os.write(2, ("torchd fork server: cannot exec the supervisor (%s): supervising in the fork\n" % e.strerror).encode())
+    sup.main(worker=worker)
     os._exit(1)
 
 

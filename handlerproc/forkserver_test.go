@@ -70,7 +70,7 @@ func currentForkServer(t *testing.T, m *Model) *forkServer {
 }
 
 // Processes are forked from the runtime's one fork server, a child of torchd, each under a
-// supervisor of its own; a forked process sees what one started apart sees: the model's
+// supervisor of its own (the fork server's child, exec'd); a forked process sees what one started apart sees: the model's
 // directory as its working directory and first on its path, the thread count torch chooses
 // (no pool inherited), a random state of its own, and the handler mark.
 func TestForkServerForks(t *testing.T) {
@@ -88,6 +88,10 @@ func TestForkServerForks(t *testing.T) {
 		}
 		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/comm"); strings.TrimSpace(string(b)) != "torchd-sup" {
 			t.Errorf("supervisor %d is named %q", p.pid, b)
+		}
+		// Exec'd once the worker is forked: it holds none of the fork server's pages.
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline"); !strings.Contains(string(b), "supervisor.py\x00--adopt") {
+			t.Errorf("supervisor %d runs %q, not supervisor.py --adopt", p.pid, strings.ReplaceAll(string(b), "\x00", " "))
 		}
 		for _, e := range descendants(p.pid) {
 			if b, _ := os.ReadFile("/proc/" + strconv.Itoa(e.pid) + "/comm"); strings.TrimSpace(string(b)) == "torchd-sup" {
@@ -184,5 +188,35 @@ func TestForkServerStartsApart(t *testing.T) {
 	}
 	if got := ppid(onlyProcess(t, m2).pid); got != os.Getpid() {
 		t.Errorf("with a torchvision.py of its own, the model's process's parent is %d, not this process", got)
+	}
+}
+
+// A runtime whose fork server cannot start (here, one that fails to import what it preloads)
+// still serves: its processes start apart, and the start is not tried again for each one.
+func TestForkServerFailsProcessesStartApart(t *testing.T) {
+	py := testPython(t)
+	dir := t.TempDir()
+	shim := filepath.Join(dir, "python")
+	script := "#!/bin/sh\ncase \"$2\" in *forkserver.py) echo 'ImportError: no torch for the fork server' >&2; exit 1;; esac\nexec " + py + " \"$@\"\n"
+	if err := os.WriteFile(shim, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, err := startTiny(t, "handler.py", func(c *Config) { c.Python = shim; c.Processes = 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range liveProcesses(m) {
+		if got := ppid(p.pid); got != os.Getpid() {
+			t.Errorf("process %d's parent is %d, not this process", p.pid, got)
+		}
+	}
+	forkMu.Lock()
+	why := forkFailed[m.rt]
+	forkMu.Unlock()
+	if why == nil || !strings.Contains(why.Error(), "no torch for the fork server") {
+		t.Errorf("the fork server's failure is %v; want its error line", why)
+	}
+	if pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Errorf("predict: %+v, %v", pr, err)
 	}
 }
