@@ -26,10 +26,11 @@ import (
 // started apart (bench/handlerproc/forkshare.py). The fork server runs no torch op, so a
 // forked process starts no OpenMP pool it inherited; it sets its thread count itself.
 //
-// A forked process is supervised as one started apart: the fork server's child is the
-// worker's supervisor (supervisor.py, the subreaper of its tree), and torchd gets its pid, its
-// output (the pipes torchd made, passed over the socket) and its exit status (the fork server
-// reaps it and says how it exited). The fork server dies with torchd, and the supervisors
+// A forked process is supervised as one started apart: the fork server's child forks the
+// worker and then execs supervisor.py, the subreaper of the worker's tree (a fresh
+// interpreter, so it holds none of the warm pages), and torchd gets its pid, its output (the
+// pipes torchd made, passed over the socket) and its exit status (the fork server reaps it
+// and says how it exited). The fork server dies with torchd, and the supervisors
 // with it; when it dies alone, torchd kills what is left of its processes' trees, those
 // processes fail as after a crash, and the next start makes a new fork server.
 //
