@@ -264,8 +264,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 
 func onlyProcess(t *testing.T, m *Model) *process {
 	t.Helper()
-	p := <-m.idle
-	m.idle <- p
+	<-m.idle.ready
+	p := m.idle.take()
+	m.idle.put(p)
 	return p
 }
 
