@@ -12,7 +12,8 @@
 #
 # Needs `make build handler-runtime bench-setup`, Java 11+ and models/out (the JPEG).
 # Usage: bench/handlerproc.sh [rounds] [seconds per run]   (default 3 rounds of 20 s;
-# PYTHON names the handler runtime, default .venv/bin/python)
+# PYTHON names the handler runtime, default .venv/bin/python; TORCHD_ARGS adds torchd flags,
+# e.g. --handler-fork-server=false to start each handler process apart)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -29,7 +30,7 @@ trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null || kill "$p" 2>/dev/nu
 setsid bin/torchd serve --python "$py" --model-store "$work/store" --models resnet18_py=resnet18_py.mar \
   --inference-address 127.0.0.1:18930 --management-address 127.0.0.1:18931 --metrics-address 127.0.0.1:18932 \
   --grpc-address= --grpc-inference-address= --grpc-management-address= \
-  --access-log=false --enable-snapshots=false --job-queue-size 1024 >"$work/torchd.log" 2>&1 &
+  --access-log=false --enable-snapshots=false --job-queue-size 1024 ${TORCHD_ARGS:-} >"$work/torchd.log" 2>&1 &
 pids+=($!)
 declare -A port pid
 port[torchd]=18930 pid[torchd]=$!

@@ -54,6 +54,7 @@ type Config struct {
 	ONNXMemoryMiB         int    // what ONNX models' runs may allocate together; 0: none, -1: auto
 	MetricsConfig         string // TorchServe's metrics.yaml: the handlers' context.metrics and their series
 	MetricsAutoDetect     bool   // serve handlers' metrics that MetricsConfig does not declare
+	HandlerForkServer     bool   // fork handler processes from a warm parent per runtime
 	InitialWorkers        int    // workers a management-API registration starts by default; 0, as TorchServe
 	TokenAuth             bool
 	EnableSnapshots       bool
@@ -390,6 +391,8 @@ var settings = []setting{
 		apply: boolSetting(func(c *Config) *bool { return &c.MetricsAutoDetect })},
 	{key: "handler_memory_limit", def: "0", help: "MiB of resident memory each handler process may use: one above it is killed, failing its batch, and restarted; 0: no limit",
 		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
+	{key: "handler_fork_server", def: "true", help: "fork handler processes from one warm process per Python runtime that has imported torch and TorchServe's worker, so that they start in a fraction of the time and share those pages; a process whose archive's requirements were installed, or whose model sets variables read as libraries load, starts apart; false: every process starts its own interpreter",
+		apply: boolSetting(func(c *Config) *bool { return &c.HandlerForkServer })},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting("max_workers", true)},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",

@@ -53,11 +53,12 @@ func procTree(pid int) map[int]string {
 	return out
 }
 
-// supervisors counts the handler processes' supervisors under torchd.
+// supervisors counts the handler processes' supervisors under torchd, by the name each
+// gives itself: a forked one has its fork server's command line.
 func (s *server) supervisors() int {
 	n := 0
-	for _, cmd := range procTree(s.cmd.Process.Pid) {
-		if strings.Contains(cmd, "supervisor.py") {
+	for pid := range procTree(s.cmd.Process.Pid) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) == "torchd-sup" {
 			n++
 		}
 	}

@@ -120,9 +120,9 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 func (c *Config) runtimes(m *metrics.Metrics) []core.Runtime {
 	return []core.Runtime{
 		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20,
-			MetricsConfig: absPath(c.MetricsConfig), OnMetric: handlerMetric(m)},
+			MetricsConfig: absPath(c.MetricsConfig), OnMetric: handlerMetric(m), StartApart: !c.HandlerForkServer},
 		&onnx.Backend{MemoryLimit: c.onnxMemoryLimit()},
-		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20},
+		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20, StartApart: !c.HandlerForkServer},
 		libtorch.Backend{},
 	}
 }

@@ -26,6 +26,8 @@ type Backend struct {
 	MetricsConfig string
 	// OnMetric takes each metric a model's handler emits (Config.OnMetric); nil: none kept.
 	OnMetric func(model string, m Metric)
+	// StartApart starts every process with its own interpreter, never from the fork server.
+	StartApart bool
 }
 
 var (
@@ -61,6 +63,9 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers, Env: env,
 		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: b.MemoryLimit, Log: req.Log,
 		MetricsConfig: b.MetricsConfig, OnMetric: b.onMetric(req.Name),
+		// An archive's installed requirements may hold other versions of what the fork
+		// server imported: its processes start apart.
+		StartApart: b.StartApart || env != nil,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("handler %q: %w%s", am.PythonHandler, err, skipped)
@@ -74,7 +79,7 @@ func (m *Model) Processes() []core.ProcessInfo {
 	defer m.mu.Unlock()
 	out := make([]core.ProcessInfo, 0, len(m.live))
 	for p := range m.live {
-		pid := p.cmd.Process.Pid
+		pid := p.pid
 		out = append(out, core.ProcessInfo{PID: pid, RSSBytes: rss(pid)})
 	}
 	return out

@@ -111,7 +111,7 @@ func TestHandlerRaises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := onlyProcess(t, m).cmd.Process.Pid
+	pid := onlyProcess(t, m).pid
 	pr, err := m.Predict([]Request{jsonReq("a", `"raise"`)})
 	if err != nil || pr.Code != 503 || pr.Message != "Prediction failed" {
 		t.Fatalf("raising handler: %+v, %v", pr, err)
@@ -119,7 +119,7 @@ func TestHandlerRaises(t *testing.T) {
 	if pr, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
 		t.Fatalf("after the raise: %+v, %v", pr, err)
 	}
-	if got := onlyProcess(t, m).cmd.Process.Pid; got != pid {
+	if got := onlyProcess(t, m).pid; got != pid {
 		t.Errorf("the process was replaced (%d → %d) after a handler exception", pid, got)
 	}
 }
@@ -250,8 +250,8 @@ func TestCloseLeavesNothing(t *testing.T) {
 	m.Close()
 	wg.Wait()
 	for _, p := range procs {
-		if err := syscall.Kill(p.cmd.Process.Pid, 0); err == nil {
-			t.Errorf("process %d still running", p.cmd.Process.Pid)
+		if err := syscall.Kill(p.pid, 0); err == nil {
+			t.Errorf("process %d still running", p.pid)
 		}
 		if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
 			t.Errorf("socket directory %s left behind", p.dir)
@@ -264,8 +264,9 @@ func TestCloseLeavesNothing(t *testing.T) {
 
 func onlyProcess(t *testing.T, m *Model) *process {
 	t.Helper()
-	p := <-m.idle
-	m.idle <- p
+	<-m.idle.ready
+	p := m.idle.take()
+	m.idle.put(p)
 	return p
 }
 
@@ -317,14 +318,15 @@ func environ(t *testing.T, pid int) []string {
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 }
 
-// A handler process runs with glibc's mmap threshold fixed, so that freed activations go back
-// to the system; a threshold the model's environment sets is kept.
+// A handler process runs with glibc's mmap and trim thresholds fixed, so that a large batch's
+// freed activations go back to the system and a small one's stay for the next; a threshold
+// the model's environment sets is kept.
 func TestHandlerMallocDefaults(t *testing.T) {
 	m, err := startTiny(t, "handler.py", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := environ(t, onlyProcess(t, m).cmd.Process.Pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") {
+	if env := environ(t, onlyProcess(t, m).pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") || !slices.Contains(env, "MALLOC_TRIM_THRESHOLD_=16777216") {
 		t.Errorf("default missing from the environment: %q", env)
 	}
 	m.Close()
@@ -332,7 +334,7 @@ func TestHandlerMallocDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := environ(t, onlyProcess(t, m).cmd.Process.Pid)
+	env := environ(t, onlyProcess(t, m).pid)
 	if !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=65536") || slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") {
 		t.Errorf("the model's own setting not kept: %q", env)
 	}

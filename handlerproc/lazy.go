@@ -29,7 +29,8 @@ func (m *Model) SetProcesses(n int) error {
 	m.mu.Unlock()
 	for ; have > n; have-- {
 		select {
-		case p := <-m.idle:
+		case <-m.idle.ready:
+			p := m.idle.takeOldest()
 			m.mu.Lock()
 			delete(m.live, p)
 			m.mu.Unlock()
@@ -49,7 +50,7 @@ func (m *Model) SetProcesses(n int) error {
 			defer wg.Done()
 			p, err := m.start()
 			if err == nil {
-				m.idle <- p
+				m.idle.put(p)
 			}
 			errs <- err
 		}()

@@ -117,7 +117,7 @@ func (p *process) copyLog(r io.Reader, tail *lineTail, limit *logLimiter, done c
 	}
 	debug := p.log.Enabled(context.Background(), slog.LevelDebug)
 	br := bufio.NewReaderSize(r, 64<<10)
-	pid := p.cmd.Process.Pid
+	pid := p.pid
 	for {
 		line, cut, err := readLine(br)
 		if err != nil {

@@ -18,9 +18,12 @@ import (
 // the first batch a batch's activations (blocks of megabytes) come from the heap and stay
 // there when freed. Fixed at 4 MiB, a large batch's blocks are mapped and returned as it
 // frees them, while a batch of one's stay in the heap; a lower threshold makes every small
-// forward pay page faults (docs/benchmarks.md has the measurements). MALLOC_MMAP_THRESHOLD_
-// in torchd's environment chooses another (33554432 is where glibc's own threshold ends up).
-var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304"}
+// forward pay page faults. A fixed mmap threshold also fixes glibc's trim threshold at
+// 128 KiB: the heap's top, freed after each request, would go back to the system and be
+// faulted in again by the next, so it is raised to 16 MiB (docs/benchmarks.md has the
+// measurements; bench/handlerproc/c1_faults.py). Either variable in torchd's environment
+// chooses another (33554432 is where glibc's own mmap threshold ends up).
+var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304", "MALLOC_TRIM_THRESHOLD_=16777216"}
 
 // withMallocDefaults adds each of mallocDefaults to env whose variable env does not set.
 func withMallocDefaults(env []string) []string {
@@ -61,7 +64,7 @@ func (m *Model) RSS() int64 {
 	defer m.mu.Unlock()
 	var n int64
 	for p := range m.live {
-		n += procs.treeRSS(p.cmd.Process.Pid)
+		n += procs.treeRSS(p.pid)
 	}
 	return n
 }
@@ -81,8 +84,8 @@ func (m *Model) watchMemory() {
 		procs := readProcs()
 		m.mu.Lock()
 		for p := range m.live {
-			if r := procs.treeRSS(p.cmd.Process.Pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
-				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.cmd.Process.Pid,
+			if r := procs.treeRSS(p.pid); r > m.cfg.MemoryLimit && p.overLimit.CompareAndSwap(0, r) {
+				m.cfg.Log.Error("handler process over its memory limit: killed", "model", m.cfg.ModelName, "pid", p.pid,
 					"rss_mib", r>>20, "limit_mib", m.cfg.MemoryLimit>>20)
 				p.stop()
 			}

@@ -49,6 +49,10 @@ type Config struct {
 	// OnMetric takes each metric the handler emits, on the goroutine that reads the
 	// process's output: it must not block. nil: they go to the log at debug level only.
 	OnMetric func(Metric)
+	// StartApart starts each process with its own interpreter, not forked from the runtime's
+	// fork server (forkserver.go): for an archive whose installed requirements the fork
+	// server's imports could shadow, or where the server's setting turns it off.
+	StartApart bool
 }
 
 // Model is a model served by handler processes. It implements torch.Model so that the
@@ -56,8 +60,8 @@ type Config struct {
 type Model struct {
 	cfg   Config
 	rt    *Runtime
-	idle  chan *process // processes ready for a batch
-	limit *logLimiter   // the processes' output lines
+	idle  *idleSet    // processes ready for a batch
+	limit *logLimiter // the processes' output lines
 
 	startMu sync.Mutex // SetProcesses, one at a time
 	mu      sync.Mutex
@@ -91,7 +95,7 @@ func Start(cfg Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{cfg: cfg, rt: rt, idle: make(chan *process, maxProcesses), live: map[*process]bool{}, stop: make(chan struct{}),
+	m := &Model{cfg: cfg, rt: rt, idle: newIdleSet(), live: map[*process]bool{}, stop: make(chan struct{}),
 		limit: newLogLimiter(cfg.LogLinesPerSecond)}
 	if err := m.SetProcesses(cfg.Processes); err != nil {
 		m.Close()
@@ -111,7 +115,7 @@ func (m *Model) start() (*process, error) {
 	} else if m.cfg.Device == "cuda" {
 		gpu = 0
 	}
-	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit,
+	p, err := startProcess(startOptions{rt: m.rt, timeout: m.cfg.StartTimeout, log: m.cfg.Log, env: m.cfg.Env, limit: m.limit, apart: m.cfg.StartApart,
 		metricsConfig: m.cfg.MetricsConfig, onMetric: m.cfg.OnMetric,
 		load: Load{ModelName: m.cfg.ModelName, ModelPath: m.cfg.ModelDir, Handler: m.cfg.Handler,
 			BatchSize: max(1, m.cfg.BatchSize), GPU: gpu, LimitMaxImagePixels: true}})
@@ -141,7 +145,8 @@ func (m *Model) Predict(batch []Request) (PredictReply, error) {
 	var p *process
 	for p == nil {
 		select {
-		case p = <-m.idle:
+		case <-m.idle.ready:
+			p = m.idle.take()
 		case <-m.stop:
 			return PredictReply{}, errClosed
 		case <-t.C:
@@ -188,7 +193,7 @@ func (m *Model) release(p *process) {
 		return
 	}
 	m.mu.Unlock()
-	m.idle <- p
+	m.idle.put(p)
 }
 
 // replace kills p and starts its successor, with backoff while starts fail.
@@ -219,7 +224,7 @@ func (m *Model) replace(p *process) {
 				m.mu.Lock()
 				m.lastErr = nil
 				m.mu.Unlock()
-				m.idle <- np
+				m.idle.put(np)
 				return
 			}
 			if errors.Is(err, errClosed) {
@@ -269,6 +274,43 @@ func (m *Model) Close() error {
 	wg.Wait()
 	m.wg.Wait()
 	return nil
+}
+
+// idleSet holds the idle processes. A batch takes the one that finished last: at low load
+// one process then serves in turn, its caches, pages and OpenMP threads warm, where taking
+// them in turn had every request find a process that had slept through the one before.
+// Scaling down stops the one idle longest.
+type idleSet struct {
+	mu    sync.Mutex
+	stack []*process
+	ready chan struct{} // one token per process in stack: receive one before take
+}
+
+func newIdleSet() *idleSet { return &idleSet{ready: make(chan struct{}, maxProcesses)} }
+
+func (s *idleSet) put(p *process) {
+	s.mu.Lock()
+	s.stack = append(s.stack, p)
+	s.mu.Unlock()
+	s.ready <- struct{}{}
+}
+
+// take is the process idle the shortest time; call it after receiving from ready.
+func (s *idleSet) take() *process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.stack[len(s.stack)-1]
+	s.stack = s.stack[:len(s.stack)-1]
+	return p
+}
+
+// takeOldest is the process idle the longest; call it after receiving from ready.
+func (s *idleSet) takeOldest() *process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.stack[0]
+	s.stack = s.stack[1:]
+	return p
 }
 
 func cmpDur(a, b time.Duration) time.Duration {

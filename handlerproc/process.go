@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,13 +61,15 @@ var errExited = errors.New("the handler process exited")
 // Unix socket, which only torchd connects to.
 type process struct {
 	name string // the model's name, in log lines
-	cmd  *exec.Cmd
+	pid  int    // its supervisor's, the root of its tree
 	dir  string // holds the socket
 	conn net.Conn
 	r    *bufio.Reader
 	done chan struct{} // closed when the process has exited
-	err  error         // how it exited, once done is closed
-	log  *slog.Logger
+	// How it exited, once done is closed: its status, or why that is not known.
+	status syscall.WaitStatus
+	err    error
+	log    *slog.Logger
 	// stdin is the supervisor's stdin: closing it stops the tree, as torchd's death does.
 	stdin *os.File
 	out   *os.File // the output's read end
@@ -88,10 +91,13 @@ type startOptions struct {
 	// metrics_config); "": ts's default.
 	metricsConfig string
 	onMetric      func(Metric)
+	// apart starts it with its own interpreter, not forked from the runtime's fork server.
+	apart bool
 }
 
-// startProcess starts a worker under its supervisor (supervisor.go), connects to it and
-// loads the model. On an error nothing is left running.
+// startProcess starts a worker under its supervisor (supervisor.go), forked from the
+// runtime's fork server where it can be (forkserver.go), connects to it and loads the model.
+// On an error nothing is left running.
 func startProcess(o startOptions) (_ *process, err error) {
 	// The pid in the name lets the next torchd remove what a killed one left
 	// (daemon's SweepTemp).
@@ -100,19 +106,14 @@ func startProcess(o startOptions) (_ *process, err error) {
 		return nil, fmt.Errorf("cannot make the handler process's socket directory: %w", cleanErr(err))
 	}
 	sock := filepath.Join(dir, ".ts.sock.0") // the worker parses the suffix after the last dot as a port
-	cmd, err := supervised(o.rt.Python, dir, o.rt.Python, "-u", filepath.Join(o.rt.tsDir, "model_service_worker.py"),
-		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", cmpStr(o.metricsConfig, filepath.Join(o.rt.tsDir, "configs", "metrics.yaml")))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
-	}
-	cmd.Dir = o.load.ModelPath
+	argv := []string{filepath.Join(o.rt.tsDir, "model_service_worker.py"),
+		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", cmpStr(o.metricsConfig, filepath.Join(o.rt.tsDir, "configs", "metrics.yaml"))}
 	// As TorchServe's frontend: the model's directory first on the path, so that its
 	// handler and model files import.
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
-	cmd.Env = append(cmd.Env, o.env...)
-	cmd.Env = withMallocDefaults(cmd.Env)
-	cmd.Env = append(cmd.Env, handlerMark())
+	env := append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
+	env = append(env, o.env...)
+	env = withMallocDefaults(env)
+	env = append(env, handlerMark())
 	// The output is a pipe of torchd's own, not exec's: Wait then does not wait for its last
 	// writer, which may be a process that outlived the worker.
 	outR, outW, err := os.Pipe()
@@ -128,8 +129,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, outW
-	err = startTracked(cmd, true)
+	pid, wait, err := o.spawn(dir, argv, env, inR, outW)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -138,20 +138,19 @@ func startProcess(o startOptions) (_ *process, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process %s: %w", o.rt.Python, cleanErr(err))
 	}
-	p := &process{name: o.load.ModelName, cmd: cmd, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR, onMetric: o.onMetric}
+	p := &process{name: o.load.ModelName, pid: pid, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR, onMetric: o.onMetric}
 	tail := &lineTail{max: max(o.logLines, 20)}
 	logged := make(chan struct{})
 	go p.copyLog(outR, tail, o.limit, logged)
 	go func() {
-		err := cmd.Wait()
-		forget(cmd.Process.Pid)
+		status, err := wait()
 		// The supervisor kills the tree before it exits, so the output ends with it; the
 		// last lines are read before done, for the error that quotes them.
 		select {
 		case <-logged:
 		case <-time.After(2 * time.Second):
 		}
-		p.err = err
+		p.status, p.err = status, err
 		close(p.done)
 	}()
 	defer func() {
@@ -179,6 +178,68 @@ func startProcess(o startOptions) (_ *process, err error) {
 	}
 	p.conn.SetDeadline(time.Time{})
 	return p, nil
+}
+
+// spawn starts the supervised worker (argv after the interpreter) with stdin and out, forked
+// from the fork server unless o.apart or it cannot be, else under a supervisor of its own
+// whose script goes into dir. wait returns how the supervisor exited.
+func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File) (pid int, wait func() (syscall.WaitStatus, error), err error) {
+	if !o.apart {
+		if fs, why := o.forkServer(); fs != nil {
+			f, err := fs.fork(argv, o.load.ModelPath, env, stdin, out)
+			if err == nil {
+				return f.pid, func() (syscall.WaitStatus, error) { <-f.exited; return f.status, f.err }, nil
+			}
+			o.log.Warn("the fork server did not start a handler process: it starts apart", "model", o.load.ModelName, "err", err)
+		} else if why != "" {
+			o.log.Info("the handler process starts apart, not forked from the fork server", "model", o.load.ModelName, "reason", why)
+		}
+	}
+	cmd, err := supervised(o.rt.Python, dir, append([]string{o.rt.Python, "-u"}, argv...)...)
+	if err != nil {
+		return 0, nil, err
+	}
+	cmd.Dir = o.load.ModelPath
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, out
+	if err := startTracked(cmd, true); err != nil {
+		return 0, nil, err
+	}
+	return cmd.Process.Pid, func() (syscall.WaitStatus, error) {
+		err := cmd.Wait()
+		forget(cmd.Process.Pid)
+		if cmd.ProcessState != nil {
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+				return ws, nil
+			}
+		}
+		return 0, err
+	}, nil
+}
+
+// forkServer is the runtime's fork server if this process can be forked from it; else why
+// not ("" when there is no fork server at all, which its start logged).
+func (o startOptions) forkServer() (*forkServer, string) {
+	env := withMallocDefaults(os.Environ())
+	fs, err := forkServerFor(o.rt, append(env, handlerMark()), o.log)
+	if err != nil {
+		return nil, ""
+	}
+	dirs := []string{o.load.ModelPath}
+	own := strings.Split(os.Getenv("PYTHONPATH"), string(os.PathListSeparator))
+	for _, kv := range o.env {
+		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+			for _, d := range strings.Split(v, string(os.PathListSeparator)) {
+				if d != "" && !slices.Contains(own, d) {
+					dirs = append(dirs, d)
+				}
+			}
+		}
+	}
+	if why := fs.forkable(o.env, dirs); why != "" {
+		return nil, why
+	}
+	return fs, ""
 }
 
 // connect waits for the worker's socket: importing torch takes seconds.
@@ -291,17 +352,13 @@ func (p *process) exitText() string {
 	default:
 		return "still running"
 	}
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "killed by signal " + ws.Signal().String()
-		}
-		return fmt.Sprintf("exit status %d", ee.ExitCode())
-	}
-	if p.err != nil {
+	switch {
+	case p.err != nil:
 		return cleanErr(p.err).Error()
+	case p.status.Signaled():
+		return "killed by signal " + p.status.Signal().String()
 	}
-	return "exit status 0"
+	return fmt.Sprintf("exit status %d", p.status.ExitStatus())
 }
 
 // kill stops the worker and every process it started, and removes its socket directory.
@@ -315,11 +372,11 @@ func (p *process) kill() {
 	case <-time.After(5 * time.Second):
 		// The supervisor did not stop the tree (it was killed, or is stuck): kill what can
 		// still be found from it.
-		killTree(p.cmd.Process.Pid)
+		killTree(p.pid)
 		select {
 		case <-p.done:
 		case <-time.After(5 * time.Second):
-			p.log.Warn("handler process did not exit after SIGKILL", "model", p.name, "pid", p.cmd.Process.Pid)
+			p.log.Warn("handler process did not exit after SIGKILL", "model", p.name, "pid", p.pid)
 		}
 	}
 	p.out.Close() // ends the log's copy should a process that escaped the tree still hold it
@@ -329,7 +386,11 @@ func (p *process) kill() {
 // stop asks the supervisor to kill the worker's tree, and returns at once.
 func (p *process) stop() {
 	p.stdin.Close()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done: // its pid may be another process's now
+	default:
+		syscall.Kill(p.pid, syscall.SIGTERM)
+	}
 }
 
 // lineTail keeps the last lines a process printed, for the error that names why it failed.

@@ -92,7 +92,7 @@ func TestScaleProcesses(t *testing.T) {
 	var sups []int
 	m.mu.Lock()
 	for p := range m.live {
-		sups = append(sups, p.cmd.Process.Pid)
+		sups = append(sups, p.pid)
 	}
 	m.mu.Unlock()
 	dir := t.TempDir()

@@ -1,5 +1,6 @@
 # torchd's supervisor of one handler process (supervisor.go says why it exists). Run as
-# `python -I -S supervisor.py WORKER-ARGV...`: it starts the worker, is the subreaper of every
+# `python -I -S supervisor.py WORKER-ARGV...`, or as `supervisor.py --adopt PID` by the fork
+# server's child (forkserver.py) once it has forked the worker: it starts the worker, is the subreaper of every
 # process the handler starts (one that calls setsid stays in its tree), reaps them as they
 # exit, and kills the whole tree when the worker exits, when torchd sends SIGTERM, or when
 # torchd is gone (its stdin, a pipe only torchd writes to, closes). It then exits as the
@@ -11,7 +12,7 @@ import signal
 import sys
 import time
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_CHILD_SUBREAPER = 1, 15, 36
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -79,8 +80,40 @@ def kill_tree(worker):
     return status
 
 
-def main():
+def exec_worker():
+    os.execv(sys.argv[1], sys.argv[1:])
+
+
+def worker_child(me, run_worker, close=()):
+    """The forked worker's side: it dies with its supervisor me, reads nothing from torchd's
+    pipe, and runs run_worker, which must not return."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        # The worker dies with its supervisor, which may have gone before the prctl.
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != me:
+            os._exit(1)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        for fd in close:
+            os.close(fd)
+        run_worker()
+    except BaseException as e:
+        os.write(2, ("torchd supervisor: cannot start the handler process: %s\n" % e).encode())
+    os._exit(127)
+
+
+def main(run_worker=exec_worker, worker=None):
+    """Supervises run_worker, which runs in a forked child and must not return; or worker, a
+    child started already (the fork server's: `supervisor.py --adopt PID`, exec'd by the
+    worker's parent, a subreaper with SIGTERM blocked until it is handled here)."""
     me = os.getpid()
+    # Its name, which ps and torchd's tests find it by.
+    libc.prctl(PR_SET_NAME, b"torchd-sup", 0, 0, 0)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         os.write(2, b"torchd supervisor: cannot become a subreaper: a handler's detached children escape its tree\n")
     wake_r, wake_w = os.pipe()
@@ -90,26 +123,13 @@ def main():
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    worker = os.fork()
-    if worker == 0:
-        try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            # The worker dies with its supervisor, which may have gone before the prctl.
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() != me:
-                os._exit(1)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.close(null)
-            os.close(wake_r)
-            os.close(wake_w)
-            os.execv(sys.argv[1], sys.argv[1:])
-        except BaseException as e:
-            os.write(2, ("torchd supervisor: cannot start the handler process: %s\n" % e).encode())
-        os._exit(127)
-    status = None
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if worker is None:
+        worker = os.fork()
+        if worker == 0:
+            worker_child(me, run_worker, (wake_r, wake_w))
+    # An adopted worker may have exited before SIGCHLD was handled.
+    status = reap(worker)
     while status is None and not stop:
         try:
             ready, _, _ = select.select([0, wake_r], [], [])
@@ -135,4 +155,8 @@ def main():
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-main()
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--adopt"]:
+        main(worker=int(sys.argv[2]))
+    else:
+        main()

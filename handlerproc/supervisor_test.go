@@ -85,7 +85,7 @@ func TestDetachedChildrenDieWithModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sup := onlyProcess(t, m).cmd.Process.Pid
+	sup := onlyProcess(t, m).pid
 	kids := spawn(t, m)
 	inTree := map[int]bool{}
 	for _, e := range descendants(sup) {

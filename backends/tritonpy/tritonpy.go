@@ -40,6 +40,8 @@ type Backend struct {
 	Python string
 	// MemoryLimit bounds each process's resident memory, in bytes; 0: none.
 	MemoryLimit int64
+	// StartApart starts every process with its own interpreter, not from the fork server.
+	StartApart bool
 }
 
 var (
@@ -93,6 +95,7 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		Python: cmpStr(b.Python, "python3"), ModelName: req.Name, ModelDir: filepath.Dir(versionDir), Handler: adapterHandler,
 		BatchSize: s.BatchSize, Device: s.Device, Processes: s.MinWorkers,
 		StartTimeout: s.StartupTimeout, ResponseTimeout: s.ResponseTimeout, MemoryLimit: b.MemoryLimit, Log: req.Log,
+		StartApart: b.StartApart,
 		Env: []string{
 			// The adapter first, then the version's directory, where model.py's own modules are.
 			"PYTHONPATH=" + strings.Join(nonEmpty(dir, versionDir, os.Getenv("PYTHONPATH")), string(os.PathListSeparator)),

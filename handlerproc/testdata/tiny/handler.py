@@ -36,6 +36,8 @@ class TinyHandler(BaseHandler):
                 self.stream = True
             if body == "sequence":
                 self.sequence = True
+            if body == "probe":
+                self.probe = True
             if isinstance(body, dict) and "spin" in body:
                 with open(body["spin"], "w") as f:
                     f.write(str(os.getpid()))
@@ -102,6 +104,13 @@ class TinyHandler(BaseHandler):
                     return ["last"] * len(out)
                 time.sleep(0.1)
             return ["the client never got the first part"] * len(out)
+        if getattr(self, "probe", False):
+            # What a process sees of how it started: forked or apart, the same.
+            self.probe = False
+            import numpy
+            return [{"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path0": sys.path[0],
+                     "threads": torch.get_num_threads(), "numpy": int(numpy.random.randint(1 << 30)),
+                     "mark": [k for k in os.environ if k.startswith("TORCHD_HANDLER_OF")]}] * len(out)
         if getattr(self, "sequence", False):
             self.sequence = False
             return [f"sequence {self.context.get_sequence_id(i)}" for i in range(len(out))]

@@ -1,0 +1,380 @@
+package handlerproc
+
+import (
+	"bufio"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A handler process started apart imports torch and TorchServe's worker itself: seconds of
+// CPU, and hundreds of MiB of memory of its own (the interpreter's objects, the libraries'
+// relocated data) that every process repeats. A fork server per runtime (forkserver.py)
+// imports them once and forks each process after the imports, so those pages stay shared
+// until a process writes them: two resnet18 workers took 451 MiB PSS forked against 935 MiB
+// started apart (bench/handlerproc/forkshare.py). The fork server runs no torch op, so a
+// forked process starts no OpenMP pool it inherited; it sets its thread count itself.
+//
+// A forked process is supervised as one started apart: the fork server's child forks the
+// worker and then execs supervisor.py, the subreaper of the worker's tree (a fresh
+// interpreter, so it holds none of the warm pages), and torchd gets its pid, its output (the
+// pipes torchd made, passed over the socket) and its exit status (the fork server reaps it
+// and says how it exited). The fork server dies with torchd, and the supervisors
+// with it; when it dies alone, torchd kills what is left of its processes' trees, those
+// processes fail as after a crash, and the next start makes a new fork server.
+//
+// A process whose environment the fork server cannot give it is started apart: an archive's
+// installed requirements (its modules could differ from those imported already), variables
+// read when a library loads (OMP_*, MALLOC_*, ...), and a model directory with a module of the
+// name of one imported already.
+
+//go:embed forkserver.py
+var forkServerScript string
+
+// forkServer is the fork server of one runtime.
+type forkServer struct {
+	pid     int
+	conn    *net.UnixConn
+	dir     string
+	modules map[string]bool // the top-level modules it imported
+	log     *slog.Logger
+
+	sendMu  sync.Mutex // one request on the socket at a time
+	mu      sync.Mutex
+	nextID  int
+	waiting map[int]chan forkReply
+	procs   map[int]*forked // its live processes, by pid
+	dead    bool
+}
+
+// forked is a process the fork server started, until it has exited.
+type forked struct {
+	pid    int
+	exited chan struct{}
+	status syscall.WaitStatus
+	err    error // why its status is unknown (the fork server exited before it)
+}
+
+type forkMsg struct {
+	Op      string   `json:"op"`
+	ID      int      `json:"id,omitempty"`
+	PID     int      `json:"pid,omitempty"`
+	Status  int      `json:"status,omitempty"`
+	Error   string   `json:"error,omitempty"`
+	Modules []string `json:"modules,omitempty"`
+	Threads int      `json:"threads,omitempty"`
+	// A request: the worker's argv after the interpreter, its directory and environment.
+	Argv []string `json:"argv,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
+	Env  []string `json:"env,omitempty"`
+}
+
+type forkReply struct {
+	f   *forked
+	err error
+}
+
+var (
+	forkMu      sync.Mutex
+	forkServers = map[*Runtime]*forkServer{}
+	forkFailed  = map[*Runtime]error{} // a fork server that could not start is not tried again
+)
+
+// errForkServerExited is a forked process's end when the fork server died before it.
+var errForkServerExited = errors.New("its fork server exited")
+
+// forkServerFor is the runtime's fork server, started on first use (it imports torch:
+// seconds), or the reason there is none.
+func forkServerFor(rt *Runtime, env []string, log *slog.Logger) (*forkServer, error) {
+	forkMu.Lock()
+	defer forkMu.Unlock()
+	if fs := forkServers[rt]; fs != nil {
+		fs.mu.Lock()
+		dead := fs.dead
+		fs.mu.Unlock()
+		if !dead {
+			return fs, nil
+		}
+		delete(forkServers, rt)
+	}
+	if err := forkFailed[rt]; err != nil {
+		return nil, err
+	}
+	fs, err := startForkServer(rt, env, log)
+	if err != nil {
+		forkFailed[rt] = err
+		log.Warn("the handler runtime's fork server did not start: handler processes start apart", "python", rt.Python, "err", err)
+		return nil, err
+	}
+	forkServers[rt] = fs
+	return fs, nil
+}
+
+// startForkServer starts the fork server with env (torchd's own, with the processes'
+// defaults) and waits until it has imported what it preloads.
+func startForkServer(rt *Runtime, env []string, log *slog.Logger) (_ *forkServer, err error) {
+	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-fork-", os.Getpid()))
+	if err != nil {
+		return nil, cleanErr(err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	for name, text := range map[string]string{"forkserver.py": forkServerScript, "supervisor.py": supervisorScript} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			return nil, cleanErr(err)
+		}
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, cleanErr(os.NewSyscallError("socketpair", err))
+	}
+	mine, theirs := os.NewFile(uintptr(fds[0]), "fork server"), os.NewFile(uintptr(fds[1]), "fork server")
+	defer theirs.Close()
+	c, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		return nil, cleanErr(err)
+	}
+	conn := c.(*net.UnixConn)
+	cmd := exec.Command(rt.Python, "-u", filepath.Join(dir, "forkserver.py"))
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.ExtraFiles = []*os.File{theirs} // fd 3
+	// Its own process group, away from the terminal's signals to torchd; it dies with torchd.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		conn.Close()
+		return nil, cleanErr(err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, outW
+	err = startTracked(cmd, true)
+	outW.Close()
+	if err != nil {
+		conn.Close()
+		outR.Close()
+		return nil, cleanErr(err)
+	}
+	fs := &forkServer{pid: cmd.Process.Pid, conn: conn, dir: dir, log: log, waiting: map[int]chan forkReply{}, procs: map[int]*forked{}}
+	tail := &lineTail{max: 20}
+	go func() {
+		defer outR.Close()
+		br := bufio.NewReaderSize(outR, 64<<10)
+		for {
+			line, _, err := readLine(br)
+			if err != nil {
+				return
+			}
+			tail.add(line)
+			log.Debug("handler fork server", "pid", fs.pid, "line", line)
+		}
+	}()
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		forget(cmd.Process.Pid)
+		close(exited)
+		conn.Close() // ends read's loop should the socket still be open
+	}()
+	ready := make(chan error, 1)
+	go fs.read(ready, exited)
+	select {
+	case err := <-ready:
+		if err != nil {
+			syscall.Kill(fs.pid, syscall.SIGKILL)
+			if msg := tail.pythonError(); msg != "" && !strings.Contains(err.Error(), msg) {
+				err = fmt.Errorf("%w: %s", err, msg)
+			}
+			return nil, err
+		}
+	case <-time.After(5 * time.Minute):
+		syscall.Kill(fs.pid, syscall.SIGKILL)
+		return nil, errors.New("it did not import torch within 5 minutes")
+	}
+	return fs, nil
+}
+
+// read takes the fork server's messages until its socket closes: the first (ready or
+// failed) to ready, replies to their requests, exits to their processes.
+func (fs *forkServer) read(ready chan<- error, exited <-chan struct{}) {
+	buf := make([]byte, 1<<20)
+	first := true
+	for {
+		n, _, _, _, err := fs.conn.ReadMsgUnix(buf, nil)
+		var m forkMsg
+		if err == nil && n == 0 {
+			err = errors.New("closed")
+		}
+		if err == nil {
+			err = json.Unmarshal(buf[:n], &m)
+		}
+		if err != nil {
+			if first {
+				// Its last lines, which name the error, are read before it is reported.
+				select {
+				case <-exited:
+				case <-time.After(5 * time.Second):
+				}
+				ready <- errors.New("it exited as it started")
+			}
+			fs.died()
+			return
+		}
+		switch m.Op {
+		case "ready":
+			fs.modules = map[string]bool{}
+			for _, name := range m.Modules {
+				fs.modules[name] = true
+			}
+			fs.log.Info("handler fork server ready", "pid", fs.pid, "modules", len(m.Modules), "threads", m.Threads)
+			ready <- nil
+			first = false
+		case "failed":
+			ready <- errors.New(m.Error)
+			first = false
+		case "forked":
+			fs.mu.Lock()
+			ch := fs.waiting[m.ID]
+			delete(fs.waiting, m.ID)
+			var f *forked
+			if m.Error == "" {
+				f = &forked{pid: m.PID, exited: make(chan struct{})}
+				fs.procs[m.PID] = f
+			}
+			fs.mu.Unlock()
+			if ch != nil {
+				if f != nil {
+					ch <- forkReply{f: f}
+				} else {
+					ch <- forkReply{err: errors.New(m.Error)}
+				}
+			}
+		case "exit":
+			fs.mu.Lock()
+			f := fs.procs[m.PID]
+			delete(fs.procs, m.PID)
+			fs.mu.Unlock()
+			if f != nil {
+				f.status = syscall.WaitStatus(m.Status)
+				close(f.exited)
+			}
+		}
+	}
+}
+
+// died ends every request and process of a fork server that exited: its processes' trees
+// die with it (their death signal); what is left of them is killed here before their end is
+// told, so that a process is never seen gone while its tree runs.
+func (fs *forkServer) died() {
+	fs.mu.Lock()
+	fs.dead = true
+	waiting, procs := fs.waiting, fs.procs
+	fs.waiting, fs.procs = map[int]chan forkReply{}, map[int]*forked{}
+	fs.mu.Unlock()
+	fs.conn.Close()
+	os.RemoveAll(fs.dir)
+	for _, ch := range waiting {
+		ch <- forkReply{err: errForkServerExited}
+	}
+	if len(procs) > 0 {
+		fs.log.Warn("the handler fork server exited: its processes are stopped and restart", "pid", fs.pid, "processes", len(procs))
+	}
+	for _, f := range procs {
+		go func() {
+			waitExit(f.pid, 2*time.Second)
+			killTree(f.pid)
+			waitExit(f.pid, 5*time.Second)
+			f.err = errForkServerExited
+			close(f.exited)
+		}()
+	}
+}
+
+// waitExit waits up to d for pid to be gone or a zombie.
+func waitExit(pid int, d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'Z' {
+			return
+		}
+	}
+}
+
+// fork starts a worker (argv after the interpreter) in cwd with env, its stdin and output
+// the files given; they are the caller's to close.
+func (fs *forkServer) fork(argv []string, cwd string, env []string, stdin, out *os.File) (*forked, error) {
+	fs.mu.Lock()
+	if fs.dead {
+		fs.mu.Unlock()
+		return nil, errForkServerExited
+	}
+	fs.nextID++
+	id := fs.nextID
+	ch := make(chan forkReply, 1)
+	fs.waiting[id] = ch
+	fs.mu.Unlock()
+	msg, err := json.Marshal(forkMsg{Op: "fork", ID: id, Argv: argv, Cwd: cwd, Env: env})
+	if err != nil {
+		return nil, err
+	}
+	fs.sendMu.Lock()
+	_, _, err = fs.conn.WriteMsgUnix(msg, syscall.UnixRights(int(stdin.Fd()), int(out.Fd())), nil)
+	fs.sendMu.Unlock()
+	if err != nil {
+		fs.mu.Lock()
+		delete(fs.waiting, id)
+		fs.mu.Unlock()
+		return nil, fmt.Errorf("the fork server did not take the request: %w", cleanErr(err))
+	}
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-time.After(time.Minute):
+		return nil, errors.New("the fork server did not answer within a minute")
+	}
+}
+
+// forkable reports why a process with env (beyond torchd's own) and model directories dirs
+// cannot be forked, or "".
+func (fs *forkServer) forkable(extra []string, dirs []string) string {
+	for _, kv := range extra {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "PYTHONPATH" && !strings.HasPrefix(name, "TORCHD_") {
+			return "its environment sets " + name
+		}
+	}
+	for _, dir := range dirs {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			name := e.Name()
+			if !e.IsDir() {
+				if i := strings.IndexByte(name, '.'); i > 0 && slices.Contains([]string{".py", ".so", ".pyc"}, filepath.Ext(name)) {
+					name = name[:i]
+				} else {
+					continue
+				}
+			}
+			if fs.modules[name] {
+				return fmt.Sprintf("its module %q has the name of one the fork server imported", name)
+			}
+		}
+	}
+	return ""
+}
