@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,20 +361,35 @@ func TestPythonBackendInstances(t *testing.T) {
 	if ps := m.Processes(); len(ps) != 2 || ps[0].PID == ps[1].PID {
 		t.Fatalf("processes %+v", ps)
 	}
+	// A batch takes the process that finished last, so one caller would see one instance:
+	// two callers at once keep both busy.
+	var mu sync.Mutex
 	seen := map[string]bool{}
-	for range 20 {
-		out, err := m.Run([]*handlers.Sample{sample([]float32{1, 2}, "a")}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var info map[string]any
-		json.Unmarshal([]byte(splitStrs(t, out[0][2].Data)[0]), &info)
-		name, _ := info["model_instance_name"].(string)
-		seen[name] = true
-		if len(seen) == 2 {
-			break
-		}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				out, err := m.Run([]*handlers.Sample{sample([]float32{1, 2}, "a")}, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var info map[string]any
+				json.Unmarshal([]byte(splitStrs(t, out[0][2].Data)[0]), &info)
+				name, _ := info["model_instance_name"].(string)
+				mu.Lock()
+				seen[name] = true
+				n := len(seen)
+				mu.Unlock()
+				if n >= 2 {
+					return
+				}
+			}
+		}()
 	}
+	wg.Wait()
 	if !seen["faulty_0_0"] || !seen["faulty_0_1"] || len(seen) != 2 {
 		t.Errorf("instance names %v, want faulty_0_0 and faulty_0_1", seen)
 	}
