@@ -143,7 +143,7 @@ def ort_backends(module, calib, threads, with_int8, work):
     os.makedirs(work, exist_ok=True)
     fp32 = os.path.join(work, "model.onnx")
     torch.onnx.export(module, (torch.from_numpy(calib[:2]),), fp32, input_names=["x"], output_names=["y"],
-                      dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=64)}}, dynamo=True)
+                      dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},), dynamo=True)
     files = {"ort-fp32": fp32}
     if with_int8:
         from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
