@@ -144,7 +144,7 @@ func TestManagementAndSnapshot(t *testing.T) {
 	if !s2.Ready() {
 		t.Fatal("a failed restore made the server unhealthy")
 	}
-	idx := indexOf(t, s2, false)
+	idx := index(t, s2, false)
 	if idx["a 1.0"] != "READY " || idx["b 1.0"] != "UNAVAILABLE "+rs[0].Reason {
 		t.Fatalf("index: %q", idx)
 	}
@@ -159,7 +159,7 @@ func TestManagementAndSnapshot(t *testing.T) {
 	if err := s2.Unregister("b", ""); err != nil {
 		t.Fatalf("unregister a failed restore: %v", err)
 	}
-	if len(s2.Restores()) != 0 || indexOf(t, s2, false)["b 1.0"] != "" {
+	if len(s2.Restores()) != 0 || index(t, s2, false)["b 1.0"] != "" {
 		t.Fatalf("failed restore still listed: %+v", s2.Restores())
 	}
 	if err := s2.Unregister("b", ""); !errors.Is(err, core.ErrModelNotFound) {
@@ -183,20 +183,6 @@ func mustJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// indexOf returns the service's index as "name version" → "STATE reason".
-func indexOf(t *testing.T, s *Service, ready bool) map[string]string {
-	t.Helper()
-	idx, err := s.Index(ready)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, m := range idx {
-		out[m.Name+" "+m.Version] = m.State + " " + m.Reason
-	}
-	return out
-}
-
 // TestStartupModelFails: a models setting's model that fails to load is in the index with
 // its reason and keeps the server unhealthy; the one that loads serves.
 func TestStartupModelFails(t *testing.T) {
@@ -209,11 +195,11 @@ func TestStartupModelFails(t *testing.T) {
 	if s.Ready() {
 		t.Fatal("ready with a start-up model that failed")
 	}
-	idx := indexOf(t, s, false)
+	idx := index(t, s, false)
 	if idx["digits 1.0"] != "READY " || len(idx["broken "]) <= len("UNAVAILABLE ") || idx["broken "][:12] != "UNAVAILABLE " {
 		t.Fatalf("index: %q", idx)
 	}
-	if got := indexOf(t, s, true); len(got) != 1 {
+	if got := index(t, s, true); len(got) != 1 {
 		t.Fatalf("ready index: %q", got)
 	}
 }
@@ -225,7 +211,7 @@ func TestModelStoreControl(t *testing.T) {
 	store := testStore(t)
 	s, reg := testService(t, store, ControlExplicit, "")
 	startAndWait(t, s, Startup{})
-	if idx := indexOf(t, s, false); idx["digits "] != " " || len(idx) != 1 {
+	if idx := index(t, s, false); idx["digits "] != " " || len(idx) != 1 {
 		t.Fatalf("index before a load: %q", idx)
 	}
 	for _, bad := range []struct {
@@ -242,7 +228,7 @@ func TestModelStoreControl(t *testing.T) {
 	if err := s.Load("digits", nil); err != nil {
 		t.Fatal(err)
 	}
-	if idx := indexOf(t, s, true); idx["digits 1.0"] != "READY " || len(idx) != 1 {
+	if idx := index(t, s, true); idx["digits 1.0"] != "READY " || len(idx) != 1 {
 		t.Fatalf("index after the load: %q", idx)
 	}
 	if err := s.Unload("digits"); err != nil {
@@ -251,7 +237,7 @@ func TestModelStoreControl(t *testing.T) {
 	if _, err := reg.Get("digits", ""); !errors.Is(err, core.ErrModelNotFound) {
 		t.Fatalf("unloaded model still served: %v", err)
 	}
-	if idx := indexOf(t, s, false); idx["digits 1.0"] != "UNAVAILABLE unloaded" || len(idx) != 1 {
+	if idx := index(t, s, false); idx["digits 1.0"] != "UNAVAILABLE unloaded" || len(idx) != 1 {
 		t.Fatalf("index after the unload: %q", idx)
 	}
 	if err := s.Unload("digits"); !errors.Is(err, core.ErrModelNotFound) {
@@ -260,7 +246,7 @@ func TestModelStoreControl(t *testing.T) {
 	if err := s.Load("digits", nil); err != nil {
 		t.Fatal(err)
 	}
-	if idx := indexOf(t, s, false); idx["digits 1.0"] != "READY " || len(idx) != 1 {
+	if idx := index(t, s, false); idx["digits 1.0"] != "READY " || len(idx) != 1 {
 		t.Fatalf("index after loading again: %q", idx)
 	}
 
@@ -282,16 +268,16 @@ func TestIndexStates(t *testing.T) {
 	if _, err := s.Register(Registration{URL: "digits", Name: "idle", Synchronous: true, Defaults: archive.Settings{MinWorkers: archive.Fixed(0)}}); err != nil {
 		t.Fatal(err)
 	}
-	if idx := indexOf(t, s, false); idx["idle 1.0"] != "UNAVAILABLE "+notWarm {
+	if idx := index(t, s, false); idx["idle 1.0"] != "UNAVAILABLE "+notWarm {
 		t.Fatalf("index of a version without workers: %q", idx)
 	}
-	if idx := indexOf(t, s, true); len(idx) != 0 {
+	if idx := index(t, s, true); len(idx) != 0 {
 		t.Fatalf("ready index: %q", idx)
 	}
 	if _, err := s.Scale(Scaling{Name: "idle", Min: archive.Of(1), Synchronous: true}); err != nil {
 		t.Fatal(err)
 	}
-	if idx := indexOf(t, s, true); idx["idle 1.0"] != "READY " {
+	if idx := index(t, s, true); idx["idle 1.0"] != "READY " {
 		t.Fatalf("ready index after scaling up: %q", idx)
 	}
 }
