@@ -244,7 +244,15 @@ var Defaults = archive.Settings{
 // ends.
 func NewRegistry(t testing.TB, rt *Runtime) *core.Registry {
 	t.Helper()
-	r := core.NewRegistry(core.Options{Defaults: Defaults, Runtimes: []core.Runtime{rt}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return NewRegistryOf(t, rt)
+}
+
+// NewRegistryOf returns a registry over the given runtimes (the fake one, or real backends:
+// libtorch.Backend{}, &onnx.Backend{}, &handlerproc.Backend{...}), with Defaults, closed when
+// the test ends. Package-level tests of front-ends use it to serve real models without a daemon.
+func NewRegistryOf(t testing.TB, runtimes ...core.Runtime) *core.Registry {
+	t.Helper()
+	r := core.NewRegistry(core.Options{Defaults: Defaults, Runtimes: runtimes, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(r.Close)
 	return r
 }
