@@ -13,6 +13,7 @@ type job struct {
 	sample   *handlers.Sample
 	explain  *explanation // nil: a forward
 	rsv      *reservation // its place in the queue and the window; nil: none (tests)
+	place    atomic.Int32 // placeReserved, placeQueued, placeAbandoned or placeFreed
 	enqueued time.Time
 	deadline time.Time   // zero: none
 	gone     func() bool // reports a disconnected client; nil: never
@@ -68,11 +69,24 @@ func (j *job) leaveWindow() {
 	}
 }
 
+// A job's queue place: its reservation holds it until the job enters the queue; then the
+// job holds it until a worker takes the job or its request stops waiting (its deadline), so
+// a request already answered 504 never keeps a later one out of the queue.
+const (
+	placeReserved  int32 = iota // its reservation's, not yet queued
+	placeQueued                 // in the queue, counted in held
+	placeAbandoned              // its request left before it was queued: push gives the place back
+	placeFreed                  // given back
+)
+
 // Batcher is a model version's bounded request queue and its batch formation. A batch takes
 // up to batchSize requests and waits at most maxDelay, counted from the arrival of its oldest
 // request; it goes the moment it is full.
 type Batcher struct {
+	// queue has room for twice the queue's size: jobs whose requests left (abandoned) stay
+	// in it until a worker drops them, but no longer count against size.
 	queue chan *job
+	size  int64
 	// aggregate is held by the one worker forming a batch, so batches fill in arrival order
 	// instead of being split across idle workers. It is a channel, not a mutex, because the
 	// holder may wait on an empty queue indefinitely: a worker being stopped must be able to
@@ -82,8 +96,9 @@ type Batcher struct {
 	maxDelay  atomic.Int64 // time.Duration
 	// closed is set when the model is unregistered; Submit then refuses.
 	closed atomic.Bool
-	// reserved counts requests admitted but not yet queued (being decoded and preprocessed).
-	reserved atomic.Int64
+	// held counts the queue places taken: requests admitted and being decoded, and jobs
+	// queued whose requests still wait. queued counts the latter.
+	held, queued atomic.Int64
 	// win bounds the requests holding preprocessed input and keeps their arrival order.
 	win     inputWindow
 	workers atomic.Int64
@@ -112,7 +127,8 @@ func (b *Batcher) last() dispatchMark {
 
 // NewBatcher returns a batcher with a queue of queueSize requests.
 func NewBatcher(queueSize, batchSize int, maxDelay time.Duration) *Batcher {
-	b := &Batcher{queue: make(chan *job, queueSize), aggregate: make(chan struct{}, 1)}
+	queueSize = max(queueSize, 1)
+	b := &Batcher{queue: make(chan *job, 2*queueSize), size: int64(queueSize), aggregate: make(chan struct{}, 1)}
 	b.win.push = b.push
 	b.workers.Store(1)
 	b.SetBatching(batchSize, maxDelay)
@@ -162,8 +178,8 @@ func (r *reservation) wait(timeout time.Duration) bool {
 
 // reserve takes a place if the queued and the admitted requests leave one.
 func (b *Batcher) reserve() (*reservation, bool) {
-	if b.reserved.Add(1)+int64(len(b.queue)) > int64(cap(b.queue)) {
-		b.reserved.Add(-1)
+	if b.held.Add(1) > b.size {
+		b.held.Add(-1)
 		return nil, false
 	}
 	return &reservation{b: b}, true
@@ -178,7 +194,7 @@ func (r *reservation) release() {
 	if r.queued {
 		return // the job holds both places now
 	}
-	b.reserved.Add(-1)
+	b.held.Add(-1)
 	if r.win != nil {
 		r.win.resolve(r.place, nil)
 		r.win.leave()
@@ -187,49 +203,98 @@ func (r *reservation) release() {
 }
 
 // Submit queues j without blocking. A job whose reservation holds a window place enters the
-// queue once every request admitted to the window before it has entered or given up.
+// queue once every request admitted to the window before it has entered or given up. A job
+// takes over its reservation's queue place; one without (tests) takes a place of its own.
 func (b *Batcher) Submit(j *job) error {
 	if b.closed.Load() {
 		return ErrQueueFull
 	}
-	if r := j.rsv; r != nil && r.win != nil && r.b == b {
+	if r := j.rsv; r != nil && r.b == b {
 		r.queued = true
-		b.win.resolve(r.place, j)
-		return nil
-	}
-	select {
-	case b.queue <- j:
-		return nil
-	default:
+		if r.win != nil {
+			b.win.resolve(r.place, j)
+			return nil
+		}
+	} else if b.held.Add(1) > b.size {
+		b.held.Add(-1)
 		return ErrQueueFull
 	}
+	if !b.enqueue(j) {
+		return ErrQueueFull
+	}
+	return nil
 }
 
-// push moves a job of the window into the queue; it never blocks. Its reservation counted
-// against the queue until now, so there is room; it is given back after the push, so that
-// no other request takes the room in between.
+// push moves a job of the window into the queue; it never blocks. A job that cannot be
+// queued (the model is going, or its request already left) is answered outside the
+// window's lock.
 func (b *Batcher) push(j *job) {
 	if b.closed.Load() {
 		// The model is being unregistered: its queue was (or is being) answered, and no
 		// worker will take this job.
+		b.giveBack(j)
 		go j.finish(Result{err: ErrQueueFull})
-		b.reserved.Add(-1)
 		return
+	}
+	if !b.enqueue(j) {
+		go j.finish(Result{err: ErrQueueFull})
+	}
+}
+
+// enqueue puts j, which holds a queue place, into the queue; false when it is not there: its
+// place is given back.
+func (b *Batcher) enqueue(j *job) bool {
+	b.queued.Add(1)
+	if !j.place.CompareAndSwap(placeReserved, placeQueued) {
+		// Its request stopped waiting before it got here (abandon).
+		b.queued.Add(-1)
+		b.held.Add(-1)
+		return false
 	}
 	select {
 	case b.queue <- j:
+		return true
 	default:
-		// Cannot happen while reservations are counted; answered outside the window's lock.
-		go j.finish(Result{err: ErrQueueFull})
+		// Only abandoned jobs can fill the room beyond size; a worker drops them.
+		b.took(j)
+		return false
 	}
-	b.reserved.Add(-1)
+}
+
+// giveBack frees the queue place of a job that was never queued.
+func (b *Batcher) giveBack(j *job) {
+	if j.place.CompareAndSwap(placeReserved, placeFreed) || j.place.CompareAndSwap(placeAbandoned, placeFreed) {
+		b.held.Add(-1)
+	}
+}
+
+// took gives back the queue place of j, which left the queue (a worker took it, or the
+// model's close answered it), unless its request already gave it back.
+func (b *Batcher) took(j *job) {
+	if j.place.CompareAndSwap(placeQueued, placeFreed) {
+		b.held.Add(-1)
+		b.queued.Add(-1)
+	}
+}
+
+// abandon gives back the queue place of a job whose request stopped waiting (its deadline
+// passed): the job stays in the queue until a worker drops it, out of the count. A job not
+// yet queued is marked, and enqueue gives its place back.
+func (b *Batcher) abandon(j *job) {
+	if j.place.CompareAndSwap(placeReserved, placeAbandoned) {
+		return
+	}
+	b.took(j)
 }
 
 // Pending returns the number of queued requests.
-func (b *Batcher) Pending() int { return len(b.queue) }
+func (b *Batcher) Pending() int { return int(b.queued.Load()) }
 
 // Capacity returns the queue's size.
-func (b *Batcher) Capacity() int { return cap(b.queue) }
+func (b *Batcher) Capacity() int { return int(b.size) }
+
+// Reserved returns the number of requests admitted and not yet queued.
+func (b *Batcher) Reserved() int { return int(max(b.held.Load()-b.queued.Load(), 0)) }
 
 // MeanBatchSize returns the mean number of requests per dispatched batch so far.
 func (b *Batcher) MeanBatchSize() float64 {
@@ -276,6 +341,7 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time) []*job
 		case <-idle:
 			return nil
 		case j := <-b.queue:
+			b.took(j)
 			if live(j, time.Now()) {
 				first = j
 			}
@@ -290,6 +356,7 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time) []*job
 		// Take what is already queued without arming a timer.
 		select {
 		case j := <-b.queue:
+			b.took(j)
 			if live(j, time.Now()) {
 				batch = append(batch, j)
 			}
@@ -306,6 +373,7 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time) []*job
 		}
 		select {
 		case j := <-b.queue:
+			b.took(j)
 			if live(j, time.Now()) {
 				batch = append(batch, j)
 			}

@@ -151,6 +151,7 @@ func (a *admission) run(sample *handlers.Sample, arrived time.Time, timeout time
 			timer.Stop()
 		case <-timer.C:
 			j.leaveWindow()
+			v.batcher.abandon(j)
 			if c.Keep != nil {
 				c.Keep() // the batch may still read the body: the server must not reuse it
 			}

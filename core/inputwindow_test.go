@@ -54,8 +54,8 @@ func TestWindowKeepsArrivalOrder(t *testing.T) {
 			t.Fatalf("batch position %d holds another request than the %d-th admitted", i, i)
 		}
 	}
-	if b.reserved.Load() != 0 {
-		t.Fatalf("%d queue places still reserved", b.reserved.Load())
+	if b.Reserved() != 0 {
+		t.Fatalf("%d queue places still reserved", b.Reserved())
 	}
 	for _, j := range batch {
 		j.finish(Result{})

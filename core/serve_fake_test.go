@@ -36,25 +36,6 @@ func serveAsync(r *core.Registry, req *core.Request) <-chan error {
 	return done
 }
 
-// serveQueued serves a request that is to wait in v's queue of size capacity, in its own
-// goroutine. A request that arrives as the worker takes the one before it may be refused for
-// a moment (that one's queue place is given back just after the worker has it): it is sent
-// again.
-func serveQueued(r *core.Registry, v *core.ModelVersion, capacity int) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		for {
-			_, err := r.Serve(&core.Request{Model: v.Name, Raw: true, Decode: rows(1, 1)})
-			if errors.Is(err, core.ErrQueueFull) && v.Pending() < capacity {
-				continue
-			}
-			done <- err
-			return
-		}
-	}()
-	return done
-}
-
 // wantKind fails t unless err is of kind with a message containing part.
 func wantKind(t *testing.T, what string, err, kind error, part string) {
 	t.Helper()
@@ -145,7 +126,7 @@ func TestServeQueueFull(t *testing.T) {
 	defer release()
 	first := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
 	<-held
-	a, b := serveQueued(r, v, 2), serveQueued(r, v, 2)
+	a, b := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)}), serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
 	coretest.WaitFor(t, "two queued requests", func() bool { return v.Pending() == 2 })
 	decoded := false
 	_, err := r.Serve(&core.Request{Model: "m", Raw: true, Decode: func(mv *core.ModelVersion) (core.Input, error) {
@@ -164,6 +145,37 @@ func TestServeQueueFull(t *testing.T) {
 	}
 	if f, _ := failures(t, r, "m"); f[core.FailRejected] != 1 {
 		t.Errorf("failures %v, want one %s", f, core.FailRejected)
+	}
+}
+
+// A request answered 504 while queued gives its queue place back at once: the job stays
+// in the queue until a worker drops it, but a later request is queued in its place.
+func TestServeDeadlineGivesBackQueuePlace(t *testing.T) {
+	rt := &coretest.Runtime{}
+	r := coretest.NewRegistry(t, rt)
+	v := coretest.Add(t, r, "m", coretest.Archive(t, "tensor", "job_queue_size = 1\nbatch_size = 1\n"+coretest.XConfig, nil))
+	m := rt.Model("m", "1")
+	warm := len(m.Batches())
+	held, release := m.Hold()
+	defer release()
+	first := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(1, 1)})
+	<-held
+	_, err := r.Serve(&core.Request{Model: "m", Raw: true, Decode: rows(2, 2),
+		Call: core.Call{Timeout: func() (time.Duration, error) { return 20 * time.Millisecond, nil }}})
+	wantKind(t, "a request past its limit", err, core.ErrDeadline, "within its timeout")
+	if n := v.Pending(); n != 0 {
+		t.Fatalf("%d requests counted as queued after the only queued one was answered 504", n)
+	}
+	third := serveAsync(r, &core.Request{Model: "m", Raw: true, Decode: rows(3, 3)})
+	coretest.WaitFor(t, "the next request queued in the freed place", func() bool { return v.Pending() == 1 })
+	release()
+	for _, done := range []<-chan error{first, third} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := m.Batches()[warm:]; len(b) != 2 {
+		t.Errorf("batches %v: want the first and the third request's, the abandoned one dropped", b)
 	}
 }
 

@@ -151,7 +151,7 @@ func (s Stats) MeanBatchSize() float64 {
 func (v *ModelVersion) Stats() Stats {
 	b := v.batcher
 	s := Stats{
-		Pending: b.Pending(), Reserved: int(b.reserved.Load()), Capacity: b.Capacity(),
+		Pending: b.Pending(), Reserved: b.Reserved(), Capacity: b.Capacity(),
 		BatchSize: int(b.batchSize.Load()), MaxDelay: time.Duration(b.maxDelay.Load()),
 		Batches: b.batches.Load(), Items: b.batchItems.Load(), Busy: time.Duration(b.busy.Load()),
 	}
@@ -168,7 +168,7 @@ func (v *ModelVersion) Stats() Stats {
 // Statistics returns the version's Triton-shaped statistics.
 func (v *ModelVersion) Statistics() Statistics {
 	st := v.stats.snapshot(v.Name, v.Version)
-	st.Pending = v.Pending() + int(v.batcher.reserved.Load())
+	st.Pending = v.Pending() + v.batcher.Reserved()
 	return st
 }
 
@@ -210,6 +210,7 @@ func (v *ModelVersion) close() {
 	for {
 		select {
 		case j := <-v.batcher.queue:
+			v.batcher.took(j)
 			j.finish(Result{err: errorf(ErrUnregistered, "model %q version %s was unregistered", v.Name, v.Version)})
 			continue
 		default:
@@ -230,7 +231,7 @@ func (v *ModelVersion) drain() {
 	limit := time.Now().Add(max(v.responseTimeout(), time.Second) + drainSettle)
 	idleSince := time.Time{}
 	for time.Now().Before(limit) {
-		if v.active.Load() == 0 && v.batcher.reserved.Load() == 0 && v.batcher.Pending() == 0 {
+		if v.active.Load() == 0 && v.batcher.held.Load() == 0 {
 			if idleSince.IsZero() {
 				idleSince = time.Now()
 			} else if time.Since(idleSince) >= drainSettle {
