@@ -363,7 +363,7 @@ TEST_PREREQS := lib models models-int8 onnxruntime models-onnx openvino models-o
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
 MODULE      := github.com/torchd/torchd
-PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch $(MODULE)/onnxrt,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
+PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch $(MODULE)/onnxrt $(MODULE)/openvino,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
 test: setup
 	$(MAKE) -j2 $(TEST_PREREQS)
 	$(MAKE) handler-runtime
@@ -379,7 +379,7 @@ test-daemon:
 test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
-	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/
+	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/ ./openvino/
 	$(MAKE) fuzz FUZZTIME=50000x
 
 # The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
