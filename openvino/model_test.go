@@ -1,6 +1,7 @@
 package openvino_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -361,5 +362,31 @@ func TestClosed(t *testing.T) {
 	}
 	if v := openvino.Version(); !strings.HasPrefix(v, "2026.4.1") {
 		t.Errorf("version %q", v)
+	}
+}
+
+// TestInferContext: an inference whose context has ended is not started, and one whose
+// context ends while it runs stops with the context's error; the request goes on serving.
+func TestInferContext(t *testing.T) {
+	m := compile(t, "resnet18_ov_int8", openvino.Options{Threads: 2, DynamicBatch: true})
+	r, err := m.NewRequest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := []openvino.Value{{Type: openvino.Float32, Shape: []int64{8, 3, 224, 224}, Data: make([]byte, 8*3*224*224*4)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := r.InferContext(ctx, x); !errors.Is(err, context.Canceled) {
+		t.Errorf("an ended context: %v", err)
+	}
+	// Cancelled from another goroutine once the inference is under way (or just done: then it
+	// answers, and the cancel must not touch the request afterwards).
+	ctx, cancel = context.WithCancel(context.Background())
+	go cancel()
+	if _, err := r.InferContext(ctx, x); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled while running: %v", err)
+	}
+	if _, err := r.Infer(x[:1]); err != nil {
+		t.Errorf("after a cancel: %v", err)
 	}
 }

@@ -126,8 +126,7 @@ func (r *Request) InferContext(ctx context.Context, inputs []Value) ([]Value, er
 		pIn = &cin[0]
 	}
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { C.ovw_cancel(r.ptr) })
-		defer stop()
+		defer cancelOn(ctx, r.ptr)()
 	}
 	// OpenVINO finds shapes the graph cannot take (a spatial size its layers do not divide)
 	// only when it runs: those are the caller's too.
@@ -164,6 +163,27 @@ func (r *Request) InferContext(ctx context.Context, inputs []Value) ([]Value, er
 		out[i] = v
 	}
 	return out, nil
+}
+
+// cancelOn cancels the request's inference when ctx ends; the function it returns stops that,
+// waiting for a cancel already under way, so the request is never cancelled after Infer has
+// returned (and Close may have freed it).
+func cancelOn(ctx context.Context, p *C.ov_infer_request_t) func() {
+	var mu sync.Mutex
+	done := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			C.ovw_cancel(p)
+		}
+	})
+	return func() {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		done = true
+	}
 }
 
 // Close releases the request, after its inference in progress ends. A second Close does
