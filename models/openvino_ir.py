@@ -32,7 +32,7 @@ backend: "openvino"
 max_batch_size: 32
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] }} ]
 output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
-dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+dynamic_batching {{ }}
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
 """
 

@@ -390,3 +390,69 @@ func TestInferContext(t *testing.T) {
 		t.Errorf("after a cancel: %v", err)
 	}
 }
+
+// reluIR is x → ReLU → y, x declared [1, 4]: a static batch of one.
+const reluIR = `<?xml version="1.0"?>
+<net name="relu" version="11">
+	<layers>
+		<layer id="0" name="x" type="Parameter" version="opset1">
+			<data shape="1,4" element_type="f32" />
+			<output><port id="0" precision="FP32" names="x"><dim>1</dim><dim>4</dim></port></output>
+		</layer>
+		<layer id="1" name="relu" type="ReLU" version="opset1">
+			<input><port id="0" precision="FP32"><dim>1</dim><dim>4</dim></port></input>
+			<output><port id="1" precision="FP32" names="y"><dim>1</dim><dim>4</dim></port></output>
+		</layer>
+		<layer id="2" name="y" type="Result" version="opset1">
+			<input><port id="0" precision="FP32"><dim>1</dim><dim>4</dim></port></input>
+		</layer>
+	</layers>
+	<edges>
+		<edge from-layer="0" from-port="0" to-layer="1" to-port="0" />
+		<edge from-layer="1" from-port="1" to-layer="2" to-port="0" />
+	</edges>
+</net>
+`
+
+// TestDynamicBatch: an IR of a static batch of one runs three rows once DynamicBatch made its
+// first dimension dynamic, and refuses them without.
+func TestDynamicBatch(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "relu.xml")
+	if err := os.WriteFile(p, []byte(reluIR), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "relu.bin"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := make([]byte, 0, 48)
+	for _, v := range []float32{-1, 2, -3, 4, 5, -6, 7, -8, 0, 1, -1, 2} {
+		x = binary.LittleEndian.AppendUint32(x, math.Float32bits(v))
+	}
+	in := []openvino.Value{{Type: openvino.Float32, Shape: []int64{3, 4}, Data: x}}
+	for _, dynamic := range []bool{false, true} {
+		m, err := openvino.Compile(p, openvino.Options{Threads: 1, DynamicBatch: dynamic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		r, err := m.NewRequest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := r.Infer(in)
+		if !dynamic {
+			if !errors.Is(err, openvino.ErrBadInput) {
+				t.Errorf("three rows into [1 4]: %v", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := floats(out[0].Data)
+		if !equal(out[0].Shape, []int64{3, 4}) || got[0] != 0 || got[1] != 2 || got[11] != 2 || got[10] != 0 {
+			t.Errorf("relu of three rows: %v %v", out[0].Shape, got)
+		}
+	}
+}
