@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -201,7 +202,8 @@ func copyFile(t *testing.T, from, to string) {
 // a third as long as the .xml says, an input declaring 2^34 elements a sample, a config
 // naming a file that is not there): the hostile models are UNAVAILABLE with a reason, and
 // the good ones answer, over REST, what OpenVINO's Python runtime answers on the same IR and
-// images (logits within a tolerance, the same labels), as a batch and one image at a time.
+// images (logits within a tolerance, the same labels), as a batch and one image at a time; a
+// config that declares no tensor is completed from the graph.
 func TestServedEqualsPython(t *testing.T) {
 	repo := t.TempDir()
 	for _, m := range []string{"resnet18_ov", "resnet18_ov_int8"} {
@@ -225,6 +227,11 @@ func TestServedEqualsPython(t *testing.T) {
 		os.WriteFile(filepath.Join(repo, name, "1", "model.xml"), files[0], 0o644)
 		os.WriteFile(filepath.Join(repo, name, "1", "model.bin"), files[1], 0o644)
 	}
+	// The int8 IR with a config that declares no tensor: completed from the graph.
+	os.MkdirAll(filepath.Join(repo, "auto", "1"), 0o755)
+	os.WriteFile(filepath.Join(repo, "auto", "config.pbtxt"), []byte("backend: \"openvino\"\nmax_batch_size: 8\ndynamic_batching { }\n"), 0o644)
+	os.WriteFile(filepath.Join(repo, "auto", "1", "model.xml"), xml, 0o644)
+	os.WriteFile(filepath.Join(repo, "auto", "1", "model.bin"), bin, 0o644)
 	// A graph of its own: x → ReLU → y, x declaring [1, 131072, 131072]; the config declares
 	// no tensor (OpenVINO's backend completes it from the graph).
 	os.MkdirAll(filepath.Join(repo, "huge_input", "1"), 0o755)
@@ -235,7 +242,7 @@ func TestServedEqualsPython(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, "no_file", "config.pbtxt"), append(config("no_file"), []byte("default_model_filename: \"other.xml\"\n")...), 0o644)
 
 	s := serve(t, repo)
-	idx := s.waitSettled(t, "resnet18_ov", "resnet18_ov_int8", "cut_xml", "short_bin", "huge_input", "no_file")
+	idx := s.waitSettled(t, "resnet18_ov", "resnet18_ov_int8", "auto", "cut_xml", "short_bin", "huge_input", "no_file")
 	for name, want := range map[string]string{
 		"cut_xml":    "read model.xml",
 		"short_bin":  "Incorrect weights in bin file",
@@ -269,6 +276,29 @@ func TestServedEqualsPython(t *testing.T) {
 			}
 			compare(t, tc.model+" image "+strconv.Itoa(i), got, want[i*1000:(i+1)*1000])
 		}
+	}
+	// The config without tensors: the metadata has the graph's, and it answers as the int8 model.
+	resp, err := http.Get("http://" + s.inf + "/v2/models/auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Platform string
+		Inputs   []struct {
+			Name     string
+			Datatype string
+			Shape    []int64
+		}
+	}
+	json.NewDecoder(resp.Body).Decode(&meta)
+	resp.Body.Close()
+	if meta.Platform != "openvino" || len(meta.Inputs) != 1 || meta.Inputs[0].Name != "x" || meta.Inputs[0].Datatype != "FP32" || fmt.Sprint(meta.Inputs[0].Shape) != "[-1 3 224 224]" {
+		t.Errorf("auto-completed metadata: %+v", meta)
+	}
+	if status, got, body := s.infer(t, "auto", x); status != 200 {
+		t.Errorf("auto: %d %s", status, body)
+	} else {
+		compare(t, "auto batch 8", got, floats(readNpy(t, "ref_output_int8.npy").Data))
 	}
 	// A request the model cannot take is the client's error; the model goes on answering.
 	bad := npy.Array{DType: "float32", Shape: []int64{1, 3, 224, 200}, Data: make([]byte, 3*224*200*4)}
