@@ -56,7 +56,7 @@ else
   NOCUDA_OBJ := build/nocuda.o
 endif
 
-.PHONY: onnxruntime models-onnx models-triton-text test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
+.PHONY: onnxruntime openvino models-openvino models-onnx models-triton-text test-daemon test-packages handler-runtime proto pyclients pyclients-http models-bf16 models-int8 setup-build dist docker-test lint-docker libtorch torchvision venv bench-auto bench-open all setup lib build otelcol models archives run test fuzz bench bench-setup bench-smoke bench-binding perf-analyzer soak vet clean scale-test
 
 all: build
 
@@ -141,6 +141,25 @@ $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION): $(ONNXRUNTIME_LIB)
 	@mkdir -p $(BIN)
 	cp $< $@
 
+# OpenVINO from the pinned openvino wheel (a 59 MB download): libopenvino_c, which package
+# openvino opens with dlopen at run time (bin/ beside torchd, where it looks), the libraries it
+# loads for the CPU (OPENVINO_LIBS, found beside it by their $$ORIGIN rpath), and the C API
+# headers it compiles against. Bump OPENVINO_VERSION, the script's pin and
+# openvino.LibraryName together.
+OPENVINO_VERSION := 2026.4.1
+OPENVINO        := third_party/openvino
+OPENVINO_SO     := 2641
+OPENVINO_LIBS   := libopenvino_c.so.$(OPENVINO_SO) libopenvino.so.$(OPENVINO_SO) libopenvino_intel_cpu_plugin.so \
+  libopenvino_ir_frontend.so.$(OPENVINO_SO) libopenvino_onnx_frontend.so.$(OPENVINO_SO) libtbb.so.12 libtbbmalloc.so.2
+OPENVINO_H      := $(OPENVINO)/include/openvino/c/openvino.h
+openvino: $(addprefix $(BIN)/,$(OPENVINO_LIBS)) $(OPENVINO_H)
+$(addprefix $(OPENVINO)/lib/,$(OPENVINO_LIBS)) $(OPENVINO_H) &: third_party/get-openvino.sh
+	third_party/get-openvino.sh $(OPENVINO)
+	@touch $(addprefix $(OPENVINO)/lib/,$(OPENVINO_LIBS)) $(OPENVINO_H)
+$(addprefix $(BIN)/,$(OPENVINO_LIBS)): $(BIN)/%: $(OPENVINO)/lib/%
+	@mkdir -p $(BIN)
+	cp $< $@
+
 $(NVIDIA_DIR)/.linked: $(VENV)/.done
 	ln -sfn $(abspath $(wildcard $(VENV)/lib/python3*/site-packages/nvidia)) $(NVIDIA_DIR)
 	@touch $@
@@ -206,6 +225,20 @@ $(MODELS_OUT)/onnx/.done: models/onnx_zoo.py models/onnx_digits.py models/common
 	$(PYTHON) models/onnx_digits.py --out $(MODELS_OUT)
 	@touch $@
 
+# The zoo's resnet18 as OpenVINO IR, fp32 and int8 (NNCF), in a Triton repository with
+# OpenVINO's own answers (models/openvino_ir.py): the openvino backend's tests. OpenVINO and
+# NNCF go into build/pyext, beside the zoo's venv (whose packages pin the zoo), as
+# bench/forward.sh installs them. About a minute.
+PYEXT := build/pyext
+$(PYEXT)/.done:
+	$(PYTHON) -m pip install --quiet --no-deps --target $(PYEXT) openvino==$(OPENVINO_VERSION) openvino-telemetry==2025.2.0 \
+	  nncf==3.4.0 ninja==1.13.2 pydot==4.0.1 tabulate==0.10.0
+	@touch $@
+models-openvino: $(MODELS_OUT)/openvino/.done
+$(MODELS_OUT)/openvino/.done: models/openvino_ir.py models/common.py $(PYEXT)/.done $(MODELS_OUT)/.done
+	PYTHONPATH=$(PYEXT) $(PYTHON) models/openvino_ir.py --out $(MODELS_OUT)
+	@touch $@
+
 # transformer-deploy's Triton layout (a Python backend tokenizer, onnx/bert's model, their
 # ensemble) and its answers in Python: TestTritonPythonBackend's. Seconds.
 models-triton-text: $(MODELS_OUT)/triton_text/.done
@@ -245,7 +278,7 @@ $(STORE)/.done: $(MODELS_OUT)/.done $(foreach m,$(INT8_ARCHIVES),$(MODELS_OUT)/$
 	    --config-file models/configs/$$config.toml $$extra --export-path $(STORE) --archive-format zip-store --force || exit 1; done
 	@touch $@
 
-$(BIN)/torchd: $(BIN)/libtorchd_c.so $(ONNXRUNTIME_H) $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(shell find cmd core daemon frontend repository lifecycle errkind handlerproc handlers archive backends torch onnxrt internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) $(wildcard onnxrt/*.[ch]) go.mod
+$(BIN)/torchd: $(BIN)/libtorchd_c.so $(ONNXRUNTIME_H) $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(OPENVINO_H) $(addprefix $(BIN)/,$(OPENVINO_LIBS)) $(shell find cmd core daemon frontend repository lifecycle errkind handlerproc handlers archive backends torch onnxrt openvino internal oip proto tuner -name '*.go' -not -name '*_test.go' 2>/dev/null) $(wildcard onnxrt/*.[ch]) $(wildcard openvino/*.[ch]) go.mod
 	$(GO) build -o $(BIN)/torchd ./cmd/torchd
 
 # An install in DIST/bin, as the images carry it in /opt/torchd/bin: torchd, libtorchd_c.so and,
@@ -255,8 +288,8 @@ $(BIN)/torchd: $(BIN)/libtorchd_c.so $(ONNXRUNTIME_H) $(BIN)/libonnxruntime.so.$
 # wheels' libraries, since cuDNN and CUDA load some of theirs with dlopen (each has $$ORIGIN
 # in its rpath, so one folder serves them all). The stand-in libtorch.so goes in last, over the
 # wheel's: AOTInductor packages bind to it; so does bin/libtorchvision.so, the build's copy of
-# torchvision's operators. ONNX Runtime's library goes beside torchd, where package onnxrt
-# looks for it.
+# torchvision's operators. ONNX Runtime's and OpenVINO's libraries go beside torchd, where
+# packages onnxrt and openvino look for them.
 DIST ?= build/dist
 dist: $(BIN)/torchd
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
@@ -268,6 +301,7 @@ else
 	  xargs -r cp -L -t $(DIST)/bin/
 endif
 	cp $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(BIN)/libonnxruntime.so.$(ONNXRUNTIME_VERSION) $(DIST)/bin/
+	cp $(addprefix $(BIN)/,$(OPENVINO_LIBS)) $(DIST)/bin/
 	@! ldd $(DIST)/bin/libtorchd_c.so | grep 'not found'
 	@du -sh $(DIST)/bin
 
@@ -294,8 +328,8 @@ docker-test: pyclients
 run: setup build models archives handler-runtime
 	$(BIN)/torchd serve --model-store $(STORE) --models all
 
-# package onnxrt compiles against ONNX Runtime's header.
-vet: $(ONNXRUNTIME_H)
+# packages onnxrt and openvino compile against ONNX Runtime's and OpenVINO's headers.
+vet: $(ONNXRUNTIME_H) $(OPENVINO_H)
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
@@ -325,11 +359,11 @@ vet: $(ONNXRUNTIME_H)
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
-TEST_PREREQS := lib models models-int8 onnxruntime models-onnx models-triton-text vet lint-docker pyclients pyclients-http
+TEST_PREREQS := lib models models-int8 onnxruntime models-onnx openvino models-openvino models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
 MODULE      := github.com/torchd/torchd
-PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch $(MODULE)/onnxrt,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
+PLAIN_PKGS   = $(filter-out $(MODULE)/daemon $(MODULE)/torch $(MODULE)/onnxrt $(MODULE)/openvino,$(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))) $(MODULE)/handlers
 test: setup
 	$(MAKE) -j2 $(TEST_PREREQS)
 	$(MAKE) handler-runtime
@@ -345,7 +379,7 @@ test-daemon:
 test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
-	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/
+	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/ ./openvino/
 	$(MAKE) fuzz FUZZTIME=50000x
 
 # The Python side of the gRPC services (proto/requirements.txt): protoc for `make proto`, and
@@ -448,4 +482,4 @@ perf-analyzer: build archives
 	bench/perf_analyzer.sh digits_tensor 1:16:4
 
 clean:
-	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(BIN)/libonnxruntime.so.* build
+	rm -rf $(BIN)/torchd $(BIN)/libtorchd_c.so $(BIN)/libtorch.so $(BIN)/libtorchvision.so $(BIN)/libonnxruntime.so.* $(addprefix $(BIN)/,$(OPENVINO_LIBS)) build

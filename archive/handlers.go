@@ -133,6 +133,13 @@ const ONNXExt = ".onnx"
 // IsONNXName reports whether a serialized file is an ONNX model.
 func IsONNXName(name string) bool { return strings.ToLower(path.Ext(name)) == ONNXExt }
 
+// OpenVINOExt is the extension of an OpenVINO IR's graph, whose weights are the .bin of the
+// same name beside it; torchd runs it with OpenVINO (backends/openvino).
+const OpenVINOExt = ".xml"
+
+// IsOpenVINOName reports whether a serialized file is an OpenVINO IR.
+func IsOpenVINOName(name string) bool { return strings.ToLower(path.Ext(name)) == OpenVINOExt }
+
 // IsTorchName reports whether LibTorch loads a serialized file of this name: TorchScript or
 // an AOTInductor package.
 func IsTorchName(name string) bool { return isTorchScriptName(name) || IsPackageName(name) }
@@ -143,9 +150,10 @@ func isModelName(name string) bool { return IsTorchName(name) || IsONNXName(name
 // checkSerializedName reports an ErrUnsupportedModel error for names that are neither
 // TorchScript nor an AOTInductor package.
 func checkSerializedName(name string) error {
-	if isModelName(name) {
+	// An IR is named, never guessed: an archive's other .xml files are not models.
+	if isModelName(name) || IsOpenVINOName(name) {
 		return nil
 	}
-	return fmt.Errorf("%w: %q is not a model file torchd loads: TorchScript (%s) saved with torch.jit.save, an AOTInductor package (%s), or an ONNX model (%s)",
-		ErrUnsupportedModel, name, strings.Join(torchScriptExts, ", "), PackageExt, ONNXExt)
+	return fmt.Errorf("%w: %q is not a model file torchd loads: TorchScript (%s) saved with torch.jit.save, an AOTInductor package (%s), an ONNX model (%s) or an OpenVINO IR (%s, its .bin beside it)",
+		ErrUnsupportedModel, name, strings.Join(torchScriptExts, ", "), PackageExt, ONNXExt, OpenVINOExt)
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/backends/onnx"
+	"github.com/torchd/torchd/backends/openvino"
 	"github.com/torchd/torchd/backends/tritonpy"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/frontend"
@@ -116,12 +117,13 @@ func New(cfg *Config, log *slog.Logger) *Daemon {
 
 // runtimes are the runtimes beside the built-in LibTorch: handler processes for Python
 // handlers (the first to ask: a Python handler's archive may hold any file), ONNX Runtime,
-// and Triton's Python backend (model.py in handler processes of the same Python).
+// OpenVINO, and Triton's Python backend (model.py in handler processes of the same Python).
 func (c *Config) runtimes(m *metrics.Metrics) []core.Runtime {
 	return []core.Runtime{
 		&handlerproc.Backend{Python: c.PythonPath(), InstallPyDeps: c.InstallPyDeps, MemoryLimit: int64(c.HandlerMemoryMiB) << 20,
 			MetricsConfig: absPath(c.MetricsConfig), OnMetric: handlerMetric(m), StartApart: !c.HandlerForkServer},
 		&onnx.Backend{MemoryLimit: c.onnxMemoryLimit()},
+		&openvino.Backend{},
 		&tritonpy.Backend{Python: c.PythonPath(), MemoryLimit: int64(c.HandlerMemoryMiB) << 20, StartApart: !c.HandlerForkServer},
 		libtorch.Backend{},
 	}

@@ -65,8 +65,8 @@ func (t *Adapter) Platform() string {
 	if t.config.Platform != "" {
 		return t.config.Platform
 	}
-	if t.config.Backend == triton.BackendPython {
-		return triton.BackendPython // a backend with no platform: its name, not PyTorch's
+	if t.config.Backend == triton.BackendPython || t.config.Backend == triton.BackendOpenVINO {
+		return t.config.Backend // a backend with no platform: its name, not PyTorch's
 	}
 	return triton.PlatformLibTorch
 }
@@ -491,7 +491,7 @@ func (t *Adapter) Config(v *core.ModelVersion) *inference.ModelConfig {
 	if c.VersionPolicy == nil {
 		c.VersionPolicy = &inference.ModelVersionPolicy{PolicyChoice: &inference.ModelVersionPolicy_Latest_{Latest: &inference.ModelVersionPolicy_Latest{NumVersions: 1}}}
 	}
-	if c.Platform == "" && c.Backend != triton.BackendPython {
+	if c.Platform == "" && c.Backend != triton.BackendPython && c.Backend != triton.BackendOpenVINO {
 		c.Platform = t.Platform()
 		if triton.IsONNX(c) {
 			c.Platform = triton.PlatformONNX

@@ -115,6 +115,8 @@ func (m *Model) settings() (archive.ModelConfig, []string, error) {
 		s.Runtime, parameters = RuntimeONNX, m.onnxParameters
 	case c.Backend == BackendPython:
 		s.Runtime, parameters = RuntimePython, m.pythonParameters
+	case IsOpenVINO(c):
+		s.Runtime, parameters = RuntimeOpenVINO, m.openvinoParameters
 	}
 	w, err := parameters(&s)
 	if err != nil {

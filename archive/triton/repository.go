@@ -238,13 +238,20 @@ func (m *Model) check() (string, error) {
 		if err := checkAccelerators(c); err != nil {
 			return "", err
 		}
+	case IsOpenVINO(c):
+		if file == "" {
+			file = "model.xml"
+		}
+		if err := checkOpenVINO(c); err != nil {
+			return "", err
+		}
 	case c.Platform == "" && c.Backend == "":
 		return "", fmt.Errorf("%s names neither platform nor backend; torchd serves platform %q (model.pt), %q (model.pt2) and %q (model.onnx)", ConfigFile, PlatformLibTorch, PlatformAOTI, PlatformONNX)
 	case c.Platform == "tensorrt_plan" || c.Backend == "tensorrt":
 		return "", fmt.Errorf("%w: platform %q: a TensorRT engine is built for one GPU and TensorRT version; serve the ONNX model it was built from (platform %q) or the PyTorch model (docs/guide/triton.md)", ErrUnsupported, c.Platform, PlatformONNX)
 	default:
-		return "", fmt.Errorf("%w: platform %q backend %q; torchd serves platform %q (TorchScript), %q (AOTInductor) and %q (ONNX Runtime)",
-			ErrUnsupported, c.Platform, c.Backend, PlatformLibTorch, PlatformAOTI, PlatformONNX)
+		return "", fmt.Errorf("%w: platform %q backend %q; torchd serves platform %q (TorchScript), %q (AOTInductor), %q (ONNX Runtime) and backend %q",
+			ErrUnsupported, c.Platform, c.Backend, PlatformLibTorch, PlatformAOTI, PlatformONNX, BackendOpenVINO)
 	}
 	if file != "" && (strings.ContainsAny(file, `/\`) || file == "." || file == "..") {
 		return "", fmt.Errorf("default_model_filename %q must be a file name", file)
@@ -277,12 +284,12 @@ func (m *Model) check() (string, error) {
 			}
 		}
 	}
-	// ONNX Runtime's backend completes a config without inputs and outputs from the graph
-	// (Triton's auto-complete); the PyTorch backend cannot.
-	if len(c.Input) == 0 && !IsONNX(c) {
+	// ONNX Runtime's and OpenVINO's backends complete a config without inputs and outputs
+	// from the graph (Triton's auto-complete); the PyTorch backend cannot.
+	if len(c.Input) == 0 && !IsONNX(c) && !IsOpenVINO(c) {
 		return "", errors.New("the config declares no input; the PyTorch backend needs every input declared")
 	}
-	if len(c.Output) == 0 && !IsONNX(c) {
+	if len(c.Output) == 0 && !IsONNX(c) && !IsOpenVINO(c) {
 		return "", errors.New("the config declares no output; the PyTorch backend needs every output declared")
 	}
 	_, warn, err := m.settings()

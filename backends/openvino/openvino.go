@@ -1,0 +1,419 @@
+// Package openvino is the OpenVINO backend (core.Runtime): it compiles a model's OpenVINO IR
+// (model.xml and model.bin: a Triton config's backend "openvino", or an archive whose
+// serialized file is an .xml) for the CPU, in this process, and runs the batches core's
+// workers hand it, one infer request per worker. It knows compiled models and tensors; the
+// binding (package openvino) knows OpenVINO's C API; core knows neither.
+package openvino
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/archive/triton"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/handlers"
+	ov "github.com/torchd/torchd/openvino"
+	"github.com/torchd/torchd/torch"
+)
+
+// Name is the runtime's name in configs and describe.
+const Name = triton.RuntimeOpenVINO
+
+// Backend loads OpenVINO models. Its zero value searches for OpenVINO's library where
+// openvino.Init does.
+type Backend struct {
+	// Library is the path of libopenvino_c ("": the binding's search).
+	Library string
+}
+
+var (
+	_ core.Runtime       = (*Backend)(nil)
+	_ core.Model         = (*Model)(nil)
+	_ core.Signed        = (*Model)(nil)
+	_ core.HandlerBinder = (*Model)(nil)
+)
+
+// Name is "openvino".
+func (*Backend) Name() string { return Name }
+
+// Accepts a model whose config names OpenVINO, or whose serialized file is an IR's .xml.
+func (*Backend) Accepts(am *archive.Model) bool {
+	return am.Config.Runtime == Name || am.Config.Runtime == "" && am.Config.Handler != archive.HandlerPython && archive.IsOpenVINOName(am.SerializedFile)
+}
+
+// Load compiles the model once, with a dynamic batch when it batches, and as many streams
+// as it has workers, so that their requests run at once, each on the worker's threads.
+func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
+	s := req.Settings
+	if s.Device != "" && s.Device != "cpu" {
+		return nil, fmt.Errorf("device %s: torchd runs OpenVINO on the CPU; serve this model on the CPU (device cpu, or KIND_CPU)", s.Device)
+	}
+	if err := ov.Init(b.Library); err != nil {
+		return nil, fmt.Errorf("OpenVINO is not available: %v", err)
+	}
+	workers := max(1, s.MaxWorkers, s.MinWorkers)
+	opts, err := options(req.Archive.Config.RuntimeOptions, s.Precision, workers, req.Threads)
+	if err != nil {
+		return nil, err
+	}
+	opts.DynamicBatch = s.BatchSize > 1 || len(req.Archive.Config.Inputs) > 0 && batched(req.Archive.Config.Inputs)
+	path := req.Archive.SerializedPath()
+	compiled, err := ov.Compile(path, opts)
+	if err != nil {
+		if errors.Is(err, ov.ErrBadModel) {
+			return nil, fmt.Errorf("%s: %v", filepath.Base(path), err)
+		}
+		return nil, err
+	}
+	m := &Model{compiled: compiled, am: req.Archive, limit: workers, ins: compiled.Inputs(), outs: compiled.Outputs()}
+	m.free = make(chan *ov.Request, workers)
+	for _, t := range append(append([]ov.TensorInfo{}, m.ins...), m.outs...) {
+		if _, ok := dtypeOf[t.Type]; !ok {
+			compiled.Close()
+			return nil, fmt.Errorf("tensor %q is of type %s, which torchd does not serve from OpenVINO models (it serves f32, f16, bf16, f64, i64, i32, i16, i8, u8 and boolean)", t.Name, t.Type)
+		}
+		if t.Name == "" {
+			compiled.Close()
+			return nil, errors.New("an input or output of the model has no tensor name; name it in the IR (names= on its port), as clients address tensors by name")
+		}
+	}
+	return m, nil
+}
+
+// batched reports whether the declared inputs have a variable first dimension (Triton's
+// max_batch_size > 0 puts it there).
+func batched(specs []archive.TensorSpec) bool {
+	for _, t := range specs {
+		if len(t.Shape) == 0 || t.Shape[0] != -1 {
+			return false
+		}
+	}
+	return true
+}
+
+// options are the compile options: the config's parameters, else LATENCY with a stream per
+// worker and the workers' threads together. The precision is f32 unless the model's
+// settings ask for bf16 or fp16: OpenVINO would otherwise pick bf16 on AMX machines by
+// itself, where the model's accuracy was never measured.
+func options(ro map[string]string, precision string, workers, threads int) (ov.Options, error) {
+	o := ov.Options{Hint: "LATENCY", Streams: workers, Threads: workers * max(threads, 1), Precision: "f32"}
+	switch precision {
+	case "bf16":
+		o.Precision = "bf16"
+	case "fp16":
+		o.Precision = "f16"
+	}
+	if v, ok := ro[triton.ParamOVPrecision]; ok {
+		o.Precision = v
+	}
+	if v, ok := ro[triton.ParamOVPerformanceHint]; ok {
+		o.Hint = v
+	}
+	if v, ok := ro[triton.ParamOVNumStreams]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return o, fmt.Errorf("NUM_STREAMS %q is not a count", v)
+		}
+		o.Streams = n // 0: the hint's choice
+	}
+	return o, nil
+}
+
+// Model is a loaded OpenVINO model: one compiled model, and up to one infer request a worker.
+type Model struct {
+	compiled *ov.Model
+	am       *archive.Model
+	limit    int
+
+	ins, outs []ov.TensorInfo // the compiled graph's
+	// inIdx maps each sample tensor (the config's declared inputs, else the graph's, in
+	// their order) to its graph input; outNames are the outputs a batch answers, in the
+	// config's order, outIdx their graph outputs. Set by BindHandler.
+	inIdx    []int
+	outNames []string
+	outIdx   []int
+
+	mu     sync.Mutex
+	made   int
+	closed bool
+	free   chan *ov.Request
+}
+
+// Kind is "openvino".
+func (*Model) Kind() string { return Name }
+
+// Device is the CPU.
+func (*Model) Device() string { return "cpu" }
+
+// Signature is the graph's inputs and outputs, in torchd's dtype names.
+func (m *Model) Signature() (ins, outs []archive.TensorSpec) {
+	conv := func(ts []ov.TensorInfo) []archive.TensorSpec {
+		out := make([]archive.TensorSpec, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, archive.TensorSpec{Name: t.Name, DType: dtypeOf[t.Type].String(), Shape: append([]int64(nil), t.Shape...)})
+		}
+		return out
+	}
+	return conv(m.ins), conv(m.outs)
+}
+
+// BindHandler refuses a handler that runs its own LibTorch forward, and settles which graph
+// input each sample tensor feeds and which outputs a batch answers.
+func (m *Model) BindHandler(h handlers.Handler) error {
+	_, inferer := h.(handlers.Inferer)
+	_, selector := h.(handlers.OutputSelector)
+	_, binder := h.(handlers.ModelBinder)
+	if inferer || selector || binder {
+		return fmt.Errorf("handler %s runs its own LibTorch forward, which an OpenVINO model has not; serve it with the tensor or image_classifier handler", m.am.Config.Handler)
+	}
+	m.inIdx, m.outNames, m.outIdx = nil, nil, nil
+	if c := m.am.Config.Inputs; len(c) > 0 {
+		if len(c) != len(m.ins) {
+			return fmt.Errorf("the config declares %d inputs; the model has %d (%s)", len(c), len(m.ins), names(m.ins))
+		}
+		for _, in := range c {
+			k := index(m.ins, in.Name)
+			if k < 0 {
+				return fmt.Errorf("input %q is not an input of the model (it has %s)", in.Name, names(m.ins))
+			}
+			m.inIdx = append(m.inIdx, k)
+		}
+	} else {
+		for k := range m.ins {
+			m.inIdx = append(m.inIdx, k)
+		}
+	}
+	if c := m.am.Config.Outputs; len(c) > 0 {
+		for _, out := range c {
+			k := index(m.outs, out.Name)
+			if k < 0 {
+				return fmt.Errorf("output %q is not an output of the model (it has %s)", out.Name, names(m.outs))
+			}
+			m.outNames, m.outIdx = append(m.outNames, out.Name), append(m.outIdx, k)
+		}
+	} else {
+		for k, out := range m.outs {
+			m.outNames, m.outIdx = append(m.outNames, out.Name), append(m.outIdx, k)
+		}
+	}
+	return nil
+}
+
+// Run runs the batch as one inference when its samples' tensors differ only in rows, else
+// each sample alone.
+func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+	if len(batch) == 0 {
+		return nil, nil
+	}
+	r, err := m.request()
+	if err != nil {
+		return nil, err
+	}
+	defer m.release(r)
+	if len(batch) == 1 || !stackable(batch) {
+		outs := make([][]handlers.Tensor, len(batch))
+		for i, smp := range batch {
+			if outs[i], err = m.run(r, smp.Tensors); err != nil {
+				return nil, err
+			}
+		}
+		return outs, nil
+	}
+	stacked, rows := stack(batch)
+	out, err := m.run(r, stacked)
+	if err != nil {
+		return nil, err
+	}
+	return split(out, batch, rows)
+}
+
+// run feeds one set of tensors to their graph inputs and returns the bound outputs.
+func (m *Model) run(r *ov.Request, ts []handlers.Tensor) ([]handlers.Tensor, error) {
+	if len(ts) != len(m.inIdx) {
+		return nil, handlers.BadInput("the model takes %d inputs (%s), got %d", len(m.ins), names(m.ins), len(ts))
+	}
+	vals := make([]ov.Value, len(m.ins))
+	for i, t := range ts {
+		k := m.inIdx[i]
+		et, ok := elemOf[t.DType]
+		if !ok {
+			return nil, handlers.BadInput("input %q: type %s is not a tensor type torchd feeds OpenVINO", m.ins[k].Name, t.DType)
+		}
+		vals[k] = ov.Value{Type: et, Shape: t.Shape, Data: t.Data}
+	}
+	res, err := r.Infer(vals)
+	if err != nil {
+		if errors.Is(err, ov.ErrBadInput) {
+			return nil, handlers.BadInput("%s", err)
+		}
+		return nil, err
+	}
+	out := make([]handlers.Tensor, len(m.outIdx))
+	for i, k := range m.outIdx {
+		v := res[k]
+		dt, ok := dtypeOf[v.Type]
+		if !ok {
+			return nil, fmt.Errorf("output %q is of type %s, which torchd does not serve", m.outNames[i], v.Type)
+		}
+		out[i] = handlers.Tensor{DType: dt, Shape: v.Shape, Data: v.Data, Name: m.outNames[i]}
+	}
+	return out, nil
+}
+
+// request takes a free infer request, or makes one while there are fewer than the workers.
+func (m *Model) request() (*ov.Request, error) {
+	select {
+	case r := <-m.free:
+		return r, nil
+	default:
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errors.New("the model is closed")
+	}
+	if m.made < m.limit {
+		m.made++
+		m.mu.Unlock()
+		r, err := m.compiled.NewRequest()
+		if err != nil {
+			m.mu.Lock()
+			m.made--
+			m.mu.Unlock()
+			return nil, err
+		}
+		return r, nil
+	}
+	m.mu.Unlock()
+	return <-m.free, nil
+}
+
+func (m *Model) release(r *ov.Request) {
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		r.Close()
+		return
+	}
+	m.free <- r
+}
+
+// Close releases the compiled model and its requests, after the inferences in progress end.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	return m.compiled.Close()
+}
+
+// stackable reports whether every sample's tensors have the same types and the same shapes
+// after the rows, so that they concatenate along the first dimension.
+func stackable(batch []*handlers.Sample) bool {
+	first := batch[0].Tensors
+	for _, smp := range batch[1:] {
+		if len(smp.Tensors) != len(first) {
+			return false
+		}
+		for i, t := range smp.Tensors {
+			f := first[i]
+			if t.DType != f.DType || len(t.Shape) != len(f.Shape) || len(t.Shape) == 0 {
+				return false
+			}
+			for d := 1; d < len(t.Shape); d++ {
+				if t.Shape[d] != f.Shape[d] {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// stack concatenates the samples' tensors along the rows; rows are each sample's.
+func stack(batch []*handlers.Sample) ([]handlers.Tensor, []int64) {
+	rows := make([]int64, len(batch))
+	for i, smp := range batch {
+		rows[i] = smp.Tensors[0].Shape[0]
+	}
+	out := make([]handlers.Tensor, len(batch[0].Tensors))
+	for i := range out {
+		var n int64
+		size := 0
+		for _, smp := range batch {
+			n += smp.Tensors[i].Shape[0]
+			size += len(smp.Tensors[i].Data)
+		}
+		data := make([]byte, 0, size)
+		for _, smp := range batch {
+			data = append(data, smp.Tensors[i].Data...)
+		}
+		f := batch[0].Tensors[i]
+		out[i] = handlers.Tensor{DType: f.DType, Shape: append([]int64{n}, f.Shape[1:]...), Data: data}
+	}
+	return out, rows
+}
+
+// split cuts each output along its rows back into the samples'.
+func split(out []handlers.Tensor, batch []*handlers.Sample, rows []int64) ([][]handlers.Tensor, error) {
+	var total int64
+	for _, r := range rows {
+		total += r
+	}
+	res := make([][]handlers.Tensor, len(batch))
+	for _, o := range out {
+		if len(o.Shape) == 0 || o.Shape[0] != total {
+			return nil, fmt.Errorf("output %q has shape %v, not %d rows first: the model does not batch along its first dimension (set max_batch_size: 0 or batch_size 1)", o.Name, o.Shape, total)
+		}
+		rowBytes := int64(len(o.Data)) / total
+		var at int64
+		for i, r := range rows {
+			t := handlers.Tensor{DType: o.DType, Name: o.Name, Shape: append([]int64{r}, o.Shape[1:]...), Data: o.Data[at*rowBytes : (at+r)*rowBytes : (at+r)*rowBytes]}
+			res[i] = append(res[i], t)
+			at += r
+		}
+	}
+	return res, nil
+}
+
+func index(ts []ov.TensorInfo, name string) int {
+	for i, t := range ts {
+		if t.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func names(ts []ov.TensorInfo) string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, t.Name)
+	}
+	return strings.Join(s, ", ")
+}
+
+// The element types torchd serves from OpenVINO models: those its tensors have.
+var (
+	dtypeOf = map[ov.ElemType]torch.DType{
+		ov.Float32: torch.Float32, ov.Float16: torch.Float16, ov.BFloat16: torch.BFloat16,
+		ov.Float64: torch.Float64, ov.Int64: torch.Int64, ov.Int32: torch.Int32, ov.Int16: torch.Int16,
+		ov.Uint8: torch.Uint8, ov.Int8: torch.Int8, ov.Bool: torch.Bool,
+	}
+	elemOf = func() map[torch.DType]ov.ElemType {
+		m := map[torch.DType]ov.ElemType{}
+		for e, d := range dtypeOf {
+			m[d] = e
+		}
+		return m
+	}()
+)
