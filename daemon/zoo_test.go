@@ -1,0 +1,184 @@
+package daemon_test
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchd/torchd/internal/npy"
+)
+
+// Helpers of the zoo's models and Triton repositories that the daemon's remaining tests use
+// (their tests moved to frontend/kserve, which has its own copies).
+
+func readZooNpy(t *testing.T, parts ...string) npy.Array {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := npy.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func f32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Abs(float64(got[i]-want[i])) > tol {
+			t.Fatalf("%s[%d] = %v, want %v (±%g)", what, i, got[i], want[i], tol)
+		}
+	}
+}
+
+// tritonDigits is the digits CNN's config: <name>__<index> tensors, dynamic batching.
+const tritonDigits = `
+name: "digits"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [
+  {
+    name: "INPUT__0"
+    data_type: TYPE_FP32
+    dims: [ 1, 28, 28 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT__0"
+    data_type: TYPE_FP32
+    dims: [ 10 ]
+  }
+]
+dynamic_batching {
+  max_queue_delay_microseconds: 2000
+}
+instance_group [
+  {
+    count: 1
+    kind: KIND_CPU
+  }
+]
+`
+
+// repoModel writes repo/name/config.pbtxt and copies the zoo's file into each version.
+func repoModel(t testing.TB, repo, name, config, zoo, file string, versions ...string) {
+	t.Helper()
+	dir := filepath.Join(repo, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.pbtxt"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range versions {
+		copyFile(t, filepath.Join(zooDir, zoo, file), filepath.Join(dir, v, file))
+	}
+}
+
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Write then rename, as a deployment replaces a file: a reader sees the old or the new.
+	tmp := to + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// v2Out posts a v2 JSON request of one FP32 input and returns the first output's data.
+func v2Out(t testing.TB, url, input string, shape []int64, data []float32) ([]float64, []int64) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": input, "shape": shape, "datatype": "FP32", "data": data}}})
+	r := do(t, "POST", url, "application/json", body)
+	if r.status != 200 {
+		t.Fatalf("POST %s: %d %s", url, r.status, r.body)
+	}
+	var out struct {
+		Outputs []struct {
+			Shape []int64   `json:"shape"`
+			Data  []float64 `json:"data"`
+		} `json:"outputs"`
+	}
+	r.json(t, &out)
+	return out.Outputs[0].Data, out.Outputs[0].Shape
+}
+
+// index returns the repository index as "name version state: reason" lines.
+func repoIndex(t testing.TB, s *server) map[string]string {
+	t.Helper()
+	var idx []struct{ Name, Version, State, Reason string }
+	r := do(t, "POST", s.inf+"/v2/repository/index", "application/json", nil)
+	r.json(t, &idx)
+	out := map[string]string{}
+	for _, e := range idx {
+		out[strings.TrimSuffix(e.Name+" "+e.Version, " ")] = strings.TrimSuffix(e.State+": "+e.Reason, ": ")
+	}
+	return out
+}
+
+func digitsInput(seed int) []float32 {
+	x := make([]float32, 28*28)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i*(seed+1)))) * 0.8
+	}
+	return x
+}
+
+func near(a, b []float64, tol float64) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return false
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > tol {
+			return false
+		}
+	}
+	return true
+}
+
+// settled waits until no model of the repository is loading, and returns the index.
+func settled(t testing.TB, s *server) map[string]string {
+	t.Helper()
+	s.waitHealthy(t) // the start-up models are loaded or failed
+	for range 1200 {
+		idx := repoIndex(t, s)
+		loading := false
+		for _, state := range idx {
+			loading = loading || state == "LOADING" || state == "UNLOADING"
+		}
+		if !loading {
+			return idx
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the repository is still loading\n%s", s.Log())
+	return nil
+}
