@@ -16,6 +16,13 @@ import (
 // Helpers of the zoo's models and Triton repositories that the daemon's remaining tests use
 // (their tests moved to frontend/kserve, which has its own copies).
 
+// The archives of the store that other tests use, whose own tests moved beside their code.
+func init() {
+	storeArchives = append(storeArchives,
+		storeArchive{"textcls", "textcls", "textcls", "1.0", ""},
+	)
+}
+
 func readZooNpy(t *testing.T, parts ...string) npy.Array {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
@@ -181,4 +188,27 @@ func settled(t testing.TB, s *server) map[string]string {
 	}
 	t.Fatalf("the repository is still loading\n%s", s.Log())
 	return nil
+}
+// textHeldOut returns the sentiment model's held-out sentences and their labels.
+func textHeldOut(t testing.TB) ([]string, []string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(zooDir, "textcls", "heldout.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct {
+		Items []struct {
+			Text  string `json:"text"`
+			Label string `json:"label"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	var texts, labels []string
+	for _, it := range h.Items {
+		texts = append(texts, it.Text)
+		labels = append(labels, it.Label)
+	}
+	return texts, labels
 }
