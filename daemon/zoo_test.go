@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -20,6 +21,7 @@ import (
 func init() {
 	storeArchives = append(storeArchives,
 		storeArchive{"textcls", "textcls", "textcls", "1.0", ""},
+		storeArchive{"minilm", "minilm", "minilm", "1.0", ""},
 	)
 }
 
@@ -189,6 +191,7 @@ func settled(t testing.TB, s *server) map[string]string {
 	t.Fatalf("the repository is still loading\n%s", s.Log())
 	return nil
 }
+
 // textHeldOut returns the sentiment model's held-out sentences and their labels.
 func textHeldOut(t testing.TB) ([]string, []string) {
 	t.Helper()
@@ -211,4 +214,57 @@ func textHeldOut(t testing.TB) ([]string, []string) {
 		labels = append(labels, it.Label)
 	}
 	return texts, labels
+}
+
+type embeddingsResponse struct {
+	Object string `json:"object"`
+	Data   []struct {
+		Object    string          `json:"object"`
+		Index     int             `json:"index"`
+		Embedding json.RawMessage `json:"embedding"`
+	} `json:"data"`
+	Model string `json:"model"`
+	Usage struct {
+		PromptTokens int `json:"prompt_tokens"`
+		TotalTokens  int `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+// floats decodes one data[].embedding: a JSON array, or base64 of little-endian float32s.
+func (e embeddingsResponse) floats(t testing.TB, i int) []float32 {
+	t.Helper()
+	raw := e.Data[i].Embedding
+	var out []float32
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatal(err)
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k+4 <= len(b); k += 4 {
+			out = append(out, math.Float32frombits(binary.LittleEndian.Uint32(b[k:])))
+		}
+		return out
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func embed(t testing.TB, s *server, body any) (response, embeddingsResponse) {
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, "POST", s.inf+"/v1/embeddings", "application/json", b)
+	var e embeddingsResponse
+	if r.status == 200 {
+		r.json(t, &e)
+	}
+	return r, e
 }
