@@ -100,9 +100,14 @@ func newServer(t testing.TB, o serverOptions) *server {
 	return s
 }
 
-// open opens a registration's URL in the model store, as the daemon does for a plain name.
+// open opens a registration's URL in the model store, as the daemon does for a plain name,
+// or an absolute path as it is.
 func (s *server) open(req core.RegisterRequest) (*core.ModelVersion, error) {
-	am, err := archive.Open(filepath.Join(storeDir, req.URL))
+	path := req.URL
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(storeDir, path)
+	}
+	am, err := archive.Open(path)
 	if err != nil {
 		return nil, core.Errorf(core.ErrModelNotFound, "%s: %v", req.URL, err)
 	}
