@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"cmp"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -18,8 +17,10 @@ import (
 	"github.com/torchd/torchd/internal/npy"
 )
 
-// Helpers of the zoo's models and Triton repositories that the daemon's remaining tests use
-// (their tests moved to frontend/kserve, which has its own copies).
+// Helpers of the zoo's models, Triton repositories and archives that the daemon's other tests
+// use. The tests they came with moved beside their code (frontend/kserve, frontend/openai,
+// handlers/text, handlers/vision, backends/onnx, backends/tritonpy), each with its own copy;
+// what no test here uses any more goes once the other moves are merged.
 
 // The archives of the store that other tests use, whose own tests moved beside their code.
 func init() {
@@ -236,31 +237,6 @@ type embeddingsResponse struct {
 	} `json:"usage"`
 }
 
-// floats decodes one data[].embedding: a JSON array, or base64 of little-endian float32s.
-func (e embeddingsResponse) floats(t testing.TB, i int) []float32 {
-	t.Helper()
-	raw := e.Data[i].Embedding
-	var out []float32
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			t.Fatal(err)
-		}
-		b, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k := 0; k+4 <= len(b); k += 4 {
-			out = append(out, math.Float32frombits(binary.LittleEndian.Uint32(b[k:])))
-		}
-		return out
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func embed(t testing.TB, s *server, body any) (response, embeddingsResponse) {
 	t.Helper()
 	b, err := json.Marshal(body)
@@ -372,27 +348,6 @@ func topKOf(t testing.TB, r response) topK {
 		t.Fatalf("top-k response %s: %v", r.body, err)
 	}
 	return k
-}
-
-// topKsOf parses a 200 response for several images: a JSON array of top-k objects.
-func topKsOf(t testing.TB, r response) []topK {
-	t.Helper()
-	if r.status != 200 {
-		t.Fatalf("status %d: %s", r.status, r.body)
-	}
-	dec := json.NewDecoder(bytes.NewReader(r.body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-		t.Fatalf("want an array, got %s", r.body)
-	}
-	var out []topK
-	for dec.More() {
-		k, err := readTopK(dec)
-		if err != nil {
-			t.Fatalf("top-k array %s: %v", r.body, err)
-		}
-		out = append(out, k)
-	}
-	return out
 }
 
 // sameTopK reports how got differs from want: other labels or another order, or a probability
