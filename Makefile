@@ -324,7 +324,7 @@ vet: $(ONNXRUNTIME_H)
 # would take over 20 minutes under -race for little more: their servers run the same code,
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
+RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
 TEST_PREREQS := lib models models-int8 onnxruntime models-onnx models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.

@@ -188,7 +188,7 @@ func onnxRepo(t testing.TB) string {
 // The seed repositories served unchanged and driven by Triton's Python clients over HTTP
 // and gRPC (testdata/triton_onnx_client.py): READY in the index, and every answer equal to
 // onnxruntime's in Python within 1e-5, alone, batched by the client, and batched by torchd.
-func TestRepositoryThroughTritonClients(t *testing.T) {
+func TestONNXRepositoryThroughTritonClients(t *testing.T) {
 	if _, err := os.Stat(pyclients); err != nil {
 		t.Skip("no build/pyclients venv: run make pyclients-http (make test does)")
 	}
@@ -209,7 +209,7 @@ func TestRepositoryThroughTritonClients(t *testing.T) {
 
 // Each hostile .onnx of the zoo in a repository beside a good model: each is refused with
 // its reason, the good one serves, and the server is healthy.
-func TestHostileModelsInARepository(t *testing.T) {
+func TestONNXHostileModels(t *testing.T) {
 	repo := onnxRepo(t)
 	hostile := filepath.Join(onnxDir, "hostile")
 	entries, err := os.ReadDir(hostile)
@@ -294,7 +294,7 @@ func heldOut(t testing.TB) [][]byte {
 // Runtime: over TorchServe's REST API each held-out PNG gets the same labels with
 // probabilities within 1e-5, and over the Open Inference Protocol the same tensor gets the
 // same scores.
-func TestArchiveMatchesTorchScript(t *testing.T) {
+func TestONNXArchive(t *testing.T) {
 	store := t.TempDir()
 	copyFile(t, filepath.Join(storeDir, "digits.mar"), filepath.Join(store, "digits.mar"))
 	extra := []string{filepath.Join(zooDir, "digits", "index_to_name.json")}
@@ -359,9 +359,9 @@ func TestArchiveMatchesTorchScript(t *testing.T) {
 // shape) under a memory limit of 64 MiB: a 128 MiB answer fails with "out of memory", a small
 // one is served, and the model beside it goes on. The limit is the process's ONNX Runtime's,
 // set once: the test runs in a process of its own.
-func TestMemoryLimit(t *testing.T) {
+func TestONNXMemoryLimit(t *testing.T) {
 	if os.Getenv("TORCHD_TEST_ONNX_MEMORY_LIMIT") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryLimit$", "-test.count=1")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestONNXMemoryLimit$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "TORCHD_TEST_ONNX_MEMORY_LIMIT=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "PASS") {

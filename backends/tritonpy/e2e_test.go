@@ -183,7 +183,7 @@ func readNpyFile(t testing.TB, path string) npy.Array {
 // request: all READY; the tokenizer answers as in Python and the ensemble as the tokenizer
 // plus onnxruntime, over REST (and Triton's HTTP and gRPC clients); each misbehaviour fails
 // only its request, with its reason, and the server goes on serving.
-func TestTransformerDeployLayout(t *testing.T) {
+func TestTritonPythonBackend(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tritonTextDir, "refs.json")); err != nil {
 		t.Fatalf("no triton_text layout (run make models-triton-text): %v", err)
 	}

@@ -183,7 +183,7 @@ func (e embeddingsResponse) floats(t testing.TB, i int) []float32 {
 // /v1/embeddings answers sentence-transformers' encode() for every reference text: alone,
 // all in one request (padded to the longest, which is over max_seq_length and cut), as
 // token ids, and in base64; usage counts the ids the model saw.
-func TestServedMatchesSentenceTransformers(t *testing.T) {
+func TestEmbeddingsMatchSentenceTransformers(t *testing.T) {
 	s := serve(t)
 	s.register("url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	refs := readEmbeddingRefs(t)
@@ -242,7 +242,7 @@ func TestServedMatchesSentenceTransformers(t *testing.T) {
 }
 
 // The same model through TorchServe's /predictions and KServe v2 (BYTES texts in, FP32 [N, 384] out).
-func TestServedOverPredictionsAndKServe(t *testing.T) {
+func TestEmbeddingsOverPredictionsAndKServe(t *testing.T) {
 	s := serve(t)
 	s.register("url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	refs := readEmbeddingRefs(t)

@@ -123,7 +123,7 @@ func textHeldOut(t testing.TB) ([]string, []string) {
 
 // Every held-out sentence sent concurrently as a raw text/plain body, so that batches of
 // different lengths form: the accuracy Python measured is reached.
-func TestServedAccuracy(t *testing.T) {
+func TestTextClassifierAccuracy(t *testing.T) {
 	s := serve(t)
 	s.register("url=textcls.mar&batch_size=16&max_batch_delay=5&initial_workers=2&synchronous=true")
 	texts, labels := textHeldOut(t)
@@ -161,7 +161,7 @@ func TestServedAccuracy(t *testing.T) {
 // Content-Type decides whether a text body is JSON, as in TorchServe: a text/plain body that
 // looks like a JSON list is one text, answered with one object; the same body sent as
 // application/json is two texts, answered with a list.
-func TestServedRequestForms(t *testing.T) {
+func TestTextClassifierRequests(t *testing.T) {
 	s := serve(t)
 	s.register("url=textcls.mar&initial_workers=1&synchronous=true")
 
