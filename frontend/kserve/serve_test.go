@@ -28,7 +28,6 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend"
-	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
@@ -59,7 +58,9 @@ type server struct {
 	ts      *torchserve.API
 	metrics *metrics.Metrics
 	inf     []*frontend.Route // the inference port's routes
-	mgmt    []*frontend.Route // the management port's
+	// The ports' routers, made once: a router is shared by concurrent requests, as the
+	// daemon's is (frontendtest.Do makes one a request).
+	infRouter, mgmtRouter *frontend.Router
 }
 
 // serverOptions are what a test sets of the daemon's configuration.
@@ -96,7 +97,8 @@ func newServer(t testing.TB, o serverOptions) *server {
 	s.api = &kserve.API{Registry: s.reg, Life: life, Ready: life.Ready, MaxRequestSize: 6553500, LogLevel: new(slog.LevelVar)}
 	s.ts = &torchserve.API{Registry: s.reg, Life: life, Ready: life.Ready, MaxRequestSize: 6553500, Log: log}
 	s.inf = slices.Concat(s.ts.InferenceRoutes(), s.api.Routes())
-	s.mgmt = s.ts.ManagementRoutes()
+	s.infRouter = frontend.NewRouter("inference", s.inf)
+	s.mgmtRouter = frontend.NewRouter("management", s.ts.ManagementRoutes())
 	return s
 }
 
@@ -134,23 +136,28 @@ func (r response) json(t testing.TB, v any) {
 
 // do sends a request to the inference port's routes.
 func (s *server) do(method, uri string, body []byte, header ...string) response {
-	return doRoutes(s.inf, method, uri, body, header...)
+	return doRouter(s.infRouter, method, uri, body, header...)
 }
 
 // doMgmt sends a request to the management port's routes.
 func (s *server) doMgmt(method, uri string, body []byte) response {
-	return doRoutes(s.mgmt, method, uri, body)
+	return doRouter(s.mgmtRouter, method, uri, body)
 }
 
-// header is pairs of name and value.
-func doRoutes(routes []*frontend.Route, method, uri string, body []byte, header ...string) response {
-	h := map[string]string{"Content-Type": "application/json"}
+// doRouter serves a JSON request through router, in a fasthttp.RequestCtx as the daemon's
+// server hands it; header is pairs of name and value.
+func doRouter(router *frontend.Router, method, uri string, body []byte, header ...string) response {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(method)
+	ctx.Request.SetRequestURI(uri)
+	ctx.Request.Header.SetContentType("application/json")
 	for i := 0; i+1 < len(header); i += 2 {
-		h[header[i]] = header[i+1]
+		ctx.Request.Header.Set(header[i], header[i+1])
 	}
-	r := frontendtest.Do(routes, frontendtest.Request{Method: method, URI: uri, Body: body, Header: h})
-	out := response{status: r.Status, body: r.Body, header: map[string]string{}}
-	r.Header.VisitAll(func(k, v []byte) { out.header[string(k)] = string(v) })
+	ctx.Request.SetBody(body)
+	router.Serve(&ctx)
+	out := response{status: ctx.Response.StatusCode(), body: append([]byte(nil), ctx.Response.Body()...), header: map[string]string{}}
+	ctx.Response.Header.VisitAll(func(k, v []byte) { out.header[string(k)] = string(v) })
 	return out
 }
 
@@ -170,7 +177,7 @@ func (s *server) listen() string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inf).Serve, MaxRequestBodySize: 64 << 20}
+	srv := &fasthttp.Server{Handler: s.infRouter.Serve, MaxRequestBodySize: 64 << 20}
 	go srv.Serve(ln)
 	s.t.Cleanup(func() { srv.Shutdown() })
 	return "http://" + ln.Addr().String()
@@ -178,7 +185,7 @@ func (s *server) listen() string {
 
 // scrape is the metrics route's answer.
 func (s *server) scrape() string {
-	return string(doRoutes(s.metrics.Routes(), "GET", "/metrics", nil).body)
+	return string(doRouter(frontend.NewRouter("metrics", s.metrics.Routes()), "GET", "/metrics", nil).body)
 }
 
 // grpcClient serves this package's gRPC service on a listener and returns a client of it.
