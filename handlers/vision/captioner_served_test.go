@@ -60,6 +60,7 @@ func captionOf(t testing.TB, r response) string {
 // are exactly right, a batched caption equals the one-by-one caption of the same scene, and
 // several images in one request get an array of captions in their order.
 func TestCaptionerOverHTTP(t *testing.T) {
+	gate(t)
 	s := startServer(t)
 	s.register(t, "url=captioner.mar&batch_size=16&max_batch_delay=10&initial_workers=1&synchronous=true")
 	u := s.inf + "/predictions/captioner"
@@ -143,6 +144,7 @@ func multipartScenes(imgs [][]byte) (string, []byte) {
 // alone, concurrently (batched), and five scenes a request, so that batches of up to 80 rows
 // run the package, exported for at most 64, in two parts.
 func TestCaptionerEncoderPackageOverHTTP(t *testing.T) {
+	gate(t)
 	s := startServer(t)
 	s.register(t, "url=captioner.mar&batch_size=16&initial_workers=1&synchronous=true")
 	s.register(t, "url=captioner_pt2.mar&batch_size=16&max_batch_delay=20&initial_workers=1&synchronous=true")

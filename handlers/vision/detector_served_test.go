@@ -114,6 +114,7 @@ func sameDetections(t testing.TB, what string, body []byte, want []any) {
 }
 
 func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
+	gate(t)
 	s := startVisionServer(t, "detector")
 	b, err := os.ReadFile(filepath.Join(zooDir, "detector", "ref_answers.json"))
 	if err != nil {
@@ -204,6 +205,7 @@ func float32sOf(t testing.TB, path string) []float32 {
 }
 
 func TestImageSegmenterOverHTTPAndGRPC(t *testing.T) {
+	gate(t)
 	s := startVisionServer(t, "segmenter")
 	ref := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_answer.npy"))
 	margin := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_margin.npy"))

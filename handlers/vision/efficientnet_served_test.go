@@ -140,6 +140,7 @@ func sameTopK(got, want topK, tol float64) error {
 // top-5, in order, within 1e-4; and batched requests, concurrent or several images in one
 // multipart request, get the answers they get one by one.
 func TestEfficientNetLite0MatchesPython(t *testing.T) {
+	gate(t)
 	s := startServer(t)
 	s.register(t, "url=efficientnet_lite0.mar&batch_size=8&max_batch_delay=20&initial_workers=1&synchronous=true")
 	u := s.inf + "/predictions/efficientnet_lite0"

@@ -109,6 +109,14 @@ func startServer(t testing.TB) *server {
 	return s
 }
 
+// gate skips a gate of forwards under -race: make test runs it plainly (VISION_GATES).
+func gate(t testing.TB) {
+	t.Helper()
+	if raceBuild {
+		t.Skip("a gate of forwards, not of Go's concurrency: it runs without -race")
+	}
+}
+
 // response is a finished HTTP exchange.
 type response struct {
 	status int
