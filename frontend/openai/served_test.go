@@ -184,6 +184,9 @@ func (e embeddingsResponse) floats(t testing.TB, i int) []float32 {
 // all in one request (padded to the longest, which is over max_seq_length and cut), as
 // token ids, and in base64; usage counts the ids the model saw.
 func TestEmbeddingsMatchSentenceTransformers(t *testing.T) {
+	if raceBuild {
+		t.Skip("a gate of forwards, not of Go's concurrency: it runs without -race")
+	}
 	s := serve(t)
 	s.register("url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	refs := readEmbeddingRefs(t)

@@ -109,7 +109,7 @@ func startServer(t testing.TB) *server {
 	return s
 }
 
-// gate skips a gate of forwards under -race: make test runs it plainly (VISION_GATES).
+// gate skips a gate of forwards under -race: make test runs it plainly (SERVED_GATES).
 func gate(t testing.TB) {
 	t.Helper()
 	if raceBuild {
