@@ -358,7 +358,10 @@ vet: $(ONNXRUNTIME_H) $(OPENVINO_H)
 # would take over 20 minutes under -race for little more: their servers run the same code,
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
+RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
+# The served models' gates of handlers/vision and frontend/openai (hundreds of forwards) skip
+# under -race and run plainly, as the daemon's end-to-end tests they came from did.
+SERVED_GATES := ^(TestCaptionerOverHTTP|TestCaptionerEncoderPackageOverHTTP|TestEfficientNetLite0MatchesPython|TestObjectDetectorOverHTTPAndGRPC|TestImageSegmenterOverHTTPAndGRPC|TestEmbeddingsMatchSentenceTransformers)$$
 TEST_PREREQS := lib models models-int8 onnxruntime models-onnx openvino models-openvino models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
@@ -378,6 +381,7 @@ test-daemon:
 	$(GO) test -count=1 -timeout 40m -skip '$(RACE_DAEMON)' ./daemon/
 test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
+	$(GO) test -count=1 -timeout 20m -run '$(SERVED_GATES)' ./handlers/vision/ ./frontend/openai/
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/ ./openvino/
 	$(MAKE) fuzz FUZZTIME=50000x

@@ -2,14 +2,9 @@ package daemon_test
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
-	"errors"
-	"io"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,15 +18,15 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/torchd/torchd/internal/tolerance"
-	"github.com/torchd/torchd/oip"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
 
-// The gRPC APIs end to end, with grpc-go clients built from proto/: every call, and every
-// error path with its status code; outputs are compared with the REST v2 path's for the
-// same input. grpc_peers_test.go runs Triton's and TorchServe's own Python clients.
+// The gRPC servers the daemon starts (grpc.go): the standard health service, the message
+// bound, token authorization and a graceful stop, which only a whole server has. The
+// services' calls are frontend/kserve's TestGRPCRealModels and frontend/torchserve's
+// TestGRPCInferenceDigits and TestGRPCManagementDigits; grpc_peers_test.go runs Triton's and
+// TorchServe's own Python clients.
 
 func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
@@ -59,30 +54,6 @@ func wantCode(t testing.TB, err error, code codes.Code, msgPart string) {
 	}
 }
 
-// restV2 infers over REST with binary tensors and returns the first output.
-func restV2(t testing.TB, s *server, model string, in oip.Tensor) oip.Tensor {
-	t.Helper()
-	body, hlen, err := oip.EncodeRequest(&oip.InferRequest{Parameters: oip.Parameters{oip.ParamBinaryDataOutput: true}}, []oip.Tensor{in}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := must(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/octet-stream", body)
-	req.Header.Set(oip.HeaderContentLength, strconv.Itoa(hlen))
-	r := send(t, req)
-	if r.status != 200 {
-		t.Fatalf("REST v2 infer: %d %s", r.status, r.body)
-	}
-	n, _ := strconv.Atoi(r.header.Get(oip.HeaderContentLength))
-	if r.header.Get(oip.HeaderContentLength) == "" {
-		n = -1
-	}
-	_, outs, err := oip.DecodeResponse(r.body, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return outs[0]
-}
-
 func fp32Request(model string, shape []int64, data []byte, raw bool) *pb.ModelInferRequest {
 	in := &pb.ModelInferRequest_InferInputTensor{Name: "input__0", Datatype: "FP32", Shape: shape}
 	r := &pb.ModelInferRequest{ModelName: model, Inputs: []*pb.ModelInferRequest_InferInputTensor{in}}
@@ -100,25 +71,11 @@ func slowIn(ms float32) *pb.ModelInferRequest {
 		{Name: "input__0", Datatype: "FP32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{ms, 0}}}}}
 }
 
-// outputBytes is a response's first output as bytes, typed or raw.
-func outputBytes(t testing.TB, r *pb.ModelInferResponse) []byte {
-	t.Helper()
-	if len(r.GetRawOutputContents()) > 0 {
-		return r.GetRawOutputContents()[0]
-	}
-	var b []byte
-	for _, f := range r.GetOutputs()[0].GetContents().GetFp32Contents() {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(f))
-	}
-	return b
-}
-
 func TestGRPC(t *testing.T) {
-	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar,digits=digits.mar,slow=slow.mar")
+	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar")
 	s.waitHealthy(t)
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
 	x := readZooNpy(t, "digits", "ref_input.npy")
-	rest := restV2(t, s, "digits_tensor", oip.Tensor{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data})
 
 	// The inference service's health, metadata, config and statistics answers are
 	// frontend/kserve's TestGRPCMetadata; the standard health service is the server's.
@@ -138,40 +95,6 @@ func TestGRPC(t *testing.T) {
 		}
 	})
 
-	t.Run("infer typed and raw", func(t *testing.T) {
-		for _, raw := range []bool{false, true} {
-			r, err := oipc.ModelInfer(callCtx(t), fp32Request("digits_tensor", x.Shape, x.Data, raw))
-			if err != nil {
-				t.Fatal(err)
-			}
-			o := r.GetOutputs()[0]
-			if o.GetName() != "output__0" || o.GetDatatype() != "FP32" || !slicesEqual(o.GetShape(), []int64{4, 10}) || r.GetModelName() != "digits_tensor" {
-				t.Fatalf("raw %v: output %v", raw, o)
-			}
-			if raw != (len(r.GetRawOutputContents()) > 0) {
-				t.Fatalf("raw request %v answered raw %v", raw, len(r.GetRawOutputContents()) > 0)
-			}
-			closeTo(t, "gRPC output", f32s(outputBytes(t, r)), f32s(rest.Data), 1e-6)
-		}
-		// An input that is not the model's goes through the handler, as TorchServe's kservev2
-		// envelope: one output named after the input, the handler's answer flattened.
-		req := fp32Request("digits_tensor", x.Shape, x.Data, false)
-		req.Inputs[0].Name = "data"
-		r, err := oipc.ModelInfer(callCtx(t), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o := r.GetOutputs()[0]; o.GetName() != "data" || o.GetDatatype() != "FP32" || !slicesEqual(o.GetShape(), []int64{40}) || r.GetId() == "" {
-			t.Fatalf("through the handler: %v", r)
-		}
-		closeTo(t, "handler output", f32s(outputBytes(t, r)), f32s(rest.Data), tolerance.Kernels)
-		// A requested output that the model does not have.
-		req = fp32Request("digits_tensor", x.Shape, x.Data, true)
-		req.Outputs = []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "nope"}}
-		_, err = oipc.ModelInfer(callCtx(t), req)
-		wantCode(t, err, codes.InvalidArgument, `unknown output "nope"`)
-	})
-
 	// Bad input's answers are frontend/kserve's TestGRPCInfer and TestGRPCServerErrors; the
 	// server's own bound on a message is here.
 	t.Run("max_request_size", func(t *testing.T) {
@@ -185,184 +108,6 @@ func TestGRPC(t *testing.T) {
 			t.Fatalf("a good request after the bad one: %v", err)
 		}
 	})
-
-	t.Run("stream in order", func(t *testing.T) {
-		stream, err := oipc.ModelStreamInfer(callCtx(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		const n = 6
-		for i := range n {
-			req := fp32Request("digits_tensor", x.Shape, x.Data, i%2 == 0)
-			if i == 3 {
-				req = fp32Request("digits_tensor", []int64{4, 1, 28, 27}, x.Data[:4*4*28*27], true)
-			}
-			req.Id = strconv.Itoa(i)
-			if err := stream.Send(req); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stream.CloseSend()
-		for i := range n {
-			r, err := stream.Recv()
-			if err != nil {
-				t.Fatalf("answer %d: %v", i, err)
-			}
-			if got := r.GetInferResponse().GetId(); got != strconv.Itoa(i) {
-				t.Fatalf("answer %d has id %q: out of order", i, got)
-			}
-			if i == 3 {
-				if !strings.Contains(r.GetErrorMessage(), "must have shape") {
-					t.Fatalf("answer 3: error %q, want a shape error", r.GetErrorMessage())
-				}
-				continue
-			}
-			if r.GetErrorMessage() != "" {
-				t.Fatalf("answer %d: %s", i, r.GetErrorMessage())
-			}
-			closeTo(t, "stream output", f32s(outputBytes(t, r.GetInferResponse())), f32s(rest.Data), 1e-6)
-		}
-		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
-			t.Fatalf("after the answers: %v, want EOF", err)
-		}
-	})
-
-	t.Run("client cancels mid-stream", func(t *testing.T) {
-		before := stats(t, oipc, "slow").GetInferenceCount()
-		busy := s.occupySlow(t, 1000)
-		ctx, cancel := context.WithCancel(context.Background())
-		stream, err := oipc.ModelStreamInfer(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 3 {
-			if err := stream.Send(slowIn(300)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		waitFor(t, time.Minute, "the stream's requests queued", func() bool { _, n := s.queueState(t, "slow"); return n == 3 })
-		cancel()
-		if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
-			t.Fatalf("after cancel: %v", err)
-		}
-		if r := <-busy; r.status != 200 {
-			t.Fatalf("the occupying request: %d %s", r.status, r.body)
-		}
-		if _, err := oipc.ModelInfer(callCtx(t), slowIn(1)); err != nil {
-			t.Fatal(err)
-		}
-		// The occupying request and the last one ran; the cancelled stream's never did.
-		if got := stats(t, oipc, "slow").GetInferenceCount() - before; got != 2 {
-			t.Fatalf("slow inferred %d items, want 2: a cancelled request reached the model", got)
-		}
-	})
-
-	t.Run("torchserve inference", func(t *testing.T) {
-		tsc := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
-		ctx := callCtx(t)
-		ping, err := tsc.Ping(ctx, &emptypb.Empty{})
-		if rest := do(t, "GET", s.inf+"/ping", "", nil); err != nil || ping.GetHealth() != string(rest.body) {
-			t.Fatalf("ping %v %v, REST %s", ping, err, rest.body)
-		}
-		imgs, labels := heldOut(t)
-		rest := do(t, "POST", s.inf+"/predictions/digits", "image/png", imgs[0])
-		p, err := tsc.Predictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", Input: map[string][]byte{"data": imgs[0]}})
-		if err != nil || sameJSON(rest.body, p.GetPrediction()) != "" {
-			t.Fatalf("prediction %s %v, REST %s: %s", p.GetPrediction(), err, rest.body, sameJSON(rest.body, p.GetPrediction()))
-		}
-		var top map[string]float64
-		if json.Unmarshal(p.GetPrediction(), &top) != nil || !maxIs(top, labels[0]) {
-			t.Fatalf("prediction %s, label %s", p.GetPrediction(), labels[0])
-		}
-		seq := "s1"
-		st, err := tsc.StreamPredictions(ctx, &tspb.PredictionsRequest{ModelName: "digits", ModelVersion: "1.0", Input: map[string][]byte{"data": imgs[0]}, SequenceId: &seq})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := st.Recv()
-		if err != nil || sameJSON(rest.body, m.GetPrediction()) != "" || m.GetSequenceId() != "s1" {
-			t.Fatalf("stream prediction %v %v", m, err)
-		}
-		if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-			t.Fatalf("after the one answer: %v", err)
-		}
-		// Its errors are frontend/torchserve's TestGRPCPredictions.
-	})
-
-	t.Run("torchserve management", func(t *testing.T) {
-		mc := tspb.NewManagementAPIsServiceClient(dial(t, s.grpcMgmt))
-		ctx := callCtx(t)
-		l, err := mc.ListModels(ctx, &tspb.ListModelsRequest{})
-		if rest := do(t, "GET", s.mgmt+"/models", "", nil); err != nil || l.GetMsg() != string(rest.body) {
-			t.Fatalf("list %v %v, REST %s", l, err, rest.body)
-		}
-		r, err := mc.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "digits_tensor.mar", ModelName: "dt2", InitialWorkers: 1, Synchronous: true})
-		if err != nil || !strings.Contains(r.GetMsg(), `Model \"dt2\" Version: 1.0 registered with 1 initial workers`) {
-			t.Fatalf("register %v %v", r, err)
-		}
-		_, err = mc.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "digits_tensor.mar", ModelName: "dt2", Synchronous: true})
-		wantCode(t, err, codes.AlreadyExists, "dt2")
-		r, err = mc.ScaleWorker(ctx, &tspb.ScaleWorkerRequest{ModelName: "dt2", MinWorker: 2, Synchronous: true})
-		if err != nil || !strings.Contains(r.GetMsg(), "Workers scaled to 2 for model: dt2") {
-			t.Fatalf("scale %v %v", r, err)
-		}
-		r, err = mc.DescribeModel(ctx, &tspb.DescribeModelRequest{ModelName: "dt2"})
-		var desc []struct {
-			ModelName string `json:"modelName"`
-			Workers   []any  `json:"workers"`
-		}
-		if err != nil || json.Unmarshal([]byte(r.GetMsg()), &desc) != nil || desc[0].ModelName != "dt2" || len(desc[0].Workers) != 2 {
-			t.Fatalf("describe %v %v", r, err)
-		}
-		if rest := do(t, "GET", s.mgmt+"/models/dt2", "", nil); r.GetMsg() != string(rest.body) {
-			t.Fatalf("describe %s, REST %s", r.GetMsg(), rest.body)
-		}
-		if r, err = mc.SetDefault(ctx, &tspb.SetDefaultRequest{ModelName: "dt2", ModelVersion: "1.0"}); err != nil || !strings.Contains(r.GetMsg(), "Default version successfully updated") {
-			t.Fatalf("set default %v %v", r, err)
-		}
-		_, err = mc.SetDefault(ctx, &tspb.SetDefaultRequest{ModelName: "dt2", ModelVersion: "9.0"})
-		wantCode(t, err, codes.NotFound, "9.0")
-		if r, err = mc.UnregisterModel(ctx, &tspb.UnregisterModelRequest{ModelName: "dt2"}); err != nil || !strings.Contains(r.GetMsg(), `Model \"dt2\" unregistered`) {
-			t.Fatalf("unregister %v %v", r, err)
-		}
-		_, err = mc.UnregisterModel(ctx, &tspb.UnregisterModelRequest{ModelName: "dt2"})
-		wantCode(t, err, codes.NotFound, "dt2")
-		_, err = mc.DescribeModel(ctx, &tspb.DescribeModelRequest{ModelName: "a/b"})
-		wantCode(t, err, codes.InvalidArgument, "invalid model_name")
-		_, err = mc.RegisterModel(ctx, &tspb.RegisterModelRequest{Url: "nope.mar"})
-		wantCode(t, err, codes.NotFound, "nope.mar")
-	})
-}
-
-func stats(t testing.TB, c pb.GRPCInferenceServiceClient, model string) *pb.ModelStatistics {
-	t.Helper()
-	r, err := c.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{Name: model})
-	if err != nil || len(r.GetModelStats()) != 1 {
-		t.Fatalf("statistics of %s: %v %v", model, r, err)
-	}
-	return r.GetModelStats()[0]
-}
-
-func slicesEqual(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func maxIs(m map[string]float64, label string) bool {
-	best, bestP := "", -1.0
-	for k, p := range m {
-		if p > bestP {
-			best, bestP = k, p
-		}
-	}
-	return best == label
 }
 
 // Token authorization and a full queue, on a server with a queue of one.

@@ -26,7 +26,7 @@ import (
 // over a registry whose models are package coretest's runtime double, which doubles each
 // float32 of its input: "m" (versions "1" and "2") takes "x", float32 rows of two, and answers
 // "y", through the tensor handler. Answers are compared with testdata/*.golden (`go test
-// -update` rewrites them); what real models compute is the daemon's end-to-end tests'.
+// -update` rewrites them); what real models compute is *_models_test.go's (serve_test.go).
 
 type fixture struct {
 	rt  *coretest.Runtime

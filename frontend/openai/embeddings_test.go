@@ -18,8 +18,8 @@ import (
 // double: "emb" is served by the real text_embedding handler (its tokenizer, its refusals of
 // bad input) over a model that answers row i of a request as 384 floats of (i+1)/8, and "digits"
 // by the tensor handler. The answers are compared with testdata/*.golden; what
-// sentence-transformers computes is the daemon's end-to-end test's
-// (TestEmbeddingsMatchSentenceTransformers), with the real model.
+// sentence-transformers computes is served_test.go's (TestEmbeddingsMatchSentenceTransformers),
+// with the real model.
 
 // embeddingArchive's files: sentence-transformers' configuration as minilm's (384 floats,
 // mean pooling, max_seq_length 256), and a WordPiece vocabulary of a few words.

@@ -1,4 +1,4 @@
-package daemon_test
+package vision_test
 
 import (
 	"bytes"
@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"math"
 	"mime/multipart"
+	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -20,38 +20,32 @@ import (
 
 // The scripted torchvision detector and segmenter of models/detector.py and segmenter.py,
 // behind object_detector and image_segmenter, answer over HTTP and gRPC (TorchServe's APIs
-// and KServe v2, vision_v2_e2e_test.go) as TorchServe's handlers do on Python's outputs.
+// and KServe v2, kservev2_served_test.go) as TorchServe's handlers do on Python's outputs.
 
-// visionArchives writes the detector's and segmenter's archives into the store once, as
-// directories: deflating their 116 MB in TestMain would slow every run of this package.
-var visionArchives = sync.OnceValue(func() error {
-	for _, name := range []string{"detector", "segmenter"} {
-		var extra []string
-		if p := filepath.Join(zooDir, name, "index_to_name.json"); fileExists(p) {
-			extra = append(extra, p)
-		}
-		_, err := archive.Write(archive.WriteOptions{
-			ModelName: name, Version: "1.0", Format: archive.FormatNoArchive,
-			SerializedFile: filepath.Join(zooDir, name, "model.pt"), ExtraFiles: extra,
-			ConfigFile: filepath.Join("..", "models", "configs", name+".toml"), ExportPath: store,
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-})
-
-// startVisionServer starts a server with the detector's and segmenter's archives in its store
-// and registers name.
+// startVisionServer starts a server and registers name: the detector's or the segmenter's
+// archive, written as a directory (deflating 116 MB would slow every run).
 func startVisionServer(t *testing.T, name string) *server {
 	t.Helper()
-	if err := visionArchives(); err != nil {
+	var extra []string
+	if p := filepath.Join(zooDir, name, "index_to_name.json"); fileExists(p) {
+		extra = append(extra, p)
+	}
+	dir, err := archive.Write(archive.WriteOptions{
+		ModelName: name, Version: "1.0", Format: archive.FormatNoArchive,
+		SerializedFile: filepath.Join(zooDir, name, "model.pt"), ExtraFiles: extra,
+		ConfigFile: filepath.Join("..", "..", "models", "configs", name+".toml"), ExportPath: t.TempDir(),
+	})
+	if err != nil {
 		t.Fatalf("%v: run `make models` first", err)
 	}
 	s := startServer(t)
-	s.register(t, "url="+name+"&batch_size=4&max_batch_delay=5&initial_workers=1&synchronous=true")
+	s.register(t, "url="+url.QueryEscape(dir)+"&batch_size=4&max_batch_delay=5&initial_workers=1&synchronous=true")
 	return s
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // visionScenes reads a zoo directory's two scenes, in ref order.
@@ -120,6 +114,7 @@ func sameDetections(t testing.TB, what string, body []byte, want []any) {
 }
 
 func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
+	gate(t)
 	s := startVisionServer(t, "detector")
 	b, err := os.ReadFile(filepath.Join(zooDir, "detector", "ref_answers.json"))
 	if err != nil {
@@ -131,10 +126,10 @@ func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
 	}
 	scenes := visionScenes(t, "detector")
 	names := []string{"scene_320x240.png", "scene_200x300.png"}
-	url := s.inf + "/predictions/detector"
+	u := s.inf + "/predictions/detector"
 	tsc := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
 	for i, img := range scenes {
-		r := do(t, "POST", url, "image/png", img)
+		r := do(t, "POST", u, "image/png", img)
 		if r.status != 200 {
 			t.Fatalf("%s: %d %s", names[i], r.status, r.body)
 		}
@@ -147,7 +142,7 @@ func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
 	}
 	// Both scenes, of different sizes, in one request: one forward, as Python's "batch".
 	ct, body := multipartImages(t, scenes)
-	r := do(t, "POST", url, ct, body)
+	r := do(t, "POST", u, ct, body)
 	var both []json.RawMessage
 	if r.status != 200 || json.Unmarshal(r.body, &both) != nil || len(both) != 2 {
 		t.Fatalf("two images: %d %s", r.status, r.body)
@@ -156,7 +151,7 @@ func TestObjectDetectorOverHTTPAndGRPC(t *testing.T) {
 		sameDetections(t, "HTTP batch "+names[i], both[i], refs["batch"].([]any)[i].([]any))
 	}
 	// Not an image: the client's error, over both protocols.
-	if r := do(t, "POST", url, "image/png", []byte("not an image")); r.status != 400 || !bytes.Contains(r.body, []byte("unrecognised leading bytes")) {
+	if r := do(t, "POST", u, "image/png", []byte("not an image")); r.status != 400 || !bytes.Contains(r.body, []byte("unrecognised leading bytes")) {
 		t.Errorf("not an image: %d %s", r.status, r.body)
 	}
 	_, err = tsc.Predictions(callCtx(t), &tspb.PredictionsRequest{ModelName: "detector", Input: map[string][]byte{"data": []byte("not an image")}})
@@ -210,14 +205,15 @@ func float32sOf(t testing.TB, path string) []float32 {
 }
 
 func TestImageSegmenterOverHTTPAndGRPC(t *testing.T) {
+	gate(t)
 	s := startVisionServer(t, "segmenter")
 	ref := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_answer.npy"))
 	margin := float32sOf(t, filepath.Join(zooDir, "segmenter", "ref_margin.npy"))
 	scenes := visionScenes(t, "segmenter")
-	url := s.inf + "/predictions/segmenter"
+	u := s.inf + "/predictions/segmenter"
 	tsc := tspb.NewInferenceAPIsServiceClient(dial(t, s.grpcInf))
 	for i, img := range scenes {
-		r := do(t, "POST", url, "image/png", img)
+		r := do(t, "POST", u, "image/png", img)
 		if r.status != 200 {
 			t.Fatalf("scene %d: %d %.300s", i, r.status, r.body)
 		}
@@ -229,7 +225,7 @@ func TestImageSegmenterOverHTTPAndGRPC(t *testing.T) {
 		sameSegmentation(t, "gRPC", p.GetPrediction(), ref, margin, i*224*224)
 	}
 	ct, body := multipartImages(t, scenes)
-	r := do(t, "POST", url, ct, body)
+	r := do(t, "POST", u, ct, body)
 	var both []json.RawMessage
 	if r.status != 200 || json.Unmarshal(r.body, &both) != nil || len(both) != 2 {
 		t.Fatalf("two images: %d %.300s", r.status, r.body)
@@ -237,7 +233,7 @@ func TestImageSegmenterOverHTTPAndGRPC(t *testing.T) {
 	for i := range both {
 		sameSegmentation(t, "HTTP, both in one request", both[i], ref, margin, i*224*224)
 	}
-	if r := do(t, "POST", url, "image/png", []byte("\x89PNG\r\n\x1a\n")); r.status != 400 {
+	if r := do(t, "POST", u, "image/png", []byte("\x89PNG\r\n\x1a\n")); r.status != 400 {
 		t.Errorf("truncated PNG: %d %s", r.status, r.body)
 	}
 	t.Run("KServe v2", func(t *testing.T) { segmenterOverKServeV2(t, s, ref, margin) })

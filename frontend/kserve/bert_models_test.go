@@ -1,9 +1,10 @@
-package daemon_test
+package kserve_test
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
 )
 
@@ -135,6 +137,9 @@ func maxAbs(a, b []float64) float64 {
 	return d
 }
 
+// The TorchScript model and its AOTInductor package from a Triton repository, alone and
+// batched by the server, over REST and gRPC; the classification extension; statistics of a
+// 2-row batch; the encoder's tuple and dict outputs.
 func TestTritonBERT(t *testing.T) {
 	refs := bertRefs(t)
 	repo := t.TempDir()
@@ -158,11 +163,11 @@ func TestTritonBERT(t *testing.T) {
 	repoModel(t, repo, "encoder_dict", strings.Replace(tritonEncoder, `"encoder"`, `"encoder_dict"`, 1), "hfbert", "encoder_dict.pt", "1")
 	os.Rename(filepath.Join(repo, "encoder_dict", "1", "encoder_dict.pt"), filepath.Join(repo, "encoder_dict", "1", "model.pt"))
 
-	s := startServer(t, "--model-repository", repo)
-	idx := settled(t, s)
+	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlNone})
+	idx := s.settled()
 	for _, m := range []string{"bert_ts 1", "bert_aoti 1", "encoder 1", "encoder_dict 1"} {
 		if idx[m] != "READY" {
-			t.Fatalf("%s: %q (index %v)\n%s", m, idx[m], idx, s.Log())
+			t.Fatalf("%s: %q (index %v)", m, idx[m], idx)
 		}
 	}
 	if got := idx["bert_exported 1"]; !strings.Contains(got, "exported program (torch.export.save), not a compiled package: compile it with torch._inductor.aoti_compile_and_package") {
@@ -177,7 +182,7 @@ func TestTritonBERT(t *testing.T) {
 		for _, r := range refs {
 			wg.Go(func() {
 				var out v2Outputs
-				resp := do(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/json", bertV2([]bertRef{r}))
+				resp := s.do("POST", "/v2/models/"+model+"/infer", bertV2([]bertRef{r}))
 				if resp.status != 200 {
 					errs <- fmt.Sprintf("%s %q: %d %s", model, r.Text, resp.status, resp.body)
 					return
@@ -200,7 +205,7 @@ func TestTritonBERT(t *testing.T) {
 	}
 
 	// gRPC: two texts in one request (padded by the client), equal to Python's alone.
-	c := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
+	c := s.grpcClient()
 	for _, model := range []string{"bert_ts", "bert_aoti"} {
 		pair := refs[1:3]
 		width := max(len(pair[0].IDs), len(pair[1].IDs))
@@ -234,7 +239,7 @@ func TestTritonBERT(t *testing.T) {
 
 	// Triton's classification extension: the top 2 of each row as "value:index:label".
 	label := strings.Split(strings.TrimSpace(labels), "\n")
-	resp := do(t, "POST", s.inf+"/v2/models/bert_ts/infer", "application/json",
+	resp := s.do("POST", "/v2/models/bert_ts/infer",
 		bertV2(refs[:2], map[string]any{"name": "logits", "parameters": map[string]any{"classification": 2}}))
 	var cls struct {
 		Outputs []struct {
@@ -259,7 +264,7 @@ func TestTritonBERT(t *testing.T) {
 		}
 	}
 	for _, bad := range []any{0, -1, 2.5, "two"} {
-		r := do(t, "POST", s.inf+"/v2/models/bert_ts/infer", "application/json",
+		r := s.do("POST", "/v2/models/bert_ts/infer",
 			bertV2(refs[:1], map[string]any{"name": "logits", "parameters": map[string]any{"classification": bad}}))
 		if r.status != 400 || !strings.Contains(string(r.body), "parameter classification must be a positive integer") {
 			t.Errorf("classification %v: %d %s", bad, r.status, r.body)
@@ -274,7 +279,7 @@ func TestTritonBERT(t *testing.T) {
 			} `json:"batch_stats"`
 		} `json:"model_stats"`
 	}
-	do(t, "GET", s.inf+"/v2/models/bert_ts/versions/1/stats", "", nil).json(t, &stats)
+	s.do("GET", "/v2/models/bert_ts/versions/1/stats", nil).json(t, &stats)
 	sizes := []uint64{}
 	for _, b := range stats.ModelStats[0].BatchStats {
 		sizes = append(sizes, b.BatchSize)
@@ -289,7 +294,7 @@ func TestTritonBERT(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, r := range refs {
 			wg.Go(func() {
-				resp := do(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/json", bertV2([]bertRef{r}))
+				resp := s.do("POST", "/v2/models/"+model+"/infer", bertV2([]bertRef{r}))
 				if resp.status != 200 {
 					t.Errorf("%s %q: %d %s", model, r.Text, resp.status, resp.body)
 					return
@@ -324,7 +329,8 @@ func cmpFloat(a, b float64) int {
 // inputs, served through the TorchServe API's tensor handler; describe says runtime aoti.
 func TestPlainPackageArchive(t *testing.T) {
 	refs := bertRefs(t)
-	s := startServer(t)
+	s := newServer(t, serverOptions{})
+	store := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "model-config.toml")
 	const toml = `handler = "tensor"
 batch_size = 4
@@ -349,12 +355,11 @@ shape = [-1, 3]
 		t.Fatal(err)
 	}
 	out, err := archive.Write(archive.WriteOptions{ModelName: "bert_plain", SerializedFile: filepath.Join(hfbertDir, "model.pt2"),
-		ConfigFile: cfg, ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+		ConfigFile: cfg, ExportPath: store, Format: archive.FormatNoArchive, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(out) })
-	s.register(t, "url=pt2/bert_plain&initial_workers=1&synchronous=true")
+	s.register("url=" + url.QueryEscape(out) + "&initial_workers=1&synchronous=true")
 	var wg sync.WaitGroup
 	for _, r := range refs {
 		wg.Go(func() {
@@ -363,7 +368,7 @@ shape = [-1, 3]
 				mask[i] = 1
 			}
 			body, _ := json.Marshal(map[string]any{"input_ids": [][]int64{r.IDs}, "attention_mask": [][]int64{mask}})
-			resp := do(t, "POST", s.inf+"/predictions/bert_plain", "application/json", body)
+			resp := s.do("POST", "/predictions/bert_plain", body)
 			var got struct {
 				Shape []int64
 				Data  []float64
@@ -381,13 +386,13 @@ shape = [-1, 3]
 	var desc []struct {
 		Runtime string `json:"runtime"`
 	}
-	do(t, "GET", s.mgmt+"/models/bert_plain", "", nil).json(t, &desc)
+	s.doMgmt("GET", "/models/bert_plain", nil).json(t, &desc)
 	if len(desc) != 1 || desc[0].Runtime != "aoti" {
 		t.Errorf("describe: %+v, want runtime aoti", desc)
 	}
 	// An exported program in an archive: refused with the step to take.
 	_, err = archive.Write(archive.WriteOptions{ModelName: "bert_exported", SerializedFile: filepath.Join(hfbertDir, "exported.pt2"),
-		ConfigFile: cfg, ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+		ConfigFile: cfg, ExportPath: store, Format: archive.FormatNoArchive, Force: true})
 	if err == nil || !strings.Contains(err.Error(), "compile it with torch._inductor.aoti_compile_and_package") {
 		t.Errorf("archiving an exported program: %v", err)
 	}
@@ -397,18 +402,18 @@ shape = [-1, 3]
 // names them after forward's arguments reaches forward in its order, whatever the request's.
 func TestUndeclaredInputsByName(t *testing.T) {
 	refs := bertRefs(t)
-	s := startServer(t)
+	s := newServer(t, serverOptions{})
+	store := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "model-config.toml")
 	if err := os.WriteFile(cfg, []byte("handler = \"tensor\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := archive.Write(archive.WriteOptions{ModelName: "bert_undeclared", SerializedFile: filepath.Join(hfbertDir, "model.pt"),
-		ConfigFile: cfg, ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+		ConfigFile: cfg, ExportPath: store, Format: archive.FormatNoArchive, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(out) })
-	s.register(t, "url=pt2/bert_undeclared&initial_workers=1&synchronous=true")
+	s.register("url=" + url.QueryEscape(out) + "&initial_workers=1&synchronous=true")
 	r := refs[2]
 	mask := make([]int64, len(r.IDs))
 	for i := range mask {
@@ -419,7 +424,7 @@ func TestUndeclaredInputsByName(t *testing.T) {
 		{"name": "attention_mask", "datatype": "INT64", "shape": shape, "data": mask},
 		{"name": "input_ids", "datatype": "INT64", "shape": shape, "data": r.IDs},
 	}})
-	resp := do(t, "POST", s.inf+"/v2/models/bert_undeclared/infer", "application/json", body)
+	resp := s.do("POST", "/v2/models/bert_undeclared/infer", body)
 	var o v2Outputs
 	resp.json(t, &o)
 	if got, _ := o.floats(t, "output__0"); maxAbs(got, r.Logits) > 1e-4 {

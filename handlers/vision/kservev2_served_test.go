@@ -1,4 +1,4 @@
-package daemon_test
+package vision_test
 
 import (
 	"bytes"
@@ -22,6 +22,19 @@ import (
 // it; the raw file in binary data and over gRPC) goes through the handler, and its answer
 // comes back as one output named after the input: the detections one BYTES element each, the
 // segmentation flattened to numbers. Each is compared with Python's.
+
+// tsV2Response is a v2 answer whose outputs' data are kept as JSON.
+type tsV2Response struct {
+	ID           string `json:"id"`
+	ModelName    string `json:"model_name"`
+	ModelVersion string `json:"model_version"`
+	Outputs      []struct {
+		Name     string            `json:"name"`
+		Datatype string            `json:"datatype"`
+		Shape    []int64           `json:"shape"`
+		Data     []json.RawMessage `json:"data"`
+	} `json:"outputs"`
+}
 
 // bytesElement is one BYTES element as the binary extension and raw contents carry it.
 func bytesElement(b []byte) []byte {

@@ -1,67 +1,31 @@
-package daemon_test
+package kserve_test
 
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"math"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
-	"time"
 
+	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/client"
-	"github.com/torchd/torchd/internal/npy"
 	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
 
-func readZooNpy(t *testing.T, parts ...string) npy.Array {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := npy.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func f32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	for i := range got {
-		if math.Abs(float64(got[i]-want[i])) > tol {
-			t.Fatalf("%s[%d] = %v, want %v (±%g)", what, i, got[i], want[i], tol)
-		}
-	}
-}
-
 // The calls perf_analyzer makes before it sends load (server metadata, model metadata, model
-// config), then inference with binary inputs and outputs, replayed with torchd's own client;
-// outputs match Python's reference within 1e-5 in every encoding.
-func TestOpenInferenceProtocol(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=digits_tensor.mar&batch_size=8&max_batch_delay=2&initial_workers=1")
+// config), then inference with binary inputs and outputs, replayed with torchd's own client
+// over HTTP; outputs match Python's reference within 1e-5 in every encoding.
+func TestOpenInferenceProtocolDigits(t *testing.T) {
+	s := newServer(t, serverOptions{})
+	s.register("url=digits_tensor.mar&batch_size=8&max_batch_delay=2&initial_workers=1&synchronous=true")
+	base := s.listen()
 	ctx := context.Background()
-	c := client.New(s.inf)
+	c := client.New(base)
 
 	if live, err := c.ServerLive(ctx); err != nil || !live {
 		t.Fatalf("live: %v %v", live, err)
@@ -121,7 +85,7 @@ func TestOpenInferenceProtocol(t *testing.T) {
 
 	// A raw binary request: Inference-Header-Content-Length 0, one item's data, binary out.
 	one := x.Data[:28*28*4]
-	req, _ := http.NewRequest("POST", s.inf+"/v2/models/digits_tensor/infer", bytes.NewReader(one))
+	req, _ := http.NewRequest("POST", base+"/v2/models/digits_tensor/infer", bytes.NewReader(one))
 	req.Header.Set(oip.HeaderContentLength, "0")
 	req.Header.Set("Content-Type", "application/octet-stream")
 	raw, err := http.DefaultClient.Do(req)
@@ -144,7 +108,7 @@ func TestOpenInferenceProtocol(t *testing.T) {
 	// Errors: {"error": ...} with Triton's status codes.
 	v2err := func(status int, path, body, part string) {
 		t.Helper()
-		r := do(t, "POST", s.inf+path, "application/json", []byte(body))
+		r := s.do("POST", path, []byte(body))
 		var e oip.ErrorResponse
 		if r.status != status || json.Unmarshal(r.body, &e) != nil || !strings.Contains(e.Error, part) {
 			t.Fatalf("%s %s: %d %s, want %d with %q", path, body, r.status, r.body, status, part)
@@ -164,21 +128,37 @@ func TestOpenInferenceProtocol(t *testing.T) {
 	}
 }
 
-// TestOptimizeForInference serves the digits CNN loaded through
-// torch.jit.optimize_for_inference (the server-wide setting): the loader logs it, and batched
-// answers still match Python's reference.
-func TestOptimizeForInference(t *testing.T) {
-	s := startServer(t, "--optimize-for-inference=true")
-	s.register(t, "url=digits_tensor.mar&batch_size=8&max_batch_delay=2&initial_workers=1")
-	// The log reaches the test through a pipe, after the registration's answer.
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.Log(), "optimize_for_inference=true"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the load did not use optimize_for_inference:\n%s", s.Log())
-		}
+// lockedBuffer is a log that the registry's goroutines write while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The digits CNN loaded through torch.jit.optimize_for_inference (the server-wide setting):
+// the load logs it, and batched answers still match Python's reference.
+func TestOptimizeForInferenceDigits(t *testing.T) {
+	var log lockedBuffer
+	s := newServer(t, serverOptions{log: &log, settings: archive.Settings{Optimize: archive.Of(true)}})
+	s.register("url=digits_tensor.mar&batch_size=8&max_batch_delay=2&initial_workers=1&synchronous=true")
+	// A synchronous registration is answered once the load, and its log line, are done.
+	if !strings.Contains(log.String(), "optimize_for_inference=true") {
+		t.Fatalf("the load did not use optimize_for_inference:\n%s", log.String())
 	}
 	x := readZooNpy(t, "digits", "ref_input.npy")
 	want := f32s(readZooNpy(t, "digits", "ref_output.npy").Data)
-	_, outs, err := client.New(s.inf).Infer(context.Background(), "digits_tensor", "",
+	_, outs, err := client.New(s.listen()).Infer(context.Background(), "digits_tensor", "",
 		[]oip.Tensor{{Name: "input__0", Datatype: "FP32", Shape: x.Shape, Data: x.Data}}, client.InferOptions{Binary: true})
 	if err != nil || len(outs) != 1 || outs[0].Shape[0] != x.Shape[0] {
 		t.Fatalf("infer: %v %+v", err, outs)

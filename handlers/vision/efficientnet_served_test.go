@@ -1,4 +1,4 @@
-package daemon_test
+package vision_test
 
 import (
 	"bytes"
@@ -14,10 +14,6 @@ import (
 
 	"github.com/torchd/torchd/internal/tolerance"
 )
-
-func init() {
-	storeArchives = append(storeArchives, storeArchive{"efficientnet_lite0", "efficientnet_lite0", "efficientnet_lite0", "1.0", ""})
-}
 
 // topK is one image's answer from an image classifier: labels in the response's order (by
 // descending probability) and their probabilities.
@@ -144,15 +140,16 @@ func sameTopK(got, want topK, tol float64) error {
 // top-5, in order, within 1e-4; and batched requests, concurrent or several images in one
 // multipart request, get the answers they get one by one.
 func TestEfficientNetLite0MatchesPython(t *testing.T) {
+	gate(t)
 	s := startServer(t)
 	s.register(t, "url=efficientnet_lite0.mar&batch_size=8&max_batch_delay=20&initial_workers=1&synchronous=true")
-	url := s.inf + "/predictions/efficientnet_lite0"
+	u := s.inf + "/predictions/efficientnet_lite0"
 	photos := effnetPhotos(t)
 
 	alone := make([]topK, len(photos))
 	var maxDiff float64
 	for i, p := range photos {
-		alone[i] = topKOf(t, do(t, "POST", url, "image/jpeg", p.img))
+		alone[i] = topKOf(t, do(t, "POST", u, "image/jpeg", p.img))
 		if err := sameTopK(alone[i], p.want, 1e-4); err != nil {
 			t.Errorf("%s: %v", p.name, err)
 			continue
@@ -174,7 +171,7 @@ func TestEfficientNetLite0MatchesPython(t *testing.T) {
 	const rounds = 4
 	batched := make([]topK, rounds*len(photos))
 	forEach(len(batched), 16, func(i int) {
-		batched[i] = topKOf(t, do(t, "POST", url, "image/jpeg", photos[i%len(photos)].img))
+		batched[i] = topKOf(t, do(t, "POST", u, "image/jpeg", photos[i%len(photos)].img))
 	})
 	for i, k := range batched {
 		if err := sameTopK(k, alone[i%len(photos)], batchTol); err != nil {
@@ -195,7 +192,7 @@ func TestEfficientNetLite0MatchesPython(t *testing.T) {
 		fw.Write(p.img)
 	}
 	w.Close()
-	all := topKsOf(t, do(t, "POST", url, w.FormDataContentType(), mp.Bytes()))
+	all := topKsOf(t, do(t, "POST", u, w.FormDataContentType(), mp.Bytes()))
 	if len(all) != len(photos) {
 		t.Fatalf("%d images in one multipart request: %d answers", len(photos), len(all))
 	}

@@ -1,4 +1,4 @@
-package daemon_test
+package vision_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"mime/multipart"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,12 +15,6 @@ import (
 
 	"github.com/torchd/torchd/archive"
 )
-
-func init() {
-	storeArchives = append(storeArchives, storeArchive{"captioner", "captioner", "captioner", "1.0", ""},
-		storeArchive{"captioner_pt2", "captioner", "captioner_pt2", "1.0", ""})
-	storeExtras["captioner_pt2"] = []string{"encoder.pt2"}
-}
 
 // captionerScenes returns the captioner's held-out PNGs and their captions, in name order.
 func captionerScenes(t testing.TB) ([][]byte, []string) {
@@ -65,9 +60,10 @@ func captionOf(t testing.TB, r response) string {
 // are exactly right, a batched caption equals the one-by-one caption of the same scene, and
 // several images in one request get an array of captions in their order.
 func TestCaptionerOverHTTP(t *testing.T) {
+	gate(t)
 	s := startServer(t)
 	s.register(t, "url=captioner.mar&batch_size=16&max_batch_delay=10&initial_workers=1&synchronous=true")
-	url := s.inf + "/predictions/captioner"
+	u := s.inf + "/predictions/captioner"
 	imgs, want := captionerScenes(t)
 
 	resps := make([]response, len(imgs))
@@ -76,7 +72,7 @@ func TestCaptionerOverHTTP(t *testing.T) {
 	for range 32 {
 		wg.Go(func() {
 			for i := range work {
-				resps[i] = do(t, "POST", url, "image/png", imgs[i])
+				resps[i] = do(t, "POST", u, "image/png", imgs[i])
 			}
 		})
 	}
@@ -108,13 +104,13 @@ func TestCaptionerOverHTTP(t *testing.T) {
 
 	// One at a time, each request is a batch of its own.
 	for i := range imgs[:48] {
-		if alone := captionOf(t, do(t, "POST", url, "image/png", imgs[i])); alone != batched[i] {
+		if alone := captionOf(t, do(t, "POST", u, "image/png", imgs[i])); alone != batched[i] {
 			t.Errorf("scene %d: one-by-one %q, batched %q", i, alone, batched[i])
 		}
 	}
 
 	ct, body := multipartScenes(imgs[:3])
-	r := do(t, "POST", url, ct, body)
+	r := do(t, "POST", u, ct, body)
 	var three []struct{ Caption string }
 	r.json(t, &three)
 	if r.status != 200 || len(three) != 3 {
@@ -126,8 +122,8 @@ func TestCaptionerOverHTTP(t *testing.T) {
 		}
 	}
 
-	errorShape(t, do(t, "POST", url, "image/png", imgs[0][:len(imgs[0])/2]), 400, "BadRequestException", "")
-	errorShape(t, do(t, "POST", url, "image/png", []byte("not an image")), 400, "BadRequestException", "")
+	errorShape(t, do(t, "POST", u, "image/png", imgs[0][:len(imgs[0])/2]), 400, "BadRequestException", "")
+	errorShape(t, do(t, "POST", u, "image/png", []byte("not an image")), 400, "BadRequestException", "")
 }
 
 // multipartScenes is one request of several scenes: its content type and body.
@@ -148,6 +144,7 @@ func multipartScenes(imgs [][]byte) (string, []byte) {
 // alone, concurrently (batched), and five scenes a request, so that batches of up to 80 rows
 // run the package, exported for at most 64, in two parts.
 func TestCaptionerEncoderPackageOverHTTP(t *testing.T) {
+	gate(t)
 	s := startServer(t)
 	s.register(t, "url=captioner.mar&batch_size=16&initial_workers=1&synchronous=true")
 	s.register(t, "url=captioner_pt2.mar&batch_size=16&max_batch_delay=20&initial_workers=1&synchronous=true")
@@ -156,9 +153,9 @@ func TestCaptionerEncoderPackageOverHTTP(t *testing.T) {
 	for i, img := range imgs {
 		want[i] = captionOf(t, do(t, "POST", s.inf+"/predictions/captioner", "image/png", img))
 	}
-	url := s.inf + "/predictions/captioner_pt2"
+	u := s.inf + "/predictions/captioner_pt2"
 	for i, img := range imgs {
-		if got := captionOf(t, do(t, "POST", url, "image/png", img)); got != want[i] {
+		if got := captionOf(t, do(t, "POST", u, "image/png", img)); got != want[i] {
 			t.Errorf("scene %d alone: %q, TorchScript %q", i, got, want[i])
 		}
 	}
@@ -172,11 +169,11 @@ func TestCaptionerEncoderPackageOverHTTP(t *testing.T) {
 			wg.Go(func() {
 				for i := range work {
 					if per == 1 {
-						got[i] = captionOf(t, do(t, "POST", url, "image/png", imgs[i]))
+						got[i] = captionOf(t, do(t, "POST", u, "image/png", imgs[i]))
 						continue
 					}
 					ct, body := multipartScenes(imgs[i : i+per])
-					r := do(t, "POST", url, ct, body)
+					r := do(t, "POST", u, ct, body)
 					var caps []struct{ Caption string }
 					r.json(t, &caps)
 					if r.status != 200 || len(caps) != per {
@@ -206,8 +203,9 @@ func TestCaptionerEncoderPackageOverHTTP(t *testing.T) {
 }
 
 // writeCaptionerArchive writes a directory archive of the captioner_pt2 config over the
-// TorchScript file serialized, with encoder as encoder.pt2 when it is not nil.
-func writeCaptionerArchive(t *testing.T, name, serialized string, encoder []byte) {
+// TorchScript file serialized, with encoder as encoder.pt2 when it is not nil, and returns
+// its path.
+func writeCaptionerArchive(t *testing.T, name, serialized string, encoder []byte) string {
 	t.Helper()
 	extra := []string{filepath.Join(zooDir, "captioner", "vocab.json")}
 	if encoder != nil {
@@ -218,12 +216,12 @@ func writeCaptionerArchive(t *testing.T, name, serialized string, encoder []byte
 		extra = append(extra, p)
 	}
 	out, err := archive.Write(archive.WriteOptions{ModelName: name, SerializedFile: serialized, ExtraFiles: extra,
-		ConfigFile: filepath.Join("..", "models", "configs", "captioner_pt2.toml"),
-		ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+		ConfigFile: filepath.Join("..", "..", "models", "configs", "captioner_pt2.toml"),
+		ExportPath: t.TempDir(), Format: archive.FormatNoArchive, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(out) })
+	return out
 }
 
 // TestCaptionerEncoderPackageRefusals registers captioners whose encoder package is corrupt,
@@ -254,8 +252,8 @@ func TestCaptionerEncoderPackageRefusals(t *testing.T) {
 		{"digits", model, digits, "encoder.pt2 must take one float32 input of shape [-1 3 64 64], it takes [float32 [-1 1 28 28]]"},
 		{"nodecode", filepath.Join(zooDir, "digits", "model.pt"), good, "has no decode(features, max_length) method"},
 	} {
-		writeCaptionerArchive(t, "captioner_"+c.name, c.serialized, c.encoder)
-		r := do(t, "POST", s.mgmt+"/models?url=pt2/captioner_"+c.name+"&initial_workers=1&synchronous=true", "", nil)
+		dir := writeCaptionerArchive(t, "captioner_"+c.name, c.serialized, c.encoder)
+		r := do(t, "POST", s.mgmt+"/models?url="+url.QueryEscape(dir)+"&initial_workers=1&synchronous=true", "", nil)
 		errorShape(t, r, 400, "ModelException", c.msg)
 		t.Logf("%s: %s", c.name, r.body)
 		if got := captionOf(t, do(t, "POST", s.inf+"/predictions/captioner_pt2", "image/png", imgs[0])); got != want {

@@ -1,19 +1,99 @@
-package daemon_test
+package openai_test
 
 import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/backends/libtorch"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/core/coretest"
+	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/frontendtest"
+	"github.com/torchd/torchd/frontend/kserve"
+	"github.com/torchd/torchd/frontend/openai"
+	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/lifecycle"
 )
 
-func init() {
-	storeArchives = append(storeArchives, storeArchive{"minilm", "minilm", "minilm", "1.0", ""})
+// The zoo's sentence embedder (models/out/minilm, its archive in model-store: `make models
+// archives`) on LibTorch, through the inference port's front-ends as the daemon wires them
+// (TorchServe's, this package's and KServe's routes), compared with sentence-transformers.
+
+var (
+	zooDir   = filepath.Join("..", "..", "models", "out")
+	storeDir = filepath.Join("..", "..", "model-store")
+)
+
+type served struct {
+	t         testing.TB
+	inf, mgmt []*frontend.Route
+}
+
+func serve(t testing.TB) *served {
+	t.Helper()
+	reg := coretest.NewRegistryOf(t, libtorch.Backend{})
+	open := func(req core.RegisterRequest) (*core.ModelVersion, error) {
+		am, err := archive.Open(filepath.Join(storeDir, req.URL))
+		if err != nil {
+			return nil, core.Errorf(core.ErrModelNotFound, "%s: %v", req.URL, err)
+		}
+		name := req.Name
+		if name == "" {
+			name = am.Name
+		}
+		return reg.Add(name, am.Version, req, am)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	life := lifecycle.New(lifecycle.Config{Registry: reg, Open: open, ModelStore: storeDir, Log: log})
+	t.Cleanup(life.Stop)
+	ts := &torchserve.API{Registry: reg, Life: life, Ready: life.Ready, MaxRequestSize: 6553500, Log: log}
+	ks := &kserve.API{Registry: reg, Life: life, Ready: life.Ready, MaxRequestSize: 6553500, LogLevel: new(slog.LevelVar)}
+	return &served{t: t, inf: slices.Concat(ts.InferenceRoutes(), (&openai.API{Registry: reg}).Routes(), ks.Routes()), mgmt: ts.ManagementRoutes()}
+}
+
+func (s *served) register(query string) {
+	s.t.Helper()
+	r := frontendtest.Do(s.mgmt, frontendtest.Request{Method: "POST", URI: "/models?" + query})
+	if r.Status != 200 {
+		s.t.Fatalf("register %s: %d %s", query, r.Status, r.Body)
+	}
+}
+
+func (s *served) do(method, uri, contentType string, body []byte) frontendtest.Response {
+	return frontendtest.Do(s.inf, frontendtest.Request{Method: method, URI: uri, Body: body, Header: map[string]string{"Content-Type": contentType}})
+}
+
+func jsonOf(t testing.TB, r frontendtest.Response, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		t.Fatalf("%d %s: %v", r.Status, r.Body, err)
+	}
+}
+
+func (s *served) embed(body any) (frontendtest.Response, embeddingsResponse) {
+	t := s.t
+	t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.do("POST", "/v1/embeddings", "application/json", b)
+	var e embeddingsResponse
+	if r.Status == 200 {
+		jsonOf(t, r, &e)
+	}
+	return r, e
 }
 
 // embeddingRefs is models/out/minilm/embeddings_refs.json: sentence-transformers' encode()
@@ -32,7 +112,7 @@ func readEmbeddingRefs(t testing.TB) embeddingRefs {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(zooDir, "minilm", "embeddings_refs.json"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no zoo model (run make models): %v", err)
 	}
 	var r embeddingRefs
 	if err := json.Unmarshal(b, &r); err != nil {
@@ -100,26 +180,15 @@ func (e embeddingsResponse) floats(t testing.TB, i int) []float32 {
 	return out
 }
 
-func embed(t testing.TB, s *server, body any) (response, embeddingsResponse) {
-	t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := do(t, "POST", s.inf+"/v1/embeddings", "application/json", b)
-	var e embeddingsResponse
-	if r.status == 200 {
-		r.json(t, &e)
-	}
-	return r, e
-}
-
 // /v1/embeddings answers sentence-transformers' encode() for every reference text: alone,
 // all in one request (padded to the longest, which is over max_seq_length and cut), as
 // token ids, and in base64; usage counts the ids the model saw.
 func TestEmbeddingsMatchSentenceTransformers(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
+	if raceBuild {
+		t.Skip("a gate of forwards, not of Go's concurrency: it runs without -race")
+	}
+	s := serve(t)
+	s.register("url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	refs := readEmbeddingRefs(t)
 
 	texts := make([]string, len(refs.Items))
@@ -130,9 +199,9 @@ func TestEmbeddingsMatchSentenceTransformers(t *testing.T) {
 		if len(it.IDs) == refs.MaxLength {
 			truncated++
 		}
-		r, e := embed(t, s, map[string]any{"model": "minilm", "input": it.Text})
-		if r.status != 200 {
-			t.Fatalf("text %d: %d %s", i, r.status, r.body)
+		r, e := s.embed(map[string]any{"model": "minilm", "input": it.Text})
+		if r.Status != 200 {
+			t.Fatalf("text %d: %d %s", i, r.Status, r.Body)
 		}
 		if len(e.Data) != 1 || e.Usage.PromptTokens != len(it.IDs) || e.Usage.TotalTokens != len(it.IDs) {
 			t.Fatalf("text %d: %d embeddings, usage %+v, want 1 and %d tokens", i, len(e.Data), e.Usage, len(it.IDs))
@@ -143,9 +212,9 @@ func TestEmbeddingsMatchSentenceTransformers(t *testing.T) {
 		t.Fatal("no reference text reaches max_seq_length: the truncation is untested")
 	}
 
-	r, e := embed(t, s, map[string]any{"model": "minilm", "input": texts, "encoding_format": "float"})
-	if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
-		t.Fatalf("batch: %d %s %s", r.status, r.header.Get("Content-Type"), r.body)
+	r, e := s.embed(map[string]any{"model": "minilm", "input": texts, "encoding_format": "float"})
+	if r.Status != 200 || r.ContentType != "application/json" {
+		t.Fatalf("batch: %d %s %s", r.Status, r.ContentType, r.Body)
 	}
 	if e.Object != "list" || e.Model != "minilm" || len(e.Data) != len(texts) || e.Usage.PromptTokens != tokens || e.Usage.TotalTokens != tokens {
 		t.Fatalf("batch: object %q model %q, %d embeddings, usage %+v; want list, minilm, %d, %d tokens", e.Object, e.Model, len(e.Data), e.Usage, len(texts), tokens)
@@ -161,47 +230,47 @@ func TestEmbeddingsMatchSentenceTransformers(t *testing.T) {
 	for i, it := range refs.Items {
 		ids[i] = it.IDs
 	}
-	r, e = embed(t, s, map[string]any{"model": "minilm", "input": ids, "encoding_format": "base64", "dimensions": refs.Dim, "user": "test"})
-	if r.status != 200 || len(e.Data) != len(ids) {
-		t.Fatalf("token ids in base64: %d %s", r.status, r.body)
+	r, e = s.embed(map[string]any{"model": "minilm", "input": ids, "encoding_format": "base64", "dimensions": refs.Dim, "user": "test"})
+	if r.Status != 200 || len(e.Data) != len(ids) {
+		t.Fatalf("token ids in base64: %d %s", r.Status, r.Body)
 	}
 	for i := range e.Data {
 		embeddingNear(t, fmt.Sprintf("token ids %d, base64", i), e.floats(t, i), refs.Items[i].Embedding)
 	}
-	r, e = embed(t, s, map[string]any{"model": "minilm", "input": ids[0]})
-	if r.status != 200 || len(e.Data) != 1 {
-		t.Fatalf("one array of token ids: %d %s", r.status, r.body)
+	r, e = s.embed(map[string]any{"model": "minilm", "input": ids[0]})
+	if r.Status != 200 || len(e.Data) != 1 {
+		t.Fatalf("one array of token ids: %d %s", r.Status, r.Body)
 	}
 	embeddingNear(t, "one array of token ids", e.floats(t, 0), refs.Items[0].Embedding)
 }
 
-// The same model through /predictions and KServe v2 (BYTES texts in, FP32 [N, 384] out).
+// The same model through TorchServe's /predictions and KServe v2 (BYTES texts in, FP32 [N, 384] out).
 func TestEmbeddingsOverPredictionsAndKServe(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
+	s := serve(t)
+	s.register("url=minilm.mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	refs := readEmbeddingRefs(t)
 	a, b := refs.Items[0], refs.Items[len(refs.Items)-1]
 
-	r := do(t, "POST", s.inf+"/predictions/minilm", "text/plain; charset=utf-8", []byte(a.Text))
+	r := s.do("POST", "/predictions/minilm", "text/plain; charset=utf-8", []byte(a.Text))
 	var one [][]float32
-	r.json(t, &one)
-	if r.status != 200 || len(one) != 1 {
-		t.Fatalf("/predictions raw text: %d %s", r.status, r.body)
+	jsonOf(t, r, &one)
+	if r.Status != 200 || len(one) != 1 {
+		t.Fatalf("/predictions raw text: %d %s", r.Status, r.Body)
 	}
 	embeddingNear(t, "/predictions raw text", one[0], a.Embedding)
 	body, _ := json.Marshal([]string{a.Text, b.Text})
-	r = do(t, "POST", s.inf+"/predictions/minilm", "application/json", body)
+	r = s.do("POST", "/predictions/minilm", "application/json", body)
 	var two [][]float32
-	r.json(t, &two)
-	if r.status != 200 || len(two) != 2 {
-		t.Fatalf("/predictions JSON: %d %s", r.status, r.body)
+	jsonOf(t, r, &two)
+	if r.Status != 200 || len(two) != 2 {
+		t.Fatalf("/predictions JSON: %d %s", r.Status, r.Body)
 	}
 	embeddingNear(t, "/predictions JSON 0", two[0], a.Embedding)
 	embeddingNear(t, "/predictions JSON 1", two[1], b.Embedding)
 
 	body, _ = json.Marshal(map[string]any{"inputs": []any{map[string]any{
 		"name": "text", "datatype": "BYTES", "shape": []int{2}, "data": []string{a.Text, b.Text}}}})
-	r = do(t, "POST", s.inf+"/v2/models/minilm/infer", "application/json", body)
+	r = s.do("POST", "/v2/models/minilm/infer", "application/json", body)
 	var v2 struct {
 		Outputs []struct {
 			Name     string    `json:"name"`
@@ -210,28 +279,28 @@ func TestEmbeddingsOverPredictionsAndKServe(t *testing.T) {
 			Data     []float32 `json:"data"`
 		} `json:"outputs"`
 	}
-	r.json(t, &v2)
-	if r.status != 200 || len(v2.Outputs) != 1 || v2.Outputs[0].Name != "embedding" || v2.Outputs[0].Datatype != "FP32" ||
+	jsonOf(t, r, &v2)
+	if r.Status != 200 || len(v2.Outputs) != 1 || v2.Outputs[0].Name != "embedding" || v2.Outputs[0].Datatype != "FP32" ||
 		fmt.Sprint(v2.Outputs[0].Shape) != fmt.Sprint([]int{2, refs.Dim}) {
-		t.Fatalf("v2 infer: %d %.300s", r.status, r.body)
+		t.Fatalf("v2 infer: %d %.300s", r.Status, r.Body)
 	}
 	embeddingNear(t, "v2 0", v2.Outputs[0].Data[:refs.Dim], a.Embedding)
 	embeddingNear(t, "v2 1", v2.Outputs[0].Data[refs.Dim:], b.Embedding)
 
-	r = do(t, "GET", s.inf+"/v2/models/minilm", "", nil)
-	if r.status != 200 || !strings.Contains(string(r.body), `"name":"text","datatype":"BYTES"`) {
-		t.Fatalf("v2 metadata: %d %s", r.status, r.body)
+	r = s.do("GET", "/v2/models/minilm", "", nil)
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"name":"text","datatype":"BYTES"`) {
+		t.Fatalf("v2 metadata: %d %s", r.Status, r.Body)
 	}
 	body, _ = json.Marshal(map[string]any{"inputs": []any{map[string]any{
 		"name": "text", "datatype": "BYTES", "shape": []int{1}, "data": []string{""}}}})
-	r = do(t, "POST", s.inf+"/v2/models/minilm/infer", "application/json", body)
-	if r.status != 400 || !strings.Contains(string(r.body), `"error":"input 0 is empty"`) {
-		t.Fatalf("v2 empty text: %d %s", r.status, r.body)
+	r = s.do("POST", "/v2/models/minilm/infer", "application/json", body)
+	if r.Status != 400 || !strings.Contains(string(r.Body), `"error":"input 0 is empty"`) {
+		t.Fatalf("v2 empty text: %d %s", r.Status, r.Body)
 	}
 	body, _ = json.Marshal(map[string]any{"inputs": []any{map[string]any{
 		"name": "text", "datatype": "BYTES", "shape": []int{1, 2}, "data": []string{"a", "b"}}}})
-	r = do(t, "POST", s.inf+"/v2/models/minilm/infer", "application/json", body)
-	if r.status != 400 || !strings.Contains(string(r.body), "must have shape [N] or [N, 1]") {
-		t.Fatalf("v2 texts of shape [1, 2]: %d %s", r.status, r.body)
+	r = s.do("POST", "/v2/models/minilm/infer", "application/json", body)
+	if r.Status != 400 || !strings.Contains(string(r.Body), "must have shape [N] or [N, 1]") {
+		t.Fatalf("v2 texts of shape [1, 2]: %d %s", r.Status, r.Body)
 	}
 }

@@ -1,4 +1,4 @@
-package daemon_test
+package kserve_test
 
 import (
 	"encoding/json"
@@ -11,12 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
+	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/internal/tolerance"
+	"github.com/torchd/torchd/lifecycle"
+	pb "github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/torch"
 )
 
 // Triton model repositories, built from the zoo with configs written the way Triton users
-// write them, served by `torchd serve --model-repository`.
+// write them, served through the repository API, v2 inference, statistics and Triton's
+// metrics.
 
 // tritonDigits is the digits CNN's config: <name>__<index> tensors, dynamic batching.
 const tritonDigits = `
@@ -105,13 +111,19 @@ func copyFile(t testing.TB, from, to string) {
 	}
 }
 
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // v2Out posts a v2 JSON request of one FP32 input and returns the first output's data.
-func v2Out(t testing.TB, url, input string, shape []int64, data []float32) ([]float64, []int64) {
+func (s *server) v2Out(uri, input string, shape []int64, data []float32) ([]float64, []int64) {
+	t := s.t
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": input, "shape": shape, "datatype": "FP32", "data": data}}})
-	r := do(t, "POST", url, "application/json", body)
+	r := s.do("POST", uri, body)
 	if r.status != 200 {
-		t.Fatalf("POST %s: %d %s", url, r.status, r.body)
+		t.Fatalf("POST %s: %d %s", uri, r.status, r.body)
 	}
 	var out struct {
 		Outputs []struct {
@@ -123,17 +135,50 @@ func v2Out(t testing.TB, url, input string, shape []int64, data []float32) ([]fl
 	return out.Outputs[0].Data, out.Outputs[0].Shape
 }
 
-// index returns the repository index as "name version state: reason" lines.
-func repoIndex(t testing.TB, s *server) map[string]string {
+// tensorData is the tensor handler's answer's data: float32, of shape [1, n].
+func tensorData(t testing.TB, r response) []float64 {
 	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var out struct {
+		DType string    `json:"dtype"`
+		Shape []int64   `json:"shape"`
+		Data  []float64 `json:"data"`
+	}
+	r.json(t, &out)
+	if out.DType != "float32" || len(out.Shape) != 2 || out.Shape[0] != 1 {
+		t.Fatalf("tensor response %s", r.body)
+	}
+	return out.Data
+}
+
+// repoIndex returns the repository index as "name version" → "STATE: reason".
+func (s *server) repoIndex() map[string]string {
+	s.t.Helper()
 	var idx []struct{ Name, Version, State, Reason string }
-	r := do(t, "POST", s.inf+"/v2/repository/index", "application/json", nil)
-	r.json(t, &idx)
+	s.do("POST", "/v2/repository/index", nil).json(s.t, &idx)
 	out := map[string]string{}
 	for _, e := range idx {
 		out[strings.TrimSuffix(e.Name+" "+e.Version, " ")] = strings.TrimSuffix(e.State+": "+e.Reason, ": ")
 	}
 	return out
+}
+
+// settled waits until no model of the repository is loading, and returns the index.
+func (s *server) settled() map[string]string {
+	s.t.Helper()
+	var idx map[string]string
+	coretest.WaitFor(s.t, "the repository's loads", func() bool {
+		idx = s.repoIndex()
+		for _, state := range idx {
+			if state == "LOADING" || state == "UNLOADING" {
+				return false
+			}
+		}
+		return true
+	})
+	return idx
 }
 
 func digitsInput(seed int) []float32 {
@@ -144,21 +189,9 @@ func digitsInput(seed int) []float32 {
 	return x
 }
 
-func near(a, b []float64, tol float64) bool {
-	if len(a) != len(b) || len(a) == 0 {
-		return false
-	}
-	for i := range a {
-		if math.Abs(a[i]-b[i]) > tol {
-			return false
-		}
-	}
-	return true
-}
-
-// TestTritonRepository serves a repository of zoo models and hostile ones: each hostile
-// model is listed with its reason and the rest serve, with the config's names, types and
-// dims, and the same answers as the TorchServe API.
+// A repository of zoo models and hostile ones: each hostile model is listed with its reason
+// and the rest serve, with the config's names, types and dims, and the same answers as the
+// TorchServe API.
 func TestTritonRepository(t *testing.T) {
 	repo := t.TempDir()
 	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
@@ -210,8 +243,8 @@ model_warmup [
 		wantReasons["aoti_too_big 1"] = "outside the batch range"
 	}
 
-	s := startServer(t, "--model-repository", repo)
-	idx := settled(t, s)
+	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlNone})
+	idx := s.settled()
 	for k, reason := range wantReasons {
 		if got := idx[k]; !strings.HasPrefix(got, "UNAVAILABLE: ") || !strings.Contains(got, reason) {
 			t.Errorf("index %q: %q, want UNAVAILABLE with %q (index %v)", k, got, reason, idx)
@@ -222,35 +255,35 @@ model_warmup [
 	}
 
 	// Integer versions only: "statistics" is advertised.
-	if r := do(t, "GET", s.inf+"/v2", "", nil); !strings.Contains(string(r.body), `"statistics"`) || !strings.Contains(string(r.body), `"model_repository"`) {
+	if r := s.do("GET", "/v2", nil); !strings.Contains(string(r.body), `"statistics"`) || !strings.Contains(string(r.body), `"model_repository"`) {
 		t.Fatalf("server metadata %s", r.body)
 	}
 
 	// Metadata shows the config's names, types and dims, with -1 for the batch.
-	r := do(t, "GET", s.inf+"/v2/models/digits", "", nil)
+	r := s.do("GET", "/v2/models/digits", nil)
 	if want := `"platform":"pytorch_libtorch","inputs":[{"name":"INPUT__0","datatype":"FP32","shape":[-1,1,28,28]}],"outputs":[{"name":"OUTPUT__0","datatype":"FP32","shape":[-1,10]}]`; !strings.Contains(string(r.body), want) {
 		t.Fatalf("metadata %s, want %s", r.body, want)
 	}
-	r = do(t, "GET", s.inf+"/v2/models/resnet18", "", nil)
+	r = s.do("GET", "/v2/models/resnet18", nil)
 	if want := `"inputs":[{"name":"input__0","datatype":"FP32","shape":[3,224,224]}],"outputs":[{"name":"output__0","datatype":"FP32","shape":[1,1000,1,1]}]`; !strings.Contains(string(r.body), want) {
 		t.Fatalf("metadata %s, want %s", r.body, want)
 	}
 
 	// The same input through the TorchServe API (the digits tensor archive) and KServe v2.
-	s.register(t, "url=digits_tensor.mar&initial_workers=1&synchronous=true")
+	s.register("url=digits_tensor.mar&initial_workers=1&synchronous=true")
 	for i := range 3 {
 		x := digitsInput(i)
 		body, _ := json.Marshal(map[string]any{"data": x, "shape": []int{1, 1, 28, 28}})
-		want := tensorData(t, do(t, "POST", s.inf+"/predictions/digits_tensor", "application/json", body))
-		got, shape := v2Out(t, s.inf+"/v2/models/digits/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
+		want := tensorData(t, s.do("POST", "/predictions/digits_tensor", body))
+		got, shape := s.v2Out("/v2/models/digits/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
 		if !near(got, want, tolerance.Kernels) || fmt.Sprint(shape) != "[1 10]" {
 			t.Fatalf("input %d: v2 %v %v, TorchServe API %v", i, shape, got, want)
 		}
-		if got, _ := v2Out(t, s.inf+"/v2/models/digits_x/infer", "x", []int64{1, 1, 28, 28}, x); !near(got, want, tolerance.Kernels) {
+		if got, _ := s.v2Out("/v2/models/digits_x/infer", "x", []int64{1, 1, 28, 28}, x); !near(got, want, tolerance.Kernels) {
 			t.Fatalf("input %d: by forward's argument name %v, TorchServe API %v", i, got, want)
 		}
 		if fileExists(pt2) {
-			got, _ := v2Out(t, s.inf+"/v2/models/digits_aoti/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
+			got, _ := s.v2Out("/v2/models/digits_aoti/infer", "INPUT__0", []int64{1, 1, 28, 28}, x)
 			if !near(got, want, 1e-4) {
 				t.Fatalf("input %d: .pt2 %v, TorchScript %v", i, got, want)
 			}
@@ -258,13 +291,13 @@ model_warmup [
 	}
 	// Reshapes: the client's [3,224,224] reaches resnet18 as [1,3,224,224], and its
 	// [1,1000] answer comes back as [1,1000,1,1], equal to the archive's.
-	s.register(t, "url=resnet18.mar&model_name=resnet18_mar&initial_workers=1&synchronous=true")
+	s.register("url=resnet18.mar&model_name=resnet18_mar&initial_workers=1&synchronous=true")
 	img := make([]float32, 3*224*224)
 	for i := range img {
 		img[i] = float32(i%251)/251 - 0.5
 	}
-	got, shape := v2Out(t, s.inf+"/v2/models/resnet18/infer", "input__0", []int64{3, 224, 224}, img)
-	want, _ := v2Out(t, s.inf+"/v2/models/resnet18_mar/infer", "input__0", []int64{1, 3, 224, 224}, img)
+	got, shape := s.v2Out("/v2/models/resnet18/infer", "input__0", []int64{3, 224, 224}, img)
+	want, _ := s.v2Out("/v2/models/resnet18_mar/infer", "input__0", []int64{1, 3, 224, 224}, img)
 	if fmt.Sprint(shape) != "[1 1000 1 1]" || !near(got, want, 1e-4) {
 		t.Fatalf("resnet18: %v %v..., the archive's %v...", shape, got[:3], want[:3])
 	}
@@ -280,16 +313,16 @@ model_warmup [
 			} `json:"batch_stats"`
 		} `json:"model_stats"`
 	}
-	do(t, "GET", s.inf+"/v2/models/digits/versions/1/stats", "", nil).json(t, &stats)
+	s.do("GET", "/v2/models/digits/versions/1/stats", nil).json(t, &stats)
 	st := stats.ModelStats[0]
 	if st.Name != "digits" || st.Version != "1" || st.InferenceCount != 3 || st.InferenceStats["success"].Count != 3 ||
 		st.InferenceStats["compute_infer"].Count != 3 || st.InferenceStats["compute_infer"].Ns == 0 || len(st.BatchStats) == 0 {
 		t.Fatalf("stats %+v", stats)
 	}
-	if r := do(t, "GET", s.inf+"/v2/models/nope/stats", "", nil); r.status != 404 || !strings.Contains(string(r.body), `"error"`) {
+	if r := s.do("GET", "/v2/models/nope/stats", nil); r.status != 404 || !strings.Contains(string(r.body), `"error"`) {
 		t.Fatalf("stats of an unknown model: %d %s", r.status, r.body)
 	}
-	m := string(do(t, "GET", s.metrics+"/metrics", "", nil).body)
+	m := s.scrape()
 	for _, line := range []string{`nv_inference_request_success{model="digits",version="1"} 3`, `nv_inference_count{model="digits",version="1"} 3`,
 		`nv_inference_request_failure{model="digits",version="1",reason="REJECTED"} 0`, `nv_inference_pending_request_count{model="resnet18",version="1"} 0`} {
 		if !strings.Contains(m, line+"\n") {
@@ -298,33 +331,14 @@ model_warmup [
 	}
 }
 
-// settled waits until no model of the repository is loading, and returns the index.
-func settled(t testing.TB, s *server) map[string]string {
-	t.Helper()
-	s.waitHealthy(t) // the start-up models are loaded or failed
-	for range 1200 {
-		idx := repoIndex(t, s)
-		loading := false
-		for _, state := range idx {
-			loading = loading || state == "LOADING" || state == "UNLOADING"
-		}
-		if !loading {
-			return idx
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("the repository is still loading\n%s", s.Log())
-	return nil
-}
-
-// TestTritonExplicitControl drives the repository API in explicit mode: load with and
-// without a config override, unload, and the errors; and the logging API.
+// The repository API in explicit mode: load with and without a config override, unload, and
+// the errors; and the logging API.
 func TestTritonExplicitControl(t *testing.T) {
 	repo := t.TempDir()
 	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
 	repoModel(t, repo, "other", strings.Replace(tritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
-	s := startServer(t, "--model-repository", repo, "--model-control-mode", "explicit", "--load-model", "digits", "--load-model", "nope")
-	idx := settled(t, s)
+	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlExplicit, loadModels: []string{"digits", "nope"}})
+	idx := s.settled()
 	if idx["digits 1"] != "READY" || idx["other"] != "" || len(idx) != 2 {
 		t.Fatalf("index %v", idx)
 	}
@@ -335,14 +349,12 @@ func TestTritonExplicitControl(t *testing.T) {
 			data = append(data, x...)
 		}
 		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": "INPUT__0", "shape": []int{batch, 1, 28, 28}, "datatype": "FP32", "data": data}}})
-		return do(t, "POST", s.inf+"/v2/models/"+model+"/infer", "application/json", body)
+		return s.do("POST", "/v2/models/"+model+"/infer", body)
 	}
 	if r := infer("other", 1); r.status != 404 {
 		t.Fatalf("a model not loaded: %d %s", r.status, r.body)
 	}
-	post := func(path, body string) response {
-		return do(t, "POST", s.inf+path, "application/json", []byte(body))
-	}
+	post := func(path, body string) response { return s.do("POST", path, []byte(body)) }
 	if r := post("/v2/repository/models/other/load", ""); r.status != 200 {
 		t.Fatalf("load: %d %s", r.status, r.body)
 	}
@@ -360,7 +372,7 @@ func TestTritonExplicitControl(t *testing.T) {
 	var cfg struct {
 		MaxBatchSize int `json:"max_batch_size"`
 	}
-	do(t, "GET", s.inf+"/v2/models/digits/config", "", nil).json(t, &cfg)
+	s.do("GET", "/v2/models/digits/config", nil).json(t, &cfg)
 	if cfg.MaxBatchSize != 2 {
 		t.Fatalf("config after the override: %+v", cfg)
 	}
@@ -370,7 +382,7 @@ func TestTritonExplicitControl(t *testing.T) {
 	if r := infer("digits", 2); r.status != 200 {
 		t.Fatalf("a batch of max_batch_size: %d %s", r.status, r.body)
 	}
-	if m := string(do(t, "GET", s.metrics+"/metrics", "", nil).body); !strings.Contains(m, `nv_inference_request_failure{model="digits",version="1",reason="OTHER"} 1`+"\n") {
+	if m := s.scrape(); !strings.Contains(m, `nv_inference_request_failure{model="digits",version="1",reason="OTHER"} 1`+"\n") {
 		t.Fatalf("the refused batch is no OTHER failure:\n%s", m)
 	}
 
@@ -381,10 +393,10 @@ func TestTritonExplicitControl(t *testing.T) {
 	if r := infer("other", 1); r.status != 404 {
 		t.Fatalf("an unloaded model: %d %s", r.status, r.body)
 	}
-	if m := string(do(t, "GET", s.metrics+"/metrics", "", nil).body); strings.Contains(m, `model="other"`) || !strings.Contains(m, `nv_inference_count{model="digits",version="1"}`) {
+	if m := s.scrape(); strings.Contains(m, `model="other"`) || !strings.Contains(m, `nv_inference_count{model="digits",version="1"}`) {
 		t.Fatalf("metrics after the unload:\n%s", m)
 	}
-	if got := settled(t, s)["other 1"]; got != "UNAVAILABLE: unloaded" {
+	if got := s.settled()["other 1"]; got != "UNAVAILABLE: unloaded" {
 		t.Fatalf("index of the unloaded model: %q", got)
 	}
 	// Unregistered through the TorchServe management API instead: the index says so, and the
@@ -392,17 +404,17 @@ func TestTritonExplicitControl(t *testing.T) {
 	if r := post("/v2/repository/models/other/load", ""); r.status != 200 {
 		t.Fatalf("load again: %d %s", r.status, r.body)
 	}
-	if r := do(t, "DELETE", s.mgmt+"/models/other", "", nil); r.status != 200 {
+	if r := s.doMgmt("DELETE", "/models/other", nil); r.status != 200 {
 		t.Fatalf("DELETE through the management API: %d %s", r.status, r.body)
 	}
-	if got := settled(t, s)["other 1"]; got != "UNAVAILABLE: unloaded through the management API" {
+	if got := s.settled()["other 1"]; got != "UNAVAILABLE: unloaded through the management API" {
 		t.Fatalf("index after the management API's DELETE: %q", got)
 	}
 	if r := post("/v2/repository/models/other/load", ""); r.status != 200 {
 		t.Fatalf("load after the management API's DELETE: %d %s", r.status, r.body)
 	}
-	if r := infer("other", 1); r.status != 200 || settled(t, s)["other 1"] != "READY" {
-		t.Fatalf("reloaded after the management API's DELETE: %d %s %v", r.status, r.body, settled(t, s))
+	if r := infer("other", 1); r.status != 200 || s.settled()["other 1"] != "READY" {
+		t.Fatalf("reloaded after the management API's DELETE: %d %s %v", r.status, r.body, s.settled())
 	}
 
 	// Errors.
@@ -429,7 +441,7 @@ func TestTritonExplicitControl(t *testing.T) {
 
 	// Logging: Triton's fields over the log level.
 	var ls map[string]any
-	do(t, "GET", s.inf+"/v2/logging", "", nil).json(t, &ls)
+	s.do("GET", "/v2/logging", nil).json(t, &ls)
 	if ls["log_info"] != true || ls["log_verbose_level"] != 0.0 || ls["log_format"] != "default" {
 		t.Fatalf("log settings %v", ls)
 	}
@@ -443,9 +455,10 @@ func TestTritonExplicitControl(t *testing.T) {
 	}
 }
 
-// TestTritonPollReload replaces 1/model.pt under a load of concurrent requests: every
-// request is answered 200, and the answers switch from the old model to the new one. A model
-// added to the repository is loaded, and one removed is unloaded.
+// Poll mode replaces 1/model.pt under a load of concurrent requests: every request is
+// answered 200, and the answers switch from the old model to the new one. A config broken on
+// disk leaves the model serving; a model added to the repository is loaded, and one removed
+// is unloaded.
 func TestTritonPollReload(t *testing.T) {
 	repo := t.TempDir()
 	cfg := `platform: "pytorch_libtorch" max_batch_size: 4
@@ -453,8 +466,9 @@ input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 1000 }`
 	repoModel(t, repo, "classifier", cfg, "resnet18", "model.pt", "1")
-	s := startServer(t, "--model-repository", repo, "--model-control-mode", "poll", "--repository-poll-secs", "0.2")
-	if idx := settled(t, s); idx["classifier 1"] != "READY" {
+	var log lockedBuffer
+	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlPoll, pollEvery: 200 * time.Millisecond, log: &log})
+	if idx := s.settled(); idx["classifier 1"] != "READY" {
 		t.Fatalf("index %v", idx)
 	}
 	img := make([]float32, 3*224*224)
@@ -478,14 +492,15 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 					return
 				default:
 				}
-				r := do(t, "POST", s.inf+"/v2/models/classifier/infer", "application/json", body)
+				r := s.do("POST", "/v2/models/classifier/infer", body)
 				a := answer{status: r.status, body: string(r.body)}
 				if r.status == 200 {
 					var out struct {
 						Outputs []struct{ Data []float64 } `json:"outputs"`
 					}
-					r.json(t, &out)
-					a.out = out.Outputs[0].Data
+					if err := json.Unmarshal(r.body, &out); err == nil && len(out.Outputs) == 1 {
+						a.out = out.Outputs[0].Data
+					}
 				}
 				answers <- a
 			}
@@ -499,7 +514,7 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 			return a
 		case <-time.After(60 * time.Second):
 			close(stop)
-			t.Fatalf("no answer within 60 s\n%s", s.Log())
+			t.Fatalf("no answer within 60 s\n%s", log.String())
 			return answer{}
 		}
 	}
@@ -516,7 +531,7 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 	for deadline := time.Now().Add(90 * time.Second); changed < 3; {
 		if time.Now().After(deadline) {
 			close(stop)
-			t.Fatalf("the answers did not change within 90 s of the new model.pt\n%s", s.Log())
+			t.Fatalf("the answers did not change within 90 s of the new model.pt\n%s", log.String())
 		}
 		a := next()
 		if a.status == 200 && !near(a.out, first.out, 1e-3) {
@@ -544,44 +559,170 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 		}
 	}
 	t.Logf("%d answers, all 200, switched to the new model", len(got))
-	if !strings.Contains(s.Log(), "model reloaded") {
-		t.Fatalf("no reload logged\n%s", s.Log())
+	if !strings.Contains(log.String(), "model reloaded") {
+		t.Fatalf("no reload logged\n%s", log.String())
 	}
 
 	// A config broken on disk leaves the loaded model serving, and the index says why.
 	if err := os.WriteFile(filepath.Join(repo, "classifier", "config.pbtxt"), []byte(cfg[:40]), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; !strings.Contains(settled(t, s)["classifier 1"], "the new one fails: config.pbtxt:"); i++ {
-		if i == 300 {
-			t.Fatalf("index %v", settled(t, s))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if r := do(t, "POST", s.inf+"/v2/models/classifier/infer", "application/json", body); r.status != 200 {
+	coretest.WaitFor(t, "the broken config in the index", func() bool {
+		return strings.Contains(s.settled()["classifier 1"], "the new one fails: config.pbtxt:")
+	})
+	if r := s.do("POST", "/v2/models/classifier/infer", body); r.status != 200 {
 		t.Fatalf("after a broken config: %d %s", r.status, r.body)
 	}
 
 	// A model added to the repository is loaded; a model removed is unloaded.
 	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
-	waitStatus(t, s, "/v2/models/digits/ready", 200)
+	coretest.WaitFor(t, "digits ready", func() bool { return s.do("GET", "/v2/models/digits/ready", nil).status == 200 })
 	if err := os.RemoveAll(filepath.Join(repo, "classifier")); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, s, "/v2/models/classifier/ready", 400)
-	if got := settled(t, s)["classifier 1"]; !strings.Contains(got, "removed from the repository") {
+	coretest.WaitFor(t, "classifier not ready", func() bool { return s.do("GET", "/v2/models/classifier/ready", nil).status == 400 })
+	if got := s.settled()["classifier 1"]; !strings.Contains(got, "removed from the repository") {
 		t.Fatalf("index of the removed model: %q", got)
 	}
 }
 
-// waitStatus polls a GET path on the inference port until it answers status.
-func waitStatus(t testing.TB, s *server, path string, status int) {
-	t.Helper()
-	for range 600 {
-		if do(t, "GET", s.inf+path, "", nil).status == status {
-			return
+// A Triton repository's extensions over gRPC: the same index, load (with a config override),
+// unload, statistics and log settings as REST.
+func TestTritonGRPC(t *testing.T) {
+	repo := t.TempDir()
+	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	repoModel(t, repo, "other", strings.Replace(tritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
+	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlExplicit, loadModels: []string{"digits"}})
+	s.settled()
+	c := s.grpcClient()
+
+	index := func() map[string]string {
+		r, err := c.RepositoryIndex(callCtx(t), &pb.RepositoryIndexRequest{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		out := map[string]string{}
+		for _, m := range r.GetModels() {
+			out[strings.TrimSuffix(m.Name+" "+m.Version, " ")] = strings.TrimSuffix(m.State+": "+m.Reason, ": ")
+		}
+		return out
 	}
-	t.Fatalf("GET %s did not answer %d within 60 s\n%s", path, status, s.Log())
+	if idx := index(); idx["digits 1"] != "READY" || idx["other"] != "" {
+		t.Fatalf("index %v", idx)
+	}
+	override := `{"platform": "pytorch_libtorch", "max_batch_size": 4,
+		"input": [{"name": "INPUT__0", "data_type": "TYPE_FP32", "dims": [1, 28, 28]}],
+		"output": [{"name": "OUTPUT__0", "data_type": "TYPE_FP32", "dims": [10]}], "dynamic_batching": {}}`
+	_, err := c.RepositoryModelLoad(callCtx(t), &pb.RepositoryModelLoadRequest{ModelName: "other", Parameters: map[string]*pb.ModelRepositoryParameter{
+		"config": {ParameterChoice: &pb.ModelRepositoryParameter_StringParam{StringParam: override}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := c.ModelConfig(callCtx(t), &pb.ModelConfigRequest{Name: "other"})
+	if err != nil || cfg.GetConfig().GetMaxBatchSize() != 4 || cfg.GetConfig().GetInput()[0].GetName() != "INPUT__0" {
+		t.Fatalf("config after the override: %v %v", cfg, err)
+	}
+	in := &pb.ModelInferRequest{ModelName: "other", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT__0", Datatype: "FP32", Shape: []int64{1, 1, 28, 28},
+		Contents: &pb.InferTensorContents{Fp32Contents: digitsInput(0)}}}}
+	if _, err := c.ModelInfer(callCtx(t), in); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{Name: "other"})
+	if err != nil || st.GetModelStats()[0].GetInferenceStats().GetSuccess().GetCount() != 1 {
+		t.Fatalf("statistics %v %v", st, err)
+	}
+	if _, err := c.RepositoryModelUnload(callCtx(t), &pb.RepositoryModelUnloadRequest{ModelName: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if idx := index(); idx["other 1"] != "UNAVAILABLE: unloaded" {
+		t.Fatalf("index after the unload %v", idx)
+	}
+	_, err = c.RepositoryModelLoad(callCtx(t), &pb.RepositoryModelLoadRequest{ModelName: "nope"})
+	wantCode(t, err, codes.InvalidArgument, "nope")
+
+	// Log settings.
+	ls, err := c.LogSettings(callCtx(t), &pb.LogSettingsRequest{Settings: map[string]*pb.LogSettingsRequest_SettingValue{
+		"log_verbose_level": {ParameterChoice: &pb.LogSettingsRequest_SettingValue_Uint32Param{Uint32Param: 1}}}})
+	if err != nil || ls.GetSettings()["log_verbose_level"].GetUint32Param() != 1 || !ls.GetSettings()["log_info"].GetBoolParam() {
+		t.Fatalf("log settings %v %v", ls, err)
+	}
+	_, err = c.LogSettings(callCtx(t), &pb.LogSettingsRequest{Settings: map[string]*pb.LogSettingsRequest_SettingValue{
+		"log_file": {ParameterChoice: &pb.LogSettingsRequest_SettingValue_StringParam{StringParam: "/tmp/x"}}}})
+	wantCode(t, err, codes.InvalidArgument, "log_file")
+}
+
+// tritonPipeline is an ensemble of the digits model: the request's tensor handed to it in
+// memory, its output answered under the ensemble's name.
+const tritonPipeline = `
+name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IMAGE" data_type: TYPE_FP32 dims: [ 1, 28, 28 ] } ]
+output [ { name: "SCORES" data_type: TYPE_FP32 dims: [ 10 ] } ]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "digits"
+      model_version: -1
+      input_map { key: "INPUT__0" value: "IMAGE" }
+      output_map { key: "OUTPUT__0" value: "SCORES" }
+    }
+  ]
+}
+`
+
+// A repository whose ensemble chains a TorchScript model: READY
+// beside its model, loaded whichever loads first, and answering as the model does alone,
+// over the v2 REST API; an ensemble naming a model the repository lacks is UNAVAILABLE
+// with the model named.
+func TestTritonEnsemble(t *testing.T) {
+	repo := t.TempDir()
+	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	broken := strings.NewReplacer(`name: "pipeline"`, `name: "broken"`, `model_name: "digits"`, `model_name: "absent"`).Replace(tritonPipeline)
+	for name, config := range map[string]string{"pipeline": tritonPipeline, "broken": broken} {
+		dir := filepath.Join(repo, name)
+		if err := os.MkdirAll(filepath.Join(dir, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "config.pbtxt"), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlNone})
+	idx := s.settled()
+	if idx["pipeline 1"] != "READY" || idx["digits 1"] != "READY" {
+		t.Fatalf("index %v", idx)
+	}
+	if got := idx["broken 1"] + idx["broken"]; !strings.Contains(got, "UNAVAILABLE") || !strings.Contains(got, "absent") {
+		t.Errorf("an ensemble of a missing model: %q, want UNAVAILABLE naming it", got)
+	}
+	x := digitsInput(3)
+	infer := func(model, input, output string) []float64 {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"inputs": []map[string]any{{"name": input, "shape": []int{1, 1, 28, 28}, "datatype": "FP32", "data": x}}})
+		r := s.do("POST", "/v2/models/"+model+"/infer", body)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", model, r.status, r.body)
+		}
+		var out struct {
+			Outputs []struct {
+				Name string
+				Data []float64
+			}
+		}
+		r.json(t, &out)
+		if len(out.Outputs) != 1 || out.Outputs[0].Name != output {
+			t.Fatalf("%s: outputs %s, want %s", model, r.body, output)
+		}
+		return out.Outputs[0].Data
+	}
+	alone, chained := infer("digits", "INPUT__0", "OUTPUT__0"), infer("pipeline", "IMAGE", "SCORES")
+	if !near(alone, chained, 1e-6) {
+		t.Errorf("the ensemble answers %v, its model alone %v", chained, alone)
+	}
+	var meta struct{ Platform string }
+	s.do("GET", "/v2/models/pipeline", nil).json(t, &meta)
+	if meta.Platform != "ensemble" {
+		t.Errorf("metadata platform %q, want ensemble", meta.Platform)
+	}
 }
