@@ -5,6 +5,7 @@
 // (vertical), picked at run time. Callers check every index (resample.go); nothing here checks bounds.
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "resample.h"
 
@@ -70,31 +71,157 @@ __attribute__((target("sse4.1"))) static void horizontal3_sse41(
     trow[3 * i + 2] = (uint8_t)(out >> 16);
   }
 }
-#endif
 
-void vis_horizontal(uint8_t *tmp, int tstride, const uint8_t *src, int sstride, int r0, int r1,
-                    int c, const int32_t *start, const int32_t *n, const int32_t *k, int ksize,
-                    int nout) {
-  void (*h3)(uint8_t *, const uint8_t *, int, const int32_t *, const int32_t *, const int32_t *,
-             int, int) = horizontal3_any;
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("sse4.1")) h3 = horizontal3_sse41;
-#endif
-  for (int y = r0; y < r1; y++) {
-    const uint8_t *srow = src + (long)y * sstride;
-    uint8_t *trow = tmp + (long)(y - r0) * tstride;
-    if (c == 3) {
-      h3(trow, srow, sstride / 3, start, n, k, ksize, nout);
-    } else {
-      for (int i = 0; i < nout; i++) {
-        const int32_t *kk = k + (long)i * ksize;
-        const uint8_t *s = srow + start[i];
-        int32_t s0 = HALF;
-        for (int j = 0; j < n[i]; j++) s0 += s[j] * kk[j];
-        trow[i] = clip8(s0);
+// SPLIT cuts each 22-bit weight w into hi = w >> SPLIT and lo = w & (2^SPLIT - 1), both
+// int16, so that pmaddwd can multiply two taps' bytes at once: sum(p*w) = (sum(p*hi) <<
+// SPLIT) + sum(p*lo) is the same integer (no sum comes near 2^31), so the pixels are PIL's.
+#define SPLIT 15
+
+// hweights is a pass's weights laid out for horizontal3_avx2: output pixel i has ng[i]
+// groups of four taps, group g at w[(i*gmax + g)*16]: hi of taps 4g, 4g+1 as int16 pairs
+// four times (the low 128 bits), then of taps 4g+2, 4g+3 (the high), then the same for lo.
+typedef struct {
+  int16_t *w;
+  int gmax;
+} hweights;
+
+static int hweights_make(hweights *hw, const int32_t *n, const int32_t *k, int ksize, int nout) {
+  hw->gmax = (ksize + 3) / 4;
+  hw->w = calloc((size_t)nout * hw->gmax * 32, sizeof(int16_t));
+  if (!hw->w) return 0;
+  for (int i = 0; i < nout; i++) {
+    const int32_t *kk = k + (long)i * ksize;
+    for (int j = 0; j < n[i]; j++) {
+      int16_t *g = hw->w + ((long)i * hw->gmax + j / 4) * 32;
+      int half = (j % 4) / 2, odd = j % 2;
+      for (int r = 0; r < 4; r++) {
+        g[half * 8 + r * 2 + odd] = (int16_t)(kk[j] >> SPLIT);
+        g[16 + half * 8 + r * 2 + odd] = (int16_t)(kk[j] & ((1 << SPLIT) - 1));
       }
     }
   }
+  return 1;
+}
+
+// horizontal3_avx2 does four taps of one output pixel per step: 16 source bytes (taps 4g to
+// 4g+3 are the first 12) in both halves of a register, shuffled to int16 pairs (R of taps 4g
+// and 4g+1, G of both, B of both; taps 4g+2 and 4g+3 in the high half), then one pmaddwd
+// each for the weights' hi and lo parts. Weights past n[i] are zero, so reading up to four
+// taps past the last is harmless where it stays inside the row; the row's last pixels are
+// done as in horizontal3_any.
+__attribute__((target("avx2"))) static void horizontal3_avx2(
+    uint8_t *trow, const uint8_t *srow, int sw, const int32_t *start, const int32_t *n,
+    const int32_t *k, int ksize, int nout, const hweights *hw) {
+  const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                        6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  const __m128i half = _mm_set1_epi32(HALF);
+  for (int i = 0; i < nout; i++) {
+    const int st = start[i], nn = n[i];
+    const int ng = (nn + 3) / 4;
+    const uint8_t *s = srow + st * 3;
+    // The last load reads bytes [12(ng-1), 12(ng-1)+16) past s.
+    if ((st + 4 * ng) * 3 + 4 > sw * 3) {
+      const int32_t *kk = k + (long)i * ksize;
+      trow[3 * i] = clip8(tap3(s, kk, nn, 0));
+      trow[3 * i + 1] = clip8(tap3(s, kk, nn, 1));
+      trow[3 * i + 2] = clip8(tap3(s, kk, nn, 2));
+      continue;
+    }
+    const int16_t *w = hw->w + (long)i * hw->gmax * 32;
+    __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+    for (int g = 0; g < ng; g++) {
+      __m256i px = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(s + 12 * g)));
+      px = _mm256_shuffle_epi8(px, shuf);
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(w + 32 * g))));
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(w + 32 * g + 16))));
+    }
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    __m128i l = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+    __m128i acc = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(h, SPLIT), l), half);
+    acc = _mm_srai_epi32(acc, PRECISION_BITS);
+    __m128i p8 = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+    uint32_t out = (uint32_t)_mm_cvtsi128_si32(p8);
+    trow[3 * i] = (uint8_t)out;
+    trow[3 * i + 1] = (uint8_t)(out >> 8);
+    trow[3 * i + 2] = (uint8_t)(out >> 16);
+  }
+}
+#endif
+
+static int isa_level(int want) {
+  int have = 0;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.1")) have = 1;
+  if (have && __builtin_cpu_supports("avx2")) have = 2;
+#endif
+  return want < 0 || want > have ? have : want;
+}
+
+int vis_isa(int want) { return isa_level(want); }
+
+int vis_hpass_init(vis_hpass *h, int c, int sw, const int32_t *start, const int32_t *n,
+                   const int32_t *k, int ksize, int nout, int isa) {
+  h->c = c;
+  h->sw = sw;
+  h->start = start;
+  h->n = n;
+  h->k = k;
+  h->ksize = ksize;
+  h->nout = nout;
+  h->isa = c == 3 ? isa_level(isa) : 0;
+  h->w = 0;
+  h->gmax = 0;
+#if defined(__x86_64__)
+  if (h->isa == 2) {
+    hweights hw;
+    if (!hweights_make(&hw, n, k, ksize, nout)) return 0;
+    h->w = hw.w;
+    h->gmax = hw.gmax;
+  }
+#endif
+  return 1;
+}
+
+void vis_hpass_free(vis_hpass *h) {
+  free(h->w);
+  h->w = 0;
+}
+
+void vis_hpass_row(const vis_hpass *h, uint8_t *trow, const uint8_t *srow) {
+  if (h->c == 3) {
+#if defined(__x86_64__)
+    if (h->isa == 2) {
+      hweights hw = {h->w, h->gmax};
+      horizontal3_avx2(trow, srow, h->sw, h->start, h->n, h->k, h->ksize, h->nout, &hw);
+      return;
+    }
+    if (h->isa == 1) {
+      horizontal3_sse41(trow, srow, h->sw, h->start, h->n, h->k, h->ksize, h->nout);
+      return;
+    }
+#endif
+    horizontal3_any(trow, srow, h->sw, h->start, h->n, h->k, h->ksize, h->nout);
+    return;
+  }
+  for (int i = 0; i < h->nout; i++) {
+    const int32_t *kk = h->k + (long)i * h->ksize;
+    const uint8_t *s = srow + h->start[i];
+    int32_t s0 = HALF;
+    for (int j = 0; j < h->n[i]; j++) s0 += s[j] * kk[j];
+    trow[i] = clip8(s0);
+  }
+}
+
+int vis_horizontal(uint8_t *tmp, int tstride, const uint8_t *src, int sstride, int r0, int r1,
+                   int c, const int32_t *start, const int32_t *n, const int32_t *k, int ksize,
+                   int nout, int isa) {
+  vis_hpass h;
+  if (!vis_hpass_init(&h, c, sstride / c, start, n, k, ksize, nout, isa)) return -1;
+  for (int y = r0; y < r1; y++) {
+    vis_hpass_row(&h, tmp + (long)(y - r0) * tstride, src + (long)y * sstride);
+  }
+  vis_hpass_free(&h);
+  return 0;
 }
 
 // vertical is the body of both builds: each output row's taps summed over the whole row in

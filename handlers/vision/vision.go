@@ -164,6 +164,11 @@ func (t Transform) Apply(img []byte, dst []float32) error {
 	}
 	release := decoding.acquire(int64(w) * int64(h))
 	defer release()
+	if format == "jpeg" {
+		if done, err := t.resizeJPEG(img, dst); done {
+			return err
+		}
+	}
 	src, err := t.decode(img)
 	if err != nil {
 		return err
