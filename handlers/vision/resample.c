@@ -103,47 +103,87 @@ static int hweights_make(hweights *hw, const int32_t *n, const int32_t *k, int k
   return 1;
 }
 
-// horizontal3_avx2 does four taps of one output pixel per step: 16 source bytes (taps 4g to
-// 4g+3 are the first 12) in both halves of a register, shuffled to int16 pairs (R of taps 4g
-// and 4g+1, G of both, B of both; taps 4g+2 and 4g+3 in the high half), then one pmaddwd
-// each for the weights' hi and lo parts. Weights past n[i] are zero, so reading up to four
-// taps past the last is harmless where it stays inside the row; the row's last pixels are
-// done as in horizontal3_any.
+// sums_avx2 is one output pixel's sums over G groups of four taps: 16 source bytes (taps 4g
+// to 4g+3 are the first 12) in both halves of a register, shuffled to int16 pairs (R of
+// taps 4g and 4g+1, G of both, B of both; taps 4g+2 and 4g+3 in the high half), then one
+// pmaddwd each for the weights' hi and lo parts.
+static inline __attribute__((always_inline, target("avx2"))) void sums_avx2(
+    const uint8_t *s, const int16_t *w, int G, __m256i shuf, __m256i *hi, __m256i *lo) {
+  __m256i h = _mm256_setzero_si256(), l = _mm256_setzero_si256();
+  for (int g = 0; g < G; g++) {
+    __m256i px = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(s + 12 * g)));
+    px = _mm256_shuffle_epi8(px, shuf);
+    h = _mm256_add_epi32(h, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(w + 32 * g))));
+    l = _mm256_add_epi32(l, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(w + 32 * g + 16))));
+  }
+  *hi = h;
+  *lo = l;
+}
+
+// pixels_avx2 does output pixels i and i+1 with G groups each: their halves added
+// pairwise (pixel i in the low 128 bits, i+1 in the high), rounded, clipped, and stored as
+// 4 bytes each, the second overwriting the first's spare byte; last says that the second's
+// spare byte would pass the row, which then gets its 3 bytes alone.
+static inline __attribute__((always_inline, target("avx2"))) void pixels_avx2(
+    uint8_t *t, const uint8_t *sa, const uint8_t *sb, const int16_t *wa, const int16_t *wb, int G,
+    __m256i shuf, int last) {
+  __m256i ha, la, hb, lb;
+  sums_avx2(sa, wa, G, shuf, &ha, &la);
+  sums_avx2(sb, wb, G, shuf, &hb, &lb);
+  __m256i h = _mm256_add_epi32(_mm256_permute2x128_si256(ha, hb, 0x20), _mm256_permute2x128_si256(ha, hb, 0x31));
+  __m256i l = _mm256_add_epi32(_mm256_permute2x128_si256(la, lb, 0x20), _mm256_permute2x128_si256(la, lb, 0x31));
+  __m256i acc = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, SPLIT), l), _mm256_set1_epi32(HALF));
+  acc = _mm256_srai_epi32(acc, PRECISION_BITS);
+  // clip8: saturation to int16 and to uint8 clamps to [0, 255], in each half.
+  __m256i p16 = _mm256_packs_epi32(acc, acc);
+  __m256i p8 = _mm256_packus_epi16(p16, p16);
+  uint32_t a = (uint32_t)_mm256_cvtsi256_si32(p8);
+  uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(p8, 1));
+  memcpy(t, &a, 4);
+  if (last) {
+    t[3] = (uint8_t)b;
+    t[4] = (uint8_t)(b >> 8);
+    t[5] = (uint8_t)(b >> 16);
+  } else {
+    memcpy(t + 3, &b, 4);
+  }
+}
+
+// horizontal3_avx2 runs pixels_avx2 over the row, two output pixels at a time, every pixel
+// with all gmax groups (the weights past n[i] are zero, so the taps past the last add
+// nothing); G is gmax where a constant lets the compiler unroll the groups. A pixel whose
+// loads would pass the row is done as in horizontal3_any.
+static inline __attribute__((always_inline, target("avx2"))) void horizontal3_avx2_g(
+    uint8_t *trow, const uint8_t *srow, int sw, const int32_t *start, const int32_t *n,
+    const int32_t *k, int ksize, int nout, const hweights *hw, int G) {
+  const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                        6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  // A pixel's last load reads bytes [12(G-1), 12(G-1)+16) past its first tap.
+  const int stmax = sw - 4 * G - 2;
+  int i = 0;
+  for (; i + 1 < nout; i += 2) {
+    if (start[i] > stmax || start[i + 1] > stmax) break;
+    pixels_avx2(trow + 3 * i, srow + start[i] * 3, srow + start[i + 1] * 3, hw->w + (long)i * G * 32,
+                hw->w + (long)(i + 1) * G * 32, G, shuf, i + 2 >= nout);
+  }
+  for (; i < nout; i++) {
+    const int32_t *kk = k + (long)i * ksize;
+    const uint8_t *s = srow + start[i] * 3;
+    trow[3 * i] = clip8(tap3(s, kk, n[i], 0));
+    trow[3 * i + 1] = clip8(tap3(s, kk, n[i], 1));
+    trow[3 * i + 2] = clip8(tap3(s, kk, n[i], 2));
+  }
+}
+
 __attribute__((target("avx2"))) static void horizontal3_avx2(
     uint8_t *trow, const uint8_t *srow, int sw, const int32_t *start, const int32_t *n,
     const int32_t *k, int ksize, int nout, const hweights *hw) {
-  const __m256i shuf = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                        6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
-  const __m128i half = _mm_set1_epi32(HALF);
-  for (int i = 0; i < nout; i++) {
-    const int st = start[i], nn = n[i];
-    const int ng = (nn + 3) / 4;
-    const uint8_t *s = srow + st * 3;
-    // The last load reads bytes [12(ng-1), 12(ng-1)+16) past s.
-    if ((st + 4 * ng) * 3 + 4 > sw * 3) {
-      const int32_t *kk = k + (long)i * ksize;
-      trow[3 * i] = clip8(tap3(s, kk, nn, 0));
-      trow[3 * i + 1] = clip8(tap3(s, kk, nn, 1));
-      trow[3 * i + 2] = clip8(tap3(s, kk, nn, 2));
-      continue;
-    }
-    const int16_t *w = hw->w + (long)i * hw->gmax * 32;
-    __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
-    for (int g = 0; g < ng; g++) {
-      __m256i px = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(s + 12 * g)));
-      px = _mm256_shuffle_epi8(px, shuf);
-      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(w + 32 * g))));
-      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(w + 32 * g + 16))));
-    }
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-    __m128i l = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-    __m128i acc = _mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(h, SPLIT), l), half);
-    acc = _mm_srai_epi32(acc, PRECISION_BITS);
-    __m128i p8 = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
-    uint32_t out = (uint32_t)_mm_cvtsi128_si32(p8);
-    trow[3 * i] = (uint8_t)out;
-    trow[3 * i + 1] = (uint8_t)(out >> 8);
-    trow[3 * i + 2] = (uint8_t)(out >> 16);
+  switch (hw->gmax) {
+    case 1: horizontal3_avx2_g(trow, srow, sw, start, n, k, ksize, nout, hw, 1); break;
+    case 2: horizontal3_avx2_g(trow, srow, sw, start, n, k, ksize, nout, hw, 2); break;
+    case 3: horizontal3_avx2_g(trow, srow, sw, start, n, k, ksize, nout, hw, 3); break;
+    case 4: horizontal3_avx2_g(trow, srow, sw, start, n, k, ksize, nout, hw, 4); break;
+    default: horizontal3_avx2_g(trow, srow, sw, start, n, k, ksize, nout, hw, hw->gmax);
   }
 }
 #endif
