@@ -131,3 +131,34 @@ func BenchmarkResample(b *testing.B) {
 	}
 	reportCPU(b, start)
 }
+
+// BenchmarkPreprocessParallel is BenchmarkPreprocess/turbojpeg/1920x1080 as a server runs
+// it at c=50: 25 goroutines a CPU preprocessing at once, in one pass (onepass, the default
+// for an upright JPEG) and decoded into a raster first (raster), and with DCT scaling.
+//
+//	go test -run='^$' -bench='PreprocessParallel' -benchtime=2s ./handlers/vision/
+func BenchmarkPreprocessParallel(b *testing.B) {
+	for _, mode := range []string{"onepass", "raster", "dct"} {
+		b.Run(mode, func(b *testing.B) {
+			defer func(old bool) { onePassJPEG = old }(onePassJPEG)
+			onePassJPEG = mode != "raster"
+			img := encodeJPEG(b, 1920, 1080)
+			t := DefaultTransform()
+			t.JPEGDCTScaling = mode == "dct"
+			c, h, w := t.OutputShape()
+			b.ReportAllocs()
+			b.SetParallelism(25)
+			start := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				dst := make([]float32, c*h*w)
+				for pb.Next() {
+					if err := t.Apply(img, dst); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			reportCPU(b, start)
+		})
+	}
+}

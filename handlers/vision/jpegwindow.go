@@ -91,11 +91,12 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	g.pad(lut, dst)
 	g.check(hdr.w, hdr.h, c, dst)
 	nx := g.xb - g.xa
-	tmpBuf := pixPool.get((g.r1 - g.r0) * nx * c)
-	defer pixPool.put(tmpBuf)
-	rowBuf := pixPool.get(hdr.w * c)
-	defer pixPool.put(rowBuf)
-	tmp, row, hx := *tmpBuf, *rowBuf, g.hx
+	// One buffer holds the horizontal pass's rows and, after them, the decoded row: two
+	// sizes from one pool would have each often find the other's too small.
+	ntmp := (g.r1 - g.r0) * nx * c
+	buf := pixPool.get(ntmp + hdr.w*c)
+	defer pixPool.put(buf)
+	tmp, row, hx := (*buf)[:ntmp], (*buf)[ntmp:], g.hx
 	res := C.jw_decode_resize((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), C.int(hdr.w), C.int(hdr.h), C.int(c),
 		C.int(x0), C.int(x1), C.int(y0), C.jw_resize_args{
 			row: (*C.uchar)(unsafe.Pointer(&row[0])), tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * c),
