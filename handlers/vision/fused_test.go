@@ -3,10 +3,12 @@ package vision
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"image"
 	"image/jpeg"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -154,6 +156,38 @@ func TestResizeJPEGDeclines(t *testing.T) {
 		}
 		if i := firstDiff(dst, make([]float32, len(dst))); i >= 0 {
 			t.Errorf("%s: dst written at %d", name, i)
+		}
+	}
+}
+
+// TestResizeJPEGErrors: a truncated or damaged photo fails (or not) in the one-pass decode
+// as it does decoded whole by TurboJPEG, wherever the damage is, above, inside or below the
+// window: truncation is ErrCorrupt, and nothing crashes.
+func TestResizeJPEGErrors(t *testing.T) {
+	img := encodeJPEG(t, 1920, 1080)
+	def := DefaultTransform()
+	whole := Transform{CropW: 1 << 20}
+	cases := map[string][]byte{}
+	for _, cut := range []int{len(img) / 20, len(img) / 2, len(img) * 19 / 20, len(img) - 2} {
+		cases[fmt.Sprintf("cut at %d of %d", cut, len(img))] = img[:cut]
+	}
+	for _, at := range []int{len(img) / 10, len(img) / 2, len(img) * 19 / 20} {
+		b := append([]byte{}, img...)
+		for i := at; i < at+64; i++ {
+			b[i] = byte(i * 31)
+		}
+		cases[fmt.Sprintf("garbage at %d", at)] = b
+	}
+	oc, oh, ow := def.OutputShape()
+	for name, b := range cases {
+		done, err := def.resizeJPEG(b, make([]float32, oc*oh*ow))
+		r, errWhole := whole.decodeTurbo(b)
+		r.release()
+		if !done || (err == nil) != (errWhole == nil) || (err != nil && !errors.Is(err, ErrCorrupt)) {
+			t.Errorf("%s: one pass %v, %v; whole decode %v", name, done, err, errWhole)
+		}
+		if strings.HasPrefix(name, "cut") && (err == nil || !strings.Contains(err.Error(), "truncated")) {
+			t.Errorf("%s: %v, want a truncated JPEG refused", name, err)
 		}
 	}
 }

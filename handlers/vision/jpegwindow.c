@@ -108,14 +108,14 @@ jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int 
 jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int c, int x0, int x1,
 		int y0, jw_resize_args a) {
 	vis_hpass hp;
-	if (a.r0 < y0 || a.r1 <= a.r0 || a.r1 > h ||
-			!vis_hpass_init(&hp, c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa)) {
+	if (a.r0 < y0 || a.r1 <= a.r0 || a.r1 > h) {
 		jw_result res;
 		memset(&res, 0, sizeof res);
 		res.rc = -1;
 		snprintf(res.msg, sizeof res.msg, "cannot resize rows [%d,%d) of a %dx%d image", a.r0, a.r1, w, h);
 		return res;
 	}
+	vis_hpass_init(&hp, c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
 	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, a.r1, &hp, &a);
 	vis_hpass_free(&hp);
 	return res;

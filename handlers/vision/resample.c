@@ -199,7 +199,7 @@ static int isa_level(int want) {
 
 int vis_isa(int want) { return isa_level(want); }
 
-int vis_hpass_init(vis_hpass *h, int c, int sw, const int32_t *start, const int32_t *n,
+void vis_hpass_init(vis_hpass *h, int c, int sw, const int32_t *start, const int32_t *n,
                    const int32_t *k, int ksize, int nout, int isa) {
   h->c = c;
   h->sw = sw;
@@ -214,12 +214,14 @@ int vis_hpass_init(vis_hpass *h, int c, int sw, const int32_t *start, const int3
 #if defined(__x86_64__)
   if (h->isa == 2) {
     hweights hw;
-    if (!hweights_make(&hw, n, k, ksize, nout)) return 0;
-    h->w = hw.w;
-    h->gmax = hw.gmax;
+    if (hweights_make(&hw, n, k, ksize, nout)) {
+      h->w = hw.w;
+      h->gmax = hw.gmax;
+    } else {
+      h->isa = 1;  // out of memory for the weights: SSE4.1 needs none
+    }
   }
 #endif
-  return 1;
 }
 
 void vis_hpass_free(vis_hpass *h) {
@@ -252,16 +254,15 @@ void vis_hpass_row(const vis_hpass *h, uint8_t *trow, const uint8_t *srow) {
   }
 }
 
-int vis_horizontal(uint8_t *tmp, int tstride, const uint8_t *src, int sstride, int r0, int r1,
-                   int c, const int32_t *start, const int32_t *n, const int32_t *k, int ksize,
-                   int nout, int isa) {
+void vis_horizontal(uint8_t *tmp, int tstride, const uint8_t *src, int sstride, int r0, int r1,
+                    int c, const int32_t *start, const int32_t *n, const int32_t *k, int ksize,
+                    int nout, int isa) {
   vis_hpass h;
-  if (!vis_hpass_init(&h, c, sstride / c, start, n, k, ksize, nout, isa)) return -1;
+  vis_hpass_init(&h, c, sstride / c, start, n, k, ksize, nout, isa);
   for (int y = r0; y < r1; y++) {
     vis_hpass_row(&h, tmp + (long)(y - r0) * tstride, src + (long)y * sstride);
   }
   vis_hpass_free(&h);
-  return 0;
 }
 
 // vertical is the body of both builds: each output row's taps summed over the whole row in

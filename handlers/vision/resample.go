@@ -248,10 +248,8 @@ func (t Transform) resampleInto(src *raster, dst []float32) {
 		panic("vision: resample arguments out of range")
 	}
 	hx := g.hx
-	if C.vis_horizontal((*C.uint8_t)(unsafe.Pointer(&tmp[0])), C.int(tstride), (*C.uint8_t)(unsafe.Pointer(&src.pix[0])), C.int(sstride),
-		C.int(g.r0), C.int(g.r1), C.int(c), (*C.int32_t)(&hx.start[0]), (*C.int32_t)(&hx.n[0]), (*C.int32_t)(&hx.k[0]), C.int(hx.ksize), C.int(nx), C.int(resampleISA)) != 0 {
-		panic("vision: out of memory in the resize")
-	}
+	C.vis_horizontal((*C.uint8_t)(unsafe.Pointer(&tmp[0])), C.int(tstride), (*C.uint8_t)(unsafe.Pointer(&src.pix[0])), C.int(sstride),
+		C.int(g.r0), C.int(g.r1), C.int(c), (*C.int32_t)(&hx.start[0]), (*C.int32_t)(&hx.n[0]), (*C.int32_t)(&hx.k[0]), C.int(hx.ksize), C.int(nx), C.int(resampleISA))
 	g.vertical(tmp, c, lut, dst)
 }
 

@@ -4,8 +4,8 @@
 // vis_hpass is PIL's horizontal pass over rows of sw pixels of c = 1 or 3 channels to nout
 // output pixels, output i reading n[i] pixels from start[i] with weights k[i*ksize:]; isa
 // picks the code: -1 the best the CPU runs, else at most 0 (any CPU), 1 (SSE4.1) or 2
-// (AVX2). vis_hpass_init returns 0 when out of memory; vis_hpass_free frees what it made
-// (the weights in AVX2's layout). It keeps the pointers it is given: init, rows and free
+// (AVX2). vis_hpass_free frees what vis_hpass_init made (the weights in AVX2's layout;
+// without the memory for them, init picks SSE4.1). It keeps the pointers it is given: init, rows and free
 // run in one call from Go.
 typedef struct {
   int c, sw, ksize, nout, isa;
@@ -14,16 +14,16 @@ typedef struct {
   int gmax;
 } vis_hpass;
 
-int vis_hpass_init(vis_hpass *h, int c, int sw, const int32_t *start, const int32_t *n,
+void vis_hpass_init(vis_hpass *h, int c, int sw, const int32_t *start, const int32_t *n,
                    const int32_t *k, int ksize, int nout, int isa);
 void vis_hpass_row(const vis_hpass *h, uint8_t *trow, const uint8_t *srow);
 void vis_hpass_free(vis_hpass *h);
 
 // vis_horizontal runs the horizontal pass over source rows [r0, r1) of src (rows sstride
-// bytes apart) into tmp (rows tstride bytes apart); it returns -1 when out of memory.
-int vis_horizontal(uint8_t *tmp, int tstride, const uint8_t *src, int sstride, int r0, int r1,
-                   int c, const int32_t *start, const int32_t *n, const int32_t *k, int ksize,
-                   int nout, int isa);
+// bytes apart) into tmp (rows tstride bytes apart).
+void vis_horizontal(uint8_t *tmp, int tstride, const uint8_t *src, int sstride, int r0, int r1,
+                    int c, const int32_t *start, const int32_t *n, const int32_t *k, int ksize,
+                    int nout, int isa);
 
 // vis_isa returns the code vis_hpass runs for isa on this CPU.
 int vis_isa(int isa);
