@@ -80,24 +80,37 @@ func BenchmarkDecodeJPEG(b *testing.B) {
 }
 
 // BenchmarkResampleFrom times the resize, crop and normalization alone from a
-// decoded image of each size, the part of Preprocess that is not decoding.
+// decoded image of each size, the part of Preprocess that is not decoding, with the
+// horizontal pass's best code for this CPU and with each lesser one (isa0: any CPU,
+// isa1: SSE4.1, isa2: AVX2).
 func BenchmarkResampleFrom(b *testing.B) {
-	for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
-		b.Run(fmt.Sprintf("%dx%d", size[0], size[1]), func(b *testing.B) {
-			r := newRaster(size[0], size[1], 3)
-			defer r.release()
-			for i := range r.pix {
-				r.pix[i] = byte(i * 7)
+	for _, isa := range []int{-1, 0, 1, 2} {
+		for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
+			name := fmt.Sprintf("%dx%d", size[0], size[1])
+			if isa >= 0 {
+				if visISA(isa) != isa {
+					continue
+				}
+				name = fmt.Sprintf("isa%d/%s", isa, name)
 			}
-			t := DefaultTransform()
-			dst := make([]float32, 3*224*224)
-			b.ReportAllocs()
-			start := cpuTime()
-			for b.Loop() {
-				t.resampleInto(&r, dst)
-			}
-			reportCPU(b, start)
-		})
+			b.Run(name, func(b *testing.B) {
+				defer func(old int) { resampleISA = old }(resampleISA)
+				resampleISA = isa
+				r := newRaster(size[0], size[1], 3)
+				defer r.release()
+				for i := range r.pix {
+					r.pix[i] = byte(i * 7)
+				}
+				t := DefaultTransform()
+				dst := make([]float32, 3*224*224)
+				b.ReportAllocs()
+				start := cpuTime()
+				for b.Loop() {
+					t.resampleInto(&r, dst)
+				}
+				reportCPU(b, start)
+			})
+		}
 	}
 }
 
@@ -117,4 +130,35 @@ func BenchmarkResample(b *testing.B) {
 		t.resampleInto(&r, dst)
 	}
 	reportCPU(b, start)
+}
+
+// BenchmarkPreprocessParallel is BenchmarkPreprocess/turbojpeg/1920x1080 as a server runs
+// it at c=50: 25 goroutines a CPU preprocessing at once, in one pass (onepass, the default
+// for an upright JPEG) and decoded into a raster first (raster), and with DCT scaling.
+//
+//	go test -run='^$' -bench='PreprocessParallel' -benchtime=2s ./handlers/vision/
+func BenchmarkPreprocessParallel(b *testing.B) {
+	for _, mode := range []string{"onepass", "raster", "dct"} {
+		b.Run(mode, func(b *testing.B) {
+			defer func(old bool) { onePassJPEG = old }(onePassJPEG)
+			onePassJPEG = mode != "raster"
+			img := encodeJPEG(b, 1920, 1080)
+			t := DefaultTransform()
+			t.JPEGDCTScaling = mode == "dct"
+			c, h, w := t.OutputShape()
+			b.ReportAllocs()
+			b.SetParallelism(25)
+			start := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				dst := make([]float32, c*h*w)
+				for pb.Next() {
+					if err := t.Apply(img, dst); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			reportCPU(b, start)
+		})
+	}
 }

@@ -39,8 +39,10 @@ static void jw_progress(j_common_ptr ci) {
 	}
 }
 
-jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
-		int x0, int x1, int y0, int y1) {
+// decode is jw_decode, and jw_decode_resize where hp is set: then each row goes to row, and
+// rows [r0, r1) through hp into tmp.
+static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
+		int x0, int x1, int y0, int y1, const vis_hpass *hp, const jw_resize_args *ra) {
 	jw_result res;
 	memset(&res, 0, sizeof res);
 	struct jpeg_decompress_struct d;
@@ -76,14 +78,45 @@ jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int 
 	if (y0 > 0) {
 		jpeg_skip_scanlines(&d, (JDIMENSION)y0);
 	}
-	// The rows below the window are read, not skipped: jpeg_skip_scanlines to the end
-	// would not read their data, and a file truncated there would pass for a whole one.
 	while (d.output_scanline < d.output_height) {
-		JSAMPROW row = dst + ((size_t)d.output_scanline * (size_t)w + xoff) * (size_t)c;
+		JDIMENSION y = d.output_scanline;
+		// The rows below the window are skipped but for the last, which is read:
+		// jpeg_skip_scanlines to the end would not read their data, and a file truncated
+		// there would pass for a whole one.
+		if (y >= (JDIMENSION)y1 && y + 1 < d.output_height) {
+			jpeg_skip_scanlines(&d, d.output_height - 1 - y);
+			continue;
+		}
+		JSAMPROW row = hp ? ra->row + (size_t)xoff * (size_t)c
+				: dst + ((size_t)y * (size_t)w + xoff) * (size_t)c;
 		jpeg_read_scanlines(&d, &row, 1);
+		if (hp && (int)y >= ra->r0 && (int)y < ra->r1) {
+			vis_hpass_row(hp, ra->tmp + (size_t)(y - ra->r0) * (size_t)ra->tstride, ra->row);
+		}
 	}
 	jpeg_finish_decompress(&d);
 	res.truncated = err.eof;
 	jpeg_destroy_decompress(&d);
+	return res;
+}
+
+jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
+		int x0, int x1, int y0, int y1) {
+	return decode(buf, n, dst, w, h, c, x0, x1, y0, y1, NULL, NULL);
+}
+
+jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int c, int x0, int x1,
+		int y0, jw_resize_args a) {
+	vis_hpass hp;
+	if (a.r0 < y0 || a.r1 <= a.r0 || a.r1 > h) {
+		jw_result res;
+		memset(&res, 0, sizeof res);
+		res.rc = -1;
+		snprintf(res.msg, sizeof res.msg, "cannot resize rows [%d,%d) of a %dx%d image", a.r0, a.r1, w, h);
+		return res;
+	}
+	vis_hpass_init(&hp, c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
+	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, a.r1, &hp, &a);
+	vis_hpass_free(&hp);
 	return res;
 }

@@ -1,7 +1,8 @@
 package vision
 
 // #cgo CFLAGS: -O2
-// #cgo LDFLAGS: -l:libjpeg.a
+// #cgo LDFLAGS: -l:libjpeg.a -lturbojpeg
+// #include <turbojpeg.h>
 // #include "jpegwindow.h"
 import "C"
 
@@ -50,6 +51,68 @@ func (t Transform) sourceWindow(w, h int) (x0, x1, y0, y1 int, ok bool) {
 func decodeJPEGWindow(img []byte, r *raster, x0, x1, y0, y1 int) error {
 	res := C.jw_decode((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), (*C.uchar)(unsafe.Pointer(&r.pix[0])),
 		C.int(r.w), C.int(r.h), C.int(r.c), C.int(x0), C.int(x1), C.int(y0), C.int(y1))
+	return jwError(res)
+}
+
+// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an upright
+// RGB or gray photo, decoded at full size and resized. libjpeg decodes the window the resize
+// reads one row at a time, each row resized horizontally while it is in the cache
+// (jw_decode_resize), so the decoded image is never written out whole; the pixels are those
+// of decodeTurbo and resampleInto. done is false, and dst untouched, where img is not such a
+// JPEG (or its header is bad): Apply then decodes it into a raster.
+func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) {
+	if t.PureGoJPEG {
+		return false, nil
+	}
+	hdr, err := turboHeader(img)
+	if err != nil {
+		return false, nil
+	}
+	c := 3
+	switch hdr.colorspace {
+	case C.TJCS_GRAY:
+		c = 1
+	case C.TJCS_CMYK, C.TJCS_YCCK:
+		return false, nil
+	}
+	if o := jpegOrientation(img); o >= 2 && o <= 8 || t.Gray && c == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
+		return false, nil
+	}
+	x0, x1, y0, _, ok := t.sourceWindow(hdr.w, hdr.h)
+	if !ok {
+		return false, nil
+	}
+	g, ok := t.geom(hdr.w, hdr.h, hdr.w, hdr.h, 1)
+	if !ok || y0 > g.r0 {
+		return false, nil
+	}
+	lut := t.normLUT(g.oc)
+	defer lutPool.Put(lut)
+	g.pad(lut, dst)
+	g.check(hdr.w, hdr.h, c, dst)
+	nx := g.xb - g.xa
+	// One buffer holds the horizontal pass's rows and, after them, the decoded row: two
+	// sizes from one pool would have each often find the other's too small.
+	ntmp := (g.r1 - g.r0) * nx * c
+	buf := pixPool.get(ntmp + hdr.w*c)
+	defer pixPool.put(buf)
+	tmp, row, hx := (*buf)[:ntmp], (*buf)[ntmp:], g.hx
+	res := C.jw_decode_resize((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), C.int(hdr.w), C.int(hdr.h), C.int(c),
+		C.int(x0), C.int(x1), C.int(y0), C.jw_resize_args{
+			row: (*C.uchar)(unsafe.Pointer(&row[0])), tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * c),
+			r0: C.int(g.r0), r1: C.int(g.r1),
+			start: (*C.int32_t)(&hx.start[0]), n: (*C.int32_t)(&hx.n[0]), k: (*C.int32_t)(&hx.k[0]),
+			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA),
+		})
+	if err := jwError(res); err != nil {
+		return true, err
+	}
+	g.vertical(tmp, c, lut, dst)
+	return true, nil
+}
+
+// jwError is a jw_result as an error: ErrCorrupt for a truncated or damaged JPEG.
+func jwError(res C.jw_result) error {
 	switch {
 	case res.truncated != 0:
 		// PIL refuses truncated files too; libjpeg only warns.

@@ -4,6 +4,9 @@
 #define TORCHD_JPEGWINDOW_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "resample.h"
 
 // jw_result is jw_decode's outcome: rc 0 on success, -1 on a fatal error (msg says
 // which); truncated is set when the data ended before the image did, which libjpeg
@@ -16,12 +19,30 @@ typedef struct {
 // jw_decode decodes the JPEG in buf[0:n] with libjpeg's defaults (the ISLOW IDCT and
 // fancy upsampling, as PIL), writing rows [y0, y1) and at least columns [x0, x1) into
 // dst, which has the whole image's layout: w*h*c bytes, c being 1 (gray), 3 (RGB) or 4
-// (CMYK). Other columns are not written; rows below the window may be. Rows above the
-// window are skipped without their IDCT, and columns outside it (widened to iMCU
-// boundaries) too; the entropy-coded data is still read to its end. Progressive JPEGs of more than 500
+// (CMYK). Other columns are not written; the last row may be. Rows above and below the
+// window are skipped without their IDCT (but for the last), and columns outside it
+// (widened to iMCU boundaries) too; the entropy-coded data is still read to its end. Progressive JPEGs of more than 500
 // scans are refused, as TurboJPEG's TJFLAG_LIMITSCANS does. It never exits the
 // process: libjpeg's fatal errors return here.
 jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
 		int x0, int x1, int y0, int y1);
+
+// jw_resize_args is the horizontal pass of the resize that jw_decode_resize runs on each
+// decoded row in [r0, r1), writing row y to tmp + (y-r0)*tstride: vis_hpass_init's
+// arguments, and row, the w*c bytes each row is decoded into.
+typedef struct {
+	unsigned char *row;
+	uint8_t *tmp;
+	int tstride, r0, r1;
+	const int32_t *start, *n, *k;
+	int ksize, nout, isa;
+} jw_resize_args;
+
+// jw_decode_resize is jw_decode into one row's buffer, each row of [r0, r1) resized
+// horizontally as soon as it is decoded, while it is in the cache: the image is never
+// whole in memory. y0 <= r0 is where the decode starts (r0 less a margin: the rows at a
+// skip's edge may differ from a whole decode's).
+jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int c, int x0, int x1,
+		int y0, jw_resize_args a);
 
 #endif

@@ -136,6 +136,10 @@ func pilAxis(in int, box float32, out, lo, hi int) *axis {
 	return a
 }
 
+// resampleISA is the horizontal pass's code (vis_horizontal's isa): -1, the best this CPU
+// runs; the tests set it lower to check each against the others.
+var resampleISA = -1
+
 // lutPool keeps the tables the resize hands to C, which would otherwise be allocated per
 // image (a pointer passed to C escapes).
 var lutPool sync.Pool
@@ -161,70 +165,114 @@ func (t Transform) normLUT(c int) *[3][256]float32 {
 	return lut
 }
 
-// resampleInto resizes src, center-crops and normalizes it into dst (CHW).
-// src has 1 or 3 channels; a gray source for RGB output is resized once and
-// written to all three planes, which is what PIL's convert("RGB") then resize
-// amounts to.
-func (t Transform) resampleInto(src *raster, dst []float32) {
-	oc, oh, ow := t.OutputShape()
-	rw, rh := t.resizedSize(src.fullW, src.fullH)
-	x0, y0 := cropOrigin(rw, ow), cropOrigin(rh, oh)
-	// [xa, xb) × [ya, yb) is the part of the resized image inside the crop;
-	// output outside it is padding.
-	xa, xb := max(x0, 0), min(x0+ow, rw)
-	ya, yb := max(y0, 0), min(y0+oh, rh)
-	lut := t.normLUT(oc)
-	defer lutPool.Put(lut)
-	plane := oh * ow
-	if xb-xa < ow || yb-ya < oh {
-		for ch := range oc {
+// resampleGeom is where the resize of a source, and the crop after it, read and write:
+// output [xa, xb) × [ya, yb) of the resized image (the crop's origin at x0, y0; the rest
+// of the crop is padding) reads source rows [r0, r1) with weights vy and the columns of
+// hx.
+type resampleGeom struct {
+	oc, oh, ow, plane int
+	x0, y0            int
+	xa, xb, ya, yb    int
+	hx, vy            *axis
+	r0, r1            int
+}
+
+// geom returns the resize's geometry for an upright fullW×fullH image decoded at 1/scale
+// into w×h pixels; ok is false when the crop holds no pixel of the image.
+func (t Transform) geom(fullW, fullH, w, h, scale int) (g resampleGeom, ok bool) {
+	g.oc, g.oh, g.ow = t.OutputShape()
+	g.plane = g.oh * g.ow
+	rw, rh := t.resizedSize(fullW, fullH)
+	g.x0, g.y0 = cropOrigin(rw, g.ow), cropOrigin(rh, g.oh)
+	g.xa, g.xb = max(g.x0, 0), min(g.x0+g.ow, rw)
+	g.ya, g.yb = max(g.y0, 0), min(g.y0+g.oh, rh)
+	if g.xa >= g.xb || g.ya >= g.yb {
+		return g, false // cannot happen for a centered crop, but keeps the indexing safe
+	}
+	g.hx = pilAxis(w, float32(fullW)/float32(scale), rw, g.xa, g.xb)
+	g.vy = pilAxis(h, float32(fullH)/float32(scale), rh, g.ya, g.yb)
+	last := len(g.vy.start) - 1
+	g.r0, g.r1 = int(g.vy.start[0]), int(g.vy.start[last]+g.vy.n[last])
+	return g, true
+}
+
+// pad writes the padding value into every plane of dst when the crop is larger than the
+// resized image.
+func (g *resampleGeom) pad(lut *[3][256]float32, dst []float32) {
+	if g.xb-g.xa < g.ow || g.yb-g.ya < g.oh {
+		for ch := range g.oc {
 			pad := lut[ch][0]
-			d := dst[ch*plane : (ch+1)*plane]
+			d := dst[ch*g.plane : (ch+1)*g.plane]
 			for i := range d {
 				d[i] = pad
 			}
 		}
 	}
+}
 
-	if xa >= xb || ya >= yb {
-		return // cannot happen for a centered crop, but keeps the indexing safe
-	}
-
-	c := src.c
-	nx := xb - xa
-	hx := pilAxis(src.w, float32(src.fullW)/float32(src.scale), rw, xa, xb)
-	vy := pilAxis(src.h, float32(src.fullH)/float32(src.scale), rh, ya, yb)
-	last := len(vy.start) - 1
-	r0, r1 := int(vy.start[0]), int(vy.start[last]+vy.n[last])
-
-	// Horizontal pass over the source rows the vertical pass reads.
-	tmpBuf := pixPool.get((r1 - r0) * nx * c)
-	defer pixPool.put(tmpBuf)
-	tmp := *tmpBuf
-	tstride, sstride := nx*c, src.w*c
-	// What the C passes read and write, checked here since they check nothing: source
-	// rows [r0, r1) of src, the weights' pixels inside a row, and dst's planes.
-	if r0 < 0 || r1 > src.h || len(src.pix) < src.h*sstride || len(hx.start) != nx || len(vy.start) != yb-ya ||
-		len(dst) < oc*plane || (c != 1 && c != 3) || (c == 3 && oc != 3) {
+// check panics unless the C passes, which check nothing, stay inside a source of w×h
+// pixels of c channels, tmp and dst: the weights' pixels inside a row, and dst's planes.
+func (g *resampleGeom) check(w, h, c int, dst []float32) {
+	if g.r0 < 0 || g.r1 > h || len(g.hx.start) != g.xb-g.xa || len(g.vy.start) != g.yb-g.ya ||
+		len(dst) < g.oc*g.plane || (c != 1 && c != 3) || (c == 3 && g.oc != 3) {
 		panic("vision: resample arguments out of range")
 	}
-	for i := range hx.start {
-		if hx.start[i] < 0 || int(hx.start[i]+hx.n[i]) > src.w {
+	for i := range g.hx.start {
+		if g.hx.start[i] < 0 || int(g.hx.start[i]+g.hx.n[i]) > w {
 			panic("vision: resample weights out of range")
 		}
 	}
-	C.vis_horizontal((*C.uint8_t)(unsafe.Pointer(&tmp[0])), C.int(tstride), (*C.uint8_t)(unsafe.Pointer(&src.pix[0])), C.int(sstride),
-		C.int(r0), C.int(r1), C.int(c), (*C.int32_t)(&hx.start[0]), (*C.int32_t)(&hx.n[0]), (*C.int32_t)(&hx.k[0]), C.int(hx.ksize), C.int(nx))
+}
 
-	// Vertical pass, one output row at a time into an accumulator row, then clip and
-	// normalize straight into dst.
+// resampleInto resizes src, center-crops and normalizes it into dst (CHW).
+// src has 1 or 3 channels; a gray source for RGB output is resized once and
+// written to all three planes, which is what PIL's convert("RGB") then resize
+// amounts to.
+func (t Transform) resampleInto(src *raster, dst []float32) {
+	g, ok := t.geom(src.fullW, src.fullH, src.w, src.h, src.scale)
+	lut := t.normLUT(g.oc)
+	defer lutPool.Put(lut)
+	g.pad(lut, dst)
+	if !ok {
+		return
+	}
+	c := src.c
+	nx := g.xb - g.xa
+	// Horizontal pass over the source rows the vertical pass reads.
+	tmpBuf := pixPool.get((g.r1 - g.r0) * nx * c)
+	defer pixPool.put(tmpBuf)
+	tmp := *tmpBuf
+	tstride, sstride := nx*c, src.w*c
+	g.check(src.w, src.h, c, dst)
+	if len(src.pix) < src.h*sstride {
+		panic("vision: resample arguments out of range")
+	}
+	hx := g.hx
+	C.vis_horizontal((*C.uint8_t)(unsafe.Pointer(&tmp[0])), C.int(tstride), (*C.uint8_t)(unsafe.Pointer(&src.pix[0])), C.int(sstride),
+		C.int(g.r0), C.int(g.r1), C.int(c), (*C.int32_t)(&hx.start[0]), (*C.int32_t)(&hx.n[0]), (*C.int32_t)(&hx.k[0]), C.int(hx.ksize), C.int(nx), C.int(resampleISA))
+	g.vertical(tmp, c, lut, dst)
+}
+
+// vertical is the vertical pass from tmp, the horizontal pass's rows [r0, r1) of c
+// channels: one output row at a time into an accumulator row, then clipped and normalized
+// straight into dst.
+func (g *resampleGeom) vertical(tmp []byte, c int, lut *[3][256]float32, dst []float32) {
+	nx := g.xb - g.xa
+	tstride := nx * c
+	if len(tmp) < (g.r1-g.r0)*tstride {
+		panic("vision: resample arguments out of range")
+	}
 	accBuf := accPool.get(tstride)
 	defer accPool.put(accBuf)
 	acc := *accBuf
+	vy := g.vy
 	C.vis_vertical(C.vis_vertical_args{
-		dst: (*C.float)(&dst[0]), base: C.int((ya-y0)*ow + (xa - x0)), ow: C.int(ow), plane: C.int(plane), nx: C.int(nx), oc: C.int(oc),
-		tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(tstride), r0: C.int(r0), c: C.int(c),
-		start: (*C.int32_t)(&vy.start[0]), n: (*C.int32_t)(&vy.n[0]), k: (*C.int32_t)(&vy.k[0]), ksize: C.int(vy.ksize), rows: C.int(yb - ya),
+		dst: (*C.float)(&dst[0]), base: C.int((g.ya-g.y0)*g.ow + (g.xa - g.x0)), ow: C.int(g.ow), plane: C.int(g.plane), nx: C.int(nx), oc: C.int(g.oc),
+		tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(tstride), r0: C.int(g.r0), c: C.int(c),
+		start: (*C.int32_t)(&vy.start[0]), n: (*C.int32_t)(&vy.n[0]), k: (*C.int32_t)(&vy.k[0]), ksize: C.int(vy.ksize), rows: C.int(g.yb - g.ya),
 		lut: (*C.float)(&lut[0][0]), acc: (*C.int32_t)(&acc[0]),
 	})
 }
+
+// visISA reports the horizontal pass's code for isa on this CPU (vis_isa).
+func visISA(isa int) int { return int(C.vis_isa(C.int(isa))) }

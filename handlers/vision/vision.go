@@ -141,6 +141,10 @@ func (t Transform) validate() error {
 	return nil
 }
 
+// onePassJPEG lets Apply decode and resize an upright JPEG in one pass (resizeJPEG); the
+// benchmarks turn it off to compare with decoding into a raster.
+var onePassJPEG = true
+
 // Apply decodes img and writes the transformed tensor into dst, channel-major
 // (CHW), which must have length c*h*w from OutputShape. Errors about the image
 // wrap ErrBadImage and one of ErrEmpty, ErrUnsupported, ErrTooLarge or
@@ -164,6 +168,11 @@ func (t Transform) Apply(img []byte, dst []float32) error {
 	}
 	release := decoding.acquire(int64(w) * int64(h))
 	defer release()
+	if format == "jpeg" && onePassJPEG {
+		if done, err := t.resizeJPEG(img, dst); done {
+			return err
+		}
+	}
 	src, err := t.decode(img)
 	if err != nil {
 		return err
