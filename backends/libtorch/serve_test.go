@@ -1,0 +1,378 @@
+package libtorch_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/backends/libtorch"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/core/coretest"
+	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/frontendtest"
+	"github.com/torchd/torchd/frontend/kserve"
+	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/lifecycle"
+	"github.com/torchd/torchd/oip"
+)
+
+// The backend's tests serve the zoo's models (models/out, `make models`) and the model
+// store's archives (model-store, `make archives`) over real LibTorch, through TorchServe's
+// and KServe v2's routes without a server: what a client sees of a model this backend runs.
+
+var zooDir = filepath.Join("..", "..", "models", "out")
+
+// storeArchive is one archive of the tests' model store, built as the daemon's end-to-end
+// harness builds it (make archives packs the same files): name, its models/out directory,
+// its models/configs file, and its serialized file there.
+type storeArchive struct{ name, zoo, config, file string }
+
+var storeArchives = []storeArchive{
+	{"digits", "digits", "digits", "model.pt"},
+	{"digits_tensor", "digits", "digits_tensor", "model.pt"},
+	{"resnet18", "resnet18", "resnet18", "model.pt"},
+	{"digits_pt2", "digits", "digits_tensor", "model.pt2"},
+	{"digits_pt2_img", "digits", "digits", "model.pt2"},
+	{"resnet18_pt2", "resnet18", "resnet18", "model.pt2"},
+	{"efficientnet_lite0_pt2", "efficientnet_lite0", "efficientnet_lite0", "model.pt2"},
+	{"textcls_pt2", "textcls", "textcls", "model.pt2"},
+	{"minilm_pt2", "minilm", "minilm", "model.pt2"},
+}
+
+var (
+	storeOnce sync.Once
+	store     string
+	storeErr  error
+)
+
+// TestMain removes the model store the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if store != "" {
+		os.RemoveAll(store)
+	}
+	os.Exit(code)
+}
+
+// buildStore writes storeArchives as stored zips (.mar) into a directory of its own, once
+// per run: the CNNs' packages carry their int8 package (make models-int8) as a variant.
+func buildStore(t testing.TB) string {
+	t.Helper()
+	storeOnce.Do(func() {
+		if store, storeErr = os.MkdirTemp("", "torchd-libtorch-store-"); storeErr != nil {
+			return
+		}
+		for _, a := range storeArchives {
+			var extra []string
+			files := []string{"index_to_name.json", "vocab.txt", "vocab.json", "st"}
+			if a.file == "model.pt2" && (a.zoo == "resnet18" || a.zoo == "efficientnet_lite0") {
+				files = append(files, "model_int8.pt2")
+			}
+			for _, f := range files {
+				if p := filepath.Join(zooDir, a.zoo, f); fileExists(p) {
+					extra = append(extra, p)
+				}
+			}
+			_, storeErr = archive.Write(archive.WriteOptions{ModelName: a.name, Version: "1.0",
+				SerializedFile: filepath.Join(zooDir, a.zoo, a.file), ExtraFiles: extra,
+				ConfigFile: filepath.Join("..", "..", "models", "configs", a.config+".toml"),
+				ExportPath: store, Format: archive.FormatZipStore})
+			if storeErr != nil {
+				storeErr = fmt.Errorf("%s (run make models): %w", a.name, storeErr)
+				return
+			}
+		}
+	})
+	if storeErr != nil {
+		t.Fatal(storeErr)
+	}
+	return store
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// server is a registry over the LibTorch backend with the front-ends' routes over it.
+type server struct {
+	reg       *core.Registry
+	inf, mgmt []*frontend.Route
+	// scratch holds archives a test writes; a registration's URL is looked up in the model
+	// store, then there.
+	scratch string
+	logMu   sync.Mutex
+	log     bytes.Buffer
+}
+
+func (s *server) Write(p []byte) (int, error) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.log.Write(p)
+}
+
+// Log is what the registry logged so far.
+func (s *server) Log() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return s.log.String()
+}
+
+// newServer serves registrations whose URL is a path under the model store or its scratch; maxRequest bounds a request's body (0: the daemon's default, 6.5 MB).
+func newServer(t testing.TB, maxRequest int) *server {
+	t.Helper()
+	store := buildStore(t)
+	if maxRequest == 0 {
+		maxRequest = 6553500
+	}
+	s := &server{scratch: t.TempDir()}
+	log := slog.New(slog.NewTextHandler(s, nil))
+	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Log: log})
+	t.Cleanup(s.reg.Close)
+	life := lifecycle.New(lifecycle.Config{Registry: s.reg, Log: log, Open: func(req core.RegisterRequest) (*core.ModelVersion, error) {
+		path := req.URL
+		if _, err := os.Stat(filepath.Join(store, path)); err == nil {
+			path = filepath.Join(store, path)
+		} else {
+			path = filepath.Join(s.scratch, path)
+		}
+		am, err := archive.Open(path)
+		if err != nil {
+			return nil, core.Errorf(core.ErrBadModel, "%s: %v", req.URL, err)
+		}
+		name := req.Name
+		if name == "" {
+			name = am.Name
+		}
+		return s.reg.Add(name, am.Version, req, am)
+	}})
+	t.Cleanup(life.Stop)
+	ready := func() bool { return true }
+	ts := &torchserve.API{Registry: s.reg, Life: life, Ready: ready, MaxRequestSize: maxRequest, Log: log}
+	ks := &kserve.API{Registry: s.reg, Life: life, Ready: ready, MaxRequestSize: maxRequest}
+	s.inf = append(ts.InferenceRoutes(), ks.Routes()...)
+	s.mgmt = ts.ManagementRoutes()
+	return s
+}
+
+type response struct {
+	status int
+	body   []byte
+}
+
+func (r response) json(t testing.TB, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("%v: %s", err, r.body)
+	}
+}
+
+func serve(routes []*frontend.Route, method, uri, contentType string, body []byte, header ...string) response {
+	h := map[string]string{}
+	if contentType != "" {
+		h["Content-Type"] = contentType
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		h[header[i]] = header[i+1]
+	}
+	r := frontendtest.Do(routes, frontendtest.Request{Method: method, URI: uri, Header: h, Body: body})
+	return response{r.Status, r.Body}
+}
+
+// do sends a request to the inference API's routes (TorchServe's and KServe v2's).
+func (s *server) do(method, uri, contentType string, body []byte) response {
+	return serve(s.inf, method, uri, contentType, body)
+}
+
+// manage sends a request to the management API's routes.
+func (s *server) manage(method, uri string) response { return serve(s.mgmt, method, uri, "", nil) }
+
+// register registers through the management API and fails t unless it answers 200.
+func (s *server) register(t testing.TB, query string) {
+	t.Helper()
+	if r := s.manage("POST", "/models?"+query); r.status != 200 {
+		t.Fatalf("register %s: %d %s", query, r.status, r.body)
+	}
+}
+
+// described is what describe says of a version that these tests read.
+type described struct {
+	ForwardBatch int `json:"forwardBatch"`
+}
+
+func (s *server) describe(t testing.TB, model string) []described {
+	t.Helper()
+	var d []described
+	s.manage("GET", "/models/"+model).json(t, &d)
+	return d
+}
+
+// meanBatch is a model's mean batch size so far.
+func (s *server) meanBatch(t testing.TB, model string) float64 {
+	t.Helper()
+	v, err := s.reg.Get(model, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean := v.Stats().MeanBatchSize()
+	t.Logf("%s: mean batch size %.2f", model, mean)
+	return mean
+}
+
+// errorShape asserts TorchServe's error body for status.
+func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
+	}
+	var e struct {
+		Code    int    `json:"code"`
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	r.json(t, &e)
+	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
+		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
+	}
+}
+
+// infer sends rows to a model over KServe v2 with binary tensors and returns its outputs.
+func (s *server) infer(t testing.TB, model string, rows []oip.Tensor) []oip.Tensor {
+	t.Helper()
+	req := &oip.InferRequest{Parameters: oip.Parameters{oip.ParamBinaryDataOutput: true}}
+	body, n, err := oip.EncodeRequest(req, rows, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := frontendtest.Do(s.inf, frontendtest.Request{Method: "POST", URI: "/v2/models/" + model + "/infer", Body: body,
+		Header: map[string]string{"Content-Type": "application/octet-stream", oip.HeaderContentLength: strconv.Itoa(n)}})
+	if r.Status != 200 {
+		t.Fatalf("%s: %d %s", model, r.Status, r.Body)
+	}
+	hl := -1
+	if v := r.Header.Peek(oip.HeaderContentLength); v != nil {
+		hl, _ = strconv.Atoi(string(v))
+	}
+	_, outs, err := oip.DecodeResponse(r.Body, hl)
+	if err != nil {
+		t.Fatalf("%s: %v", model, err)
+	}
+	return outs
+}
+
+// forEach calls f(i) for every i in [0, n) from workers goroutines, so that requests arrive
+// concurrently and batches form.
+func forEach(n, workers int, f func(i int)) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for i := range work {
+				f(i)
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+func readZooNpy(t testing.TB, parts ...string) npy.Array {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := npy.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func f32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func closeTo(t testing.TB, what string, got, want []float32, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Abs(float64(got[i]-want[i])) > tol {
+			t.Fatalf("%s[%d] = %v, want %v (±%g)", what, i, got[i], want[i], tol)
+		}
+	}
+}
+
+// tensorData is the tensor handler's JSON answer's values, a batch of one.
+func tensorData(t testing.TB, r response) []float64 {
+	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var out struct {
+		DType string    `json:"dtype"`
+		Shape []int64   `json:"shape"`
+		Data  []float64 `json:"data"`
+	}
+	r.json(t, &out)
+	if out.DType != "float32" || len(out.Shape) != 2 || out.Shape[0] != 1 {
+		t.Fatalf("tensor response %s", r.body)
+	}
+	return out.Data
+}
+
+// top1 returns the first key of a TorchServe top-k object, which is in descending order.
+func top1(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	t, err := dec.Token()
+	if err != nil {
+		return ""
+	}
+	s, _ := t.(string)
+	return s
+}
+
+// heldOut returns the digits held-out PNGs.
+func heldOut(t testing.TB) [][]byte {
+	t.Helper()
+	dir := filepath.Join(zooDir, "digits", "heldout")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imgs [][]byte
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".png") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		imgs = append(imgs, b)
+	}
+	return imgs
+}
