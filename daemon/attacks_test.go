@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,33 +28,6 @@ const answerBound = 10 * time.Second
 
 // quick is a client that gives up at answerBound.
 var quick = &http.Client{Timeout: answerBound}
-
-// A synchronous scale-down of an idle model answers: the surviving worker waiting on the
-// empty queue must not hold what a stopping worker needs.
-func TestScaleDownIdle(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=digits_tensor.mar&initial_workers=3&synchronous=true")
-	for _, n := range []int{1, 3, 2, 1} {
-		start := time.Now()
-		req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/models/digits_tensor?min_worker=%d&synchronous=true", s.mgmt, n), nil)
-		resp, err := quick.Do(req)
-		if err != nil {
-			t.Fatalf("scale to %d with no traffic: %v (a hang)", n, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("scale to %d: %d", n, resp.StatusCode)
-		}
-		if got := len(s.workers(t, "digits_tensor")); got != n {
-			t.Fatalf("scaled to %d, describe lists %d workers", n, got)
-		}
-		t.Logf("scaled to %d in %v", n, time.Since(start).Round(time.Millisecond))
-	}
-	// Still serves.
-	if r := do(t, "POST", s.inf+"/predictions/digits_tensor", "application/json", []byte(zerosJSON)); r.status != 200 {
-		t.Fatalf("predict after scaling: %d %s", r.status, r.body)
-	}
-}
 
 // zerosJSON is one 1×28×28 input for digits_tensor.
 var zerosJSON = repeatJSON(repeatJSON(repeatJSON(repeatJSON("0", 28), 28), 1), 1)
@@ -330,115 +302,4 @@ func TestSnapshotKeepsFailedRestore(t *testing.T) {
 		t.Fatalf("GET /models still lists digits: %+v", list(s))
 	}
 	errorShape(t, do(t, "DELETE", s.mgmt+"/models/digits", "", nil), 404, "ModelNotFoundException", "")
-}
-
-// modelLines returns the exposition's lines that carry a model label.
-func modelLines(t *testing.T, s *server) []string {
-	t.Helper()
-	var out []string
-	for _, l := range strings.Split(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), "\n") {
-		if strings.Contains(l, `model="`) || strings.Contains(l, `model_name="`) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// Register, predict and unregister under 50 different names: each unregistered name keeps
-// no series in any family, and the model series after the churn are exactly those before
-// it. Then scale 1→3→1 five times: the stopped workers keep no series either.
-func TestMetricsOfUnregisteredModels(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=digits_tensor.mar&initial_workers=1")
-	before := len(modelLines(t, s))
-	for i := range 50 {
-		name := fmt.Sprintf("churn-%d", i)
-		s.register(t, "url=digits_tensor.mar&initial_workers=1&model_name="+name)
-		if r := do(t, "POST", s.inf+"/predictions/"+name, "application/json", []byte(zerosJSON)); r.status != 200 {
-			t.Fatalf("predict %s: %d %s", name, r.status, r.body)
-		}
-		do(t, "POST", s.inf+"/predictions/"+name, "application/json", []byte("[1]")) // a 400 series too
-		if n := len(modelLines(t, s)); n <= before {
-			t.Fatalf("%s registered: %d model lines, want more than %d", name, n, before)
-		}
-		expectStatus(t, do(t, "DELETE", s.mgmt+"/models/"+name, "", nil), 200, fmt.Sprintf("Model %q unregistered", name))
-		// Every family, whatever its label is called: model, model_name, TorchServe's
-		// ModelName, and the model in a WorkerName (W-9000-churn-3_1.0).
-		for _, l := range strings.Split(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), "\n") {
-			if strings.Contains(l, `"`+name+`"`) || strings.Contains(l, "-"+name+"_") {
-				t.Fatalf("%s unregistered, yet /metrics has %s", name, l)
-			}
-		}
-	}
-	if after := len(modelLines(t, s)); after != before {
-		t.Fatalf("model lines: %d before the churn, %d after", before, after)
-	}
-	// Scaling up and down: a stopped worker keeps no WorkerLoadTime series.
-	workerLines := func() (n int) {
-		for _, l := range strings.Split(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), "\n") {
-			if strings.HasPrefix(l, "WorkerLoadTime{") && strings.Contains(l, "-digits_tensor_") {
-				n++
-			}
-		}
-		return n
-	}
-	for i := range 5 {
-		for _, w := range []string{"3", "1"} {
-			expectStatus(t, do(t, "PUT", s.mgmt+"/models/digits_tensor?synchronous=true&min_worker="+w, "", nil), 200, "Workers scaled to "+w+" for model: digits_tensor")
-		}
-		if n := workerLines(); n != 1 {
-			t.Fatalf("after %d scale cycles 1→3→1: %d WorkerLoadTime series for digits_tensor, want 1", i+1, n)
-		}
-	}
-}
-
-// A request of many large images whose client closes the connection as soon as it has sent
-// it: the server stops decoding, never runs it, and counts it 499, not 200.
-func TestAbandonedRequestCanceled(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=digits.mar&initial_workers=1")
-	img := pngOf(t, 4000, 4000)
-	parts := make([][]byte, 20)
-	for i := range parts {
-		parts[i] = img
-	}
-	body := multipartBody("b0undary", parts...)
-	c, err := net.Dial("tcp", strings.TrimPrefix(s.inf, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(c, "POST /predictions/digits HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b0undary\r\nContent-Length: %d\r\n\r\n", len(body))
-	if _, err := c.Write(body); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	labels := map[string]string{"model": "digits", "version": "1.0", "code": "499"}
-	waitFor(t, 60*time.Second, "the abandoned request to be counted 499", func() bool {
-		return strings.Contains(string(do(t, "GET", s.metrics+"/metrics", "", nil).body), `torchd_requests_total{model="digits",version="1.0",code="499"}`)
-	})
-	if n := s.scrape(t, "torchd_requests_total", labels); n != 1 {
-		t.Fatalf("%v requests counted 499, want 1", n)
-	}
-	for _, l := range modelLines(t, s) {
-		if strings.Contains(l, `code="200"`) || strings.HasPrefix(l, "torchd_batch_size_count") && !strings.HasSuffix(l, " 0") {
-			t.Fatalf("the abandoned request ran or was counted as served: %s", l)
-		}
-	}
-	png, _ := heldOut(t)
-	if r := do(t, "POST", s.inf+"/predictions/digits", "image/png", png[0]); r.status != 200 {
-		t.Fatalf("the next request: %d %s", r.status, r.body)
-	}
-}
-
-// A request of images that are each under max_pixels but together over max_request_pixels
-// is refused from their headers, with a 400 that names the option.
-func TestRequestPixelBudget(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=digits.mar&initial_workers=1")
-	parts := make([][]byte, 12)
-	for i := range parts {
-		parts[i] = bombPNG(6000, 6000)
-	}
-	r := do(t, "POST", s.inf+"/predictions/digits", "multipart/form-data; boundary=b0undary", multipartBody("b0undary", parts...))
-	errorShape(t, r, 400, "BadRequestException", "max_request_pixels")
 }

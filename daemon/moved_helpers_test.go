@@ -1,14 +1,21 @@
 package daemon_test
 
 // Helpers of tests that moved out of daemon/ (#63) which the tests kept here still use:
-// body_test.go runs a daemon in process, soak_hostile_test.go writes hostile archives.
+// body_test.go runs a daemon in process, soak_hostile_test.go writes hostile archives, and
+// several send with post and timed.
 
 import (
+	"bytes"
+	"image"
+	"image/png"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/daemon"
@@ -80,4 +87,42 @@ func writeDigitsArchive(t *testing.T, name, file, config string, edit func(*arch
 	if err := os.WriteFile(mp, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func pngOf(t testing.TB, w, h int) []byte {
+	var b bytes.Buffer
+	if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func repeatJSON(v string, n int) string {
+	return "[" + strings.TrimSuffix(strings.Repeat(v+",", n), ",") + "]"
+}
+
+// post sends body without failing the test on a transport error (the caller may be a
+// goroutine); a transport error comes back as status 0 with the error as the body.
+func post(url, contentType string, body []byte, header ...string) response {
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return response{body: []byte(err.Error())}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// timed runs f and logs how long the answer took, for docs/guide/reliability.md.
+func timed(t *testing.T, what string, f func() response) response {
+	t.Helper()
+	start := time.Now()
+	r := f()
+	t.Logf("%s: %d in %v", what, r.status, time.Since(start).Round(100*time.Microsecond))
+	return r
 }

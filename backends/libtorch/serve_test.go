@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,10 +22,12 @@ import (
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
+	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/internal/npy"
 	"github.com/torchd/torchd/lifecycle"
 	"github.com/torchd/torchd/oip"
+	"github.com/valyala/fasthttp"
 )
 
 // The backend's tests serve the zoo's models (models/out, `make models`) and the model
@@ -42,6 +45,8 @@ var storeArchives = []storeArchive{
 	{"digits", "digits", "digits", "model.pt"},
 	{"digits_tensor", "digits", "digits_tensor", "model.pt"},
 	{"resnet18", "resnet18", "resnet18", "model.pt"},
+	{"textcls", "textcls", "textcls", "model.pt"},
+	{"captioner", "captioner", "captioner", "model.pt"},
 	{"digits_pt2", "digits", "digits_tensor", "model.pt2"},
 	{"digits_pt2_img", "digits", "digits", "model.pt2"},
 	{"resnet18_pt2", "resnet18", "resnet18", "model.pt2"},
@@ -108,6 +113,7 @@ func fileExists(p string) bool {
 // server is a registry over the LibTorch backend with the front-ends' routes over it.
 type server struct {
 	reg       *core.Registry
+	metrics   *metrics.Metrics
 	inf, mgmt []*frontend.Route
 	// scratch holds archives a test writes; a registration's URL is looked up in the model
 	// store, then there.
@@ -136,9 +142,9 @@ func newServer(t testing.TB, maxRequest int) *server {
 	if maxRequest == 0 {
 		maxRequest = 6553500
 	}
-	s := &server{scratch: t.TempDir()}
+	s := &server{scratch: t.TempDir(), metrics: metrics.New(true)}
 	log := slog.New(slog.NewTextHandler(s, nil))
-	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Log: log})
+	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Metrics: s.metrics, Log: log})
 	t.Cleanup(s.reg.Close)
 	life := lifecycle.New(lifecycle.Config{Registry: s.reg, Log: log, Open: func(req core.RegisterRequest) (*core.ModelVersion, error) {
 		path := req.URL
@@ -167,8 +173,9 @@ func newServer(t testing.TB, maxRequest int) *server {
 }
 
 type response struct {
-	status int
-	body   []byte
+	status      int
+	contentType string
+	body        []byte
 }
 
 func (r response) json(t testing.TB, v any) {
@@ -187,7 +194,7 @@ func serve(routes []*frontend.Route, method, uri, contentType string, body []byt
 		h[header[i]] = header[i+1]
 	}
 	r := frontendtest.Do(routes, frontendtest.Request{Method: method, URI: uri, Header: h, Body: body})
-	return response{r.Status, r.Body}
+	return response{r.Status, r.ContentType, r.Body}
 }
 
 // do sends a request to the inference API's routes (TorchServe's and KServe v2's).
@@ -195,8 +202,34 @@ func (s *server) do(method, uri, contentType string, body []byte) response {
 	return serve(s.inf, method, uri, contentType, body)
 }
 
+// post sends a POST to the inference API's routes with header's name, value pairs.
+func (s *server) post(path, contentType string, body []byte, header ...string) response {
+	return serve(s.inf, "POST", path, contentType, body, header...)
+}
+
 // manage sends a request to the management API's routes.
 func (s *server) manage(method, uri string) response { return serve(s.mgmt, method, uri, "", nil) }
+
+// exposition is GET /metrics's body.
+func (s *server) exposition() string {
+	var b bytes.Buffer
+	s.metrics.WritePrometheus(&b)
+	return b.String()
+}
+
+// listen serves the inference API's routes on a loopback listener, for a test whose point
+// is a real connection, and returns its address.
+func (s *server) listen(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inf).Serve}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	return ln.Addr().String()
+}
 
 // register registers through the management API and fails t unless it answers 200.
 func (s *server) register(t testing.TB, query string) {
