@@ -22,7 +22,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/torchd/torchd/archive"
 )
 
 // scrape returns one series' value from the metrics port; labels must match exactly the
@@ -61,115 +60,6 @@ func (s *server) workers(t *testing.T, model string) (statuses []string) {
 		statuses = append(statuses, w.Status)
 	}
 	return statuses
-}
-
-// A forward that runs past response_timeout: its request is answered 504 at the timeout,
-// the watchdog replaces the worker, the next request is served by the replacement while the
-// old thread is still in its forward (listed STUCK, counted in torchd_stuck_workers), and
-// the old thread exits when the forward returns.
-func TestStuckWorkerReplaced(t *testing.T) {
-	s := startServer(t, "--batch-size", "1")
-	s.register(t, "url=slow.mar&initial_workers=1&response_timeout=1")
-	labels := map[string]string{"model": "slow", "version": "1.0"}
-
-	start := time.Now()
-	r := do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[6000, 0]]`))
-	errorShape(t, r, 504, "RequestTimeoutException", "did not answer within its timeout")
-	t.Logf("hung request answered %d after %v", r.status, time.Since(start).Round(time.Millisecond))
-
-	var st []string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		st = s.workers(t, "slow")
-		if strings.Join(st, ",") == "READY,STUCK" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers %v, want a STUCK one and its READY replacement\n%s", st, s.Log())
-		}
-	}
-	if got := s.scrape(t, "torchd_stuck_workers", labels); got != 1 {
-		t.Fatalf("torchd_stuck_workers = %v, want 1", got)
-	}
-	if got := s.scrape(t, "torchd_workers", labels); got != 1 {
-		t.Fatalf("torchd_workers = %v, want 1 (the replacement)", got)
-	}
-	// The replacement serves while the stuck thread still runs. (On a loaded 2-core machine
-	// the 1 s response_timeout can pass for a request queued behind the replacement's warm-up,
-	// so a 504 is retried while the stuck worker is still listed.)
-	for attempt := 1; ; attempt++ {
-		r = do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 0]]`))
-		st := s.workers(t, "slow")
-		if len(st) != 2 || st[1] != "STUCK" {
-			t.Fatalf("no answer from the replacement before the stuck forward returned (last %d %s; workers %v)", r.status, r.body, st)
-		}
-		if r.status == 200 {
-			break
-		}
-		if r.status != 504 || attempt == 5 {
-			t.Fatalf("request after the replacement: %d %s", r.status, r.body)
-		}
-	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if st = s.workers(t, "slow"); len(st) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stuck worker never exited: %v", st)
-		}
-	}
-	if got := s.scrape(t, "torchd_stuck_workers", labels); got != 0 {
-		t.Fatalf("torchd_stuck_workers = %v after the forward returned, want 0", got)
-	}
-	if !strings.Contains(s.Log(), "stuck worker's forward returned") {
-		t.Fatalf("no log line for the stuck worker's exit\n%s", s.Log())
-	}
-	if r := do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(`[[1, 0]]`)); r.status != 200 {
-		t.Fatalf("after the stuck worker exited: %d %s", r.status, r.body)
-	}
-}
-
-// A model that loads but fails its warm-up forward is refused with LibTorch's message and
-// leaves nothing behind; as a start-up model it keeps /ping unhealthy; the daemon serves on.
-func TestWarmupFailure(t *testing.T) {
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "model-config.toml")
-	// slow indexes x[:, 1]: a declared input of width 1 makes its warm-up forward raise.
-	os.WriteFile(cfg, []byte("handler = \"tensor\"\n[[inputs]]\nname = \"input__0\"\ndtype = \"float32\"\nshape = [-1, 1]\n"), 0o644)
-	if _, err := archive.Write(archive.WriteOptions{ModelName: "badwarm", SerializedFile: filepath.Join(zooDir, "slow", "model.pt"),
-		ConfigFile: cfg, ExportPath: dir}); err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, "--allowed-urls", "file://.*")
-	s.register(t, "url=digits_tensor.mar&initial_workers=1")
-	r := do(t, "POST", s.mgmt+"/models?url=file://"+filepath.Join(dir, "badwarm.mar")+"&initial_workers=1", "", nil)
-	errorShape(t, r, 500, "InternalServerException", "failed its warm-up forward")
-	if !strings.Contains(string(r.body), "index 1 out of range") {
-		t.Errorf("the error does not carry LibTorch's message: %s", r.body)
-	}
-	if r := do(t, "GET", s.mgmt+"/models/badwarm", "", nil); r.status != 404 {
-		t.Fatalf("the failed model is listed: %d %s", r.status, r.body)
-	}
-	if r := do(t, "GET", s.inf+"/ping", "", nil); r.status != 200 {
-		t.Fatalf("ping after a failed API registration: %d %s", r.status, r.body)
-	}
-	body, _ := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
-	if r := do(t, "POST", s.inf+"/predictions/digits_tensor", "application/x-npy", body); r.status != 200 {
-		t.Fatalf("the daemon stopped serving: %d %s", r.status, r.body)
-	}
-
-	// At start-up: /ping reports the failure, the other start-up model serves.
-	s2 := startServer(t, "--allowed-urls", "file://.*", "--model-store", dir, "--models", "badwarm.mar")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var ping statusBody
-		r := do(t, "GET", s2.inf+"/ping", "", nil)
-		r.json(t, &ping)
-		if r.status == 500 && ping.Status == "Unhealthy" && strings.Contains(s2.Log(), "failed its warm-up forward") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ping %d %s with a start-up model that failed its warm-up", r.status, r.body)
-		}
-	}
 }
 
 var (
@@ -398,44 +288,5 @@ func TestKilledProcessRestart(t *testing.T) {
 	png, _ := heldOut(t)
 	if r := do(t, "POST", s2.inf+"/predictions/digits", "image/png", png[0]); r.status != 200 {
 		t.Fatalf("after the restart: %d %s", r.status, r.body)
-	}
-}
-
-// LibTorch exceptions under load: 16 clients send 800 requests to a model that raises on one
-// in five (a negative second column), batched by 8. Each raising request is answered 500
-// with the script's message; every other one gets its own output; the daemon stays up and
-// its metrics count both.
-func TestModelExceptionsUnderLoad(t *testing.T) {
-	s := startServer(t, "--access-log=false")
-	s.register(t, "url=slow.mar&batch_size=8&max_batch_delay=5&initial_workers=1")
-	const n = 800
-	results := make([]response, n)
-	forEach(n, 16, func(i int) {
-		flag := 0
-		if i%5 == 0 {
-			flag = -1
-		}
-		results[i] = do(t, "POST", s.inf+"/predictions/slow", "application/json", []byte(fmt.Sprintf(`[[0, %d.%d]]`, flag, i)))
-	})
-	bad := 0
-	for i, r := range results {
-		if i%5 == 0 {
-			errorShape(t, r, 500, "InternalServerException", "negative input")
-			bad++
-			continue
-		}
-		if got := tensorData(t, r); len(got) != 2 || got[1] != 2*float64(i)/math.Pow(10, float64(len(strconv.Itoa(i)))) {
-			t.Fatalf("request %d: got %v", i, got)
-		}
-	}
-	labels := func(code string) map[string]string {
-		return map[string]string{"model": "slow", "version": "1.0", "code": code}
-	}
-	if ok, failed := s.scrape(t, "torchd_requests_total", labels("200")), s.scrape(t, "torchd_requests_total", labels("500")); int(ok) != n-bad || int(failed) != bad {
-		t.Fatalf("metrics count %v answered and %v failed, want %d and %d", ok, failed, n-bad, bad)
-	}
-	batches, mean := s.batching(t, "slow")
-	if batches == 0 || mean <= 1 {
-		t.Fatalf("no batching under load (%d batches, mean %.2f): the test did not mix good and bad requests in batches", batches, mean)
 	}
 }

@@ -149,3 +149,35 @@ func TestTritonWarmupGivenUp(t *testing.T) {
 	}
 	digitsServe(t, reg)
 }
+
+// A start-up model that loads but fails its warm-up forward keeps the service unready (and
+// /ping unhealthy), listed UNAVAILABLE with LibTorch's message; the other start-up model
+// serves. (Registered through the API: backends/libtorch's TestWarmupFailure.)
+func TestStartupModelFailsWarmup(t *testing.T) {
+	store := testStore(t)
+	dir := filepath.Join(store, "badwarm")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	slow, err := filepath.Abs(filepath.Join("..", "models", "out", "slow", "model.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(slow, filepath.Join(dir, "model.pt")); err != nil {
+		t.Fatal(err)
+	}
+	// slow indexes x[:, 1]: a declared input of width 1 makes its warm-up forward raise.
+	toml := "handler = \"tensor\"\nserialized_file = \"model.pt\"\n[[inputs]]\nname = \"input__0\"\ndtype = \"float32\"\nshape = [-1, 1]\n"
+	if err := os.WriteFile(filepath.Join(dir, "model-config.toml"), []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, reg := testService(t, store, ControlNone, "")
+	startAndWait(t, s, Startup{Models: "digits, badwarm"})
+	if s.Ready() {
+		t.Fatal("ready with a start-up model that failed its warm-up")
+	}
+	if st := index(t, s, false)["badwarm "]; !strings.HasPrefix(st, "UNAVAILABLE") || !strings.Contains(st, "failed its warm-up forward") || !strings.Contains(st, "index 1 out of range") {
+		t.Fatalf("badwarm: %q", st)
+	}
+	digitsServe(t, reg)
+}

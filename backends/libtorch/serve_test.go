@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/backends/libtorch"
 	"github.com/torchd/torchd/core"
@@ -47,6 +50,7 @@ var storeArchives = []storeArchive{
 	{"resnet18", "resnet18", "resnet18", "model.pt"},
 	{"textcls", "textcls", "textcls", "model.pt"},
 	{"captioner", "captioner", "captioner", "model.pt"},
+	{"slow", "slow", "slow", "model.pt"},
 	{"digits_pt2", "digits", "digits_tensor", "model.pt2"},
 	{"digits_pt2_img", "digits", "digits", "model.pt2"},
 	{"resnet18_pt2", "resnet18", "resnet18", "model.pt2"},
@@ -215,6 +219,40 @@ func (s *server) exposition() string {
 	var b bytes.Buffer
 	s.metrics.WritePrometheus(&b)
 	return b.String()
+}
+
+// series returns one series' value from the exposition, parsed with Prometheus' own text
+// parser; labels must match exactly the ones given. ok is false when there is none.
+func (s *server) series(t testing.TB, name string, labels map[string]string) (v float64, ok bool) {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(s.exposition()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range fams[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if maps.Equal(got, labels) {
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue(), true
+			}
+			return m.GetCounter().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// scrape is series that fails t when there is none.
+func (s *server) scrape(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, ok := s.series(t, name, labels)
+	if !ok {
+		t.Fatalf("%s has no series with %v", name, labels)
+	}
+	return v
 }
 
 // listen serves the inference API's routes on a loopback listener, for a test whose point
