@@ -142,13 +142,25 @@ func (s *server) Log() string {
 // newServer serves registrations whose URL is a path under the model store or its scratch; maxRequest bounds a request's body (0: the daemon's default, 6.5 MB).
 func newServer(t testing.TB, maxRequest int) *server {
 	t.Helper()
+	return newServerWith(t, maxRequest, nil)
+}
+
+// newServerWith is newServer with the registry's options changed by opts first: the
+// server's own model settings (the layer --batch-size sets), the log's level.
+func newServerWith(t testing.TB, maxRequest int, opts func(*core.Options)) *server {
+	t.Helper()
 	store := buildStore(t)
 	if maxRequest == 0 {
 		maxRequest = 6553500
 	}
 	s := &server{scratch: t.TempDir(), metrics: metrics.New(true)}
 	log := slog.New(slog.NewTextHandler(s, nil))
-	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Metrics: s.metrics, Log: log})
+	o := core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Metrics: s.metrics, Log: log}
+	if opts != nil {
+		opts(&o)
+	}
+	log = o.Log
+	s.reg = core.NewRegistry(o)
 	t.Cleanup(s.reg.Close)
 	life := lifecycle.New(lifecycle.Config{Registry: s.reg, Log: log, Open: func(req core.RegisterRequest) (*core.ModelVersion, error) {
 		path := req.URL
