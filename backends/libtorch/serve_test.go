@@ -117,6 +117,7 @@ func fileExists(p string) bool {
 // server is a registry over the LibTorch backend with the front-ends' routes over it.
 type server struct {
 	reg       *core.Registry
+	life      *lifecycle.Service
 	metrics   *metrics.Metrics
 	inf, mgmt []*frontend.Route
 	// scratch holds archives a test writes; a registration's URL is looked up in the model
@@ -149,24 +150,47 @@ func newServer(t testing.TB, maxRequest int) *server {
 // server's own model settings (the layer --batch-size sets), the log's level.
 func newServerWith(t testing.TB, maxRequest int, opts func(*core.Options)) *server {
 	t.Helper()
+	return newServerConfig(t, serverConfig{maxRequest: maxRequest, registry: opts})
+}
+
+// serverConfig is what a test's server may change.
+type serverConfig struct {
+	maxRequest int                 // 0: the daemon's default, 6.5 MB
+	registry   func(*core.Options) // changes the registry's options (nil: none)
+	snapshot   string              // the lifecycle's snapshot file ("": none)
+	// refuse refuses a registration's URL before it is opened, as the daemon's URL
+	// resolution does one allowed_urls does not admit (nil: none).
+	refuse func(url string) error
+}
+
+func newServerConfig(t testing.TB, c serverConfig) *server {
+	t.Helper()
 	store := buildStore(t)
-	if maxRequest == 0 {
-		maxRequest = 6553500
+	if c.maxRequest == 0 {
+		c.maxRequest = 6553500
 	}
 	s := &server{scratch: t.TempDir(), metrics: metrics.New(true)}
 	log := slog.New(slog.NewTextHandler(s, nil))
 	o := core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Metrics: s.metrics, Log: log}
-	if opts != nil {
-		opts(&o)
+	if c.registry != nil {
+		c.registry(&o)
 	}
 	log = o.Log
 	s.reg = core.NewRegistry(o)
 	t.Cleanup(s.reg.Close)
-	life := lifecycle.New(lifecycle.Config{Registry: s.reg, Log: log, Open: func(req core.RegisterRequest) (*core.ModelVersion, error) {
+	s.life = lifecycle.New(lifecycle.Config{Registry: s.reg, Log: log, SnapshotFile: c.snapshot, Open: func(req core.RegisterRequest) (*core.ModelVersion, error) {
+		if c.refuse != nil {
+			if err := c.refuse(req.URL); err != nil {
+				return nil, err
+			}
+		}
 		path := req.URL
-		if _, err := os.Stat(filepath.Join(store, path)); err == nil {
+		switch {
+		case strings.HasPrefix(path, "file://"):
+			path = strings.TrimPrefix(path, "file://")
+		case fileExists(filepath.Join(store, path)):
 			path = filepath.Join(store, path)
-		} else {
+		default:
 			path = filepath.Join(s.scratch, path)
 		}
 		am, err := archive.Open(path)
@@ -179,10 +203,10 @@ func newServerWith(t testing.TB, maxRequest int, opts func(*core.Options)) *serv
 		}
 		return s.reg.Add(name, am.Version, req, am)
 	}})
-	t.Cleanup(life.Stop)
+	t.Cleanup(s.life.Stop)
 	ready := func() bool { return true }
-	ts := &torchserve.API{Registry: s.reg, Life: life, Ready: ready, MaxRequestSize: maxRequest, Log: log}
-	ks := &kserve.API{Registry: s.reg, Life: life, Ready: ready, MaxRequestSize: maxRequest}
+	ts := &torchserve.API{Registry: s.reg, Life: s.life, Ready: ready, MaxRequestSize: c.maxRequest, Log: log}
+	ks := &kserve.API{Registry: s.reg, Life: s.life, Ready: ready, MaxRequestSize: c.maxRequest}
 	s.inf = append(ts.InferenceRoutes(), ks.Routes()...)
 	s.mgmt = ts.ManagementRoutes()
 	return s
