@@ -23,7 +23,6 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend"
-	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
@@ -116,10 +115,12 @@ func fileExists(p string) bool {
 
 // server is a registry over the LibTorch backend with the front-ends' routes over it.
 type server struct {
-	reg       *core.Registry
-	life      *lifecycle.Service
-	metrics   *metrics.Metrics
-	inf, mgmt []*frontend.Route
+	reg     *core.Registry
+	life    *lifecycle.Service
+	metrics *metrics.Metrics
+	// inf and mgmt are built once: a router sets up its routes when it is made, so that
+	// concurrent requests share them as the daemon's do.
+	inf, mgmt *frontend.Router
 	// scratch holds archives a test writes; a registration's URL is looked up in the model
 	// store, then there.
 	scratch string
@@ -207,8 +208,8 @@ func newServerConfig(t testing.TB, c serverConfig) *server {
 	ready := func() bool { return true }
 	ts := &torchserve.API{Registry: s.reg, Life: s.life, Ready: ready, MaxRequestSize: c.maxRequest, Log: log}
 	ks := &kserve.API{Registry: s.reg, Life: s.life, Ready: ready, MaxRequestSize: c.maxRequest}
-	s.inf = append(ts.InferenceRoutes(), ks.Routes()...)
-	s.mgmt = ts.ManagementRoutes()
+	s.inf = frontend.NewRouter("inference", append(ts.InferenceRoutes(), ks.Routes()...))
+	s.mgmt = frontend.NewRouter("management", ts.ManagementRoutes())
 	return s
 }
 
@@ -225,16 +226,26 @@ func (r response) json(t testing.TB, v any) {
 	}
 }
 
-func serve(routes []*frontend.Route, method, uri, contentType string, body []byte, header ...string) response {
-	h := map[string]string{}
+// serve sends a request through router, as the daemon's listener hands it over, and returns
+// the answer (frontendtest.Do's, with a router made once).
+func serve(router *frontend.Router, method, uri, contentType string, body []byte, header ...string) response {
+	r := serveCtx(router, method, uri, contentType, body, header...)
+	return response{r.Response.StatusCode(), string(r.Response.Header.ContentType()), append([]byte(nil), r.Response.Body()...)}
+}
+
+func serveCtx(router *frontend.Router, method, uri, contentType string, body []byte, header ...string) *fasthttp.RequestCtx {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(method)
+	ctx.Request.SetRequestURI(uri)
 	if contentType != "" {
-		h["Content-Type"] = contentType
+		ctx.Request.Header.SetContentType(contentType)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		h[header[i]] = header[i+1]
+		ctx.Request.Header.Set(header[i], header[i+1])
 	}
-	r := frontendtest.Do(routes, frontendtest.Request{Method: method, URI: uri, Header: h, Body: body})
-	return response{r.Status, r.ContentType, r.Body}
+	ctx.Request.SetBody(body)
+	router.Serve(&ctx)
+	return &ctx
 }
 
 // do sends a request to the inference API's routes (TorchServe's and KServe v2's).
@@ -299,7 +310,7 @@ func (s *server) listen(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inf).Serve}
+	srv := &fasthttp.Server{Handler: s.inf.Serve}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Shutdown() })
 	return ln.Addr().String()
@@ -362,16 +373,15 @@ func (s *server) infer(t testing.TB, model string, rows []oip.Tensor) []oip.Tens
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := frontendtest.Do(s.inf, frontendtest.Request{Method: "POST", URI: "/v2/models/" + model + "/infer", Body: body,
-		Header: map[string]string{"Content-Type": "application/octet-stream", oip.HeaderContentLength: strconv.Itoa(n)}})
-	if r.Status != 200 {
-		t.Fatalf("%s: %d %s", model, r.Status, r.Body)
+	ctx := serveCtx(s.inf, "POST", "/v2/models/"+model+"/infer", "application/octet-stream", body, oip.HeaderContentLength, strconv.Itoa(n))
+	if ctx.Response.StatusCode() != 200 {
+		t.Fatalf("%s: %d %s", model, ctx.Response.StatusCode(), ctx.Response.Body())
 	}
 	hl := -1
-	if v := r.Header.Peek(oip.HeaderContentLength); v != nil {
+	if v := ctx.Response.Header.Peek(oip.HeaderContentLength); v != nil {
 		hl, _ = strconv.Atoi(string(v))
 	}
-	_, outs, err := oip.DecodeResponse(r.Body, hl)
+	_, outs, err := oip.DecodeResponse(ctx.Response.Body(), hl)
 	if err != nil {
 		t.Fatalf("%s: %v", model, err)
 	}
