@@ -172,7 +172,9 @@ func newServerConfig(t testing.TB, c serverConfig) *server {
 	}
 	s := &server{scratch: t.TempDir(), metrics: metrics.New(true)}
 	log := slog.New(slog.NewTextHandler(s, nil))
-	o := core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Metrics: s.metrics, Log: log}
+	// A cache of measured curves of its own, as each daemon of the end-to-end tests has: a
+	// curve measured by an earlier test would be read back instead of measured.
+	o := core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{libtorch.Backend{}}, Metrics: s.metrics, Log: log, CacheDir: t.TempDir()}
 	if c.registry != nil {
 		c.registry(&o)
 	}
