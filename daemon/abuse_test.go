@@ -3,7 +3,9 @@ package daemon_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -77,6 +79,50 @@ func writeAll(b []byte) func(net.Conn) {
 	}
 }
 
+// goodRequest is a JSON request whose answer is known: the one it got alone.
+type goodRequest struct {
+	name, path string
+	body       []byte
+	want       string
+}
+
+func (g *goodRequest) send(c *http.Client, base string) (response, error) {
+	resp, err := c.Post(base+g.path, "application/json", bytes.NewReader(g.body))
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+// check sends g and says what is wrong with the answer, or "".
+func (g *goodRequest) check(c *http.Client, base string) string {
+	r, err := g.send(c, base)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s: %v", g.name, err)
+	case r.status != 200:
+		return fmt.Sprintf("%s: %d %.200s", g.name, r.status, r.body)
+	case string(r.body) != g.want:
+		return fmt.Sprintf("%s: answer %q, alone it was %q", g.name, r.body, g.want)
+	}
+	return ""
+}
+
+// wantTS checks a TorchServe route's error: status, the JSON shape, and part of the message.
+func wantTS(t *testing.T, what string, r response, status int, part string) {
+	t.Helper()
+	var e struct {
+		Code    int    `json:"code"`
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	if r.status != status || json.Unmarshal(r.body, &e) != nil || e.Code != status || e.Type == "" || !strings.Contains(e.Message, part) {
+		t.Errorf("%s: %d %.300s, want %d with a message containing %q", what, r.status, r.body, status, part)
+	}
+}
+
 // Protocol abuse on a server with 1 s read, write and idle timeouts: slow clients are cut
 // off at the timeout with a 408, bodies over max_request_size are refused from their
 // Content-Length alone, lying lengths desynchronize nothing, and clients that behave keep
@@ -89,8 +135,7 @@ func TestProtocolAbuse(t *testing.T) {
 	// No keep-alive: a pooled connection the server closes at its 1 s idle timeout would
 	// fail a POST for a reason that is not the test's.
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	good := &goodRequest{name: "slow [[1, 0]]", path: "/predictions/slow", contentType: "application/json", body: []byte(`[[1, 0]]`),
-		key: func(r response) string { return string(r.body) }}
+	good := &goodRequest{name: "slow [[1, 0]]", path: "/predictions/slow", body: []byte(`[[1, 0]]`)}
 	r, err := good.send(client, s.inf)
 	if err != nil || r.status != 200 {
 		t.Fatalf("good request: %v %d %s", err, r.status, r.body)

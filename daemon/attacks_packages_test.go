@@ -14,10 +14,9 @@ import (
 	"github.com/torchd/torchd/archive"
 )
 
-// The attacks of issue 50 through AOTInductor packages: a package whose compiled library was
-// cut short (it killed the process with SIGBUS), one whose entries name ../ (LibTorch wrote
-// them outside its directory), and the extraction directories packages leave behind.
-// docs/guide/attacks.md lists them.
+// The extraction directories AOTInductor packages leave behind a stopped or killed process,
+// which the daemon's sweep removes, and the hostile packages soak_hostile_test.go sends.
+// The hostile packages' registrations are backends/libtorch's TestHostilePackages.
 
 // editedPackage copies the zoo's digits package to a file of t's, passing each entry through
 // edit, and appending extra entries (name, bytes) after them.
@@ -92,73 +91,9 @@ func serverTemp(t *testing.T) (tmp, outer string) {
 	return tmp, outer
 }
 
-// A truncated compiled library and ../ entries in a registered package: each registration
-// fails alone with a 500 naming the cause, nothing is written outside TMPDIR or left in it,
-// and the server, with a package loaded before, serves on.
-func TestHostilePackages(t *testing.T) {
-	tmp, outer := serverTemp(t)
-	s := startServerIn(t, tmp)
-	s.register(t, "url=pt2/digits_pt2.mar&initial_workers=1&synchronous=true")
-	before := s.tmpEntries(t)
-	prefix := ""
-	cut := editedPackage(t, func(name string, b []byte) []byte {
-		prefix, _, _ = strings.Cut(name, "/")
-		if strings.HasSuffix(name, ".so") {
-			return b[:20<<10] // the issue's 20 kB
-		}
-		return b
-	})
-	deep := prefix + "/data/aotinductor/model/"
-	cases := []struct {
-		name, pt2, want string
-	}{
-		{"cut", cut, "is truncated"},
-		// The .mar is extracted to TMPDIR/torchd-<pid>-model-*/ and LibTorch extracted the
-		// package below TMPDIR/aotinductor_*/: five levels up is TMPDIR, six its parent.
-		{"escape", editedPackage(t, func(_ string, b []byte) []byte { return b },
-			[2]string{deep + "../../../../../escaped_tmp", "x"}, [2]string{deep + "../../../../../../escaped_outer", "x"}), "leaves the package's directory"},
-		// The same with a load that would fail anyway (its library cut short).
-		{"escape_failing", editedPackage(t, func(name string, b []byte) []byte {
-			if strings.HasSuffix(name, ".so") {
-				return b[:20<<10]
-			}
-			return b
-		}, [2]string{deep + "../../../../../../escaped_failing", "x"}), "leaves the package's directory"},
-	}
-	for _, c := range cases {
-		url := packageMar(t, "hostile_"+c.name, c.pt2)
-		r := do(t, "POST", s.mgmt+"/models?url="+url+"&initial_workers=1&synchronous=true", "", nil)
-		errorShape(t, r, 500, "InternalServerException", c.want)
-		t.Logf("%s: %s", c.name, r.body)
-		if got := listDir(t, outer); len(got) != 1 || got[0] != "tmp" {
-			t.Fatalf("%s: the server's TMPDIR's parent holds %v", c.name, got)
-		}
-		if got := s.tmpEntries(t); strings.Join(got, " ") != strings.Join(before, " ") {
-			t.Fatalf("%s: TMPDIR holds %v, before it held %v", c.name, got, before)
-		}
-	}
-	body := `{"data": [` + strings.TrimSuffix(strings.Repeat("0.5,", 784), ",") + `], "shape": [1, 1, 28, 28]}`
-	if got := tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(body))); len(got) != 10 {
-		t.Fatalf("the package loaded before: %v", got)
-	}
-}
-
-func listDir(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
-// A package's extraction directory (TMPDIR/torchd-<pid>-package-*) goes when the model is
-// unregistered, at SIGTERM, and after a kill -9 at the next start; LibTorch makes no
-// aotinductor_* directory of its own.
+// A package's extraction directory (TMPDIR/torchd-<pid>-package-*) goes at SIGTERM, and
+// after a kill -9 at the next start; LibTorch makes no aotinductor_* directory of its own.
+// (At unregistration: backends/libtorch's TestPackageDirRemovedAtUnregister.)
 func TestPackageDirsSwept(t *testing.T) {
 	tmp, _ := serverTemp(t)
 	pkgDirs := func(s *server) []string {
@@ -175,11 +110,6 @@ func TestPackageDirsSwept(t *testing.T) {
 	if got := pkgDirs(s); len(got) != 1 || !strings.HasPrefix(got[0], fmt.Sprintf("torchd-%d-package-", s.cmd.Process.Pid)) {
 		t.Fatalf("a loaded package: TMPDIR holds %v, want one torchd-<pid>-package-* directory", s.tmpEntries(t))
 	}
-	if r := do(t, "DELETE", s.mgmt+"/models/digits_pt2", "", nil); r.status != 200 {
-		t.Fatalf("unregister: %d %s", r.status, r.body)
-	}
-	waitFor(t, answerBound, "the unregistered package's directory to go", func() bool { return len(s.tmpEntries(t)) == 0 })
-	s.register(t, "url=pt2/digits_pt2.mar&initial_workers=1&synchronous=true")
 	s.stop()
 	if got := s.tmpEntries(t); len(got) != 0 {
 		t.Fatalf("after SIGTERM TMPDIR holds %v", got)

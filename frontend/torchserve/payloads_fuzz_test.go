@@ -123,7 +123,7 @@ func gzipBytes(tb testing.TB, b []byte) []byte {
 }
 
 // payloadSeeds are the fuzz target's starting inputs: each request form the inference API
-// takes, and the broken ones of daemon/hostile_test.go.
+// takes, and the broken ones of backends/libtorch/hostile_test.go.
 func payloadSeeds(tb testing.TB) []payloadSeed {
 	form := "--XB\r\nContent-Disposition: form-data; name=\"b\"; filename=\"b.png\"\r\nContent-Type: image/png\r\n\r\n\x89PNG\r\n\x1a\n\r\n" +
 		"--XB\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nsome text\r\n--XB--\r\n"

@@ -1,7 +1,7 @@
 // Command otelcol is a minimal OpenTelemetry Collector for torchd's tracing tests: the OTLP
 // receiver (gRPC and HTTP) and the file exporter, built from the Collector's own modules
 // (OpenTelemetry's builder would generate the same main). It is its own Go module, so that
-// the Collector's dependencies stay out of torchd's; daemon/tracing_e2e_test.go builds it.
+// the Collector's dependencies stay out of torchd's; internal/tracing/otlp_test.go builds it.
 package main
 
 import (

@@ -1,7 +1,6 @@
-package daemon_test
+package libtorch_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -14,24 +13,9 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/archive"
-	"github.com/torchd/torchd/client"
 	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
-
-func init() {
-	storePackages = append(storePackages,
-		storeArchive{"digits_pt2", "digits", "digits_tensor", "1.0", "pt2"},
-		storeArchive{"digits_pt2_img", "digits", "digits", "1.0", "pt2"})
-	for _, m := range zooPackages[1:] {
-		storePackages = append(storePackages, storeArchive{m.name, m.zoo, m.zoo, "1.0", "pt2"})
-	}
-	// As make archives builds them: the CNNs' packages carry their int8 package (make
-	// models-int8) as a variant, served where the CPU computes int8 natively (precision auto).
-	for _, m := range []string{"resnet18_pt2", "efficientnet_lite0_pt2"} {
-		storeExtras[m] = append(storeExtras[m], "model_int8.pt2")
-	}
-}
 
 // zooPackages are the zoo's AOTInductor packages (models/pt2.py) as the store archives
 // them, with their exported batch max.
@@ -48,7 +32,7 @@ var zooPackages = []struct {
 
 // packageRows returns the inputs of batch n of a zoo package's reference data: the first n
 // rows, for a text model trimmed to the longest of them.
-func packageRows(t *testing.T, zoo string, n int) []oip.Tensor {
+func packageRows(t testing.TB, zoo string, n int) []oip.Tensor {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(zooDir, zoo, "pt2_ref_input.npy")); err == nil {
 		a := readZooNpy(t, zoo, "pt2_ref_input.npy")
@@ -80,7 +64,7 @@ func packageRows(t *testing.T, zoo string, n int) []oip.Tensor {
 // inferPackage sends one request of rows to a zoo package and returns its float32 outputs:
 // the Open Inference Protocol's tensors for the image and text classifiers, the
 // text_embedding handler's pooled embeddings (of the same token ids, in JSON) for MiniLM.
-func inferPackage(t *testing.T, s *server, name string, rows []oip.Tensor) []float32 {
+func inferPackage(t testing.TB, s *server, name string, rows []oip.Tensor) []float32 {
 	t.Helper()
 	if name == "minilm_pt2" {
 		ids, mask := rows[0], rows[1]
@@ -96,7 +80,7 @@ func inferPackage(t *testing.T, s *server, name string, rows []oip.Tensor) []flo
 			seqs = append(seqs, seq)
 		}
 		body, _ := json.Marshal(seqs)
-		r := do(t, "POST", s.inf+"/predictions/"+name, "application/json", body)
+		r := s.do("POST", "/predictions/"+name, "application/json", body)
 		if r.status != 200 {
 			t.Fatalf("%s: %d %s", name, r.status, r.body)
 		}
@@ -108,10 +92,7 @@ func inferPackage(t *testing.T, s *server, name string, rows []oip.Tensor) []flo
 		}
 		return out
 	}
-	_, outs, err := client.New(s.inf).Infer(context.Background(), name, "", rows, client.InferOptions{Binary: true, BinaryOutputs: true})
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
+	outs := s.infer(t, name, rows)
 	if len(outs) != 1 || outs[0].Datatype != "FP32" || outs[0].Shape[0] != rows[0].Shape[0] {
 		t.Fatalf("%s: outputs %+v", name, outs)
 	}
@@ -124,10 +105,10 @@ func inferPackage(t *testing.T, s *server, name string, rows []oip.Tensor) []flo
 // server, equal the same rows sent one by one.
 func TestZooPackagesOverHTTP(t *testing.T) {
 	// 32 images of 3x224x224 float32 are 19 MB, over the default request limit.
-	s := startServer(t, "--max-request-size", "32000000")
+	s := newServer(t, 32000000)
 	for _, m := range zooPackages {
 		t.Run(m.name, func(t *testing.T) {
-			s.register(t, "url=pt2/"+m.name+".mar&precision=fp32&max_batch_delay=20&initial_workers=1&synchronous=true")
+			s.register(t, "url="+m.name+".mar&precision=fp32&max_batch_delay=20&initial_workers=1&synchronous=true")
 			ref := "pt2_ref_output_b%d.npy"
 			if m.zoo == "minilm" {
 				ref = "pt2_ref_pooled_b%d.npy"
@@ -159,7 +140,7 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 			for i := range k {
 				closeTo(t, fmt.Sprintf("row %d batched against alone", i), batched[i], alone[i], tolerance.Kernels)
 			}
-			if _, mean := s.batching(t, m.name); mean <= 1.05 {
+			if mean := s.meanBatch(t, m.name); mean <= 1.05 {
 				t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
 			}
 		})
@@ -170,8 +151,8 @@ func TestZooPackagesOverHTTP(t *testing.T) {
 // concurrent requests are batched into one package call, and each answer equals the one the
 // same request got alone; the image handler's answers match the TorchScript model's.
 func TestPackageOverHTTP(t *testing.T) {
-	s := startServer(t)
-	s.register(t, "url=pt2/digits_pt2.mar&batch_size=16&max_batch_delay=20&initial_workers=2")
+	s := newServer(t, 0)
+	s.register(t, "url=digits_pt2.mar&batch_size=16&max_batch_delay=20&initial_workers=2")
 	n := 48
 	bodies := make([][]byte, n)
 	for i := range bodies {
@@ -181,13 +162,13 @@ func TestPackageOverHTTP(t *testing.T) {
 	}
 	alone := make([][]float64, n)
 	for i, b := range bodies {
-		alone[i] = tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", b))
+		alone[i] = tensorData(t, s.do("POST", "/predictions/digits_pt2", "application/json", b))
 	}
 	batched := make([][]float64, n)
 	var wg sync.WaitGroup
 	for i, b := range bodies {
 		wg.Go(func() {
-			batched[i] = tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", b))
+			batched[i] = tensorData(t, s.do("POST", "/predictions/digits_pt2", "application/json", b))
 		})
 	}
 	wg.Wait()
@@ -198,45 +179,45 @@ func TestPackageOverHTTP(t *testing.T) {
 			}
 		}
 	}
-	if _, mean := s.batching(t, "digits_pt2"); mean <= 1.05 {
+	if mean := s.meanBatch(t, "digits_pt2"); mean <= 1.05 {
 		t.Fatalf("no batching under concurrent load: mean batch size %.2f", mean)
 	}
 
 	// The same PNGs through the image handler: top-1 equals the TorchScript model's.
-	s.register(t, "url=pt2/digits_pt2_img.mar&batch_size=8&initial_workers=1")
+	s.register(t, "url=digits_pt2_img.mar&batch_size=8&initial_workers=1")
 	s.register(t, "url=digits.mar&initial_workers=1")
-	pngs, _ := heldOut(t)
+	pngs := heldOut(t)
 	for i, png := range pngs[:40] {
-		got := top1(do(t, "POST", s.inf+"/predictions/digits_pt2_img", "image/png", png).body)
-		want := top1(do(t, "POST", s.inf+"/predictions/digits", "image/png", png).body)
+		got := top1(s.do("POST", "/predictions/digits_pt2_img", "image/png", png).body)
+		want := top1(s.do("POST", "/predictions/digits", "image/png", png).body)
 		if got != want {
 			t.Fatalf("image %d: package says %s, TorchScript says %s", i, got, want)
 		}
 	}
 
 	// KServe v2 metadata comes from the package's recorded signature.
-	r := do(t, "GET", s.inf+"/v2/models/digits_pt2", "", nil)
+	r := s.do("GET", "/v2/models/digits_pt2", "", nil)
 	if r.status != 200 || !strings.Contains(string(r.body), `"shape":[-1,1,28,28]`) {
 		t.Fatalf("v2 metadata: %d %s", r.status, r.body)
 	}
 }
 
-// writeDigitsArchive writes models/out/digits/<file> into the store's pt2/ as a directory
+// writeDigitsArchive writes models/out/digits/<file> into dir (a server's scratch) as a directory
 // archive named name with config, then lets edit change its manifest.
-func writeDigitsArchive(t *testing.T, name, file, config string, edit func(*archive.Manifest)) {
+func writeDigitsArchive(t testing.TB, dir, name, file, config string, edit func(*archive.Manifest)) string {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "model-config.toml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := archive.Write(archive.WriteOptions{ModelName: name, SerializedFile: filepath.Join(zooDir, "digits", file),
-		ConfigFile: cfg, ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+		ConfigFile: cfg, ExportPath: dir, Format: archive.FormatNoArchive, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(out) })
 	if edit == nil {
-		return
+		return out
 	}
 	mp := filepath.Join(out, archive.ManifestPath)
 	b, err := os.ReadFile(mp)
@@ -254,46 +235,47 @@ func writeDigitsArchive(t *testing.T, name, file, config string, edit func(*arch
 	if err := os.WriteFile(mp, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return out
 }
 
 // TestPackageRegistrationRefusals registers a package with a batch size beyond its exported
 // range, beyond the narrower range its archive records, and with a precision it was not
 // exported in: each is a 400, and the server keeps serving.
 func TestPackageRegistrationRefusals(t *testing.T) {
-	s := startServer(t)
-	r := do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2.mar&batch_size=65&initial_workers=1&synchronous=true", "", nil)
+	s := newServer(t, 0)
+	r := s.manage("POST", "/models?url=digits_pt2.mar&batch_size=65&initial_workers=1&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "batch_size 65 is outside the batch range [1, 64]")
 	// The archive's record is what registration reads.
-	writeDigitsArchive(t, "digits_pt2_narrow", "model.pt2", "handler = \"tensor\"\n", func(m *archive.Manifest) {
+	writeDigitsArchive(t, s.scratch, "digits_pt2_narrow", "model.pt2", "handler = \"tensor\"\n", func(m *archive.Manifest) {
 		rec := m.Model.Extensions[archive.PackageExtension].(map[string]any)
 		in := rec["inputs"].([]any)[0].(map[string]any)
 		in["max"].([]any)[0] = 16
 	})
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_narrow&batch_size=32&initial_workers=1&synchronous=true", "", nil)
+	r = s.manage("POST", "/models?url=digits_pt2_narrow&batch_size=32&initial_workers=1&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "batch_size 32 is outside the batch range [1, 16]")
-	writeDigitsArchive(t, "digits_pt2_bf16", "model.pt2", "handler = \"tensor\"\nprecision = \"bf16\"\n", nil)
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_bf16&initial_workers=1&synchronous=true", "", nil)
+	writeDigitsArchive(t, s.scratch, "digits_pt2_bf16", "model.pt2", "handler = \"tensor\"\nprecision = \"bf16\"\n", nil)
+	r = s.manage("POST", "/models?url=digits_pt2_bf16&initial_workers=1&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "precision bf16, but model.pt2 was exported in fp32")
-	writeDigitsArchive(t, "digits_pt2_fp16", "model.pt2", "handler = \"tensor\"\nprecision = \"fp16\"\n", nil)
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_pt2_fp16&initial_workers=1&synchronous=true", "", nil)
+	writeDigitsArchive(t, s.scratch, "digits_pt2_fp16", "model.pt2", "handler = \"tensor\"\nprecision = \"fp16\"\n", nil)
+	r = s.manage("POST", "/models?url=digits_pt2_fp16&initial_workers=1&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "precision fp16, but model.pt2 was exported in fp32")
-	s.register(t, "url=pt2/digits_pt2.mar&batch_size=64&initial_workers=1&synchronous=true")
+	s.register(t, "url=digits_pt2.mar&batch_size=64&initial_workers=1&synchronous=true")
 	body := `{"data": [` + strings.TrimSuffix(strings.Repeat("0.5,", 784), ",") + `], "shape": [1, 1, 28, 28]}`
-	if len(tensorData(t, do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(body)))) != 10 {
+	if len(tensorData(t, s.do("POST", "/predictions/digits_pt2", "application/json", []byte(body)))) != 10 {
 		t.Fatal("no 10 logits after a refused registration")
 	}
 	// One request of more rows than the package runs at once is the client's error, over
 	// KServe v2 (tensors straight to the model) and through the handler alike.
 	rows := func(n int) string { return strings.TrimSuffix(strings.Repeat("0.5,", n*784), ",") }
 	v2 := fmt.Sprintf(`{"inputs": [{"name": "input__0", "shape": [65, 1, 28, 28], "datatype": "FP32", "data": [%s]}]}`, rows(65))
-	r = do(t, "POST", s.inf+"/v2/models/digits_pt2/infer", "application/json", []byte(v2))
+	r = s.do("POST", "/v2/models/digits_pt2/infer", "application/json", []byte(v2))
 	if r.status != 400 || !strings.Contains(string(r.body), "at most 64 rows a request") {
 		t.Fatalf("v2, 65 rows: %d %s", r.status, r.body)
 	}
-	r = do(t, "POST", s.inf+"/predictions/digits_pt2", "application/json", []byte(`{"data": [`+rows(65)+`], "shape": [65, 1, 28, 28]}`))
+	r = s.do("POST", "/predictions/digits_pt2", "application/json", []byte(`{"data": [`+rows(65)+`], "shape": [65, 1, 28, 28]}`))
 	errorShape(t, r, 400, "BadRequestException", "at most 64 rows a request")
 	v2 = fmt.Sprintf(`{"inputs": [{"name": "input__0", "shape": [64, 1, 28, 28], "datatype": "FP32", "data": [%s]}]}`, rows(64))
-	if r = do(t, "POST", s.inf+"/v2/models/digits_pt2/infer", "application/json", []byte(v2)); r.status != 200 {
+	if r = s.do("POST", "/v2/models/digits_pt2/infer", "application/json", []byte(v2)); r.status != 200 {
 		t.Fatalf("v2, 64 rows: %d %s", r.status, r.body)
 	}
 }
@@ -306,25 +288,25 @@ func TestPackageRegistrationRefusals(t *testing.T) {
 // is served in bf16, as the package says; one registered with precision fp32 is refused with
 // a 400.
 func TestPrecisionBF16OverHTTP(t *testing.T) {
-	s := startServer(t)
+	s := newServer(t, 0)
 	const cfg = "handler = \"tensor\"\nbatch_size = 8\nprecision = \"bf16\"\n"
-	writeDigitsArchive(t, "digits_bf16_ts", "model.pt", cfg, nil)
-	writeDigitsArchive(t, "digits_bf16_pt2", "model_bf16.pt2", cfg, nil)
-	writeDigitsArchive(t, "digits_bf16_pt2_untold", "model_bf16.pt2", "handler = \"tensor\"\nbatch_size = 8\n", nil)
-	writeDigitsArchive(t, "digits_fp16_pt2", "model_fp16.pt2", "handler = \"tensor\"\nbatch_size = 8\nprecision = \"fp16\"\n", nil)
+	writeDigitsArchive(t, s.scratch, "digits_bf16_ts", "model.pt", cfg, nil)
+	writeDigitsArchive(t, s.scratch, "digits_bf16_pt2", "model_bf16.pt2", cfg, nil)
+	writeDigitsArchive(t, s.scratch, "digits_bf16_pt2_untold", "model_bf16.pt2", "handler = \"tensor\"\nbatch_size = 8\n", nil)
+	writeDigitsArchive(t, s.scratch, "digits_fp16_pt2", "model_fp16.pt2", "handler = \"tensor\"\nbatch_size = 8\nprecision = \"fp16\"\n", nil)
 	s.register(t, "url=digits_tensor.mar&initial_workers=1&synchronous=true")
 	rows := packageRows(t, "digits", 16)
 	want := inferPackage(t, s, "digits_tensor", rows)
 	// The registration's precision parameter does what the archive's config does.
 	s.register(t, "url=digits_tensor.mar&model_name=digits_bf16_param&precision=bf16&initial_workers=1&synchronous=true")
-	r := do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp8", "", nil)
+	r := s.manage("POST", "/models?url=digits_tensor.mar&model_name=x&precision=fp8")
 	errorShape(t, r, 400, "BadRequestException", `precision "fp8": want one of ["fp32" "bf16" "fp16" "int8"]`)
 	// fp16 is a package's precision (exported in it, for a GPU), never TorchScript's.
-	r = do(t, "POST", s.mgmt+"/models?url=digits_tensor.mar&model_name=x&precision=fp16&synchronous=true", "", nil)
+	r = s.manage("POST", "/models?url=digits_tensor.mar&model_name=x&precision=fp16&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "precision fp16 is for AOTInductor packages exported in fp16")
 	for _, name := range []string{"digits_bf16_ts", "digits_bf16_pt2", "digits_bf16_param", "digits_fp16_pt2", "digits_bf16_pt2_untold"} {
 		if name != "digits_bf16_param" {
-			s.register(t, "url=pt2/"+name+"&initial_workers=1&synchronous=true")
+			s.register(t, "url="+name+"&initial_workers=1&synchronous=true")
 		}
 		got := inferPackage(t, s, name, rows)
 		if len(got) != len(want) {
@@ -347,16 +329,16 @@ func TestPrecisionBF16OverHTTP(t *testing.T) {
 			}
 		}
 	}
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_pt2_untold&model_name=at_fp32&precision=fp32&initial_workers=1&synchronous=true", "", nil)
+	r = s.manage("POST", "/models?url=digits_bf16_pt2_untold&model_name=at_fp32&precision=fp32&initial_workers=1&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "precision fp32, but model_bf16.pt2 was exported in bf16")
 	// Mixed precision: the config's float32 modules are the model's, or registration is refused.
-	writeDigitsArchive(t, "digits_bf16_ts_fc2", "model.pt", cfg+"fp32_modules = [\"fc2\"]\n", nil)
-	s.register(t, "url=pt2/digits_bf16_ts_fc2&initial_workers=1&synchronous=true")
+	writeDigitsArchive(t, s.scratch, "digits_bf16_ts_fc2", "model.pt", cfg+"fp32_modules = [\"fc2\"]\n", nil)
+	s.register(t, "url=digits_bf16_ts_fc2&initial_workers=1&synchronous=true")
 	if got := inferPackage(t, s, "digits_bf16_ts_fc2", rows); len(got) != len(want) {
 		t.Fatalf("digits_bf16_ts_fc2: %d logits, want %d", len(got), len(want))
 	}
-	writeDigitsArchive(t, "digits_bf16_ts_conv3", "model.pt", cfg+"fp32_modules = [\"conv3\"]\n", nil)
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/digits_bf16_ts_conv3&initial_workers=1&synchronous=true", "", nil)
+	writeDigitsArchive(t, s.scratch, "digits_bf16_ts_conv3", "model.pt", cfg+"fp32_modules = [\"conv3\"]\n", nil)
+	r = s.manage("POST", "/models?url=digits_bf16_ts_conv3&initial_workers=1&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "float32 module conv3: forward calls no submodule of that name")
 }
 

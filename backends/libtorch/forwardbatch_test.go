@@ -1,4 +1,4 @@
-package daemon_test
+package libtorch_test
 
 import (
 	"strings"
@@ -13,23 +13,23 @@ import (
 // measured at load, logged and shown in describe; 0 is the whole batch; a count below 0 is a
 // 400 that names the parameter.
 func TestForwardBatchOverHTTP(t *testing.T) {
-	s := startServer(t, "--access-log=false")
-	s.register(t, "url=pt2/efficientnet_lite0_pt2.mar&model_name=split&batch_size=8&max_batch_delay=50&initial_workers=1&precision=fp32&forward_batch=3&synchronous=true")
+	s := newServer(t, 0)
+	s.register(t, "url=efficientnet_lite0_pt2.mar&model_name=split&batch_size=8&max_batch_delay=50&initial_workers=1&precision=fp32&forward_batch=3&synchronous=true")
 	var d []described
-	do(t, "GET", s.mgmt+"/models/split", "", nil).json(t, &d)
+	s.manage("GET", "/models/split").json(t, &d)
 	if d[0].ForwardBatch != 3 {
 		t.Fatalf("describe: forwardBatch %d, want 3", d[0].ForwardBatch)
 	}
-	url := s.inf + "/predictions/split"
+	url := "/predictions/split"
 	photos := effnetPhotos(t)
 	alone := make([]topK, len(photos))
 	for i, p := range photos {
-		alone[i] = topKOf(t, do(t, "POST", url, "image/jpeg", p.img))
+		alone[i] = topKOf(t, s.do("POST", url, "image/jpeg", p.img))
 	}
 	const rounds = 3
 	batched := make([]topK, rounds*len(photos))
 	forEach(len(batched), 16, func(i int) {
-		batched[i] = topKOf(t, do(t, "POST", url, "image/jpeg", photos[i%len(photos)].img))
+		batched[i] = topKOf(t, s.do("POST", url, "image/jpeg", photos[i%len(photos)].img))
 	})
 	for i, k := range batched {
 		// Another batch size takes other kernels: the last float32 bits may differ.
@@ -37,31 +37,31 @@ func TestForwardBatchOverHTTP(t *testing.T) {
 			t.Errorf("%s, concurrent request %d: %v", photos[i%len(photos)].name, i, err)
 		}
 	}
-	if _, mean := s.batching(t, "split"); mean <= 1.05 {
+	if mean := s.meanBatch(t, "split"); mean <= 1.05 {
 		t.Errorf("no batching under concurrent load: mean batch size %.2f", mean)
 	}
 
 	// The archive's model-config.toml says forward_batch = "auto".
-	s.register(t, "url=pt2/efficientnet_lite0_pt2.mar&model_name=auto&batch_size=8&initial_workers=1&synchronous=true")
+	s.register(t, "url=efficientnet_lite0_pt2.mar&model_name=auto&batch_size=8&initial_workers=1&synchronous=true")
 	d = nil
-	do(t, "GET", s.mgmt+"/models/auto", "", nil).json(t, &d)
+	s.manage("GET", "/models/auto").json(t, &d)
 	if n := d[0].ForwardBatch; n < 1 || n > 8 || n&(n-1) != 0 {
 		t.Errorf("forward_batch auto settled at %d; want a measured batch size, a power of two from 1 to 8", n)
 	}
 	if !strings.Contains(s.Log(), `msg="forward_batch auto" model=auto source=measured`) {
 		t.Errorf("no log line for forward_batch auto:\n%s", s.Log())
 	}
-	if r := topKOf(t, do(t, "POST", s.inf+"/predictions/auto", "image/jpeg", photos[0].img)); len(r.labels) == 0 {
+	if r := topKOf(t, s.do("POST", "/predictions/auto", "image/jpeg", photos[0].img)); len(r.labels) == 0 {
 		t.Errorf("auto: no answer")
 	}
 
 	for _, bad := range []string{"forward_batch=-2", "forward_batch=-1"} {
-		errorShape(t, do(t, "POST", s.mgmt+"/models?url=pt2/efficientnet_lite0_pt2.mar&model_name=bad&"+bad, "", nil), 400, "BadRequestException", "forward_batch")
+		errorShape(t, s.manage("POST", "/models?url=efficientnet_lite0_pt2.mar&model_name=bad&"+bad), 400, "BadRequestException", "forward_batch")
 	}
 	// 0 is the whole batch, as the server's forward_batch takes it.
-	s.register(t, "url=pt2/efficientnet_lite0_pt2.mar&model_name=whole&batch_size=8&initial_workers=0&forward_batch=0&synchronous=true")
+	s.register(t, "url=efficientnet_lite0_pt2.mar&model_name=whole&batch_size=8&initial_workers=0&forward_batch=0&synchronous=true")
 	var whole []described // describe leaves out a forwardBatch of 0
-	do(t, "GET", s.mgmt+"/models/whole", "", nil).json(t, &whole)
+	s.manage("GET", "/models/whole").json(t, &whole)
 	if len(whole) != 1 || whole[0].ForwardBatch != 0 {
 		t.Errorf("forward_batch=0 described as %+v", whole)
 	}

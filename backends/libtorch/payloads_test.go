@@ -1,4 +1,4 @@
-package daemon_test
+package libtorch_test
 
 import (
 	"bytes"
@@ -135,10 +135,10 @@ func repeatJSON(v string, n int) string {
 
 // A plain body with Content-Encoding is inflated as the Open Inference Protocol's are:
 // gzip and deflate up to max_request_size, and nothing else.
-func compressedBodies(t *testing.T, inf string) {
-	imgs, _ := heldOut(t)
-	url := inf + "/predictions/digits"
-	plain := post(url, "image/png", imgs[0])
+func compressedBodies(t *testing.T, s *server) {
+	imgs := heldOut(t)
+	url := "/predictions/digits"
+	plain := s.post(url, "image/png", imgs[0])
 	if plain.status != 200 {
 		t.Fatalf("the plain request: %d %s", plain.status, plain.body)
 	}
@@ -147,29 +147,29 @@ func compressedBodies(t *testing.T, inf string) {
 	zw.Write(imgs[0])
 	zw.Close()
 	for enc, body := range map[string][]byte{"gzip": gzipped(t, imgs[0]), "deflate": deflated.Bytes(), "identity": imgs[0]} {
-		if r := post(url, "image/png", body, "Content-Encoding", enc); r.status != 200 || topKey(r) != topKey(plain) {
+		if r := s.post(url, "image/png", body, "Content-Encoding", enc); r.status != 200 || topKey(r) != topKey(plain) {
 			t.Errorf("a %s PNG: %d %s, want the plain request's answer %s", enc, r.status, r.body, plain.body)
 		}
 	}
 	bomb := gzipped(t, append(slices.Clone(imgs[0]), make([]byte, 200<<20)...))
 	r := timed(t, fmt.Sprintf("gzip bomb (%d bytes → 200 MiB)", len(bomb)), func() response {
-		return post(url, "image/png", bomb, "Content-Encoding", "gzip")
+		return s.post(url, "image/png", bomb, "Content-Encoding", "gzip")
 	})
 	wantTS(t, "gzip bomb", r, 413, "decompresses to more than max_request_size")
-	wantTS(t, "gzip that is not gzip", post(url, "image/png", imgs[0], "Content-Encoding", "gzip"), 400, "gzip")
-	wantTS(t, "an encoding torchd does not decode", post(url, "image/png", imgs[0], "Content-Encoding", "br"), 400, `unsupported Content-Encoding "br"`)
+	wantTS(t, "gzip that is not gzip", s.post(url, "image/png", imgs[0], "Content-Encoding", "gzip"), 400, "gzip")
+	wantTS(t, "an encoding torchd does not decode", s.post(url, "image/png", imgs[0], "Content-Encoding", "br"), 400, `unsupported Content-Encoding "br"`)
 }
 
 // NaN and infinities are numbers to the model: they go in as sent (an attention mask
 // holds -Inf on purpose), and outputs that hold them come back as .npy, which JSON
 // numbers cannot carry.
-func nanAndInf(t *testing.T, inf string) {
+func nanAndInf(t *testing.T, s *server) {
 	for name, v := range map[string]float32{"NaN": float32(math.NaN()), "+Inf": float32(math.Inf(1)), "-Inf": float32(math.Inf(-1))} {
 		data := make([]byte, 784*4)
 		for i := 0; i < len(data); i += 4 {
 			binary.LittleEndian.PutUint32(data[i:], math.Float32bits(v))
 		}
-		r := post(inf+"/predictions/digits_tensor", "application/x-npy", npyWithHeader("(1, 1, 28, 28)", data))
+		r := s.post("/predictions/digits_tensor", "application/x-npy", npyWithHeader("(1, 1, 28, 28)", data))
 		if r.status != 200 {
 			t.Errorf("%s input: %d %s", name, r.status, r.body)
 			continue

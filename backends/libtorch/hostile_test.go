@@ -1,4 +1,4 @@
-package daemon_test
+package libtorch_test
 
 import (
 	"bytes"
@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"image"
 	"image/jpeg"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,12 +22,12 @@ import (
 )
 
 // The hostile-input tests send what a careless or malicious client might, and check three
-// things each time: the answer is a 4xx with a message that says what was wrong, the daemon
+// things each time: the answer is a 4xx with a message that says what was wrong, the process
 // is still up, and good requests sent at the same time, to the same models and often in the
 // same batches, get their right answers. docs/guide/reliability.md tabulates what they observe.
 
 // hostileModels are the models TestHostileInput serves, each with batching on.
-const hostileModels = "digits=digits.mar,digits_tensor=digits_tensor.mar,resnet18=resnet18.mar,textcls=textcls.mar,captioner=captioner.mar"
+var hostileModels = []string{"digits", "digits_tensor", "resnet18", "textcls", "captioner"}
 
 // goodRequest is a request whose right answer is known: key reduces a response to what must
 // not change (a top-1 class, a caption), or values to its output tensor, which must stay
@@ -44,27 +42,17 @@ type goodRequest struct {
 	wantValues              []float32
 }
 
-func (g *goodRequest) send(c *http.Client, base string) (response, error) {
-	req, err := http.NewRequest("POST", base+g.path, bytes.NewReader(g.body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Content-Type", g.contentType)
+func (g *goodRequest) send(s *server) (response, error) {
+	var h []string
 	for k, v := range g.header {
-		req.Header.Set(k, v)
+		h = append(h, k, v)
 	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}, err
+	return s.post(g.path, g.contentType, g.body, h...), nil
 }
 
 // check sends g and says what is wrong with the answer, or "".
-func (g *goodRequest) check(c *http.Client, base string) string {
-	r, err := g.send(c, base)
+func (g *goodRequest) check(s *server) string {
+	r, err := g.send(s)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("%s: %v", g.name, err)
@@ -125,7 +113,7 @@ func v2Values(r response) ([]float32, error) {
 // each one's answer sent alone, before any hostile input.
 func goodRequests(t *testing.T, s *server) []*goodRequest {
 	t.Helper()
-	imgs, _ := heldOut(t)
+	imgs := heldOut(t)
 	x := readZooNpy(t, "digits", "ref_input.npy")
 	row := x.Data[:784*4]
 	one, err := npy.Encode(npy.Array{DType: "float32", Shape: []int64{1, 1, 28, 28}, Data: row})
@@ -154,7 +142,7 @@ func goodRequests(t *testing.T, s *server) []*goodRequest {
 		{name: "captioner PNG", path: "/predictions/captioner", contentType: "image/png", body: scene, key: captionKey},
 	}
 	for _, g := range goods {
-		r, err := g.send(httpClient, s.inf)
+		r, err := g.send(s)
 		if err != nil || r.status != 200 {
 			t.Fatalf("%s alone: %v %d %s", g.name, err, r.status, r.body)
 		}
@@ -197,7 +185,7 @@ func startGoodTraffic(s *server, goods []*goodRequest, workers int) *goodTraffic
 					return
 				default:
 				}
-				if msg := goods[i%len(goods)].check(httpClient, s.inf); msg != "" {
+				if msg := goods[i%len(goods)].check(s); msg != "" {
 					g.fail(msg)
 				} else {
 					g.ok.Add(1)
@@ -243,7 +231,7 @@ func withNeighbours(t *testing.T, s *server, good *goodRequest, n int, bad func(
 				r = bad()
 				return
 			}
-			if msg := good.check(httpClient, s.inf); msg != "" {
+			if msg := good.check(s); msg != "" {
 				errs <- msg
 			}
 		}()
@@ -288,23 +276,6 @@ func wantV2(t *testing.T, what string, r response, status int, part string) {
 	}
 }
 
-// post sends body without failing the test on a transport error (the caller may be a
-// goroutine); a transport error comes back as status 0 with the error as the body.
-func post(url, contentType string, body []byte, header ...string) response {
-	req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", contentType)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return response{body: []byte(err.Error())}
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return response{status: resp.StatusCode, header: resp.Header, body: b}
-}
-
 // timed runs f and logs how long the answer took, for docs/guide/reliability.md.
 func timed(t *testing.T, what string, f func() response) response {
 	t.Helper()
@@ -317,16 +288,17 @@ func timed(t *testing.T, what string, f func() response) response {
 // Hostile and broken payloads, each answered 4xx with a message that says what was wrong,
 // while good requests to every model run alongside and keep getting their right answers.
 func TestHostileInput(t *testing.T) {
-	s := startServer(t, "--models", hostileModels, "--batch-size", "8", "--max-batch-delay", "50")
-	s.waitHealthy(t)
+	s := newServer(t, 0)
+	for _, m := range hostileModels {
+		s.register(t, "url="+m+".mar&batch_size=8&max_batch_delay=50&initial_workers=1&synchronous=true")
+	}
 	goods := goodRequests(t, s)
 	traffic := startGoodTraffic(s, goods, 2)
-	inf := s.inf
 
 	t.Run("MalformedMultipart", func(t *testing.T) {
 		png := pngOf(t, 8, 8)
 		good := multipartBody("XB", png)
-		url := inf + "/predictions/digits"
+		url := "/predictions/digits"
 		for _, c := range []struct {
 			name, ct string
 			body     []byte
@@ -341,23 +313,23 @@ func TestHostileInput(t *testing.T) {
 			{"not multipart at all", "multipart/form-data; boundary=XB", bytes.Repeat([]byte("garbage "), 100), 400, "multipart"},
 			{"part that is not an image", "multipart/form-data; boundary=XB", multipartBody("XB", []byte("text")), 400, "unsupported format"},
 		} {
-			wantTS(t, c.name, post(url, c.ct, c.body), c.status, c.part)
+			wantTS(t, c.name, s.post(url, c.ct, c.body), c.status, c.part)
 		}
 		// A gzipped multipart body is decompressed by the server: a bomb of 200 MiB of
 		// zeros in a 200 KB request stops at max_request_size.
 		bomb := gzipped(t, multipartBody("XB", append(png, make([]byte, 200<<20)...)))
 		r := timed(t, fmt.Sprintf("gzip multipart bomb (%d bytes → 200 MiB)", len(bomb)), func() response {
-			return post(url, "multipart/form-data; boundary=XB", bomb, "Content-Encoding", "gzip")
+			return s.post(url, "multipart/form-data; boundary=XB", bomb, "Content-Encoding", "gzip")
 		})
 		wantTS(t, "gzip multipart bomb", r, 413, "decompresses to more than max_request_size")
-		wantTS(t, "gzip multipart that is not gzip", post(url, "multipart/form-data; boundary=XB", good, "Content-Encoding", "gzip"), 400, "gzip")
-		if r := post(url, "multipart/form-data; boundary=XB", gzipped(t, good), "Content-Encoding", "gzip"); r.status != 200 {
+		wantTS(t, "gzip multipart that is not gzip", s.post(url, "multipart/form-data; boundary=XB", good, "Content-Encoding", "gzip"), 400, "gzip")
+		if r := s.post(url, "multipart/form-data; boundary=XB", gzipped(t, good), "Content-Encoding", "gzip"); r.status != 200 {
 			t.Errorf("a small gzipped multipart: %d %s", r.status, r.body)
 		}
 	})
 
-	t.Run("CompressedBody", func(t *testing.T) { compressedBodies(t, inf) })
-	t.Run("NaNAndInf", func(t *testing.T) { nanAndInf(t, inf) })
+	t.Run("CompressedBody", func(t *testing.T) { compressedBodies(t, s) })
+	t.Run("NaNAndInf", func(t *testing.T) { nanAndInf(t, s) })
 
 	t.Run("DeepJSON", func(t *testing.T) {
 		for _, depth := range []int{10_000, 100_000} {
@@ -370,12 +342,12 @@ func TestHostileInput(t *testing.T) {
 				}
 				return within
 			}
-			wantTS(t, name+" tensor", post(inf+"/predictions/digits_tensor", "application/json", deep), 400, pick("deeper than 32"))
-			wantTS(t, name+" text", post(inf+"/predictions/textcls", "application/json", deep), 400, pick("nests too deep"))
-			wantTS(t, name+" image", post(inf+"/predictions/digits", "application/json", deep), 400, pick("no image"))
-			wantV2(t, name+" v2", post(inf+"/v2/models/digits_tensor/infer", "application/json", deep), 400, pick("must be an object, got an array"))
+			wantTS(t, name+" tensor", s.post("/predictions/digits_tensor", "application/json", deep), 400, pick("deeper than 32"))
+			wantTS(t, name+" text", s.post("/predictions/textcls", "application/json", deep), 400, pick("nests too deep"))
+			wantTS(t, name+" image", s.post("/predictions/digits", "application/json", deep), 400, pick("no image"))
+			wantV2(t, name+" v2", s.post("/v2/models/digits_tensor/infer", "application/json", deep), 400, pick("must be an object, got an array"))
 			v1 := append(append([]byte(`{"instances": `), deep[:len(deep)-2]...), '}')
-			wantV2(t, name+" v1", post(inf+"/v1/models/textcls:predict", "application/json", v1), 400, "")
+			wantV2(t, name+" v1", s.post("/v1/models/textcls:predict", "application/json", v1), 400, "")
 		}
 	})
 
@@ -383,42 +355,42 @@ func TestHostileInput(t *testing.T) {
 		// 3 M zeros, 6 MB: under max_request_size, a million times what the model takes.
 		zeros := []byte(repeatJSON("0", 3_000_000))
 		r := timed(t, "6 MB JSON array to the tensor handler", func() response {
-			return post(inf+"/predictions/digits_tensor", "application/json", zeros)
+			return s.post("/predictions/digits_tensor", "application/json", zeros)
 		})
 		wantTS(t, "huge array, tensor", r, 400, "must have shape [-1 1 28 28]")
 		v2 := []byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, 1, 28, 28], "data": ` + string(zeros) + `}]}`)
-		r = timed(t, "6 MB JSON array to v2", func() response { return post(inf+"/v2/models/digits_tensor/infer", "application/json", v2) })
+		r = timed(t, "6 MB JSON array to v2", func() response { return s.post("/v2/models/digits_tensor/infer", "application/json", v2) })
 		wantV2(t, "huge array, v2", r, 400, "")
 		r = timed(t, "6 MB JSON array to the text classifier", func() response {
-			return post(inf+"/predictions/textcls", "application/json", zeros)
+			return s.post("/predictions/textcls", "application/json", zeros)
 		})
 		wantTS(t, "huge array, text", r, 400, "must hold strings")
 		r = timed(t, "6 MB JSON array to the image classifier", func() response {
-			return post(inf+"/predictions/digits", "application/json", zeros)
+			return s.post("/predictions/digits", "application/json", zeros)
 		})
 		wantTS(t, "huge array, image", r, 400, "base64 strings")
 	})
 
 	t.Run("ShapeOverflow", func(t *testing.T) {
 		huge := "[4294967296, 4294967296, 4294967296]"
-		wantTS(t, "JSON tensor", post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": [1], "shape": `+huge+`}`)), 400, "too large")
-		wantTS(t, "JSON tensor, a dimension past int64", post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": [1], "shape": [99999999999999999999]}`)), 400, "non-negative integers")
-		wantTS(t, ".npy", post(inf+"/predictions/digits_tensor", "application/x-npy", npyWithHeader("(4294967296, 4294967296, 4294967296)", nil)), 400, "too large")
-		wantV2(t, "v2 JSON", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+		wantTS(t, "JSON tensor", s.post("/predictions/digits_tensor", "application/json", []byte(`{"data": [1], "shape": `+huge+`}`)), 400, "too large")
+		wantTS(t, "JSON tensor, a dimension past int64", s.post("/predictions/digits_tensor", "application/json", []byte(`{"data": [1], "shape": [99999999999999999999]}`)), 400, "non-negative integers")
+		wantTS(t, ".npy", s.post("/predictions/digits_tensor", "application/x-npy", npyWithHeader("(4294967296, 4294967296, 4294967296)", nil)), 400, "too large")
+		wantV2(t, "v2 JSON", s.post("/v2/models/digits_tensor/infer", "application/json",
 			[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": `+huge+`, "data": [1]}]}`)), 400, "too many elements")
 		hdr := `{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": ` + huge + `, "parameters": {"binary_data_size": 4}}]}`
-		wantV2(t, "v2 binary", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", append([]byte(hdr), 0, 0, 0, 0),
+		wantV2(t, "v2 binary", s.post("/v2/models/digits_tensor/infer", "application/octet-stream", append([]byte(hdr), 0, 0, 0, 0),
 			oip.HeaderContentLength, fmt.Sprint(len(hdr))), 400, "too many elements")
-		wantV2(t, "v2 negative dimension", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+		wantV2(t, "v2 negative dimension", s.post("/v2/models/digits_tensor/infer", "application/json",
 			[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, -1, 28, 28], "data": [1]}]}`)), 400, "negative")
 	})
 
 	t.Run("DeclaredSizeLargerThanData", func(t *testing.T) {
-		wantTS(t, "JSON tensor", post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": [1, 2, 3], "shape": [1000, 1, 28, 28]}`)), 400, "needs 784000 values, data has 3")
-		wantTS(t, ".npy shape", post(inf+"/predictions/digits_tensor", "application/x-npy", npyWithHeader("(1000, 1, 28, 28)", make([]byte, 3136))), 400, "needs 3136000 data bytes, got 3136")
-		wantTS(t, ".npy header length", post(inf+"/predictions/digits_tensor", "application/x-npy", []byte("\x93NUMPY\x01\x00\xff\xff{}")), 400, "header length 65535 exceeds the data")
-		wantTS(t, ".npy 2.0 header length", post(inf+"/predictions/digits_tensor", "application/x-npy", []byte("\x93NUMPY\x02\x00\xff\xff\xff\xff{}")), 400, "header length 4294967295 exceeds the data")
-		wantV2(t, "v2 JSON", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+		wantTS(t, "JSON tensor", s.post("/predictions/digits_tensor", "application/json", []byte(`{"data": [1, 2, 3], "shape": [1000, 1, 28, 28]}`)), 400, "needs 784000 values, data has 3")
+		wantTS(t, ".npy shape", s.post("/predictions/digits_tensor", "application/x-npy", npyWithHeader("(1000, 1, 28, 28)", make([]byte, 3136))), 400, "needs 3136000 data bytes, got 3136")
+		wantTS(t, ".npy header length", s.post("/predictions/digits_tensor", "application/x-npy", []byte("\x93NUMPY\x01\x00\xff\xff{}")), 400, "header length 65535 exceeds the data")
+		wantTS(t, ".npy 2.0 header length", s.post("/predictions/digits_tensor", "application/x-npy", []byte("\x93NUMPY\x02\x00\xff\xff\xff\xff{}")), 400, "header length 4294967295 exceeds the data")
+		wantV2(t, "v2 JSON", s.post("/v2/models/digits_tensor/infer", "application/json",
 			[]byte(`{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1000, 1, 28, 28], "data": [1]}]}`)), 400, "needs 784000 elements")
 		v2bin := func(bds string, data int) []byte {
 			h := `{"inputs": [{"name": "input__0", "datatype": "FP32", "shape": [1, 1, 28, 28], "parameters": {"binary_data_size": ` + bds + `}}]}`
@@ -426,12 +398,12 @@ func TestHostileInput(t *testing.T) {
 		}
 		hl := func(b []byte) string { return fmt.Sprint(bytes.IndexByte(b, 0)) }
 		b := v2bin("1000000000000", 3136)
-		wantV2(t, "v2 binary_data_size 1e12", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, hl(b)), 400, "binary_data_size is 1000000000000 but only 3136 bytes")
+		wantV2(t, "v2 binary_data_size 1e12", s.post("/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, hl(b)), 400, "binary_data_size is 1000000000000 but only 3136 bytes")
 		b = v2bin("3136", 100)
-		wantV2(t, "v2 binary_data_size past the body", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, hl(b)), 400, "only 100 bytes")
+		wantV2(t, "v2 binary_data_size past the body", s.post("/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, hl(b)), 400, "only 100 bytes")
 		b = v2bin("3136", 3136)
-		wantV2(t, "v2 header length past the body", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, "99999999999"), 400, "but the body has only")
-		wantV2(t, "v2 header length past int64", post(inf+"/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, "99999999999999999999999"), 400, "invalid Inference-Header-Content-Length")
+		wantV2(t, "v2 header length past the body", s.post("/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, "99999999999"), 400, "but the body has only")
+		wantV2(t, "v2 header length past int64", s.post("/v2/models/digits_tensor/infer", "application/octet-stream", b, oip.HeaderContentLength, "99999999999999999999999"), 400, "invalid Inference-Header-Content-Length")
 	})
 
 	t.Run("ImageBombs", func(t *testing.T) {
@@ -445,19 +417,19 @@ func TestHostileInput(t *testing.T) {
 			{"BMP 50000x50000", bombBMP(t, 50000, 50000)},
 		} {
 			for _, model := range []string{"digits", "resnet18", "captioner"} {
-				r := timed(t, c.name+" to "+model, func() response { return post(inf+"/predictions/"+model, "image/png", c.img) })
+				r := timed(t, c.name+" to "+model, func() response { return s.post("/predictions/"+model, "image/png", c.img) })
 				wantTS(t, c.name+" to "+model, r, 400, "50000x50000, over the limit of 40000000 pixels")
 			}
 		}
 		b64 := base64.StdEncoding.EncodeToString(bombPNG(50000, 50000))
-		wantTS(t, "PNG bomb as base64 JSON", post(inf+"/predictions/resnet18", "application/json", []byte(`{"data": "`+b64+`"}`)), 400, "over the limit")
-		wantTS(t, "PNG bomb in multipart, second of two", post(inf+"/predictions/resnet18", "multipart/form-data; boundary=XB",
+		wantTS(t, "PNG bomb as base64 JSON", s.post("/predictions/resnet18", "application/json", []byte(`{"data": "`+b64+`"}`)), 400, "over the limit")
+		wantTS(t, "PNG bomb in multipart, second of two", s.post("/predictions/resnet18", "multipart/form-data; boundary=XB",
 			multipartBody("XB", pngOf(t, 8, 8), bombPNG(50000, 50000))), 400, "image 1: vision: bad image: too large")
 		// Many tiny images: 67 bytes each, 600 KB each as a ResNet tensor.
 		tiny := base64.StdEncoding.EncodeToString(pngOf(t, 1, 1))
 		many := []byte(repeatJSON(`"`+tiny+`"`, 60_000))
 		r := timed(t, fmt.Sprintf("60,000 tiny PNGs in one %d-byte request to resnet18", len(many)), func() response {
-			return post(inf+"/predictions/resnet18", "application/json", many)
+			return s.post("/predictions/resnet18", "application/json", many)
 		})
 		wantTS(t, "60,000 tiny images", r, 400, "the request has 60000 images; this model takes at most 64")
 	})
@@ -483,27 +455,27 @@ func TestHostileInput(t *testing.T) {
 			{"random bytes", []byte("\x00\x01\x02garbage"), "unrecognised leading bytes"},
 			{"empty", nil, "empty"},
 		} {
-			wantTS(t, c.name, post(inf+"/predictions/digits", "image/png", c.img), 400, c.part)
+			wantTS(t, c.name, s.post("/predictions/digits", "image/png", c.img), 400, c.part)
 		}
 	})
 
 	t.Run("InvalidUTF8", func(t *testing.T) {
-		url := inf + "/predictions/textcls"
-		wantTS(t, "raw text", post(url, "text/plain", []byte("caf\xe9 was great")), 400, "not valid UTF-8")
-		wantTS(t, "JSON string", post(url, "application/json", []byte("{\"text\": \"caf\xe9\"}")), 400, "not valid UTF-8")
-		wantTS(t, "multipart field", post(url, "multipart/form-data; boundary=XB",
+		url := "/predictions/textcls"
+		wantTS(t, "raw text", s.post(url, "text/plain", []byte("caf\xe9 was great")), 400, "not valid UTF-8")
+		wantTS(t, "JSON string", s.post(url, "application/json", []byte("{\"text\": \"caf\xe9\"}")), 400, "not valid UTF-8")
+		wantTS(t, "multipart field", s.post(url, "multipart/form-data; boundary=XB",
 			[]byte("--XB\r\nContent-Disposition: form-data; name=\"t\"\r\n\r\ncaf\xe9 ok\r\n--XB--\r\n")), 400, `input "t" is not valid UTF-8`)
-		wantTS(t, "overlong encoding", post(url, "text/plain", []byte("\xc0\xaf")), 400, "not valid UTF-8")
-		wantTS(t, "lone surrogate", post(url, "text/plain", []byte("\xed\xa0\x80")), 400, "not valid UTF-8")
-		v2 := inf + "/v2/models/textcls/infer"
-		wantV2(t, "v2 BYTES in JSON", post(v2, "application/json",
+		wantTS(t, "overlong encoding", s.post(url, "text/plain", []byte("\xc0\xaf")), 400, "not valid UTF-8")
+		wantTS(t, "lone surrogate", s.post(url, "text/plain", []byte("\xed\xa0\x80")), 400, "not valid UTF-8")
+		v2 := "/v2/models/textcls/infer"
+		wantV2(t, "v2 BYTES in JSON", s.post(v2, "application/json",
 			[]byte("{\"inputs\": [{\"name\": \"input_ids\", \"datatype\": \"BYTES\", \"shape\": [1], \"data\": [\"caf\xe9\"]}]}")), 400, "not valid UTF-8")
-		wantV2(t, "v2 input name", post(inf+"/v2/models/digits_tensor/infer", "application/json",
+		wantV2(t, "v2 input name", s.post("/v2/models/digits_tensor/infer", "application/json",
 			[]byte("{\"inputs\": [{\"name\": \"in\xff\", \"datatype\": \"FP32\", \"shape\": [1], \"data\": [1]}]}")), 400, "not valid UTF-8")
 		hdr := `{"inputs": [{"name": "input_ids", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 8}}, ` +
 			`{"name": "attention_mask", "datatype": "BYTES", "shape": [1], "parameters": {"binary_data_size": 8}}]}`
 		body := append([]byte(hdr), 4, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc, 4, 0, 0, 0, 0xff, 0xfe, 0xfd, 0xfc)
-		wantV2(t, "v2 binary BYTES", post(v2, "application/octet-stream", body, oip.HeaderContentLength, fmt.Sprint(len(hdr))), 400, `input "input_ids" must be INT64, got BYTES`)
+		wantV2(t, "v2 binary BYTES", s.post(v2, "application/octet-stream", body, oip.HeaderContentLength, fmt.Sprint(len(hdr))), 400, `input "input_ids" must be INT64, got BYTES`)
 	})
 
 	t.Run("BatchNeighbours", func(t *testing.T) {
@@ -519,40 +491,35 @@ func TestHostileInput(t *testing.T) {
 		}
 		for round := range 3 {
 			r := withNeighbours(t, s, textPos, 7, func() response {
-				return post(inf+"/v2/models/textcls/infer", "application/json", ids(2, 1_000_000, 3))
+				return s.post("/v2/models/textcls/infer", "application/json", ids(2, 1_000_000, 3))
 			})
 			wantV2(t, fmt.Sprintf("round %d: token id outside the vocabulary", round), r, 400, "id 1000000 at position 1 is outside the vocabulary")
 			r = withNeighbours(t, s, textPos, 7, func() response {
-				return post(inf+"/v2/models/textcls/infer", "application/json", ids(slicesOf(5, 500)...))
+				return s.post("/v2/models/textcls/infer", "application/json", ids(slicesOf(5, 500)...))
 			})
 			wantV2(t, fmt.Sprintf("round %d: 500 token ids", round), r, 400, "500 ids exceed the maximum length of 64")
 		}
 		// 3e38 is a float32, but the CNN overflows on it: the NaN outputs come back as .npy,
 		// and the neighbours' outputs stay finite and their own.
 		big := []byte(`{"data": ` + repeatJSON("3e38", 784) + `, "shape": [1, 1, 28, 28]}`)
-		r := withNeighbours(t, s, goods[3], 7, func() response { return post(inf+"/predictions/digits_tensor", "application/json", big) })
-		if a, err := npy.Decode(r.body); r.status != 200 || r.header.Get("Content-Type") != "application/x-npy" || err != nil || !math.IsNaN(float64(f32s(a.Data)[0])) {
-			t.Errorf("NaN outputs: %d %s %q", r.status, r.header.Get("Content-Type"), r.body)
+		r := withNeighbours(t, s, goods[3], 7, func() response { return s.post("/predictions/digits_tensor", "application/json", big) })
+		if a, err := npy.Decode(r.body); r.status != 200 || r.contentType != "application/x-npy" || err != nil || !math.IsNaN(float64(f32s(a.Data)[0])) {
+			t.Errorf("NaN outputs: %d %s %q", r.status, r.contentType, r.body)
 		}
 		r = withNeighbours(t, s, goods[3], 7, func() response {
-			return post(inf+"/predictions/digits_tensor", "application/json", []byte(`{"data": `+repeatJSON("1e300", 784)+`, "shape": [1, 1, 28, 28]}`))
+			return s.post("/predictions/digits_tensor", "application/json", []byte(`{"data": `+repeatJSON("1e300", 784)+`, "shape": [1, 1, 28, 28]}`))
 		})
 		wantTS(t, "1e300 as float32", r, 400, "1e300 is out of range for float32")
-		r = withNeighbours(t, s, goods[0], 7, func() response { return post(inf+"/predictions/digits", "image/png", bombPNG(50000, 50000)) })
+		r = withNeighbours(t, s, goods[0], 7, func() response { return s.post("/predictions/digits", "image/png", bombPNG(50000, 50000)) })
 		wantTS(t, "PNG bomb among digits", r, 400, "over the limit")
-		if _, mean := s.batching(t, "textcls"); mean <= 1 {
+		if mean := s.meanBatch(t, "textcls"); mean <= 1 {
 			t.Errorf("textcls formed no batches larger than 1 (mean %.2f): the neighbours did not share batches", mean)
 		}
 	})
 
 	traffic.finish(t)
-	if r := do(t, "GET", inf+"/ping", "", nil); r.status != 200 {
+	if r := s.do("GET", "/ping", "", nil); r.status != 200 {
 		t.Fatalf("ping after the hostile inputs: %d %s", r.status, r.body)
-	}
-	select {
-	case <-s.exited:
-		t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
-	default:
 	}
 	if strings.Contains(s.Log(), "panic") {
 		t.Fatalf("the server log has a panic:\n%s", s.Log())

@@ -1,4 +1,4 @@
-package daemon_test
+package libtorch_test
 
 import (
 	"encoding/binary"
@@ -19,25 +19,25 @@ import (
 // with precision=fp32 it is refused with a 400, and so is TorchScript with precision=int8
 // (int8 is a package's, quantized at export). Without the package only that last check runs.
 func TestInt8PackageOverHTTP(t *testing.T) {
-	s := startServer(t)
-	r := do(t, "POST", s.mgmt+"/models?url=resnet18.mar&model_name=x&precision=int8&synchronous=true", "", nil)
+	s := newServer(t, 0)
+	r := s.manage("POST", "/models?url=resnet18.mar&model_name=x&precision=int8&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "precision int8 is for AOTInductor packages exported in int8")
 	pkg := filepath.Join(zooDir, "resnet18", "model_int8.pt2")
 	if _, err := os.Stat(pkg); err != nil {
 		t.Skip("no int8 package: `make models-int8` makes models/out/resnet18/model_int8.pt2")
 	}
 	out, err := archive.Write(archive.WriteOptions{ModelName: "resnet18_int8", SerializedFile: pkg,
-		ConfigFile: filepath.Join("..", "models", "configs", "resnet18.toml"), ExtraFiles: []string{filepath.Join(zooDir, "resnet18", "index_to_name.json")},
-		ExportPath: filepath.Join(store, "pt2"), Format: archive.FormatNoArchive, Force: true})
+		ConfigFile: filepath.Join("..", "..", "models", "configs", "resnet18.toml"), ExtraFiles: []string{filepath.Join(zooDir, "resnet18", "index_to_name.json")},
+		ExportPath: s.scratch, Format: archive.FormatNoArchive, Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(out) })
 
-	r = do(t, "POST", s.mgmt+"/models?url=pt2/resnet18_int8&model_name=x&precision=fp32&synchronous=true", "", nil)
+	r = s.manage("POST", "/models?url=resnet18_int8&model_name=x&precision=fp32&synchronous=true")
 	errorShape(t, r, 400, "ModelException", "precision fp32, but model_int8.pt2 was exported in int8")
-	s.register(t, "url=pt2/resnet18_int8&initial_workers=1&synchronous=true")
-	s.register(t, "url=pt2/resnet18_pt2.mar&precision=fp32&initial_workers=1&synchronous=true")
+	s.register(t, "url=resnet18_int8&initial_workers=1&synchronous=true")
+	s.register(t, "url=resnet18_pt2.mar&precision=fp32&initial_workers=1&synchronous=true")
 
 	const n, classes = 32, 1000
 	a := readZooNpy(t, "efficientnet_lite0", "bf16_gate_images.npy")
@@ -57,15 +57,6 @@ func TestInt8PackageOverHTTP(t *testing.T) {
 	}
 	if len(got) != n*classes || len(want) != n*classes {
 		t.Fatalf("%d and %d logits, want %d", len(got), len(want), n*classes)
-	}
-	argmax := func(v []float32) int {
-		best := 0
-		for i := range v {
-			if v[i] > v[best] {
-				best = i
-			}
-		}
-		return best
 	}
 	differ := 0
 	for i := range n {
