@@ -19,8 +19,12 @@ import (
 //
 // It converts each number straight from its text, so INT64 and UINT64 keep every digit and a
 // value that the datatype cannot hold exactly (300 as UINT8, 1.5 as INT32) is an error.
-func parseData(raw []byte, shape []int64, n int64, datatype string) ([]byte, error) {
-	p := dataParser{src: raw, want: n, datatype: datatype, size: DatatypeSize(datatype)}
+//
+// strict: raw has not been validated, only scanned by fastHeader (numbers, true, false and
+// brackets); a number outside JSON's grammar is then an error too (errSyntax), which
+// strconv would take ("01", "1.", "-.5").
+func parseData(raw []byte, shape []int64, n int64, datatype string, strict bool) ([]byte, error) {
+	p := dataParser{src: raw, want: n, datatype: datatype, size: DatatypeSize(datatype), strict: strict}
 	// Every element takes at least one byte of JSON, so a shape that claims more elements
 	// than raw has bytes is wrong, and checking it first bounds the allocation below by the
 	// body's size.
@@ -71,6 +75,7 @@ type dataParser struct {
 	// leafDepth is the depth of the arrays holding the elements, once one has been seen.
 	dims      []int64
 	leafDepth int
+	strict    bool
 }
 
 func (p *dataParser) space() {
@@ -232,6 +237,9 @@ func (p *dataParser) store(i int64, tok []byte) error {
 	}
 	if c := tok[0]; c != '-' && (c < '0' || c > '9') {
 		return fmt.Errorf("%s data must be numbers, got %.20s", p.datatype, tok)
+	}
+	if p.strict && !jsonNumber(tok) {
+		return errSyntax
 	}
 	o := p.out[i*int64(p.size):]
 	switch p.datatype {

@@ -1,0 +1,140 @@
+package oip
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Headers the fast path takes: those of ab's bench bodies, tritonclient's, nested data.
+var fastHeaders = []string{
+	`{"inputs": [{"name": "input.1", "shape": [1, 1, 2, 2], "datatype": "FP32", "data": [0.1257, -0.1321, 0.6404, 1e-3]}]}`,
+	`{"inputs":[{"name":"input_ids","shape":[1,3],"datatype":"INT64","data":[1001,9223372036854775807,-9223372036854775808]},` +
+		`{"name":"attention_mask","shape":[1,3],"datatype":"INT64","data":[1,1,1]}]}`,
+	`{"id":"r-1","parameters":{"binary_data_output":false},"inputs":[{"name":"x","shape":[2,2],"datatype":"INT32","data":[[1,2],[3,4]]}],` +
+		`"outputs":[{"name":"y","parameters":{"binary_data":false}}]}`,
+	` { "inputs" : [ { "data" : [ true , false ] , "datatype" : "BOOL" , "shape" : [ 2 ] , "name" : "b" } ] } ` + "\n",
+	`{"inputs":[{"name":"x","shape":[],"datatype":"FP64","data":[-0.0]}]}`,
+	`{"inputs":[{"name":"x","shape":[3],"datatype":"UINT8","data":[0,255,2.0E+0]}]}`,
+}
+
+// Each goes the fast way, and decodes to what encoding/json's way gives.
+func TestFastHeaderSameAsSlow(t *testing.T) {
+	for _, h := range fastHeaders {
+		id, params, inputs, outputs, ok := fastHeader([]byte(h))
+		if !ok {
+			t.Errorf("fastHeader refused %s", h)
+			continue
+		}
+		req, ts, err := requestOf(id, params, inputs, outputs, nil, true)
+		if err != nil {
+			t.Errorf("%s: fast path: %v", h, err)
+			continue
+		}
+		sreq, sts, err := slowRequest([]byte(h), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", h, err)
+		}
+		if !reflect.DeepEqual(req, sreq) || !reflect.DeepEqual(ts, sts) {
+			t.Errorf("%s:\nfast %+v %+v\nslow %+v %+v", h, req, ts, sreq, sts)
+		}
+	}
+}
+
+// Headers the fast path passes to encoding/json, valid or not, and the errors that must stay
+// encoding/json's: a number JSON does not allow but strconv parses is still invalid JSON.
+func TestFastHeaderFallsBack(t *testing.T) {
+	refused := []string{
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"BYTES","data":["a"]}]}`, // strings in data
+		`{"inputs":[{"name":"x\u0041","shape":[1],"datatype":"FP32","data":[1]}]}`, // an escape
+		`{"inputs":[{"name":"é","shape":[1],"datatype":"FP32","data":[1]}]}`,        // not ASCII
+		`{"Inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]}`,        // a key in another case
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}],"inputs":[]}`,
+		`{"inputs":[{"name":"x","shape":[1.0],"datatype":"FP32","data":[1]}]}`,
+		`{"inputs":[{"name":"x","shape":[01],"datatype":"FP32","data":[1]}]}`,
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[null]}]}`,
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}],"parameters":null}`,
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1],"extra":1}]}`,
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]} x`,
+	}
+	for _, h := range refused {
+		if _, _, _, _, ok := fastHeader([]byte(h)); ok {
+			t.Errorf("fastHeader took %s", h)
+		}
+	}
+	for _, num := range []string{"01", "1.", "-.5", "1e", "1e+", "-", "--1", "1.5.5", "0x1p3", "+1", "1e5e5"} {
+		h := []byte(`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[` + num + `]}]}`)
+		_, _, err := DecodeRequest(h, -1, "", 0)
+		_, _, want := slowRequest(h, nil)
+		if err == nil || want == nil || err.Error() != want.Error() {
+			t.Errorf("data [%s]: error %v, encoding/json's way says %v", num, err, want)
+		}
+		if err != nil && !strings.Contains(err.Error(), "invalid JSON") && !strings.Contains(err.Error(), "must be numbers") {
+			t.Errorf("data [%s]: %v", num, err)
+		}
+	}
+}
+
+// FuzzFastHeader checks that whatever the fast path accepts, encoding/json's way accepts too
+// and decodes to the same request and tensors.
+func FuzzFastHeader(f *testing.F) {
+	for _, h := range fastHeaders {
+		f.Add([]byte(h))
+	}
+	f.Add(jsonInput("INT32", "[2,2]", "[[1,2],[3,4]]"))
+	f.Add(jsonInput("FP32", "[2]", "[1.5e3, -0]"))
+	f.Fuzz(func(t *testing.T, header []byte) {
+		id, params, inputs, outputs, ok := fastHeader(header)
+		if !ok {
+			return
+		}
+		req, ts, err := requestOf(id, params, inputs, outputs, nil, true)
+		if err != nil {
+			return // DecodeRequest decodes it again the slow way
+		}
+		sreq, sts, err := slowRequest(header, nil)
+		if err != nil {
+			t.Fatalf("fast path took %q, which encoding/json's way refuses: %v", header, err)
+		}
+		if !reflect.DeepEqual(req, sreq) || !reflect.DeepEqual(ts, sts) {
+			t.Fatalf("%q:\nfast %+v %+v\nslow %+v %+v", header, req, ts, sreq, sts)
+		}
+	})
+}
+
+// mnistBody is bench/onnx.sh's MNIST request: 784 FP32 numbers of four decimals, as JSON.
+func mnistBody() []byte {
+	var b strings.Builder
+	b.WriteString(`{"inputs": [{"name": "input.1", "shape": [1, 1, 28, 28], "datatype": "FP32", "data": [`)
+	for i := range 784 {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString([]string{"-0.1321", "0.6404", "0.1049", "-0.5357", "1.3616", "-0.9512"}[i%6])
+	}
+	b.WriteString("]}]}")
+	return []byte(b.String())
+}
+
+// BenchmarkDecodeRequestMNIST: the MNIST body, the fast way (as served) and encoding/json's.
+func BenchmarkDecodeRequestMNIST(b *testing.B) {
+	body := mnistBody()
+	b.Run("fast", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := DecodeRequest(body, -1, "", 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := slowRequest(body, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
