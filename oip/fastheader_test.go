@@ -45,10 +45,10 @@ func TestFastHeaderSameAsSlow(t *testing.T) {
 // encoding/json's: a number JSON does not allow but strconv parses is still invalid JSON.
 func TestFastHeaderFallsBack(t *testing.T) {
 	refused := []string{
-		`{"inputs":[{"name":"x","shape":[1],"datatype":"BYTES","data":["a"]}]}`, // strings in data
+		`{"inputs":[{"name":"x","shape":[1],"datatype":"BYTES","data":["a"]}]}`,    // strings in data
 		`{"inputs":[{"name":"x\u0041","shape":[1],"datatype":"FP32","data":[1]}]}`, // an escape
-		`{"inputs":[{"name":"é","shape":[1],"datatype":"FP32","data":[1]}]}`,        // not ASCII
-		`{"Inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]}`,        // a key in another case
+		`{"inputs":[{"name":"é","shape":[1],"datatype":"FP32","data":[1]}]}`,       // not ASCII
+		`{"Inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]}`,       // a key in another case
 		`{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}],"inputs":[]}`,
 		`{"inputs":[{"name":"x","shape":[1.0],"datatype":"FP32","data":[1]}]}`,
 		`{"inputs":[{"name":"x","shape":[01],"datatype":"FP32","data":[1]}]}`,
