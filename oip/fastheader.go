@@ -288,14 +288,22 @@ func (p *headerScanner) data(out *json.RawMessage) bool {
 				*out = p.src[start:p.pos:p.pos]
 				return true
 			}
-		case '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '-', '+', '.', 'e', 'E', ',',
-			' ', '\t', '\n', '\r', 't', 'r', 'u', 'f', 'a', 'l', 's':
 		default:
-			return false
+			if !dataByte[c] {
+				return false
+			}
 		}
 	}
 	return false
 }
+
+// dataByte: the bytes of numbers, true and false, commas and white space.
+var dataByte = func() (t [256]bool) {
+	for _, c := range []byte("0123456789-+.eE, \t\n\rtruefals") {
+		t[c] = true
+	}
+	return t
+}()
 
 // jsonNumber reports whether tok is a number in JSON's grammar:
 // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?

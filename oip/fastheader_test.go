@@ -1,7 +1,11 @@
 package oip
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -136,5 +140,59 @@ func BenchmarkDecodeRequestMNIST(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// float32At gives strconv.ParseFloat's float32, bit for bit, for every number it takes.
+func TestFloat32At(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	took := 0
+	for range 200000 {
+		var s string
+		switch rng.IntN(3) {
+		case 0: // as numpy's round(4).tolist() prints
+			s = strconv.FormatFloat(math.Round(rng.NormFloat64()*1e4)/1e4, 'f', -1, 64)
+		case 1: // as float32s print
+			s = strconv.FormatFloat(float64(float32(rng.NormFloat64()*math.Pow(10, float64(rng.IntN(24)-12)))), 'g', -1, 32)
+		default:
+			s = fmt.Sprintf("%s%d.%0*de%d", []string{"", "-"}[rng.IntN(2)], rng.IntN(1000), rng.IntN(6), rng.IntN(100000), rng.IntN(30)-15)
+		}
+		checkFloat32At(t, s)
+		if _, _, ok := float32At([]byte(s+","), 0); ok {
+			took++
+		}
+	}
+	for _, s := range []string{"0", "-0", "-0.0", "0.0000001", "9999999", "9999999e10", "1e-10", "8388609", "16777217e-1", "3.4028235e38", "1.4e-45"} {
+		checkFloat32At(t, s)
+	}
+	if took < 50000 {
+		t.Errorf("float32At took %d of 200000 numbers", took)
+	}
+}
+
+func checkFloat32At(t *testing.T, s string) {
+	t.Helper()
+	f, end, ok := float32At([]byte(s+"]"), 0)
+	if !ok {
+		return
+	}
+	want, err := strconv.ParseFloat(s, 32)
+	if err != nil || !jsonNumber([]byte(s)) {
+		t.Fatalf("float32At took %q, which is not a JSON number that ParseFloat parses (%v)", s, err)
+	}
+	if end != len(s) || math.Float32bits(f) != math.Float32bits(float32(want)) {
+		t.Fatalf("float32At(%q) = %v (%#x) up to %d, ParseFloat: %v (%#x)", s, f, math.Float32bits(f), end, float32(want), math.Float32bits(float32(want)))
+	}
+}
+
+func FuzzFloat32At(f *testing.F) {
+	for _, s := range []string{"-0.1321", "1e-3", "0.05", "1234567", "00", "1.", "-.5"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if strings.ContainsAny(s, ",] \t\n\r") {
+			return
+		}
+		checkFloat32At(t, s)
 	})
 }
