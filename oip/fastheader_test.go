@@ -106,7 +106,7 @@ func FuzzFastHeader(f *testing.F) {
 	})
 }
 
-// mnistBody is bench/onnx.sh's MNIST request: 784 FP32 numbers of four decimals, as JSON.
+// mnistBody is as bench/onnx.sh's MNIST request: 784 FP32 numbers, as JSON.
 func mnistBody() []byte {
 	var b strings.Builder
 	b.WriteString(`{"inputs": [{"name": "input.1", "shape": [1, 1, 28, 28], "datatype": "FP32", "data": [`)
@@ -114,7 +114,8 @@ func mnistBody() []byte {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString([]string{"-0.1321", "0.6404", "0.1049", "-0.5357", "1.3616", "-0.9512"}[i%6])
+		// numpy's float32s, rounded to 4 decimals, as Python's float64 repr prints them.
+		b.WriteString(strconv.FormatFloat(float64([]float32{-0.1321, 0.6404, 0.1049, -0.5357, 1.3616, -0.9512}[i%6]), 'g', -1, 64))
 	}
 	b.WriteString("]}]}")
 	return []byte(b.String())
@@ -147,9 +148,20 @@ func BenchmarkDecodeRequestMNIST(b *testing.B) {
 func TestFloat32At(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	took := 0
-	for range 200000 {
+	for range 300000 {
 		var s string
-		switch rng.IntN(3) {
+		switch rng.IntN(6) {
+		case 3: // Python's float64 repr of a float32, as bench/onnx.sh's body has
+			s = strconv.FormatFloat(float64(float32(rng.NormFloat64())), 'g', -1, 64)
+		case 4: // 17 digits near a halfway point between two float32s
+			a := float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(20)-10)))
+			mid := (float64(a) + float64(math.Nextafter32(a, float32(math.Inf(1))))) / 2
+			s = strconv.FormatFloat(mid, 'e', 16, 64)
+			if rng.IntN(2) == 0 {
+				s = strconv.FormatFloat(math.Nextafter(mid, math.Inf(rng.IntN(2)*2-1)), 'e', 16, 64)
+			}
+		case 5: // up to 19 digits
+			s = fmt.Sprintf("%d.%de%d", rng.Uint64N(1e9), rng.Uint64N(1e10), rng.IntN(44)-22)
 		case 0: // as numpy's round(4).tolist() prints
 			s = strconv.FormatFloat(math.Round(rng.NormFloat64()*1e4)/1e4, 'f', -1, 64)
 		case 1: // as float32s print
@@ -162,11 +174,12 @@ func TestFloat32At(t *testing.T) {
 			took++
 		}
 	}
-	for _, s := range []string{"0", "-0", "-0.0", "0.0000001", "9999999", "9999999e10", "1e-10", "8388609", "16777217e-1", "3.4028235e38", "1.4e-45"} {
+	for _, s := range []string{"0", "-0", "-0.0", "0.0000001", "9999999", "9999999e10", "1e-10", "8388609", "16777217e-1", "3.4028235e38", "1.4e-45", "1.0000000596046448", "1.0000000596046449", "0.6403999924659729",
+		"9999999999999999999e22", "1e-22", "-1.7014118346046923e38", "1.1754943508222875e-38"} {
 		checkFloat32At(t, s)
 	}
 	if took < 50000 {
-		t.Errorf("float32At took %d of 200000 numbers", took)
+		t.Errorf("float32At took %d of 300000 numbers", took)
 	}
 }
 

@@ -281,28 +281,32 @@ func (p *dataParser) store(i int64, tok []byte) error {
 	return nil
 }
 
-// float32At parses the JSON number at src[pos:] as FP32 when it has at most 7 significant
-// digits and a power of ten within 10 (as client libraries print float32s: "-0.1321",
-// "1e-3"), and ends at a delimiter: then the digits and the power are exact float32s and one
-// multiplication or division rounds correctly, as strconv.ParseFloat's own exact case does,
-// in one pass instead of three (find the token, check JSON's grammar, parse). ok false:
-// anything else, for token and store.
+// float32At parses the JSON number at src[pos:] as FP32, in one pass instead of three (find
+// the token, check JSON's grammar, strconv.ParseFloat), when the number ends at a delimiter,
+// has at most 19 significant digits and a power of ten within 22: as clients print float32s,
+// "-0.1321", and Python's float64 repr of them, "0.6403999924659729". ok false: anything
+// else, for token and store. The result is ParseFloat's, bit for bit:
+//   - up to 7 digits and 1e±10, the digits and the power are exact float32s and one float32
+//     multiplication or division rounds correctly (ParseFloat's own exact case);
+//   - else the float64 quotient or product is within about one float64 ulp of the number, so
+//     rounding it to float32 rounds the number itself unless it lies within a few ulps of a
+//     halfway point between two float32s, which goes to ParseFloat.
 func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 	i, n := pos, len(src)
 	neg := i < n && src[i] == '-'
 	if neg {
 		i++
 	}
-	var mant uint32
+	var mant uint64
 	digits, exp := 0, 0
 	switch {
 	case i < n && src[i] == '0':
 		i++
 	case i < n && src[i] >= '1' && src[i] <= '9':
 		for ; i < n && src[i] >= '0' && src[i] <= '9'; i++ {
-			mant = mant*10 + uint32(src[i]-'0')
+			mant = mant*10 + uint64(src[i]-'0')
 			digits++
-			if digits > 7 {
+			if digits > 19 {
 				return 0, 0, false
 			}
 		}
@@ -313,14 +317,13 @@ func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 		i++
 		start := i
 		for ; i < n && src[i] >= '0' && src[i] <= '9'; i++ {
-			if mant == 0 && src[i] == '0' {
-				exp-- // a leading zero: no significant digit yet
-				continue
-			}
-			mant = mant*10 + uint32(src[i]-'0')
 			exp--
+			if mant == 0 && src[i] == '0' {
+				continue // a leading zero: no significant digit yet
+			}
+			mant = mant*10 + uint64(src[i]-'0')
 			digits++
-			if digits > 7 {
+			if digits > 19 {
 				return 0, 0, false
 			}
 		}
@@ -357,14 +360,35 @@ func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 			return 0, 0, false
 		}
 	}
-	// 7 digits are below 2^24, exact in a float32, as are the powers of ten to 1e10.
-	f = float32(mant)
 	switch {
-	case mant == 0 || exp == 0:
-	case exp > 0 && exp <= 10:
-		f *= float32pow10[exp]
-	case exp < 0 && exp >= -10:
-		f /= float32pow10[-exp]
+	case mant == 0:
+		f = 0
+	case digits <= 7 && exp >= -10 && exp <= 10:
+		// 7 digits are below 2^24, exact in a float32, as are the powers of ten to 1e10.
+		f = float32(mant)
+		if exp > 0 {
+			f *= float32pow10[exp]
+		} else if exp < 0 {
+			f /= float32pow10[-exp]
+		}
+	case exp >= -22 && exp <= 22:
+		d := float64(mant)
+		if exp > 0 {
+			d *= float64pow10[exp]
+		} else if exp < 0 {
+			d /= float64pow10[-exp]
+		}
+		bits := math.Float64bits(d)
+		// float32's normal range, short of its largest powers, which could round up to +Inf.
+		if e2 := int(bits>>52&0x7ff) - 1023; e2 < -126 || e2 > 126 {
+			return 0, 0, false
+		}
+		// The 29 bits float32 drops: a halfway point is 1 followed by 28 zeros.
+		const half, margin = 1 << 28, 16
+		if low := int64(bits & (1<<29 - 1)); low > half-margin && low < half+margin {
+			return 0, 0, false
+		}
+		f = float32(d)
 	default:
 		return 0, 0, false
 	}
@@ -374,7 +398,11 @@ func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 	return f, i, true
 }
 
-var float32pow10 = [...]float32{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
+var (
+	float32pow10 = [...]float32{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
+	float64pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+		1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+)
 
 // unquote decodes a JSON string token; most have no escapes and need no decoder.
 func unquote(tok []byte) ([]byte, error) {
