@@ -271,6 +271,8 @@ type wireTensor struct {
 	Datatype   string          `json:"datatype"`
 	Parameters Parameters      `json:"parameters"`
 	Data       json.RawMessage `json:"data"`
+	// parsed is Data converted to the datatype, by fastHeader; nil if not yet.
+	parsed []byte
 }
 
 // splitBody splits a decompressed body into its JSON header and the binary data after it.
@@ -336,7 +338,10 @@ func decodeTensors(what string, ws []wireTensor, bin []byte, kind error, strict 
 			if !jsonable(w.Datatype) {
 				return nil, errorf(kind, "%s %q: %s cannot be JSON data; send it as binary data (%s)", what, w.Name, w.Datatype, ParamBinaryDataSize)
 			}
-			data, err = parseData(w.Data, w.Shape, n, w.Datatype, strict)
+			data = w.parsed
+			if data == nil {
+				data, err = parseData(w.Data, w.Shape, n, w.Datatype, strict)
+			}
 			if err != nil {
 				return nil, errorf(kind, "%s %q: %v", what, w.Name, err)
 			}

@@ -212,7 +212,15 @@ func (p *headerScanner) inputs(out *[]wireTensor) bool {
 			case "parameters":
 				return once(3) && p.raw(&w.Parameters)
 			case "data":
-				return once(4) && p.data(&w.Data)
+				if !once(4) {
+					return false
+				}
+				// Parsed in place when the shape and datatype came first, as clients write
+				// them; else scanned for decodeTensors to parse.
+				if w.Shape != nil && w.Datatype != "" && w.Datatype != "BYTES" && jsonable(w.Datatype) && DatatypeSize(w.Datatype) > 0 {
+					return p.parsed(&w)
+				}
+				return p.data(&w.Data)
 			}
 			return false
 		})
@@ -266,6 +274,23 @@ func (p *headerScanner) shape(out *[]int64) bool {
 		*out = s
 		return true
 	}
+}
+
+// parsed parses w's data array in place, strictly (parseDataAt), into w.parsed.
+func (p *headerScanner) parsed(w *wireTensor) bool {
+	n, err := ElementCount(w.Shape)
+	if err != nil || n > maxInt/int64(DatatypeSize(w.Datatype)) {
+		return false
+	}
+	p.space()
+	out, end, err := parseDataAt(p.src[p.pos:], w.Shape, n, w.Datatype, true)
+	if err != nil {
+		return false
+	}
+	w.Data = p.src[p.pos : p.pos+end : p.pos+end]
+	w.parsed = out
+	p.pos += end
+	return true
 }
 
 // data takes the raw data array: its brackets matched, and only the bytes of numbers, true

@@ -24,12 +24,26 @@ import (
 // brackets); a number outside JSON's grammar is then an error too (errSyntax), which
 // strconv would take ("01", "1.", "-.5").
 func parseData(raw []byte, shape []int64, n int64, datatype string, strict bool) ([]byte, error) {
+	out, end, err := parseDataAt(raw, shape, n, datatype, strict)
+	if err != nil {
+		return nil, err
+	}
+	if strict && end != len(raw) { // not strict, parseDataAt has checked for white space only
+		return nil, errors.New("data has trailing characters")
+	}
+	return out, nil
+}
+
+// parseDataAt is parseData of the array at the start of raw, which may go on after it (the
+// rest of a header): it returns where the array ends. Strict, it validates the array as JSON,
+// for fastHeader.
+func parseDataAt(raw []byte, shape []int64, n int64, datatype string, strict bool) (_ []byte, end int, _ error) {
 	p := dataParser{src: raw, want: n, datatype: datatype, size: DatatypeSize(datatype), strict: strict}
 	// Every element takes at least one byte of JSON, so a shape that claims more elements
 	// than raw has bytes is wrong, and checking it first bounds the allocation below by the
 	// body's size.
 	if n > int64(len(raw)) {
-		return nil, fmt.Errorf("shape %v needs %d elements but the data cannot hold that many", shape, n)
+		return nil, 0, fmt.Errorf("shape %v needs %d elements but the data cannot hold that many", shape, n)
 	}
 	if p.size > 0 {
 		p.out = make([]byte, n*int64(p.size))
@@ -41,13 +55,15 @@ func parseData(raw []byte, shape []int64, n int64, datatype string, strict bool)
 	p.leafDepth = -1
 	p.space()
 	if p.pos >= len(p.src) || p.src[p.pos] != '[' {
-		return nil, errors.New("data must be an array")
+		return nil, 0, errors.New("data must be an array")
 	}
 	if err := p.array(1); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if p.space(); p.pos != len(p.src) {
-		return nil, errors.New("data has trailing characters")
+	end = p.pos
+	p.space()
+	if p.pos != len(p.src) && !strict {
+		return nil, 0, errors.New("data has trailing characters")
 	}
 	depth := 0
 	for depth < len(p.dims) && p.dims[depth] >= 0 {
@@ -55,13 +71,13 @@ func parseData(raw []byte, shape []int64, n int64, datatype string, strict bool)
 	}
 	if depth > 1 {
 		if depth != len(shape) || !slices.Equal(p.dims, shape) {
-			return nil, fmt.Errorf("data is nested as %v but the shape is %v; send it flat or nested as the shape", p.dims[:depth], shape)
+			return nil, 0, fmt.Errorf("data is nested as %v but the shape is %v; send it flat or nested as the shape", p.dims[:depth], shape)
 		}
 	}
 	if p.n != n {
-		return nil, fmt.Errorf("data has %d elements but shape %v needs %d", p.n, shape, n)
+		return nil, 0, fmt.Errorf("data has %d elements but shape %v needs %d", p.n, shape, n)
 	}
-	return p.out, nil
+	return p.out, end, nil
 }
 
 type dataParser struct {
