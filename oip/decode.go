@@ -290,7 +290,7 @@ func splitBody(body []byte, headerLen int, kind error) (header, rest []byte, err
 
 // decodeTensors turns the JSON tensors into Tensors, taking binary ones from bin in order;
 // what ("input" or "output") names them in messages. strict: the data arrays have not been
-// validated as JSON (parseStrict).
+// validated as JSON (see parseData).
 func decodeTensors(what string, ws []wireTensor, bin []byte, kind error, strict bool) ([]Tensor, error) {
 	ts := make([]Tensor, len(ws))
 	seen := make(map[string]bool, len(ws))

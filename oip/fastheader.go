@@ -9,7 +9,8 @@ import (
 // "parameters", "inputs" and "outputs"; inputs of "name", "shape", "datatype", "parameters"
 // and "data"), in one pass over its bytes, where encoding/json would validate the whole
 // header, then decode it, then skip each data array: three passes over a body that is mostly
-// numbers. Data arrays are left raw for parseData, in strict mode (JSON's number grammar).
+// numbers. A data array after its tensor's shape and datatype is parsed in place, else left
+// raw for decodeTensors; either way strictly (parseData: JSON's number grammar).
 //
 // It returns ok false for anything else, valid or not: a key it does not know or seen twice,
 // a string with an escape or a byte outside ASCII, data holding strings or objects, a value
