@@ -209,3 +209,20 @@ func FuzzFloat32At(f *testing.F) {
 		checkFloat32At(t, s)
 	})
 }
+
+// eightDigits takes exactly eight ASCII digits, and reads them as strconv does.
+func TestEightDigits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 100000 {
+		s := fmt.Sprintf("%08d", rng.IntN(100000000))
+		b := []byte(s)
+		if rng.IntN(4) == 0 { // one byte off the digits, or just past them
+			b[rng.IntN(8)] = []byte("/:.-e \x00\xb0")[rng.IntN(8)]
+		}
+		want, err := strconv.ParseUint(string(b), 10, 64)
+		got, ok := eightDigits(b)
+		if ok != (err == nil) || ok && got != want {
+			t.Fatalf("eightDigits(%q) = %d, %v; strconv: %d, %v", b, got, ok, want, err)
+		}
+	}
+}

@@ -332,9 +332,20 @@ func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 	if i < n && src[i] == '.' {
 		i++
 		start := i
-		for ; i < n && src[i] >= '0' && src[i] <= '9'; i++ {
+		for i < n && src[i] >= '0' && src[i] <= '9' {
+			// Eight digits at a time where there are eight (Python's 17-digit reprs).
+			if mant != 0 && digits+8 <= 19 && n-i >= 8 {
+				if v, ok := eightDigits(src[i:]); ok {
+					mant = mant*100000000 + v
+					digits += 8
+					exp -= 8
+					i += 8
+					continue
+				}
+			}
 			exp--
 			if mant == 0 && src[i] == '0' {
+				i++
 				continue // a leading zero: no significant digit yet
 			}
 			mant = mant*10 + uint64(src[i]-'0')
@@ -342,6 +353,7 @@ func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 			if digits > 19 {
 				return 0, 0, false
 			}
+			i++
 		}
 		if i == start {
 			return 0, 0, false
@@ -412,6 +424,20 @@ func float32At(src []byte, pos int) (f float32, end int, ok bool) {
 		f = -f
 	}
 	return f, i, true
+}
+
+// eightDigits is the value of the eight ASCII digits at the start of b, in a few
+// multiplications instead of eight, or ok false if they are not all digits.
+func eightDigits(b []byte) (uint64, bool) {
+	v := binary.LittleEndian.Uint64(b)
+	// Each byte 0x30-0x39: its high nibble is 3, and adding 6 keeps it 3.
+	if v&0xF0F0F0F0F0F0F0F0|(v+0x0606060606060606)&0xF0F0F0F0F0F0F0F0>>4 != 0x3333333333333333 {
+		return 0, false
+	}
+	v -= 0x3030303030303030
+	v = v*10 + v>>8 // pairs of digits in every other byte
+	v = ((v&0x000000FF000000FF)*(100+1000000<<32) + (v>>16&0x000000FF000000FF)*(1+10000<<32)) >> 32
+	return v, true
 }
 
 var (
