@@ -39,6 +39,18 @@ func DecodeRequest(body []byte, headerLen int, contentEncoding string, maxBody i
 	if err != nil {
 		return nil, nil, err
 	}
+	// The common header in one pass; anything it does not take, or any error, is decoded
+	// again by encoding/json, which says what is wrong.
+	if id, params, inputs, outputs, ok := fastHeader(header); ok {
+		if req, ts, err := requestOf(id, params, inputs, outputs, rest, true); err == nil {
+			return req, ts, nil
+		}
+	}
+	return slowRequest(header, rest)
+}
+
+// slowRequest decodes the header with encoding/json: every request, valid or not.
+func slowRequest(header, rest []byte) (*InferRequest, []Tensor, error) {
 	var w struct {
 		ID         string          `json:"id"`
 		Parameters Parameters      `json:"parameters"`
@@ -52,16 +64,22 @@ func DecodeRequest(body []byte, headerLen int, contentEncoding string, maxBody i
 	if err := json.Unmarshal(header, &w); err != nil {
 		return nil, nil, errorf(ErrBadRequest, "invalid JSON in request header: %s", jsonProblem(err))
 	}
-	if len(w.Inputs) == 0 {
+	return requestOf(w.ID, w.Parameters, w.Inputs, w.Outputs, rest, false)
+}
+
+// requestOf checks a decoded header and converts its tensors, binary ones from rest; strict
+// when the data arrays have not been validated as JSON.
+func requestOf(id string, params Parameters, inputs []wireTensor, outputs []RequestOutput, rest []byte, strict bool) (*InferRequest, []Tensor, error) {
+	if len(inputs) == 0 {
 		return nil, nil, errorf(ErrBadRequest, "request has no inputs")
 	}
-	if b, ok := w.Parameters[ParamBinaryDataOutput]; ok {
+	if b, ok := params[ParamBinaryDataOutput]; ok {
 		if _, isBool := b.(bool); !isBool {
 			return nil, nil, errorf(ErrBadRequest, "request parameter %s must be a bool, got %v", ParamBinaryDataOutput, b)
 		}
 	}
-	seen := make(map[string]bool, len(w.Outputs))
-	for _, o := range w.Outputs {
+	seen := make(map[string]bool, len(outputs))
+	for _, o := range outputs {
 		if o.Name == "" {
 			return nil, nil, errorf(ErrBadRequest, "requested output has no name")
 		}
@@ -75,12 +93,12 @@ func DecodeRequest(body []byte, headerLen int, contentEncoding string, maxBody i
 			}
 		}
 	}
-	ts, err := decodeTensors("input", w.Inputs, rest, ErrBadRequest)
+	ts, err := decodeTensors("input", inputs, rest, ErrBadRequest, strict)
 	if err != nil {
 		return nil, nil, err
 	}
-	req := &InferRequest{ID: w.ID, Parameters: w.Parameters, Inputs: make([]RequestInput, len(w.Inputs)), Outputs: w.Outputs}
-	for i, in := range w.Inputs {
+	req := &InferRequest{ID: id, Parameters: params, Inputs: make([]RequestInput, len(inputs)), Outputs: outputs}
+	for i, in := range inputs {
 		req.Inputs[i] = RequestInput{Name: in.Name, Shape: in.Shape, Datatype: in.Datatype, Parameters: in.Parameters}
 	}
 	return req, ts, nil
@@ -189,7 +207,7 @@ func DecodeResponse(body []byte, headerLen int) (*InferResponse, []Tensor, error
 	if err := json.Unmarshal(header, &w); err != nil {
 		return nil, nil, errorf(ErrBadResponse, "invalid JSON in response header: %s", jsonProblem(err))
 	}
-	ts, err := decodeTensors("output", w.Outputs, rest, ErrBadResponse)
+	ts, err := decodeTensors("output", w.Outputs, rest, ErrBadResponse, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -253,6 +271,8 @@ type wireTensor struct {
 	Datatype   string          `json:"datatype"`
 	Parameters Parameters      `json:"parameters"`
 	Data       json.RawMessage `json:"data"`
+	// parsed is Data converted to the datatype, by fastHeader; nil if not yet.
+	parsed []byte
 }
 
 // splitBody splits a decompressed body into its JSON header and the binary data after it.
@@ -269,8 +289,9 @@ func splitBody(body []byte, headerLen int, kind error) (header, rest []byte, err
 }
 
 // decodeTensors turns the JSON tensors into Tensors, taking binary ones from bin in order;
-// what ("input" or "output") names them in messages.
-func decodeTensors(what string, ws []wireTensor, bin []byte, kind error) ([]Tensor, error) {
+// what ("input" or "output") names them in messages. strict: the data arrays have not been
+// validated as JSON (see parseData).
+func decodeTensors(what string, ws []wireTensor, bin []byte, kind error, strict bool) ([]Tensor, error) {
 	ts := make([]Tensor, len(ws))
 	seen := make(map[string]bool, len(ws))
 	off := 0
@@ -317,7 +338,10 @@ func decodeTensors(what string, ws []wireTensor, bin []byte, kind error) ([]Tens
 			if !jsonable(w.Datatype) {
 				return nil, errorf(kind, "%s %q: %s cannot be JSON data; send it as binary data (%s)", what, w.Name, w.Datatype, ParamBinaryDataSize)
 			}
-			data, err = parseData(w.Data, w.Shape, n, w.Datatype)
+			data = w.parsed
+			if data == nil {
+				data, err = parseData(w.Data, w.Shape, n, w.Datatype, strict)
+			}
 			if err != nil {
 				return nil, errorf(kind, "%s %q: %v", what, w.Name, err)
 			}

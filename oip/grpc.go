@@ -118,7 +118,7 @@ func JSONTensor(o ResponseOutput) (Tensor, error) {
 		if err != nil {
 			return Tensor{}, fmt.Errorf("oip: output %q: %v", o.Name, err)
 		}
-		if data, err = parseData(j, o.Shape, n, o.Datatype); err != nil {
+		if data, err = parseData(j, o.Shape, n, o.Datatype, false); err != nil {
 			return Tensor{}, fmt.Errorf("oip: output %q: %v", o.Name, err)
 		}
 	}

@@ -19,13 +19,31 @@ import (
 //
 // It converts each number straight from its text, so INT64 and UINT64 keep every digit and a
 // value that the datatype cannot hold exactly (300 as UINT8, 1.5 as INT32) is an error.
-func parseData(raw []byte, shape []int64, n int64, datatype string) ([]byte, error) {
-	p := dataParser{src: raw, want: n, datatype: datatype, size: DatatypeSize(datatype)}
+//
+// strict: raw has not been validated, only scanned by fastHeader (numbers, true, false and
+// brackets); a number outside JSON's grammar is then an error too (errSyntax), which
+// strconv would take ("01", "1.", "-.5").
+func parseData(raw []byte, shape []int64, n int64, datatype string, strict bool) ([]byte, error) {
+	out, end, err := parseDataAt(raw, shape, n, datatype, strict)
+	if err != nil {
+		return nil, err
+	}
+	if strict && end != len(raw) { // not strict, parseDataAt has checked for white space only
+		return nil, errors.New("data has trailing characters")
+	}
+	return out, nil
+}
+
+// parseDataAt is parseData of the array at the start of raw, which may go on after it (the
+// rest of a header): it returns where the array ends. Strict, it validates the array as JSON,
+// for fastHeader.
+func parseDataAt(raw []byte, shape []int64, n int64, datatype string, strict bool) (_ []byte, end int, _ error) {
+	p := dataParser{src: raw, want: n, datatype: datatype, size: DatatypeSize(datatype), strict: strict}
 	// Every element takes at least one byte of JSON, so a shape that claims more elements
 	// than raw has bytes is wrong, and checking it first bounds the allocation below by the
 	// body's size.
 	if n > int64(len(raw)) {
-		return nil, fmt.Errorf("shape %v needs %d elements but the data cannot hold that many", shape, n)
+		return nil, 0, fmt.Errorf("shape %v needs %d elements but the data cannot hold that many", shape, n)
 	}
 	if p.size > 0 {
 		p.out = make([]byte, n*int64(p.size))
@@ -37,13 +55,15 @@ func parseData(raw []byte, shape []int64, n int64, datatype string) ([]byte, err
 	p.leafDepth = -1
 	p.space()
 	if p.pos >= len(p.src) || p.src[p.pos] != '[' {
-		return nil, errors.New("data must be an array")
+		return nil, 0, errors.New("data must be an array")
 	}
 	if err := p.array(1); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if p.space(); p.pos != len(p.src) {
-		return nil, errors.New("data has trailing characters")
+	end = p.pos
+	p.space()
+	if p.pos != len(p.src) && !strict {
+		return nil, 0, errors.New("data has trailing characters")
 	}
 	depth := 0
 	for depth < len(p.dims) && p.dims[depth] >= 0 {
@@ -51,13 +71,13 @@ func parseData(raw []byte, shape []int64, n int64, datatype string) ([]byte, err
 	}
 	if depth > 1 {
 		if depth != len(shape) || !slices.Equal(p.dims, shape) {
-			return nil, fmt.Errorf("data is nested as %v but the shape is %v; send it flat or nested as the shape", p.dims[:depth], shape)
+			return nil, 0, fmt.Errorf("data is nested as %v but the shape is %v; send it flat or nested as the shape", p.dims[:depth], shape)
 		}
 	}
 	if p.n != n {
-		return nil, fmt.Errorf("data has %d elements but shape %v needs %d", p.n, shape, n)
+		return nil, 0, fmt.Errorf("data has %d elements but shape %v needs %d", p.n, shape, n)
 	}
-	return p.out, nil
+	return p.out, end, nil
 }
 
 type dataParser struct {
@@ -71,6 +91,7 @@ type dataParser struct {
 	// leafDepth is the depth of the arrays holding the elements, once one has been seen.
 	dims      []int64
 	leafDepth int
+	strict    bool
 }
 
 func (p *dataParser) space() {
@@ -189,6 +210,14 @@ func (p *dataParser) element() error {
 	if p.src[p.pos] == '{' {
 		return fmt.Errorf("element %d: an object; elements are numbers, bools or strings", i)
 	}
+	if p.datatype == "FP32" {
+		if f, end, ok := float32At(p.src, p.pos); ok {
+			binary.LittleEndian.PutUint32(p.out[i*4:], math.Float32bits(f))
+			p.pos = end
+			p.n++
+			return nil
+		}
+	}
 	tok := p.token()
 	if len(tok) == 0 {
 		return errSyntax
@@ -233,6 +262,9 @@ func (p *dataParser) store(i int64, tok []byte) error {
 	if c := tok[0]; c != '-' && (c < '0' || c > '9') {
 		return fmt.Errorf("%s data must be numbers, got %.20s", p.datatype, tok)
 	}
+	if p.strict && !jsonNumber(tok) {
+		return errSyntax
+	}
 	o := p.out[i*int64(p.size):]
 	switch p.datatype {
 	case "INT8", "INT16", "INT32", "INT64":
@@ -264,6 +296,155 @@ func (p *dataParser) store(i int64, tok []byte) error {
 	}
 	return nil
 }
+
+// float32At parses the JSON number at src[pos:] as FP32, in one pass instead of three (find
+// the token, check JSON's grammar, strconv.ParseFloat), when the number ends at a delimiter,
+// has at most 19 significant digits and a power of ten within 22: as clients print float32s,
+// "-0.1321", and Python's float64 repr of them, "0.6403999924659729". ok false: anything
+// else, for token and store. The result is ParseFloat's, bit for bit:
+//   - up to 7 digits and 1e±10, the digits and the power are exact float32s and one float32
+//     multiplication or division rounds correctly (ParseFloat's own exact case);
+//   - else the float64 quotient or product is within about one float64 ulp of the number, so
+//     rounding it to float32 rounds the number itself unless it lies within a few ulps of a
+//     halfway point between two float32s, which goes to ParseFloat.
+func float32At(src []byte, pos int) (f float32, end int, ok bool) {
+	i, n := pos, len(src)
+	neg := i < n && src[i] == '-'
+	if neg {
+		i++
+	}
+	var mant uint64
+	digits, exp := 0, 0
+	switch {
+	case i < n && src[i] == '0':
+		i++
+	case i < n && src[i] >= '1' && src[i] <= '9':
+		for ; i < n && src[i] >= '0' && src[i] <= '9'; i++ {
+			mant = mant*10 + uint64(src[i]-'0')
+			digits++
+			if digits > 19 {
+				return 0, 0, false
+			}
+		}
+	default:
+		return 0, 0, false
+	}
+	if i < n && src[i] == '.' {
+		i++
+		start := i
+		for i < n && src[i] >= '0' && src[i] <= '9' {
+			// Eight digits at a time where there are eight (Python's 17-digit reprs).
+			if mant != 0 && digits+8 <= 19 && n-i >= 8 {
+				if v, ok := eightDigits(src[i:]); ok {
+					mant = mant*100000000 + v
+					digits += 8
+					exp -= 8
+					i += 8
+					continue
+				}
+			}
+			exp--
+			if mant == 0 && src[i] == '0' {
+				i++
+				continue // a leading zero: no significant digit yet
+			}
+			mant = mant*10 + uint64(src[i]-'0')
+			digits++
+			if digits > 19 {
+				return 0, 0, false
+			}
+			i++
+		}
+		if i == start {
+			return 0, 0, false
+		}
+	}
+	if i < n && (src[i] == 'e' || src[i] == 'E') {
+		i++
+		eneg := false
+		if i < n && (src[i] == '+' || src[i] == '-') {
+			eneg = src[i] == '-'
+			i++
+		}
+		start, e := i, 0
+		for ; i < n && src[i] >= '0' && src[i] <= '9'; i++ {
+			if i-start >= 3 {
+				return 0, 0, false
+			}
+			e = e*10 + int(src[i]-'0')
+		}
+		if i == start {
+			return 0, 0, false
+		}
+		if eneg {
+			e = -e
+		}
+		exp += e
+	}
+	if i < n {
+		switch src[i] {
+		case ',', ']', ' ', '\t', '\n', '\r':
+		default:
+			return 0, 0, false
+		}
+	}
+	switch {
+	case mant == 0:
+		f = 0
+	case digits <= 7 && exp >= -10 && exp <= 10:
+		// 7 digits are below 2^24, exact in a float32, as are the powers of ten to 1e10.
+		f = float32(mant)
+		if exp > 0 {
+			f *= float32pow10[exp]
+		} else if exp < 0 {
+			f /= float32pow10[-exp]
+		}
+	case exp >= -22 && exp <= 22:
+		d := float64(mant)
+		if exp > 0 {
+			d *= float64pow10[exp]
+		} else if exp < 0 {
+			d /= float64pow10[-exp]
+		}
+		bits := math.Float64bits(d)
+		// float32's normal range, short of its largest powers, which could round up to +Inf.
+		if e2 := int(bits>>52&0x7ff) - 1023; e2 < -126 || e2 > 126 {
+			return 0, 0, false
+		}
+		// The 29 bits float32 drops: a halfway point is 1 followed by 28 zeros.
+		const half, margin = 1 << 28, 16
+		if low := int64(bits & (1<<29 - 1)); low > half-margin && low < half+margin {
+			return 0, 0, false
+		}
+		f = float32(d)
+	default:
+		return 0, 0, false
+	}
+	if neg {
+		f = -f
+	}
+	return f, i, true
+}
+
+// eightDigits is the value of the eight ASCII digits at the start of b, in a few
+// multiplications instead of eight, or ok false if they are not all digits.
+func eightDigits(b []byte) (uint64, bool) {
+	v := binary.LittleEndian.Uint64(b)
+	// Each byte 0x30-0x39: its high nibble is 3, and adding 6 keeps it 3.
+	if v&0xF0F0F0F0F0F0F0F0|(v+0x0606060606060606)&0xF0F0F0F0F0F0F0F0>>4 != 0x3333333333333333 {
+		return 0, false
+	}
+	v -= 0x3030303030303030
+	v = v*10 + v>>8 // pairs of digits in every other byte
+	v = ((v&0x000000FF000000FF)*(100+1000000<<32) + (v>>16&0x000000FF000000FF)*(1+10000<<32)) >> 32
+	return v, true
+}
+
+var (
+	float32pow10 = [...]float32{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10}
+	float64pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+		1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+)
 
 // unquote decodes a JSON string token; most have no escapes and need no decoder.
 func unquote(tok []byte) ([]byte, error) {

@@ -100,9 +100,13 @@ func (b *Backend) setMemoryLimit() error {
 }
 
 // options are the sessions' options: the worker's share of the cores (as LibTorch's
-// forwards get), and the Triton parameters the config gave.
+// forwards get), no spinning, and the Triton parameters the config gave.
 func options(ro map[string]string, threads int) (onnxrt.Options, error) {
-	o := onnxrt.Options{IntraOpThreads: max(threads, 1), InterOpThreads: 1, ConfigEntries: map[string]string{}}
+	// Idle pool threads do not spin: a spinning thread takes a core from the HTTP path and the
+	// other workers between runs (BERT at c=32 on 2 cores: about 1.4x the requests without it,
+	// docs/benchmarks.md).
+	spin := false
+	o := onnxrt.Options{IntraOpThreads: max(threads, 1), InterOpThreads: 1, Spinning: &spin, ConfigEntries: map[string]string{}}
 	switch l := ro[triton.OptionGraphLevel]; l {
 	case "", "all":
 		o.GraphOptimization = "all"

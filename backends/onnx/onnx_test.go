@@ -123,3 +123,19 @@ func TestStrings(t *testing.T) {
 		t.Errorf("the second sample's strings: %q shape %v", second, res[1][0].Shape)
 	}
 }
+
+// Sessions' pool threads do not spin between runs, whatever the config's parameters.
+func TestOptionsNoSpinning(t *testing.T) {
+	for _, ro := range []map[string]string{nil, {"graph_optimization_level": "basic", "inter_op_thread_count": "2"}} {
+		o, err := options(ro, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Spinning == nil || *o.Spinning {
+			t.Errorf("options(%v): Spinning is %v, want false", ro, o.Spinning)
+		}
+		if o.IntraOpThreads != 2 {
+			t.Errorf("options(%v): IntraOpThreads %d, want 2", ro, o.IntraOpThreads)
+		}
+	}
+}

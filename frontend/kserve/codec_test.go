@@ -479,3 +479,14 @@ func TestGRPCMetadata(t *testing.T) {
 		t.Errorf("every version's statistics: %v %v", all, err)
 	}
 }
+
+// datatypeOfName answers the same from its cache as the first time.
+func TestDatatypeOfName(t *testing.T) {
+	for range 2 {
+		for name, want := range map[string]string{"float32": "FP32", "int64": "INT64", "bool": "BOOL", "string": "BYTES", "fp8": "FP8"} {
+			if got := datatypeOfName(name); got != want {
+				t.Errorf("datatypeOfName(%q) = %q, want %q", name, got, want)
+			}
+		}
+	}
+}

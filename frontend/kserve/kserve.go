@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
@@ -165,15 +166,25 @@ func datatypeOf(dt torch.DType) string {
 }
 
 func datatypeOfName(dtype string) string {
-	if dtype == "string" {
-		return "BYTES"
+	// Every request asks (its model's signature, in and out): ParseDType walks a map.
+	if d, ok := datatypeNames.Load(dtype); ok {
+		return d.(string)
 	}
-	dt, err := torch.ParseDType(dtype)
-	if err != nil {
-		return strings.ToUpper(dtype)
+	d := "BYTES"
+	if dtype != "string" {
+		dt, err := torch.ParseDType(dtype)
+		if err != nil {
+			d = strings.ToUpper(dtype)
+		} else {
+			d = datatypeOf(dt)
+		}
 	}
-	return datatypeOf(dt)
+	datatypeNames.Store(dtype, d)
+	return d
 }
+
+// datatypeNames caches datatypeOfName: dtype names are the loaded models' signatures', few.
+var datatypeNames sync.Map
 
 // signature is a model version's inputs and outputs in the protocol's terms (core resolved
 // them at load). Callers must not modify them.
