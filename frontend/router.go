@@ -19,7 +19,6 @@ type Route struct {
 	// Unauthorized answers a request this route refused for its key (token authorization)
 	// in the shape of the route's API; nil: TorchServe's (WriteTorchServeError).
 	Unauthorized func(ctx *fasthttp.RequestCtx, msg string)
-	segs         []string
 }
 
 // WithUnauthorized sets each route's Unauthorized to answer, for an API to answer refused
@@ -34,18 +33,19 @@ func WithUnauthorized(routes []*Route, answer func(ctx *fasthttp.RequestCtx, msg
 // Router matches a path's segments against its routes in order.
 type Router struct {
 	routes []*Route
-	api    string // "inference" or "management", for the OpenAPI title
+	segs   [][]string // each route's pattern split; the routes themselves are never written
+	api    string     // "inference" or "management", for the OpenAPI title
 }
 
 // NewRouter is a router over routes, matched in order.
 func NewRouter(api string, routes []*Route) *Router {
-	for _, r := range routes {
-		r.segs = strings.Split(strings.Trim(r.Pattern, "/"), "/")
-		if r.Pattern == "/" {
-			r.segs = nil
+	segs := make([][]string, len(routes))
+	for i, r := range routes {
+		if r.Pattern != "/" {
+			segs[i] = strings.Split(strings.Trim(r.Pattern, "/"), "/")
 		}
 	}
-	return &Router{routes: routes, api: api}
+	return &Router{routes: routes, segs: segs, api: api}
 }
 
 func splitPath(p string) []string {
@@ -62,8 +62,8 @@ func (rt *Router) Serve(ctx *fasthttp.RequestCtx) {
 	segs := splitPath(string(ctx.Path()))
 	method := string(ctx.Method())
 	pathMatched := false
-	for _, r := range rt.routes {
-		p, ok := match(r.segs, segs)
+	for i, r := range rt.routes {
+		p, ok := match(rt.segs[i], segs)
 		if !ok {
 			continue
 		}
@@ -86,8 +86,8 @@ func (rt *Router) Serve(ctx *fasthttp.RequestCtx) {
 // InvalidKeyException, TorchServe's answer to a refused key.
 func (rt *Router) Unauthorized(ctx *fasthttp.RequestCtx, msg string) {
 	segs := splitPath(string(ctx.Path()))
-	for _, r := range rt.routes {
-		if _, ok := match(r.segs, segs); ok && r.Unauthorized != nil {
+	for i, r := range rt.routes {
+		if _, ok := match(rt.segs[i], segs); ok && r.Unauthorized != nil {
 			r.Unauthorized(ctx, msg)
 			return
 		} else if ok {
