@@ -93,7 +93,6 @@ def run_worker(req):
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))  # sets the pool's size; the pool starts at the first op
-    share_threads(torch)
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()  # not the fork server's state, shared by every worker
     sys.argv = list(req["argv"])
@@ -111,41 +110,6 @@ def run_worker(req):
         except Exception:  # noqa: BLE001
             pass
     os._exit(code)
-
-
-BUSY = b"torchd-busy-processes"
-
-
-def share_threads(torch):
-    """Runs each batch on the worker's share of its threads: torchd sends, on the batch's
-    first request, how many handler processes run a batch now (this one included), and the
-    batch gets the thread count torch chose at the start divided by it, at least one
-    (handlerproc/threads.go says why). The header is taken off before the handler sees it."""
-    try:
-        from ts.service import Service
-    except Exception:  # noqa: BLE001  the worker reports it
-        return
-    full = max(1, torch.get_num_threads())
-    now = [full]
-    predict = Service.predict
-
-    def shared(self, batch):
-        headers = batch[0].get("headers") if batch else None
-        for i in reversed(range(len(headers or ()))):  # torchd's is the last
-            h = headers[i]
-            if h.get("name") == BUSY:
-                del headers[i]
-                try:
-                    n = max(1, full // max(1, int(h.get("value"))))
-                except (TypeError, ValueError):
-                    break
-                if n != now[0]:
-                    torch.set_num_threads(n)
-                    now[0] = n
-                break
-        return predict(self, batch)
-
-    Service.predict = shared
 
 
 def child(me, ctl, wake, sup, req, fds):

@@ -165,13 +165,7 @@ func (m *Model) Predict(batch []Request) (PredictReply, error) {
 		default:
 		}
 	}
-	busy := busyProcesses.Add(1)
-	send := batch
-	if p.forked {
-		send = withBusy(batch, busy)
-	}
-	pr, err := p.predict(send, m.cfg.ResponseTimeout)
-	busyProcesses.Add(-1)
+	pr, err := p.predict(batch, m.cfg.ResponseTimeout)
 	if err != nil {
 		if r := p.overLimit.Load(); r > 0 {
 			err = fmt.Errorf("the handler process used %d MiB, over its memory limit of %d MiB: it was killed and is restarting", r>>20, m.cfg.MemoryLimit>>20)

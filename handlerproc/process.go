@@ -76,9 +76,6 @@ type process struct {
 	// overLimit is the RSS at which the memory watchdog killed it; 0: it did not.
 	overLimit atomic.Int64
 	onMetric  func(Metric) // the handler's metrics, as it emits them; nil: none kept
-	// forked: started by the fork server, whose worker takes its share of the cores with
-	// each batch (threads.go).
-	forked bool
 }
 
 // startOptions is what a worker process is started and loaded with.
@@ -132,7 +129,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process: %w", cleanErr(err))
 	}
-	pid, wait, forked, err := o.spawn(dir, argv, env, inR, outW)
+	pid, wait, err := o.spawn(dir, argv, env, inR, outW)
 	inR.Close()
 	outW.Close()
 	if err != nil {
@@ -141,7 +138,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("cannot start the handler process %s: %w", o.rt.Python, cleanErr(err))
 	}
-	p := &process{name: o.load.ModelName, pid: pid, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR, onMetric: o.onMetric, forked: forked}
+	p := &process{name: o.load.ModelName, pid: pid, dir: dir, done: make(chan struct{}), log: o.log, stdin: inW, out: outR, onMetric: o.onMetric}
 	tail := &lineTail{max: max(o.logLines, 20)}
 	logged := make(chan struct{})
 	go p.copyLog(outR, tail, o.limit, logged)
@@ -185,13 +182,13 @@ func startProcess(o startOptions) (_ *process, err error) {
 
 // spawn starts the supervised worker (argv after the interpreter) with stdin and out, forked
 // from the fork server unless o.apart or it cannot be, else under a supervisor of its own
-// whose script goes into dir. wait returns how the supervisor exited; forked says which.
-func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File) (pid int, wait func() (syscall.WaitStatus, error), forked bool, err error) {
+// whose script goes into dir. wait returns how the supervisor exited.
+func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File) (pid int, wait func() (syscall.WaitStatus, error), err error) {
 	if !o.apart {
 		if fs, why := o.forkServer(); fs != nil {
 			f, err := fs.fork(argv, o.load.ModelPath, env, stdin, out)
 			if err == nil {
-				return f.pid, func() (syscall.WaitStatus, error) { <-f.exited; return f.status, f.err }, true, nil
+				return f.pid, func() (syscall.WaitStatus, error) { <-f.exited; return f.status, f.err }, nil
 			}
 			o.log.Warn("the fork server did not start a handler process: it starts apart", "model", o.load.ModelName, "err", err)
 		} else if why != "" {
@@ -200,13 +197,13 @@ func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File)
 	}
 	cmd, err := supervised(o.rt.Python, dir, append([]string{o.rt.Python, "-u"}, argv...)...)
 	if err != nil {
-		return 0, nil, false, err
+		return 0, nil, err
 	}
 	cmd.Dir = o.load.ModelPath
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, out, out
 	if err := startTracked(cmd, true); err != nil {
-		return 0, nil, false, err
+		return 0, nil, err
 	}
 	return cmd.Process.Pid, func() (syscall.WaitStatus, error) {
 		err := cmd.Wait()
@@ -217,7 +214,7 @@ func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File)
 			}
 		}
 		return 0, err
-	}, false, nil
+	}, nil
 }
 
 // forkServer is the runtime's fork server if this process can be forked from it; else why

@@ -110,8 +110,7 @@ class TinyHandler(BaseHandler):
             import numpy
             return [{"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path0": sys.path[0],
                      "threads": torch.get_num_threads(), "numpy": int(numpy.random.randint(1 << 30)),
-                     "mark": [k for k in os.environ if k.startswith("TORCHD_HANDLER_OF")],
-                     "busy_header": self.context.get_request_header(0, "torchd-busy-processes")}] * len(out)
+                     "mark": [k for k in os.environ if k.startswith("TORCHD_HANDLER_OF")]}] * len(out)
         if getattr(self, "sequence", False):
             self.sequence = False
             return [f"sequence {self.context.get_sequence_id(i)}" for i in range(len(out))]
