@@ -8,6 +8,7 @@
 # It dies with torchd (its parent-death signal, and the socket's close); the supervisors die
 # with it (theirs). Nothing of a handler runs in it.
 import ctypes
+import gc
 import importlib
 import importlib.util
 import json
@@ -42,6 +43,36 @@ def preload():
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001  any failure: the worker imports it itself
             print("torchd fork server: %s not preloaded: %s" % (name, e), file=sys.stderr)
+
+
+MADV_DONTNEED = 4
+
+
+def drop_file_pages():
+    """Unmaps the fork server's resident pages of its read-only file mappings (the libraries'
+    text and constants its imports touched): they stay in the page cache, the workers fault
+    in those they use, and the fork server, which only waits and forks, faults them back if
+    it needs them. That takes about 300 MiB off its RSS (not its PSS: the pages are shared).
+    A mapping with anonymous pages (relocated data) keeps them, as does any writable one."""
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    dropped = 0
+    try:
+        with open("/proc/self/smaps") as f:
+            span = None
+            for line in f:
+                head = line.split(None, 5)
+                if "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                    start, end = (int(x, 16) for x in head[0].split("-"))
+                    path = head[5].strip() if len(head) > 5 else ""
+                    # A file's read-only mapping, not [vdso] and the like.
+                    span = (start, end) if "w" not in head[1] and path.startswith("/") else None
+                elif span and head[0] == "Anonymous:" and head[1] == "0":
+                    if libc.madvise(span[0], span[1] - span[0], MADV_DONTNEED) == 0:
+                        dropped += span[1] - span[0]
+                    span = None
+    except OSError:
+        pass
+    return dropped
 
 
 def send(ctl, msg):
@@ -144,6 +175,7 @@ def handle(me, ctl, wake, sup, data, fds):
     for fd in fds:
         os.close(fd)
     send(ctl, {"op": "forked", "id": req["id"], "pid": pid})
+    drop_file_pages()  # what the fork touched again
 
 
 def reap(ctl):
@@ -170,7 +202,14 @@ def main():
         send(ctl, {"op": "failed", "error": "%s: %s" % (type(e).__name__, e)})
         return 1
     modules = sorted({name.split(".")[0] for name in sys.modules})
-    send(ctl, {"op": "ready", "modules": modules, "threads": len(os.listdir("/proc/self/task"))})
+    # The imports' objects out of the collector's reach: a worker's full collection would
+    # otherwise write every object's header, copying the pages that hold them (about 70 MiB
+    # of private memory a worker that loads resnet18).
+    gc.collect()
+    gc.freeze()
+    threads = len(os.listdir("/proc/self/task"))
+    drop_file_pages()
+    send(ctl, {"op": "ready", "modules": modules, "threads": threads})
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
