@@ -1,8 +1,12 @@
 package daemon_test
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"image"
+	"image/color"
+	"image/png"
 	"net"
 	"os"
 	"os/exec"
@@ -264,4 +268,41 @@ func topLabel(t *testing.T, b []byte) string {
 		}
 	}
 	return best
+}
+
+// digitsTensor is a held-out digit as the digits model takes it: [1, 28, 28], pixels/255
+// normalized with mean 0.5 and std 0.5, as JSON data.
+func digitsTensor(t *testing.T, b []byte) []float32 {
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Bounds() != image.Rect(0, 0, 28, 28) {
+		t.Fatalf("held-out digit is %v", img.Bounds())
+	}
+	out := make([]float32, 0, 28*28)
+	for y := range 28 {
+		for x := range 28 {
+			g := color.GrayModel.Convert(img.At(x, y)).(color.Gray)
+			out = append(out, (float32(g.Y)/255-0.5)/0.5)
+		}
+	}
+	return out
+}
+
+func v2Body(name string, shape []int, data []float32) []byte {
+	b, _ := json.Marshal(map[string]any{"id": "req-1", "inputs": []any{map[string]any{"name": name, "shape": shape, "datatype": "FP32", "data": data}}})
+	return b
+}
+
+type tsV2Response struct {
+	ID           string `json:"id"`
+	ModelName    string `json:"model_name"`
+	ModelVersion string `json:"model_version"`
+	Outputs      []struct {
+		Name     string            `json:"name"`
+		Datatype string            `json:"datatype"`
+		Shape    []int64           `json:"shape"`
+		Data     []json.RawMessage `json:"data"`
+	} `json:"outputs"`
 }

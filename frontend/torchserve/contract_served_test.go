@@ -11,7 +11,7 @@ import (
 // written against it send them: torchd registers, lists and scales as TorchServe does, and
 // logs a warning that names the parameter and the default.
 func TestLenientParameters(t *testing.T) {
-	s := serve(t, 1, []storeArchive{digitsV1, digitsV2, digitsTensor, slowModel})
+	s := serve(t, 1, []storeArchive{digitsV1, digitsV2, digitsTensorArchive, slowModel})
 
 	expectStatus(t, s.mgmt("POST", "/models?url=digits.mar&batch_size=dd&max_batch_delay=junk&synchronous=true", "", nil),
 		200, `Model "digits" Version: 1.0 registered with 1 initial workers`)
@@ -83,7 +83,7 @@ func TestLenientParameters(t *testing.T) {
 // registration fails with TorchServe's 500 and leaves nothing behind; -1 or one that does not
 // parse is the default.
 func TestStartupTimeout(t *testing.T) {
-	s := serve(t, 1, []storeArchive{digitsV1, digitsTensor, slowModel})
+	s := serve(t, 1, []storeArchive{digitsV1, digitsTensorArchive, slowModel})
 	errorShape(t, s.mgmt("POST", "/models?url=digits.mar&startup_timeout=0", "", nil), 500, "InternalServerException", "Failed to start workers for model digits version: 1.0")
 	errorShape(t, s.mgmt("POST", "/models?url=digits.mar&startup_timeout=-5&initial_workers=1", "", nil), 500, "InternalServerException", "Failed to start workers")
 	var list struct{ Models []struct{ ModelName string } }
@@ -113,7 +113,7 @@ func TestStartupTimeout(t *testing.T) {
 // asynchronous answers 200 with 0 workers, and the scale and unregister calls that follow
 // find the model.
 func TestTorchServeRegistrationDefaults(t *testing.T) {
-	archives := []storeArchive{digitsV1, digitsV2, digitsTensor, slowModel}
+	archives := []storeArchive{digitsV1, digitsV2, digitsTensorArchive, slowModel}
 	s := serve(t, 0, archives)
 	zero := func(name string) string {
 		return `Model "` + name + `" Version: 1.0 registered with 0 initial workers. Use scale workers API to add workers for the model.`

@@ -14,7 +14,7 @@ import (
 func TestManagementServed(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp) // where archives are extracted: unregistering removes its directory
-	s := serve(t, 1, []storeArchive{digitsV1, digitsV2, digitsTensor, slowModel})
+	s := serve(t, 1, []storeArchive{digitsV1, digitsV2, digitsTensorArchive, slowModel})
 
 	expectStatus(t, s.mgmt("POST", "/models?url=digits.mar&initial_workers=1&synchronous=true", "", nil),
 		200, `Model "digits" Version: 1.0 registered with 1 initial workers`)

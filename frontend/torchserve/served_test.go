@@ -36,7 +36,7 @@ type storeArchive struct{ name, zoo, config, version, sub string }
 var (
 	digitsV1     = storeArchive{"digits", "digits", "digits", "1.0", ""}
 	digitsV2     = storeArchive{"digits", "digits", "digits", "2.0", "v2"}
-	digitsTensor = storeArchive{"digits_tensor", "digits", "digits_tensor", "1.0", ""}
+	digitsTensorArchive = storeArchive{"digits_tensor", "digits", "digits_tensor", "1.0", ""}
 	slowModel    = storeArchive{"slow", "slow", "slow", "1.0", ""}
 	textcls      = storeArchive{"textcls", "textcls", "textcls", "1.0", ""}
 )
