@@ -55,35 +55,6 @@ func TestRegistrationURLs(t *testing.T) {
 	}
 }
 
-// Models named at start-up load in parallel and /ping turns healthy only once they are warm.
-func TestStartupModels(t *testing.T) {
-	s := startServer(t, "--models", "digits=digits.mar,slow=slow.mar")
-	s.waitHealthy(t)
-	var list struct{ Models []struct{ ModelName string } }
-	do(t, "GET", s.mgmt+"/models", "", nil).json(t, &list)
-	if len(list.Models) != 2 {
-		t.Fatalf("start-up models: %+v", list)
-	}
-	var desc []struct {
-		LoadedAtStartup bool `json:"loadedAtStartup"`
-	}
-	do(t, "GET", s.mgmt+"/models/digits", "", nil).json(t, &desc)
-	if !desc[0].LoadedAtStartup {
-		t.Fatal("loadedAtStartup false for a start-up model")
-	}
-	// A start-up model that fails keeps /ping unhealthy.
-	s2 := startServer(t, "--models", "absent.mar")
-	for range 100 {
-		var ping statusBody
-		r := do(t, "GET", s2.inf+"/ping", "", nil)
-		r.json(t, &ping)
-		if r.status == 500 && ping.Status == "Unhealthy" {
-			return
-		}
-	}
-	t.Fatal("ping healthy although a start-up model failed")
-}
-
 // Registration by http URL obeys allowed_urls, downloads into a temporary file that is
 // removed once the archive is extracted, and reports failed downloads.
 func TestRegisterByURL(t *testing.T) {
@@ -174,4 +145,16 @@ func TestDownloadLimits(t *testing.T) {
 	if left := s.tmpEntries(t); len(left) != 0 {
 		t.Errorf("failed downloads left %v behind", left)
 	}
+}
+
+// described is what tests read of a model's description.
+type described struct {
+	ModelVersion  string `json:"modelVersion"`
+	MinWorkers    int    `json:"minWorkers"`
+	BatchSize     int    `json:"batchSize"`
+	MaxBatchDelay int64  `json:"maxBatchDelay"`
+	ForwardBatch  int    `json:"forwardBatch"`
+	Batching      struct {
+		Threads int `json:"threadsPerWorker"`
+	} `json:"batching"`
 }

@@ -100,6 +100,9 @@ func (b *syncBuffer) String() string {
 type options struct {
 	server   archive.Settings
 	runtimes []core.Runtime
+	store    string            // a model store already written ("": write one of the archives)
+	snapshot string            // the snapshot file ("": none)
+	startup  lifecycle.Startup // the start-up models
 }
 
 // serve serves a model store of archives; initialWorkers is TorchServe's API's (the
@@ -110,13 +113,16 @@ func serve(t testing.TB, initialWorkers int, archives []storeArchive, opts ...op
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	s := &served{store: writeStore(t, archives...)}
+	s := &served{store: o.store}
+	if s.store == "" {
+		s.store = writeStore(t, archives...)
+	}
 	log := slog.New(slog.NewTextHandler(&s.log, nil))
 	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Server: o.server, Runtimes: append(o.runtimes, libtorch.Backend{}), Log: log})
 	t.Cleanup(s.reg.Close)
-	s.life = lifecycle.New(lifecycle.Config{Registry: s.reg, Open: s.open, ModelStore: s.store, Log: log})
+	s.life = lifecycle.New(lifecycle.Config{Registry: s.reg, Open: s.open, ModelStore: s.store, SnapshotFile: o.snapshot, Log: log})
 	t.Cleanup(s.life.Stop)
-	s.life.Start(lifecycle.Startup{})
+	s.life.Start(o.startup)
 	s.ts = &torchserve.API{Registry: s.reg, Life: s.life, InitialWorkers: initialWorkers, Ready: s.life.Ready, MaxRequestSize: 64 << 20, Log: log}
 	s.ks = &kserve.API{Registry: s.reg, Life: s.life, Ready: s.life.Ready, MaxRequestSize: 64 << 20}
 	return s
