@@ -34,11 +34,11 @@ var zoo = filepath.Join("..", "..", "models", "out")
 type storeArchive struct{ name, zoo, config, version, sub string }
 
 var (
-	digitsV1     = storeArchive{"digits", "digits", "digits", "1.0", ""}
-	digitsV2     = storeArchive{"digits", "digits", "digits", "2.0", "v2"}
+	digitsV1            = storeArchive{"digits", "digits", "digits", "1.0", ""}
+	digitsV2            = storeArchive{"digits", "digits", "digits", "2.0", "v2"}
 	digitsTensorArchive = storeArchive{"digits_tensor", "digits", "digits_tensor", "1.0", ""}
-	slowModel    = storeArchive{"slow", "slow", "slow", "1.0", ""}
-	textcls      = storeArchive{"textcls", "textcls", "textcls", "1.0", ""}
+	slowModel           = storeArchive{"slow", "slow", "slow", "1.0", ""}
+	textcls             = storeArchive{"textcls", "textcls", "textcls", "1.0", ""}
 )
 
 // writeStore writes the archives into a new model store, as `make archives` does.
