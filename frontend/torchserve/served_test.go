@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,8 +19,11 @@ import (
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
+	"github.com/torchd/torchd/frontend/metrics"
+	"github.com/torchd/torchd/frontend/openai"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/lifecycle"
+	"github.com/valyala/fasthttp"
 )
 
 // These tests serve the zoo's real models (models/out, made by `make models`) over real
@@ -39,6 +43,7 @@ var (
 	digitsTensorArchive = storeArchive{"digits_tensor", "digits", "digits_tensor", "1.0", ""}
 	slowModel           = storeArchive{"slow", "slow", "slow", "1.0", ""}
 	textcls             = storeArchive{"textcls", "textcls", "textcls", "1.0", ""}
+	minilm              = storeArchive{"minilm", "minilm", "minilm", "1.0", ""}
 )
 
 // writeStore writes the archives into a new model store, as `make archives` does.
@@ -50,7 +55,7 @@ func writeStore(t testing.TB, archives ...storeArchive) string {
 			t.Fatal(err)
 		}
 		var extra []string
-		for _, f := range []string{"index_to_name.json", "vocab.txt", "vocab.json"} {
+		for _, f := range []string{"index_to_name.json", "vocab.txt", "vocab.json", "st"} {
 			if p := filepath.Join(zoo, a.zoo, f); exists(p) {
 				extra = append(extra, p)
 			}
@@ -74,7 +79,10 @@ type served struct {
 	life  *lifecycle.Service
 	ts    *torchserve.API
 	ks    *kserve.API
-	log   syncBuffer // what the registry, the service and the API logged
+	oai   *openai.API
+	// metrics records what the registry serves, as the daemon's metrics port shows it.
+	metrics *metrics.Metrics
+	log     syncBuffer // what the registry, the service and the API logged
 }
 
 // syncBuffer is a log's text, written from the serving goroutines.
@@ -118,13 +126,16 @@ func serve(t testing.TB, initialWorkers int, archives []storeArchive, opts ...op
 		s.store = writeStore(t, archives...)
 	}
 	log := slog.New(slog.NewTextHandler(&s.log, nil))
-	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Server: o.server, Runtimes: append(o.runtimes, libtorch.Backend{}), Log: log})
+	s.metrics = metrics.New(true)
+	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Server: o.server, Runtimes: append(o.runtimes, libtorch.Backend{}), Metrics: s.metrics, Log: log})
+	s.metrics.Statistics = func() []core.Statistics { st, _ := s.reg.Statistics("", ""); return st }
 	t.Cleanup(s.reg.Close)
 	s.life = lifecycle.New(lifecycle.Config{Registry: s.reg, Open: s.open, ModelStore: s.store, SnapshotFile: o.snapshot, Log: log})
 	t.Cleanup(s.life.Stop)
 	s.life.Start(o.startup)
 	s.ts = &torchserve.API{Registry: s.reg, Life: s.life, InitialWorkers: initialWorkers, Ready: s.life.Ready, MaxRequestSize: 64 << 20, Log: log}
 	s.ks = &kserve.API{Registry: s.reg, Life: s.life, Ready: s.life.Ready, MaxRequestSize: 64 << 20}
+	s.oai = &openai.API{Registry: s.reg}
 	return s
 }
 
@@ -180,9 +191,28 @@ func (s *served) mgmt(method, uri, contentType string, body []byte) response {
 	return do(s.ts.ManagementRoutes(), method, uri, contentType, body)
 }
 
-// inf is an answer of the inference port's routes: TorchServe's and KServe's.
+// inferenceRoutes are the inference port's routes: TorchServe's, OpenAI's and KServe's.
+func (s *served) inferenceRoutes() []*frontend.Route {
+	return slices.Concat(s.ts.InferenceRoutes(), s.oai.Routes(), s.ks.Routes())
+}
+
+// inf is an answer of the inference port's routes.
 func (s *served) inf(method, uri, contentType string, body []byte, header ...string) response {
-	return do(slices.Concat(s.ts.InferenceRoutes(), s.ks.Routes()), method, uri, contentType, body, header...)
+	return do(s.inferenceRoutes(), method, uri, contentType, body, header...)
+}
+
+// listen serves the inference routes on a port of 127.0.0.1, for the tests whose point is a
+// connection, and returns its host:port.
+func (s *served) listen(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inferenceRoutes()).Serve, NoDefaultContentType: true, CloseOnShutdown: true}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	return ln.Addr().String()
 }
 
 // register registers an archive of the store and fails the test on an error.
