@@ -111,6 +111,9 @@ type options struct {
 	store    string            // a model store already written ("": write one of the archives)
 	snapshot string            // the snapshot file ("": none)
 	startup  lifecycle.Startup // the start-up models
+	// perModel is the server configuration's settings for one version (config.properties'
+	// models key).
+	perModel func(name, version string, startup bool) archive.Settings
 }
 
 // serve serves a model store of archives; initialWorkers is TorchServe's API's (the
@@ -127,7 +130,7 @@ func serve(t testing.TB, initialWorkers int, archives []storeArchive, opts ...op
 	}
 	log := slog.New(slog.NewTextHandler(&s.log, nil))
 	s.metrics = metrics.New(true)
-	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Server: o.server, Runtimes: append(o.runtimes, libtorch.Backend{}), Metrics: s.metrics, Log: log})
+	s.reg = core.NewRegistry(core.Options{Defaults: coretest.Defaults, Server: o.server, PerModel: o.perModel, Runtimes: append(o.runtimes, libtorch.Backend{}), Metrics: s.metrics, Log: log})
 	s.metrics.Statistics = func() []core.Statistics { st, _ := s.reg.Statistics("", ""); return st }
 	t.Cleanup(s.reg.Close)
 	s.life = lifecycle.New(lifecycle.Config{Registry: s.reg, Open: s.open, ModelStore: s.store, SnapshotFile: o.snapshot, Log: log})
