@@ -324,7 +324,10 @@ vet: $(ONNXRUNTIME_H)
 # would take over 20 minutes under -race for little more: their servers run the same code,
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
+RACE_DAEMON := ^(TestScaleDuringLoad|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
+# The streaming of a handler process's answer, over HTTP and gRPC, is handlerproc's test, which
+# the race lane runs too (its other tests are plain).
+RACE_HANDLERPROC := ^(TestHandlerProcessStreams|TestStreamPredictions2.*)$$
 TEST_PREREQS := lib models models-int8 onnxruntime models-onnx models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
@@ -335,6 +338,7 @@ test: setup
 	$(MAKE) handler-runtime
 	$(MAKE) -j2 test-daemon test-packages
 	$(GO) test -race -count=1 -timeout 20m -run '$(RACE_DAEMON)' ./daemon/
+	$(GO) test -race -count=1 -timeout 10m -run '$(RACE_HANDLERPROC)' ./handlerproc/
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd internal/otelcol && $(GO) vet ./...
 	$(MAKE) bench-smoke
