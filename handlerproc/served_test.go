@@ -56,17 +56,44 @@ func archiveTiny(t testing.TB, py, store, name, handler string) {
 	if err := os.CopyFS(src, os.DirFS("testdata/tiny")); err != nil {
 		t.Fatal(err)
 	}
-	steps := [][]string{
-		{py, "-c", "import torch, model; torch.manual_seed(0); torch.save(model.TinyNet().state_dict(), 'tiny.pt')"},
-		{filepath.Join(filepath.Dir(py), "torch-model-archiver"), "--model-name", name, "--version", "1.0", "--model-file", "model.py",
-			"--serialized-file", "tiny.pt", "--handler", handler, "--extra-files", "service.py,handler.py,broken.py", "--export-path", store, "--force"},
-	}
-	for _, args := range steps {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Dir = src
+	stateDict(t, py, src, "tiny.pt", "import torch, model; torch.manual_seed(0); torch.save(model.TinyNet().state_dict(), 'tiny.pt')")
+	archiver(t, py, src, "--model-name", name, "--version", "1.0", "--model-file", "model.py",
+		"--serialized-file", "tiny.pt", "--handler", handler, "--extra-files", "service.py,handler.py,broken.py", "--export-path", store, "--force")
+}
+
+// stateDicts are the state dicts script wrote, by file name: written once per test binary,
+// for Python's import of torch takes seconds.
+var stateDicts sync.Map
+
+// stateDict writes file into dir: what script, run in dir by py, writes there.
+func stateDict(t testing.TB, py, dir, file, script string) {
+	t.Helper()
+	b, ok := stateDicts.Load(file)
+	if !ok {
+		cmd := exec.Command(py, "-c", script)
+		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("%s: %v\n%s", script, err, out)
 		}
+		data, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stateDicts.Store(file, data)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), b.([]byte), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// archiver runs torch-model-archiver in dir.
+func archiver(t testing.TB, py, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(filepath.Dir(py), "torch-model-archiver"), args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("torch-model-archiver %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 

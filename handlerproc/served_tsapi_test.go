@@ -12,7 +12,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,7 +27,7 @@ import (
 // archiveMNIST packs TorchServe's MNIST example network (seeded random weights, the
 // daemon's TorchServe comparison's) with handler into store as NAME.mar, with
 // torch-model-archiver.
-func archiveMNIST(t testing.TB, py, store, name, handler string, extra ...string) {
+func archiveMNIST(t testing.TB, py, store, name, handler string) {
 	t.Helper()
 	src := t.TempDir()
 	copyFile := func(from, to string) {
@@ -42,29 +41,10 @@ func archiveMNIST(t testing.TB, py, store, name, handler string, extra ...string
 	}
 	copyFile("../daemon/testdata/tsdiff/mnist_model.py", "mnist.py")
 	copyFile(handler, filepath.Base(handler))
-	for _, e := range extra {
-		copyFile(e, filepath.Base(e))
-	}
 	args := []string{"--model-name", name, "--version", "1.0", "--model-file", "mnist.py", "--serialized-file", "weights.pt",
 		"--handler", filepath.Base(handler), "--export-path", store, "--force"}
-	if len(extra) > 0 {
-		var names []string
-		for _, e := range extra {
-			names = append(names, filepath.Base(e))
-		}
-		args = append(args, "--extra-files", strings.Join(names, ","))
-	}
-	steps := [][]string{
-		{py, "-c", "import torch, mnist; torch.manual_seed(0); torch.save(mnist.Net().state_dict(), 'weights.pt')"},
-		append([]string{filepath.Join(filepath.Dir(py), "torch-model-archiver")}, args...),
-	}
-	for _, a := range steps {
-		cmd := exec.Command(a[0], a[1:]...)
-		cmd.Dir = src
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(a, " "), err, out)
-		}
-	}
+	stateDict(t, py, src, "weights.pt", "import torch, mnist; torch.manual_seed(0); torch.save(mnist.Net().state_dict(), 'weights.pt')")
+	archiver(t, py, src, args...)
 }
 
 // digitPNG is a 28×28 grayscale PNG whose pattern depends on seed.
