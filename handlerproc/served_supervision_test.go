@@ -13,56 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/handlerproc"
 )
-
-// procTree is pid's descendants, with their command lines, from /proc.
-func procTree(pid int) map[int]string {
-	kids := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		kids[ppid] = append(kids[ppid], p)
-	}
-	out := map[int]string{}
-	todo := []int{pid}
-	for len(todo) > 0 {
-		p := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		for _, k := range kids[p] {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", k))
-			out[k] = strings.ReplaceAll(string(b), "\x00", " ")
-			todo = append(todo, k)
-		}
-	}
-	return out
-}
-
-// supervisors counts the handler processes' supervisors under this test, by the name each
-// gives itself: a forked one has its fork server's command line.
-func supervisors() int {
-	n := 0
-	for pid := range procTree(os.Getpid()) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) == "torchd-sup" {
-			n++
-		}
-	}
-	return n
-}
 
 // A batch of four with one request that crashes its process costs one process, not two:
 // the batch is not retried request by request (which would crash a second one), and each of
@@ -126,13 +80,31 @@ func TestHandlerProcessLostBatchOnce(t *testing.T) {
 }
 
 // Scaling up starts a process per worker, scaling to 0 stops them all, and scaling up again
-// serves.
+// serves. The processes counted are those the model has started that still run.
 func TestHandlerProcessScaling(t *testing.T) {
 	py := venvPython(t)
 	s := serve(t, "", &handlerproc.Backend{Python: py})
 	archiveTiny(t, py, s.store, "pyscale", "handler.py")
 	s.register(t, "url=pyscale.mar&initial_workers=1&synchronous=true")
-	if n := supervisors(); n != 1 {
+	v, err := s.reg.Get("pyscale", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := v.Model().(core.ProcessReporter)
+	seen := map[int]bool{}
+	running := func() int {
+		for _, p := range pr.Processes() {
+			seen[p.PID] = true
+		}
+		n := 0
+		for pid := range seen {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z ") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := running(); n != 1 {
 		t.Fatalf("%d processes for 1 worker", n)
 	}
 	for _, c := range []struct{ workers, want int }{{3, 3}, {1, 1}, {0, 0}, {2, 2}} {
@@ -141,7 +113,7 @@ func TestHandlerProcessScaling(t *testing.T) {
 			t.Fatalf("scale to %d: %d %s", c.workers, r.status, r.body)
 		}
 		// Idle processes stop as the scaling returns; allow for their exit.
-		coretest.WaitFor(t, fmt.Sprintf("%d processes", c.want), func() bool { return supervisors() == c.want })
+		coretest.WaitFor(t, fmt.Sprintf("%d processes", c.want), func() bool { return running() == c.want })
 	}
 	if r := s.inf("POST", "/predictions/pyscale", "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
 		t.Errorf("after scaling: %d %s", r.status, r.body)

@@ -26,8 +26,10 @@ func TestRepositoryControlOff(t *testing.T) {
 	reg := coretest.NewRegistry(t, &coretest.Runtime{})
 	coretest.Add(t, reg, "m", coretest.Archive(t, "tensor", coretest.XConfig, nil))
 	life := lifecycle.New(lifecycle.Config{Registry: reg, ModelStore: t.TempDir(), ControlMode: lifecycle.ControlNone,
-		Open: func(core.RegisterRequest) (*core.ModelVersion, error) { return nil, core.Errorf(core.ErrBadModel, "nothing to open") },
-		Log:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Open: func(core.RegisterRequest) (*core.ModelVersion, error) {
+			return nil, core.Errorf(core.ErrBadModel, "nothing to open")
+		},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(life.Stop)
 	api := &kserve.API{Registry: reg, Life: life, Ready: func() bool { return true }, MaxRequestSize: 1 << 20}
 	oip := api.InferenceService()
