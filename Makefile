@@ -325,7 +325,7 @@ vet: $(ONNXRUNTIME_H)
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestScaleDuringLoad|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestOpenInferenceProtocol|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
-# The streaming of a handler process's answer, over HTTP and gRPC, is handlerproc's test, which
+# The streaming of a handler process's answer, over HTTP and gRPC, is handlerproc/served's test, which
 # the race lane runs too (its other tests are plain).
 RACE_HANDLERPROC := ^(TestHandlerProcessStreams|TestStreamPredictions2.*)$$
 TEST_PREREQS := lib models models-int8 onnxruntime models-onnx models-triton-text vet lint-docker pyclients pyclients-http
@@ -338,7 +338,7 @@ test: setup
 	$(MAKE) handler-runtime
 	$(MAKE) -j2 test-daemon test-packages
 	$(GO) test -race -count=1 -timeout 20m -run '$(RACE_DAEMON)' ./daemon/
-	$(GO) test -race -count=1 -timeout 10m -run '$(RACE_HANDLERPROC)' ./handlerproc/
+	$(GO) test -race -count=1 -timeout 10m -run '$(RACE_HANDLERPROC)' ./handlerproc/served/
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd internal/otelcol && $(GO) vet ./...
 	$(MAKE) bench-smoke

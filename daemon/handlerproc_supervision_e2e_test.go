@@ -51,7 +51,7 @@ func procTree(pid int) map[int]string {
 
 // A handler's detached children (setsid) go with torchd at a stop, which keeps to
 // shutdown_timeout with a batch that hangs: the daemon's stop, so a whole server (with its
-// model unregistered: handlerproc's TestHandlerProcessChildrenContained).
+// model unregistered: handlerproc/served's TestHandlerProcessChildrenContained).
 func TestHandlerProcessChildrenAtStop(t *testing.T) {
 	py := venvPython(t)
 	archiveTiny(t, py, "pykids", "handler.py")

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The requirements of an archive (install_py_dep_per_model) are handlerproc's
+// The requirements of an archive (install_py_dep_per_model) are handlerproc/served's
 // TestRequirementsPerModel.
 
 // A handler name torchd does not know (daemon/url.go runs it in a handler process) is

@@ -17,7 +17,7 @@ import (
 )
 
 // TorchServe's KServe envelopes compared with TorchServe itself (a real TorchServe, so a
-// whole server): what torchd answers through a Python handler is handlerproc's
+// whole server): what torchd answers through a Python handler is handlerproc/served's
 // TestPythonHandlerKServeAndExplanations and TestPythonHandlerCustomMetrics.
 
 // archiveMNIST packs TorchServe's MNIST example network (seeded random weights) with handler

@@ -1,4 +1,4 @@
-package handlerproc_test
+package served_test
 
 import (
 	"bytes"
@@ -31,14 +31,14 @@ import (
 )
 
 // These tests serve archives that TorchServe's own torch-model-archiver makes, with
-// handlers of testdata/tiny, through handler processes behind the core and TorchServe's
+// handlers of handlerproc/testdata/tiny, through handler processes behind the core and TorchServe's
 // API's routes, as the daemon wires them (without a server, or over a listener where the
 // point is a real connection): what a TorchServe user sees of a handler process.
 
 // venvPython is the project venv's interpreter, which make test gives TorchServe's worker
 // and archiver (make handler-runtime).
 func venvPython(t testing.TB) string {
-	p, err := filepath.Abs("../.venv/bin/python")
+	p, err := filepath.Abs("../../.venv/bin/python")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +48,12 @@ func venvPython(t testing.TB) string {
 	return p
 }
 
-// archiveTiny packs testdata/tiny's handler and eager model with torch-model-archiver into
+// archiveTiny packs handlerproc/testdata/tiny's handler and eager model with torch-model-archiver into
 // store as NAME.mar, with handler as --handler.
 func archiveTiny(t testing.TB, py, store, name, handler string) {
 	t.Helper()
 	src := t.TempDir()
-	if err := os.CopyFS(src, os.DirFS("testdata/tiny")); err != nil {
+	if err := os.CopyFS(src, os.DirFS("../testdata/tiny")); err != nil {
 		t.Fatal(err)
 	}
 	stateDict(t, py, src, "tiny.pt", "import torch, model; torch.manual_seed(0); torch.save(model.TinyNet().state_dict(), 'tiny.pt')")

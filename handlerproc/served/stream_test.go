@@ -1,4 +1,4 @@
-package handlerproc_test
+package served_test
 
 import (
 	"archive/zip"

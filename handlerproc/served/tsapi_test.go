@@ -1,4 +1,4 @@
-package handlerproc_test
+package served_test
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func archiveMNIST(t testing.TB, py, store, name, handler string) {
 			t.Fatal(err)
 		}
 	}
-	copyFile("../daemon/testdata/tsdiff/mnist_model.py", "mnist.py")
+	copyFile("../../daemon/testdata/tsdiff/mnist_model.py", "mnist.py")
 	copyFile(handler, filepath.Base(handler))
 	args := []string{"--model-name", name, "--version", "1.0", "--model-file", "mnist.py", "--serialized-file", "weights.pt",
 		"--handler", filepath.Base(handler), "--export-path", store, "--force"}
@@ -68,7 +68,7 @@ func digitPNG(t testing.TB, seed int) []byte {
 func TestPythonHandlerKServeAndExplanations(t *testing.T) {
 	py := venvPython(t)
 	s := serve(t, "", &handlerproc.Backend{Python: py})
-	archiveMNIST(t, py, s.store, "pymnist", "../daemon/testdata/tsdiff/mnist_handler.py")
+	archiveMNIST(t, py, s.store, "pymnist", "../../daemon/testdata/tsdiff/mnist_handler.py")
 	s.register(t, "url=pymnist.mar&batch_size=4&max_batch_delay=50&initial_workers=1&synchronous=true")
 
 	pngs := [][]byte{digitPNG(t, 0), digitPNG(t, 1), digitPNG(t, 2)}
@@ -274,7 +274,7 @@ func closeFloats(t *testing.T, what string, got, want []float64, tol float64) {
 // them: declared ones by their metrics.yaml dimensions, undeclared ones by auto-detection.
 func TestPythonHandlerCustomMetrics(t *testing.T) {
 	py := venvPython(t)
-	config, err := filepath.Abs("testdata/tsapi/metrics.yaml")
+	config, err := filepath.Abs("../testdata/tsapi/metrics.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestPythonHandlerCustomMetrics(t *testing.T) {
 		}
 		s.metrics.HandlerMetric(hm.Name, hm.Unit, hm.Type, names, values, hm.Host, hm.Value)
 	}
-	archiveMNIST(t, py, s.store, "pymetrics", "testdata/tsapi/metrics_handler.py")
+	archiveMNIST(t, py, s.store, "pymetrics", "../testdata/tsapi/metrics_handler.py")
 	s.register(t, "url=pymetrics.mar&initial_workers=1&synchronous=true")
 	png := digitPNG(t, 0)
 	for i := range 2 {
