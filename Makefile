@@ -358,10 +358,13 @@ vet: $(ONNXRUNTIME_H) $(OPENVINO_H)
 # would take over 20 minutes under -race for little more: their servers run the same code,
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
-RACE_DAEMON := ^(TestManagementAPI|TestScaleDuringLoad|TestSnapshotRestore|TestTimedOutRequestKeepsItsBody|TestBurstHoldsBoundedInput|TestWebPageOff|TestHostileInput|TestGRPC|TestKServeV2ThroughHandler|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestStuckWorkerReplaced|TestSIGTERMDropsNothing|TestHandlerProcessStreams|TestConfig.*|TestResolve.*)$$
+RACE_DAEMON := ^(TestScaleDuringLoad|TestWebPageOff|TestGRPC|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
 # The served models' gates of handlers/vision and frontend/openai (hundreds of forwards) skip
 # under -race and run plainly, as the daemon's end-to-end tests they came from did.
 SERVED_GATES := ^(TestCaptionerOverHTTP|TestCaptionerEncoderPackageOverHTTP|TestEfficientNetLite0MatchesPython|TestObjectDetectorOverHTTPAndGRPC|TestImageSegmenterOverHTTPAndGRPC|TestEmbeddingsMatchSentenceTransformers)$$
+# The streaming of a handler process's answer, over HTTP and gRPC, is handlerproc/served's test, which
+# the race lane runs too (its other tests are plain).
+RACE_HANDLERPROC := ^(TestHandlerProcessStreams|TestStreamPredictions2.*)$$
 TEST_PREREQS := lib models models-int8 onnxruntime models-onnx openvino models-openvino models-triton-text vet lint-docker pyclients pyclients-http
 # The packages tested plainly: all but the daemon, the bindings and the race packages
 # (./handlers/ stays, see above). Listed when the lane runs, so a new package is in it.
@@ -372,6 +375,7 @@ test: setup
 	$(MAKE) handler-runtime
 	$(MAKE) -j2 test-daemon test-packages
 	$(GO) test -race -count=1 -timeout 20m -run '$(RACE_DAEMON)' ./daemon/
+	$(GO) test -race -count=1 -timeout 10m -run '$(RACE_HANDLERPROC)' ./handlerproc/served/
 	cd deploy/validate && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd internal/otelcol && $(GO) vet ./...
 	$(MAKE) bench-smoke

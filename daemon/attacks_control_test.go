@@ -81,28 +81,7 @@ func TestRepositoryControlNeedsManagementKey(t *testing.T) {
 	}
 }
 
-// Without explicit model control (the default, none), the repository API loads and unloads
-// nothing, with or without a key: over gRPC and REST the model serves on.
-func TestRepositoryControlOff(t *testing.T) {
-	s := startServer(t, "--models", "digits=digits.mar")
-	s.waitHealthy(t)
-	c := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
-	_, err := c.RepositoryModelUnload(callCtx(t), &pb.RepositoryModelUnloadRequest{ModelName: "digits"})
-	wantCode(t, err, codes.Unavailable, "--model-control-mode explicit")
-	_, err = c.RepositoryModelLoad(callCtx(t), &pb.RepositoryModelLoadRequest{ModelName: "digits_tensor"})
-	wantCode(t, err, codes.Unavailable, "--model-control-mode explicit")
-	for _, op := range []string{"unload", "load"} {
-		r := do(t, "POST", s.inf+"/v2/repository/models/digits/"+op, "", nil)
-		if r.status != 503 || !contains(r.body, "--model-control-mode explicit") {
-			t.Fatalf("REST %s: %d %s", op, r.status, r.body)
-		}
-	}
-	if r, err := c.ModelReady(callCtx(t), &pb.ModelReadyRequest{Name: "digits"}); err != nil || !r.GetReady() {
-		t.Fatalf("digits after the refused unloads: %v %v", r, err)
-	}
-	if r, err := c.ModelReady(callCtx(t), &pb.ModelReadyRequest{Name: "digits_tensor"}); err != nil || r.GetReady() {
-		t.Fatalf("digits_tensor after the refused load: %v %v", r, err)
-	}
-}
+// Without explicit model control the repository API is refused with or without a key:
+// frontend/kserve's TestRepositoryControlOff.
 
 func contains(b []byte, s string) bool { return strings.Contains(string(b), s) }

@@ -1,16 +1,12 @@
 package daemon_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,114 +49,10 @@ func procTree(pid int) map[int]string {
 	return out
 }
 
-// supervisors counts the handler processes' supervisors under torchd, by the name each
-// gives itself: a forked one has its fork server's command line.
-func (s *server) supervisors() int {
-	n := 0
-	for pid := range procTree(s.cmd.Process.Pid) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(b)) == "torchd-sup" {
-			n++
-		}
-	}
-	return n
-}
-
-// A batch of four with one request that crashes its process costs one process, not two:
-// the batch is not retried request by request (which would crash a second one), and each of
-// its requests gets the batch's error. A hang costs one response timeout, not two.
-func TestHandlerProcessLostBatchOnce(t *testing.T) {
-	py := venvPython(t)
-	archiveTiny(t, py, "pylost", "handler.py")
-	s := startServer(t, "--python", py)
-	// The batch goes when four requests are in it.
-	s.register(t, "url=pylost.mar&initial_workers=1&batch_size=4&max_batch_delay=600000&response_timeout=3&synchronous=true")
-	pred := s.inf + "/predictions/pylost"
-	for _, bad := range []string{`"crash"`, `"hang"`} {
-		before := strings.Count(s.Log(), "handler process failed a batch")
-		var wg sync.WaitGroup
-		answers := make([]response, 4)
-		for i := range 4 {
-			body := []byte(`{"x":[1,2,3,4]}`)
-			if i == 0 {
-				body = []byte(bad)
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); answers[i] = post(pred, "application/json", body) }()
-		}
-		wg.Wait()
-		for i, a := range answers {
-			if a.status == 200 {
-				t.Errorf("%s: request %d of the lost batch answered 200", bad, i)
-			}
-		}
-		// The failure is logged once the process is replaced; the batch answered before.
-		deadline := time.Now().Add(30 * time.Second)
-		for strings.Count(s.Log(), "handler process failed a batch") == before && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		// The model serves on (four requests: one batch), once its process has restarted:
-		// a batch sent while it loads may pass the 3 s timeout on a loaded machine.
-		for try := 0; ; try++ {
-			var ok sync.WaitGroup
-			var mu sync.Mutex
-			var failed []response
-			for range 4 {
-				ok.Add(1)
-				go func() {
-					defer ok.Done()
-					if r := post(pred, "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
-						mu.Lock()
-						failed = append(failed, r)
-						mu.Unlock()
-					}
-				}()
-			}
-			ok.Wait()
-			if len(failed) == 0 {
-				break
-			}
-			if try == 10 {
-				t.Fatalf("after %s: %d %s", bad, failed[0].status, failed[0].body)
-			}
-		}
-		if n := strings.Count(s.Log(), "handler process failed a batch") - before; n != 1 {
-			t.Errorf("%s: %d processes failed a batch; want 1 (no retry of the lost batch)", bad, n)
-		}
-	}
-}
-
-// Scaling up starts a process per worker, scaling to 0 stops them all, and scaling up again
-// serves.
-func TestHandlerProcessScaling(t *testing.T) {
-	py := venvPython(t)
-	archiveTiny(t, py, "pyscale", "handler.py")
-	s := startServer(t, "--python", py)
-	s.register(t, "url=pyscale.mar&initial_workers=1&synchronous=true")
-	if n := s.supervisors(); n != 1 {
-		t.Fatalf("%d processes for 1 worker", n)
-	}
-	for _, c := range []struct{ workers, want int }{{3, 3}, {1, 1}, {0, 0}, {2, 2}} {
-		r := do(t, "PUT", fmt.Sprintf("%s/models/pyscale?min_worker=%d&synchronous=true", s.mgmt, c.workers), "", nil)
-		if r.status != 200 {
-			t.Fatalf("scale to %d: %d %s", c.workers, r.status, r.body)
-		}
-		// Idle processes stop as the scaling returns; allow for their exit.
-		deadline := time.Now().Add(30 * time.Second)
-		for s.supervisors() != c.want && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if n := s.supervisors(); n != c.want {
-			t.Errorf("scaled to %d workers: %d processes", c.workers, n)
-		}
-	}
-	if r := post(s.inf+"/predictions/pyscale", "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
-		t.Errorf("after scaling: %d %s", r.status, r.body)
-	}
-}
-
-// A handler's detached children (setsid) go with its model when it is unregistered, and with
-// torchd at a stop, which keeps to shutdown_timeout with a batch that hangs.
-func TestHandlerProcessChildrenContained(t *testing.T) {
+// A handler's detached children (setsid) go with torchd at a stop, which keeps to
+// shutdown_timeout with a batch that hangs: the daemon's stop, so a whole server (with its
+// model unregistered: handlerproc/served's TestHandlerProcessChildrenContained).
+func TestHandlerProcessChildrenAtStop(t *testing.T) {
 	py := venvPython(t)
 	archiveTiny(t, py, "pykids", "handler.py")
 	s := startServer(t, "--python", py, "--shutdown-timeout", "5s")
@@ -200,13 +92,6 @@ func TestHandlerProcessChildrenContained(t *testing.T) {
 		}
 	}
 	kids := spawn()
-	if r := do(t, "DELETE", s.mgmt+"/models/pykids", "", nil); r.status != 200 {
-		t.Fatalf("unregister: %d %s", r.status, r.body)
-	}
-	waitGone("after unregister", kids)
-
-	s.register(t, "url=pykids.mar&initial_workers=1&response_timeout=600&synchronous=true")
-	kids = spawn()
 	hung := make(chan response, 1)
 	go func() { hung <- post(s.inf+"/predictions/pykids", "application/json", []byte(`"hang"`)) }()
 	time.Sleep(500 * time.Millisecond) // let the hang reach the process; the test holds either way
@@ -223,39 +108,6 @@ func TestHandlerProcessChildrenContained(t *testing.T) {
 		t.Errorf("%d processes left under torchd", n)
 	}
 	<-hung
-}
-
-// A client that does not read a streamed answer holds at most 64 MiB of its parts in torchd:
-// past it the transfer is cut, the client never sees the answer end, and the model serves on.
-func TestHandlerProcessStreamBounded(t *testing.T) {
-	py := venvPython(t)
-	archiveTiny(t, py, "pyflood", "handler.py")
-	s := startServer(t, "--python", py)
-	s.register(t, "url=pyflood.mar&initial_workers=1&response_timeout=120&synchronous=true")
-	u, _ := url.Parse(s.inf)
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	body := `{"parts": 200, "size": 1048576}` // 200 MiB
-	fmt.Fprintf(conn, "POST /predictions/pyflood HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	// The client reads the status line, which shows that the stream runs, then nothing until
-	// the handler is done: a request after it is served by the one process once the
-	// streaming batch has ended.
-	br := bufio.NewReader(conn)
-	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
-	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
-		t.Fatalf("the stream's status line: %q, %v", line, err)
-	}
-	if r := post(s.inf+"/predictions/pyflood", "application/json", []byte(`{"x":[1,2,3,4]}`)); r.status != 200 {
-		t.Fatalf("the request after the flood: %d %s", r.status, r.body)
-	}
-	conn.SetReadDeadline(time.Now().Add(60 * time.Second))
-	got, _ := io.ReadAll(br)
-	if strings.HasSuffix(string(got), "0\r\n\r\n") || strings.Contains(string(got), "end") {
-		t.Errorf("the unread stream ended normally (%d bytes): it was not cut", len(got))
-	}
 }
 
 // The socket directories of a killed torchd's handler processes are swept at the next start;

@@ -1,16 +1,17 @@
-package daemon_test
+package torchserve_test
 
 import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"unsafe"
 
-	"github.com/torchd/torchd/daemon"
 	"github.com/torchd/torchd/frontend"
 	"github.com/torchd/torchd/handlers/handlertest"
+	"github.com/torchd/torchd/lifecycle"
 	"github.com/valyala/fasthttp"
 )
 
@@ -23,9 +24,26 @@ import (
 // they were. Both the TorchServe and the KServe v2 binary-tensor paths. The worker is held by
 // the probe handler (package handlertest), which serves as the tensor handler does.
 func TestTimedOutRequestKeepsItsBody(t *testing.T) {
-	d, v := startInProcess(t, "digits_tensor", []string{"--model-store", probeStore(t, "digits_tensor", "digits"),
-		"--models", "digits_tensor=digits_tensor", "--batch-size", "1", "--workers", "1"}, nil)
-	npy, err := os.ReadFile(filepath.Join(zooDir, "digits", "sample_tensor.npy"))
+	s := serve(t, 1, nil, options{store: probeStore(t, "digits_tensor", "digits"), startup: lifecycle.Startup{Models: "digits_tensor=digits_tensor"}})
+	s.waitHealthy(t)
+	v, err := s.reg.Get("digits_tensor", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := frontend.NewRouter("inference", slices.Concat(s.ts.InferenceRoutes(), s.ks.Routes()))
+	// serveREST serves ctx's request to v as POST /predictions/{name}/{version} (v2 false) or
+	// POST /v2/models/{name}/versions/{version}/infer (v2 true), and returns the status.
+	serveREST := func(ctx *fasthttp.RequestCtx, v2 bool) int {
+		path := "/predictions/" + v.Name + "/" + v.Version
+		if v2 {
+			path = "/v2/models/" + v.Name + "/versions/" + v.Version + "/infer"
+		}
+		ctx.Request.Header.SetMethod("POST")
+		ctx.Request.SetRequestURI(path)
+		router.Serve(ctx)
+		return ctx.Response.StatusCode()
+	}
+	npy, err := os.ReadFile(filepath.Join(zoo, "digits", "sample_tensor.npy"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +73,7 @@ func TestTimedOutRequestKeepsItsBody(t *testing.T) {
 			// Answered: the body stays fasthttp's, in the same buffer.
 			ctx := newCtx("")
 			body := ctx.Request.Body()
-			if st := daemon.ServeREST(d, ctx, v, c.v2); st != 200 {
+			if st := serveREST(ctx, c.v2); st != 200 {
 				t.Fatalf("status %d: %s", st, ctx.Response.Body())
 			}
 			if !sameArray(ctx.Request.Body(), body) {
@@ -70,7 +88,7 @@ func TestTimedOutRequestKeepsItsBody(t *testing.T) {
 			})
 			ctx = newCtx("300")
 			body = ctx.Request.Body()
-			st := daemon.ServeREST(d, ctx, v, c.v2)
+			st := serveREST(ctx, c.v2)
 			select {
 			case <-held:
 			default:
@@ -95,21 +113,21 @@ func TestTimedOutRequestKeepsItsBody(t *testing.T) {
 
 // probe serves the archives of probeStore as their configs' handler does, and runs a test's
 // function on the worker's thread before each forward.
-var probe = handlertest.Register("daemon_probe", "tensor")
+var probe = handlertest.Register("torchserve_probe", "tensor")
 
 // probeStore returns a model store holding name, a directory archive of the zoo model zoo
 // with models/configs/name.toml's settings, served by the probe (which wraps the tensor
 // handler).
-func probeStore(t *testing.T, name, zoo string) string {
+func probeStore(t *testing.T, name, zooName string) string {
 	t.Helper()
-	config, err := os.ReadFile(filepath.Join("..", "models", "configs", name+".toml"))
+	config, err := os.ReadFile(filepath.Join("..", "..", "models", "configs", name+".toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(config, []byte(`handler = "tensor"`)) {
 		t.Fatalf("%s.toml: the probe wraps the tensor handler; the config names another", name)
 	}
-	model, err := filepath.Abs(filepath.Join(zooDir, zoo, "model.pt"))
+	model, err := filepath.Abs(filepath.Join(zoo, zooName, "model.pt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +138,7 @@ func probeStore(t *testing.T, name, zoo string) string {
 	if err := os.Symlink(model, filepath.Join(dir, name, "model.pt")); err != nil {
 		t.Fatal(err)
 	}
-	config = bytes.Replace(config, []byte(`handler = "tensor"`), []byte(`handler = "daemon_probe"`), 1)
+	config = bytes.Replace(config, []byte(`handler = "tensor"`), []byte(`handler = "torchserve_probe"`), 1)
 	if err := os.WriteFile(filepath.Join(dir, name, "model-config.toml"), config, 0o644); err != nil {
 		t.Fatal(err)
 	}
