@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/core/coretest"
 )
 
 // probe is what a handler process tells of how it started (the tiny handler's "probe").
@@ -86,9 +88,11 @@ func TestForkServerForks(t *testing.T) {
 		if got := ppid(p.pid); got != fs.pid {
 			t.Errorf("supervisor %d's parent is %d, not the fork server %d", p.pid, got, fs.pid)
 		}
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/comm"); strings.TrimSpace(string(b)) != "torchd-sup" {
-			t.Errorf("supervisor %d is named %q", p.pid, b)
-		}
+		// The worker may be serving before its supervisor's exec has named it.
+		coretest.WaitFor(t, "the supervisor's name torchd-sup", func() bool {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/comm")
+			return strings.TrimSpace(string(b)) == "torchd-sup"
+		})
 		// Exec'd once the worker is forked: it holds none of the fork server's pages.
 		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline"); !strings.Contains(string(b), "supervisor.py\x00--adopt") {
 			t.Errorf("supervisor %d runs %q, not supervisor.py --adopt", p.pid, strings.ReplaceAll(string(b), "\x00", " "))

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,10 +35,7 @@ import (
 // TorchServe's gRPC inference and management services over the zoo's archives (model-store,
 // made by `make archives`) on real LibTorch, each call's answer equal to REST's.
 
-var (
-	zooDir   = filepath.Join("..", "..", "models", "out")
-	storeDir = filepath.Join("..", "..", "model-store")
-)
+var storeDir = filepath.Join("..", "..", "model-store")
 
 // tsServer is the TorchServe API over a registry of LibTorch and a lifecycle service that
 // opens the model store's archives, as the daemon wires them.
@@ -110,30 +106,6 @@ func wantCode(t testing.TB, err error, code codes.Code, msgPart string) {
 	if err == nil || st.Code() != code || !strings.Contains(st.Message(), msgPart) {
 		t.Fatalf("got %v, want %v with a message containing %q", err, code, msgPart)
 	}
-}
-
-// heldOut is the digits CNN's held-out PNGs and their labels.
-func heldOut(t testing.TB) ([][]byte, []string) {
-	t.Helper()
-	dir := filepath.Join(zooDir, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	var labels []string
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-		labels = append(labels, strings.TrimSuffix(strings.SplitN(e.Name(), "_", 2)[1], ".png"))
-	}
-	return imgs, labels
 }
 
 // sameJSON says where got differs from want ("" if nowhere): the same tokens in the same
