@@ -227,7 +227,7 @@ func (fs *forkServer) read(ready chan<- error, exited <-chan struct{}) {
 				// Its last lines, which name the error, are read before it is reported.
 				select {
 				case <-exited:
-				case <-time.After(5 * time.Second):
+				case <-time.After(30 * time.Second):
 				}
 				ready <- errors.New("it exited as it started")
 			}
