@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bufio"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,9 +23,6 @@ import (
 // answerBound bounds a call that must answer at all. The issue asks for "within a second";
 // a loaded 2-core CI machine gets a generous bound, which a hang still never meets.
 const answerBound = 10 * time.Second
-
-// quick is a client that gives up at answerBound.
-var quick = &http.Client{Timeout: answerBound}
 
 // zerosJSON is one 1×28×28 input for digits_tensor.
 var zerosJSON = repeatJSON(repeatJSON(repeatJSON(repeatJSON("0", 28), 28), 1), 1)

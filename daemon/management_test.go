@@ -146,15 +146,3 @@ func TestDownloadLimits(t *testing.T) {
 		t.Errorf("failed downloads left %v behind", left)
 	}
 }
-
-// described is what tests read of a model's description.
-type described struct {
-	ModelVersion  string `json:"modelVersion"`
-	MinWorkers    int    `json:"minWorkers"`
-	BatchSize     int    `json:"batchSize"`
-	MaxBatchDelay int64  `json:"maxBatchDelay"`
-	ForwardBatch  int    `json:"forwardBatch"`
-	Batching      struct {
-		Threads int `json:"threadsPerWorker"`
-	} `json:"batching"`
-}

@@ -18,21 +18,6 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	return n == len(want)
 }
 
-func findMetric(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) *dto.Metric {
-	t.Helper()
-	f, ok := fams[name]
-	if !ok {
-		t.Fatalf("no metric family %s", name)
-	}
-	for _, m := range f.GetMetric() {
-		if labelsMatch(m, labels) {
-			return m
-		}
-	}
-	t.Fatalf("%s has no series with %v", name, labels)
-	return nil
-}
-
 // A command prints only its own output: the metrics library once logged "failed init: open
 // /sys/fs/cgroup/cpu.pressure" on every start where cgroup v2 has no PSI files (a container
 // without them, a cgroup v1 host), as this test machine may be.

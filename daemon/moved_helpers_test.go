@@ -9,49 +9,19 @@ import (
 	"image"
 	"image/png"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/torchd/torchd/archive"
-	"github.com/torchd/torchd/daemon"
 )
 
 // The digits AOTInductor package behind the tensor handler, which the package attacks
 // register (the zoo's packages are backends/libtorch's tests).
 func init() {
 	storePackages = append(storePackages, storeArchive{"digits_pt2", "digits", "digits_tensor", "1.0", "pt2"})
-}
-
-// startInProcess runs a daemon in this process with args, calling setup before it starts, and
-// returns it and the default version of model.
-func startInProcess(t *testing.T, model string, args []string, setup func(*daemon.Daemon)) (*daemon.Daemon, *daemon.ModelVersion) {
-	t.Helper()
-	args = append([]string{"--model-store", store, "--inference-address", "127.0.0.1:0",
-		"--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--access-log=false",
-		"--grpc-address=", "--grpc-inference-address=", "--grpc-management-address="}, args...)
-	cfg, err := daemon.LoadConfig(args, func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := daemon.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if setup != nil {
-		setup(d)
-	}
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Shutdown(t.Context()) })
-	d.WaitStartup()
-	v, err := d.Registry.Get(model, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d, v
 }
 
 // writeDigitsArchive writes models/out/digits/<file> into the store's pt2/ as a directory
@@ -116,13 +86,4 @@ func post(url, contentType string, body []byte, header ...string) response {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
-}
-
-// timed runs f and logs how long the answer took, for docs/guide/reliability.md.
-func timed(t *testing.T, what string, f func() response) response {
-	t.Helper()
-	start := time.Now()
-	r := f()
-	t.Logf("%s: %d in %v", what, r.status, time.Since(start).Round(100*time.Microsecond))
-	return r
 }

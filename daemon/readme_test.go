@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/torchd/torchd/internal/tolerance"
 )
 
 // readmeExample is one command of a ```console block in README.md, with the output shown
@@ -242,20 +240,6 @@ func decodeValue(dec *json.Decoder) (any, error) {
 // readmeTolerance is how far a number of the README may be from the server's: a batched
 // forward, or another CPU, changes the last digits.
 func readmeTolerance(want float64) float64 { return 1e-4 + 1e-3*math.Abs(want) }
-
-// sameJSON says where two answers differ beyond tolerance.Kernels ("" if nowhere), as
-// sameShape: the same keys in the same order, the same strings, numbers within the tolerance.
-func sameJSON(want, got []byte) string {
-	w, err := decodeOrdered(string(want))
-	if err != nil {
-		return err.Error()
-	}
-	g, err := decodeOrdered(string(got))
-	if err != nil {
-		return err.Error()
-	}
-	return sameShape("", w, g, func(float64) float64 { return tolerance.Kernels })
-}
 
 // sameShape says where got differs from want ("" if nowhere): objects with the same keys in
 // the same order, arrays of the same length, equal strings and booleans, and numbers within

@@ -1,38 +1,13 @@
 package daemon_test
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
-
-// scrape returns one series' value from the metrics port; labels must match exactly the
-// ones given.
-func (s *server) scrape(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	r := do(t, "GET", s.metrics+"/metrics", "", nil)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(r.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := findMetric(t, fams, name, labels)
-	switch {
-	case m.GetGauge() != nil:
-		return m.GetGauge().GetValue()
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	}
-	t.Fatalf("%s is neither a gauge nor a counter", name)
-	return 0
-}
 
 type describedWorker struct {
 	ID     string `json:"id"`

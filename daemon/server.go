@@ -94,8 +94,6 @@ type Daemon struct {
 	logLevel *slog.LevelVar
 }
 
-var pid = os.Getpid()
-
 // New returns a daemon for cfg.
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := metrics.New(cfg.EnableMetrics)

@@ -8,14 +8,6 @@ import (
 	"github.com/torchd/torchd/archive"
 )
 
-func hostname(t *testing.T) string {
-	h, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
 // An archive made for TorchServe's own text_classifier (daemon/url.go decides the handler) (a torchtext source_vocab.pt, no
 // vocab.txt) runs that handler in a handler process, whether the archive names it or the
 // registration does; torchd's BERT-style handler would refuse it for want of a vocab.txt.

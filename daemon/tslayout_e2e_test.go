@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -135,17 +134,4 @@ func writeFile(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// tsV2Response is a KServe v2 answer through TorchServe's envelope.
-type tsV2Response struct {
-	ID           string `json:"id"`
-	ModelName    string `json:"model_name"`
-	ModelVersion string `json:"model_version"`
-	Outputs      []struct {
-		Name     string            `json:"name"`
-		Datatype string            `json:"datatype"`
-		Shape    []int64           `json:"shape"`
-		Data     []json.RawMessage `json:"data"`
-	} `json:"outputs"`
 }

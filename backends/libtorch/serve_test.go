@@ -331,13 +331,6 @@ type described struct {
 	ForwardBatch int `json:"forwardBatch"`
 }
 
-func (s *server) describe(t testing.TB, model string) []described {
-	t.Helper()
-	var d []described
-	s.manage("GET", "/models/"+model).json(t, &d)
-	return d
-}
-
 // meanBatch is a model's mean batch size so far.
 func (s *server) meanBatch(t testing.TB, model string) float64 {
 	t.Helper()
