@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/internal/tolerance"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // forward_batch over HTTP on the zoo's EfficientNet-Lite0 package, the model it is for: a
@@ -21,20 +22,20 @@ func TestForwardBatchOverHTTP(t *testing.T) {
 		t.Fatalf("describe: forwardBatch %d, want 3", d[0].ForwardBatch)
 	}
 	url := "/predictions/split"
-	photos := effnetPhotos(t)
-	alone := make([]topK, len(photos))
+	photos := zootest.EffnetPhotos(t, zooDir)
+	alone := make([]zootest.TopK, len(photos))
 	for i, p := range photos {
-		alone[i] = topKOf(t, s.do("POST", url, "image/jpeg", p.img))
+		alone[i] = topKOf(t, s.do("POST", url, "image/jpeg", p.Img))
 	}
 	const rounds = 3
-	batched := make([]topK, rounds*len(photos))
+	batched := make([]zootest.TopK, rounds*len(photos))
 	forEach(len(batched), 16, func(i int) {
-		batched[i] = topKOf(t, s.do("POST", url, "image/jpeg", photos[i%len(photos)].img))
+		batched[i] = topKOf(t, s.do("POST", url, "image/jpeg", photos[i%len(photos)].Img))
 	})
 	for i, k := range batched {
 		// Another batch size takes other kernels: the last float32 bits may differ.
-		if err := sameTopK(k, alone[i%len(photos)], tolerance.Kernels); err != nil {
-			t.Errorf("%s, concurrent request %d: %v", photos[i%len(photos)].name, i, err)
+		if err := zootest.SameTopK(k, alone[i%len(photos)], tolerance.Kernels); err != nil {
+			t.Errorf("%s, concurrent request %d: %v", photos[i%len(photos)].Name, i, err)
 		}
 	}
 	if mean := s.meanBatch(t, "split"); mean <= 1.05 {
@@ -51,7 +52,7 @@ func TestForwardBatchOverHTTP(t *testing.T) {
 	if !strings.Contains(s.Log(), `msg="forward_batch auto" model=auto source=measured`) {
 		t.Errorf("no log line for forward_batch auto:\n%s", s.Log())
 	}
-	if r := topKOf(t, s.do("POST", "/predictions/auto", "image/jpeg", photos[0].img)); len(r.labels) == 0 {
+	if r := topKOf(t, s.do("POST", "/predictions/auto", "image/jpeg", photos[0].Img)); len(r.Labels) == 0 {
 		t.Errorf("auto: no answer")
 	}
 
