@@ -13,7 +13,6 @@ import (
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/handlers"
-	"github.com/torchd/torchd/internal/bytestr"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -108,19 +107,6 @@ func TestLibTorchHandlersRefused(t *testing.T) {
 	}
 	if err := m.BindHandler(h); err == nil || !bytes.Contains([]byte(err.Error()), []byte("own LibTorch forward")) {
 		t.Errorf("the detector handler on an ONNX model: %v", err)
-	}
-}
-
-func TestStrings(t *testing.T) {
-	// Strings split by elements across a batch's samples.
-	out := handlers.Tensor{DType: torch.Bytes, Name: "s", Shape: []int64{3, 1}, Data: bytestr.Join([][]byte{[]byte("one"), []byte("two!"), []byte("3")})}
-	res, err := split([]handlers.Tensor{out}, make([]*handlers.Sample, 2), []int64{1, 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, _ := bytestr.Split(res[1][0].Data)
-	if len(second) != 2 || string(second[0]) != "two!" || res[1][0].Shape[0] != 2 {
-		t.Errorf("the second sample's strings: %q shape %v", second, res[1][0].Shape)
 	}
 }
 

@@ -215,7 +215,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		return nil, err
 	}
 	defer m.release(r)
-	if len(batch) == 1 || !stackable(batch) {
+	if len(batch) == 1 || !handlers.Stackable(batch) {
 		outs := make([][]handlers.Tensor, len(batch))
 		for i, smp := range batch {
 			if outs[i], err = m.run(r, smp.Tensors); err != nil {
@@ -224,12 +224,12 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		}
 		return outs, nil
 	}
-	stacked, rows := stack(batch)
+	stacked, rows := handlers.StackRows(batch)
 	out, err := m.run(r, stacked)
 	if err != nil {
 		return nil, err
 	}
-	return split(out, batch, rows)
+	return handlers.UnstackRows(out, batch, rows)
 }
 
 // run feeds one set of tensors to their graph inputs and returns the bound outputs.
@@ -314,75 +314,6 @@ func (m *Model) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	return m.compiled.Close()
-}
-
-// stackable reports whether every sample's tensors have the same types and the same shapes
-// after the rows, so that they concatenate along the first dimension.
-func stackable(batch []*handlers.Sample) bool {
-	first := batch[0].Tensors
-	for _, smp := range batch[1:] {
-		if len(smp.Tensors) != len(first) {
-			return false
-		}
-		for i, t := range smp.Tensors {
-			f := first[i]
-			if t.DType != f.DType || len(t.Shape) != len(f.Shape) || len(t.Shape) == 0 {
-				return false
-			}
-			for d := 1; d < len(t.Shape); d++ {
-				if t.Shape[d] != f.Shape[d] {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
-
-// stack concatenates the samples' tensors along the rows; rows are each sample's.
-func stack(batch []*handlers.Sample) ([]handlers.Tensor, []int64) {
-	rows := make([]int64, len(batch))
-	for i, smp := range batch {
-		rows[i] = smp.Tensors[0].Shape[0]
-	}
-	out := make([]handlers.Tensor, len(batch[0].Tensors))
-	for i := range out {
-		var n int64
-		size := 0
-		for _, smp := range batch {
-			n += smp.Tensors[i].Shape[0]
-			size += len(smp.Tensors[i].Data)
-		}
-		data := make([]byte, 0, size)
-		for _, smp := range batch {
-			data = append(data, smp.Tensors[i].Data...)
-		}
-		f := batch[0].Tensors[i]
-		out[i] = handlers.Tensor{DType: f.DType, Shape: append([]int64{n}, f.Shape[1:]...), Data: data}
-	}
-	return out, rows
-}
-
-// split cuts each output along its rows back into the samples'.
-func split(out []handlers.Tensor, batch []*handlers.Sample, rows []int64) ([][]handlers.Tensor, error) {
-	var total int64
-	for _, r := range rows {
-		total += r
-	}
-	res := make([][]handlers.Tensor, len(batch))
-	for _, o := range out {
-		if len(o.Shape) == 0 || o.Shape[0] != total {
-			return nil, fmt.Errorf("output %q has shape %v, not %d rows first: the model does not batch along its first dimension (set max_batch_size: 0 or batch_size 1)", o.Name, o.Shape, total)
-		}
-		rowBytes := int64(len(o.Data)) / total
-		var at int64
-		for i, r := range rows {
-			t := handlers.Tensor{DType: o.DType, Name: o.Name, Shape: append([]int64{r}, o.Shape[1:]...), Data: o.Data[at*rowBytes : (at+r)*rowBytes : (at+r)*rowBytes]}
-			res[i] = append(res[i], t)
-			at += r
-		}
-	}
-	return res, nil
 }
 
 func index(ts []ov.TensorInfo, name string) int {
