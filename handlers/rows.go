@@ -10,9 +10,30 @@ import (
 // A batch for a runtime that takes whole tensors (ONNX Runtime, OpenVINO) is its samples'
 // tensors concatenated along the rows, and its outputs cut back along the same rows.
 
-// Stackable reports whether every sample's tensors have the same types and the same shapes
+// RunRows runs batch through run as one call when its samples' tensors differ only in rows
+// (stacked, then cut back), else each sample alone.
+func RunRows(batch []*Sample, run func([]Tensor) ([]Tensor, error)) ([][]Tensor, error) {
+	if len(batch) == 1 || !stackable(batch) {
+		outs := make([][]Tensor, len(batch))
+		for i, smp := range batch {
+			var err error
+			if outs[i], err = run(smp.Tensors); err != nil {
+				return nil, err
+			}
+		}
+		return outs, nil
+	}
+	stacked, rows := stackRows(batch)
+	out, err := run(stacked)
+	if err != nil {
+		return nil, err
+	}
+	return unstackRows(out, batch, rows)
+}
+
+// stackable reports whether every sample's tensors have the same types and the same shapes
 // after the rows, so that they concatenate along the first dimension.
-func Stackable(batch []*Sample) bool {
+func stackable(batch []*Sample) bool {
 	first := batch[0].Tensors
 	for _, smp := range batch[1:] {
 		if len(smp.Tensors) != len(first) {
@@ -33,8 +54,8 @@ func Stackable(batch []*Sample) bool {
 	return true
 }
 
-// StackRows concatenates the samples' tensors along the rows; rows are each sample's.
-func StackRows(batch []*Sample) ([]Tensor, []int64) {
+// stackRows concatenates the samples' tensors along the rows; rows are each sample's.
+func stackRows(batch []*Sample) ([]Tensor, []int64) {
 	rows := make([]int64, len(batch))
 	for i, smp := range batch {
 		rows[i] = smp.Tensors[0].Shape[0]
@@ -58,8 +79,8 @@ func StackRows(batch []*Sample) ([]Tensor, []int64) {
 	return out, rows
 }
 
-// UnstackRows cuts each output along its rows back into the samples'.
-func UnstackRows(out []Tensor, batch []*Sample, rows []int64) ([][]Tensor, error) {
+// unstackRows cuts each output along its rows back into the samples'.
+func unstackRows(out []Tensor, batch []*Sample, rows []int64) ([][]Tensor, error) {
 	var total int64
 	for _, r := range rows {
 		total += r

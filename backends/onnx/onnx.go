@@ -218,21 +218,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		return nil, err
 	}
 	defer m.release(s)
-	if len(batch) == 1 || !handlers.Stackable(batch) {
-		outs := make([][]handlers.Tensor, len(batch))
-		for i, smp := range batch {
-			if outs[i], err = m.run(s, smp.Tensors); err != nil {
-				return nil, err
-			}
-		}
-		return outs, nil
-	}
-	stacked, rows := handlers.StackRows(batch)
-	out, err := m.run(s, stacked)
-	if err != nil {
-		return nil, err
-	}
-	return handlers.UnstackRows(out, batch, rows)
+	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) { return m.run(s, ts) })
 }
 
 // run feeds one set of tensors, by the bound names, and returns the bound outputs.

@@ -215,21 +215,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		return nil, err
 	}
 	defer m.release(r)
-	if len(batch) == 1 || !handlers.Stackable(batch) {
-		outs := make([][]handlers.Tensor, len(batch))
-		for i, smp := range batch {
-			if outs[i], err = m.run(r, smp.Tensors); err != nil {
-				return nil, err
-			}
-		}
-		return outs, nil
-	}
-	stacked, rows := handlers.StackRows(batch)
-	out, err := m.run(r, stacked)
-	if err != nil {
-		return nil, err
-	}
-	return handlers.UnstackRows(out, batch, rows)
+	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) { return m.run(r, ts) })
 }
 
 // run feeds one set of tensors to their graph inputs and returns the bound outputs.
