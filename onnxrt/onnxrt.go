@@ -14,13 +14,12 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/torchd/torchd/internal/nativelib"
 )
 
 // LibraryName is the file name of the ONNX Runtime library the default search looks for.
@@ -104,10 +103,12 @@ func statusError(op string, e *C.ort_error, kind error) error {
 	return err
 }
 
-var lib struct {
+var lib = nativelib.Library{Name: "ONNX Runtime", File: LibraryName, Env: LibraryEnv, Make: "make onnxruntime"}
+
+// memLimit is SetMemoryLimit's cap, 0 = none.
+var memLimit struct {
 	sync.Mutex
-	path     string // the library opened, once Init succeeded
-	memLimit int64  // SetMemoryLimit's, 0 = none
+	bytes int64
 }
 
 // Init opens the ONNX Runtime library and makes the process's ONNX Runtime environment.
@@ -116,25 +117,7 @@ var lib struct {
 // (one library per process; a different libPath then is an error). A failed Init may be
 // retried.
 func Init(libPath string) error {
-	lib.Lock()
-	defer lib.Unlock()
-	if lib.path != "" {
-		if libPath != "" && libPath != lib.path {
-			return &Error{Op: "init", Msg: fmt.Sprintf("ONNX Runtime is already loaded from %s; cannot load %s too", lib.path, libPath)}
-		}
-		return nil
-	}
-	candidates := searchPath(libPath)
-	var tried []string
-	for _, p := range candidates {
-		if _, err := os.Stat(p); err != nil {
-			tried = append(tried, p)
-			continue
-		}
-		// dlopen searches the system's folders for a name without a slash, not the working one.
-		if abs, err := filepath.Abs(p); err == nil {
-			p = abs
-		}
+	return lib.Open(libPath, func(p string) error {
 		cp := C.CString(p)
 		e := C.ort_init(cp)
 		C.free(unsafe.Pointer(cp))
@@ -142,34 +125,14 @@ func Init(libPath string) error {
 			err.(*Error).Msg = "cannot load " + p + ": " + err.(*Error).Msg
 			return err
 		}
-		lib.path = p
 		return nil
-	}
-	return &Error{Op: "init", kind: ErrNoLibrary, Msg: fmt.Sprintf(
-		"ONNX Runtime library not found (looked for %s); run `make onnxruntime` or set %s to its path",
-		strings.Join(tried, ", "), LibraryEnv)}
-}
-
-// searchPath lists where Init looks for the library, in order.
-func searchPath(libPath string) []string {
-	if libPath != "" {
-		return []string{libPath}
-	}
-	if p := os.Getenv(LibraryEnv); p != "" {
-		return []string{p}
-	}
-	var out []string
-	if exe, err := os.Executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
+	}, func(notFound bool, msg string) error {
+		err := &Error{Op: "init", Msg: msg}
+		if notFound {
+			err.kind = ErrNoLibrary
 		}
-		out = append(out, filepath.Join(filepath.Dir(exe), LibraryName))
-	}
-	// This file's folder at build time, for go test in a checkout (gone under -trimpath).
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		out = append(out, filepath.Join(filepath.Dir(file), "..", "bin", LibraryName))
-	}
-	return out
+		return err
+	})
 }
 
 // SetMemoryLimit caps, at bytes, what the runs of all the sessions made after it allocate
@@ -186,15 +149,15 @@ func SetMemoryLimit(bytes int64) error {
 	if err := Init(""); err != nil {
 		return err
 	}
-	lib.Lock()
-	defer lib.Unlock()
-	if lib.memLimit != 0 {
-		return &Error{Op: "memory limit", Msg: fmt.Sprintf("already set, to %d bytes", lib.memLimit)}
+	memLimit.Lock()
+	defer memLimit.Unlock()
+	if memLimit.bytes != 0 {
+		return &Error{Op: "memory limit", Msg: fmt.Sprintf("already set, to %d bytes", memLimit.bytes)}
 	}
 	if err := statusError("memory limit", C.ort_set_memory_limit(C.size_t(bytes)), nil); err != nil {
 		return err
 	}
-	lib.memLimit = bytes
+	memLimit.bytes = bytes
 	return nil
 }
 
@@ -202,17 +165,13 @@ func SetMemoryLimit(bytes int64) error {
 func MemoryLimit() int64 { return memoryLimit() }
 
 func memoryLimit() int64 {
-	lib.Lock()
-	defer lib.Unlock()
-	return lib.memLimit
+	memLimit.Lock()
+	defer memLimit.Unlock()
+	return memLimit.bytes
 }
 
 // LibraryPath is the library Init loaded, or "" before it has.
-func LibraryPath() string {
-	lib.Lock()
-	defer lib.Unlock()
-	return lib.path
-}
+func LibraryPath() string { return lib.Path() }
 
 // Version is the loaded ONNX Runtime's version ("1.31.1"), or "" before Init has succeeded.
 func Version() string {

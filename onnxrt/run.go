@@ -9,11 +9,10 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/bits"
 	"runtime"
-	"sync"
 	"unsafe"
+
+	"github.com/torchd/torchd/internal/nativelib"
 )
 
 // Value is a tensor: Data holds its elements little-endian in row-major order, or, for
@@ -23,26 +22,6 @@ type Value struct {
 	Shape   []int64
 	Data    []byte
 	Strings [][]byte
-}
-
-// maxElements bounds an input's element count, far above any real tensor, so that a
-// hostile shape cannot overflow the size arithmetic.
-const maxElements = 1 << 48
-
-// elements is the product of shape, or an error for a negative or overflowing one.
-func elements(shape []int64) (int64, error) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, fmt.Errorf("dimension %d is negative", d)
-		}
-		hi, lo := bits.Mul64(uint64(n), uint64(d))
-		if hi != 0 || lo > maxElements {
-			return 0, fmt.Errorf("shape %v has too many elements", shape)
-		}
-		n = int64(lo)
-	}
-	return n, nil
 }
 
 func badInput(format string, args ...any) error {
@@ -57,17 +36,9 @@ func check(t TensorInfo, v Value) error {
 	if v.Type != t.Type {
 		return badInput("input %q is %s, not %s", t.Name, t.Type.TensorType(), v.Type.TensorType())
 	}
-	if t.Shape != nil && len(v.Shape) != len(t.Shape) {
-		return badInput("input %q has shape %v; the model takes %d dimensions (%v)", t.Name, v.Shape, len(t.Shape), t.Shape)
-	}
-	for i, d := range t.Shape {
-		if d >= 0 && v.Shape[i] != d {
-			return badInput("input %q has shape %v; the model takes %v (-1: any)", t.Name, v.Shape, t.Shape)
-		}
-	}
-	n, err := elements(v.Shape)
+	n, err := nativelib.CheckShape(t.Name, v.Shape, t.Shape)
 	if err != nil {
-		return badInput("input %q: %v", t.Name, err)
+		return badInput("%v", err)
 	}
 	if v.Type == String {
 		if int64(len(v.Strings)) != n {
@@ -79,8 +50,8 @@ func check(t TensorInfo, v Value) error {
 	if size == 0 {
 		return badInput("input %q: %s tensors are not supported", t.Name, v.Type)
 	}
-	if n > math.MaxInt64/int64(size) || int64(len(v.Data)) != n*int64(size) {
-		return badInput("input %q has shape %v and type %s, %d bytes, but %d given", t.Name, v.Shape, v.Type, n*int64(size), len(v.Data))
+	if err := nativelib.CheckBytes(t.Name, v.Shape, v.Type.String(), n, size, len(v.Data)); err != nil {
+		return badInput("%v", err)
 	}
 	return nil
 }
@@ -192,8 +163,12 @@ func (s *Session) RunContext(ctx context.Context, inputNames []string, inputs []
 		if err := statusError("run", C.ort_run_options_new(&ro), nil); err != nil {
 			return nil, err
 		}
-		stop := cancelOn(ctx, ro)
-		defer stop()
+		// The terminate never runs after stop, so ro is freed only once no one can use it.
+		stop := nativelib.CancelOn(ctx, func() { C.ort_run_options_terminate(ro) })
+		defer func() {
+			stop()
+			C.ort_run_options_free(ro)
+		}()
 	}
 	e := C.ort_run(s.ptr, ro, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
 	if err := statusError("run", e, ErrBadInput); err != nil {
@@ -218,27 +193,6 @@ func (s *Session) RunContext(ctx context.Context, inputNames []string, inputs []
 		return nil, err
 	}
 	return out, nil
-}
-
-// cancelOn terminates the run using ro when ctx ends; the function it returns stops that
-// and frees ro, waiting for a terminate already under way, so ro is never used after free.
-func cancelOn(ctx context.Context, ro *C.OrtRunOptions) func() {
-	var mu sync.Mutex
-	freed := false
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !freed {
-			C.ort_run_options_terminate(ro)
-		}
-	})
-	return func() {
-		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		freed = true
-		C.ort_run_options_free(ro)
-	}
 }
 
 // readValue copies a tensor's type, shape and elements into Go memory.

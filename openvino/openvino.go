@@ -13,14 +13,11 @@ import "C"
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
-	"sync"
 	"unsafe"
+
+	"github.com/torchd/torchd/internal/nativelib"
 )
 
 // LibraryName is the file name of OpenVINO's C library the default search looks for.
@@ -91,34 +88,14 @@ func statusError(op string, e *C.ovw_error, kind error) error {
 	return err
 }
 
-var lib struct {
-	sync.Mutex
-	path string // the library opened, once Init succeeded
-}
+var lib = nativelib.Library{Name: "OpenVINO", File: LibraryName, Env: LibraryEnv, Make: "make openvino"}
 
 // Init opens OpenVINO's C library and makes the process's OpenVINO core. libPath ""
 // searches: TORCHD_OPENVINO_LIB, then LibraryName beside the running executable, then in the
 // source tree's bin/. Once it has succeeded, later calls return nil (one library per process;
 // a different libPath then is an error). A failed Init may be retried.
 func Init(libPath string) error {
-	lib.Lock()
-	defer lib.Unlock()
-	if lib.path != "" {
-		if libPath != "" && libPath != lib.path {
-			return &Error{Op: "init", Msg: fmt.Sprintf("OpenVINO is already loaded from %s; cannot load %s too", lib.path, libPath)}
-		}
-		return nil
-	}
-	var tried []string
-	for _, p := range searchPath(libPath) {
-		if _, err := os.Stat(p); err != nil {
-			tried = append(tried, p)
-			continue
-		}
-		// dlopen searches the system's folders for a name without a slash, not the working one.
-		if abs, err := filepath.Abs(p); err == nil {
-			p = abs
-		}
+	return lib.Open(libPath, func(p string) error {
 		cp := C.CString(p)
 		e := C.ovw_init(cp)
 		C.free(unsafe.Pointer(cp))
@@ -126,42 +103,18 @@ func Init(libPath string) error {
 			err.(*Error).Msg = "cannot load " + p + ": " + err.(*Error).Msg
 			return err
 		}
-		lib.path = p
 		return nil
-	}
-	return &Error{Op: "init", kind: ErrNoLibrary, Msg: fmt.Sprintf(
-		"OpenVINO library not found (looked for %s); run `make openvino` or set %s to its path",
-		strings.Join(tried, ", "), LibraryEnv)}
-}
-
-// searchPath lists where Init looks for the library, in order.
-func searchPath(libPath string) []string {
-	if libPath != "" {
-		return []string{libPath}
-	}
-	if p := os.Getenv(LibraryEnv); p != "" {
-		return []string{p}
-	}
-	var out []string
-	if exe, err := os.Executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
+	}, func(notFound bool, msg string) error {
+		err := &Error{Op: "init", Msg: msg}
+		if notFound {
+			err.kind = ErrNoLibrary
 		}
-		out = append(out, filepath.Join(filepath.Dir(exe), LibraryName))
-	}
-	// This file's folder at build time, for go test in a checkout (gone under -trimpath).
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		out = append(out, filepath.Join(filepath.Dir(file), "..", "bin", LibraryName))
-	}
-	return out
+		return err
+	})
 }
 
 // LibraryPath is the library Init loaded, or "" before it has.
-func LibraryPath() string {
-	lib.Lock()
-	defer lib.Unlock()
-	return lib.path
-}
+func LibraryPath() string { return lib.Path() }
 
 // Version is the loaded OpenVINO's build number ("2026.4.1-..."), or "" before Init has
 // succeeded.

@@ -9,11 +9,11 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/bits"
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/torchd/torchd/internal/nativelib"
 )
 
 // Value is a tensor: Data holds its elements little-endian in row-major order.
@@ -31,25 +31,6 @@ type Request struct {
 	ptr   *C.ov_infer_request_t
 }
 
-// maxElements bounds an input's element count, far above any real tensor, so that a hostile
-// shape cannot overflow the size arithmetic.
-const maxElements = 1 << 48
-
-func elements(shape []int64) (int64, error) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < 0 {
-			return 0, fmt.Errorf("dimension %d is negative", d)
-		}
-		hi, lo := bits.Mul64(uint64(n), uint64(d))
-		if hi != 0 || lo > maxElements {
-			return 0, fmt.Errorf("shape %v has too many elements", shape)
-		}
-		n = int64(lo)
-	}
-	return n, nil
-}
-
 func badInput(format string, args ...any) error {
 	return &Error{Op: "infer", kind: ErrBadInput, Msg: fmt.Sprintf(format, args...)}
 }
@@ -63,20 +44,12 @@ func check(t TensorInfo, v Value) error {
 	if size == 0 {
 		return badInput("input %q: %s tensors are not supported", t.Name, v.Type)
 	}
-	if t.Shape != nil && len(v.Shape) != len(t.Shape) {
-		return badInput("input %q has shape %v; the model takes %d dimensions (%v)", t.Name, v.Shape, len(t.Shape), t.Shape)
-	}
-	for i, d := range t.Shape {
-		if d >= 0 && v.Shape[i] != d {
-			return badInput("input %q has shape %v; the model takes %v (-1: any)", t.Name, v.Shape, t.Shape)
-		}
-	}
-	n, err := elements(v.Shape)
+	n, err := nativelib.CheckShape(t.Name, v.Shape, t.Shape)
 	if err != nil {
-		return badInput("input %q: %v", t.Name, err)
+		return badInput("%v", err)
 	}
-	if n > math.MaxInt64/int64(size) || int64(len(v.Data)) != n*int64(size) {
-		return badInput("input %q has shape %v and type %s, %d bytes, but %d given", t.Name, v.Shape, v.Type, n*int64(size), len(v.Data))
+	if err := nativelib.CheckBytes(t.Name, v.Shape, v.Type.String(), n, size, len(v.Data)); err != nil {
+		return badInput("%v", err)
 	}
 	return nil
 }
@@ -126,7 +99,7 @@ func (r *Request) InferContext(ctx context.Context, inputs []Value) ([]Value, er
 		pIn = &cin[0]
 	}
 	if ctx.Done() != nil {
-		defer cancelOn(ctx, r.ptr)()
+		defer nativelib.CancelOn(ctx, func() { C.ovw_cancel(r.ptr) })()
 	}
 	// OpenVINO finds shapes the graph cannot take (a spatial size its layers do not divide)
 	// only when it runs: those are the caller's too.
@@ -163,27 +136,6 @@ func (r *Request) InferContext(ctx context.Context, inputs []Value) ([]Value, er
 		out[i] = v
 	}
 	return out, nil
-}
-
-// cancelOn cancels the request's inference when ctx ends; the function it returns stops that,
-// waiting for a cancel already under way, so the request is never cancelled after Infer has
-// returned (and Close may have freed it).
-func cancelOn(ctx context.Context, p *C.ov_infer_request_t) func() {
-	var mu sync.Mutex
-	done := false
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !done {
-			C.ovw_cancel(p)
-		}
-	})
-	return func() {
-		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		done = true
-	}
 }
 
 // Close releases the request, after its inference in progress ends. A second Close does
