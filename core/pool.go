@@ -332,6 +332,7 @@ func (p *WorkerPool) run(w *worker) {
 	close(w.ready)
 	idle := time.NewTimer(time.Duration(idleRelease.Load()))
 	defer idle.Stop()
+	var batch []*job // the array of the worker's batches, reused
 	for {
 		// The idle timer runs only while the stage holds a buffer: it fires once per idle spell.
 		var idleC <-chan time.Time
@@ -339,7 +340,7 @@ func (p *WorkerPool) run(w *worker) {
 			idle.Reset(time.Duration(idleRelease.Load()))
 			idleC = idle.C
 		}
-		batch := p.batcher.nextOrIdle(w.stop, idleC)
+		batch = p.batcher.nextOrIdle(w.stop, idleC, batch)
 		if batch == nil {
 			select {
 			case <-w.stop:
@@ -361,6 +362,7 @@ func (p *WorkerPool) run(w *worker) {
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch, stage, &n)
+		clear(batch) // the answered jobs go with their requests
 		p.putThreads(n)
 		w.batchStart.Store(0)
 		w.busy.Store(false)
