@@ -99,7 +99,8 @@ type (
 		ExplainsInHandler()
 	}
 	// ThreadSetter models take the intra-op threads each forward runs with, set on the
-	// worker's OS thread before the forward (LibTorch's).
+	// worker's OS thread before the forward (LibTorch's). Their workers are locked to their
+	// OS threads; other models' workers are plain goroutines.
 	ThreadSetter interface {
 		SetThreadsHere(n int)
 	}

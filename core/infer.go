@@ -30,10 +30,11 @@ type Call struct {
 type admission struct {
 	v   *ModelVersion
 	c   Call
-	rsv *reservation
+	rsv *reservation // res, allocated with the admission
 	// admitted is when the request took its window place, for its preprocess span (traced
 	// requests only).
 	admitted time.Time
+	res      reservation
 }
 
 // admit reserves the request's place in v's queue before its body is decoded; a full queue
@@ -61,10 +62,12 @@ func (v *ModelVersion) admit(c Call) (*admission, error) {
 }
 
 func (v *ModelVersion) reserve(c Call) (*admission, error) {
-	rsv, ok := v.batcher.reserve()
-	if !ok {
+	a := &admission{v: v, c: c}
+	if !v.batcher.reserveIn(&a.res) {
 		return nil, v.queueFull()
 	}
+	rsv := &a.res
+	a.rsv = rsv
 	limit, own := v.responseTimeout(), time.Duration(0)
 	if c.Timeout != nil {
 		// A malformed limit is answered by run, once the request is decoded.
@@ -79,7 +82,7 @@ func (v *ModelVersion) reserve(c Call) (*admission, error) {
 		}
 		return nil, errorf(ErrDeadline, "model %s: %v (response_timeout %v)", v.Name, ErrDeadline, v.responseTimeout())
 	}
-	return &admission{v: v, c: c, rsv: rsv}, nil
+	return a, nil
 }
 
 // release gives the request's place back, unless run queued it.

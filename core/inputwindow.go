@@ -84,6 +84,16 @@ func (w *inputWindow) enter(timeout time.Duration) (place uint64, ok, blocked bo
 	return 0, false, true
 }
 
+// tryEnter takes a place if one is free and no request waits for one, without waiting.
+func (w *inputWindow) tryEnter() (place uint64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held < w.limit && len(w.waiting) == 0 {
+		return w.take(), true
+	}
+	return 0, false
+}
+
 // take gives the next place; w.mu is held.
 func (w *inputWindow) take() uint64 {
 	w.held++
@@ -116,6 +126,14 @@ func (w *inputWindow) leave() {
 func (w *inputWindow) resolve(n uint64, j *job) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if n == w.head && len(w.parked) == 0 {
+		// The usual case: the request is next in order, and none after it is parked.
+		w.head++
+		if j != nil {
+			w.push(j)
+		}
+		return
+	}
 	if w.parked == nil {
 		w.parked = map[uint64]*job{}
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/torchd/torchd/internal/memtrim"
 )
 
-// WorkerPool runs a model version's batched forwards on workers: goroutines locked to their
-// OS threads, because LibTorch's OpenMP pool and InferenceMode belong to the calling thread.
+// WorkerPool runs a model version's batched forwards on workers: goroutines, locked to their
+// OS threads for a backend whose settings belong to the calling thread (ThreadSetter:
+// LibTorch's OpenMP pool and InferenceMode).
 // Workers scale up and down at run time; a worker asked to stop finishes the batch in hand.
 type WorkerPool struct {
 	name string
@@ -310,9 +311,14 @@ func (p *WorkerPool) Stop() {
 func (p *WorkerPool) run(w *worker) {
 	defer p.wg.Done()
 	defer close(w.exited)
-	// The thread is never unlocked: when the goroutine ends, the thread ends with it, and
-	// so does its OpenMP pool.
-	runtime.LockOSThread()
+	if _, ok := p.backend.(ThreadSetter); ok {
+		// Its thread count and OpenMP pool belong to the OS thread. The thread is never
+		// unlocked: when the goroutine ends, the thread ends with it, and so does its pool.
+		runtime.LockOSThread()
+	}
+	// Any other backend's worker stays an ordinary goroutine: waking a goroutine locked to
+	// its thread costs two thread switches each way (a futex wake and sleep each), which
+	// for a model whose forward takes tens of µs (ONNX MNIST) costs more than the forward.
 	// The worker's staging buffer, reused by every batch it runs; page-locked for a GPU model
 	// (ordinary memory where there is no CUDA device).
 	stage := handlers.NewStage(p.backend.Device() != "cpu", int(p.batcher.batchSize.Load()))
@@ -326,6 +332,7 @@ func (p *WorkerPool) run(w *worker) {
 	close(w.ready)
 	idle := time.NewTimer(time.Duration(idleRelease.Load()))
 	defer idle.Stop()
+	var batch []*job // the array of the worker's batches, reused
 	for {
 		// The idle timer runs only while the stage holds a buffer: it fires once per idle spell.
 		var idleC <-chan time.Time
@@ -333,7 +340,7 @@ func (p *WorkerPool) run(w *worker) {
 			idle.Reset(time.Duration(idleRelease.Load()))
 			idleC = idle.C
 		}
-		batch := p.batcher.nextOrIdle(w.stop, idleC)
+		batch = p.batcher.nextOrIdle(w.stop, idleC, batch)
 		if batch == nil {
 			select {
 			case <-w.stop:
@@ -355,6 +362,7 @@ func (p *WorkerPool) run(w *worker) {
 		w.busy.Store(true)
 		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch, stage, &n)
+		clear(batch) // the answered jobs go with their requests
 		p.putThreads(n)
 		w.batchStart.Store(0)
 		w.busy.Store(false)

@@ -371,7 +371,7 @@ var settings = []setting{
 		apply: modelSetting("batch_size", false)},
 	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: `ms a batch waits to fill, from its oldest request, or "auto"`,
 		apply: modelSetting("max_batch_delay", false)},
-	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards on a locked OS thread. A registration through the management API takes it only when it is set (TorchServe's default_workers_per_model), else initial_workers`,
+	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards (on a locked OS thread for LibTorch). A registration through the management API takes it only when it is set (TorchServe's default_workers_per_model), else initial_workers`,
 		apply: modelSetting("min_workers", false)},
 	{key: "initial_workers", def: "0", help: "workers a registration through TorchServe's management API (REST or gRPC) starts when neither it (initial_workers), the archive nor an explicit workers setting names a count; 0 is TorchServe's default (scale workers up to serve), 1 serves at once",
 		apply: intSetting(func(c *Config) *int { return &c.InitialWorkers }, 0)},

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"time"
 
@@ -78,6 +79,9 @@ func (d *Daemon) startGRPC(tlsCfg *tls.Config) error {
 			// without calls too); more often is answered with GOAWAY.
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 			grpc.ChainStreamInterceptor(d.grpcAccessStream, d.grpcAuthStream(a.key)),
+			// Calls run on a pool of goroutines a core, not a new goroutine each whose stack
+			// grows anew on every call (5% of a tiny model's gRPC request).
+			grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		}
 		unary := []grpc.UnaryServerInterceptor{d.grpcAccessUnary, d.grpcAuthUnary(a.key)}
 		if d.tracer != nil && a.key == "inference" {

@@ -9,7 +9,7 @@
 //
 // A request goes in one straight line: a front-end → core.Registry.Serve → handler
 // Preprocess (in the request's goroutine) → the version's Batcher → a WorkerPool worker
-// (batched forward on a locked OS thread) → handler Postprocess → the front-end's response.
+// (batched forward; on a locked OS thread for LibTorch) → handler Postprocess → the front-end's response.
 // The HTTP and gRPC layers never call LibTorch.
 package daemon
 

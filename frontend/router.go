@@ -98,17 +98,41 @@ func (rt *Router) Unauthorized(ctx *fasthttp.RequestCtx, msg string) {
 }
 
 func match(pattern, segs []string) (Params, bool) {
-	var p Params
+	// The routes are tried in order, and most fail after a parameter or two: a first pass
+	// matches without collecting, so only the route that serves allocates its Params.
+	n, ok := walk(pattern, segs, nil)
+	if !ok || n == 0 {
+		return nil, ok
+	}
+	p := make(Params, 0, n)
+	walk(pattern, segs, &p)
+	return p, true
+}
+
+// walk matches segs against pattern and returns the number of its parameters, appending
+// them to p unless p is nil.
+func walk(pattern, segs []string, p *Params) (int, bool) {
+	n := 0
+	add := func(v string) {
+		n++
+		if p != nil {
+			*p = append(*p, v)
+		}
+	}
 	for i, ps := range pattern {
 		if strings.HasSuffix(ps, "...}") {
 			// The rest may be empty: "/debug/pprof/" is pprof's index.
 			if i > len(segs) {
-				return nil, false
+				return 0, false
 			}
-			return append(p, strings.Join(segs[i:], "/")), true
+			if p == nil {
+				return n + 1, true
+			}
+			add(strings.Join(segs[i:], "/"))
+			return n, true
 		}
 		if i >= len(segs) {
-			return nil, false
+			return 0, false
 		}
 		if strings.HasPrefix(ps, "{") {
 			// "{model_name}:predict" matches "digits:predict" (KServe v1's verbs).
@@ -116,23 +140,23 @@ func match(pattern, segs []string) (Params, bool) {
 				suffix := ps[j+1:]
 				v, ok := strings.CutSuffix(segs[i], suffix)
 				if !ok || v == "" {
-					return nil, false
+					return 0, false
 				}
-				p = append(p, v)
+				add(v)
 				continue
 			}
 			if segs[i] == "" {
-				return nil, false
+				return 0, false
 			}
-			p = append(p, segs[i])
+			add(segs[i])
 			continue
 		}
 		if ps != segs[i] {
-			return nil, false
+			return 0, false
 		}
 	}
 	if len(segs) != len(pattern) {
-		return nil, false
+		return 0, false
 	}
-	return p, true
+	return n, true
 }

@@ -99,7 +99,8 @@ func (a *API) v2Serve(c core.Call, name, version string, decode func(v *core.Mod
 	var inputs []string // the inputs, in order, as rows of a handler that takes rows
 	_, err := a.Registry.Serve(&core.Request{Model: name, Version: version, Call: c,
 		Decode: func(v *core.ModelVersion) (core.Input, error) {
-			ins, _ := signature(v)
+			cin, _ := v.Signature()
+			ins := metadataTensors(cin) // the inputs alone: a request converts what it reads
 			r, tensors, err := decode(v, ins)
 			if err != nil {
 				return core.Input{}, err
@@ -157,7 +158,8 @@ func (a *API) v2Serve(c core.Call, name, version string, decode func(v *core.Mod
 				}
 				return encode(v, ans)
 			}
-			_, outs := signature(v)
+			_, cout := v.Signature()
+			outs := metadataTensors(cout)
 			resp, outTensors, binary, err := v2Response(v, req, res.Out, outs)
 			if err != nil {
 				return core.WithKind(err, core.ErrBadInput)
@@ -303,9 +305,15 @@ func scheduleParams(p oip.Parameters) (time.Duration, error) {
 // v2Sample orders the request's tensors as the model's inputs (by name) and checks them
 // against the declared signature.
 func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*handlers.Sample, error) {
-	byName := map[string]oip.Tensor{}
-	for _, t := range tensors {
-		byName[t.Name] = t
+	// A request's few tensors are looked up by name without a map; the last of a name wins,
+	// as a map's would.
+	byName := func(name string) (oip.Tensor, bool) {
+		for i := len(tensors) - 1; i >= 0; i-- {
+			if tensors[i].Name == name {
+				return tensors[i], true
+			}
+		}
+		return oip.Tensor{}, false
 	}
 	ordered := tensors
 	if !declared && len(ins) == len(tensors) && namesInputs(tensors, ins) {
@@ -313,7 +321,7 @@ func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*h
 		// all is given to forward in its order, whatever the request's.
 		ordered = make([]oip.Tensor, len(ins))
 		for i, in := range ins {
-			ordered[i] = byName[in.Name]
+			ordered[i], _ = byName(in.Name)
 		}
 	}
 	if declared {
@@ -322,7 +330,7 @@ func v2Sample(tensors []oip.Tensor, ins []oip.MetadataTensor, declared bool) (*h
 		}
 		ordered = make([]oip.Tensor, len(ins))
 		for i, in := range ins {
-			t, ok := byName[in.Name]
+			t, ok := byName(in.Name)
 			if !ok {
 				return nil, fmt.Errorf("missing input %q", in.Name)
 			}
@@ -433,14 +441,16 @@ func shapeFits(got, want []int64) bool {
 // v2Response names the outputs, keeps the requested ones, and decides which go binary.
 func v2Response(v *core.ModelVersion, req *oip.InferRequest, out []handlers.Tensor, decl []oip.MetadataTensor) (*oip.InferResponse, []oip.Tensor, func(string) bool, error) {
 	resp := &oip.InferResponse{ModelName: v.Name, ModelVersion: v.Version, ID: req.ID}
-	var tensors []oip.Tensor
+	tensors := make([]oip.Tensor, 0, len(out))
 	for i, t := range out {
-		name := "output__" + strconv.Itoa(i)
+		var name string
 		switch {
 		case t.Name != "":
 			name = t.Name // a dict's key
 		case i < len(decl):
 			name = decl[i].Name
+		default:
+			name = "output__" + strconv.Itoa(i)
 		}
 		tensors = append(tensors, oip.Tensor{Name: name, Datatype: datatypeOf(t.DType), Shape: t.Shape, Data: t.Data})
 	}
@@ -470,6 +480,7 @@ func v2Response(v *core.ModelVersion, req *oip.InferRequest, out []handlers.Tens
 			}
 		}
 	}
+	resp.Outputs = make([]oip.ResponseOutput, 0, len(tensors))
 	for _, t := range tensors {
 		resp.Outputs = append(resp.Outputs, oip.ResponseOutput{Name: t.Name, Shape: t.Shape, Datatype: t.Datatype})
 	}
