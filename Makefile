@@ -465,15 +465,15 @@ bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness
 
 # Soak: mixed load on three models (one per handler) for SOAK, sampled every 10 s; fails if
-# RSS, goroutines, open fds or queue depth grow without bound (daemon/soak_test.go). Not part
+# RSS, goroutines, open fds or queue depth grow without bound (deploy/soak). Not part
 # of make test. Samples go to build/soak/soak.csv; TORCHD_SOAK_PLOT=docs/soak.png also draws
 # them with gnuplot. It also runs the registration churn's bound on the memory given back
-# (daemon/churn_test.go). The go test timeout is SOAK + 5m: Go sums a duration such as 10m5m.
+# (deploy/soak/churn_test.go). The go test timeout is SOAK + 5m: Go sums a duration such as 10m5m.
 SOAK ?= 10m
 soak: setup lib models
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gnuplot-nox; }
-	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^(TestSoak|TestRegistrationChurnMemory)$$' -timeout $(SOAK)5m -v ./daemon/
+	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^(TestSoak|TestRegistrationChurnMemory)$$' -timeout $(SOAK)5m -v ./deploy/soak/
 
 # Scale-out and fail-over on this machine (deploy/scaletest, docs/guide/scale-out.md): three torchd
 # replicas, each in its own network namespace under a 1-CPU cgroup limit, behind nginx, driven

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -143,30 +142,6 @@ func settled(t testing.TB, s *server) map[string]string {
 	}
 	t.Fatalf("the repository is still loading\n%s", s.Log())
 	return nil
-}
-
-// textHeldOut returns the sentiment model's held-out sentences and their labels.
-func textHeldOut(t testing.TB) ([]string, []string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(zooDir, "textcls", "heldout.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h struct {
-		Items []struct {
-			Text  string `json:"text"`
-			Label string `json:"label"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatal(err)
-	}
-	var texts, labels []string
-	for _, it := range h.Items {
-		texts = append(texts, it.Text)
-		labels = append(labels, it.Label)
-	}
-	return texts, labels
 }
 
 func captionOf(t testing.TB, r response) string {
