@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/torchd/torchd/internal/zootest"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
@@ -60,7 +61,7 @@ func fp32Request(model string, shape []int64, data []byte, raw bool) *pb.ModelIn
 	if raw {
 		r.RawInputContents = [][]byte{data}
 	} else {
-		in.Contents = &pb.InferTensorContents{Fp32Contents: f32s(data)}
+		in.Contents = &pb.InferTensorContents{Fp32Contents: zootest.F32s(data)}
 	}
 	return r
 }
@@ -75,7 +76,7 @@ func TestGRPC(t *testing.T) {
 	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar")
 	s.waitHealthy(t)
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
-	x := readZooNpy(t, "digits", "ref_input.npy")
+	x := zootest.ReadNpy(t, zooDir, "digits", "ref_input.npy")
 
 	// The inference service's health, metadata, config and statistics answers are
 	// frontend/kserve's TestGRPCMetadata; the standard health service is the server's.

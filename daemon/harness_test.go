@@ -78,6 +78,8 @@ var storeArchives = []storeArchive{
 	{"digits_tensor", "digits", "digits_tensor", "1.0", ""},
 	{"resnet18", "resnet18", "resnet18", "1.0", ""},
 	{"slow", "slow", "slow", "1.0", ""},
+	{"textcls", "textcls", "textcls", "1.0", ""},
+	{"captioner", "captioner", "captioner", "1.0", ""},
 }
 
 // storeExtras are files of an archive's models/out directory that only that archive carries,
