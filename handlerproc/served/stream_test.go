@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	// A real HTTP client: a streamed answer's chunks are only seen as they cross a connection.
 	"net/http"
 	"os"
 	"os/exec"

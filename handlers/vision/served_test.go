@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	// A real HTTP client over a listener: the image bodies and headers cross a connection,
+	// as a user's do (the handlers' own tests call them without one).
 	"net/http"
 	"path/filepath"
 	"strings"
