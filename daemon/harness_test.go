@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // The end-to-end tests run the real torchd binary on free ports against archives built
@@ -379,28 +380,7 @@ func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 }
 
 // heldOut returns the digits held-out PNGs and their labels.
-func heldOut(t testing.TB) ([][]byte, []string) {
-	t.Helper()
-	dir := filepath.Join(zooDir, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	var labels []string
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-		labels = append(labels, strings.TrimSuffix(strings.SplitN(e.Name(), "_", 2)[1], ".png"))
-	}
-	return imgs, labels
-}
+func heldOut(t testing.TB) ([][]byte, []string) { return zootest.DigitsHeldOut(t, zooDir) }
 
 // forEach calls f(i) for every i in [0, n) from workers goroutines, so that requests arrive
 // concurrently and batches form.

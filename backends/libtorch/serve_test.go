@@ -2,7 +2,6 @@ package libtorch_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -27,6 +26,7 @@ import (
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	"github.com/torchd/torchd/oip"
 	"github.com/valyala/fasthttp"
@@ -403,25 +403,10 @@ func forEach(n, workers int, f func(i int)) {
 }
 
 func readZooNpy(t testing.TB, parts ...string) npy.Array {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := npy.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	return zootest.ReadNpy(t, append([]string{zooDir}, parts...)...)
 }
 
-func f32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
+func f32s(b []byte) []float32 { return zootest.F32s(b) }
 
 func closeTo(t testing.TB, what string, got, want []float32, tol float64) {
 	t.Helper()
@@ -468,23 +453,4 @@ func top1(body []byte) string {
 }
 
 // heldOut returns the digits held-out PNGs.
-func heldOut(t testing.TB) [][]byte {
-	t.Helper()
-	dir := filepath.Join(zooDir, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-	}
-	return imgs
-}
+func heldOut(t testing.TB) [][]byte { imgs, _ := zootest.DigitsHeldOut(t, zooDir); return imgs }

@@ -26,6 +26,7 @@ import (
 	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
 )
@@ -271,23 +272,7 @@ func digitsInput(seed int) []float32 {
 }
 
 // heldOut is the digits CNN's held-out PNGs.
-func heldOut(t testing.TB) [][]byte {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(zooDir, "digits", "heldout", "*.png"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no held-out digits (run make models): %v", err)
-	}
-	slices.Sort(paths)
-	var imgs [][]byte
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-	}
-	return imgs
-}
+func heldOut(t testing.TB) [][]byte { imgs, _ := zootest.DigitsHeldOut(t, zooDir); return imgs }
 
 // The digits CNN twice, from its TorchScript archive and from an archive of its ONNX export
 // (models/onnx_digits.py) with the same config, the image_classifier handler in front of ONNX

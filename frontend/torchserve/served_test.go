@@ -22,6 +22,7 @@ import (
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/openai"
 	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	"github.com/valyala/fasthttp"
 )
@@ -253,25 +254,4 @@ func expectStatus(t testing.TB, r response, code int, status string) {
 }
 
 // heldOut returns the digits held-out PNGs and their labels.
-func heldOut(t testing.TB) ([][]byte, []string) {
-	t.Helper()
-	dir := filepath.Join(zoo, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	var labels []string
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-		labels = append(labels, strings.TrimSuffix(strings.SplitN(e.Name(), "_", 2)[1], ".png"))
-	}
-	return imgs, labels
-}
+func heldOut(t testing.TB) ([][]byte, []string) { return zootest.DigitsHeldOut(t, zoo) }

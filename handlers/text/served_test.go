@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"mime/multipart"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 )
 
@@ -98,28 +98,7 @@ func errorShape(t testing.TB, r frontendtest.Response, status int, msgPart strin
 }
 
 // textHeldOut returns the sentiment model's held-out sentences and their labels.
-func textHeldOut(t testing.TB) ([]string, []string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(zooDir, "textcls", "heldout.json"))
-	if err != nil {
-		t.Fatalf("no zoo model (run make models): %v", err)
-	}
-	var h struct {
-		Items []struct {
-			Text  string `json:"text"`
-			Label string `json:"label"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatal(err)
-	}
-	var texts, labels []string
-	for _, it := range h.Items {
-		texts = append(texts, it.Text)
-		labels = append(labels, it.Label)
-	}
-	return texts, labels
-}
+func textHeldOut(t testing.TB) ([]string, []string) { return zootest.TextHeldOut(t, zooDir) }
 
 // Every held-out sentence sent concurrently as a raw text/plain body, so that batches of
 // different lengths form: the accuracy Python measured is reached.
