@@ -22,7 +22,7 @@ SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # the images' build stages; libjpeg62-turbo-dev's libjpeg.a is linked into the binary, for
 # handlers/vision/jpegwindow.c, so the images need no libjpeg of their own); APT_PKGS adds
 # the load generators and the browser tests use, and the Java that TorchServe, which the
-# differential test runs (daemon/tsdiff_e2e_test.go), needs.
+# differential test runs (frontend/torchserve/tsdiff_test.go), needs.
 BUILD_APT_PKGS := python3-venv libturbojpeg0-dev libjpeg62-turbo-dev g++ make unzip patchelf
 APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver openjdk-17-jre-headless
 

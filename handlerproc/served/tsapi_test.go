@@ -39,7 +39,7 @@ func archiveMNIST(t testing.TB, py, store, name, handler string) {
 			t.Fatal(err)
 		}
 	}
-	copyFile("../../daemon/testdata/tsdiff/mnist_model.py", "mnist.py")
+	copyFile("../testdata/tsdiff/mnist_model.py", "mnist.py")
 	copyFile(handler, filepath.Base(handler))
 	args := []string{"--model-name", name, "--version", "1.0", "--model-file", "mnist.py", "--serialized-file", "weights.pt",
 		"--handler", filepath.Base(handler), "--export-path", store, "--force"}
@@ -68,7 +68,7 @@ func digitPNG(t testing.TB, seed int) []byte {
 func TestPythonHandlerKServeAndExplanations(t *testing.T) {
 	py := venvPython(t)
 	s := serve(t, "", &handlerproc.Backend{Python: py})
-	archiveMNIST(t, py, s.store, "pymnist", "../../daemon/testdata/tsdiff/mnist_handler.py")
+	archiveMNIST(t, py, s.store, "pymnist", "../testdata/tsdiff/mnist_handler.py")
 	s.register(t, "url=pymnist.mar&batch_size=4&max_batch_delay=50&initial_workers=1&synchronous=true")
 
 	pngs := [][]byte{digitPNG(t, 0), digitPNG(t, 1), digitPNG(t, 2)}
