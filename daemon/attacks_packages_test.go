@@ -40,7 +40,7 @@ func TestPackageDirsSwept(t *testing.T) {
 	}
 	s := startServerIn(t, tmp)
 	s.register(t, "url=pt2/digits_pt2.mar&initial_workers=1&synchronous=true")
-	if got := pkgDirs(s); len(got) != 1 || !strings.HasPrefix(got[0], fmt.Sprintf("torchd-%d-package-", s.cmd.Process.Pid)) {
+	if got := pkgDirs(s); len(got) != 1 || !strings.HasPrefix(got[0], fmt.Sprintf("torchd-%d-package-", s.Cmd.Process.Pid)) {
 		t.Fatalf("a loaded package: TMPDIR holds %v, want one torchd-<pid>-package-* directory", s.tmpEntries(t))
 	}
 	s.stop()
@@ -50,8 +50,8 @@ func TestPackageDirsSwept(t *testing.T) {
 
 	s = startServerIn(t, tmp)
 	s.register(t, "url=pt2/digits_pt2.mar&initial_workers=1&synchronous=true")
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
+	s.Cmd.Process.Signal(syscall.SIGKILL)
+	<-s.Exited
 	if got := pkgDirs(s); len(got) != 1 {
 		t.Fatalf("after kill -9 TMPDIR holds %v, want the killed process's package directory", s.tmpEntries(t))
 	}

@@ -310,17 +310,17 @@ func TestSIGTERMDropsNothing(t *testing.T) {
 	// Under load: every client has had answers.
 	waitFor(t, time.Minute, "the clients answered", func() bool { return answered.Load() >= 32 })
 	start := time.Now()
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
+	case <-s.Exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("torchd did not exit within 30 s of SIGTERM")
 	}
 	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 	close(stop)
 	wg.Wait()
-	if s.exitErr != nil {
-		t.Fatalf("exit status: %v\n%s", s.exitErr, s.Log())
+	if s.ExitErr != nil {
+		t.Fatalf("exit status: %v\n%s", s.ExitErr, s.Log())
 	}
 	if left := s.tmpEntries(t); len(left) > 0 {
 		t.Errorf("extracted archives left behind after shutdown: %v", left)

@@ -201,14 +201,14 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 
 	// A graceful stop answers the call in flight before the server exits.
 	inFlight := occupy(1000, "a request on the worker", func(busy bool, _ int) bool { return busy })
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-inFlight; err != nil {
 		t.Fatalf("the call in flight at SIGTERM: %v", err)
 	}
 	select {
-	case <-s.exited:
-		if s.exitErr != nil {
-			t.Fatalf("torchd exited with %v\n%s", s.exitErr, s.Log())
+	case <-s.Exited:
+		if s.ExitErr != nil {
+			t.Fatalf("torchd exited with %v\n%s", s.ExitErr, s.Log())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("torchd did not stop\n%s", s.Log())

@@ -1,8 +1,6 @@
 package soak_test
 
 import (
-	"archive/zip"
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,12 +10,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/torchdtest"
 )
 
 // The tests run the torchd binary, built by TestMain as make builds it, on free ports over a
@@ -47,11 +42,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	torchdBin = filepath.Join(tmp, "torchd")
-	build := exec.Command("go", "build", "-o", torchdBin, "../../cmd/torchd")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building torchd:", err)
+	if torchdBin, err = torchdtest.Build(filepath.Join("..", ".."), tmp, false); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	store = filepath.Join(tmp, "store")
@@ -101,97 +93,20 @@ func fileExists(p string) bool {
 
 // server is a running torchd process.
 type server struct {
-	cmd                      *exec.Cmd
+	*torchdtest.Process
 	inf, mgmt, metrics, grpc string
-	mu                       sync.Mutex
-	log                      bytes.Buffer
-	exited                   chan struct{}
-	exitErr                  error
 }
-
-var listenRE = regexp.MustCompile(`msg=listening api=(\w+) addr=(\S+)`)
 
 // startServer runs torchd serve on free ports with the store and extra args, and waits for
-// it to listen.
+// it to listen. It has a TMPDIR, snapshot and cache of the test's own, and no batching
+// from the environment.
 func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
-	all := append([]string{"serve", "--model-store", store,
-		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-		"--grpc-address", "127.0.0.1:0", "--grpc-inference-address", "127.0.0.1:0", "--grpc-management-address", "127.0.0.1:0"}, args...)
-	s := &server{exited: make(chan struct{})}
-	s.cmd = exec.Command(torchdBin, all...)
-	// A TMPDIR, snapshot and cache of the test's own; no batching from the environment.
-	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+t.TempDir(),
-		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"), "TORCHD_CACHE_DIR="+filepath.Join(t.TempDir(), "cache"))
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan [2]string, 6)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.log.WriteString(line + "\n")
-			s.mu.Unlock()
-			if m := listenRE.FindStringSubmatch(line); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-	}()
-	go func() {
-		s.exitErr = s.cmd.Wait()
-		close(s.exited)
-	}()
-	t.Cleanup(s.stop)
-	deadline := time.After(30 * time.Second)
-	for s.inf == "" || s.mgmt == "" || s.metrics == "" || s.grpc == "" {
-		select {
-		case a := <-addrs:
-			switch a[0] {
-			case "inference":
-				s.inf = "http://" + a[1]
-			case "management":
-				s.mgmt = "http://" + a[1]
-			case "metrics":
-				s.metrics = "http://" + a[1]
-			case "grpc":
-				s.grpc = a[1]
-			}
-		case <-s.exited:
-			t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
-		case <-deadline:
-			t.Fatalf("torchd did not listen within 30 s\n%s", s.Log())
-		}
-	}
-	return s
-}
-
-// Log returns what the server has logged so far.
-func (s *server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
-}
-
-func (s *server) stop() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
+	p := torchdtest.Start(t, torchdBin, []string{"BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR=" + t.TempDir(),
+		"TORCHD_SNAPSHOT_FILE=" + filepath.Join(t.TempDir(), "snapshot.json"), "TORCHD_CACHE_DIR=" + filepath.Join(t.TempDir(), "cache")},
+		append(torchdtest.ServeArgs(store), args...))
+	a := p.Addrs
+	return &server{Process: p, inf: "http://" + a["inference"], mgmt: "http://" + a["management"], metrics: "http://" + a["metrics"], grpc: a["grpc"]}
 }
 
 // register registers an archive of the store synchronously and fails the test on an error.
@@ -292,49 +207,6 @@ func callCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// editedPackage copies the zoo's digits package to a file of t's, passing each entry through
-// edit, and appending extra entries (name, bytes) after them.
-func editedPackage(t *testing.T, edit func(name string, b []byte) []byte, extra ...[2]string) string {
-	t.Helper()
-	r, err := zip.OpenReader(filepath.Join(zooDir, "digits", "model.pt2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var buf bytes.Buffer
-	w := zip.NewWriter(&buf)
-	add := func(name string, b []byte) {
-		fw, err := w.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fw.Write(b)
-	}
-	for _, f := range r.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		add(f.Name, edit(f.Name, b))
-	}
-	for _, e := range extra {
-		add(e[0], []byte(e[1]))
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "model.pt2")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // storeArchive writes serialized with config into the store's sub-directory sub, as a .mar

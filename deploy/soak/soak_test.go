@@ -108,7 +108,7 @@ func TestSoak(t *testing.T) {
 	for _, tg := range targets {
 		s.register(t, "url="+tg.model+".mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	}
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	t.Logf("soak: %v, %d models × %d clients, one request in %d bad, samples every %v, pid %d",
 		duration, len(targets), soakClients, soakBadEvery, soakEvery, pid)
 
@@ -141,8 +141,8 @@ func TestSoak(t *testing.T) {
 	for len(samples) < int(duration/soakEvery) {
 		select {
 		case <-tick.C:
-		case <-s.exited:
-			t.Fatalf("torchd exited during the soak: %v\n%s", s.exitErr, s.Log())
+		case <-s.Exited:
+			t.Fatalf("torchd exited during the soak: %v\n%s", s.ExitErr, s.Log())
 		}
 		sm, totals, err := scrapeSoak(metricsClient, s.metrics, pid, targets)
 		if err != nil {
@@ -162,8 +162,8 @@ func TestSoak(t *testing.T) {
 	tick.Stop()
 	stopLoad()
 	select {
-	case <-s.exited:
-		t.Fatalf("torchd exited during the soak: %v\n%s", s.exitErr, s.Log())
+	case <-s.Exited:
+		t.Fatalf("torchd exited during the soak: %v\n%s", s.ExitErr, s.Log())
 	default:
 	}
 
