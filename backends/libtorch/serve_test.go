@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
@@ -307,15 +307,7 @@ func (s *server) scrape(t testing.TB, name string, labels map[string]string) flo
 // listen serves the inference API's routes on a loopback listener, for a test whose point
 // is a real connection, and returns its address.
 func (s *server) listen(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: s.inf.Serve}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return ln.Addr().String()
+	return frontendtest.Listen(t, &fasthttp.Server{Handler: s.inf.Serve})
 }
 
 // register registers through the management API and fails t unless it answers 200.

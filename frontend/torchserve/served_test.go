@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -208,15 +207,7 @@ func (s *served) inf(method, uri, contentType string, body []byte, header ...str
 // listen serves the inference routes on a port of 127.0.0.1, for the tests whose point is a
 // connection, and returns its host:port.
 func (s *served) listen(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inferenceRoutes()).Serve, NoDefaultContentType: true, CloseOnShutdown: true}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return ln.Addr().String()
+	return frontendtest.Listen(t, &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inferenceRoutes()).Serve, NoDefaultContentType: true, CloseOnShutdown: true})
 }
 
 // register registers an archive of the store and fails the test on an error.

@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	// A real HTTP client: TorchServe itself is the other side, a whole server of its own.
-	"net/http"
+	"net/http" // a real client: the other side is TorchServe itself, a whole server of its own
 	"os"
 	"path/filepath"
 	"testing"

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,29 +203,12 @@ func (s *served) register(t testing.TB, query string) {
 // listen serves the inference routes on a port of 127.0.0.1, for the tests whose point is
 // a connection (a streamed answer's chunks), and returns its host:port.
 func (s *served) listen(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", slices.Concat(s.ts.InferenceRoutes(), s.ks.Routes())).Serve, NoDefaultContentType: true, CloseOnShutdown: true}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return ln.Addr().String()
+	return frontendtest.Listen(t, &fasthttp.Server{Handler: frontend.NewRouter("inference", slices.Concat(s.ts.InferenceRoutes(), s.ks.Routes())).Serve, NoDefaultContentType: true, CloseOnShutdown: true})
 }
 
 // listenGRPC serves TorchServe's gRPC inference API on a port of 127.0.0.1.
 func (s *served) listenGRPC(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	tspb.RegisterInferenceAPIsServiceServer(g, s.ts.InferenceService())
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	return ln.Addr().String()
+	return frontendtest.ListenGRPC(t, func(g *grpc.Server) { tspb.RegisterInferenceAPIsServiceServer(g, s.ts.InferenceService()) })
 }
 
 // errorShape asserts TorchServe's error body for status.

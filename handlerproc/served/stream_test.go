@@ -9,8 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	// A real HTTP client: a streamed answer's chunks are only seen as they cross a connection.
-	"net/http"
+	"net/http" // a real client: a streamed answer's chunks are seen only as they cross a connection
 	"os"
 	"os/exec"
 	"path/filepath"

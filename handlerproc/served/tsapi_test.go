@@ -10,7 +10,6 @@ import (
 	"image/color"
 	"image/png"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/core/coretest"
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/handlerproc"
 	pb "github.com/torchd/torchd/proto/inference"
@@ -350,14 +350,5 @@ func javaDoubleOf(v float64) string {
 
 // listenOIP serves the Open Inference Protocol's gRPC API on a port of 127.0.0.1.
 func (s *served) listenOIP(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	pb.RegisterGRPCInferenceServiceServer(g, s.ks.InferenceService())
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	return ln.Addr().String()
+	return frontendtest.ListenGRPC(t, func(g *grpc.Server) { pb.RegisterGRPCInferenceServiceServer(g, s.ks.InferenceService()) })
 }

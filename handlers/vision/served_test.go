@@ -7,9 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	// A real HTTP client over a listener: the image bodies and headers cross a connection,
-	// as a user's do (the handlers' own tests call them without one).
-	"net/http"
+	"net/http" // a real client over a listener: the images cross a connection, as a user's do
 	"path/filepath"
 	"strings"
 	"sync"
