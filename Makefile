@@ -359,9 +359,10 @@ vet: $(ONNXRUNTIME_H) $(OPENVINO_H)
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestScaleDuringLoad|TestWebPageOff|TestGRPC|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
-# The served models' gates of handlers/vision and frontend/openai (hundreds of forwards) skip
-# under -race and run plainly, as the daemon's end-to-end tests they came from did.
-SERVED_GATES := ^(TestCaptionerOverHTTP|TestCaptionerEncoderPackageOverHTTP|TestEfficientNetLite0MatchesPython|TestObjectDetectorOverHTTPAndGRPC|TestImageSegmenterOverHTTPAndGRPC|TestEmbeddingsMatchSentenceTransformers)$$
+# The served models' gates of handlers/vision and frontend/openai (hundreds of forwards), and
+# frontend/torchserve's differential test against TorchServe, skip under -race and run
+# plainly, as the daemon's end-to-end tests they came from did.
+SERVED_GATES := ^(TestCaptionerOverHTTP|TestCaptionerEncoderPackageOverHTTP|TestEfficientNetLite0MatchesPython|TestObjectDetectorOverHTTPAndGRPC|TestImageSegmenterOverHTTPAndGRPC|TestEmbeddingsMatchSentenceTransformers|TestTorchServeDifferential)$$
 # The streaming of a handler process's answer, over HTTP and gRPC, is handlerproc/served's test, which
 # the race lane runs too (its other tests are plain).
 RACE_HANDLERPROC := ^(TestHandlerProcessStreams|TestStreamPredictions2.*)$$
@@ -385,7 +386,7 @@ test-daemon:
 	$(GO) test -count=1 -timeout 40m -skip '$(RACE_DAEMON)' ./daemon/
 test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
-	$(GO) test -count=1 -timeout 20m -run '$(SERVED_GATES)' ./handlers/vision/ ./frontend/openai/
+	$(GO) test -count=1 -timeout 20m -run '$(SERVED_GATES)' ./handlers/vision/ ./frontend/openai/ ./frontend/torchserve/
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/ ./openvino/
 	$(MAKE) fuzz FUZZTIME=50000x
