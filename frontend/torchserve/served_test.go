@@ -1,14 +1,12 @@
 package torchserve_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/torchd/torchd/archive"
@@ -85,23 +83,8 @@ type served struct {
 	log     syncBuffer // what the registry, the service and the API logged
 }
 
-// syncBuffer is a log's text, written from the serving goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log that the serving goroutines write while the test reads it.
+type syncBuffer = coretest.LogBuffer
 
 // options are a served's beyond its archives: the server's model settings (its flags), and
 // runtimes beside LibTorch.
@@ -221,18 +204,7 @@ func (s *served) register(t testing.TB, query string) {
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 	t.Helper()
-	var e struct {
-		Code    int    `json:"code"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	if r.status != status {
-		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
-	}
-	r.json(t, &e)
-	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
-		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
-	}
+	frontendtest.ErrorShape(t, r.status, r.body, status, typ, msgPart)
 }
 
 func expectStatus(t testing.TB, r response, code int, status string) {
