@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -22,21 +21,11 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/internal/tolerance"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }
 
 // Register the digits archive through the management API, send every held-out PNG through
 // HTTP concurrently, and reach the accuracy Python measured.

@@ -17,10 +17,11 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/internal/torchdtest"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // The tests run the torchd binary, built by TestMain as make builds it, on free ports over a
@@ -158,18 +159,7 @@ func expectStatus(t *testing.T, r response, code int, status string) {
 }
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }
 
 func pngOf(t testing.TB, w, h int) []byte {
 	var b bytes.Buffer
@@ -193,15 +183,7 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	return n == len(want)
 }
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+func dial(t testing.TB, addr string) *grpc.ClientConn { return frontendtest.DialGRPC(t, addr) }
 
 func callCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

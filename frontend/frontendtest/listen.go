@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Listen serves srv on a free port of 127.0.0.1 until the test ends and returns its
@@ -35,4 +36,17 @@ func ListenGRPC(t testing.TB, register func(*grpc.Server)) string {
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	return ln.Addr().String()
+}
+
+// DialGRPC is a client connection to a gRPC server at addr, without TLS, that sends and
+// takes messages of up to 64 MiB; it closes when the test ends.
+func DialGRPC(t testing.TB, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }

@@ -72,18 +72,7 @@ func (s *served) predict(contentType string, body []byte) frontendtest.Response 
 }
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }
 
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r frontendtest.Response, status int, msgPart string) {
