@@ -118,19 +118,7 @@ func (s *served) listen() (httpAddr, grpcAddr string) {
 		frontendtest.ListenGRPC(s.t, func(g *grpc.Server) { pb.RegisterGRPCInferenceServiceServer(g, s.api.InferenceService()) })
 }
 
-func copyFile(t testing.TB, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+func copyFile(t testing.TB, from, to string) { zootest.CopyFile(t, from, to) }
 
 // copyTree copies a model directory into a repository: a link out of the repository is what
 // torchd refuses, as Triton does.
