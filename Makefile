@@ -22,7 +22,7 @@ SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # the images' build stages; libjpeg62-turbo-dev's libjpeg.a is linked into the binary, for
 # handlers/vision/jpegwindow.c, so the images need no libjpeg of their own); APT_PKGS adds
 # the load generators and the browser tests use, and the Java that TorchServe, which the
-# differential test runs (daemon/tsdiff_e2e_test.go), needs.
+# differential test runs (frontend/torchserve/tsdiff_test.go), needs.
 BUILD_APT_PKGS := python3-venv libturbojpeg0-dev libjpeg62-turbo-dev g++ make unzip patchelf
 APT_PKGS   := $(BUILD_APT_PKGS) apache2-utils wrk curl chromium chromium-driver openjdk-17-jre-headless
 
@@ -359,9 +359,10 @@ vet: $(ONNXRUNTIME_H) $(OPENVINO_H)
 # and the forwards are C++, which the detector does not see.
 RACE_PKGS   := ./core/ ./lifecycle/ ./repository/ ./tuner/ ./oip/ ./client/ ./archive/... ./handlers/... ./internal/... ./frontend/...
 RACE_DAEMON := ^(TestScaleDuringLoad|TestWebPageOff|TestGRPC|TestQueueFull|TestConcurrentResponsesMatchTheirInputs|TestSIGTERMDropsNothing|TestConfig.*|TestResolve.*)$$
-# The served models' gates of handlers/vision and frontend/openai (hundreds of forwards) skip
-# under -race and run plainly, as the daemon's end-to-end tests they came from did.
-SERVED_GATES := ^(TestCaptionerOverHTTP|TestCaptionerEncoderPackageOverHTTP|TestEfficientNetLite0MatchesPython|TestObjectDetectorOverHTTPAndGRPC|TestImageSegmenterOverHTTPAndGRPC|TestEmbeddingsMatchSentenceTransformers)$$
+# The served models' gates of handlers/vision and frontend/openai (hundreds of forwards), and
+# frontend/torchserve's differential test against TorchServe, skip under -race and run
+# plainly, as the daemon's end-to-end tests they came from did.
+SERVED_GATES := ^(TestCaptionerOverHTTP|TestCaptionerEncoderPackageOverHTTP|TestEfficientNetLite0MatchesPython|TestObjectDetectorOverHTTPAndGRPC|TestImageSegmenterOverHTTPAndGRPC|TestEmbeddingsMatchSentenceTransformers|TestTorchServeDifferential)$$
 # The streaming of a handler process's answer, over HTTP and gRPC, is handlerproc/served's test, which
 # the race lane runs too (its other tests are plain).
 RACE_HANDLERPROC := ^(TestHandlerProcessStreams|TestStreamPredictions2.*)$$
@@ -385,7 +386,7 @@ test-daemon:
 	$(GO) test -count=1 -timeout 40m -skip '$(RACE_DAEMON)' ./daemon/
 test-packages:
 	$(GO) test -p 1 -count=1 -timeout 20m $(PLAIN_PKGS)
-	$(GO) test -count=1 -timeout 20m -run '$(SERVED_GATES)' ./handlers/vision/ ./frontend/openai/
+	$(GO) test -count=1 -timeout 20m -run '$(SERVED_GATES)' ./handlers/vision/ ./frontend/openai/ ./frontend/torchserve/
 	$(GO) test -p 1 -race -count=1 -timeout 20m $(RACE_PKGS)
 	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./torch/ ./onnxrt/ ./openvino/
 	$(MAKE) fuzz FUZZTIME=50000x
@@ -465,15 +466,15 @@ bench-smoke: bench-setup lib build models
 	BENCH_QUICK=1 $(GO) run ./bench/harness
 
 # Soak: mixed load on three models (one per handler) for SOAK, sampled every 10 s; fails if
-# RSS, goroutines, open fds or queue depth grow without bound (daemon/soak_test.go). Not part
+# RSS, goroutines, open fds or queue depth grow without bound (deploy/soak). Not part
 # of make test. Samples go to build/soak/soak.csv; TORCHD_SOAK_PLOT=docs/soak.png also draws
 # them with gnuplot. It also runs the registration churn's bound on the memory given back
-# (daemon/churn_test.go). The go test timeout is SOAK + 5m: Go sums a duration such as 10m5m.
+# (deploy/soak/churn_test.go). The go test timeout is SOAK + 5m: Go sums a duration such as 10m5m.
 SOAK ?= 10m
 soak: setup lib models
 	@command -v gnuplot >/dev/null || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends gnuplot-nox; }
-	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^(TestSoak|TestRegistrationChurnMemory)$$' -timeout $(SOAK)5m -v ./daemon/
+	TORCHD_SOAK=$(SOAK) $(GO) test -count=1 -run '^(TestSoak|TestRegistrationChurnMemory)$$' -timeout $(SOAK)5m -v ./deploy/soak/
 
 # Scale-out and fail-over on this machine (deploy/scaletest, docs/guide/scale-out.md): three torchd
 # replicas, each in its own network namespace under a 1-CPU cgroup limit, behind nginx, driven

@@ -347,8 +347,8 @@ func TestProtocolAbuse(t *testing.T) {
 		t.Error("no good request was answered")
 	}
 	select {
-	case <-s.exited:
-		t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
+	case <-s.Exited:
+		t.Fatalf("torchd exited: %v\n%s", s.ExitErr, s.Log())
 	default:
 	}
 }

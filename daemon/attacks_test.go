@@ -87,7 +87,7 @@ func TestSweepKeepsLive(t *testing.T) {
 	s.waitHealthy(t)
 	t.Setenv("TMPDIR", tmp)
 	removed, held := daemon.SweepTemp()
-	if len(removed) != 0 || len(held) != 1 || held[0] != s.cmd.Process.Pid {
+	if len(removed) != 0 || len(held) != 1 || held[0] != s.Cmd.Process.Pid {
 		t.Fatalf("sweep of a live server's TMPDIR removed %v, held %v", removed, held)
 	}
 	if got := s.tmpEntries(t); len(got) != 1 {

@@ -405,3 +405,18 @@ func (b *browser) screenshot(path string) {
 	}
 	b.t.Logf("screenshot %s (%d bytes)", path, len(png))
 }
+
+func captionOf(t testing.TB, r response) string {
+	t.Helper()
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var c struct {
+		Caption *string `json:"caption"`
+	}
+	r.json(t, &c)
+	if c.Caption == nil {
+		t.Fatalf("no caption in %s", r.body)
+	}
+	return *c.Caption
+}

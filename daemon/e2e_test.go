@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -22,21 +21,11 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/internal/tolerance"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }
 
 // Register the digits archive through the management API, send every held-out PNG through
 // HTTP concurrently, and reach the accuracy Python measured.
@@ -310,17 +299,17 @@ func TestSIGTERMDropsNothing(t *testing.T) {
 	// Under load: every client has had answers.
 	waitFor(t, time.Minute, "the clients answered", func() bool { return answered.Load() >= 32 })
 	start := time.Now()
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
+	case <-s.Exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("torchd did not exit within 30 s of SIGTERM")
 	}
 	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 	close(stop)
 	wg.Wait()
-	if s.exitErr != nil {
-		t.Fatalf("exit status: %v\n%s", s.exitErr, s.Log())
+	if s.ExitErr != nil {
+		t.Fatalf("exit status: %v\n%s", s.ExitErr, s.Log())
 	}
 	if left := s.tmpEntries(t); len(left) > 0 {
 		t.Errorf("extracted archives left behind after shutdown: %v", left)

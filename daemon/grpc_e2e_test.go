@@ -12,12 +12,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/torchd/torchd/frontend/frontendtest"
+	"github.com/torchd/torchd/internal/zootest"
 	pb "github.com/torchd/torchd/proto/inference"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 )
@@ -28,16 +29,7 @@ import (
 // TestGRPCInferenceDigits and TestGRPCManagementDigits; grpc_peers_test.go runs Triton's and
 // TorchServe's own Python clients.
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+func dial(t testing.TB, addr string) *grpc.ClientConn { return frontendtest.DialGRPC(t, addr) }
 
 func callCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -60,7 +52,7 @@ func fp32Request(model string, shape []int64, data []byte, raw bool) *pb.ModelIn
 	if raw {
 		r.RawInputContents = [][]byte{data}
 	} else {
-		in.Contents = &pb.InferTensorContents{Fp32Contents: f32s(data)}
+		in.Contents = &pb.InferTensorContents{Fp32Contents: zootest.F32s(data)}
 	}
 	return r
 }
@@ -75,7 +67,7 @@ func TestGRPC(t *testing.T) {
 	s := startServer(t, "--models", "digits_tensor=digits_tensor.mar")
 	s.waitHealthy(t)
 	oipc := pb.NewGRPCInferenceServiceClient(dial(t, s.grpc))
-	x := readZooNpy(t, "digits", "ref_input.npy")
+	x := zootest.ReadNpy(t, zooDir, "digits", "ref_input.npy")
 
 	// The inference service's health, metadata, config and statistics answers are
 	// frontend/kserve's TestGRPCMetadata; the standard health service is the server's.
@@ -200,14 +192,14 @@ func TestGRPCAuthAndFullQueue(t *testing.T) {
 
 	// A graceful stop answers the call in flight before the server exits.
 	inFlight := occupy(1000, "a request on the worker", func(busy bool, _ int) bool { return busy })
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-inFlight; err != nil {
 		t.Fatalf("the call in flight at SIGTERM: %v", err)
 	}
 	select {
-	case <-s.exited:
-		if s.exitErr != nil {
-			t.Fatalf("torchd exited with %v\n%s", s.exitErr, s.Log())
+	case <-s.Exited:
+		if s.ExitErr != nil {
+			t.Fatalf("torchd exited with %v\n%s", s.ExitErr, s.Log())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("torchd did not stop\n%s", s.Log())

@@ -96,15 +96,15 @@ func TestHandlerProcessChildrenAtStop(t *testing.T) {
 	go func() { hung <- post(s.inf+"/predictions/pykids", "application/json", []byte(`"hang"`)) }()
 	time.Sleep(500 * time.Millisecond) // let the hang reach the process; the test holds either way
 	start := time.Now()
-	s.cmd.Process.Signal(syscall.SIGTERM)
+	s.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-s.exited:
+	case <-s.Exited:
 	case <-time.After(60 * time.Second):
 		t.Fatal("torchd did not exit within 60 s of SIGTERM")
 	}
 	t.Logf("stopped in %v with shutdown_timeout 5s", time.Since(start).Round(time.Millisecond))
 	waitGone("after SIGTERM", kids)
-	if n := len(procTree(s.cmd.Process.Pid)); n != 0 {
+	if n := len(procTree(s.Cmd.Process.Pid)); n != 0 {
 		t.Errorf("%d processes left under torchd", n)
 	}
 	<-hung

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,14 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/frontend/frontendtest"
+	"github.com/torchd/torchd/internal/torchdtest"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // The end-to-end tests run the real torchd binary on free ports against archives built
@@ -47,15 +47,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
-	torchdBin = filepath.Join(tmp, "torchd")
-	args := []string{"build", "-o", torchdBin}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "../cmd/torchd")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building torchd:", err)
+	if torchdBin, err = torchdtest.Build("..", tmp, raceBuild); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	store = filepath.Join(tmp, "store")
@@ -78,6 +71,8 @@ var storeArchives = []storeArchive{
 	{"digits_tensor", "digits", "digits_tensor", "1.0", ""},
 	{"resnet18", "resnet18", "resnet18", "1.0", ""},
 	{"slow", "slow", "slow", "1.0", ""},
+	{"textcls", "textcls", "textcls", "1.0", ""},
+	{"captioner", "captioner", "captioner", "1.0", ""},
 }
 
 // storeExtras are files of an archive's models/out directory that only that archive carries,
@@ -148,16 +143,12 @@ func fileExists(p string) bool {
 
 // server is a running torchd process.
 type server struct {
+	*torchdtest.Process
 	t                  testing.TB
-	cmd                *exec.Cmd
 	inf, mgmt, metrics string
 	// The gRPC APIs' host:port: the Open Inference Protocol, TorchServe's inference and
 	// management.
 	grpc, grpcInf, grpcMgmt string
-	mu                      sync.Mutex
-	log                     bytes.Buffer
-	exited                  chan struct{}
-	exitErr                 error
 	tmp                     string // the server's TMPDIR
 }
 
@@ -178,8 +169,6 @@ func (s *server) tmpEntries(t testing.TB) []string {
 	return names
 }
 
-var listenRE = regexp.MustCompile(`msg=listening api=(\w+) addr=(\S+)`)
-
 // startServer runs torchd serve on free ports with the e2e store and extra args, and waits
 // for it to listen (and, with models, to report healthy).
 func startServer(t testing.TB, args ...string) *server {
@@ -190,91 +179,24 @@ func startServer(t testing.TB, args ...string) *server {
 // startServerIn is startServer with the server's TMPDIR given.
 func startServerIn(t testing.TB, tmp string, args ...string) *server {
 	t.Helper()
-	all := append([]string{"serve", "--model-store", store,
-		"--inference-address", "127.0.0.1:0", "--management-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-		"--grpc-address", "127.0.0.1:0", "--grpc-inference-address", "127.0.0.1:0", "--grpc-management-address", "127.0.0.1:0"}, args...)
-	s := &server{t: t, exited: make(chan struct{}), tmp: tmp}
-	s.cmd = exec.Command(torchdBin, all...)
 	// A TMPDIR of its own shows what the server leaves behind (extracted archives).
 	// The snapshot goes to a file of the test's own (a flag in args overrides it).
 	// TORCHD_INITIAL_WORKERS=1 opts into a worker at registration, which most tests
 	// assume; the tests of TorchServe's default (none) pass --initial-workers 0.
-	s.cmd.Env = append(os.Environ(), "BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR="+s.tmp, "TORCHD_INITIAL_WORKERS=1",
-		"TORCHD_SNAPSHOT_FILE="+filepath.Join(t.TempDir(), "snapshot.json"), "TORCHD_CACHE_DIR="+filepath.Join(t.TempDir(), "cache"))
-	stderr, err := s.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan [2]string, 6)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			s.mu.Lock()
-			s.log.WriteString(line + "\n")
-			s.mu.Unlock()
-			if m := listenRE.FindStringSubmatch(line); m != nil {
-				addrs <- [2]string{m[1], m[2]}
-			}
-		}
-	}()
-	go func() {
-		s.exitErr = s.cmd.Wait()
-		close(s.exited)
-	}()
+	s := &server{t: t, tmp: tmp}
+	s.Process = torchdtest.Start(t, torchdBin, []string{"BATCH_SIZE=", "WORKERS=", "LINGER_MS=", "TMPDIR=" + s.tmp, "TORCHD_INITIAL_WORKERS=1",
+		"TORCHD_SNAPSHOT_FILE=" + filepath.Join(t.TempDir(), "snapshot.json"), "TORCHD_CACHE_DIR=" + filepath.Join(t.TempDir(), "cache")},
+		append(torchdtest.ServeArgs(store), args...))
 	t.Cleanup(s.stop)
-	deadline := time.After(30 * time.Second)
-	for s.inf == "" || s.mgmt == "" || s.metrics == "" || s.grpc == "" || s.grpcInf == "" || s.grpcMgmt == "" {
-		select {
-		case a := <-addrs:
-			switch a[0] {
-			case "inference":
-				s.inf = "http://" + a[1]
-			case "management":
-				s.mgmt = "http://" + a[1]
-			case "metrics":
-				s.metrics = "http://" + a[1]
-			case "grpc":
-				s.grpc = a[1]
-			case "grpc_inference":
-				s.grpcInf = a[1]
-			case "grpc_management":
-				s.grpcMgmt = a[1]
-			}
-		case <-s.exited:
-			t.Fatalf("torchd exited: %v\n%s", s.exitErr, s.Log())
-		case <-deadline:
-			t.Fatalf("torchd did not listen within 30 s\n%s", s.Log())
-		}
-	}
+	a := s.Addrs
+	s.inf, s.mgmt, s.metrics = "http://"+a["inference"], "http://"+a["management"], "http://"+a["metrics"]
+	s.grpc, s.grpcInf, s.grpcMgmt = a["grpc"], a["grpc_inference"], a["grpc_management"]
 	return s
-}
-
-// Log returns what the server has logged so far.
-func (s *server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
 }
 
 func (s *server) stop() {
 	defer s.checkRaces()
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(30 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
+	s.Stop()
 }
 
 // checkRaces fails the test when the server, built with -race (raceBuild), reported a data
@@ -362,43 +284,11 @@ func (s *server) register(t testing.TB, query string) {
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 	t.Helper()
-	if r.status != status {
-		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
-	}
-	var e struct {
-		Code    int    `json:"code"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	r.json(t, &e)
-	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
-		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
-	}
+	frontendtest.ErrorShape(t, r.status, r.body, status, typ, msgPart)
 }
 
 // heldOut returns the digits held-out PNGs and their labels.
-func heldOut(t testing.TB) ([][]byte, []string) {
-	t.Helper()
-	dir := filepath.Join(zooDir, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	var labels []string
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-		labels = append(labels, strings.TrimSuffix(strings.SplitN(e.Name(), "_", 2)[1], ".png"))
-	}
-	return imgs, labels
-}
+func heldOut(t testing.TB) ([][]byte, []string) { return zootest.DigitsHeldOut(t, zooDir) }
 
 // forEach calls f(i) for every i in [0, n) from workers goroutines, so that requests arrive
 // concurrently and batches form.

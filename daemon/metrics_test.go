@@ -3,20 +3,7 @@ package daemon_test
 import (
 	"strings"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
 )
-
-// labelsMatch reports whether m carries every label in want.
-func labelsMatch(m *dto.Metric, want map[string]string) bool {
-	n := 0
-	for _, l := range m.GetLabel() {
-		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
-			n++
-		}
-	}
-	return n == len(want)
-}
 
 // A command prints only its own output: the metrics library once logged "failed init: open
 // /sys/fs/cgroup/cpu.pressure" on every start where cgroup v2 has no PSI files (a container

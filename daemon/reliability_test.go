@@ -35,11 +35,11 @@ func TestKilledProcessRestart(t *testing.T) {
 	s := startServerIn(t, tmp, "--snapshot-file", snap)
 	s.register(t, "url=digits.mar&initial_workers=1")
 	left := s.tmpEntries(t)
-	if len(left) != 1 || !strings.HasPrefix(left[0], fmt.Sprintf("torchd-%d-model-", s.cmd.Process.Pid)) {
+	if len(left) != 1 || !strings.HasPrefix(left[0], fmt.Sprintf("torchd-%d-model-", s.Cmd.Process.Pid)) {
 		t.Fatalf("TMPDIR holds %v, want one extraction directory named with the pid", left)
 	}
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
+	s.Cmd.Process.Signal(syscall.SIGKILL)
+	<-s.Exited
 	if got := s.tmpEntries(t); len(got) != 1 {
 		t.Fatalf("after SIGKILL TMPDIR holds %v", got)
 	}
@@ -49,7 +49,7 @@ func TestKilledProcessRestart(t *testing.T) {
 	s2.waitHealthy(t)
 	t.Logf("exec to healthy, digits restored from the snapshot: %v", time.Since(start).Round(time.Millisecond))
 	now := s2.tmpEntries(t)
-	if len(now) != 1 || !strings.HasPrefix(now[0], fmt.Sprintf("torchd-%d-model-", s2.cmd.Process.Pid)) {
+	if len(now) != 1 || !strings.HasPrefix(now[0], fmt.Sprintf("torchd-%d-model-", s2.Cmd.Process.Pid)) {
 		t.Fatalf("TMPDIR after the restart holds %v, want only the new process's extraction", now)
 	}
 	if !strings.Contains(s2.Log(), "removed what killed torchd processes left in TMPDIR") {

@@ -2,13 +2,13 @@ package handlerproc
 
 import (
 	"bufio"
-	"bytes"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/core/coretest"
 )
 
 // A line over maxLogLine is cut, with how much was cut; the lines after it still come.
@@ -64,23 +64,8 @@ func TestLogLimiter(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination that tests read while processes write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log that the processes write while the test reads it.
+type syncBuffer = coretest.LogBuffer
 
 // waitLog waits for the log to hold s; the bound only ends a test that failed.
 func waitLog(t *testing.T, log *syncBuffer, s string) {

@@ -1,13 +1,11 @@
 package lifecycle
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,23 +42,8 @@ func repoOf(t *testing.T, dir string, configs map[string]string) {
 	}
 }
 
-// syncBuffer is a log's destination that tests read while workers write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log that the serving goroutines write while the test reads it.
+type syncBuffer = coretest.LogBuffer
 
 // repoService serves dir in mode over LibTorch with startup_timeout, logging to log.
 func repoService(t *testing.T, dir, mode string, startup time.Duration, log *syncBuffer) (*Service, *core.Registry) {

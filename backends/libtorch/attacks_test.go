@@ -1,11 +1,8 @@
 package libtorch_test
 
 import (
-	"archive/zip"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/core/coretest"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // The attacks of issue 50 through registered archives: declared shapes too large to build a
@@ -47,49 +45,6 @@ func TestHugeDeclaredShape(t *testing.T) {
 	if got := tensorData(t, s.do("POST", "/predictions/digits_tensor", "application/json", []byte(digitsZeros))); len(got) != 10 {
 		t.Fatalf("digits_tensor after the refusals: %v", got)
 	}
-}
-
-// editedPackage copies the zoo's digits package to a file of t's, passing each entry through
-// edit, and appending extra entries (name, bytes) after them.
-func editedPackage(t *testing.T, edit func(name string, b []byte) []byte, extra ...[2]string) string {
-	t.Helper()
-	r, err := zip.OpenReader(filepath.Join(zooDir, "digits", "model.pt2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var buf bytes.Buffer
-	w := zip.NewWriter(&buf)
-	add := func(name string, b []byte) {
-		fw, err := w.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fw.Write(b)
-	}
-	for _, f := range r.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		add(f.Name, edit(f.Name, b))
-	}
-	for _, e := range extra {
-		add(e[0], []byte(e[1]))
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "model.pt2")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // packageMar writes a .mar of the package pt2 into dir and returns its name there.
@@ -140,7 +95,7 @@ func TestHostilePackages(t *testing.T) {
 	s.register(t, "url=digits_pt2.mar&initial_workers=1&synchronous=true")
 	before := listDir(t, tmp)
 	prefix := ""
-	cut := editedPackage(t, func(name string, b []byte) []byte {
+	cut := zootest.EditedPackage(t, zooDir, func(name string, b []byte) []byte {
 		prefix, _, _ = strings.Cut(name, "/")
 		if strings.HasSuffix(name, ".so") {
 			return b[:20<<10] // the issue's 20 kB
@@ -154,10 +109,10 @@ func TestHostilePackages(t *testing.T) {
 		{"cut", cut, "is truncated"},
 		// The .mar is extracted to TMPDIR/torchd-<pid>-model-*/ and LibTorch extracted the
 		// package below TMPDIR/aotinductor_*/: five levels up is TMPDIR, six its parent.
-		{"escape", editedPackage(t, func(_ string, b []byte) []byte { return b },
+		{"escape", zootest.EditedPackage(t, zooDir, func(_ string, b []byte) []byte { return b },
 			[2]string{deep + "../../../../../escaped_tmp", "x"}, [2]string{deep + "../../../../../../escaped_outer", "x"}), "leaves the package's directory"},
 		// The same with a load that would fail anyway (its library cut short).
-		{"escape_failing", editedPackage(t, func(name string, b []byte) []byte {
+		{"escape_failing", zootest.EditedPackage(t, zooDir, func(name string, b []byte) []byte {
 			if strings.HasSuffix(name, ".so") {
 				return b[:20<<10]
 			}

@@ -2,13 +2,11 @@ package libtorch_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,10 +21,12 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	"github.com/torchd/torchd/oip"
 	"github.com/valyala/fasthttp"
@@ -307,15 +307,7 @@ func (s *server) scrape(t testing.TB, name string, labels map[string]string) flo
 // listen serves the inference API's routes on a loopback listener, for a test whose point
 // is a real connection, and returns its address.
 func (s *server) listen(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: s.inf.Serve}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return ln.Addr().String()
+	return frontendtest.Listen(t, &fasthttp.Server{Handler: s.inf.Serve})
 }
 
 // register registers through the management API and fails t unless it answers 200.
@@ -346,18 +338,7 @@ func (s *server) meanBatch(t testing.TB, model string) float64 {
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 	t.Helper()
-	if r.status != status {
-		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
-	}
-	var e struct {
-		Code    int    `json:"code"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	r.json(t, &e)
-	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
-		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
-	}
+	frontendtest.ErrorShape(t, r.status, r.body, status, typ, msgPart)
 }
 
 // infer sends rows to a model over KServe v2 with binary tensors and returns its outputs.
@@ -403,25 +384,10 @@ func forEach(n, workers int, f func(i int)) {
 }
 
 func readZooNpy(t testing.TB, parts ...string) npy.Array {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := npy.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	return zootest.ReadNpy(t, append([]string{zooDir}, parts...)...)
 }
 
-func f32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
+func f32s(b []byte) []float32 { return zootest.F32s(b) }
 
 func closeTo(t testing.TB, what string, got, want []float32, tol float64) {
 	t.Helper()
@@ -454,37 +420,7 @@ func tensorData(t testing.TB, r response) []float64 {
 }
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }
 
 // heldOut returns the digits held-out PNGs.
-func heldOut(t testing.TB) [][]byte {
-	t.Helper()
-	dir := filepath.Join(zooDir, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-	}
-	return imgs
-}
+func heldOut(t testing.TB) [][]byte { imgs, _ := zootest.DigitsHeldOut(t, zooDir); return imgs }

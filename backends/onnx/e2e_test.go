@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
 )
@@ -114,39 +114,11 @@ func (s *served) index() map[string]string {
 // listen serves the inference routes over HTTP and the gRPC service on 127.0.0.1, for
 // Triton's clients, and returns their host:ports.
 func (s *served) listen() (httpAddr, grpcAddr string) {
-	t := s.t
-	t.Helper()
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inf).Serve, MaxRequestBodySize: 6553500}
-	go srv.Serve(hl)
-	t.Cleanup(func() { srv.Shutdown() })
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	pb.RegisterGRPCInferenceServiceServer(g, s.api.InferenceService())
-	go g.Serve(gl)
-	t.Cleanup(g.Stop)
-	return hl.Addr().String(), gl.Addr().String()
+	return frontendtest.Listen(s.t, &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inf).Serve, MaxRequestBodySize: 6553500}),
+		frontendtest.ListenGRPC(s.t, func(g *grpc.Server) { pb.RegisterGRPCInferenceServiceServer(g, s.api.InferenceService()) })
 }
 
-func copyFile(t testing.TB, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
+func copyFile(t testing.TB, from, to string) { zootest.CopyFile(t, from, to) }
 
 // copyTree copies a model directory into a repository: a link out of the repository is what
 // torchd refuses, as Triton does.
@@ -271,23 +243,7 @@ func digitsInput(seed int) []float32 {
 }
 
 // heldOut is the digits CNN's held-out PNGs.
-func heldOut(t testing.TB) [][]byte {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(zooDir, "digits", "heldout", "*.png"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no held-out digits (run make models): %v", err)
-	}
-	slices.Sort(paths)
-	var imgs [][]byte
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-	}
-	return imgs
-}
+func heldOut(t testing.TB) [][]byte { imgs, _ := zootest.DigitsHeldOut(t, zooDir); return imgs }
 
 // The digits CNN twice, from its TorchScript archive and from an archive of its ONNX export
 // (models/onnx_digits.py) with the same config, the image_classifier handler in front of ONNX

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,24 +112,8 @@ func (s *served) index() map[string]string {
 // listen serves the routes over HTTP and the gRPC service on 127.0.0.1, for Triton's
 // clients, and returns their host:ports.
 func (s *served) listen() (httpAddr, grpcAddr string) {
-	t := s.t
-	t.Helper()
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.api.Routes()).Serve, MaxRequestBodySize: 6553500}
-	go srv.Serve(hl)
-	t.Cleanup(func() { srv.Shutdown() })
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	pb.RegisterGRPCInferenceServiceServer(g, s.api.InferenceService())
-	go g.Serve(gl)
-	t.Cleanup(g.Stop)
-	return hl.Addr().String(), gl.Addr().String()
+	return frontendtest.Listen(s.t, &fasthttp.Server{Handler: frontend.NewRouter("inference", s.api.Routes()).Serve, MaxRequestBodySize: 6553500}),
+		frontendtest.ListenGRPC(s.t, func(g *grpc.Server) { pb.RegisterGRPCInferenceServiceServer(g, s.api.InferenceService()) })
 }
 
 // copyTree copies a model directory's files into a repository.

@@ -171,3 +171,23 @@ func jsonDiff(at string, g, w any, tol float64) error {
 	}
 	return nil
 }
+
+// ErrorShape fails the test unless an answer (its status and body) is TorchServe's error
+// body for status: {"code": status, "type": typ ("": any), "message": containing msgPart}.
+func ErrorShape(t testing.TB, gotStatus int, body []byte, status int, typ, msgPart string) {
+	t.Helper()
+	if gotStatus != status {
+		t.Fatalf("status %d, want %d; body %s", gotStatus, status, body)
+	}
+	var e struct {
+		Code    int    `json:"code"`
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("status %d body %q: %v", gotStatus, body, err)
+	}
+	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
+		t.Fatalf("error body %s, want code %d type %q message containing %q", body, status, typ, msgPart)
+	}
+}

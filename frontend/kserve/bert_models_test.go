@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
 )
@@ -150,7 +151,7 @@ func TestTritonBERT(t *testing.T) {
 		{"bert_exported", "torch_aoti", "exported.pt2"},
 	} {
 		cfg := strings.NewReplacer("NAME", m.name, "PLATFORM", m.platform).Replace(tritonBERT)
-		repoModel(t, repo, m.name, cfg, "hfbert", m.file, "1")
+		zootest.RepoModel(t, zooDir, repo, m.name, cfg, "hfbert", m.file, "1")
 		if m.file == "exported.pt2" {
 			os.Rename(filepath.Join(repo, m.name, "1", m.file), filepath.Join(repo, m.name, "1", "model.pt2"))
 		}
@@ -158,9 +159,9 @@ func TestTritonBERT(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	repoModel(t, repo, "encoder", tritonEncoder, "hfbert", "encoder.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "encoder", tritonEncoder, "hfbert", "encoder.pt", "1")
 	os.Rename(filepath.Join(repo, "encoder", "1", "encoder.pt"), filepath.Join(repo, "encoder", "1", "model.pt"))
-	repoModel(t, repo, "encoder_dict", strings.Replace(tritonEncoder, `"encoder"`, `"encoder_dict"`, 1), "hfbert", "encoder_dict.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "encoder_dict", strings.Replace(tritonEncoder, `"encoder"`, `"encoder_dict"`, 1), "hfbert", "encoder_dict.pt", "1")
 	os.Rename(filepath.Join(repo, "encoder_dict", "1", "encoder_dict.pt"), filepath.Join(repo, "encoder_dict", "1", "model.pt"))
 
 	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlNone})

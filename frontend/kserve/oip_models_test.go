@@ -8,11 +8,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/client"
+	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/internal/tolerance"
 	"github.com/torchd/torchd/oip"
 )
@@ -128,23 +128,8 @@ func TestOpenInferenceProtocolDigits(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log that the registry's goroutines write while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedBuffer is a log that the serving goroutines write while the test reads it.
+type lockedBuffer = coretest.LogBuffer
 
 // The digits CNN loaded through torch.jit.optimize_for_inference (the server-wide setting):
 // the load logs it, and batched answers still match Python's reference.

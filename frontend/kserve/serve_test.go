@@ -3,7 +3,6 @@ package kserve_test
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -32,6 +31,7 @@ import (
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
 )
@@ -225,25 +225,10 @@ func wantCode(t testing.TB, err error, code codes.Code, msgPart string) {
 }
 
 func readZooNpy(t testing.TB, parts ...string) npy.Array {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(append([]string{zooDir}, parts...)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := npy.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
+	return zootest.ReadNpy(t, append([]string{zooDir}, parts...)...)
 }
 
-func f32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
+func f32s(b []byte) []float32 { return zootest.F32s(b) }
 
 func closeTo(t testing.TB, what string, got, want []float32, tol float64) {
 	t.Helper()

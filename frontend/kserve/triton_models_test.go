@@ -15,6 +15,7 @@ import (
 
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/internal/tolerance"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	pb "github.com/torchd/torchd/proto/inference"
 	"github.com/torchd/torchd/torch"
@@ -23,36 +24,6 @@ import (
 // Triton model repositories, built from the zoo with configs written the way Triton users
 // write them, served through the repository API, v2 inference, statistics and Triton's
 // metrics.
-
-// tritonDigits is the digits CNN's config: <name>__<index> tensors, dynamic batching.
-const tritonDigits = `
-name: "digits"
-platform: "pytorch_libtorch"
-max_batch_size: 8
-input [
-  {
-    name: "INPUT__0"
-    data_type: TYPE_FP32
-    dims: [ 1, 28, 28 ]
-  }
-]
-output [
-  {
-    name: "OUTPUT__0"
-    data_type: TYPE_FP32
-    dims: [ 10 ]
-  }
-]
-dynamic_batching {
-  max_queue_delay_microseconds: 2000
-}
-instance_group [
-  {
-    count: 1
-    kind: KIND_CPU
-  }
-]
-`
 
 // tritonResNet is Triton's PyTorch quick-deploy config: no batching, reshapes on both sides.
 const tritonResNet = `
@@ -76,40 +47,6 @@ output [
   }
 ]
 `
-
-// repoModel writes repo/name/config.pbtxt and copies the zoo's file into each version.
-func repoModel(t testing.TB, repo, name, config, zoo, file string, versions ...string) {
-	t.Helper()
-	dir := filepath.Join(repo, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.pbtxt"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range versions {
-		copyFile(t, filepath.Join(zooDir, zoo, file), filepath.Join(dir, v, file))
-	}
-}
-
-func copyFile(t testing.TB, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Write then rename, as a deployment replaces a file: a reader sees the old or the new.
-	tmp := to + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, to); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
@@ -194,34 +131,34 @@ func digitsInput(seed int) []float32 {
 // TorchServe API.
 func TestTritonRepository(t *testing.T) {
 	repo := t.TempDir()
-	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
-	repoModel(t, repo, "resnet18", tritonResNet, "resnet18", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "digits", zootest.TritonDigits, "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "resnet18", tritonResNet, "resnet18", "model.pt", "1")
 	// Hostile models, one fault each.
-	rename := func(name string) string { return strings.Replace(tritonDigits, `"digits"`, `"`+name+`"`, 1) }
-	repoModel(t, repo, "bad_dims", strings.Replace(rename("bad_dims"), "dims: [ 1, 28, 28 ]", "dims: [ 3, 32, 32 ]", 1), "digits", "model.pt", "1")
-	repoModel(t, repo, "bad_type", strings.Replace(rename("bad_type"), "TYPE_FP32", "TYPE_FLOAT", 1), "digits", "model.pt", "1")
-	repoModel(t, repo, "malformed", rename("malformed")[:200], "digits", "model.pt", "1")
-	repoModel(t, repo, "no_file", rename("no_file"), "digits", "model.pt")
+	rename := func(name string) string { return strings.Replace(zootest.TritonDigits, `"digits"`, `"`+name+`"`, 1) }
+	zootest.RepoModel(t, zooDir, repo, "bad_dims", strings.Replace(rename("bad_dims"), "dims: [ 1, 28, 28 ]", "dims: [ 3, 32, 32 ]", 1), "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "bad_type", strings.Replace(rename("bad_type"), "TYPE_FP32", "TYPE_FLOAT", 1), "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "malformed", rename("malformed")[:200], "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "no_file", rename("no_file"), "digits", "model.pt")
 	if err := os.MkdirAll(filepath.Join(repo, "no_file", "1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	repoModel(t, repo, "escape", rename("escape"), "digits", "model.pt")
+	zootest.RepoModel(t, zooDir, repo, "escape", rename("escape"), "digits", "model.pt")
 	outside := t.TempDir()
-	copyFile(t, filepath.Join(zooDir, "digits", "model.pt"), filepath.Join(outside, "model.pt"))
+	zootest.CopyFile(t, filepath.Join(zooDir, "digits", "model.pt"), filepath.Join(outside, "model.pt"))
 	os.MkdirAll(filepath.Join(repo, "escape", "1"), 0o755)
 	if err := os.Symlink(filepath.Join(outside, "model.pt"), filepath.Join(repo, "escape", "1", "model.pt")); err != nil {
 		t.Fatal(err)
 	}
 	// Named after forward's argument (x), and warmed up as the config says.
-	named := strings.NewReplacer(`"digits"`, `"digits_x"`, `"INPUT__0"`, `"x"`, `"OUTPUT__0"`, `"logits"`).Replace(tritonDigits) + `
+	named := strings.NewReplacer(`"digits"`, `"digits_x"`, `"INPUT__0"`, `"x"`, `"OUTPUT__0"`, `"logits"`).Replace(zootest.TritonDigits) + `
 model_warmup [
   { name: "zeros" batch_size: 2 count: 2 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] zero_data: true } } },
   { name: "noise" batch_size: 8 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 1, 28, 28 ] random_data: true } } }
 ]`
-	repoModel(t, repo, "digits_x", named, "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "digits_x", named, "digits", "model.pt", "1")
 	badWarmup := strings.Replace(named, `"digits_x"`, `"bad_warmup"`, 1)
-	repoModel(t, repo, "bad_warmup", strings.Replace(badWarmup, "TYPE_FP32 dims: [ 1, 28, 28 ] zero_data", "TYPE_INT64 dims: [ 1, 28, 28 ] zero_data", 1), "digits", "model.pt", "1")
-	repoModel(t, repo, "ensemble", `platform: "ensemble" max_batch_size: 8 input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`, "", "")
+	zootest.RepoModel(t, zooDir, repo, "bad_warmup", strings.Replace(badWarmup, "TYPE_FP32 dims: [ 1, 28, 28 ] zero_data", "TYPE_INT64 dims: [ 1, 28, 28 ] zero_data", 1), "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "ensemble", `platform: "ensemble" max_batch_size: 8 input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ] output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]`, "", "")
 	wantReasons := map[string]string{
 		"bad_dims 1":   "failed its warm-up forward",
 		"bad_type":     "TYPE_FLOAT",
@@ -232,14 +169,14 @@ model_warmup [
 		"bad_warmup 1": `model_warmup "zeros": input "x" is float32, the warm-up gives int64`,
 	}
 	if !torch.CUDAAvailable() {
-		repoModel(t, repo, "gpu", strings.Replace(rename("gpu"), "KIND_CPU", "KIND_GPU", 1), "digits", "model.pt", "1")
+		zootest.RepoModel(t, zooDir, repo, "gpu", strings.Replace(rename("gpu"), "KIND_CPU", "KIND_GPU", 1), "digits", "model.pt", "1")
 		wantReasons["gpu 1"] = "instance_group kind KIND_GPU, but this torchd has no GPU"
 	}
 	pt2 := filepath.Join(zooDir, "digits", "model.pt2")
 	if fileExists(pt2) {
 		aoti := strings.Replace(rename("digits_aoti"), "pytorch_libtorch", "torch_aoti", 1)
-		repoModel(t, repo, "digits_aoti", aoti, "digits", "model.pt2", "1")
-		repoModel(t, repo, "aoti_too_big", strings.Replace(strings.Replace(aoti, "digits_aoti", "aoti_too_big", 1), "max_batch_size: 8", "max_batch_size: 128", 1), "digits", "model.pt2", "1")
+		zootest.RepoModel(t, zooDir, repo, "digits_aoti", aoti, "digits", "model.pt2", "1")
+		zootest.RepoModel(t, zooDir, repo, "aoti_too_big", strings.Replace(strings.Replace(aoti, "digits_aoti", "aoti_too_big", 1), "max_batch_size: 8", "max_batch_size: 128", 1), "digits", "model.pt2", "1")
 		wantReasons["aoti_too_big 1"] = "outside the batch range"
 	}
 
@@ -335,8 +272,8 @@ model_warmup [
 // the errors; and the logging API.
 func TestTritonExplicitControl(t *testing.T) {
 	repo := t.TempDir()
-	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
-	repoModel(t, repo, "other", strings.Replace(tritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "digits", zootest.TritonDigits, "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "other", strings.Replace(zootest.TritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
 	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlExplicit, loadModels: []string{"digits", "nope"}})
 	idx := s.settled()
 	if idx["digits 1"] != "READY" || idx["other"] != "" || len(idx) != 2 {
@@ -465,7 +402,7 @@ func TestTritonPollReload(t *testing.T) {
 input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 1000 }`
-	repoModel(t, repo, "classifier", cfg, "resnet18", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "classifier", cfg, "resnet18", "model.pt", "1")
 	var log lockedBuffer
 	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlPoll, pollEvery: 200 * time.Millisecond, log: &log})
 	if idx := s.settled(); idx["classifier 1"] != "READY" {
@@ -525,7 +462,7 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 	for range 3 {
 		next()
 	}
-	copyFile(t, filepath.Join(zooDir, "efficientnet_lite0", "model.pt"), filepath.Join(repo, "classifier", "1", "model.pt"))
+	zootest.CopyFile(t, filepath.Join(zooDir, "efficientnet_lite0", "model.pt"), filepath.Join(repo, "classifier", "1", "model.pt"))
 	// Until three answers in a row come from another model.
 	changed := 0
 	for deadline := time.Now().Add(90 * time.Second); changed < 3; {
@@ -575,7 +512,7 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 	}
 
 	// A model added to the repository is loaded; a model removed is unloaded.
-	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "digits", zootest.TritonDigits, "digits", "model.pt", "1")
 	coretest.WaitFor(t, "digits ready", func() bool { return s.do("GET", "/v2/models/digits/ready", nil).status == 200 })
 	if err := os.RemoveAll(filepath.Join(repo, "classifier")); err != nil {
 		t.Fatal(err)
@@ -590,8 +527,8 @@ dynamic_batching { max_queue_delay_microseconds: 1000 }`
 // unload, statistics and log settings as REST.
 func TestTritonGRPC(t *testing.T) {
 	repo := t.TempDir()
-	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
-	repoModel(t, repo, "other", strings.Replace(tritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "digits", zootest.TritonDigits, "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "other", strings.Replace(zootest.TritonDigits, `"digits"`, `"other"`, 1), "digits", "model.pt", "1")
 	s := newServer(t, serverOptions{repository: repo, controlMode: lifecycle.ControlExplicit, loadModels: []string{"digits"}})
 	s.settled()
 	c := s.grpcClient()
@@ -677,7 +614,7 @@ ensemble_scheduling {
 // with the model named.
 func TestTritonEnsemble(t *testing.T) {
 	repo := t.TempDir()
-	repoModel(t, repo, "digits", tritonDigits, "digits", "model.pt", "1")
+	zootest.RepoModel(t, zooDir, repo, "digits", zootest.TritonDigits, "digits", "model.pt", "1")
 	broken := strings.NewReplacer(`name: "pipeline"`, `name: "broken"`, `model_name: "digits"`, `model_name: "absent"`).Replace(tritonPipeline)
 	for name, config := range map[string]string{"pipeline": tritonPipeline, "broken": broken} {
 		dir := filepath.Join(repo, name)

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // Explanations with real models (the zoo's digits CNN and text classifier) through
@@ -361,15 +363,4 @@ func TestKServeV2ThroughHandler(t *testing.T) {
 }
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }

@@ -1,15 +1,12 @@
 package torchserve_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/torchd/torchd/archive"
@@ -22,6 +19,7 @@ import (
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/frontend/openai"
 	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 	"github.com/valyala/fasthttp"
 )
@@ -85,23 +83,8 @@ type served struct {
 	log     syncBuffer // what the registry, the service and the API logged
 }
 
-// syncBuffer is a log's text, written from the serving goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log that the serving goroutines write while the test reads it.
+type syncBuffer = coretest.LogBuffer
 
 // options are a served's beyond its archives: the server's model settings (its flags), and
 // runtimes beside LibTorch.
@@ -207,15 +190,7 @@ func (s *served) inf(method, uri, contentType string, body []byte, header ...str
 // listen serves the inference routes on a port of 127.0.0.1, for the tests whose point is a
 // connection, and returns its host:port.
 func (s *served) listen(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inferenceRoutes()).Serve, NoDefaultContentType: true, CloseOnShutdown: true}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return ln.Addr().String()
+	return frontendtest.Listen(t, &fasthttp.Server{Handler: frontend.NewRouter("inference", s.inferenceRoutes()).Serve, NoDefaultContentType: true, CloseOnShutdown: true})
 }
 
 // register registers an archive of the store and fails the test on an error.
@@ -229,18 +204,7 @@ func (s *served) register(t testing.TB, query string) {
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 	t.Helper()
-	var e struct {
-		Code    int    `json:"code"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	if r.status != status {
-		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
-	}
-	r.json(t, &e)
-	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
-		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
-	}
+	frontendtest.ErrorShape(t, r.status, r.body, status, typ, msgPart)
 }
 
 func expectStatus(t testing.TB, r response, code int, status string) {
@@ -253,25 +217,4 @@ func expectStatus(t testing.TB, r response, code int, status string) {
 }
 
 // heldOut returns the digits held-out PNGs and their labels.
-func heldOut(t testing.TB) ([][]byte, []string) {
-	t.Helper()
-	dir := filepath.Join(zoo, "digits", "heldout")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var imgs [][]byte
-	var labels []string
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".png") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgs = append(imgs, b)
-		labels = append(labels, strings.TrimSuffix(strings.SplitN(e.Name(), "_", 2)[1], ".png"))
-	}
-	return imgs, labels
-}
+func heldOut(t testing.TB) ([][]byte, []string) { return zootest.DigitsHeldOut(t, zoo) }

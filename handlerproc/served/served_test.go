@@ -1,10 +1,8 @@
 package served_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,22 +107,8 @@ type served struct {
 	log     syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// syncBuffer is a log that the serving goroutines write while the test reads it.
+type syncBuffer = coretest.LogBuffer
 
 // serve serves store (a new one if "") through backend; the management API starts a worker
 // at registration, as the daemon's tests run it.
@@ -204,44 +188,16 @@ func (s *served) register(t testing.TB, query string) {
 // listen serves the inference routes on a port of 127.0.0.1, for the tests whose point is
 // a connection (a streamed answer's chunks), and returns its host:port.
 func (s *served) listen(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{Handler: frontend.NewRouter("inference", slices.Concat(s.ts.InferenceRoutes(), s.ks.Routes())).Serve, NoDefaultContentType: true, CloseOnShutdown: true}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
-	return ln.Addr().String()
+	return frontendtest.Listen(t, &fasthttp.Server{Handler: frontend.NewRouter("inference", slices.Concat(s.ts.InferenceRoutes(), s.ks.Routes())).Serve, NoDefaultContentType: true, CloseOnShutdown: true})
 }
 
 // listenGRPC serves TorchServe's gRPC inference API on a port of 127.0.0.1.
 func (s *served) listenGRPC(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	tspb.RegisterInferenceAPIsServiceServer(g, s.ts.InferenceService())
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	return ln.Addr().String()
+	return frontendtest.ListenGRPC(t, func(g *grpc.Server) { tspb.RegisterInferenceAPIsServiceServer(g, s.ts.InferenceService()) })
 }
 
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 	t.Helper()
-	var e struct {
-		Code    int    `json:"code"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	if r.status != status {
-		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
-	}
-	r.json(t, &e)
-	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
-		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
-	}
+	frontendtest.ErrorShape(t, r.status, r.body, status, typ, msgPart)
 }

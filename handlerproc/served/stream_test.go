@@ -9,7 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
+	"net/http" // a real client: a streamed answer's chunks are seen only as they cross a connection
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/handlerproc"
 	tspb "github.com/torchd/torchd/proto/torchserve"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -326,12 +326,4 @@ func TestRequirementsPerModel(t *testing.T) {
 	}
 }
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+func dial(t testing.TB, addr string) *grpc.ClientConn { return frontendtest.DialGRPC(t, addr) }

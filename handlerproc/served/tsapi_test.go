@@ -10,7 +10,6 @@ import (
 	"image/color"
 	"image/png"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/torchd/torchd/core/coretest"
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/metrics"
 	"github.com/torchd/torchd/handlerproc"
 	pb "github.com/torchd/torchd/proto/inference"
@@ -39,7 +39,7 @@ func archiveMNIST(t testing.TB, py, store, name, handler string) {
 			t.Fatal(err)
 		}
 	}
-	copyFile("../../daemon/testdata/tsdiff/mnist_model.py", "mnist.py")
+	copyFile("../testdata/tsdiff/mnist_model.py", "mnist.py")
 	copyFile(handler, filepath.Base(handler))
 	args := []string{"--model-name", name, "--version", "1.0", "--model-file", "mnist.py", "--serialized-file", "weights.pt",
 		"--handler", filepath.Base(handler), "--export-path", store, "--force"}
@@ -68,7 +68,7 @@ func digitPNG(t testing.TB, seed int) []byte {
 func TestPythonHandlerKServeAndExplanations(t *testing.T) {
 	py := venvPython(t)
 	s := serve(t, "", &handlerproc.Backend{Python: py})
-	archiveMNIST(t, py, s.store, "pymnist", "../../daemon/testdata/tsdiff/mnist_handler.py")
+	archiveMNIST(t, py, s.store, "pymnist", "../testdata/tsdiff/mnist_handler.py")
 	s.register(t, "url=pymnist.mar&batch_size=4&max_batch_delay=50&initial_workers=1&synchronous=true")
 
 	pngs := [][]byte{digitPNG(t, 0), digitPNG(t, 1), digitPNG(t, 2)}
@@ -350,14 +350,5 @@ func javaDoubleOf(v float64) string {
 
 // listenOIP serves the Open Inference Protocol's gRPC API on a port of 127.0.0.1.
 func (s *served) listenOIP(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	pb.RegisterGRPCInferenceServiceServer(g, s.ks.InferenceService())
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	return ln.Addr().String()
+	return frontendtest.ListenGRPC(t, func(g *grpc.Server) { pb.RegisterGRPCInferenceServiceServer(g, s.ks.InferenceService()) })
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"mime/multipart"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/torchserve"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/lifecycle"
 )
 
@@ -72,18 +72,7 @@ func (s *served) predict(contentType string, body []byte) frontendtest.Response 
 }
 
 // top1 returns the first key of a TorchServe top-k object, which is in descending order.
-func top1(body []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	t, err := dec.Token()
-	if err != nil {
-		return ""
-	}
-	s, _ := t.(string)
-	return s
-}
+func top1(body []byte) string { return zootest.Top1(body) }
 
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r frontendtest.Response, status int, msgPart string) {
@@ -98,28 +87,7 @@ func errorShape(t testing.TB, r frontendtest.Response, status int, msgPart strin
 }
 
 // textHeldOut returns the sentiment model's held-out sentences and their labels.
-func textHeldOut(t testing.TB) ([]string, []string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(zooDir, "textcls", "heldout.json"))
-	if err != nil {
-		t.Fatalf("no zoo model (run make models): %v", err)
-	}
-	var h struct {
-		Items []struct {
-			Text  string `json:"text"`
-			Label string `json:"label"`
-		} `json:"items"`
-	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		t.Fatal(err)
-	}
-	var texts, labels []string
-	for _, it := range h.Items {
-		texts = append(texts, it.Text)
-		labels = append(labels, it.Label)
-	}
-	return texts, labels
-}
+func textHeldOut(t testing.TB) ([]string, []string) { return zootest.TextHeldOut(t, zooDir) }
 
 // Every held-out sentence sent concurrently as a raw text/plain body, so that batches of
 // different lengths form: the accuracy Python measured is reached.

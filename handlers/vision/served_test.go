@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
+	"net/http" // a real client over a listener: the images cross a connection, as a user's do
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,7 +17,6 @@ import (
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/torchd/torchd/archive"
@@ -25,6 +24,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/core/coretest"
 	"github.com/torchd/torchd/frontend"
+	"github.com/torchd/torchd/frontend/frontendtest"
 	"github.com/torchd/torchd/frontend/kserve"
 	"github.com/torchd/torchd/frontend/torchserve"
 	"github.com/torchd/torchd/lifecycle"
@@ -186,18 +186,7 @@ func (s *server) batching(t testing.TB, model string) (batches int64, mean float
 // errorShape asserts TorchServe's error body for status.
 func errorShape(t testing.TB, r response, status int, typ, msgPart string) {
 	t.Helper()
-	if r.status != status {
-		t.Fatalf("status %d, want %d; body %s", r.status, status, r.body)
-	}
-	var e struct {
-		Code    int    `json:"code"`
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	}
-	r.json(t, &e)
-	if e.Code != status || (typ != "" && e.Type != typ) || !strings.Contains(e.Message, msgPart) {
-		t.Fatalf("error body %s, want code %d type %q message containing %q", r.body, status, typ, msgPart)
-	}
+	frontendtest.ErrorShape(t, r.status, r.body, status, typ, msgPart)
 }
 
 // forEach calls f(i) for every i in [0, n) from workers goroutines, so that requests arrive
@@ -219,16 +208,7 @@ func forEach(n, workers int, f func(i int)) {
 	wg.Wait()
 }
 
-func dial(t testing.TB, addr string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+func dial(t testing.TB, addr string) *grpc.ClientConn { return frontendtest.DialGRPC(t, addr) }
 
 func callCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -300,22 +300,9 @@ type traced struct {
 	log       *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type syncBuffer = coretest.LogBuffer
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (s *traced) Log() string {
-	s.log.mu.Lock()
-	defer s.log.mu.Unlock()
-	return s.log.b.String()
-}
+func (s *traced) Log() string { return s.log.String() }
 
 func startTraced(t *testing.T, cfg tracing.Config) *traced {
 	t.Helper()

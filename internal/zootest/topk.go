@@ -133,3 +133,18 @@ func SameTopK(got, want TopK, tol float64) error {
 	}
 	return nil
 }
+
+// Top1 is the first label of an image classifier's TorchServe answer, a top-k object in
+// descending order; "" if the body is not one.
+func Top1(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	t, err := dec.Token()
+	if err != nil {
+		return ""
+	}
+	s, _ := t.(string)
+	return s
+}

@@ -1,4 +1,4 @@
-package daemon_test
+package soak_test
 
 import (
 	"encoding/csv"

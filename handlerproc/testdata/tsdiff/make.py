@@ -1,5 +1,5 @@
 """Builds the differential test's archives with TorchServe's torch-model-archiver, as a
-TorchServe user makes them, and the inputs the test sends (daemon/tsdiff_e2e_test.go).
+TorchServe user makes them, and the inputs the test sends (frontend/torchserve/tsdiff_test.go).
 
 Usage: python make.py STORE INPUTS   (the interpreter must import model_archiver)
 

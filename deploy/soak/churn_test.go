@@ -1,4 +1,4 @@
-package daemon_test
+package soak_test
 
 import (
 	"fmt"
@@ -43,7 +43,7 @@ const churnGivenBackRatio = 1.25
 func churnGivenBack(t *testing.T) {
 	const cycles = 24
 	s := startServer(t, "--access-log=false")
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	img := pngOf(t, 224, 224)
 	cycle := func(i int) float64 {
 		name := fmt.Sprintf("back-%d", i)
@@ -90,7 +90,7 @@ func churnGivenBack(t *testing.T) {
 func churnSlope(t *testing.T) {
 	const cycles, window = 200, 100
 	s := startServer(t)
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	rss := make([]float64, 0, cycles)
 	for i := range cycles {
 		name := fmt.Sprintf("churn-%d", i)

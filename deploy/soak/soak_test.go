@@ -1,4 +1,4 @@
-package daemon_test
+package soak_test
 
 import (
 	"bytes"
@@ -19,10 +19,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // The soak test (`make soak`, issue 7) runs the real binary under mixed load across three
-// models, one per handler, and hostile registrations (soak_hostile_test.go), for TORCHD_SOAK
+// models, one per handler, and hostile registrations (hostile_test.go), for TORCHD_SOAK
 // (a duration: 10m, 1h), samples the server every
 // soakEvery and fails if memory, goroutines, open files or queues grow without bound, if a
 // good request is not answered 200 with the right answer, or if the server dies.
@@ -106,7 +108,7 @@ func TestSoak(t *testing.T) {
 	for _, tg := range targets {
 		s.register(t, "url="+tg.model+".mar&batch_size=8&max_batch_delay=5&initial_workers=1&synchronous=true")
 	}
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	t.Logf("soak: %v, %d models × %d clients, one request in %d bad, samples every %v, pid %d",
 		duration, len(targets), soakClients, soakBadEvery, soakEvery, pid)
 
@@ -139,8 +141,8 @@ func TestSoak(t *testing.T) {
 	for len(samples) < int(duration/soakEvery) {
 		select {
 		case <-tick.C:
-		case <-s.exited:
-			t.Fatalf("torchd exited during the soak: %v\n%s", s.exitErr, s.Log())
+		case <-s.Exited:
+			t.Fatalf("torchd exited during the soak: %v\n%s", s.ExitErr, s.Log())
 		}
 		sm, totals, err := scrapeSoak(metricsClient, s.metrics, pid, targets)
 		if err != nil {
@@ -160,8 +162,8 @@ func TestSoak(t *testing.T) {
 	tick.Stop()
 	stopLoad()
 	select {
-	case <-s.exited:
-		t.Fatalf("torchd exited during the soak: %v\n%s", s.exitErr, s.Log())
+	case <-s.Exited:
+		t.Fatalf("torchd exited during the soak: %v\n%s", s.ExitErr, s.Log())
 	default:
 	}
 
@@ -187,7 +189,7 @@ func TestSoak(t *testing.T) {
 }
 
 // soakPath resolves an environment path: relative paths are from the repository root,
-// one up from this package's directory, where go test runs.
+// two up from this package's directory, where go test runs.
 func soakPath(p, def string) string {
 	if p == "" {
 		p = def
@@ -195,7 +197,7 @@ func soakPath(p, def string) string {
 	if p == "" || filepath.IsAbs(p) {
 		return p
 	}
-	return filepath.Join("..", p)
+	return filepath.Join("..", "..", p)
 }
 
 func soakAbs(p string) string {
@@ -217,12 +219,12 @@ func soakModelNames(targets []*soakTarget) string {
 // (PNG bodies), the sentiment transformer behind text_classifier (text/plain), and the
 // digits CNN again behind the tensor handler, through KServe v2 JSON.
 func soakTargets(t *testing.T) []*soakTarget {
-	pngs, digitLabels := heldOut(t)
-	texts, textLabels := textHeldOut(t)
+	pngs, digitLabels := zootest.DigitsHeldOut(t, zooDir)
+	texts, textLabels := zootest.TextHeldOut(t, zooDir)
 
-	x := readZooNpy(t, "digits", "heldout.npy")
-	y := readZooNpy(t, "digits", "heldout_labels.npy")
-	pixels := f32s(x.Data)
+	x := zootest.ReadNpy(t, zooDir, "digits", "heldout.npy")
+	y := zootest.ReadNpy(t, zooDir, "digits", "heldout_labels.npy")
+	pixels := zootest.F32s(x.Data)
 	const size = 28 * 28
 	var v2Bodies [][]byte
 	var v2Labels []string

@@ -1,4 +1,4 @@
-package daemon_test
+package torchserve_test
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"mime"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,34 +15,28 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/core"
+	"github.com/torchd/torchd/handlerproc"
+	"github.com/torchd/torchd/internal/torchservetest"
+	"github.com/torchd/torchd/lifecycle"
 )
 
 // The differential test: archives made with TorchServe's torch-model-archiver, the way
-// TorchServe's examples make them (daemon/testdata/tsdiff/make.py), served by TorchServe 0.12
-// and by torchd, must answer alike. The archives cover a custom BaseHandler, an eager model
-// with model.py under the built-in image_classifier, MNIST's example handler,
-// object_detector and image_segmenter over torchvision models (eager, in a handler process, and
-// scripted, in torchd's own handlers, sent photo-sized JPEGs as well), a Hugging Face sequence
-// classifier, a streaming handler and an MMS module:function entry point.
+// TorchServe's examples make them (handlerproc/testdata/tsdiff/make.py), served by TorchServe
+// 0.12 and by torchd's TorchServe API (handler processes and LibTorch, as the daemon wires
+// them), must answer alike. The archives cover a custom BaseHandler, an eager model with
+// model.py under the built-in image_classifier, MNIST's example handler, object_detector and
+// image_segmenter over torchvision models (eager, in a handler process, and scripted, in
+// torchd's own handlers, sent photo-sized JPEGs as well), a Hugging Face sequence
+// classifier, a streaming handler and an MMS module:function entry point. Both servers are
+// real HTTP servers: the answers' content types and chunking are compared too.
 
-// handlerPython is the handler runtime: TORCHD_PYTHON, else the project venv, which make
-// test gives TorchServe, its archiver and captum (make handler-runtime).
-func handlerPython(t testing.TB) string {
-	p := os.Getenv("TORCHD_PYTHON")
-	if p == "" {
-		var err error
-		if p, err = filepath.Abs("../.venv/bin/python"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if out, err := exec.Command(p, "-c", "import ts, model_archiver, captum").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import TorchServe, its archiver and captum (make handler-runtime): %v\n%s", p, err, out)
-	}
-	return p
-}
+// diffClient sends the requests to both servers.
+var diffClient = &http.Client{Timeout: 120 * time.Second}
 
 // diffCase is one model's requests: each is sent to both servers, all at once, so that
 // they batch.
@@ -61,14 +54,14 @@ type diffAnswer struct {
 }
 
 func TestTorchServeDifferential(t *testing.T) {
-	py := handlerPython(t)
-	if _, err := exec.LookPath("java"); err != nil {
-		t.Fatal("TorchServe needs Java (make setup installs openjdk-17-jre-headless)")
+	if raceBuild {
+		t.Skip("forwards in C++ and Python, not Go's concurrency: it runs without -race (SERVED_GATES)")
 	}
+	py := torchservetest.Python(t, filepath.Join("..", ".."))
 	dir := t.TempDir()
 	mars, inputs := filepath.Join(dir, "store"), filepath.Join(dir, "inputs")
 	start := time.Now()
-	cmd := exec.Command(py, "testdata/tsdiff/make.py", mars, inputs)
+	cmd := exec.Command(py, "../../handlerproc/testdata/tsdiff/make.py", mars, inputs)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the archives: %v\n%s", err, out)
 	}
@@ -114,25 +107,31 @@ func TestTorchServeDifferential(t *testing.T) {
 
 	start = time.Now()
 	tsAnswers, tsBatches := func() (map[string][]diffAnswer, []int) {
-		ts := startTorchServe(t, py, mars)
-		defer ts.stop()
+		ts := torchservetest.Start(t, py, mars)
+		defer ts.Stop()
 		for _, m := range models {
-			waitWorkerReady(t, ts.mgmt, m, ts.exited)
+			torchservetest.WaitWorkerReady(t, ts.Mgmt, m, ts.Exited)
 		}
 		t.Logf("TorchServe loaded the archives in %v", time.Since(start).Round(time.Second))
-		a := askAll(t, ts.inf, cases)
-		log, _ := os.ReadFile(filepath.Join(ts.dir, "logs", "model_log.log"))
+		a := askAll(t, ts.Inf, cases)
+		log, _ := os.ReadFile(filepath.Join(ts.Dir, "logs", "model_log.log"))
 		return a, batchSizes(string(log))
 	}()
 
 	start = time.Now()
-	td := startServer(t, "--python", py, "--model-store", mars, "--models", "all")
+	// torchd as `torchd serve --python py --model-store mars --models all` runs it, with
+	// LibTorch's forwards on one thread as OMP_NUM_THREADS=1 gives the daemon.
+	td := serve(t, 1, nil, options{store: mars, startup: lifecycle.Startup{Models: "all"},
+		server:   archive.Settings{Threads: archive.Of(1)},
+		runtimes: []core.Runtime{&handlerproc.Backend{Python: py}}})
+	td.life.WaitStartup()
 	for _, m := range models {
-		waitWorkerReady(t, td.mgmt, m, td.exited)
+		td.waitWorkerReady(t, m)
 	}
 	t.Logf("torchd loaded the archives in %v", time.Since(start).Round(time.Second))
-	tdAnswers := askAll(t, td.inf, cases)
-	tdBatches := batchSizes(td.Log())
+	// Over a connection: whether an answer is chunked is the point of the streaming case.
+	tdAnswers := askAll(t, "http://"+td.listen(t), cases)
+	tdBatches := batchSizes(td.log.String())
 	t.Logf("batch sizes the custom handler saw: TorchServe %v, torchd %v", tsBatches, tdBatches)
 	if slices.Max(append(tdBatches, 0)) < 2 {
 		t.Errorf("four concurrent requests never shared a batch in torchd (maxBatchDelay 2 s): %v", tdBatches)
@@ -186,7 +185,7 @@ func askAll(t *testing.T, base string, cases []diffCase) map[string][]diffAnswer
 }
 
 func ask(url, contentType string, body []byte) (diffAnswer, error) {
-	resp, err := httpClient.Post(url, contentType, bytes.NewReader(body))
+	resp, err := diffClient.Post(url, contentType, bytes.NewReader(body))
 	if err != nil {
 		return diffAnswer{}, err
 	}
@@ -283,108 +282,23 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-// waitWorkerReady polls the management API until the model's first worker is READY.
-func waitWorkerReady(t *testing.T, mgmt, model string, exited <-chan struct{}) {
+// waitWorkerReady waits until model's first worker is READY, as describe shows it.
+func (s *served) waitWorkerReady(t *testing.T, model string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
-	var last string
+	var last []byte
 	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			t.Fatalf("the server exited while %s loaded", model)
-		default:
+		r := s.mgmt("GET", "/models/"+model, "", nil)
+		var d []struct {
+			Workers []struct {
+				Status string `json:"status"`
+			} `json:"workers"`
 		}
-		resp, err := http.Get(mgmt + "/models/" + model)
-		if err == nil {
-			var d []struct {
-				Workers []struct {
-					Status string `json:"status"`
-				} `json:"workers"`
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			last = string(b)
-			if json.Unmarshal(b, &d) == nil && len(d) == 1 && len(d[0].Workers) > 0 && d[0].Workers[0].Status == "READY" {
-				return
-			}
+		last = r.body
+		if json.Unmarshal(r.body, &d) == nil && len(d) == 1 && len(d[0].Workers) > 0 && d[0].Workers[0].Status == "READY" {
+			return
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	t.Fatalf("%s not ready within 5 minutes: %s", model, clip([]byte(last)))
-}
-
-// torchServe is a running TorchServe, from the handler runtime's torchserve package.
-type torchServe struct {
-	cmd       *exec.Cmd
-	dir       string // its config, logs and temporary files
-	inf, mgmt string
-	exited    chan struct{}
-}
-
-// startTorchServe runs TorchServe in the foreground on free ports, with every archive of
-// store loaded at start, and everything it writes under a temporary directory; extra are
-// more config.properties lines.
-func startTorchServe(t *testing.T, py, store string, extra ...string) *torchServe {
-	t.Helper()
-	dir := t.TempDir()
-	var ports [5]int
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		defer l.Close()
-	}
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := fmt.Sprintf(`inference_address=http://127.0.0.1:%d
-management_address=http://127.0.0.1:%d
-metrics_address=http://127.0.0.1:%d
-grpc_inference_port=%d
-grpc_management_port=%d
-model_store=%s
-load_models=all
-disable_token_authorization=true
-install_py_dep_per_model=false
-vmargs=-Xmx1g -XX:+UseContainerSupport -Djava.io.tmpdir=%s
-`, ports[0], ports[1], ports[2], ports[3], ports[4], store, tmp)
-	for _, l := range extra {
-		cfg += l + "\n"
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.properties"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := &torchServe{dir: dir, exited: make(chan struct{}),
-		inf: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), mgmt: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	// The torchserve console script, run by the runtime's interpreter so that its workers
-	// run it too.
-	ts.cmd = exec.Command(py, "-c", "import sys; sys.argv[0] = 'torchserve'; from ts.model_server import start; start()",
-		"--start", "--foreground", "--ncs", "--ts-config", "config.properties", "--model-store", store, "--disable-token-auth")
-	ts.cmd.Dir = dir
-	ts.cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "LOG_LOCATION="+filepath.Join(dir, "logs"), "METRICS_LOCATION="+filepath.Join(dir, "logs"))
-	ts.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out bytes.Buffer
-	ts.cmd.Stdout, ts.cmd.Stderr = &out, &out
-	// The ports are free again only once this function returns: TorchServe binds them
-	// seconds later, after the JVM starts.
-	if err := ts.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { ts.cmd.Wait(); close(ts.exited) }()
-	t.Cleanup(ts.stop)
-	return ts
-}
-
-// stop kills TorchServe's process group: the JVM and its Python workers.
-func (ts *torchServe) stop() {
-	select {
-	case <-ts.exited:
-		return
-	default:
-	}
-	syscall.Kill(-ts.cmd.Process.Pid, syscall.SIGKILL)
-	<-ts.exited
+	t.Fatalf("%s not ready within 5 minutes: %s\n%s", model, clip(last), s.log.String())
 }

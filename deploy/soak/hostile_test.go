@@ -1,4 +1,4 @@
-package daemon_test
+package soak_test
 
 import (
 	"net/http"
@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/torchd/torchd/archive"
+	"github.com/torchd/torchd/internal/zootest"
 	pb "github.com/torchd/torchd/proto/inference"
 )
 
@@ -18,24 +20,25 @@ import (
 // library is cut to 20 kB, one with ../ entries, and an archive declaring a shape of 4 PB a
 // sample. It returns their registration URLs.
 func soakHostileModels(t *testing.T) []string {
-	cut := editedPackage(t, func(name string, b []byte) []byte {
+	cut := zootest.EditedPackage(t, zooDir, func(name string, b []byte) []byte {
 		if strings.HasSuffix(name, ".so") {
 			return b[:20<<10]
 		}
 		return b
 	})
 	prefix := ""
-	escape := editedPackage(t, func(name string, b []byte) []byte {
+	escape := zootest.EditedPackage(t, zooDir, func(name string, b []byte) []byte {
 		prefix, _, _ = strings.Cut(name, "/")
 		return b
 	})
-	escape = editedPackage(t, func(_ string, b []byte) []byte { return b }, [2]string{prefix + "/data/aotinductor/model/../../../../../../soak_escaped", "x"})
-	writeDigitsArchive(t, "soak_huge_shape", "model.pt", "handler = \"tensor\"\n", nil)
-	cfg := "handler = \"tensor\"\n[[inputs]]\nname = \"input__0\"\ndtype = \"float32\"\nshape = [-1, 100000, 100000, 100000]\n"
-	if err := os.WriteFile(filepath.Join(store, "pt2", "soak_huge_shape", "model-config.toml"), []byte(cfg), 0o644); err != nil {
+	escape = zootest.EditedPackage(t, zooDir, func(_ string, b []byte) []byte { return b }, [2]string{prefix + "/data/aotinductor/model/../../../../../../soak_escaped", "x"})
+	tensor := "handler = \"tensor\"\n"
+	huge := storeArchive(t, "pt2", "soak_huge_shape", filepath.Join(zooDir, "digits", "model.pt"), tensor, archive.FormatNoArchive)
+	cfg := tensor + "[[inputs]]\nname = \"input__0\"\ndtype = \"float32\"\nshape = [-1, 100000, 100000, 100000]\n"
+	if err := os.WriteFile(filepath.Join(store, huge, "model-config.toml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return []string{packageMar(t, "soak_cut", cut), packageMar(t, "soak_escape", escape), "pt2/soak_huge_shape"}
+	return []string{storeArchive(t, "attack", "soak_cut", cut, tensor, ""), storeArchive(t, "attack", "soak_escape", escape, tensor, ""), huge}
 }
 
 // soakHostile sends the hostile registrations, and a gRPC unload of a served model without

@@ -1,0 +1,5 @@
+//go:build !race
+
+package torchserve_test
+
+const raceBuild = false
