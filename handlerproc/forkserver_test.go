@@ -2,6 +2,7 @@ package handlerproc
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -324,4 +325,42 @@ func pidsOf(es []procEntry) []int {
 		out = append(out, e.pid)
 	}
 	return out
+}
+
+// A fork asked of a fork server as it is told to exit goes to a new one; the old one's
+// process serves on as this process's child.
+func TestForkServerRetiredForkAsksNext(t *testing.T) {
+	ReapOrphans(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := currentForkServer(t, m)
+	old := onlyProcess(t, m).pid
+	fs.retire()
+	if _, err := fs.fork(nil, "", nil, nil, nil); !errors.Is(err, errForkServerRetired) {
+		t.Fatalf("a fork asked of a retired fork server: %v; want errForkServerRetired", err)
+	}
+	if err := m.SetProcesses(2); err != nil {
+		t.Fatal(err)
+	}
+	waitReaped(t, "the retired fork server", fs.pid)
+	next := currentForkServer(t, m)
+	if next == fs {
+		t.Fatal("the retired fork server is still the runtime's")
+	}
+	for _, p := range liveProcesses(m) {
+		want := next.pid
+		if p.pid == old {
+			want = os.Getpid()
+		}
+		if got := ppid(p.pid); got != want {
+			t.Errorf("supervisor %d's parent is %d; want %d", p.pid, got, want)
+		}
+	}
+	for range 3 {
+		if pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+			t.Fatalf("predict: %+v, %v", pr, err)
+		}
+	}
 }
