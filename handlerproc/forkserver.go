@@ -95,7 +95,8 @@ type forkReply struct {
 var (
 	forkMu      sync.Mutex
 	forkServers = map[*Runtime]*forkServer{}
-	forkFailed  = map[*Runtime]error{} // a fork server that could not start is not tried again
+	forkFailed  = map[*Runtime]error{}  // a fork server that could not start is not tried again
+	forkDirs    = map[*Runtime]string{} // the scripts of a runtime's fork servers
 )
 
 // errForkServerExited is a forked process's end when the fork server died before it.
@@ -146,21 +147,29 @@ func forkServerFor(rt *Runtime, env []string, log *slog.Logger) (*forkServer, er
 
 // startForkServer starts the fork server with env (torchd's own, with the processes'
 // defaults) and waits until it has imported what it preloads.
+// Called with forkMu held.
 func startForkServer(rt *Runtime, env []string, log *slog.Logger) (_ *forkServer, err error) {
-	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-fork-", os.Getpid()))
-	if err != nil {
-		return nil, cleanErr(err)
+	// One directory per runtime for this process's life, not per fork server: a process
+	// forked just before its fork server exits may not have opened supervisor.py yet.
+	dir := forkDirs[rt]
+	if _, serr := os.Stat(filepath.Join(dir, "supervisor.py")); dir == "" || serr != nil {
+		if dir, err = os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-fork-", os.Getpid())); err != nil {
+			return nil, cleanErr(err)
+		}
+		for name, text := range map[string]string{"forkserver.py": forkServerScript, "supervisor.py": supervisorScript} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+				os.RemoveAll(dir)
+				return nil, cleanErr(err)
+			}
+		}
+		forkDirs[rt] = dir
 	}
 	defer func() {
 		if err != nil {
 			os.RemoveAll(dir)
+			delete(forkDirs, rt)
 		}
 	}()
-	for name, text := range map[string]string{"forkserver.py": forkServerScript, "supervisor.py": supervisorScript} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			return nil, cleanErr(err)
-		}
-	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, cleanErr(os.NewSyscallError("socketpair", err))
@@ -325,7 +334,6 @@ func (fs *forkServer) died() {
 	fs.waiting, fs.procs = map[int]chan forkReply{}, map[int]*forked{}
 	fs.mu.Unlock()
 	fs.conn.Close()
-	os.RemoveAll(fs.dir)
 	for _, ch := range waiting {
 		ch <- forkReply{err: errForkServerExited}
 	}
