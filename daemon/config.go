@@ -87,6 +87,9 @@ type Config struct {
 	// every model: they beat an archive's own config, and a registration's parameters beat
 	// them (core.Resolve). The built-in defaults, below the archive's, are ModelDefaults.
 	Model archive.Settings
+
+	// How long an idle handler fork server stays; 0: while torchd runs.
+	HandlerForkLinger time.Duration
 }
 
 // ModelSettings are a model version's resolved serving settings (core.Resolve).
@@ -393,6 +396,8 @@ var settings = []setting{
 		apply: intSetting(func(c *Config) *int { return &c.HandlerMemoryMiB }, 0)},
 	{key: "handler_fork_server", def: "true", help: "fork handler processes from one warm process per Python runtime that has imported torch and TorchServe's worker, so that they start in a fraction of the time and share those pages; a process whose archive's requirements were installed, or whose model sets variables read as libraries load, starts apart; false: every process starts its own interpreter",
 		apply: boolSetting(func(c *Config) *bool { return &c.HandlerForkServer })},
+	{key: "handler_fork_server_linger", def: "10s", help: "how long the fork server stays once it has forked nothing: it then exits, so that its memory, which RSS counts again in every process forked from it, is off torchd's tree, and its processes serve on as torchd's children; the next start (a restart, a scale-up) starts a new one, importing torch again; 0: it stays while torchd runs",
+		apply: durSetting(func(c *Config) *time.Duration { return &c.HandlerForkLinger }, time.Second)},
 	{key: "max_workers", def: "0", model: true, help: "upper bound for scaling; 0: equal to workers",
 		apply: modelSetting("max_workers", true)},
 	{key: "job_queue_size", def: "100", model: true, help: "requests queued per model before 503",

@@ -246,6 +246,8 @@ func (d *Daemon) Start() error {
 	// torchd is the subreaper of what handlers start: a process whose supervisor a handler
 	// killed comes here, not to init, and is killed (handlerproc/reaper.go).
 	handlerproc.ReapOrphans(d.log)
+	// An idle fork server exits, its processes becoming torchd's children (which needs the subreaper above).
+	handlerproc.RetireForkServers(d.cfg.HandlerForkLinger)
 	if ts := d.cfg.TorchServe; ts != nil && ts.MetricsLog != "" && !d.metrics.Off() {
 		f, err := openTSMetricsLog(ts.MetricsLog)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -56,6 +57,12 @@ type forkServer struct {
 	waiting map[int]chan forkReply
 	procs   map[int]*forked // its live processes, by pid
 	dead    bool
+	exited  chan struct{} // closed once it has been waited for
+
+	// Retirement (RetireForkServers): it exits once no fork has been asked of it for a while.
+	inflight int         // forks asked and not answered
+	idle     *time.Timer // retires it when it fires
+	retired  bool        // told to exit: its processes are left to this process
 }
 
 // forked is a process the fork server started, until it has exited.
@@ -88,11 +95,28 @@ type forkReply struct {
 var (
 	forkMu      sync.Mutex
 	forkServers = map[*Runtime]*forkServer{}
-	forkFailed  = map[*Runtime]error{} // a fork server that could not start is not tried again
+	forkFailed  = map[*Runtime]error{}  // a fork server that could not start is not tried again
+	forkDirs    = map[*Runtime]string{} // the scripts of a runtime's fork servers
 )
 
 // errForkServerExited is a forked process's end when the fork server died before it.
 var errForkServerExited = errors.New("its fork server exited")
+
+// errForkServerRetired is a fork asked of a fork server that was just told to exit: the
+// caller asks the next one.
+var errForkServerRetired = errors.New("the fork server exited as it had forked nothing for a while")
+
+// forkLinger is how long a fork server stays after its last fork (RetireForkServers); 0 keeps
+// it while this process runs.
+var forkLinger atomic.Int64
+
+// RetireForkServers makes a runtime's fork server exit once no process has been forked from
+// it for linger (0, the default: it stays), taking its own resident memory off this process's
+// tree: RSS counts the imports' pages it shares with its processes once in it and once in
+// each of them. The next start (a restart, a scale-up) starts a new one, which pays the
+// imports again. Its processes live on as this process's children, which needs this process
+// to be their subreaper (ReapOrphans): without it, the fork server stays.
+func RetireForkServers(linger time.Duration) { forkLinger.Store(int64(max(linger, 0))) }
 
 // forkServerFor is the runtime's fork server, started on first use (it imports torch:
 // seconds), or the reason there is none.
@@ -101,7 +125,7 @@ func forkServerFor(rt *Runtime, env []string, log *slog.Logger) (*forkServer, er
 	defer forkMu.Unlock()
 	if fs := forkServers[rt]; fs != nil {
 		fs.mu.Lock()
-		dead := fs.dead
+		dead := fs.dead || fs.retired
 		fs.mu.Unlock()
 		if !dead {
 			return fs, nil
@@ -123,21 +147,29 @@ func forkServerFor(rt *Runtime, env []string, log *slog.Logger) (*forkServer, er
 
 // startForkServer starts the fork server with env (torchd's own, with the processes'
 // defaults) and waits until it has imported what it preloads.
+// Called with forkMu held.
 func startForkServer(rt *Runtime, env []string, log *slog.Logger) (_ *forkServer, err error) {
-	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-fork-", os.Getpid()))
-	if err != nil {
-		return nil, cleanErr(err)
+	// One directory per runtime for this process's life, not per fork server: a process
+	// forked just before its fork server exits may not have opened supervisor.py yet.
+	dir := forkDirs[rt]
+	if _, serr := os.Stat(filepath.Join(dir, "supervisor.py")); dir == "" || serr != nil {
+		if dir, err = os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-fork-", os.Getpid())); err != nil {
+			return nil, cleanErr(err)
+		}
+		for name, text := range map[string]string{"forkserver.py": forkServerScript, "supervisor.py": supervisorScript} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+				os.RemoveAll(dir)
+				return nil, cleanErr(err)
+			}
+		}
+		forkDirs[rt] = dir
 	}
 	defer func() {
 		if err != nil {
 			os.RemoveAll(dir)
+			delete(forkDirs, rt)
 		}
 	}()
-	for name, text := range map[string]string{"forkserver.py": forkServerScript, "supervisor.py": supervisorScript} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			return nil, cleanErr(err)
-		}
-	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, cleanErr(os.NewSyscallError("socketpair", err))
@@ -184,6 +216,7 @@ func startForkServer(rt *Runtime, env []string, log *slog.Logger) (_ *forkServer
 		}
 	}()
 	exited := make(chan struct{})
+	fs.exited = exited
 	go func() {
 		cmd.Wait()
 		forget(cmd.Process.Pid)
@@ -254,6 +287,9 @@ func (fs *forkServer) read(ready chan<- error, exited <-chan struct{}) {
 			if m.Error == "" {
 				f = &forked{pid: m.PID, exited: make(chan struct{})}
 				fs.procs[m.PID] = f
+				// Known to the reaper before it can become this process's child (when the
+				// fork server exits), so that it is waited for, not killed as an orphan.
+				track(m.PID)
 			}
 			fs.mu.Unlock()
 			if ch != nil {
@@ -269,6 +305,7 @@ func (fs *forkServer) read(ready chan<- error, exited <-chan struct{}) {
 			delete(fs.procs, m.PID)
 			fs.mu.Unlock()
 			if f != nil {
+				forget(m.PID)
 				f.status = syscall.WaitStatus(m.Status)
 				close(f.exited)
 			}
@@ -276,31 +313,84 @@ func (fs *forkServer) read(ready chan<- error, exited <-chan struct{}) {
 	}
 }
 
-// died ends every request and process of a fork server that exited: its processes' trees
-// die with it (their death signal); what is left of them is killed here before their end is
-// told, so that a process is never seen gone while its tree runs.
+// died ends every request of a fork server that exited, and takes over its processes, which
+// it left to this process (their subreaper) or to init. A fork server that was retired
+// leaves them serving, waited for here. One that died otherwise takes them down: what is
+// left of their trees is killed here before their end is told, so that a process is never
+// seen gone while its tree runs.
 func (fs *forkServer) died() {
+	// Its processes are reparented as it exits, before it can be waited for.
+	select {
+	case <-fs.exited:
+	case <-time.After(5 * time.Second):
+	}
 	fs.mu.Lock()
 	fs.dead = true
+	retired := fs.retired
+	if fs.idle != nil {
+		fs.idle.Stop()
+	}
 	waiting, procs := fs.waiting, fs.procs
 	fs.waiting, fs.procs = map[int]chan forkReply{}, map[int]*forked{}
 	fs.mu.Unlock()
 	fs.conn.Close()
-	os.RemoveAll(fs.dir)
 	for _, ch := range waiting {
 		ch <- forkReply{err: errForkServerExited}
 	}
-	if len(procs) > 0 {
+	if retired {
+		fs.log.Info("the handler fork server exited, having forked nothing for a while: its processes serve on, and the next start starts a new one",
+			"pid", fs.pid, "processes", len(procs))
+	} else if len(procs) > 0 {
 		fs.log.Warn("the handler fork server exited: its processes are stopped and restart", "pid", fs.pid, "processes", len(procs))
 	}
 	for _, f := range procs {
 		go func() {
-			waitExit(f.pid, 2*time.Second)
-			killTree(f.pid)
-			waitExit(f.pid, 5*time.Second)
-			f.err = errForkServerExited
+			if !retired {
+				killTree(f.pid)
+				f.err = errForkServerExited
+			}
+			ws, err := waitChild(f.pid)
+			forget(f.pid)
+			if err != nil {
+				// Not this process's child (no subreaper): init reaps it.
+				waitExit(f.pid, 5*time.Second)
+				if f.err == nil {
+					f.err = errForkServerExited
+				}
+			}
+			f.status = ws
 			close(f.exited)
 		}()
+	}
+}
+
+// waitChild waits for pid, a child of this process, to exit.
+func waitChild(pid int) (syscall.WaitStatus, error) {
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			return ws, err
+		}
+	}
+}
+
+// retire tells the fork server to exit when nothing is asked of it and its processes would
+// come to this process, their subreaper.
+func (fs *forkServer) retire() {
+	fs.mu.Lock()
+	if fs.dead || fs.retired || fs.inflight > 0 || !subreaping() {
+		fs.mu.Unlock()
+		return
+	}
+	fs.retired = true
+	fs.mu.Unlock()
+	msg, _ := json.Marshal(forkMsg{Op: "exit"})
+	fs.sendMu.Lock()
+	_, _, err := fs.conn.WriteMsgUnix(msg, nil, nil)
+	fs.sendMu.Unlock()
+	if err != nil {
+		syscall.Kill(fs.pid, syscall.SIGKILL) // it does not read: it exits all the same
 	}
 }
 
@@ -321,6 +411,10 @@ func waitExit(pid int, d time.Duration) {
 // the files given; they are the caller's to close.
 func (fs *forkServer) fork(argv []string, cwd string, env []string, stdin, out *os.File) (*forked, error) {
 	fs.mu.Lock()
+	if fs.retired {
+		fs.mu.Unlock()
+		return nil, errForkServerRetired
+	}
 	if fs.dead {
 		fs.mu.Unlock()
 		return nil, errForkServerExited
@@ -329,7 +423,22 @@ func (fs *forkServer) fork(argv []string, cwd string, env []string, stdin, out *
 	id := fs.nextID
 	ch := make(chan forkReply, 1)
 	fs.waiting[id] = ch
+	fs.inflight++
+	if fs.idle != nil {
+		fs.idle.Stop()
+	}
 	fs.mu.Unlock()
+	defer func() {
+		fs.mu.Lock()
+		if fs.inflight--; fs.inflight == 0 {
+			if linger := time.Duration(forkLinger.Load()); linger > 0 && fs.idle == nil {
+				fs.idle = time.AfterFunc(linger, fs.retire)
+			} else if linger > 0 {
+				fs.idle.Reset(linger)
+			}
+		}
+		fs.mu.Unlock()
+	}()
 	msg, err := json.Marshal(forkMsg{Op: "fork", ID: id, Argv: argv, Cwd: cwd, Env: env})
 	if err != nil {
 		return nil, err

@@ -6,7 +6,8 @@
 # supervisor.py to become the worker's supervisor, as small as one torchd starts itself. It
 # answers each request with the supervisor's pid, and reports each supervisor's exit status.
 # It dies with torchd (its parent-death signal, and the socket's close); the supervisors die
-# with it (theirs). Nothing of a handler runs in it.
+# with torchd too (their stdin closes). Told to exit (torchd retires an idle fork server), it
+# exits at once and leaves its supervisors to torchd. Nothing of a handler runs in it.
 import ctypes
 import gc
 import importlib
@@ -121,9 +122,9 @@ def child(me, ctl, wake, sup, req, fds):
     # SIGTERM (torchd's stop) waits until the supervisor handles it.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # dies with the fork server
-    if os.getppid() != me:
-        os._exit(1)
+    # No parent-death signal: it outlives a fork server that exits once idle, becoming torchd's
+    # child (torchd is the subreaper). It dies with torchd by its stdin, a pipe only torchd
+    # writes to, closing; if the fork server dies alone, torchd kills its tree.
     os.setpgid(0, 0)  # a group of its own, as an exec'd supervisor has
     # Before the worker exists, so that no orphan of its tree escapes before the exec.
     libc.prctl(sup.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -229,7 +230,13 @@ def main():
         if ctl in ready:
             data, fds, _, _ = socket.recv_fds(ctl, 1 << 20, 2)
             if not data:
-                return 0  # torchd is gone; the supervisors follow (their death signal)
+                return 0  # torchd is gone; the supervisors follow (their stdin closes)
+            if json.loads(data).get("op") == "exit":
+                # Idle (RetireForkServers): its processes, and any it has not reaped, go to
+                # torchd, their subreaper, which waits for them from now on.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
             handle(me, ctl, (wake_r, wake_w), sup, data, fds)
 
 

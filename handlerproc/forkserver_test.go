@@ -2,6 +2,9 @@ package handlerproc
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -222,5 +225,142 @@ func TestForkServerFailsProcessesStartApart(t *testing.T) {
 	}
 	if pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
 		t.Errorf("predict: %+v, %v", pr, err)
+	}
+}
+
+// reaped reports whether pid is gone and not a zombie: something waited for it.
+func reaped(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return os.IsNotExist(err)
+}
+
+// waitReaped waits until every pid has exited and been waited for.
+func waitReaped(t *testing.T, what string, pids ...int) {
+	t.Helper()
+	for _, pid := range pids {
+		coretest.WaitFor(t, fmt.Sprintf("%s: process %d reaped", what, pid), func() bool { return reaped(pid) })
+	}
+}
+
+// An idle fork server exits (RetireForkServers) when this process is the subreaper: its
+// processes become this process's children and serve on; one that crashes is waited for here
+// and restarts from a new fork server; scaling up forks from a new one and scaling down
+// stops processes whose fork server is gone; closing the model leaves nothing, not even a
+// zombie.
+func TestForkServerRetires(t *testing.T) {
+	ReapOrphans(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	RetireForkServers(300 * time.Millisecond)
+	t.Cleanup(func() { RetireForkServers(0) })
+	m, err := startTiny(t, "handler.py", func(c *Config) { c.Processes = 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := currentForkServer(t, m)
+	waitReaped(t, "the idle fork server", fs.pid)
+	sups := map[int]bool{}
+	for _, p := range liveProcesses(m) {
+		sups[p.pid] = true
+		if got := ppid(p.pid); got != os.Getpid() {
+			t.Errorf("supervisor %d's parent is %d after its fork server exited, not this process", p.pid, got)
+		}
+	}
+	if len(sups) != 2 {
+		t.Fatalf("%d processes; want 2", len(sups))
+	}
+	for range 3 {
+		if pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+			t.Fatalf("after the fork server exited: %+v, %v", pr, err)
+		}
+	}
+	// A crash: the supervisor's exit status reaches the model, which restarts the process.
+	_, err = m.Predict([]Request{jsonReq("c", `"crash"`)})
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("crash: %v; want the worker's exit status", err)
+	}
+	for pid := range sups {
+		if gone(pid) {
+			waitReaped(t, "the crashed process's supervisor", pid)
+			delete(sups, pid)
+		}
+	}
+	if len(sups) != 1 {
+		t.Fatalf("the crash ended %d supervisors; want 1", 2-len(sups))
+	}
+	coretest.WaitFor(t, "the crashed process restarted", func() bool { return m.ProcessCount() == 2 && len(liveProcesses(m)) == 2 })
+	if pr, err := m.Predict([]Request{jsonReq("b", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("after the restart: %+v, %v", pr, err)
+	}
+	if next := currentForkServer(t, m); next == fs {
+		t.Error("the restart used the fork server that exited")
+	}
+	// Scaling: up from a new fork server, then down, each process stopped and waited for.
+	if err := m.SetProcesses(3); err != nil || m.ProcessCount() != 3 {
+		t.Fatalf("scaled to 3: %d processes, %v", m.ProcessCount(), err)
+	}
+	var all []int
+	for _, p := range liveProcesses(m) {
+		all = append(all, p.pid)
+		all = append(all, pidsOf(descendants(p.pid))...)
+	}
+	if err := m.SetProcesses(1); err != nil {
+		t.Fatal(err)
+	}
+	coretest.WaitFor(t, "scaled down to 1", func() bool { return len(liveProcesses(m)) == 1 })
+	if pr, err := m.Predict([]Request{jsonReq("d", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("after scaling down: %+v, %v", pr, err)
+	}
+	waitReaped(t, "the new fork server", currentForkServer(t, m).pid)
+	m.Close()
+	waitReaped(t, "after the model's close", all...)
+	for _, e := range descendants(os.Getpid()) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(e.pid) + "/environ"); strings.Contains(string(b), handlerMark()) {
+			t.Errorf("process %d of a handler is left after the close", e.pid)
+		}
+	}
+}
+
+func pidsOf(es []procEntry) []int {
+	var out []int
+	for _, e := range es {
+		out = append(out, e.pid)
+	}
+	return out
+}
+
+// A fork asked of a fork server as it is told to exit goes to a new one; the old one's
+// process serves on as this process's child.
+func TestForkServerRetiredForkAsksNext(t *testing.T) {
+	ReapOrphans(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := currentForkServer(t, m)
+	old := onlyProcess(t, m).pid
+	fs.retire()
+	if _, err := fs.fork(nil, "", nil, nil, nil); !errors.Is(err, errForkServerRetired) {
+		t.Fatalf("a fork asked of a retired fork server: %v; want errForkServerRetired", err)
+	}
+	if err := m.SetProcesses(2); err != nil {
+		t.Fatal(err)
+	}
+	waitReaped(t, "the retired fork server", fs.pid)
+	next := currentForkServer(t, m)
+	if next == fs {
+		t.Fatal("the retired fork server is still the runtime's")
+	}
+	for _, p := range liveProcesses(m) {
+		want := next.pid
+		if p.pid == old {
+			want = os.Getpid()
+		}
+		if got := ppid(p.pid); got != want {
+			t.Errorf("supervisor %d's parent is %d; want %d", p.pid, got, want)
+		}
+	}
+	for range 3 {
+		if pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+			t.Fatalf("predict: %+v, %v", pr, err)
+		}
 	}
 }

@@ -185,8 +185,18 @@ func startProcess(o startOptions) (_ *process, err error) {
 // whose script goes into dir. wait returns how the supervisor exited.
 func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File) (pid int, wait func() (syscall.WaitStatus, error), err error) {
 	if !o.apart {
-		if fs, why := o.forkServer(); fs != nil {
-			f, err := fs.fork(argv, o.load.ModelPath, env, stdin, out)
+		fs, why := o.forkServer()
+		f, err := (*forked)(nil), error(nil)
+		if fs != nil {
+			f, err = fs.fork(argv, o.load.ModelPath, env, stdin, out)
+			if errors.Is(err, errForkServerRetired) {
+				// It was told to exit as this process was asked: the next one forks it.
+				if fs, why = o.forkServer(); fs != nil {
+					f, err = fs.fork(argv, o.load.ModelPath, env, stdin, out)
+				}
+			}
+		}
+		if fs != nil {
 			if err == nil {
 				return f.pid, func() (syscall.WaitStatus, error) { <-f.exited; return f.status, f.err }, nil
 			}

@@ -70,6 +70,21 @@ func startTracked(cmd *exec.Cmd, spawn bool) error {
 	return err
 }
 
+// track records pid as a process this one waits for itself, should it become its child (a
+// fork server's process, once the fork server exits).
+func track(pid int) {
+	childMu.Lock()
+	children[pid] = true
+	childMu.Unlock()
+}
+
+// subreaping reports whether this process is the subreaper of what handlers start.
+func subreaping() bool {
+	childMu.Lock()
+	defer childMu.Unlock()
+	return reaping
+}
+
 // forget drops a child torchd has waited for: its pid may be another process's next.
 func forget(pid int) {
 	childMu.Lock()

@@ -150,9 +150,18 @@ func TestHelperServesModel(t *testing.T) {
 	if dir == "" {
 		t.Skip("run by TestParentKilledLeavesNothing")
 	}
+	retire := os.Getenv(helperEnv+"_RETIRE") != ""
+	if retire {
+		ReapOrphans(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		RetireForkServers(200 * time.Millisecond)
+	}
 	m, err := startTiny(t, "handler.py", nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if retire {
+		// Its supervisor is this process's child once the fork server has exited.
+		waitReaped(t, "the idle fork server", currentForkServer(t, m).pid)
 	}
 	spawn(t, m)
 	spinning := filepath.Join(dir, "spinning")
@@ -167,11 +176,17 @@ func TestHelperServesModel(t *testing.T) {
 }
 
 // kill -9 of the process that started a model (torchd) while its handler is busy leaves
-// nothing running: not the worker, its supervisor, nor the handler's detached children.
+// nothing running: not the worker, its supervisor, nor the handler's detached children; also
+// when the fork server has exited and the supervisor is torchd's own child.
 func TestParentKilledLeavesNothing(t *testing.T) {
 	testPython(t)
+	t.Run("forked", func(t *testing.T) { parentKilledLeavesNothing(t) })
+	t.Run("fork server exited", func(t *testing.T) { parentKilledLeavesNothing(t, helperEnv+"_RETIRE=1") })
+}
+
+func parentKilledLeavesNothing(t *testing.T, env ...string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServesModel$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"="+t.TempDir())
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+t.TempDir()), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
