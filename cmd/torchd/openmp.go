@@ -6,7 +6,7 @@ import (
 )
 
 // defaultSpinCount is GOMP_SPINCOUNT when neither it nor OMP_WAIT_POLICY is set: a team thread
-// spins this many rounds at a barrier (tens of microseconds) and then sleeps. It takes back
+// spins this many rounds at a barrier (well under a millisecond) and then sleeps. It takes back
 // most of what sleeping at once costs a small forward on two or more threads, and is too short
 // to starve the HTTP goroutines that share the cores (docs/design/openmp.md has the figures).
 const defaultSpinCount = "2000"
