@@ -33,21 +33,18 @@ func init() {
 // benchModelResult is what `torchd bench-model --json` prints; bench/harness reads it as the
 // machine's ceiling for the model.
 type benchModelResult struct {
-	Archive    string `json:"archive"`
-	Format     string `json:"format"` // torchscript or pt2
-	Precision  string `json:"precision"`
-	Handler    string `json:"handler"`
-	Input      string `json:"input"`
-	InputBytes int    `json:"input_bytes"`
-	Threads    int    `json:"threads"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	LibTorch   string `json:"libtorch"`
-	Rounds     int    `json:"rounds"`
-	// KeepFreed is whether the C allocator kept LibTorch's freed memory, as the daemon's
-	// keep_freed_memory does by default.
-	KeepFreed   bool  `json:"keep_freed_memory"`
-	PreprocessN int64 `json:"preprocess_ns"`  // median, one request on one goroutine
-	PostprocN   int64 `json:"postprocess_ns"` // median, one request on one goroutine
+	Archive     string `json:"archive"`
+	Format      string `json:"format"` // torchscript or pt2
+	Precision   string `json:"precision"`
+	Handler     string `json:"handler"`
+	Input       string `json:"input"`
+	InputBytes  int    `json:"input_bytes"`
+	Threads     int    `json:"threads"`
+	GOMAXPROCS  int    `json:"gomaxprocs"`
+	LibTorch    string `json:"libtorch"`
+	Rounds      int    `json:"rounds"`
+	PreprocessN int64  `json:"preprocess_ns"`  // median, one request on one goroutine
+	PostprocN   int64  `json:"postprocess_ns"` // median, one request on one goroutine
 	// SingleN is one request start to end on one goroutine: preprocess, forward of a batch
 	// of one, postprocess; the lowest latency the machine gives the model.
 	SingleN int64             `json:"single_ns"`
@@ -60,6 +57,9 @@ type benchModelResult struct {
 	Pipelined []benchModelPipelined `json:"pipelined"`
 	// Best is the highest throughput of all, pipelined or not: the in-process reference.
 	Best benchModelPipelined `json:"best"`
+	// KeepFreed is whether the C allocator kept LibTorch's freed memory, as the daemon's
+	// keep_freed_memory does by default.
+	KeepFreed bool `json:"keep_freed_memory"`
 }
 
 // benchModelPipelined is one pipelined configuration's figure, the median over rounds.
@@ -165,7 +165,7 @@ func runBenchModel(args []string) error {
 			}
 		}
 	}
-	// As the daemon does at start: without it a big batch's activations are mmap'd and
+	// As the daemon does at start: without it a big batch's activations go back to the kernel and are
 	// faulted in afresh at every forward, which the served forwards do not pay.
 	kept := *keepFreed && torch.KeepFreedMemory()
 	maxWorkers := slices.Max(workers)
