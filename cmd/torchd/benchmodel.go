@@ -165,8 +165,8 @@ func runBenchModel(args []string) error {
 			}
 		}
 	}
-	// As the daemon does at start: without it a big batch's activations go back to the kernel and are
-	// faulted in afresh at every forward, which the served forwards do not pay.
+	// As the daemon does at start: without it a big batch's activations go back to the kernel
+	// and are faulted in afresh at every forward, which the served forwards do not pay.
 	kept := *keepFreed && torch.KeepFreedMemory()
 	maxWorkers := slices.Max(workers)
 	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
