@@ -46,9 +46,9 @@ import subprocess
 import sys
 import time
 
-# As torchd ran before it spun (idle OpenMP threads sleep at once); --libgomp-defaults leaves
-# both runners at their own defaults: Python's libgomp spins for milliseconds, torchd's re-exec
-# sets PASSIVE with a bounded spin. libgomp reads the variables once, so before torch loads.
+# As torchd runs (idle OpenMP threads sleep at once); --libgomp-defaults leaves both runners at
+# their own defaults: Python's libgomp spins for milliseconds, torchd's re-exec sets PASSIVE.
+# libgomp reads the variables once, so before torch loads.
 if "--libgomp-defaults" not in sys.argv:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

@@ -5,32 +5,22 @@ import (
 	"syscall"
 )
 
-// defaultSpinCount is GOMP_SPINCOUNT when neither it nor OMP_WAIT_POLICY is set: a team thread
-// spins this many rounds at a barrier (well under a millisecond) and then sleeps. It takes back
-// most of what sleeping at once costs a small forward on two or more threads, and is too short
-// to starve the HTTP goroutines that share the cores (docs/design/openmp.md has the figures).
-const defaultSpinCount = "2000"
-
-// openMPEnv returns the variables torchd sets before libgomp loads, given the environment's.
-// A user's OMP_WAIT_POLICY wins outright (set alone, PASSIVE means no spin at all); a user's
-// GOMP_SPINCOUNT is kept beside torchd's PASSIVE.
+// openMPEnv returns the variables torchd sets before libgomp loads, given the environment's:
+// OMP_WAIT_POLICY=PASSIVE unless the user set a policy. A user's GOMP_SPINCOUNT is inherited
+// as it is, so GOMP_SPINCOUNT=2000 alone gives PASSIVE with a bounded spin, the faster wait on
+// a dedicated machine (docs/design/openmp.md has why it is not the default).
 func openMPEnv(getenv func(string) string) map[string]string {
 	if getenv("OMP_WAIT_POLICY") != "" {
 		return nil
 	}
-	set := map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}
-	if getenv("GOMP_SPINCOUNT") == "" {
-		set["GOMP_SPINCOUNT"] = defaultSpinCount
-	}
-	return set
+	return map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}
 }
 
 // openMPWait restarts the process once with openMPEnv's variables. LibTorch (and the MKL
 // inside it) runs on GNU OpenMP, whose threads by default spin for milliseconds at a barrier;
 // in a server the same cores run the HTTP goroutines (and, on shared machines, other
-// processes), and long spins take the cores from them, while sleeping at once slows small
-// forwards. libgomp reads the variables once, as the process loads it, before main runs, so
-// setting them needs a fresh exec.
+// processes), and spinning threads take the cores from them. libgomp reads the variables
+// once, as the process loads it, before main runs, so setting them needs a fresh exec.
 func openMPWait() {
 	set := openMPEnv(os.Getenv)
 	if set == nil {

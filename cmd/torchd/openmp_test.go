@@ -8,15 +8,15 @@ import (
 	"testing"
 )
 
-// What torchd sets before libgomp loads: PASSIVE with a bounded spin when the user set
-// neither variable, the user's spin count kept, and nothing at all when the user chose a policy.
+// What torchd sets before libgomp loads: PASSIVE when the user set no policy (a spin count of
+// the user's is left to be inherited beside it), and nothing at all when the user chose one.
 func TestOpenMPEnvPrecedence(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		env  map[string]string
 		want map[string]string
 	}{
-		{"neither", nil, map[string]string{"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": defaultSpinCount}},
+		{"neither", nil, map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}},
 		{"user spin", map[string]string{"GOMP_SPINCOUNT": "0"}, map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}},
 		{"user passive", map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}, nil},
 		{"user active", map[string]string{"OMP_WAIT_POLICY": "active"}, nil},
@@ -47,7 +47,7 @@ func TestOpenMPWaitReexec(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{nil, "policy=PASSIVE spin=" + defaultSpinCount},
+		{nil, "policy=PASSIVE spin="},
 		{[]string{"GOMP_SPINCOUNT=300"}, "policy=PASSIVE spin=300"},
 		{[]string{"OMP_WAIT_POLICY=ACTIVE"}, "policy=ACTIVE spin="},
 	} {
