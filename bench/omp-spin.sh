@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# libgomp's wait at a barrier, served and forward-only: PASSIVE (torchd's default so far: sleep
-# at once), PASSIVE with a bounded spin (GOMP_SPINCOUNT=N: spin N rounds, then sleep) and ACTIVE
+# libgomp's wait at a barrier, served and forward-only: PASSIVE (torchd's default: sleep at
+# once), PASSIVE with a bounded spin (GOMP_SPINCOUNT=N: spin N rounds, then sleep) and ACTIVE
 # (spin for minutes). One torchd per configuration, each serving the zoo's resnet18 and
 # efficientnet_lite0 .pt2 archives (precision auto) and digits (PNG) with the mission's settings
 # (BATCH_SIZE=32 WORKERS=2 LINGER_MS=10; WORKERS=1 in the environment runs one worker of two
@@ -9,9 +9,11 @@
 # (SIGSTOP), so that no idle server's spinning threads take the cores. Each round runs every
 # point on every server in a shuffled order; then `torchd bench-model` runs EfficientNet-Lite0
 # and ResNet-18 int8 at batch 1 and 32 (FWD_BATCHES) under each configuration (the forward alone).
-# Prints "round point config req/s p50_ms load", and for the forward "round point config img/s ms load"
-# (load: the 1-minute load average as the point starts). POINTS="model:concurrency ..." picks the
-# served points (default all five; none: the forward alone), FWD_ROUNDS=0 skips the forward. Needs `make build archives models-int8`.
+# Prints "round point config req/s p50_ms load", and for the forward "round point config img/s
+# ms load" (load: the 1-minute load average as the point starts). POINTS="model:concurrency ..."
+# picks the served points (default all five; none: the forward alone); FWD_ROUNDS (default:
+# rounds; 0 skips the forward), FWD_BATCHES (1,32) and FWD_TIME (2s) shape the forward.
+# Needs `make build archives models-int8`.
 # Usage: bench/omp-spin.sh [rounds] [seconds] [spin counts...]   (default 2 5 2000 20000)
 set -uo pipefail
 cd "$(dirname "$0")/.."
