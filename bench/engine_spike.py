@@ -46,7 +46,11 @@ import subprocess
 import sys
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as torchd runs: idle OpenMP threads sleep
+# As torchd runs (idle OpenMP threads sleep at once); --libgomp-defaults leaves both runners at
+# their own defaults: Python's libgomp spins for milliseconds, torchd's re-exec sets PASSIVE.
+# libgomp reads the variables once, so before torch loads.
+if "--libgomp-defaults" not in sys.argv:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 import torch
@@ -213,6 +217,10 @@ def main():
     p.add_argument("--zoo", default=os.path.join(ROOT, "models", "out"))
     p.add_argument("--model", default="resnet18", choices=sorted(NORM))
     p.add_argument("--no-ort", action="store_true")
+    p.add_argument("--no-ov", action="store_true", help="no OpenVINO backends")
+    p.add_argument("--no-ts", action="store_true", help="no TorchScript backend")
+    p.add_argument("--libgomp-defaults", action="store_true",
+                   help="leave OMP_WAIT_POLICY unset: each runner waits as it does by default")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--time", type=float, default=2.0, help="least seconds per figure per round")
     p.add_argument("--threads", type=int, default=2)
@@ -226,7 +234,9 @@ def main():
     torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",")]
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    print(f"CPU: {cpu}, {os.cpu_count()} logical; torch {torch.__version__}", flush=True)
+    print(f"CPU: {cpu}, {os.cpu_count()} logical; torch {torch.__version__};"
+          f" OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}"
+          f" GOMP_SPINCOUNT={os.environ.get('GOMP_SPINCOUNT', '(unset)')}", flush=True)
 
     print(f"model: {args.model}; threads {args.threads}; batches {batches}", flush=True)
     x = gate_inputs(args.zoo, args.model)
@@ -234,7 +244,10 @@ def main():
     with torch.inference_mode():
         want = logits(lambda t: module(torch.from_numpy(t)).numpy(), x)
     backends = torch_backends(args.zoo, args.model, batches)
-    backends.update(openvino_backends(module, x[:args.calib], batches, args.threads, not args.no_int8))
+    if args.no_ts:
+        del backends["torch-ts"]
+    if not args.no_ov:
+        backends.update(openvino_backends(module, x[:args.calib], batches, args.threads, not args.no_int8))
     if not args.no_ort:
         for name, (fwd, _) in ort_backends(module, x[:args.calib], args.threads, not args.no_int8,
                                            os.path.join(ROOT, "build", "forward-spike", args.model)).items():

@@ -5,12 +5,16 @@
 # ONNX Runtime fp32/int8, batch 1 latency and batch 1-64 throughput, on THREADS threads.
 # OpenVINO and NNCF go into build/pyext (not the zoo's venv, whose packages pin the zoo).
 #
-# Usage: bench/forward.sh [rounds] [seconds-per-figure] [threads]   (default 3 1.5 $(nproc))
+# Usage: bench/forward.sh [rounds] [seconds-per-figure] [threads] [engine_spike.py flags...]
+#   (default 3 1.5 $(nproc)). E.g. torchd against PyTorch's runner alone, each at its own
+#   libgomp default, batch 1 and 32:
+#   bench/forward.sh 5 1.5 2 --no-ov --no-ort --no-ts --libgomp-defaults --batches 1,32
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 secs=${2:-1.5}
 threads=${3:-$(nproc)}
+shift 3 2>/dev/null || shift $#
 py=.venv/bin/python
 if [ ! -e build/pyext/.done ]; then
   $py -m pip install --quiet --no-deps --target build/pyext openvino==2026.4.1 openvino-telemetry==2025.2.0 \
@@ -24,5 +28,5 @@ for model in resnet18 efficientnet_lite0; do
   archives=()
   for p in fp32 int8 auto; do archives+=(--archive "pt2:$p=model-store/${model}_pt2.mar"); done
   PYTHONPATH=build/pyext nice -n 0 $py bench/engine_spike.py --model "$model" --rounds "$rounds" --time "$secs" \
-    --threads "$threads" --batches 1,8,32 "${archives[@]}" --json "build/forward-$model.json"
+    --threads "$threads" --batches 1,8,32 "${archives[@]}" --json "build/forward-$model.json" "$@"
 done

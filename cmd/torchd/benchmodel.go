@@ -57,6 +57,9 @@ type benchModelResult struct {
 	Pipelined []benchModelPipelined `json:"pipelined"`
 	// Best is the highest throughput of all, pipelined or not: the in-process reference.
 	Best benchModelPipelined `json:"best"`
+	// KeepFreed is whether the C allocator kept LibTorch's freed memory, as the daemon's
+	// keep_freed_memory does by default.
+	KeepFreed bool `json:"keep_freed_memory"`
 }
 
 // benchModelPipelined is one pipelined configuration's figure, the median over rounds.
@@ -94,6 +97,7 @@ func runBenchModel(args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	precision := fs.String("precision", "", "fp32, bf16, fp16, int8 or auto (bf16: TorchScript under autocast; a .pt2 must have been exported in it or carry a variant in it; fp16, int8: packages only; auto: the fastest package this CPU computes natively); default: as the daemon serves the archive")
 	device := fs.String("device", "cpu", "cpu, cuda or cuda:N")
+	keepFreed := fs.Bool("keep-freed-memory", true, "make the C allocator keep the memory LibTorch frees, as the daemon's keep_freed_memory (its default); false: glibc's own mmap and trimming")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: torchd bench-model --input FILE [flags] ARCHIVE")
 		printFlags(fs)
@@ -161,6 +165,9 @@ func runBenchModel(args []string) error {
 			}
 		}
 	}
+	// As the daemon does at start: without it a big batch's activations go back to the kernel
+	// and are faulted in afresh at every forward, which the served forwards do not pay.
+	kept := *keepFreed && torch.KeepFreedMemory()
 	maxWorkers := slices.Max(workers)
 	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
 	if err != nil {
@@ -184,6 +191,7 @@ func runBenchModel(args []string) error {
 	res := benchModelResult{
 		Archive: fs.Arg(0), Format: "torchscript", Precision: *precision, Handler: am.Config.Handler, Input: *input, InputBytes: len(body),
 		Threads: *threads, GOMAXPROCS: runtime.GOMAXPROCS(0), LibTorch: torch.Version(), Rounds: *rounds,
+		KeepFreed: kept,
 	}
 	if am.IsPackage() {
 		res.Format = "pt2"

@@ -32,7 +32,7 @@ func benchModel(t *testing.T, args ...string) (string, error) {
 // bench-model on resnet18_pt2 as make archives builds it (the fp32 package with its int8
 // variant): without --precision it measures the package the daemon would serve (auto: int8
 // where the CPU computes it natively, else fp32), --precision fp32 the serialized one, and a
-// precision the archive lacks is refused.
+// precision the archive lacks is refused. It measures with freed memory kept, as the daemon runs.
 func TestBenchModelPrecision(t *testing.T) {
 	zoo := filepath.Join("..", "..", "models", "out", "resnet18")
 	if _, err := os.Stat(filepath.Join(zoo, "model_int8.pt2")); err != nil {
@@ -61,9 +61,14 @@ func TestBenchModelPrecision(t *testing.T) {
 		}
 		var r struct {
 			Precision string `json:"precision"`
+			KeepFreed bool   `json:"keep_freed_memory"`
 		}
 		if i := strings.Index(out, "{"); i < 0 || json.NewDecoder(strings.NewReader(out[i:])).Decode(&r) != nil || r.Precision != c.want {
 			t.Errorf("--precision %q: measured %q, want %s\n%s", c.flag, r.Precision, c.want, out)
+		}
+		// As the daemon runs (keep_freed_memory's default); glibc is what the project builds on.
+		if !r.KeepFreed {
+			t.Errorf("--precision %q: measured without keeping freed memory, as the daemon does not run", c.flag)
 		}
 	}
 	out, err := benchModel(t, "--input", photo, "--precision", "bf16", mar)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"syscall"
 )
 
 // command is one subcommand; each lives in a file of its own and registers itself in init.
@@ -23,7 +22,7 @@ var commands = map[string]command{}
 
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "serve" || os.Args[1] == "bench-model") {
-		passiveOpenMP()
+		openMPWait()
 	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		usage()
@@ -54,24 +53,4 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-12s %s\n", n, commands[n].summary)
 	}
-}
-
-// passiveOpenMP restarts the process once with OMP_WAIT_POLICY=PASSIVE unless the variable
-// is set. LibTorch (and the MKL inside it) runs on GNU OpenMP, whose threads spin while they
-// wait at a barrier. In a server the same cores also run the HTTP goroutines (and, on shared
-// machines, other processes), and spinning threads take the cores from them
-// (docs/design/openmp.md has the measurements). libgomp reads the variable once, when the
-// process loads it, before main runs, so setting it needs a fresh exec.
-// OMP_WAIT_POLICY=ACTIVE in the environment keeps spinning.
-func passiveOpenMP() {
-	if os.Getenv("OMP_WAIT_POLICY") != "" {
-		return
-	}
-	os.Setenv("OMP_WAIT_POLICY", "PASSIVE")
-	exe, err := os.Executable()
-	if err != nil {
-		return
-	}
-	// On success Exec does not return; on failure torchd runs on with the default policy.
-	_ = syscall.Exec(exe, os.Args, os.Environ())
 }
