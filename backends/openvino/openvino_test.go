@@ -12,6 +12,7 @@ import (
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/errkind"
 	"github.com/torchd/torchd/handlers"
+	"github.com/torchd/torchd/internal/zootest"
 	"github.com/torchd/torchd/torch"
 )
 
@@ -21,7 +22,7 @@ func dirArchive(t *testing.T) *archive.Model {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{"model.xml", "model.bin"} {
-		copyFile(t, filepath.Join(zooDir, "resnet18_ov_int8", "1", f), filepath.Join(dir, f))
+		zootest.CopyFile(t, filepath.Join(zooDir, "resnet18_ov_int8", "1", f), filepath.Join(dir, f))
 	}
 	cfg := "handler = \"tensor\"\nserialized_file = \"model.xml\"\nbatch_size = 8\n"
 	if err := os.WriteFile(filepath.Join(dir, "model-config.toml"), []byte(cfg), 0o644); err != nil {
@@ -66,8 +67,8 @@ func TestArchiveBatch(t *testing.T) {
 	if len(ins) != 1 || ins[0].Name != "x" || ins[0].DType != "float32" || len(outs) != 1 || outs[0].Name != "logits" {
 		t.Fatalf("signature %v -> %v", ins, outs)
 	}
-	x := readNpy(t, "ref_input.npy")
-	want := floats(readNpy(t, "ref_output_int8.npy").Data)
+	x := zootest.ReadNpy(t, zooDir, "ref_input.npy")
+	want := zootest.F32s(zootest.ReadNpy(t, zooDir, "ref_output_int8.npy").Data)
 	row := len(x.Data) / 8
 	sample := func(from, n int) *handlers.Sample {
 		return &handlers.Sample{Items: n, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{int64(n), 3, 224, 224}, Data: x.Data[from*row : (from+n)*row]}}}
@@ -83,7 +84,7 @@ func TestArchiveBatch(t *testing.T) {
 		if got.Shape[0] != int64(s.Items) || got.Name != "logits" {
 			t.Fatalf("sample %d: %v %q", i, got.Shape, got.Name)
 		}
-		compare(t, "sample", floats(got.Data), want[at*1000:(at+s.Items)*1000])
+		compare(t, "sample", zootest.F32s(got.Data), want[at*1000:(at+s.Items)*1000])
 		at += s.Items
 	}
 }

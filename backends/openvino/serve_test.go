@@ -3,7 +3,6 @@ package openvino_test
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/torchd/torchd/internal/npy"
+	"github.com/torchd/torchd/internal/zootest"
 )
 
 // These tests serve models/openvino_ir.py's Triton repository with a real torchd (built
@@ -160,42 +160,7 @@ func (s *server) infer(t *testing.T, model string, x npy.Array) (int, []float32,
 		return resp.StatusCode, nil, string(body)
 	}
 	n, _ := strconv.Atoi(resp.Header.Get("Inference-Header-Content-Length"))
-	return 200, floats(body[n:]), string(body[:n])
-}
-
-func floats(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-func readNpy(t *testing.T, name string) npy.Array {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(zooDir, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := npy.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return 200, zootest.F32s(body[n:]), string(body[:n])
 }
 
 // TestServedEqualsPython serves the fp32 and int8 IR beside hostile ones (a cut .xml, a .bin
@@ -208,7 +173,7 @@ func TestServedEqualsPython(t *testing.T) {
 	repo := t.TempDir()
 	for _, m := range []string{"resnet18_ov", "resnet18_ov_int8"} {
 		for _, f := range []string{"config.pbtxt", "1/model.xml", "1/model.bin"} {
-			copyFile(t, filepath.Join(zooDir, m, f), filepath.Join(repo, m, f))
+			zootest.CopyFile(t, filepath.Join(zooDir, m, f), filepath.Join(repo, m, f))
 		}
 	}
 	xml, _ := os.ReadFile(filepath.Join(zooDir, "resnet18_ov_int8", "1", "model.xml"))
@@ -252,17 +217,17 @@ func TestServedEqualsPython(t *testing.T) {
 		if idx[name][0] != "UNAVAILABLE" || !strings.Contains(idx[name][1], want) {
 			t.Errorf("%s: %v, want UNAVAILABLE with %q", name, idx[name], want)
 		}
-		if status, _, body := s.infer(t, name, readNpy(t, "ref_input.npy")); status == 200 {
+		if status, _, body := s.infer(t, name, zootest.ReadNpy(t, zooDir, "ref_input.npy")); status == 200 {
 			t.Errorf("%s answered: %s", name, body)
 		}
 	}
-	x := readNpy(t, "ref_input.npy")
+	x := zootest.ReadNpy(t, zooDir, "ref_input.npy")
 	row := len(x.Data) / 8
 	for _, tc := range []struct{ model, ref string }{{"resnet18_ov", "ref_output_fp32.npy"}, {"resnet18_ov_int8", "ref_output_int8.npy"}} {
 		if idx[tc.model][0] != "READY" {
 			t.Fatalf("%s: %v", tc.model, idx[tc.model])
 		}
-		want := floats(readNpy(t, tc.ref).Data)
+		want := zootest.F32s(zootest.ReadNpy(t, zooDir, tc.ref).Data)
 		status, got, body := s.infer(t, tc.model, x)
 		if status != 200 || len(got) != len(want) {
 			t.Fatalf("%s: %d %s", tc.model, status, body)
@@ -298,7 +263,7 @@ func TestServedEqualsPython(t *testing.T) {
 	if status, got, body := s.infer(t, "auto", x); status != 200 {
 		t.Errorf("auto: %d %s", status, body)
 	} else {
-		compare(t, "auto batch 8", got, floats(readNpy(t, "ref_output_int8.npy").Data))
+		compare(t, "auto batch 8", got, zootest.F32s(zootest.ReadNpy(t, zooDir, "ref_output_int8.npy").Data))
 	}
 	// A request the model cannot take is the client's error; the model goes on answering.
 	bad := npy.Array{DType: "float32", Shape: []int64{1, 3, 224, 200}, Data: make([]byte, 3*224*200*4)}
