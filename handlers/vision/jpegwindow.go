@@ -54,8 +54,9 @@ func decodeJPEGWindow(img []byte, r *raster, x0, x1, y0, y1 int) error {
 	return jwError(res)
 }
 
-// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an upright
-// RGB or gray photo, decoded at full size and resized. libjpeg decodes the window the resize
+// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an RGB or
+// gray photo, upright or mirrored or flipped by its EXIF orientation (2-4), decoded at full
+// size and resized. libjpeg decodes the window the resize
 // reads one row at a time, each row resized horizontally while it is in the cache
 // (jw_decode_resize), so the decoded image is never written out whole; the pixels are those
 // of decodeTurbo and resampleInto. done is false, and dst untouched, where img is not such a
@@ -75,9 +76,13 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	case C.TJCS_CMYK, C.TJCS_YCCK:
 		return false, nil
 	}
-	if o := jpegOrientation(img); o >= 2 && o <= 8 || t.Gray && c == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
+	// EXIF orientations 2-4 mirror or flip the image, which the decode undoes row by row;
+	// 5-8 turn rows into columns, which it cannot.
+	o := jpegOrientation(img)
+	if o >= 5 && o <= 8 || t.Gray && c == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
 		return false, nil
 	}
+	mirror, flip := o == 2 || o == 3, o == 3 || o == 4
 	x0, x1, y0, _, ok := t.sourceWindow(hdr.w, hdr.h)
 	if !ok {
 		return false, nil
@@ -86,6 +91,14 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	if !ok || y0 > g.r0 {
 		return false, nil
 	}
+	// The stored window: rows from a margin above those of upright rows [r0, r1).
+	y1 := g.r1
+	if flip {
+		y0, y1 = max(hdr.h-g.r1-jpegWindowMargin, 0), hdr.h-g.r0
+	}
+	if mirror {
+		x0, x1 = hdr.w-x1, hdr.w-x0
+	}
 	lut := t.normLUT(g.oc)
 	defer lutPool.Put(lut)
 	g.pad(lut, dst)
@@ -93,14 +106,22 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	nx := g.xb - g.xa
 	// One buffer holds the horizontal pass's rows and, after them, the decoded row: two
 	// sizes from one pool would have each often find the other's too small.
-	ntmp := (g.r1 - g.r0) * nx * c
-	buf := pixPool.get(ntmp + hdr.w*c)
+	ntmp, nrow := (g.r1-g.r0)*nx*c, hdr.w*c
+	nbuf := ntmp + nrow
+	if mirror {
+		nbuf += nrow
+	}
+	buf := pixPool.get(nbuf)
 	defer pixPool.put(buf)
-	tmp, row, hx := (*buf)[:ntmp], (*buf)[ntmp:], g.hx
+	tmp, row, hx := (*buf)[:ntmp], (*buf)[ntmp:ntmp+nrow], g.hx
+	var mrow *C.uchar
+	if mirror {
+		mrow = (*C.uchar)(unsafe.Pointer(&(*buf)[ntmp+nrow]))
+	}
 	res := C.jw_decode_resize((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), C.int(hdr.w), C.int(hdr.h), C.int(c),
-		C.int(x0), C.int(x1), C.int(y0), C.jw_resize_args{
-			row: (*C.uchar)(unsafe.Pointer(&row[0])), tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * c),
-			r0: C.int(g.r0), r1: C.int(g.r1),
+		C.int(x0), C.int(x1), C.int(y0), C.int(y1), C.jw_resize_args{
+			row: (*C.uchar)(unsafe.Pointer(&row[0])), mrow: mrow, tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * c),
+			r0: C.int(g.r0), r1: C.int(g.r1), flip: C.int(boolC(flip)), mirror: C.int(boolC(mirror)),
 			start: (*C.int32_t)(&hx.start[0]), n: (*C.int32_t)(&hx.n[0]), k: (*C.int32_t)(&hx.k[0]),
 			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA),
 		})
@@ -121,4 +142,11 @@ func jwError(res C.jw_result) error {
 		return fmt.Errorf("%w: jpeg: %s", ErrCorrupt, C.GoString(&res.msg[0]))
 	}
 	return nil
+}
+
+func boolC(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -2,14 +2,15 @@ package vision
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"testing"
 )
 
 // TestOrientedWindowEqualsWholeDecode: a JPEG with an EXIF orientation, whose window alone
-// is decoded and turned upright (orientWindow), gives the tensor of decoding the whole image,
-// turning all of it upright and resizing that, for every orientation and windows starting
-// anywhere in an MCU.
+// is decoded and turned upright (one pass for orientations 2-4, orientWindow for 5-8), gives
+// the tensor of decoding the whole image, turning all of it upright and resizing that, for
+// every orientation and windows starting anywhere in an MCU; truncated, it is refused.
 func TestOrientedWindowEqualsWholeDecode(t *testing.T) {
 	whole := Transform{CropW: 1 << 20} // no resize: the whole image, by TurboJPEG
 	transforms := []Transform{DefaultTransform(), {Resize: 100, CropW: 90, CropH: 60}, {Width: 300, Height: 200}}
@@ -35,6 +36,11 @@ func TestOrientedWindowEqualsWholeDecode(t *testing.T) {
 				}
 			}
 			src.release()
+			// Truncated, it is refused as the upright one is, whichever path decodes it.
+			tr := DefaultTransform()
+			if err := tr.Apply(rot[:len(rot)*2/3], make([]float32, 3*224*224)); !errors.Is(err, ErrCorrupt) {
+				t.Errorf("%v orientation %d, truncated: %v, want ErrCorrupt", size, o, err)
+			}
 		}
 	}
 }
