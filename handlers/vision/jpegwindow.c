@@ -39,6 +39,22 @@ static void jw_progress(j_common_ptr ci) {
 	}
 }
 
+// cmyk_row turns pixels [x0, x1) of a CMYK row, as a JPEG stores it (Adobe's inverted
+// values), into RGB in place, pixel x's 4 bytes becoming the 3 at 3x (a later pixel's bytes
+// are never written before they are read): raster.go's cmykToRGB, PIL's formula.
+static void cmyk_row(unsigned char *p, int x0, int x1) {
+	for (int x = x0; x < x1; x++) {
+		const unsigned char *s = p + (size_t)x * 4;
+		int nk = s[3], v[3] = {255 - s[0], 255 - s[1], 255 - s[2]};
+		unsigned char *d = p + (size_t)x * 3;
+		for (int i = 0; i < 3; i++) {
+			int t = v[i] * nk + 128;
+			int o = nk - (((t >> 8) + t) >> 8);
+			d[i] = (unsigned char)(o < 0 ? 0 : o > 255 ? 255 : o);
+		}
+	}
+}
+
 // mirror_row writes pixels [x0, x1) of row, c = 1 or 3 bytes each, reversed: pixel x to
 // w-1-x of m.
 static void mirror_row(unsigned char *m, const unsigned char *row, int w, int c, int x0, int x1) {
@@ -112,8 +128,13 @@ static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, 
 		int uy = hp && ra->flip ? h - 1 - (int)y : (int)y;
 		if (hp && uy >= ra->r0 && uy < ra->r1) {
 			const unsigned char *src = ra->row;
+			int pc = c;
+			if (c == 4) {
+				cmyk_row(ra->row, (int)xoff, (int)(xoff + width));
+				pc = 3;
+			}
 			if (ra->mirror) {
-				mirror_row(ra->mrow, ra->row, w, c, (int)xoff, (int)(xoff + width));
+				mirror_row(ra->mrow, ra->row, w, pc, (int)xoff, (int)(xoff + width));
 				src = ra->mrow;
 			}
 			vis_hpass_row(hp, ra->tmp + (size_t)(uy - ra->r0) * (size_t)ra->tstride, src);
@@ -142,7 +163,8 @@ jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int
 		snprintf(res.msg, sizeof res.msg, "cannot resize rows [%d,%d) of a %dx%d image", a.r0, a.r1, w, h);
 		return res;
 	}
-	vis_hpass_init(&hp, c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
+	// A CMYK row is RGB by its horizontal pass.
+	vis_hpass_init(&hp, c == 4 ? 3 : c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
 	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, y1, &hp, &a);
 	vis_hpass_free(&hp);
 	return res;

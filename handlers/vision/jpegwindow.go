@@ -54,7 +54,7 @@ func decodeJPEGWindow(img []byte, r *raster, x0, x1, y0, y1 int) error {
 	return jwError(res)
 }
 
-// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an RGB or
+// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an RGB, CMYK or
 // gray photo, upright or mirrored or flipped by its EXIF orientation (2-4), decoded at full
 // size and resized. libjpeg decodes the window the resize
 // reads one row at a time, each row resized horizontally while it is in the cache
@@ -69,17 +69,19 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	if err != nil {
 		return false, nil
 	}
-	c := 3
+	// c is the decoded row's bytes a pixel, pc the horizontal pass's: a CMYK row (4) is
+	// turned into RGB (3) before it.
+	c, pc := 3, 3
 	switch hdr.colorspace {
 	case C.TJCS_GRAY:
-		c = 1
+		c, pc = 1, 1
 	case C.TJCS_CMYK, C.TJCS_YCCK:
-		return false, nil
+		c = 4
 	}
 	// EXIF orientations 2-4 mirror or flip the image, which the decode undoes row by row;
 	// 5-8 turn rows into columns, which it cannot.
 	o := jpegOrientation(img)
-	if o >= 5 && o <= 8 || t.Gray && c == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
+	if o >= 5 && o <= 8 || t.Gray && pc == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
 		return false, nil
 	}
 	mirror, flip := o == 2 || o == 3, o == 3 || o == 4
@@ -102,11 +104,11 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	lut := t.normLUT(g.oc)
 	defer lutPool.Put(lut)
 	g.pad(lut, dst)
-	g.check(hdr.w, hdr.h, c, dst)
+	g.check(hdr.w, hdr.h, pc, dst)
 	nx := g.xb - g.xa
 	// One buffer holds the horizontal pass's rows and, after them, the decoded row: two
 	// sizes from one pool would have each often find the other's too small.
-	ntmp, nrow := (g.r1-g.r0)*nx*c, hdr.w*c
+	ntmp, nrow := (g.r1-g.r0)*nx*pc, hdr.w*c
 	nbuf := ntmp + nrow
 	if mirror {
 		nbuf += nrow
@@ -120,7 +122,7 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	}
 	res := C.jw_decode_resize((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), C.int(hdr.w), C.int(hdr.h), C.int(c),
 		C.int(x0), C.int(x1), C.int(y0), C.int(y1), C.jw_resize_args{
-			row: (*C.uchar)(unsafe.Pointer(&row[0])), mrow: mrow, tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * c),
+			row: (*C.uchar)(unsafe.Pointer(&row[0])), mrow: mrow, tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * pc),
 			r0: C.int(g.r0), r1: C.int(g.r1), flip: C.int(boolC(flip)), mirror: C.int(boolC(mirror)),
 			start: (*C.int32_t)(&hx.start[0]), n: (*C.int32_t)(&hx.n[0]), k: (*C.int32_t)(&hx.k[0]),
 			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA),
@@ -128,7 +130,7 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	if err := jwError(res); err != nil {
 		return true, err
 	}
-	g.vertical(tmp, c, lut, dst)
+	g.vertical(tmp, pc, lut, dst)
 	return true, nil
 }
 
