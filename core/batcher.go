@@ -54,8 +54,13 @@ func (j *job) queuedFor(now time.Time) time.Duration {
 }
 
 // finish answers j; done has capacity 1, so it never blocks. The request's input is no
-// longer needed by the batcher, so its place in the window goes to the next request.
+// longer needed by the batcher, so its place in the window goes to the next request, and
+// its tensors back to their pool (Sample.Release): every finish is made by the job's last
+// reader, a worker done with its batch or the one that dropped it unrun.
 func (j *job) finish(r Result) {
+	if s := j.sample; s != nil && s.Release != nil {
+		s.Release()
+	}
 	j.done <- r
 	j.leaveWindow()
 }

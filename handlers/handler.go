@@ -93,6 +93,12 @@ type Sample struct {
 	Tensors []Tensor
 	// State carries what Postprocess needs from Preprocess (e.g. which input was text).
 	State any
+	// Release, when set, gives the tensors' memory back to the pool it came from (the image
+	// handlers' inputs): core calls it once no worker will read them again, before the
+	// request is answered, so Postprocess must not read Tensors of a sample that has one.
+	// Where core never calls it (a job still in a forward when its worker was abandoned),
+	// the memory is the garbage collector's.
+	Release func()
 }
 
 // Response is a handler's answer to one request.

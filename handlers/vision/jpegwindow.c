@@ -39,6 +39,40 @@ static void jw_progress(j_common_ptr ci) {
 	}
 }
 
+// cmyk_row turns pixels [x0, x1) of a CMYK row, as a JPEG stores it (Adobe's inverted
+// values), into RGB in place, pixel x's 4 bytes becoming the 3 at 3x (a later pixel's bytes
+// are never written before they are read): raster.go's cmykToRGB, PIL's formula.
+static void cmyk_row(unsigned char *p, int x0, int x1) {
+	for (int x = x0; x < x1; x++) {
+		const unsigned char *s = p + (size_t)x * 4;
+		int nk = s[3], v[3] = {255 - s[0], 255 - s[1], 255 - s[2]};
+		unsigned char *d = p + (size_t)x * 3;
+		for (int i = 0; i < 3; i++) {
+			int t = v[i] * nk + 128;
+			int o = nk - (((t >> 8) + t) >> 8);
+			d[i] = (unsigned char)(o < 0 ? 0 : o > 255 ? 255 : o);
+		}
+	}
+}
+
+// mirror_row writes pixels [x0, x1) of row, c = 1 or 3 bytes each, reversed: pixel x to
+// w-1-x of m.
+static void mirror_row(unsigned char *m, const unsigned char *row, int w, int c, int x0, int x1) {
+	if (c == 3) {
+		for (int x = x0; x < x1; x++) {
+			unsigned char *d = m + (size_t)(w - 1 - x) * 3;
+			const unsigned char *s = row + (size_t)x * 3;
+			d[0] = s[0];
+			d[1] = s[1];
+			d[2] = s[2];
+		}
+		return;
+	}
+	for (int x = x0; x < x1; x++) {
+		m[w - 1 - x] = row[x];
+	}
+}
+
 // decode is jw_decode, and jw_decode_resize where hp is set: then each row goes to row, and
 // rows [r0, r1) through hp into tmp.
 static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
@@ -90,8 +124,20 @@ static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, 
 		JSAMPROW row = hp ? ra->row + (size_t)xoff * (size_t)c
 				: dst + ((size_t)y * (size_t)w + xoff) * (size_t)c;
 		jpeg_read_scanlines(&d, &row, 1);
-		if (hp && (int)y >= ra->r0 && (int)y < ra->r1) {
-			vis_hpass_row(hp, ra->tmp + (size_t)(y - ra->r0) * (size_t)ra->tstride, ra->row);
+		// The stored row y is upright row uy; mirrored, its pixel x is upright pixel w-1-x.
+		int uy = hp && ra->flip ? h - 1 - (int)y : (int)y;
+		if (hp && uy >= ra->r0 && uy < ra->r1) {
+			const unsigned char *src = ra->row;
+			int pc = c;
+			if (c == 4) {
+				cmyk_row(ra->row, (int)xoff, (int)(xoff + width));
+				pc = 3;
+			}
+			if (ra->mirror) {
+				mirror_row(ra->mrow, ra->row, w, pc, (int)xoff, (int)(xoff + width));
+				src = ra->mrow;
+			}
+			vis_hpass_row(hp, ra->tmp + (size_t)(uy - ra->r0) * (size_t)ra->tstride, src);
 		}
 	}
 	jpeg_finish_decompress(&d);
@@ -106,17 +152,20 @@ jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int 
 }
 
 jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int c, int x0, int x1,
-		int y0, jw_resize_args a) {
+		int y0, int y1, jw_resize_args a) {
 	vis_hpass hp;
-	if (a.r0 < y0 || a.r1 <= a.r0 || a.r1 > h) {
+	// The stored rows that hold upright rows [r0, r1).
+	int s0 = a.flip ? h - a.r1 : a.r0, s1 = a.flip ? h - a.r0 : a.r1;
+	if (a.r1 <= a.r0 || a.r0 < 0 || a.r1 > h || s0 < y0 || s1 > y1 || (a.mirror && !a.mrow)) {
 		jw_result res;
 		memset(&res, 0, sizeof res);
 		res.rc = -1;
 		snprintf(res.msg, sizeof res.msg, "cannot resize rows [%d,%d) of a %dx%d image", a.r0, a.r1, w, h);
 		return res;
 	}
-	vis_hpass_init(&hp, c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
-	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, a.r1, &hp, &a);
+	// A CMYK row is RGB by its horizontal pass.
+	vis_hpass_init(&hp, c == 4 ? 3 : c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
+	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, y1, &hp, &a);
 	vis_hpass_free(&hp);
 	return res;
 }

@@ -54,8 +54,9 @@ func decodeJPEGWindow(img []byte, r *raster, x0, x1, y0, y1 int) error {
 	return jwError(res)
 }
 
-// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an upright
-// RGB or gray photo, decoded at full size and resized. libjpeg decodes the window the resize
+// resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an RGB, CMYK or
+// gray photo, upright or mirrored or flipped by its EXIF orientation (2-4), decoded at full
+// size and resized. libjpeg decodes the window the resize
 // reads one row at a time, each row resized horizontally while it is in the cache
 // (jw_decode_resize), so the decoded image is never written out whole; the pixels are those
 // of decodeTurbo and resampleInto. done is false, and dst untouched, where img is not such a
@@ -68,16 +69,22 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	if err != nil {
 		return false, nil
 	}
-	c := 3
+	// c is the decoded row's bytes a pixel, pc the horizontal pass's: a CMYK row (4) is
+	// turned into RGB (3) before it.
+	c, pc := 3, 3
 	switch hdr.colorspace {
 	case C.TJCS_GRAY:
-		c = 1
+		c, pc = 1, 1
 	case C.TJCS_CMYK, C.TJCS_YCCK:
+		c = 4
+	}
+	// EXIF orientations 2-4 mirror or flip the image, which the decode undoes row by row;
+	// 5-8 turn rows into columns, which it cannot.
+	o := jpegOrientation(img)
+	if o >= 5 && o <= 8 || t.Gray && pc == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
 		return false, nil
 	}
-	if o := jpegOrientation(img); o >= 2 && o <= 8 || t.Gray && c == 3 || t.jpegScale(hdr.w, hdr.h) != 1 {
-		return false, nil
-	}
+	mirror, flip := o == 2 || o == 3, o == 3 || o == 4
 	x0, x1, y0, _, ok := t.sourceWindow(hdr.w, hdr.h)
 	if !ok {
 		return false, nil
@@ -86,28 +93,44 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 	if !ok || y0 > g.r0 {
 		return false, nil
 	}
+	// The stored window: rows from a margin above those of upright rows [r0, r1).
+	y1 := g.r1
+	if flip {
+		y0, y1 = max(hdr.h-g.r1-jpegWindowMargin, 0), hdr.h-g.r0
+	}
+	if mirror {
+		x0, x1 = hdr.w-x1, hdr.w-x0
+	}
 	lut := t.normLUT(g.oc)
 	defer lutPool.Put(lut)
 	g.pad(lut, dst)
-	g.check(hdr.w, hdr.h, c, dst)
+	g.check(hdr.w, hdr.h, pc, dst)
 	nx := g.xb - g.xa
 	// One buffer holds the horizontal pass's rows and, after them, the decoded row: two
 	// sizes from one pool would have each often find the other's too small.
-	ntmp := (g.r1 - g.r0) * nx * c
-	buf := pixPool.get(ntmp + hdr.w*c)
+	ntmp, nrow := (g.r1-g.r0)*nx*pc, hdr.w*c
+	nbuf := ntmp + nrow
+	if mirror {
+		nbuf += nrow
+	}
+	buf := pixPool.get(nbuf)
 	defer pixPool.put(buf)
-	tmp, row, hx := (*buf)[:ntmp], (*buf)[ntmp:], g.hx
+	tmp, row, hx := (*buf)[:ntmp], (*buf)[ntmp:ntmp+nrow], g.hx
+	var mrow *C.uchar
+	if mirror {
+		mrow = (*C.uchar)(unsafe.Pointer(&(*buf)[ntmp+nrow]))
+	}
 	res := C.jw_decode_resize((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), C.int(hdr.w), C.int(hdr.h), C.int(c),
-		C.int(x0), C.int(x1), C.int(y0), C.jw_resize_args{
-			row: (*C.uchar)(unsafe.Pointer(&row[0])), tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * c),
-			r0: C.int(g.r0), r1: C.int(g.r1),
+		C.int(x0), C.int(x1), C.int(y0), C.int(y1), C.jw_resize_args{
+			row: (*C.uchar)(unsafe.Pointer(&row[0])), mrow: mrow, tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * pc),
+			r0: C.int(g.r0), r1: C.int(g.r1), flip: C.int(boolC(flip)), mirror: C.int(boolC(mirror)),
 			start: (*C.int32_t)(&hx.start[0]), n: (*C.int32_t)(&hx.n[0]), k: (*C.int32_t)(&hx.k[0]),
 			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA),
 		})
 	if err := jwError(res); err != nil {
 		return true, err
 	}
-	g.vertical(tmp, c, lut, dst)
+	g.vertical(tmp, pc, lut, dst)
 	return true, nil
 }
 
@@ -121,4 +144,11 @@ func jwError(res C.jw_result) error {
 		return fmt.Errorf("%w: jpeg: %s", ErrCorrupt, C.GoString(&res.msg[0]))
 	}
 	return nil
+}
+
+func boolC(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -28,21 +28,25 @@ jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int 
 		int x0, int x1, int y0, int y1);
 
 // jw_resize_args is the horizontal pass of the resize that jw_decode_resize runs on each
-// decoded row in [r0, r1), writing row y to tmp + (y-r0)*tstride: vis_hpass_init's
-// arguments, and row, the w*c bytes each row is decoded into.
+// decoded row whose upright row y is in [r0, r1), writing it to tmp + (y-r0)*tstride:
+// vis_hpass_init's arguments, and row, the w*c bytes each row is decoded into. flip says
+// that stored row s is upright row h-1-s (EXIF orientations 3 and 4), mirror that a row's
+// pixel x is upright pixel w-1-x (2 and 3): a mirrored row is copied reversed into mrow
+// (w*c bytes) before its pass.
 typedef struct {
-	unsigned char *row;
+	unsigned char *row, *mrow;
 	uint8_t *tmp;
-	int tstride, r0, r1;
+	int tstride, r0, r1, flip, mirror;
 	const int32_t *start, *n, *k;
 	int ksize, nout, isa;
 } jw_resize_args;
 
-// jw_decode_resize is jw_decode into one row's buffer, each row of [r0, r1) resized
+// jw_decode_resize is jw_decode into one row's buffer, each row the resize reads resized
 // horizontally as soon as it is decoded, while it is in the cache: the image is never
-// whole in memory. y0 <= r0 is where the decode starts (r0 less a margin: the rows at a
-// skip's edge may differ from a whole decode's).
+// whole in memory. Stored rows [y0, y1) are decoded; they must hold the stored rows of
+// upright rows [r0, r1), y0 a margin above them (the rows at a skip's edge may differ from
+// a whole decode's).
 jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int c, int x0, int x1,
-		int y0, jw_resize_args a);
+		int y0, int y1, jw_resize_args a);
 
 #endif

@@ -125,8 +125,6 @@ func clipByte(v int) byte {
 	return byte(v)
 }
 
-// orient returns r turned upright for an EXIF orientation (1–8), releasing r,
-// or r itself for 1 and unknown values. It is PIL's ImageOps.exif_transpose.
 // orientMap is EXIF orientation o as index arithmetic over a stored w×h image: the upright
 // pixel (x, y) is stored pixel base + x*dx + y*dy (row-major, in pixels).
 func orientMap(o, w, h int) (base, dx, dy int) {
@@ -164,7 +162,21 @@ func storedRect(o, w, h, x0, x1, y0, y1 int) (sx0, sx1, sy0, sy1 int) {
 	return sx0, sx1, sy0, sy1
 }
 
+// orient returns r turned upright for an EXIF orientation (1–8), releasing r,
+// or r itself for 1 and unknown values. It is PIL's ImageOps.exif_transpose.
 func (r raster) orient(o int) raster {
+	w, h := r.w, r.h
+	if o >= 5 {
+		w, h = h, w
+	}
+	return r.orientWindow(o, 0, w, 0, h)
+}
+
+// orientWindow is orient where the resize reads only the upright window [x0, x1) × [y0, y1)
+// (sourceWindow's): the pixels outside it are left unwritten, as the window decode left
+// them. The window is copied in strips of orientBlock columns, so that a transpose reads
+// each source cache line for several output rows before it is evicted.
+func (r raster) orientWindow(o, x0, x1, y0, y1 int) raster {
 	if o < 2 || o > 8 {
 		return r
 	}
@@ -174,6 +186,9 @@ func (r raster) orient(o int) raster {
 	if o >= 5 {
 		dw, dh = h, w
 	}
+	if x0 < 0 || x1 > dw || y0 < 0 || y1 > dh || x0 > x1 || y0 > y1 {
+		panic("vision: orient window out of range")
+	}
 	out := newRaster(dw, dh, c)
 	out.scale = r.scale
 	out.fullW, out.fullH = r.fullW, r.fullH
@@ -181,22 +196,29 @@ func (r raster) orient(o int) raster {
 		out.fullW, out.fullH = r.fullH, r.fullW
 	}
 	sp, dp := r.pix, out.pix
-	for y := 0; y < dh; y++ {
-		s := base + y*dy
-		row := dp[y*dw*c : (y+1)*dw*c]
-		if c == 3 {
-			for x := 0; x < dw; x++ {
-				p := sp[s*3 : s*3+3 : s*3+3]
-				row[x*3], row[x*3+1], row[x*3+2] = p[0], p[1], p[2]
-				s += dx
-			}
-		} else {
-			for x := 0; x < dw; x++ {
-				copy(row[x*c:x*c+c], sp[s*c:s*c+c])
-				s += dx
+	for bx := x0; bx < x1; bx += orientBlock {
+		ex := min(bx+orientBlock, x1)
+		for y := y0; y < y1; y++ {
+			s := base + y*dy + bx*dx
+			row := dp[(y*dw+bx)*c : (y*dw+ex)*c]
+			if c == 3 {
+				for x := 0; x < len(row); x += 3 {
+					p := sp[s*3 : s*3+3 : s*3+3]
+					row[x], row[x+1], row[x+2] = p[0], p[1], p[2]
+					s += dx
+				}
+			} else {
+				for x := 0; x < len(row); x += c {
+					copy(row[x:x+c], sp[s*c:s*c+c])
+					s += dx
+				}
 			}
 		}
 	}
 	r.release()
 	return out
 }
+
+// orientBlock is orientWindow's strip width, in pixels: a transpose's strip reads this many
+// source rows, each one cache line of 21 RGB pixels for as many output rows.
+const orientBlock = 32

@@ -146,17 +146,20 @@ func (t Transform) decodeTurbo(img []byte) (raster, error) {
 	// image), with the same IDCT and upsampling, skipping the rest's IDCT and colour
 	// conversion (most of a 16:9 photo's width).
 	if x0, x1, y0, y1, ok := t.sourceWindow(uw, uh); ok && scale == 1 && (x1-x0)*(y1-y0) < hdr.w*hdr.h*9/10 {
+		sx0, sx1, sy0, sy1 := x0, x1, y0, y1
 		if orientation >= 2 && orientation <= 8 {
-			x0, x1, y0, y1 = storedRect(orientation, hdr.w, hdr.h, x0, x1, y0, y1)
+			sx0, sx1, sy0, sy1 = storedRect(orientation, hdr.w, hdr.h, x0, x1, y0, y1)
 		}
-		if err := decodeJPEGWindow(img, &r, x0, x1, y0, y1); err != nil {
+		if err := decodeJPEGWindow(img, &r, sx0, sx1, sy0, sy1); err != nil {
 			r.release()
 			return raster{}, err
 		}
 		if c == 4 {
 			r.cmykToRGB()
 		}
-		return r.orient(orientation), nil
+		// Only the window was decoded, and only it is turned upright: for a phone's
+		// portrait photo (orientation 6) that is half of a transpose of the whole.
+		return r.orientWindow(orientation, x0, x1, y0, y1), nil
 	}
 	// LIMITSCANS refuses progressive JPEGs with absurd scan counts, a CPU bomb
 	// that the pixel limit does not catch.

@@ -141,7 +141,7 @@ func (t Transform) validate() error {
 	return nil
 }
 
-// onePassJPEG lets Apply decode and resize an upright JPEG in one pass (resizeJPEG); the
+// onePassJPEG lets Apply decode and resize a JPEG in one pass where it can (resizeJPEG); the
 // benchmarks turn it off to compare with decoding into a raster.
 var onePassJPEG = true
 
