@@ -61,8 +61,10 @@ func (j *job) finish(r Result) {
 	if s := j.sample; s != nil && s.Release != nil {
 		s.Release()
 	}
-	j.done <- r
+	// The place goes back before the answer, so that a client holding its answer never
+	// sees its own request still counted in the window.
 	j.leaveWindow()
+	j.done <- r
 }
 
 // leaveWindow gives j's window place back, once: when j is answered, or when its request
