@@ -104,6 +104,12 @@ type (
 	ThreadSetter interface {
 		SetThreadsHere(n int)
 	}
+	// ThreadBound models keep per-thread state across forwards on the calling OS thread
+	// when BoundToThread says so (ONNX Runtime's intra-op pool, which the caller joins as
+	// its first thread): their workers are locked to their OS threads too.
+	ThreadBound interface {
+		BoundToThread() bool
+	}
 	// MemoryTrimmer models give their allocator's free memory back when the workers idle.
 	MemoryTrimmer interface {
 		TrimMemory()

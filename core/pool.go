@@ -308,17 +308,27 @@ func (p *WorkerPool) Stop() {
 	p.wg.Wait()
 }
 
+// lockedWorkers says whether m's workers are locked to their OS threads: LibTorch's (its
+// OpenMP pool and thread settings are the thread's), and ThreadBound models that ask. Any
+// other worker stays an ordinary goroutine: waking one locked to its thread costs two thread
+// switches each way, which for ONNX MNIST (a 40 µs forward, one intra-op thread) costs more
+// than the forward; BERT on a two-thread pool is the reverse (docs/benchmarks.md).
+func lockedWorkers(m Model) bool {
+	if _, ok := m.(ThreadSetter); ok {
+		return true
+	}
+	b, ok := m.(ThreadBound)
+	return ok && b.BoundToThread()
+}
+
 func (p *WorkerPool) run(w *worker) {
 	defer p.wg.Done()
 	defer close(w.exited)
-	if _, ok := p.backend.(ThreadSetter); ok {
-		// Its thread count and OpenMP pool belong to the OS thread. The thread is never
-		// unlocked: when the goroutine ends, the thread ends with it, and so does its pool.
+	if lockedWorkers(p.backend) {
+		// Its thread count and pool belong to the OS thread. The thread is never unlocked:
+		// when the goroutine ends, the thread ends with it, and so does its pool.
 		runtime.LockOSThread()
 	}
-	// Any other backend's worker stays an ordinary goroutine: waking a goroutine locked to
-	// its thread costs two thread switches each way (a futex wake and sleep each), which
-	// for a model whose forward takes tens of µs (ONNX MNIST) costs more than the forward.
 	// The worker's staging buffer, reused by every batch it runs; page-locked for a GPU model
 	// (ordinary memory where there is no CUDA device).
 	stage := handlers.NewStage(p.backend.Device() != "cpu", int(p.batcher.batchSize.Load()))

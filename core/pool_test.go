@@ -289,3 +289,29 @@ func TestBatchRetrySkipsAnsweredRequests(t *testing.T) {
 		t.Errorf("%d answered client gone, %d failed; want the one that left not run again", gone, failed)
 	}
 }
+
+type boundModel struct {
+	Model
+	bound bool
+}
+
+func (m boundModel) BoundToThread() bool { return m.bound }
+
+// TestLockedWorkers: LibTorch's workers and a ThreadBound model's that asks are locked to
+// their OS threads; others are not.
+func TestLockedWorkers(t *testing.T) {
+	for _, c := range []struct {
+		what string
+		m    Model
+		want bool
+	}{
+		{"a thread setter", &torchModel{}, true},
+		{"thread bound", boundModel{bound: true}, true},
+		{"thread bound, not now", boundModel{bound: false}, false},
+		{"neither", boundModel{}.Model, false},
+	} {
+		if got := lockedWorkers(c.m); got != c.want {
+			t.Errorf("%s: locked %v, want %v", c.what, got, c.want)
+		}
+	}
+}

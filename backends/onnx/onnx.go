@@ -157,6 +157,14 @@ func (*Model) Kind() string { return Name }
 func (*Model) Device() string { return "cpu" }
 
 // Signature is the graph's inputs and outputs, in torchd's dtype names.
+var _ core.ThreadBound = (*Model)(nil)
+
+// BoundToThread locks the model's workers to their OS threads when its sessions run an
+// intra-op pool: the worker's thread joins it as its first thread, and a run from another
+// thread each time cost BERT at c=32 a quarter of its throughput (bench/onnx-ab.sh). A
+// one-thread session runs on the caller alone, and is faster unlocked (MNIST: 1.5x).
+func (m *Model) BoundToThread() bool { return m.opts.IntraOpThreads > 1 }
+
 func (m *Model) Signature() (ins, outs []archive.TensorSpec) {
 	conv := func(ts []onnxrt.TensorInfo) []archive.TensorSpec {
 		out := make([]archive.TensorSpec, 0, len(ts))

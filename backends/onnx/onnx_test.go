@@ -125,3 +125,17 @@ func TestOptionsNoSpinning(t *testing.T) {
 		}
 	}
 }
+
+// A model whose sessions run an intra-op pool has its workers locked to their threads; a
+// one-thread model's are not.
+func TestBoundToThread(t *testing.T) {
+	for threads, want := range map[int]bool{0: false, 1: false, 2: true, 4: true} {
+		o, err := options(nil, threads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (&Model{opts: o}).BoundToThread(); got != want {
+			t.Errorf("%d threads: bound %v, want %v", threads, got, want)
+		}
+	}
+}
