@@ -39,22 +39,7 @@ func TestResizeJPEGCMYKEqualsRaster(t *testing.T) {
 		}
 		for _, tr := range transforms {
 			name := fmt.Sprintf("%v %+v", size, tr)
-			oc, oh, ow := tr.OutputShape()
-			got := make([]float32, oc*oh*ow)
-			done, err := tr.resizeJPEG(img, got)
-			if err != nil || !done {
-				t.Fatalf("%s: resizeJPEG = %v, %v", name, done, err)
-			}
-			src, err := tr.decodeTurbo(img)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float32, len(got))
-			tr.resampleInto(&src, want)
-			src.release()
-			if i := firstDiff(got, want); i >= 0 {
-				t.Errorf("%s: %v at %d, want %v", name, got[i], i, want[i])
-			}
+			assertOnePassEqualsRaster(t, name, tr, img)
 		}
 	}
 }

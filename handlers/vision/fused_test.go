@@ -103,22 +103,7 @@ func TestResizeJPEGEqualsRaster(t *testing.T) {
 					}
 					resampleISA = isa
 					name := fmt.Sprintf("%v gray=%v %+v isa %d", size, gray, tr, isa)
-					oc, oh, ow := tr.OutputShape()
-					got := make([]float32, oc*oh*ow)
-					done, err := tr.resizeJPEG(img, got)
-					if err != nil || !done {
-						t.Fatalf("%s: resizeJPEG = %v, %v", name, done, err)
-					}
-					src, err := tr.decodeTurbo(img)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want := make([]float32, len(got))
-					tr.resampleInto(&src, want)
-					src.release()
-					if i := firstDiff(got, want); i >= 0 {
-						t.Errorf("%s: %v at %d, want %v", name, got[i], i, want[i])
-					}
+					assertOnePassEqualsRaster(t, name, tr, img)
 				}
 			}
 		}
@@ -189,5 +174,27 @@ func TestResizeJPEGErrors(t *testing.T) {
 		if strings.HasPrefix(name, "cut") && (err == nil || !strings.Contains(err.Error(), "truncated")) {
 			t.Errorf("%s: %v, want a truncated JPEG refused", name, err)
 		}
+	}
+}
+
+// assertOnePassEqualsRaster fails unless tr's one-pass decode and resize of img gives the
+// pixels of decoding img whole and resizing the raster.
+func assertOnePassEqualsRaster(t *testing.T, name string, tr Transform, img []byte) {
+	t.Helper()
+	oc, oh, ow := tr.OutputShape()
+	got := make([]float32, oc*oh*ow)
+	done, err := tr.resizeJPEG(img, got)
+	if err != nil || !done {
+		t.Fatalf("%s: resizeJPEG = %v, %v", name, done, err)
+	}
+	src, err := tr.decodeTurbo(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, len(got))
+	tr.resampleInto(&src, want)
+	src.release()
+	if i := firstDiff(got, want); i >= 0 {
+		t.Errorf("%s: %v at %d, want %v", name, got[i], i, want[i])
 	}
 }
