@@ -40,7 +40,6 @@ type Result struct {
 	BatchSize int           // requests in the batch this one ran in (0: it reached none)
 
 	dispatched time.Time // when its batch was dispatched (zero: it reached none), for its trace
-	trace      Trace     // the request's, set by Run for Postprocess
 }
 
 // queuedFor is how long j has waited by now: in the queue, and before that for its place in

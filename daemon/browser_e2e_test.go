@@ -148,7 +148,7 @@ func demoLoad(t *testing.T, s *server, d time.Duration, digit []byte, scenePath 
 	scene, _ := os.ReadFile(scenePath)
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		left := end.Sub(time.Now()).Seconds() / d.Seconds() // 1 → 0
+		left := time.Until(end).Seconds() / d.Seconds() // 1 → 0
 		clients := 1 + int(15*math.Sin(math.Pi*left))
 		forEach(40*clients, clients, func(i int) {
 			if i%8 == 0 {
