@@ -85,6 +85,10 @@ def make_images(out):
     save(photo(2600, 2100, 4), "photo_2600x2100.jpg", quality=90)
     cases.append(case("jpeg_2600x2100", "photo_2600x2100.jpg"))
 
+    # Restart markers after every MCU row, as many cameras write them.
+    save(photo(1920, 1080, 18), "photo_restart.jpg", quality=90, restart_marker_rows=1)
+    cases.append(case("jpeg_restart_1920x1080", "photo_restart.jpg"))
+
     p = photo(640, 480, 5)
     save(p, "photo_444.jpg", quality=90, subsampling=0)
     cases.append(case("jpeg_444_640x480", "photo_444.jpg"))

@@ -8,6 +8,8 @@ import (
 	"image"
 	"image/jpeg"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -196,5 +198,44 @@ func assertOnePassEqualsRaster(t *testing.T, name string, tr Transform, img []by
 	src.release()
 	if i := firstDiff(got, want); i >= 0 {
 		t.Errorf("%s: %v at %d, want %v", name, got[i], i, want[i])
+	}
+}
+
+// TestResizeJPEGRestBelowWindow: the rows below the window are skipped unread where the
+// rest of the data is plain entropy-coded data up to the EOI, and read otherwise; either
+// way the one-pass decode gives the raster path's pixels, and fails (or not) as a decode
+// that reads every row does: with bytes after the EOI, and with a marker (a frame, a scan,
+// a restart, a comment, an EOI) put into the data of the rows below the window, of a photo
+// with and one without restart markers.
+func TestResizeJPEGRestBelowWindow(t *testing.T) {
+	dir, _ := loadRefs(t)
+	restart, err := os.ReadFile(filepath.Join(dir, "photo_restart.jpg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(restart, []byte{0xff, 0xdd}) {
+		t.Fatal("photo_restart.jpg has no restart interval")
+	}
+	def := DefaultTransform()
+	oc, oh, ow := def.OutputShape()
+	for photo, img := range map[string][]byte{"plain": encodeJPEG(t, 1920, 1080), "restart": restart} {
+		assertOnePassEqualsRaster(t, photo, def, img)
+		assertOnePassEqualsRaster(t, photo+" with bytes after the EOI", def, append(append([]byte{}, img...), 0, 0, 0xff, 0xd9, 1))
+		for _, marker := range []byte{0xc0, 0xda, 0xd0, 0xd7, 0xfe, 0xd9} {
+			for _, at := range []int{len(img) * 97 / 100, len(img) - 40} {
+				b := append(append(append([]byte{}, img[:at]...), 0xff, marker, 0, 4, 1, 2), img[at:]...)
+				name := fmt.Sprintf("%s, marker %#x at %d of %d", photo, marker, at, len(img))
+				done, err := def.resizeJPEG(b, make([]float32, oc*oh*ow))
+				all := newRaster(1920, 1080, 3)
+				errAll := decodeJPEGWindow(b, &all, 0, 1920, 0, 1080)
+				all.release()
+				if !done || (err == nil) != (errAll == nil) || (err != nil && !errors.Is(err, ErrCorrupt)) {
+					t.Errorf("%s: one pass %v, %v; every row read %v", name, done, err, errAll)
+				}
+				if err == nil {
+					assertOnePassEqualsRaster(t, name, def, b)
+				}
+			}
+		}
 	}
 }

@@ -73,6 +73,35 @@ static void mirror_row(unsigned char *m, const unsigned char *row, int w, int c,
 	}
 }
 
+// rest_is_plain says whether the data libjpeg has not yet read holds no marker but the EOI
+// that ends it (and, with a restart interval, RST markers): an entropy-coded rest whose
+// decoding can only warn, never fail and never run out. Skipping it then leaves every
+// outcome as reading it would, but for its Huffman decoding (a baseline photo's costliest
+// step) and its IDCT. A marker already met, one to come, or bytes after the EOI keep the
+// read.
+static int rest_is_plain(j_decompress_ptr d) {
+	if (d->unread_marker != 0 || jpeg_has_multiple_scans(d)) {
+		return 0;
+	}
+	const unsigned char *q = d->src->next_input_byte, *end = q + d->src->bytes_in_buffer;
+	while (q < end && (q = memchr(q, 0xFF, (size_t)(end - q))) != NULL) {
+		while (q < end && *q == 0xFF) { // fill bytes, then what the 0xFF means
+			q++;
+		}
+		if (q == end) {
+			return 0;
+		}
+		if (*q == 0xD9) {
+			return q == end - 1;
+		}
+		if (*q != 0x00 && !(d->restart_interval != 0 && *q >= 0xD0 && *q <= 0xD7)) {
+			return 0;
+		}
+		q++;
+	}
+	return 0;
+}
+
 // decode is jw_decode, and jw_decode_resize where hp is set: then each row goes to row, and
 // rows [r0, r1) through hp into tmp.
 static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
@@ -116,9 +145,10 @@ static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, 
 		JDIMENSION y = d.output_scanline;
 		// The rows below the window are skipped but for the last, which is read:
 		// jpeg_skip_scanlines to the end would not read their data, and a file truncated
-		// there would pass for a whole one.
+		// or damaged there would pass for a whole one; where the rest is plain entropy-coded
+		// data up to the EOI, nothing there can fail, and they are skipped to the end.
 		if (y >= (JDIMENSION)y1 && y + 1 < d.output_height) {
-			jpeg_skip_scanlines(&d, d.output_height - 1 - y);
+			jpeg_skip_scanlines(&d, d.output_height - y - (rest_is_plain(&d) ? 0 : 1));
 			continue;
 		}
 		JSAMPROW row = hp ? ra->row + (size_t)xoff * (size_t)c

@@ -21,7 +21,9 @@ typedef struct {
 // dst, which has the whole image's layout: w*h*c bytes, c being 1 (gray), 3 (RGB) or 4
 // (CMYK). Other columns are not written; the last row may be. Rows above and below the
 // window are skipped without their IDCT (but for the last), and columns outside it
-// (widened to iMCU boundaries) too; the entropy-coded data is still read to its end. Progressive JPEGs of more than 500
+// (widened to iMCU boundaries) too; the entropy-coded data is still read to its end,
+// but for what follows the window where it holds no marker before the EOI that ends
+// the file (nothing there could fail the decode). Progressive JPEGs of more than 500
 // scans are refused, as TurboJPEG's TJFLAG_LIMITSCANS does. It never exits the
 // process: libjpeg's fatal errors return here.
 jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,

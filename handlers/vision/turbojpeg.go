@@ -7,6 +7,7 @@ package vision
 
 /*
 #cgo LDFLAGS: -lturbojpeg
+#include <stdio.h>
 #include <turbojpeg.h>
 
 typedef struct {
@@ -21,6 +22,29 @@ typedef struct {
 static tjd_header tjd_read_header(tjhandle h, const unsigned char *buf, unsigned long n) {
 	tjd_header r = {0, 0, 0, 0, 0};
 	r.rc = tjDecompressHeader3(h, buf, n, &r.width, &r.height, &r.subsamp, &r.colorspace);
+	return r;
+}
+
+// tjd_result is tjd_decompress's outcome: rc is tjDecompress2's, and where it is -1, fatal
+// says whether the error was (TJERR_FATAL) and msg is the library's text.
+typedef struct {
+	int rc, fatal;
+	char msg[200];
+} tjd_result;
+
+// tjd_decompress wraps tjDecompress2 and reads its error in the same call: a warning's
+// text is in a thread-local buffer, which a second call from Go, maybe on another
+// thread, could read as another decode's.
+static tjd_result tjd_decompress(tjhandle h, const unsigned char *buf, unsigned long n,
+		unsigned char *dst, int w, int hgt, int pf, int flags) {
+	tjd_result r;
+	r.rc = tjDecompress2(h, buf, n, dst, w, 0, hgt, pf, flags);
+	r.fatal = 0;
+	r.msg[0] = 0;
+	if (r.rc != 0) {
+		r.fatal = tjGetErrorCode(h) == TJERR_FATAL;
+		snprintf(r.msg, sizeof r.msg, "%s", tjGetErrorStr2(h));
+	}
 	return r;
 }
 */
@@ -163,9 +187,9 @@ func (t Transform) decodeTurbo(img []byte) (raster, error) {
 	}
 	// LIMITSCANS refuses progressive JPEGs with absurd scan counts, a CPU bomb
 	// that the pixel limit does not catch.
-	if C.tjDecompress2(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)),
-		(*C.uchar)(unsafe.Pointer(&r.pix[0])), C.int(sw), 0, C.int(sh), C.int(pf), C.TJFLAG_LIMITSCANS) != 0 {
-		msg := C.GoString(C.tjGetErrorStr2(h))
+	if res := C.tjd_decompress(h, (*C.uchar)(unsafe.Pointer(&img[0])), C.ulong(len(img)),
+		(*C.uchar)(unsafe.Pointer(&r.pix[0])), C.int(sw), C.int(sh), C.int(pf), C.TJFLAG_LIMITSCANS); res.rc != 0 {
+		msg := C.GoString(&res.msg[0])
 		// Warnings leave a usable image. PIL likewise shrugs off "extraneous
 		// bytes" and the like, but refuses truncated files, and so do we.
 		truncated := strings.Contains(strings.ToLower(msg), "premature end")
@@ -173,7 +197,7 @@ func (t Transform) decodeTurbo(img []byte) (raster, error) {
 			r.release()
 			return raster{}, fmt.Errorf("%w: jpeg is truncated (%s)", ErrCorrupt, msg)
 		}
-		if C.tjGetErrorCode(h) == C.TJERR_FATAL {
+		if res.fatal != 0 {
 			r.release()
 			return raster{}, fmt.Errorf("%w: jpeg: %s", ErrCorrupt, msg)
 		}
