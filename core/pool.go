@@ -525,6 +525,18 @@ func (p *WorkerPool) explainAll(batch []*job) []*job {
 	return rest
 }
 
+// forward runs one forward of part; a ThreadCarrier gets its share of the cores with it.
+func (p *WorkerPool) forward(part []*handlers.Sample, stage *handlers.Stage, threads *int) ([][]handlers.Tensor, error) {
+	if tc, ok := p.backend.(ThreadCarrier); ok {
+		n := 0
+		if p.cores != nil && threads != nil {
+			n = *threads
+		}
+		return tc.RunThreads(part, stage, n)
+	}
+	return p.backend.Run(part, stage)
+}
+
 // explain runs one explanation, turning a panic in Go handler code into an error.
 func (p *WorkerPool) explain(j *job) (resp *handlers.Response, err error) {
 	defer func() {
@@ -561,7 +573,7 @@ func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage, th
 			*threads = p.takeThreads()
 			p.setThreads(*threads)
 		}
-		o, err := p.backend.Run(part, stage)
+		o, err := p.forward(part, stage, threads)
 		if err == nil && len(o) != len(part) {
 			err = fmt.Errorf("handler returned %d results for %d requests", len(o), len(part))
 		}
