@@ -5,24 +5,31 @@
 # at once and driven in turn, the order alternating by round, so that a shared machine's load
 # falls on both alike. Each run prints requests per second and the server's CPU time per
 # request (cpu_ms/req, user + system from /proc): on a loaded machine the second is the figure.
+# A_OPTIONS and B_OPTIONS add lines to that side's [options] (e.g. B_OPTIONS='jpeg_dct_scaling =
+# true' for the opt-in, or the setting an older build took as its default), each side then
+# reading archives of its own.
 # Needs `make models-int8`.
 # Usage: bench/served-ab.sh BIN_A BIN_B [seconds per run] [rounds]   (default 12 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1; b=$2; secs=${3:-12}; rounds=${4:-3}
-st=build/served-ab; rm -rf $st; mkdir -p $st/store
-for m in resnet18 efficientnet_lite0; do
-  cp models/configs/$m.toml $st/$m.toml
-  "$a" archive --model-name $m --version 1.0 --serialized-file models/out/$m/model.pt2 --config-file $st/$m.toml \
-    --extra-files models/out/$m/index_to_name.json,models/out/$m/model_int8.pt2 --export-path $st/store --archive-format zip-store --force
+st=build/served-ab; rm -rf $st; mkdir -p $st/A $st/B
+for side in A B; do
+  opts=${side}_OPTIONS
+  for m in resnet18 efficientnet_lite0; do
+    cp models/configs/$m.toml $st/$side/$m.toml
+    [ -n "${!opts:-}" ] && sed -i "s/^\[options\]\$/[options]\n${!opts}/" $st/$side/$m.toml
+    "$a" archive --model-name $m --version 1.0 --serialized-file models/out/$m/model.pt2 --config-file $st/$side/$m.toml \
+      --extra-files models/out/$m/index_to_name.json,models/out/$m/model_int8.pt2 --export-path $st/$side --archive-format zip-store --force
+  done
 done
-serve() { # binary, port, log
-  BATCH_SIZE=32 WORKERS=2 LINGER_MS=10 setsid "$1" serve --access-log=false --model-store $st/store --models all --enable-snapshots=false \
+serve() { # binary, port, log, store
+  BATCH_SIZE=32 WORKERS=2 LINGER_MS=10 setsid "$1" serve --access-log=false --model-store $4 --models all --enable-snapshots=false \
     --inference-address 127.0.0.1:$2 --management-address 127.0.0.1:$(($2 + 1)) --metrics-address 127.0.0.1:$(($2 + 2)) \
     --grpc-address= --grpc-inference-address= --grpc-management-address= > "$3" 2>&1 &
   echo $!
 }
-pa=$(serve "$a" 18490 $st/a.log); pb=$(serve "$b" 18590 $st/b.log)
+pa=$(serve "$a" 18490 $st/a.log $st/A); pb=$(serve "$b" 18590 $st/b.log $st/B)
 trap 'kill $pa $pb 2>/dev/null' EXIT
 for p in 18490 18590; do
   for _ in $(seq 1 600); do curl -sf 127.0.0.1:$p/ping >/dev/null && break; sleep 0.5; done

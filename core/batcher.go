@@ -88,7 +88,9 @@ const (
 
 // Batcher is a model version's bounded request queue and its batch formation. A batch takes
 // up to batchSize requests and waits at most maxDelay, counted from the arrival of its oldest
-// request; it goes the moment it is full.
+// request; it goes the moment it is full, or, with dispatchAlone, the moment it holds every
+// request its model has (none other admitted, queued or in a running batch): then no
+// company can come but from new clients, and a lone client would wait maxDelay for nothing.
 type Batcher struct {
 	// queue has room for twice the queue's size: jobs whose requests left (abandoned) stay
 	// in it until a worker drops them, but no longer count against size.
@@ -109,6 +111,12 @@ type Batcher struct {
 	// win bounds the requests holding preprocessed input and keeps their arrival order.
 	win     inputWindow
 	workers atomic.Int64
+
+	// dispatchAlone sends a batch that holds every request of its model at once instead of
+	// waiting maxDelay (the server's batch_delay_alone = false). Set before the first worker.
+	dispatchAlone bool
+	// running counts the batches dispatched and not yet done (see done).
+	running atomic.Int64
 
 	batches    atomic.Int64 // batches dispatched
 	batchItems atomic.Int64 // requests dispatched in them
@@ -306,6 +314,16 @@ func (b *Batcher) abandon(j *job) {
 	b.took(j)
 }
 
+// alone reports whether a batch being formed may go without its delay: dispatchAlone is
+// set, and no other request of the model is admitted (being decoded), queued, or in a
+// running batch. The batch's own requests are no longer held once taken.
+func (b *Batcher) alone() bool {
+	return b.dispatchAlone && b.held.Load() == 0 && b.running.Load() == 0
+}
+
+// done ends a batch that next dispatched: its worker has answered it.
+func (b *Batcher) done() { b.running.Add(-1) }
+
 // Pending returns the number of queued requests.
 func (b *Batcher) Pending() int { return int(b.queued.Load()) }
 
@@ -386,6 +404,9 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 			continue
 		default:
 		}
+		if b.alone() {
+			break
+		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			break
@@ -407,6 +428,7 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 			break
 		}
 	}
+	b.running.Add(1)
 	b.markMu.Lock()
 	b.mark = dispatchMark{time.Now(), b.batches.Load(), b.batchItems.Load()}
 	b.batches.Add(1)

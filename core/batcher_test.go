@@ -104,3 +104,80 @@ func TestNextStops(t *testing.T) {
 		t.Fatalf("stopped next returned %v", batch)
 	}
 }
+
+// A request alone in its model goes at once, whatever the delay; it counts as running until
+// done.
+func TestLoneRequestGoesAtOnce(t *testing.T) {
+	b := NewBatcher(10, 8, time.Hour)
+	b.dispatchAlone = true
+	b.Submit(newJob(time.Now()))
+	done := make(chan []*job)
+	go func() { done <- b.next(nil) }()
+	select {
+	case batch := <-done:
+		if len(batch) != 1 {
+			t.Fatalf("batch of %d, want the lone request", len(batch))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request alone in its model waited for the batch delay")
+	}
+	if n := b.running.Load(); n != 1 {
+		t.Fatalf("%d batches running, want 1", n)
+	}
+	b.done()
+	if n := b.running.Load(); n != 0 {
+		t.Fatalf("%d batches running after done, want 0", n)
+	}
+}
+
+// A request is not alone while another is admitted (being decoded): the batch waits for it.
+func TestAdmittedRequestIsWaitedFor(t *testing.T) {
+	b := NewBatcher(10, 2, time.Hour)
+	b.dispatchAlone = true
+	r, ok := b.reserve()
+	if !ok {
+		t.Fatal("no place")
+	}
+	b.Submit(newJob(time.Now()))
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		j := newJob(time.Now())
+		j.rsv = r
+		b.Submit(j)
+	}()
+	if batch := b.next(nil); len(batch) != 2 {
+		t.Fatalf("batch of %d, want the queued request with the admitted one", len(batch))
+	}
+}
+
+// Nor while another batch of its model runs: its clients may ask again once answered.
+func TestRunningBatchIsWaitedFor(t *testing.T) {
+	b := NewBatcher(10, 2, time.Hour)
+	b.dispatchAlone = true
+	b.Submit(newJob(time.Now()))
+	if batch := b.next(nil); len(batch) != 1 {
+		t.Fatalf("first batch of %d, want 1", len(batch))
+	}
+	b.Submit(newJob(time.Now()))
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		b.Submit(newJob(time.Now()))
+	}()
+	if batch := b.next(nil); len(batch) != 2 {
+		t.Fatalf("batch of %d beside a running batch, want the 2 that arrived within the delay", len(batch))
+	}
+}
+
+// Without dispatchAlone (batch_delay_alone = true), a lone request waits for company as
+// TorchServe's and Triton's do.
+func TestLoneRequestWaitsWhenAsked(t *testing.T) {
+	b := NewBatcher(10, 2, time.Hour)
+	b.Submit(newJob(time.Now()))
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		b.Submit(newJob(time.Now()))
+	}()
+	if batch := b.next(nil); len(batch) != 2 {
+		t.Fatalf("batch of %d, want the lone request to wait for the late one", len(batch))
+	}
+}

@@ -162,6 +162,7 @@ func (r *Registry) prepare(name, version string, req RegisterRequest, am *archiv
 		batcher: NewBatcher(s.JobQueueSize, s.BatchSize, s.MaxBatchDelay),
 		stats:   newVersionStats(),
 	}
+	v.batcher.dispatchAlone = r.opts.DispatchAlone
 	v.setSettings(s)
 	v.state.Store(int32(StateWarming))
 	v.ins, v.outs = resolveSignature(am, model, req.Adapter != nil)

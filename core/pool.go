@@ -434,7 +434,15 @@ type wholeBatchLost interface{ WholeBatchLost() bool }
 // may take again between forwards.
 func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int) {
 	dispatched := time.Now()
-	defer func() { p.batcher.busy.Add(int64(time.Since(dispatched))) }()
+	// The batch stops counting as running before its first answer goes: a client answered
+	// and asking again must find its model alone (Batcher.alone), not this batch.
+	counted := true
+	defer func() {
+		if counted {
+			p.batcher.done()
+		}
+		p.batcher.busy.Add(int64(time.Since(dispatched)))
+	}()
 	if batch = p.explainAll(batch); len(batch) == 0 {
 		return
 	}
@@ -446,6 +454,8 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int)
 	start := time.Now()
 	outs, err := p.infer(samples, stage, threads)
 	elapsed := time.Since(start)
+	p.batcher.done()
+	counted = false
 	p.metrics.Batch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	p.stats.executed(samples, elapsed)
 	if bt != nil {

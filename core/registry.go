@@ -38,6 +38,9 @@ type Options struct {
 	// Runtimes load the models that LibTorch, built in, does not: ONNX Runtime's, handler
 	// processes'. The first that accepts a model loads it (Runtime.Accepts).
 	Runtimes []Runtime
+	// DispatchAlone sends a batch holding every request of its model at once instead of
+	// waiting its max_batch_delay (Batcher.alone); false waits, as TorchServe and Triton do.
+	DispatchAlone bool
 	// Cores is the cores the workers' forwards share (0: GOMAXPROCS).
 	Cores   int
 	Metrics Recorder // nil: none

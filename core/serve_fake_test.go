@@ -3,6 +3,8 @@ package core_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -449,4 +451,33 @@ func (payloadOnly) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
 
 func (payloadOnly) Postprocess(_ *handlers.Sample, out []handlers.Tensor) (*handlers.Response, error) {
 	return &handlers.Response{}, nil
+}
+
+// With DispatchAlone (the daemon's default), a client asking one request at a time is never
+// held for the batch delay: each request is alone in its model when its worker takes it,
+// the previous batch having stopped counting before its answer went.
+func TestServeLoneRequestsGoAtOnce(t *testing.T) {
+	rt := &coretest.Runtime{}
+	r := core.NewRegistry(core.Options{Defaults: coretest.Defaults, Runtimes: []core.Runtime{rt}, DispatchAlone: true,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	t.Cleanup(r.Close)
+	coretest.Add(t, r, "m", coretest.Archive(t, "tensor", "batch_size = 8\nmax_batch_delay = 3600000\nmin_workers = 2\n"+coretest.XConfig, nil))
+	for i := range 5 {
+		done := make(chan *core.Result, 1)
+		go func() {
+			res, err := r.Serve(&core.Request{Model: "m", Raw: true, Decode: rows(1, 2)})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- &res
+		}()
+		select {
+		case res := <-done:
+			if res.BatchSize != 1 {
+				t.Fatalf("request %d: batch of %d, want 1", i, res.BatchSize)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("request %d, alone in its model, waited for the batch delay (an hour)", i)
+		}
+	}
 }

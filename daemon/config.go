@@ -63,6 +63,7 @@ type Config struct {
 	PrivateKeyFile        string
 	KeyFile               string
 	EnableUI              bool     // the web page on the inference port (frontend/webui)
+	BatchDelayAlone       bool     // a request alone in its model waits max_batch_delay (core.Options.DispatchAlone's inverse)
 	KeepFreedMemory       bool     // torch.KeepFreedMemory at start
 	KeepFreedMemoryMB     int      // the most freed C memory kept under load, MiB; 0: no cap
 	ManagementOrigins     []string // browser origins allowed to call the management API (CORS); empty: none
@@ -374,6 +375,8 @@ var settings = []setting{
 		apply: modelSetting("batch_size", false)},
 	{key: "max_batch_delay", env: []string{"LINGER_MS"}, def: "100", model: true, help: `ms a batch waits to fill, from its oldest request, or "auto"`,
 		apply: modelSetting("max_batch_delay", false)},
+	{key: "batch_delay_alone", def: "false", help: "whether a request alone in its model (no other admitted, queued or in a running batch) waits max_batch_delay for company, as TorchServe and Triton wait; false: it is dispatched at once, which saves a lone client the delay on every request (at c=1, max_batch_delay a request) and leaves batches under load as they were; a burst that reaches an idle model may run its first request alone",
+		apply: boolSetting(func(c *Config) *bool { return &c.BatchDelayAlone })},
 	{key: "workers", env: []string{"WORKERS"}, def: "1", model: true, help: `workers per model (min_workers), or "auto"; each runs batched forwards (on a locked OS thread for LibTorch). A registration through the management API takes it only when it is set (TorchServe's default_workers_per_model), else initial_workers`,
 		apply: modelSetting("min_workers", false)},
 	{key: "initial_workers", def: "0", help: "workers a registration through TorchServe's management API (REST or gRPC) starts when neither it (initial_workers), the archive nor an explicit workers setting names a count; 0 is TorchServe's default (scale workers up to serve), 1 serves at once",

@@ -46,6 +46,16 @@ func TestConfigDefaults(t *testing.T) {
 	if c, err := LoadConfig(nil, envOf(map[string]string{"TORCHD_KEEP_FREED_MEMORY": "false"})); err != nil || c.KeepFreedMemory {
 		t.Errorf("TORCHD_KEEP_FREED_MEMORY=false: %v, %v", c.KeepFreedMemory, err)
 	}
+	// A lone request goes at once unless asked to wait, as TorchServe's would.
+	if c.BatchDelayAlone {
+		t.Error("batch_delay_alone should default to false")
+	}
+	if c, err := LoadConfig([]string{"--batch-delay-alone"}, envOf(nil)); err != nil || !c.BatchDelayAlone {
+		t.Errorf("--batch-delay-alone: %v, %v", c.BatchDelayAlone, err)
+	}
+	if _, err := LoadConfig(nil, envOf(map[string]string{"TORCHD_BATCH_DELAY_ALONE": "sometimes"})); err == nil || !strings.Contains(err.Error(), "TORCHD_BATCH_DELAY_ALONE") {
+		t.Errorf("TORCHD_BATCH_DELAY_ALONE=sometimes: %v", err)
+	}
 }
 
 // flags > environment > torchd.toml > defaults, and the docker-run variables.

@@ -98,7 +98,7 @@ type Daemon struct {
 func New(cfg *Config, log *slog.Logger) *Daemon {
 	m := metrics.New(cfg.EnableMetrics)
 	var life *lifecycle.Service // an ensemble waits for its models while the repository loads them
-	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return life != nil && life.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, Runtimes: cfg.runtimes(m), Metrics: m, Log: log})
+	reg := core.NewRegistry(core.Options{Pending: func(name string) bool { return life != nil && life.Pending(name) }, Defaults: ModelDefaults(), Server: cfg.Model, PerModel: cfg.TorchServe.PerModel, CacheDir: cfg.CacheDir, DispatchAlone: !cfg.BatchDelayAlone, Runtimes: cfg.runtimes(m), Metrics: m, Log: log})
 	m.Statistics = func() []core.Statistics { s, _ := reg.Statistics("", ""); return s }
 	d := &Daemon{cfg: cfg, log: log, metrics: m, Registry: reg, sweepStop: make(chan struct{}),
 		grpcStopping: make(chan struct{}), logLevel: new(slog.LevelVar)}
