@@ -104,6 +104,13 @@ type (
 	ThreadSetter interface {
 		SetThreadsHere(n int)
 	}
+	// ThreadCarrier models run each forward in another process (a handler process), so
+	// its share of the cores cannot be set on the calling thread: it goes with the batch.
+	// threads is the forward's share (coreShare), 0 where the model takes none (a GPU).
+	// Their workers are plain goroutines.
+	ThreadCarrier interface {
+		RunThreads(batch []*handlers.Sample, stage *handlers.Stage, threads int) ([][]handlers.Tensor, error)
+	}
 	// ThreadBound models keep per-thread state across forwards on the calling OS thread
 	// when BoundToThread says so (ONNX Runtime's intra-op pool, which the caller joins as
 	// its first thread): their workers are locked to their OS threads too.

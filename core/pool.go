@@ -373,7 +373,10 @@ func (p *WorkerPool) run(w *worker) {
 		w.batchStart.Store(time.Now().UnixNano())
 		p.runBatch(batch, stage, &n)
 		clear(batch) // the answered jobs go with their requests
-		p.putThreads(n)
+		// runBatch gives the threads back itself once its forwards are done (n is 0 then).
+		if n > 0 {
+			p.putThreads(n)
+		}
 		w.batchStart.Store(0)
 		w.busy.Store(false)
 		if w.abandoned.Load() {
@@ -456,6 +459,10 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int)
 	elapsed := time.Since(start)
 	p.batcher.done()
 	counted = false
+	// Its threads go back to the share before the first answer too: a client answered and
+	// asking again must find every core free, not this batch's threads still held.
+	p.putThreads(*threads)
+	*threads = 0
 	p.metrics.Batch(len(batch), elapsed, time.Since(dispatched)-elapsed)
 	p.stats.executed(samples, elapsed)
 	if bt != nil {
@@ -488,6 +495,8 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int)
 		return
 	}
 	p.log.Debug("batch failed; retrying its requests one by one", "model", p.name, "size", len(batch), "err", err)
+	*threads = p.takeThreads()
+	p.setThreads(*threads)
 	for _, j := range batch {
 		// A request whose client already has its answer (its deadline passed: a 504; it
 		// left: a 499) is not run again.
@@ -535,6 +544,18 @@ func (p *WorkerPool) explainAll(batch []*job) []*job {
 	return rest
 }
 
+// forward runs one forward of part; a ThreadCarrier gets its share of the cores with it.
+func (p *WorkerPool) forward(part []*handlers.Sample, stage *handlers.Stage, threads *int) ([][]handlers.Tensor, error) {
+	if tc, ok := p.backend.(ThreadCarrier); ok {
+		n := 0
+		if p.cores != nil && threads != nil {
+			n = *threads
+		}
+		return tc.RunThreads(part, stage, n)
+	}
+	return p.backend.Run(part, stage)
+}
+
 // explain runs one explanation, turning a panic in Go handler code into an error.
 func (p *WorkerPool) explain(j *job) (resp *handlers.Response, err error) {
 	defer func() {
@@ -571,7 +592,7 @@ func (p *WorkerPool) infer(samples []*handlers.Sample, stage *handlers.Stage, th
 			*threads = p.takeThreads()
 			p.setThreads(*threads)
 		}
-		o, err := p.backend.Run(part, stage)
+		o, err := p.forward(part, stage, threads)
 		if err == nil && len(o) != len(part) {
 			err = fmt.Errorf("handler returned %d results for %d requests", len(o), len(part))
 		}

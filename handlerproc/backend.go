@@ -38,6 +38,7 @@ var (
 	_ core.LogLimiter       = (*Model)(nil)
 	_ core.ProcessReporter  = (*Model)(nil)
 	_ core.HandlerExplainer = (*Model)(nil)
+	_ core.ThreadCarrier    = (*Model)(nil)
 )
 
 // Name is what describe shows as the model's runtime.

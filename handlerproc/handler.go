@@ -57,7 +57,8 @@ func (pythonHandler) Preprocess(r *handlers.Request) (*handlers.Sample, error) {
 	var headers []Header
 	if r.Headers != nil {
 		for k, v := range r.Headers {
-			if !strings.EqualFold(k, explainHeader) {
+			// torchd's own headers to the worker are torchd's, never a client's.
+			if !strings.EqualFold(k, explainHeader) && !strings.EqualFold(k, threadsHeader) {
 				headers = append(headers, Header{Name: k, Value: v})
 			}
 		}
@@ -113,7 +114,13 @@ func (pythonHandler) Infer(m torch.Model, batch []*handlers.Sample) ([][]handler
 
 // Run is the model as core runs it (core.Model): it sends the batch of the python
 // handler's samples to a process and files each request's reply in its sample.
-func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+func (pm *Model) Run(batch []*handlers.Sample, stage *handlers.Stage) ([][]handlers.Tensor, error) {
+	return pm.RunThreads(batch, stage, 0)
+}
+
+// RunThreads is Run with the batch's share of the cores (core.ThreadCarrier): the process
+// runs the batch on that many intra-op threads (threads.go); 0 leaves its count as it is.
+func (pm *Model) RunThreads(batch []*handlers.Sample, _ *handlers.Stage, threads int) ([][]handlers.Tensor, error) {
 	calls := make([]*call, len(batch))
 	var reqs []Request
 	for i, s := range batch {
@@ -124,15 +131,16 @@ func (pm *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.
 		calls[i] = c
 		reqs = append(reqs, c.reqs...)
 	}
-	if err := pm.runCalls(calls, reqs); err != nil {
+	if err := pm.runCalls(calls, reqs, threads); err != nil {
 		return nil, err
 	}
 	return make([][]handlers.Tensor, len(batch)), nil
 }
 
-// runCalls sends the requests of calls to a process and files each reply in its call.
-func (pm *Model) runCalls(calls []*call, reqs []Request) error {
-	pr, err := pm.Predict(reqs)
+// runCalls sends the requests of calls to a process, on threads intra-op threads (0: its
+// own count), and files each reply in its call.
+func (pm *Model) runCalls(calls []*call, reqs []Request, threads int) error {
+	pr, err := pm.predict(reqs, threads)
 	if err != nil {
 		return LostBatch(err)
 	}
@@ -189,7 +197,7 @@ func (pm *Model) Explain(s *handlers.Sample, _ int) (*handlers.Response, error) 
 		}
 		c.reqs[i].Headers = h
 	}
-	if err := pm.runCalls([]*call{c}, c.reqs); err != nil {
+	if err := pm.runCalls([]*call{c}, c.reqs, 0); err != nil {
 		return nil, err
 	}
 	return pythonHandler{}.Postprocess(s, nil)

@@ -137,7 +137,10 @@ var errClosed = errors.New("the model was unloaded")
 // Predict runs one batch on an idle process. A process that crashes, breaks the protocol
 // or passes the response timeout fails this batch only: it is killed and a new one is
 // started in the background, with backoff while starts keep failing.
-func (m *Model) Predict(batch []Request) (PredictReply, error) {
+func (m *Model) Predict(batch []Request) (PredictReply, error) { return m.predict(batch, 0) }
+
+// predict is Predict on threads intra-op threads (0: the process's own count).
+func (m *Model) predict(batch []Request, threads int) (PredictReply, error) {
 	// A free process may be one restarting: allow for its start as well as a batch ahead.
 	wait := m.cfg.StartTimeout + cmpDur(m.cfg.ResponseTimeout, 2*time.Minute)
 	t := time.NewTimer(wait)
@@ -165,7 +168,7 @@ func (m *Model) Predict(batch []Request) (PredictReply, error) {
 		default:
 		}
 	}
-	pr, err := p.predict(batch, m.cfg.ResponseTimeout)
+	pr, err := p.predict(withThreads(batch, threads), m.cfg.ResponseTimeout)
 	if err != nil {
 		if r := p.overLimit.Load(); r > 0 {
 			err = fmt.Errorf("the handler process used %d MiB, over its memory limit of %d MiB: it was killed and is restarting", r>>20, m.cfg.MemoryLimit>>20)

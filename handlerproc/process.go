@@ -106,7 +106,12 @@ func startProcess(o startOptions) (_ *process, err error) {
 		return nil, fmt.Errorf("cannot make the handler process's socket directory: %w", cleanErr(err))
 	}
 	sock := filepath.Join(dir, ".ts.sock.0") // the worker parses the suffix after the last dot as a port
-	argv := []string{filepath.Join(o.rt.tsDir, "model_service_worker.py"),
+	worker := filepath.Join(dir, "worker.py")
+	if err := os.WriteFile(worker, []byte(workerScript), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("cannot write the handler process's script: %w", cleanErr(err))
+	}
+	argv := []string{worker, filepath.Join(o.rt.tsDir, "model_service_worker.py"),
 		"--sock-type", "unix", "--sock-name", sock, "--metrics-config", cmpStr(o.metricsConfig, filepath.Join(o.rt.tsDir, "configs", "metrics.yaml"))}
 	// As TorchServe's frontend: the model's directory first on the path, so that its
 	// handler and model files import.

@@ -38,6 +38,17 @@ class TinyHandler(BaseHandler):
                 self.sequence = True
             if body == "probe":
                 self.probe = True
+            if isinstance(body, dict) and "probe_after" in body:
+                # A batch that holds its process until the test creates the file, then probes.
+                open(body["probe_after"] + ".in", "w").close()
+                for _ in range(600):
+                    if os.path.exists(body["probe_after"]):
+                        break
+                    time.sleep(0.05)
+                self.probe = True
+            if isinstance(body, dict) and "set_threads" in body:
+                torch.set_num_threads(body["set_threads"])  # a handler that sets its own count
+                self.probe = True
             if isinstance(body, dict) and "spin" in body:
                 with open(body["spin"], "w") as f:
                     f.write(str(os.getpid()))
@@ -110,7 +121,8 @@ class TinyHandler(BaseHandler):
             import numpy
             return [{"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path0": sys.path[0],
                      "threads": torch.get_num_threads(), "numpy": int(numpy.random.randint(1 << 30)),
-                     "mark": [k for k in os.environ if k.startswith("TORCHD_HANDLER_OF")]}] * len(out)
+                     "mark": [k for k in os.environ if k.startswith("TORCHD_HANDLER_OF")],
+                     "threads_header": self.context.get_request_header(0, "torchd-threads")}] * len(out)
         if getattr(self, "sequence", False):
             self.sequence = False
             return [f"sequence {self.context.get_sequence_id(i)}" for i in range(len(out))]
