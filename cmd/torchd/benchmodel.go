@@ -17,6 +17,8 @@ import (
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/backends/libtorch"
+	"github.com/torchd/torchd/backends/onnx"
+	"github.com/torchd/torchd/backends/openvino"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/daemon"
 	"github.com/torchd/torchd/handlers"
@@ -34,7 +36,8 @@ func init() {
 // machine's ceiling for the model.
 type benchModelResult struct {
 	Archive     string `json:"archive"`
-	Format      string `json:"format"` // torchscript or pt2
+	Format      string `json:"format"`  // torchscript, pt2, openvino or onnx
+	Runtime     string `json:"runtime"` // libtorch, openvino or onnxruntime: what runs the forward
 	Precision   string `json:"precision"`
 	Handler     string `json:"handler"`
 	Input       string `json:"input"`
@@ -169,32 +172,37 @@ func runBenchModel(args []string) error {
 	// and are faulted in afresh at every forward, which the served forwards do not pay.
 	kept := *keepFreed && torch.KeepFreedMemory()
 	maxWorkers := slices.Max(workers)
-	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
-	if err != nil {
-		return err
-	}
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
-	if err == nil {
-		var bound torch.Model
-		if bound, err = handlers.Bind(h, m, maxWorkers); err == nil {
-			m = bound
-		}
-	}
-	defer m.Close()
 	if err != nil {
 		return err
 	}
-	b := &modelBench{h: h, m: m, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads}
+	b := &modelBench{h: h, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads}
+	runtimeName := libtorch.Name
+	if rt := otherRuntime(am); rt != nil {
+		runtimeName = rt.Name()
+		err = b.loadOther(rt, am, *device, *precision, slices.Max(batches), workers)
+	} else {
+		err = b.loadLibTorch(am, *device, *precision, maxWorkers)
+	}
+	defer b.close()
+	if err != nil {
+		return err
+	}
 	go b.forwardThread()
 	defer close(b.fwd)
 
 	res := benchModelResult{
 		Archive: fs.Arg(0), Format: "torchscript", Precision: *precision, Handler: am.Config.Handler, Input: *input, InputBytes: len(body),
 		Threads: *threads, GOMAXPROCS: runtime.GOMAXPROCS(0), LibTorch: torch.Version(), Rounds: *rounds,
-		KeepFreed: kept,
+		KeepFreed: kept, Runtime: runtimeName,
 	}
-	if am.IsPackage() {
+	switch {
+	case am.IsPackage():
 		res.Format = "pt2"
+	case runtimeName == openvino.Name:
+		res.Format = "openvino"
+	case runtimeName == onnx.Name:
+		res.Format = "onnx"
 	}
 	// Warm-up: TorchScript's profiling executor settles after a few runs per shape.
 	for _, n := range batches {
@@ -264,11 +272,74 @@ func runBenchModel(args []string) error {
 // as on a daemon worker, because LibTorch's thread settings belong to the calling thread.
 type modelBench struct {
 	h           handlers.Handler
-	m           torch.Model
 	body        []byte
 	contentType string
 	threads     int
 	fwd         chan func()
+	// run runs a batch with as many workers at once as the count says: LibTorch's model is one
+	// for every count (each forward takes its thread's count); another runtime's threads are
+	// fixed when it compiles, so it has one model per count, as the daemon's workers have.
+	run    func(workers int, batch []*handlers.Sample) ([][]handlers.Tensor, error)
+	closes []func() error
+}
+
+func (b *modelBench) close() {
+	for _, c := range b.closes {
+		c()
+	}
+}
+
+// loadLibTorch loads a TorchScript model or a package, with the handler bound to it.
+func (b *modelBench) loadLibTorch(am *archive.Model, device, precision string, maxWorkers int) error {
+	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: device, Precision: precision, MaxWorkers: maxWorkers})
+	if err != nil {
+		return err
+	}
+	b.closes = append(b.closes, m.Close)
+	bound, err := handlers.Bind(b.h, m, maxWorkers)
+	if err != nil {
+		return err
+	}
+	b.run = func(_ int, batch []*handlers.Sample) ([][]handlers.Tensor, error) {
+		return handlers.Infer(b.h, bound, batch)
+	}
+	return nil
+}
+
+// otherRuntime is the runtime other than LibTorch that serves am (OpenVINO IR, ONNX), as
+// the daemon picks it; nil for LibTorch's models.
+func otherRuntime(am *archive.Model) core.Runtime {
+	for _, rt := range []core.Runtime{&openvino.Backend{}, &onnx.Backend{}} {
+		if rt.Accepts(am) {
+			return rt
+		}
+	}
+	return nil
+}
+
+// loadOther loads am with rt once per worker count, each as the daemon loads a version with
+// that many workers: a worker's threads are the bench's threads shared among them.
+func (b *modelBench) loadOther(rt core.Runtime, am *archive.Model, device, precision string, maxBatch int, workers []int) error {
+	models := map[int]core.Model{}
+	for _, w := range append([]int{1}, workers...) {
+		if models[w] != nil {
+			continue
+		}
+		s := daemon.ModelSettings{Device: device, Precision: precision, BatchSize: maxBatch, MinWorkers: w, MaxWorkers: w}
+		m, err := rt.Load(core.LoadRequest{Name: "bench", Version: "1", Archive: am, Settings: s, Threads: max(b.threads/w, 1)})
+		if err != nil {
+			return err
+		}
+		b.closes = append(b.closes, m.Close)
+		if hb, ok := m.(core.HandlerBinder); ok {
+			if err := hb.BindHandler(b.h); err != nil {
+				return err
+			}
+		}
+		models[w] = m
+	}
+	b.run = func(w int, batch []*handlers.Sample) ([][]handlers.Tensor, error) { return models[w].Run(batch, nil) }
+	return nil
 }
 
 func (b *modelBench) forwardThread() {
@@ -295,7 +366,7 @@ func (b *modelBench) infer(batch []*handlers.Sample) (outs [][]handlers.Tensor, 
 	done := make(chan struct{})
 	b.fwd <- func() {
 		start := time.Now()
-		outs, err = handlers.Infer(b.h, b.m, batch)
+		outs, err = b.run(1, batch)
 		d = time.Since(start)
 		close(done)
 	}
@@ -429,7 +500,7 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 						return
 					}
 				}
-				outs, err := handlers.Infer(b.h, b.m, batch)
+				outs, err := b.run(workers, batch)
 				if err != nil {
 					fail(err)
 					return
@@ -497,8 +568,12 @@ func (b *modelBench) singles(minTime time.Duration) (pre, post, whole time.Durat
 }
 
 func printBenchModel(r benchModelResult) {
-	fmt.Printf("%s (%s, %s %s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, LibTorch %s, median of %d rounds\n",
-		r.Archive, r.Handler, r.Format, r.Precision, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, r.LibTorch, r.Rounds)
+	rt := "LibTorch " + r.LibTorch
+	if r.Runtime != libtorch.Name {
+		rt = r.Runtime
+	}
+	fmt.Printf("%s (%s, %s %s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, %s, median of %d rounds\n",
+		r.Archive, r.Handler, r.Format, r.Precision, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, rt, r.Rounds)
 	fmt.Printf("one request: preprocess %v, postprocess %v, end to end %v\n",
 		time.Duration(r.PreprocessN), time.Duration(r.PostprocN), time.Duration(r.SingleN))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
