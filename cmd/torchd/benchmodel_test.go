@@ -99,7 +99,8 @@ func dirArchive(t *testing.T, config string, files ...string) string {
 // bench-model on an OpenVINO IR (EfficientNet-Lite0 with the bf16 hint its archive asks for)
 // and on an ONNX model (the digits CNN) measures the runtime that serves it, not LibTorch: the
 // JSON names it, has every batch size's forward and the pipelined figures of each worker
-// count; a precision such an archive cannot have is refused.
+// count, each with the process's CPU time per request; a precision such an archive cannot
+// have is refused.
 func TestBenchModelOtherRuntimes(t *testing.T) {
 	zoo := filepath.Join("..", "..", "models", "out")
 	ir := filepath.Join(zoo, "openvino", "efficientnet_lite0_ov", "1")
@@ -130,13 +131,13 @@ func TestBenchModelOtherRuntimes(t *testing.T) {
 				t.Fatalf("batches %+v", r.Batches)
 			}
 			for _, b := range r.Batches {
-				if b.ForwardN <= 0 || b.CycleN < b.ForwardN || b.Throughput <= 0 {
-					t.Errorf("batch %d: forward %d ns, cycle %d ns, %g req/s", b.Batch, b.ForwardN, b.CycleN, b.Throughput)
+				if b.ForwardN <= 0 || b.CycleN < b.ForwardN || b.Throughput <= 0 || b.CPUPerReqN <= 0 {
+					t.Errorf("batch %d: forward %d ns, cycle %d ns, %g req/s, %d CPU ns a request", b.Batch, b.ForwardN, b.CycleN, b.Throughput, b.CPUPerReqN)
 				}
 			}
 			workers := map[int]int{}
 			for _, p := range r.Pipelined {
-				if p.Throughput <= 0 || p.Threads != 2/p.Workers {
+				if p.Throughput <= 0 || p.Threads != 2/p.Workers || p.CPUPerReqN <= 0 {
 					t.Errorf("pipelined %+v", p)
 				}
 				workers[p.Workers]++
