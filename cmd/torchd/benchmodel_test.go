@@ -145,8 +145,8 @@ func TestBenchModelOtherRuntimes(t *testing.T) {
 			if len(r.Pipelined) != 4 || workers[1] != 2 || workers[2] != 2 || r.SingleN <= 0 || r.Best.Throughput <= 0 {
 				t.Errorf("pipelined %+v, single %d ns, best %+v", r.Pipelined, r.SingleN, r.Best)
 			}
-			if out, err := benchModel(t, "--input", c.input, "--precision", "int8", c.archive); err == nil {
-				t.Errorf("--precision int8 of %s measured:\n%s", c.format, out)
+			if out, err := benchModel(t, "--input", c.input, "--precision", "int8", c.archive); err == nil || strings.Contains(err.Error(), "TorchScript") {
+				t.Errorf("--precision int8 of %s: %v\n%s", c.format, err, out)
 			}
 		})
 	}
