@@ -77,7 +77,7 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 	// A stream per worker gives each worker's request its share of the cores, so a request that
 	// runs alone would leave the others idle; it runs on a second compiled model with one stream
 	// on all of them instead (as a LibTorch forward takes the idle cores). Not where the config
-	// chose the streams or the hint itself.
+	// chose the streams or the THROUGHPUT hint.
 	_, streamsSet := ro[triton.ParamOVNumStreams]
 	if workers > 1 && !streamsSet && opts.Hint == "LATENCY" {
 		alone := opts
