@@ -225,10 +225,12 @@ $(MODELS_OUT)/onnx/.done: models/onnx_zoo.py models/onnx_digits.py models/common
 	$(PYTHON) models/onnx_digits.py --out $(MODELS_OUT)
 	@touch $@
 
-# The zoo's resnet18 as OpenVINO IR, fp32 and int8 (NNCF), in a Triton repository with
-# OpenVINO's own answers (models/openvino_ir.py): the openvino backend's tests. OpenVINO and
-# NNCF go into build/pyext, beside the zoo's venv (whose packages pin the zoo), as
-# bench/forward.sh installs them. About a minute.
+# The zoo's resnet18 as OpenVINO IR, fp32 and int8 (NNCF), and EfficientNet-Lite0's (fp32
+# weights, bf16 hint), in a Triton repository with OpenVINO's own answers and each IR's gate
+# (models/openvino_ir.py): the openvino backend's tests. EfficientNet-Lite0's weights come from
+# the zoo (models/efficientnet.py, under $(MODELS_OUT)/.done). OpenVINO and NNCF go into
+# build/pyext, beside the zoo's venv (whose packages pin the zoo), as bench/forward.sh installs
+# them. About two minutes.
 PYEXT := build/pyext
 $(PYEXT)/.done:
 	$(PYTHON) -m pip install --quiet --no-deps --target $(PYEXT) openvino==$(OPENVINO_VERSION) openvino-telemetry==2025.2.0 \

@@ -10,6 +10,10 @@ Backends, each on THREADS intra-op threads, one synchronous forward at a time:
                  (avx512_bf16 or AMX).
   ov-int8        the same model quantized by NNCF (nncf.quantize: 8-bit post-training,
                  calibrated on CALIB of the ai-benchmark photos).
+  ov-ir          the zoo's IR that torchd serves (models/openvino_ir.py: resnet18's NNCF int8,
+                 EfficientNet-Lite0's fp32 weights with its config's precision hint), where it
+                 exists: OpenVINO's Python runner of the same .xml, dynamic batch, as torchd
+                 compiles it, beside torchd:ov-ir (bench-model of its archive, forward.sh).
   ort-fp32       ONNX Runtime 1.31 (the wheel torchd's onnx backend loads) on the eager
                  module exported by torch.onnx.export, dynamic batch, full graph optimization.
   ort-int8       that graph quantized by onnxruntime.quantization.quantize_static (QDQ, per
@@ -115,11 +119,31 @@ def timed(fn, x, min_time):
     return statistics.median(times)
 
 
-def openvino_backends(module, calib, batches, threads, with_int8):
+# The zoo's IR of each model that torchd serves (models/openvino_ir.py).
+ZOO_IR = {"resnet18": "resnet18_ov_int8", "efficientnet_lite0": "efficientnet_lite0_ov"}
+
+
+def zoo_ir(zoo, model):
+    """The path of the zoo's IR of model and the precision hint its config sets; None if absent."""
+    d = os.path.join(zoo, "openvino", ZOO_IR[model])
+    if not os.path.exists(os.path.join(d, "1", "model.xml")):
+        return None
+    config = open(os.path.join(d, "config.pbtxt")).read()
+    hint = "bf16" if '"INFERENCE_PRECISION_HINT" value: { string_value: "bf16"' in config else "f32"
+    return os.path.join(d, "1", "model.xml"), hint
+
+
+def openvino_backends(module, calib, batches, threads, with_int8, ir=None):
     import openvino as ov
     core = ov.Core()
     config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
               "INFERENCE_PRECISION_HINT": "f32"}
+    out = {}
+    if ir:
+        # As torchd compiles it: one model, a dynamic batch, for every batch size.
+        c = core.compile_model(ir[0], "CPU", dict(config, INFERENCE_PRECISION_HINT=ir[1]))
+        fwd = lambda x, c=c: c(x)[0]
+        out["ov-ir"] = (fwd, {n: fwd for n in batches})
     model = ov.convert_model(module, example_input=torch.from_numpy(calib[:2]),
                              input=[ov.PartialShape([-1, 3, 224, 224])])
     models = {"ov-fp32": (model, config)}
@@ -129,7 +153,6 @@ def openvino_backends(module, calib, batches, threads, with_int8):
         import nncf
         models["ov-int8"] = (nncf.quantize(model, nncf.Dataset([c[None] for c in calib]),
                                            subset_size=len(calib)), config)
-    out = {}
     for name, (m, config) in models.items():
         dyn = core.compile_model(m, "CPU", config)
         static = {}
@@ -247,7 +270,8 @@ def main():
     if args.no_ts:
         del backends["torch-ts"]
     if not args.no_ov:
-        backends.update(openvino_backends(module, x[:args.calib], batches, args.threads, not args.no_int8))
+        backends.update(openvino_backends(module, x[:args.calib], batches, args.threads, not args.no_int8,
+                                          zoo_ir(args.zoo, args.model)))
     if not args.no_ort:
         for name, (fwd, _) in ort_backends(module, x[:args.calib], args.threads, not args.no_int8,
                                            os.path.join(ROOT, "build", "forward-spike", args.model)).items():

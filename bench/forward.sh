@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The forward of the zoo's image models on every engine at hand, in one run each, interleaved
 # (bench/engine_spike.py says what each backend is): torchd's runner of the .pt2 archive at
-# each precision, PyTorch's own runner of the same packages, OpenVINO fp32/bf16/int8 (NNCF) and
+# each precision and of the zoo's OpenVINO IR (torchd:ov-ir, beside ov-ir: OpenVINO's Python
+# runner of the same IR), PyTorch's own runner of the same packages, OpenVINO fp32/bf16/int8 (NNCF) and
 # ONNX Runtime fp32/int8, batch 1 latency and batch 1-64 throughput, on THREADS threads.
 # OpenVINO and NNCF go into build/pyext (not the zoo's venv, whose packages pin the zoo).
 #
@@ -27,6 +28,12 @@ grep -m1 -o -w -E 'avx2|avx512f|avx512_vnni|avx512_bf16|amx_tile|amx_int8|amx_bf
 for model in resnet18 efficientnet_lite0; do
   archives=()
   for p in fp32 int8 auto; do archives+=(--archive "pt2:$p=model-store/${model}_pt2.mar"); done
+  # torchd's OpenVINO backend on the zoo's IR (make models-openvino), beside ov-ir, OpenVINO's
+  # Python runner of the same .xml.
+  if [ -e models/out/openvino/.done ] && [[ " $* " != *" --no-ov "* ]]; then
+    bench/openvino-archives.sh build/forward-ov "$model"
+    archives+=(--archive "ov-ir=build/forward-ov/${model}_ov.mar")
+  fi
   PYTHONPATH=build/pyext nice -n 0 $py bench/engine_spike.py --model "$model" --rounds "$rounds" --time "$secs" \
     --threads "$threads" --batches 1,8,32 "${archives[@]}" --json "build/forward-$model.json" "$@"
 done

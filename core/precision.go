@@ -97,8 +97,13 @@ func selectPrecision(am *archive.Model, precision, device string, flags CPUFlags
 // compiled in. TorchScript runs in fp32 or, under autocast, bf16.
 func checkPrecision(am *archive.Model, precision string) error {
 	if am.Package == nil && (precision == "fp16" || precision == "int8") {
-		return fmt.Errorf("precision %s is for AOTInductor packages exported in %s (models/pt2.py --dtype %s); %s is TorchScript, which runs in fp32 or bf16",
-			precision, precision, precision, filepath.Base(am.SerializedPath()))
+		// An IR or ONNX model is in the precision its file holds (an int8 IR is quantized in it).
+		what := "TorchScript, which runs in fp32 or bf16"
+		if !archive.IsTorchName(am.SerializedFile) {
+			what = "not a package: it runs in the precision its file holds"
+		}
+		return fmt.Errorf("precision %s is for AOTInductor packages exported in %s (models/pt2.py --dtype %s); %s is %s",
+			precision, precision, precision, filepath.Base(am.SerializedPath()), what)
 	}
 	if am.Package == nil {
 		return nil

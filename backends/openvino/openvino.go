@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/archive/triton"
@@ -57,7 +58,8 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		return nil, fmt.Errorf("OpenVINO is not available: %v", err)
 	}
 	workers := max(1, s.MaxWorkers, s.MinWorkers)
-	opts, err := options(req.Archive.Config.RuntimeOptions, s.Precision, workers, req.Threads)
+	ro := req.Archive.Config.RuntimeOptions
+	opts, err := options(ro, s.Precision, workers, req.Threads)
 	if err != nil {
 		return nil, err
 	}
@@ -72,13 +74,26 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 	}
 	m := &Model{compiled: compiled, am: req.Archive, limit: workers, ins: compiled.Inputs(), outs: compiled.Outputs()}
 	m.free = make(chan *ov.Request, workers)
+	// A stream per worker gives each worker's request its share of the cores, so a request that
+	// runs alone would leave the others idle; it runs on a second compiled model with one stream
+	// on all of them instead (as a LibTorch forward takes the idle cores). Not where the config
+	// chose the streams or the THROUGHPUT hint.
+	_, streamsSet := ro[triton.ParamOVNumStreams]
+	if workers > 1 && !streamsSet && opts.Hint == "LATENCY" {
+		alone := opts
+		alone.Streams = 1
+		if m.alone, err = ov.Compile(path, alone); err != nil {
+			compiled.Close()
+			return nil, err
+		}
+	}
 	for _, t := range append(append([]ov.TensorInfo{}, m.ins...), m.outs...) {
 		if _, ok := dtypeOf[t.Type]; !ok {
-			compiled.Close()
+			m.Close()
 			return nil, fmt.Errorf("tensor %q is of type %s, which torchd does not serve from OpenVINO models (it serves f32, f16, bf16, f64, i64, i32, i16, i8, u8 and boolean)", t.Name, t.Type)
 		}
 		if t.Name == "" {
-			compiled.Close()
+			m.Close()
 			return nil, errors.New("an input or output of the model has no tensor name; name it in the IR (names= on its port), as clients address tensors by name")
 		}
 	}
@@ -129,6 +144,11 @@ type Model struct {
 	compiled *ov.Model
 	am       *archive.Model
 	limit    int
+	// alone is the model compiled with one stream on every worker's threads, for a batch that
+	// runs while no other does (nil with one worker); aloneReq is its request, made at first use.
+	alone    *ov.Model
+	aloneReq *ov.Request
+	running  atomic.Int32
 
 	ins, outs []ov.TensorInfo // the compiled graph's
 	// inIdx maps each sample tensor (the config's declared inputs, else the graph's, in
@@ -210,12 +230,53 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	r, err := m.request()
-	if err != nil {
-		return nil, err
+	// The count is given back after the request: while one runs alone, no other batch sees
+	// itself alone, so the one request of alone serves one batch at a time.
+	n := m.running.Add(1)
+	defer m.running.Add(-1)
+	var r *ov.Request
+	var err error
+	if n == 1 && m.alone != nil {
+		if r, err = m.aloneRequest(); err != nil {
+			return nil, err
+		}
+		defer m.releaseAlone(r)
+	} else {
+		if r, err = m.request(); err != nil {
+			return nil, err
+		}
+		defer m.release(r)
 	}
-	defer m.release(r)
 	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) { return m.run(r, ts) })
+}
+
+// aloneRequest is alone's request, made at its first use.
+func (m *Model) aloneRequest() (*ov.Request, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errors.New("the model is closed")
+	}
+	if m.aloneReq == nil {
+		r, err := m.alone.NewRequest()
+		if err != nil {
+			return nil, err
+		}
+		m.aloneReq = r
+	}
+	r := m.aloneReq
+	m.aloneReq = nil // taken: a second taker (none, by the count) would make its own
+	return r, nil
+}
+
+func (m *Model) releaseAlone(r *ov.Request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.aloneReq != nil {
+		r.Close()
+		return
+	}
+	m.aloneReq = r
 }
 
 // run feeds one set of tensors to their graph inputs and returns the bound outputs.
@@ -299,7 +360,11 @@ func (m *Model) Close() error {
 	}
 	m.closed = true
 	m.mu.Unlock()
-	return m.compiled.Close()
+	var err error
+	if m.alone != nil {
+		err = m.alone.Close()
+	}
+	return errors.Join(m.compiled.Close(), err)
 }
 
 func index(ts []ov.TensorInfo, name string) int {

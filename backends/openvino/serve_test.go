@@ -163,7 +163,8 @@ func (s *server) infer(t *testing.T, model string, x npy.Array) (int, []float32,
 	return 200, zootest.F32s(body[n:]), string(body[:n])
 }
 
-// TestServedEqualsPython serves the fp32 and int8 IR beside hostile ones (a cut .xml, a .bin
+// TestServedEqualsPython serves the fp32 and int8 IR, and EfficientNet-Lite0's with its bf16
+// hint, beside hostile ones (a cut .xml, a .bin
 // a third as long as the .xml says, an input declaring 2^34 elements a sample, a config
 // naming a file that is not there): the hostile models are UNAVAILABLE with a reason, and
 // the good ones answer, over REST, what OpenVINO's Python runtime answers on the same IR and
@@ -171,7 +172,7 @@ func (s *server) infer(t *testing.T, model string, x npy.Array) (int, []float32,
 // config that declares no tensor is completed from the graph.
 func TestServedEqualsPython(t *testing.T) {
 	repo := t.TempDir()
-	for _, m := range []string{"resnet18_ov", "resnet18_ov_int8"} {
+	for _, m := range []string{"resnet18_ov", "resnet18_ov_int8", "efficientnet_lite0_ov"} {
 		for _, f := range []string{"config.pbtxt", "1/model.xml", "1/model.bin"} {
 			zootest.CopyFile(t, filepath.Join(zooDir, m, f), filepath.Join(repo, m, f))
 		}
@@ -207,7 +208,7 @@ func TestServedEqualsPython(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, "no_file", "config.pbtxt"), append(config("no_file"), []byte("default_model_filename: \"other.xml\"\n")...), 0o644)
 
 	s := serve(t, repo)
-	idx := s.waitSettled(t, "resnet18_ov", "resnet18_ov_int8", "auto", "cut_xml", "short_bin", "huge_input", "no_file")
+	idx := s.waitSettled(t, "resnet18_ov", "resnet18_ov_int8", "efficientnet_lite0_ov", "auto", "cut_xml", "short_bin", "huge_input", "no_file")
 	for name, want := range map[string]string{
 		"cut_xml":    "read model.xml",
 		"short_bin":  "Incorrect weights in bin file",
@@ -223,10 +224,17 @@ func TestServedEqualsPython(t *testing.T) {
 	}
 	x := zootest.ReadNpy(t, zooDir, "ref_input.npy")
 	row := len(x.Data) / 8
-	for _, tc := range []struct{ model, ref string }{{"resnet18_ov", "ref_output_fp32.npy"}, {"resnet18_ov_int8", "ref_output_int8.npy"}} {
+	// EfficientNet-Lite0's config asks for bf16 (INFERENCE_PRECISION_HINT): its answers are
+	// Python's under the same hint, which differ from f32's by far more than the tolerance.
+	for _, tc := range []struct{ model, input, ref string }{
+		{"resnet18_ov", "ref_input.npy", "ref_output_fp32.npy"},
+		{"resnet18_ov_int8", "ref_input.npy", "ref_output_int8.npy"},
+		{"efficientnet_lite0_ov", "efficientnet_lite0_ref_input.npy", "efficientnet_lite0_ref_output.npy"},
+	} {
 		if idx[tc.model][0] != "READY" {
 			t.Fatalf("%s: %v", tc.model, idx[tc.model])
 		}
+		x := zootest.ReadNpy(t, zooDir, tc.input)
 		want := zootest.F32s(zootest.ReadNpy(t, zooDir, tc.ref).Data)
 		status, got, body := s.infer(t, tc.model, x)
 		if status != 200 || len(got) != len(want) {

@@ -12,11 +12,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/torchd/torchd/archive"
 	"github.com/torchd/torchd/backends/libtorch"
+	"github.com/torchd/torchd/backends/onnx"
+	"github.com/torchd/torchd/backends/openvino"
 	"github.com/torchd/torchd/core"
 	"github.com/torchd/torchd/daemon"
 	"github.com/torchd/torchd/handlers"
@@ -34,7 +37,8 @@ func init() {
 // machine's ceiling for the model.
 type benchModelResult struct {
 	Archive     string `json:"archive"`
-	Format      string `json:"format"` // torchscript or pt2
+	Format      string `json:"format"`  // torchscript, pt2, openvino or onnx
+	Runtime     string `json:"runtime"` // libtorch, openvino or onnxruntime: what runs the forward
 	Precision   string `json:"precision"`
 	Handler     string `json:"handler"`
 	Input       string `json:"input"`
@@ -69,6 +73,9 @@ type benchModelPipelined struct {
 	Threads    int     `json:"threads"`   // intra-op threads of each
 	Pipelined  bool    `json:"pipelined"` // false: the best is BestSequential's
 	Throughput float64 `json:"throughput"`
+	// CPUPerReqN is the process's CPU time (every thread's, user and system) per request: on a
+	// shared machine, what a served figure's CPU per request is compared with.
+	CPUPerReqN int64 `json:"cpu_ns_per_request"`
 }
 
 // benchModelBatch is one batch size's figures, each the median over rounds.
@@ -77,6 +84,7 @@ type benchModelBatch struct {
 	ForwardN   int64   `json:"forward_ns"` // handlers.Infer of the batch alone
 	CycleN     int64   `json:"cycle_ns"`   // preprocess B requests in parallel, Infer, postprocess in parallel
 	Throughput float64 `json:"throughput"` // requests per second: Batch / cycle
+	CPUPerReqN int64   `json:"cpu_ns_per_request"`
 }
 
 // runBenchModel measures what the server does for a request, without the server: the same
@@ -169,32 +177,37 @@ func runBenchModel(args []string) error {
 	// and are faulted in afresh at every forward, which the served forwards do not pay.
 	kept := *keepFreed && torch.KeepFreedMemory()
 	maxWorkers := slices.Max(workers)
-	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: *device, Precision: *precision, MaxWorkers: maxWorkers})
-	if err != nil {
-		return err
-	}
 	h, err := handlers.New(am.Config.Handler, handlers.Context{Config: am.Config, Dir: am.Dir, Labels: am.Labels})
-	if err == nil {
-		var bound torch.Model
-		if bound, err = handlers.Bind(h, m, maxWorkers); err == nil {
-			m = bound
-		}
-	}
-	defer m.Close()
 	if err != nil {
 		return err
 	}
-	b := &modelBench{h: h, m: m, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads}
+	b := &modelBench{h: h, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads}
+	runtimeName := libtorch.Name
+	if rt := otherRuntime(am); rt != nil {
+		runtimeName = rt.Name()
+		err = b.loadOther(rt, am, *device, *precision, slices.Max(batches), workers)
+	} else {
+		err = b.loadLibTorch(am, *device, *precision, maxWorkers)
+	}
+	defer b.close()
+	if err != nil {
+		return err
+	}
 	go b.forwardThread()
 	defer close(b.fwd)
 
 	res := benchModelResult{
 		Archive: fs.Arg(0), Format: "torchscript", Precision: *precision, Handler: am.Config.Handler, Input: *input, InputBytes: len(body),
 		Threads: *threads, GOMAXPROCS: runtime.GOMAXPROCS(0), LibTorch: torch.Version(), Rounds: *rounds,
-		KeepFreed: kept,
+		KeepFreed: kept, Runtime: runtimeName,
 	}
-	if am.IsPackage() {
+	switch {
+	case am.IsPackage():
 		res.Format = "pt2"
+	case runtimeName == openvino.Name:
+		res.Format = "openvino"
+	case runtimeName == onnx.Name:
+		res.Format = "onnx"
 	}
 	// Warm-up: TorchScript's profiling executor settles after a few runs per shape.
 	for _, n := range batches {
@@ -208,6 +221,8 @@ func runBenchModel(args []string) error {
 	fwd := make([][]time.Duration, len(batches))
 	cyc := make([][]time.Duration, len(batches))
 	pipes := make([][]float64, len(batches)*len(workers))
+	cpuSeq := make([][]time.Duration, len(batches))
+	cpuPipe := make([][]time.Duration, len(batches)*len(workers))
 	for range *rounds {
 		p, q, s, err := b.singles(*minTime)
 		if err != nil {
@@ -215,36 +230,37 @@ func runBenchModel(args []string) error {
 		}
 		pre, post, single = append(pre, p), append(post, q), append(single, s)
 		for i, n := range batches {
-			f, c, err := b.batchRound(n, *minTime)
+			f, c, cpu, err := b.batchRound(n, *minTime)
 			if err != nil {
 				return err
 			}
-			fwd[i], cyc[i] = append(fwd[i], f), append(cyc[i], c)
+			fwd[i], cyc[i], cpuSeq[i] = append(fwd[i], f), append(cyc[i], c), append(cpuSeq[i], cpu)
 		}
 		for i, n := range batches {
 			for j, w := range workers {
-				r, err := b.pipelined(n, w, max(*threads/w, 1), *minTime)
+				r, cpu, err := b.pipelined(n, w, max(*threads/w, 1), *minTime)
 				if err != nil {
 					return err
 				}
 				k := i*len(workers) + j
-				pipes[k] = append(pipes[k], r)
+				pipes[k], cpuPipe[k] = append(pipes[k], r), append(cpuPipe[k], cpu)
 			}
 		}
 	}
 	res.PreprocessN, res.PostprocN, res.SingleN = int64(median(pre)), int64(median(post)), int64(median(single))
 	for i, n := range batches {
 		c := median(cyc[i])
-		bb := benchModelBatch{Batch: n, ForwardN: int64(median(fwd[i])), CycleN: int64(c), Throughput: float64(n) / c.Seconds()}
+		bb := benchModelBatch{Batch: n, ForwardN: int64(median(fwd[i])), CycleN: int64(c), Throughput: float64(n) / c.Seconds(), CPUPerReqN: int64(median(cpuSeq[i]))}
 		res.Batches = append(res.Batches, bb)
 		if bb.Throughput > res.BestSequential.Throughput {
 			res.BestSequential = bb
 		}
 	}
-	res.Best = benchModelPipelined{Batch: res.BestSequential.Batch, Workers: 1, Threads: *threads, Throughput: res.BestSequential.Throughput}
+	res.Best = benchModelPipelined{Batch: res.BestSequential.Batch, Workers: 1, Threads: *threads, Throughput: res.BestSequential.Throughput, CPUPerReqN: res.BestSequential.CPUPerReqN}
 	for i, n := range batches {
 		for j, w := range workers {
-			p := benchModelPipelined{Batch: n, Workers: w, Threads: max(*threads/w, 1), Pipelined: true, Throughput: median(pipes[i*len(workers)+j])}
+			k := i*len(workers) + j
+			p := benchModelPipelined{Batch: n, Workers: w, Threads: max(*threads/w, 1), Pipelined: true, Throughput: median(pipes[k]), CPUPerReqN: int64(median(cpuPipe[k]))}
 			res.Pipelined = append(res.Pipelined, p)
 			if p.Throughput > res.Best.Throughput {
 				res.Best = p
@@ -264,11 +280,74 @@ func runBenchModel(args []string) error {
 // as on a daemon worker, because LibTorch's thread settings belong to the calling thread.
 type modelBench struct {
 	h           handlers.Handler
-	m           torch.Model
 	body        []byte
 	contentType string
 	threads     int
 	fwd         chan func()
+	// run runs a batch with as many workers at once as the count says: LibTorch's model is one
+	// for every count (each forward takes its thread's count); another runtime's threads are
+	// fixed when it compiles, so it has one model per count, as the daemon's workers have.
+	run    func(workers int, batch []*handlers.Sample) ([][]handlers.Tensor, error)
+	closes []func() error
+}
+
+func (b *modelBench) close() {
+	for _, c := range b.closes {
+		c()
+	}
+}
+
+// loadLibTorch loads a TorchScript model or a package, with the handler bound to it.
+func (b *modelBench) loadLibTorch(am *archive.Model, device, precision string, maxWorkers int) error {
+	m, err := libtorch.LoadModel(am, daemon.ModelSettings{Device: device, Precision: precision, MaxWorkers: maxWorkers})
+	if err != nil {
+		return err
+	}
+	b.closes = append(b.closes, m.Close)
+	bound, err := handlers.Bind(b.h, m, maxWorkers)
+	if err != nil {
+		return err
+	}
+	b.run = func(_ int, batch []*handlers.Sample) ([][]handlers.Tensor, error) {
+		return handlers.Infer(b.h, bound, batch)
+	}
+	return nil
+}
+
+// otherRuntime is the runtime other than LibTorch that serves am (OpenVINO IR, ONNX), as
+// the daemon picks it; nil for LibTorch's models.
+func otherRuntime(am *archive.Model) core.Runtime {
+	for _, rt := range []core.Runtime{&openvino.Backend{}, &onnx.Backend{}} {
+		if rt.Accepts(am) {
+			return rt
+		}
+	}
+	return nil
+}
+
+// loadOther loads am with rt once per worker count, each as the daemon loads a version with
+// that many workers: a worker's threads are the bench's threads shared among them.
+func (b *modelBench) loadOther(rt core.Runtime, am *archive.Model, device, precision string, maxBatch int, workers []int) error {
+	models := map[int]core.Model{}
+	for _, w := range append([]int{1}, workers...) {
+		if models[w] != nil {
+			continue
+		}
+		s := daemon.ModelSettings{Device: device, Precision: precision, BatchSize: maxBatch, MinWorkers: w, MaxWorkers: w}
+		m, err := rt.Load(core.LoadRequest{Name: "bench", Version: "1", Archive: am, Settings: s, Threads: max(b.threads/w, 1)})
+		if err != nil {
+			return err
+		}
+		b.closes = append(b.closes, m.Close)
+		if hb, ok := m.(core.HandlerBinder); ok {
+			if err := hb.BindHandler(b.h); err != nil {
+				return err
+			}
+		}
+		models[w] = m
+	}
+	b.run = func(w int, batch []*handlers.Sample) ([][]handlers.Tensor, error) { return models[w].Run(batch, nil) }
+	return nil
 }
 
 func (b *modelBench) forwardThread() {
@@ -295,7 +374,7 @@ func (b *modelBench) infer(batch []*handlers.Sample) (outs [][]handlers.Tensor, 
 	done := make(chan struct{})
 	b.fwd <- func() {
 		start := time.Now()
-		outs, err = handlers.Infer(b.h, b.m, batch)
+		outs, err = b.run(1, batch)
 		d = time.Since(start)
 		close(done)
 	}
@@ -345,21 +424,30 @@ func (b *modelBench) cycle(n int) (time.Duration, error) {
 	})
 }
 
-// batchRound repeats cycles of n for at least minTime and returns the median forward and
-// the median whole cycle.
-func (b *modelBench) batchRound(n int, minTime time.Duration) (fwd, cyc time.Duration, err error) {
+// batchRound repeats cycles of n for at least minTime and returns the median forward, the
+// median whole cycle and the process's CPU time per request.
+func (b *modelBench) batchRound(n int, minTime time.Duration) (fwd, cyc, cpu time.Duration, err error) {
 	var fs, cs []time.Duration
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for len(cs) < 3 || time.Since(start) < minTime {
 		t0 := time.Now()
 		f, err := b.cycle(n)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		cs = append(cs, time.Since(t0))
 		fs = append(fs, f)
 	}
-	return median(fs), median(cs), nil
+	return median(fs), median(cs), (cpuTime() - cpu0) / time.Duration(len(cs)*n), nil
+}
+
+// cpuTime is the CPU time of every thread of the process, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // pipelined serves requests for at least minTime as the server does: a goroutine per core
@@ -367,7 +455,7 @@ func (b *modelBench) batchRound(n int, minTime time.Duration) (fwd, cyc time.Dur
 // threads intra-op threads each) take batches of n from it, and the batches' postprocessing
 // runs on other goroutines. It returns the requests finished per second, counted after a
 // warm-up.
-func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (float64, error) {
+func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (float64, time.Duration, error) {
 	stop := make(chan struct{})
 	queue := make(chan *handlers.Sample, 2*n*workers)
 	type done struct {
@@ -429,7 +517,7 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 						return
 					}
 				}
-				outs, err := handlers.Infer(b.h, b.m, batch)
+				outs, err := b.run(workers, batch)
 				if err != nil {
 					fail(err)
 					return
@@ -455,19 +543,19 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 		return func() bool { return finished.Load()-from >= int64(k*n*workers) }
 	}
 	wait(batchesDone(0, 1))
-	c0, t0 := finished.Load(), time.Now()
+	c0, t0, cpu0 := finished.Load(), time.Now(), cpuTime()
 	enough := batchesDone(c0, 2)
 	wait(func() bool { return time.Since(t0) >= minTime && enough() })
-	c1, t1 := finished.Load(), time.Now()
+	c1, t1, cpu1 := finished.Load(), time.Now(), cpuTime()
 	end()
 	producers.Wait()
 	forwards.Wait()
 	close(post)
 	posts.Wait()
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, 0, firstErr
 	}
-	return float64(c1-c0) / t1.Sub(t0).Seconds(), nil
+	return float64(c1-c0) / t1.Sub(t0).Seconds(), (cpu1 - cpu0) / time.Duration(max(c1-c0, 1)), nil
 }
 
 // singles times one request at a time, on one goroutine, for at least minTime: the
@@ -497,21 +585,25 @@ func (b *modelBench) singles(minTime time.Duration) (pre, post, whole time.Durat
 }
 
 func printBenchModel(r benchModelResult) {
-	fmt.Printf("%s (%s, %s %s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, LibTorch %s, median of %d rounds\n",
-		r.Archive, r.Handler, r.Format, r.Precision, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, r.LibTorch, r.Rounds)
+	rt := "LibTorch " + r.LibTorch
+	if r.Runtime != libtorch.Name {
+		rt = r.Runtime
+	}
+	fmt.Printf("%s (%s, %s %s), input %s (%d bytes), %d intra-op threads, GOMAXPROCS %d, %s, median of %d rounds\n",
+		r.Archive, r.Handler, r.Format, r.Precision, r.Input, r.InputBytes, r.Threads, r.GOMAXPROCS, rt, r.Rounds)
 	fmt.Printf("one request: preprocess %v, postprocess %v, end to end %v\n",
 		time.Duration(r.PreprocessN), time.Duration(r.PostprocN), time.Duration(r.SingleN))
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tforward\tcycle\treq/s\t")
+	fmt.Fprintln(tw, "batch\tforward\tcycle\treq/s\tCPU/req\t")
 	for _, b := range r.Batches {
-		fmt.Fprintf(tw, "%d\t%v\t%v\t%.1f\t\n", b.Batch, time.Duration(b.ForwardN), time.Duration(b.CycleN), b.Throughput)
+		fmt.Fprintf(tw, "%d\t%v\t%v\t%.1f\t%v\t\n", b.Batch, time.Duration(b.ForwardN), time.Duration(b.CycleN), b.Throughput, time.Duration(b.CPUPerReqN))
 	}
 	tw.Flush()
 	fmt.Println("pipelined (preprocessing overlapped with the forwards, as the server runs):")
 	tw = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "batch\tworkers\tthreads\treq/s\t")
+	fmt.Fprintln(tw, "batch\tworkers\tthreads\treq/s\tCPU/req\t")
 	for _, p := range r.Pipelined {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t\n", p.Batch, p.Workers, p.Threads, p.Throughput)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.1f\t%v\t\n", p.Batch, p.Workers, p.Threads, p.Throughput, time.Duration(p.CPUPerReqN))
 	}
 	tw.Flush()
 	how := "one batch at a time"
