@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,6 +93,32 @@ func TestSweepKeepsLive(t *testing.T) {
 	}
 	if got := s.tmpEntries(t); len(got) != 1 {
 		t.Fatalf("TMPDIR holds %v", got)
+	}
+}
+
+// Where TMPDIR is too long for a socket's path, handler sockets go under /tmp; a dead
+// process's are swept from there too.
+func TestSweepLongTempDir(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join("/tmp", fmt.Sprintf("torchd-%d-handler-1", gone.Process.Pid))
+	if err := os.Mkdir(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stale) })
+	t.Setenv("TMPDIR", long)
+	removed, _ := daemon.SweepTemp()
+	if !slices.Contains(removed, filepath.Base(stale)) {
+		t.Fatalf("sweep removed %v; want %s among them", removed, filepath.Base(stale))
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("%s is still there (%v)", stale, err)
 	}
 }
 

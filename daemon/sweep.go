@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/torchd/torchd/handlerproc"
 )
 
 // staleTemp matches the directories torchd creates in TMPDIR: extracted archives, downloads,
@@ -68,47 +70,60 @@ func UnlockProcess() {
 // held lists the pids whose lock was still held (live, or not yet finished dying), so that
 // the caller can sweep again later.
 func SweepTemp() (removed []string, held []int) {
-	dir := os.TempDir()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, nil
+	dirs := []string{os.TempDir()}
+	if r := handlerproc.SocketRoot(); r != dirs[0] {
+		dirs = append(dirs, r) // handler sockets where TMPDIR's path is too long for them
 	}
 	byPid := map[int][]string{}
-	for _, e := range entries {
-		m := staleTemp.FindStringSubmatch(e.Name())
-		if m == nil || !e.IsDir() {
+	var locks []int
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
 			continue
 		}
-		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid == os.Getpid() {
-			continue
+		for _, e := range entries {
+			name := e.Name()
+			var pid int
+			if _, err := fmt.Sscanf(name, "torchd-%d.lock", &pid); err == nil && dir == dirs[0] {
+				locks = append(locks, pid)
+				continue
+			}
+			if !e.IsDir() {
+				continue
+			}
+			if legacyHandlerDir.MatchString(name) {
+				if p := filepath.Join(dir, name); !listening(filepath.Join(p, ".ts.sock.0")) && os.RemoveAll(p) == nil {
+					removed = append(removed, name)
+				}
+				continue
+			}
+			m := staleTemp.FindStringSubmatch(name)
+			if m == nil {
+				continue
+			}
+			pid, err := strconv.Atoi(m[1])
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			byPid[pid] = append(byPid[pid], filepath.Join(dir, name))
 		}
-		byPid[pid] = append(byPid[pid], e.Name())
 	}
-	for pid, names := range byPid {
+	for pid, paths := range byPid {
 		release, dead := ownerGone(pid)
 		if !dead {
 			held = append(held, pid)
 			continue
 		}
-		for _, n := range names {
-			if os.RemoveAll(filepath.Join(dir, n)) == nil {
-				removed = append(removed, n)
+		for _, p := range paths {
+			if os.RemoveAll(p) == nil {
+				removed = append(removed, filepath.Base(p))
 			}
 		}
 		release()
 	}
-	for _, e := range entries {
-		if e.IsDir() && legacyHandlerDir.MatchString(e.Name()) && !listening(filepath.Join(dir, e.Name(), ".ts.sock.0")) {
-			if os.RemoveAll(filepath.Join(dir, e.Name())) == nil {
-				removed = append(removed, e.Name())
-			}
-		}
-	}
 	// Lock files of dead processes that left no directory.
-	for _, e := range entries {
-		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "torchd-%d.lock", &pid); err != nil || pid == os.Getpid() || byPid[pid] != nil {
+	for _, pid := range locks {
+		if pid == os.Getpid() || byPid[pid] != nil {
 			continue
 		}
 		if release, dead := ownerGone(pid); dead {

@@ -358,3 +358,31 @@ func TestRuntimeWithoutYAML(t *testing.T) {
 		t.Errorf("err = %v; want the missing yaml named", err)
 	}
 }
+
+// A TMPDIR too long for a socket's path does not stop a handler process: its socket goes
+// under /tmp, and nothing is left there when the model closes.
+func TestLongTempDir(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	if SocketRoot() != "/tmp" {
+		t.Fatalf("the socket root under a %d-byte TMPDIR is %s", len(long), SocketRoot())
+	}
+	m, err := startTiny(t, "handler.py", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr, err := m.Predict([]Request{jsonReq("a", `{"x":[1,2,3,4]}`)}); err != nil || pr.Code != 200 {
+		t.Fatalf("predict under a long TMPDIR: %v", err)
+	}
+	dir := onlyProcess(t, m).dir
+	if filepath.Dir(dir) != "/tmp" {
+		t.Fatalf("the socket directory is %s", dir)
+	}
+	m.Close()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s is left after the model closed (%v)", dir, err)
+	}
+}

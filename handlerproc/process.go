@@ -95,13 +95,25 @@ type startOptions struct {
 	apart bool
 }
 
+// SocketRoot is the directory that holds handler processes' socket directories: TMPDIR,
+// unless its path is so long that a socket's would pass AF_UNIX's 108 bytes (the worker
+// would fail with "AF_UNIX path too long"); /tmp then.
+func SocketRoot() string {
+	dir := os.TempDir()
+	// The longest name startProcess makes: a 7-digit pid, MkdirTemp's 10-digit suffix.
+	if len(dir)+len("/torchd-4194304-handler-4294967295/.ts.sock.0") < 108 {
+		return dir
+	}
+	return "/tmp"
+}
+
 // startProcess starts a worker under its supervisor (supervisor.go), forked from the
 // runtime's fork server where it can be (forkserver.go), connects to it and loads the model.
 // On an error nothing is left running.
 func startProcess(o startOptions) (_ *process, err error) {
 	// The pid in the name lets the next torchd remove what a killed one left
 	// (daemon's SweepTemp).
-	dir, err := os.MkdirTemp("", fmt.Sprintf("torchd-%d-handler-", os.Getpid()))
+	dir, err := os.MkdirTemp(SocketRoot(), fmt.Sprintf("torchd-%d-handler-", os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("cannot make the handler process's socket directory: %w", cleanErr(err))
 	}

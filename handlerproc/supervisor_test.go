@@ -142,6 +142,13 @@ func TestDetachedChildrenDieWithHungWorker(t *testing.T) {
 // own, writes what the test that started it needs.
 const helperEnv = "TORCHD_HANDLERPROC_HELPER"
 
+// helperEnviron is the environment of a helper test process: the directory it reports in,
+// and a TMPDIR inside this test's own, since a helper killed with SIGKILL never removes its
+// temporary directories itself.
+func helperEnviron(t *testing.T) []string {
+	return append(os.Environ(), helperEnv+"="+t.TempDir(), "TMPDIR="+t.TempDir())
+}
+
 // TestHelperServesModel is not a test: run by TestParentKilledLeavesNothing as a stand-in
 // for torchd, it starts a model, has its handler start detached children and then spin,
 // prints its process tree, and waits to be killed.
@@ -186,7 +193,7 @@ func TestParentKilledLeavesNothing(t *testing.T) {
 
 func parentKilledLeavesNothing(t *testing.T, env ...string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperServesModel$", "-test.v")
-	cmd.Env = append(append(os.Environ(), helperEnv+"="+t.TempDir()), env...)
+	cmd.Env = append(helperEnviron(t), env...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -269,7 +276,7 @@ func TestHelperReapsOrphans(t *testing.T) {
 func TestOrphansReaped(t *testing.T) {
 	testPython(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperReapsOrphans$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"="+t.TempDir())
+	cmd.Env = helperEnviron(t)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
