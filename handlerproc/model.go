@@ -139,6 +139,12 @@ var errClosed = errors.New("the model was unloaded")
 // started in the background, with backoff while starts keep failing.
 func (m *Model) Predict(batch []Request) (PredictReply, error) { return m.predict(batch, 0) }
 
+// PredictThreads is Predict on threads intra-op threads (threads.go); 0 leaves the
+// process's count as it is.
+func (m *Model) PredictThreads(batch []Request, threads int) (PredictReply, error) {
+	return m.predict(batch, threads)
+}
+
 // predict is Predict on threads intra-op threads (0: the process's own count).
 func (m *Model) predict(batch []Request, threads int) (PredictReply, error) {
 	// A free process may be one restarting: allow for its start as well as a batch ahead.

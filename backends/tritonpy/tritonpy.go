@@ -52,6 +52,7 @@ var (
 	_ core.Interrupter     = (*Model)(nil)
 	_ core.LogLimiter      = (*Model)(nil)
 	_ core.ProcessReporter = (*Model)(nil)
+	_ core.ThreadCarrier   = (*Model)(nil)
 )
 
 // Name is "python_backend".
@@ -152,7 +153,13 @@ var requestSeq atomic.Uint64
 // Run sends each sample as one request of one execute call and returns each request's
 // outputs in the config's order. A request that model.py failed fails the batch with its
 // error: core then runs the batch's requests one by one, so that it fails alone.
-func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+func (m *Model) Run(batch []*handlers.Sample, stage *handlers.Stage) ([][]handlers.Tensor, error) {
+	return m.RunThreads(batch, stage, 0)
+}
+
+// RunThreads is Run on the batch's share of the cores (core.ThreadCarrier): torch in the
+// process runs execute on that many intra-op threads, as a handler process's batch does.
+func (m *Model) RunThreads(batch []*handlers.Sample, _ *handlers.Stage, threads int) ([][]handlers.Tensor, error) {
 	reqs := make([]handlerproc.Request, len(batch))
 	for i, s := range batch {
 		id := strconv.FormatUint(requestSeq.Add(1), 36)
@@ -162,7 +169,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		}
 		reqs[i] = handlerproc.Request{ID: id, Params: []handlerproc.Param{{Name: "body", ContentType: "application/octet-stream", Value: body}}}
 	}
-	pr, err := m.pm.Predict(reqs)
+	pr, err := m.pm.PredictThreads(reqs, threads)
 	if err != nil {
 		// A process lost the batch (a crash, the response timeout): not retried request by
 		// request, which would run the culprit again.

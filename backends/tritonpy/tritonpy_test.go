@@ -230,6 +230,35 @@ func TestPythonBackend(t *testing.T) {
 	}
 }
 
+// Each batch runs on the share of the cores core gives it (core.ThreadCarrier), as a handler
+// process's does: torch's threads in the process are the count sent with the batch, and a
+// batch sent with none keeps the last.
+func TestBatchRunsOnItsThreads(t *testing.T) {
+	m := load(t, "faulty", nil)
+	run := func(threads int) float64 {
+		t.Helper()
+		out, err := m.RunThreads([]*handlers.Sample{sample([]float32{1, 2}, "a")}, nil, threads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info map[string]any
+		if err := json.Unmarshal([]byte(splitStrs(t, out[0][2].Data)[0]), &info); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := info["threads"].(float64)
+		return n
+	}
+	full := run(0)
+	if full < 1 {
+		t.Fatalf("torch runs %v threads in the process", full)
+	}
+	for _, c := range []struct{ send, want float64 }{{1, 1}, {0, 1}, {full + 1, full + 1}, {full, full}} {
+		if got := run(int(c.send)); got != c.want {
+			t.Errorf("sent %v threads (torch's own %v): execute ran on %v, not %v", c.send, full, got, c.want)
+		}
+	}
+}
+
 // TestPythonBackendFailures sends each misbehaviour alone, then a good request: each fails
 // its request with its reason, and the model goes on answering.
 func TestPythonBackendFailures(t *testing.T) {

@@ -2,6 +2,7 @@
 first element of X picks what execute does with the whole batch (0: answer)."""
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -9,6 +10,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 import helper  # beside model.py in 1/: the version's directory is on the path
+
+
+def threads():
+    """torch's intra-op threads, where the worker imported torch (0 where not)."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch else 0
 
 
 class TritonPythonModel:
@@ -47,7 +54,7 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
             s = pb_utils.get_input_tensor_by_name(r, "S").as_numpy()
             y = (x * self.scale).astype(np.float64 if mode == -6 else self.y_type)
-            info = json.dumps({k: self.args[k] for k in self.args if k != "model_config"} | {"batch": len(requests), "id": r.request_id()})
+            info = json.dumps({k: self.args[k] for k in self.args if k != "model_config"} | {"batch": len(requests), "id": r.request_id(), "threads": threads()})
             responses.append(pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("Y", y),
                 pb_utils.Tensor("U", np.array([[helper.upper(v)] for v in s.reshape(-1)], dtype=np.object_)),
