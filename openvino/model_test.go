@@ -341,7 +341,8 @@ func TestHostileIRRefused(t *testing.T) {
 // TestOptionsRefused: options OpenVINO would not take are refused before it reads anything.
 func TestOptionsRefused(t *testing.T) {
 	p := zoo(t, "resnet18_ov", "1", "model.xml")
-	for _, o := range []openvino.Options{{Precision: "int4"}, {Hint: "FAST"}, {Threads: -1}} {
+	for _, o := range []openvino.Options{{Precision: "int4"}, {Hint: "FAST"}, {Threads: -1},
+		{Batch: -1}, {MaxBatch: 4}, {DynamicBatch: true, MaxBatch: -1}, {DynamicBatch: true, Batch: 4}} {
 		if _, err := openvino.Compile(p, o); !errors.Is(err, openvino.ErrBadInput) {
 			t.Errorf("%+v: %v, want ErrBadInput", o, err)
 		}
@@ -424,7 +425,8 @@ const reluIR = `<?xml version="1.0"?>
 `
 
 // TestDynamicBatch: an IR of a static batch of one runs three rows once DynamicBatch made its
-// first dimension dynamic, and refuses them without.
+// first dimension dynamic (MaxBatch 3: up to three), or Batch made it three, and refuses them
+// without, or with a bound below three; a model compiled for three rows refuses two.
 func TestDynamicBatch(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "relu.xml")
@@ -439,20 +441,39 @@ func TestDynamicBatch(t *testing.T) {
 		x = binary.LittleEndian.AppendUint32(x, math.Float32bits(v))
 	}
 	in := []openvino.Value{{Type: openvino.Float32, Shape: []int64{3, 4}, Data: x}}
-	for _, dynamic := range []bool{false, true} {
-		m, err := openvino.Compile(p, openvino.Options{Threads: 1, DynamicBatch: dynamic})
+	two := []openvino.Value{{Type: openvino.Float32, Shape: []int64{2, 4}, Data: x[:32]}}
+	for _, c := range []struct {
+		o     openvino.Options
+		takes bool  // three rows
+		shape int64 // the input's first dimension
+		small bool  // two rows
+	}{
+		{openvino.Options{}, false, 1, false},
+		{openvino.Options{DynamicBatch: true}, true, -1, true},
+		{openvino.Options{DynamicBatch: true, MaxBatch: 3}, true, -1, true},
+		{openvino.Options{DynamicBatch: true, MaxBatch: 2}, false, -1, true},
+		{openvino.Options{Batch: 3}, true, 3, false},
+	} {
+		c.o.Threads = 1
+		m, err := openvino.Compile(p, c.o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
+		if s := m.Inputs()[0].Shape; !equal(s, []int64{c.shape, 4}) {
+			t.Errorf("%+v: input shape %v", c.o, s)
+		}
 		r, err := m.NewRequest()
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := r.Infer(two); c.small && err != nil || !c.small && !errors.Is(err, openvino.ErrBadInput) {
+			t.Errorf("%+v: two rows: %v", c.o, err)
+		}
 		out, err := r.Infer(in)
-		if !dynamic {
+		if !c.takes {
 			if !errors.Is(err, openvino.ErrBadInput) {
-				t.Errorf("three rows into [1 4]: %v", err)
+				t.Errorf("%+v: three rows: %v", c.o, err)
 			}
 			continue
 		}

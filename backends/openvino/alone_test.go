@@ -13,20 +13,27 @@ import (
 	"github.com/torchd/torchd/torch"
 )
 
-// With two workers a batch that runs alone takes the one-stream model on both workers'
-// threads, and answers as the per-worker streams do (Python's answers on the same IR); with
-// one worker, or streams the config sets, there is no second model.
-func TestAloneTakesEveryThread(t *testing.T) {
+// Each compiled variant runs the batches it is for and answers as OpenVINO's Python runtime
+// does on the same IR: a full batch (the batch size's rows) the model compiled for that size,
+// any other the dynamic one; with two workers a batch that runs alone takes the one-stream
+// model on both workers' threads. With one worker, or streams the config sets, there is no
+// one-stream model; with FULL_BATCH_MODEL false, no full-batch one.
+func TestVariantChosen(t *testing.T) {
 	zoo := filepath.Join("..", "..", "models", "out", "openvino")
+	x := zootest.ReadNpy(t, zoo, "ref_input.npy")
+	want := zootest.F32s(zootest.ReadNpy(t, zoo, "ref_output_int8.npy").Data)
+	const batch = 8
 	for _, c := range []struct {
 		name    string
 		workers int
-		streams string // the config's NUM_STREAMS (a Triton parameter)
+		options map[string]string // the config's parameters
 		alone   bool
+		full    bool
 	}{
-		{"two workers", 2, "", true},
-		{"one worker", 1, "", false},
-		{"streams set", 2, "2", false},
+		{"two workers", 2, nil, true, true},
+		{"one worker", 1, nil, false, true},
+		{"streams set", 2, map[string]string{"NUM_STREAMS": "2"}, false, true},
+		{"no full-batch model", 2, map[string]string{"FULL_BATCH_MODEL": "false"}, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -42,18 +49,19 @@ func TestAloneTakesEveryThread(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer am.Close()
-			if c.streams != "" {
-				am.Config.RuntimeOptions = map[string]string{"NUM_STREAMS": c.streams}
-			}
-			s := core.ModelSettings{BatchSize: 8, MinWorkers: c.workers, MaxWorkers: c.workers, Device: "cpu"}
+			am.Config.RuntimeOptions = c.options
+			s := core.ModelSettings{BatchSize: batch, MinWorkers: c.workers, MaxWorkers: c.workers, Device: "cpu"}
 			cm, err := (&Backend{}).Load(core.LoadRequest{Name: "m", Version: "1", Archive: am, Settings: s, Threads: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			m := cm.(*Model)
 			defer m.Close()
-			if (m.alone != nil) != c.alone {
-				t.Fatalf("a one-stream model: %v, want %v", m.alone != nil, c.alone)
+			if (m.alone != nil) != c.alone || (m.full != nil) != c.full {
+				t.Fatalf("one-stream model %v, full-batch %v; want %v, %v", m.alone != nil, m.full != nil, c.alone, c.full)
+			}
+			if c.full && !shapeIs(m.full.compiled.Inputs()[0].Shape, batch) || !shapeIs(m.dyn.compiled.Inputs()[0].Shape, -1) {
+				t.Fatalf("inputs: full-batch %v, dynamic %v", m.full.compiled.Inputs(), m.dyn.compiled.Inputs())
 			}
 			h, err := handlers.New("tensor", handlers.Context{Config: am.Config})
 			if err != nil {
@@ -62,24 +70,69 @@ func TestAloneTakesEveryThread(t *testing.T) {
 			if err := m.BindHandler(h); err != nil {
 				t.Fatal(err)
 			}
-			x := zootest.ReadNpy(t, zoo, "ref_input.npy")
-			want := zootest.F32s(zootest.ReadNpy(t, zoo, "ref_output_int8.npy").Data)
-			res, err := m.Run([]*handlers.Sample{{Items: 8, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{8, 3, 224, 224}, Data: x.Data}}}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The request of the model that ran is back in its place, and only that one was made.
-			if c.alone && (m.aloneReq == nil || m.made != 0) || !c.alone && m.made != 1 {
-				t.Errorf("after a lone batch: alone's request %v, stream requests made %d", m.aloneReq != nil, m.made)
-			}
-			got := zootest.F32s(res[0][0].Data)
-			var diff, scale float64
-			for i := range want {
-				diff, scale = math.Max(diff, math.Abs(float64(got[i]-want[i]))), math.Max(scale, math.Abs(float64(want[i])))
-			}
-			if diff > 1e-3*max(scale, 1) {
-				t.Errorf("logits differ from Python's by %g (up to %g)", diff, scale)
+			row := len(x.Data) / batch
+			for _, b := range []struct {
+				rows  int
+				lone  bool // no other batch runs
+				ranOn *pool
+			}{
+				{batch, true, pick(m.alone, m.full, m.dyn)},
+				{3, true, pick(m.alone, m.dyn)},
+				{batch, false, pick(m.full, m.dyn)},
+				{3, false, m.dyn},
+			} {
+				before := made(m)
+				if !b.lone {
+					// Another batch is running.
+					m.running.Add(1)
+				}
+				res, err := m.Run([]*handlers.Sample{{Items: b.rows, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{int64(b.rows), 3, 224, 224}, Data: x.Data[:b.rows*row]}}}}, nil)
+				if !b.lone {
+					m.running.Add(-1)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The chosen variant has made its one request (at its first use) and has it back;
+				// no other made one.
+				for p, n := range before {
+					if p == b.ranOn && (p.made != 1 || len(p.free) != 1) || p != b.ranOn && p.made != n {
+						t.Errorf("%d rows, alone %v: a variant (chosen: %v) made %d requests, %d free", b.rows, b.lone, p == b.ranOn, p.made, len(p.free))
+					}
+				}
+				got := zootest.F32s(res[0][0].Data)
+				var diff, scale float64
+				for i := range got {
+					diff, scale = math.Max(diff, math.Abs(float64(got[i]-want[i]))), math.Max(scale, math.Abs(float64(want[i])))
+				}
+				if len(got) != b.rows*1000 || diff > 1e-3*max(scale, 1) {
+					t.Errorf("%d rows, alone %v: %d logits, differing from Python's by %g (up to %g)", b.rows, b.lone, len(got), diff, scale)
+				}
 			}
 		})
 	}
+}
+
+// pick is the first variant compiled.
+func pick(ps ...*pool) *pool {
+	for _, p := range ps {
+		if p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+func made(m *Model) map[*pool]int {
+	out := map[*pool]int{}
+	for _, p := range []*pool{m.dyn, m.full, m.alone} {
+		if p != nil {
+			out[p] = p.made
+		}
+	}
+	return out
+}
+
+func shapeIs(s []int64, first int64) bool {
+	return len(s) == 4 && s[0] == first && s[1] == 3 && s[2] == 224 && s[3] == 224
 }
