@@ -67,7 +67,8 @@ func maxDiff(got, want []float32) (diff, scale float64) {
 }
 
 // TestZooMatchesPython runs the zoo's IR (resnet18 fp32 and int8, EfficientNet-Lite0 with
-// the bf16 hint its config sets), with a dynamic batch, at batch 8 and row by row: the logits
+// the bf16 hint its config sets), with a dynamic batch (unbounded and bounded) at batch 8 and
+// row by row, and compiled for batch 8 at batch 8: the logits
 // equal OpenVINO's Python runtime on the same IR, images and hint (within a tolerance: another
 // thread count may sum in another order, in bfloat16 for the bf16 hint), and so do the labels.
 func TestZooMatchesPython(t *testing.T) {
@@ -81,46 +82,62 @@ func TestZooMatchesPython(t *testing.T) {
 	} {
 		in, _ := readNpy(t, zoo(t, tc.input))
 		_, want := readNpy(t, zoo(t, tc.ref))
-		m := compile(t, tc.name, openvino.Options{Precision: tc.precision, Hint: "LATENCY", Streams: 1, Threads: 2, DynamicBatch: true})
-		if got := m.Inputs(); len(got) != 1 || got[0].Name != "x" || got[0].Type != openvino.Float32 || !equal(got[0].Shape, []int64{-1, 3, 224, 224}) {
-			t.Fatalf("%s: inputs %+v", tc.name, got)
-		}
-		if got := m.Outputs(); len(got) != 1 || got[0].Name != "logits" || !equal(got[0].Shape, []int64{-1, 1000}) {
-			t.Fatalf("%s: outputs %+v", tc.name, got)
-		}
-		// bf16 is computed where the CPU has it; elsewhere the plugin runs f32.
-		if p, err := m.Property("INFERENCE_PRECISION_HINT"); err != nil || p != tc.precision && p != "f32" {
-			t.Errorf("%s: precision %q, %v", tc.name, p, err)
-		}
-		r, err := m.NewRequest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := r.Infer([]openvino.Value{in})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !equal(out[0].Shape, []int64{8, 1000}) || out[0].Type != openvino.Float32 {
-			t.Fatalf("%s: output %v %v", tc.name, out[0].Type, out[0].Shape)
-		}
-		got := floats(out[0].Data)
-		diff, scale := maxDiff(got, want)
-		if diff > tc.tol*max(scale, 1) {
-			t.Errorf("%s: batch 8 differs from Python's by %g (logits up to %g)", tc.name, diff, scale)
-		}
-		checkLabels(t, tc.name, got, want)
-		// One row at a time through the same request: its buffers follow the batch.
-		row := len(in.Data) / 8
-		for i := 0; i < 8; i += 3 {
-			out, err := r.Infer([]openvino.Value{{Type: openvino.Float32, Shape: []int64{1, 3, 224, 224}, Data: in.Data[i*row : (i+1)*row]}})
+		// As backends/openvino compiles it: a dynamic batch (bounded by the batch size), and
+		// compiled for the batch size, for full batches.
+		for _, v := range []struct {
+			o     openvino.Options
+			batch int64
+		}{
+			{openvino.Options{DynamicBatch: true}, -1},
+			{openvino.Options{DynamicBatch: true, MaxBatch: 32}, -1},
+			{openvino.Options{Batch: 8}, 8},
+		} {
+			o := v.o
+			o.Precision, o.Hint, o.Streams, o.Threads = tc.precision, "LATENCY", 1, 2
+			m := compile(t, tc.name, o)
+			if got := m.Inputs(); len(got) != 1 || got[0].Name != "x" || got[0].Type != openvino.Float32 || !equal(got[0].Shape, []int64{v.batch, 3, 224, 224}) {
+				t.Fatalf("%s: inputs %+v", tc.name, got)
+			}
+			if got := m.Outputs(); len(got) != 1 || got[0].Name != "logits" || !equal(got[0].Shape, []int64{v.batch, 1000}) {
+				t.Fatalf("%s: outputs %+v", tc.name, got)
+			}
+			// bf16 is computed where the CPU has it; elsewhere the plugin runs f32.
+			if p, err := m.Property("INFERENCE_PRECISION_HINT"); err != nil || p != tc.precision && p != "f32" {
+				t.Errorf("%s: precision %q, %v", tc.name, p, err)
+			}
+			r, err := m.NewRequest()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d, _ := maxDiff(floats(out[0].Data), want[i*1000:(i+1)*1000]); d > tc.tol*max(scale, 1) {
-				t.Errorf("%s: row %d alone differs from Python's by %g", tc.name, i, d)
+			out, err := r.Infer([]openvino.Value{in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equal(out[0].Shape, []int64{8, 1000}) || out[0].Type != openvino.Float32 {
+				t.Fatalf("%s: output %v %v", tc.name, out[0].Type, out[0].Shape)
+			}
+			got := floats(out[0].Data)
+			diff, scale := maxDiff(got, want)
+			if diff > tc.tol*max(scale, 1) {
+				t.Errorf("%s %+v: batch 8 differs from Python's by %g (logits up to %g)", tc.name, v.o, diff, scale)
+			}
+			checkLabels(t, tc.name, got, want)
+			t.Logf("%s %+v: max |torchd - Python| %g over logits up to %g", tc.name, v.o, diff, scale)
+			if v.batch > 0 {
+				continue
+			}
+			// One row at a time through the same request: its buffers follow the batch.
+			row := len(in.Data) / 8
+			for i := 0; i < 8; i += 3 {
+				out, err := r.Infer([]openvino.Value{{Type: openvino.Float32, Shape: []int64{1, 3, 224, 224}, Data: in.Data[i*row : (i+1)*row]}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, _ := maxDiff(floats(out[0].Data), want[i*1000:(i+1)*1000]); d > tc.tol*max(scale, 1) {
+					t.Errorf("%s: row %d alone differs from Python's by %g", tc.name, i, d)
+				}
 			}
 		}
-		t.Logf("%s: max |torchd - Python| %g over logits up to %g", tc.name, diff, scale)
 	}
 }
 
