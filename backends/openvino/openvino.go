@@ -105,6 +105,11 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 			o.DynamicBatch, o.MaxBatch, o.Batch = false, 0, v.batch
 		}
 		c, err := ov.Compile(path, o)
+		if err != nil && v.batch > 0 && m.dyn != nil {
+			// A graph that compiles with a dynamic batch but not for a fixed one (a shape
+			// computed from the batch, say) serves every batch on the dynamic model.
+			continue
+		}
 		if err != nil {
 			m.Close()
 			if errors.Is(err, ov.ErrBadModel) {
