@@ -136,3 +136,77 @@ func made(m *Model) map[*pool]int {
 func shapeIs(s []int64, first int64) bool {
 	return len(s) == 4 && s[0] == first && s[1] == 3 && s[2] == 224 && s[3] == 224
 }
+
+// reshapeIR is x [1, 4] → Reshape to the constant [1, 4] → y: its batch can be made dynamic
+// (a dynamic one may be 1), but not fixed at 8 (8 rows are not one).
+const reshapeIR = `<?xml version="1.0"?>
+<net name="reshape" version="11">
+	<layers>
+		<layer id="0" name="x" type="Parameter" version="opset1">
+			<data shape="1,4" element_type="f32" />
+			<output><port id="0" precision="FP32" names="x"><dim>1</dim><dim>4</dim></port></output>
+		</layer>
+		<layer id="1" name="shape" type="Const" version="opset1">
+			<data element_type="i64" shape="2" offset="0" size="16" />
+			<output><port id="0" precision="I64"><dim>2</dim></port></output>
+		</layer>
+		<layer id="2" name="reshape" type="Reshape" version="opset1">
+			<data special_zero="false" />
+			<input><port id="0" precision="FP32"><dim>1</dim><dim>4</dim></port><port id="1" precision="I64"><dim>2</dim></port></input>
+			<output><port id="2" precision="FP32" names="y"><dim>1</dim><dim>4</dim></port></output>
+		</layer>
+		<layer id="3" name="y" type="Result" version="opset1">
+			<input><port id="0" precision="FP32"><dim>1</dim><dim>4</dim></port></input>
+		</layer>
+	</layers>
+	<edges>
+		<edge from-layer="0" from-port="0" to-layer="2" to-port="0" />
+		<edge from-layer="1" from-port="0" to-layer="2" to-port="1" />
+		<edge from-layer="2" from-port="2" to-layer="3" to-port="0" />
+	</edges>
+</net>
+`
+
+// A graph that compiles with a dynamic batch but not for the batch size loads without the
+// full-batch model and answers on the dynamic one.
+func TestNoFullBatchModel(t *testing.T) {
+	dir := t.TempDir()
+	bin := make([]byte, 16)
+	bin[0], bin[8] = 1, 4 // int64 little-endian 1, 4
+	for name, b := range map[string][]byte{"model.xml": []byte(reshapeIR), "model.bin": bin,
+		"model-config.toml": []byte("handler = \"tensor\"\nserialized_file = \"model.xml\"\nbatch_size = 8\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	am, err := archive.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer am.Close()
+	s := core.ModelSettings{BatchSize: 8, MinWorkers: 1, MaxWorkers: 1, Device: "cpu"}
+	cm, err := (&Backend{}).Load(core.LoadRequest{Name: "m", Version: "1", Archive: am, Settings: s, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cm.(*Model)
+	defer m.Close()
+	if m.full != nil || m.dyn == nil {
+		t.Fatalf("full-batch model %v, dynamic %v", m.full != nil, m.dyn != nil)
+	}
+	h, err := handlers.New("tensor", handlers.Context{Config: am.Config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.BindHandler(h); err != nil {
+		t.Fatal(err)
+	}
+	x := []byte{0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40} // 1, 2, 3, 4
+	res, err := m.Run([]*handlers.Sample{{Items: 1, Tensors: []handlers.Tensor{{DType: torch.Float32, Shape: []int64{1, 4}, Data: x}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := zootest.F32s(res[0][0].Data); len(got) != 4 || got[0] != 1 || got[3] != 4 {
+		t.Errorf("y = %v", got)
+	}
+}
