@@ -12,8 +12,9 @@ Backends, each on THREADS intra-op threads, one synchronous forward at a time:
                  calibrated on CALIB of the ai-benchmark photos).
   ov-ir          the zoo's IR that torchd serves (models/openvino_ir.py: resnet18's NNCF int8,
                  EfficientNet-Lite0's fp32 weights with its config's precision hint), where it
-                 exists: OpenVINO's Python runner of the same .xml, dynamic batch, as torchd
-                 compiles it, beside torchd:ov-ir (bench-model of its archive, forward.sh).
+                 exists: OpenVINO's Python runner of the same .xml, dynamic batch (torchd
+                 compiles it so for all but full batches, which run on a model compiled for
+                 the batch size), beside torchd:ov-ir (bench-model of its archive, forward.sh).
   ort-fp32       ONNX Runtime 1.31 (the wheel torchd's onnx backend loads) on the eager
                  module exported by torch.onnx.export, dynamic batch, full graph optimization.
   ort-int8       that graph quantized by onnxruntime.quantization.quantize_static (QDQ, per
@@ -140,7 +141,7 @@ def openvino_backends(module, calib, batches, threads, with_int8, ir=None):
               "INFERENCE_PRECISION_HINT": "f32"}
     out = {}
     if ir:
-        # As torchd compiles it: one model, a dynamic batch, for every batch size.
+        # As torchd compiled it before its full-batch model: one model, a dynamic batch.
         c = core.compile_model(ir[0], "CPU", dict(config, INFERENCE_PRECISION_HINT=ir[1]))
         fwd = lambda x, c=c: c(x)[0]
         out["ov-ir"] = (fwd, {n: fwd for n in batches})

@@ -41,8 +41,16 @@ type Options struct {
 	// Threads is INFERENCE_NUM_THREADS (threads of all the streams together); 0 = every core.
 	Threads int
 	// DynamicBatch makes the first dimension of every input dynamic before compiling, so
-	// that one compiled model runs any batch size.
+	// that one compiled model runs any batch size: 1 to MaxBatch where MaxBatch is set.
 	DynamicBatch bool
+	// MaxBatch bounds the dynamic batch (0: unbounded), so that OpenVINO plans the model's
+	// memory for the largest batch it will run.
+	MaxBatch int
+	// Batch compiles the model for exactly this batch size (0: the IR's), its first dimension
+	// static: OpenVINO then picks kernels and memory for that size, which a full batch runs
+	// faster on than on a dynamic model (EfficientNet-Lite0 in bf16: docs/benchmarks.md).
+	// Not with DynamicBatch.
+	Batch int
 }
 
 var precisions = map[string]bool{"": true, "f32": true, "bf16": true, "f16": true}
@@ -76,6 +84,9 @@ func Compile(path string, o Options) (*Model, error) {
 	if o.Streams < 0 || o.Threads < 0 {
 		return nil, &Error{Op: "options", kind: ErrBadInput, Msg: "streams and threads must be 0 (the default) or more"}
 	}
+	if o.MaxBatch < 0 || o.Batch < 0 || o.Batch > 0 && o.DynamicBatch || o.MaxBatch > 0 && !o.DynamicBatch {
+		return nil, &Error{Op: "options", kind: ErrBadInput, Msg: "a batch size is 0 (the default) or more; MaxBatch goes with DynamicBatch, Batch without it"}
+	}
 	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
 		return nil, &Error{Op: "load", kind: ErrBadModel, Msg: fmt.Sprintf("no model file at %s", path)}
 	}
@@ -104,8 +115,17 @@ func Compile(path string, o Options) (*Model, error) {
 		return nil, err
 	}
 	defer C.ovw_model_free(m)
-	if o.DynamicBatch {
-		if err := statusError("make the batch dynamic", C.ovw_model_dynamic_batch(m), ErrBadModel); err != nil {
+	switch {
+	case o.DynamicBatch && o.MaxBatch > 0:
+		if err := statusError("make the batch dynamic", C.ovw_model_batch(m, 1, C.int64_t(o.MaxBatch)), ErrBadModel); err != nil {
+			return nil, err
+		}
+	case o.DynamicBatch:
+		if err := statusError("make the batch dynamic", C.ovw_model_batch(m, -1, -1), ErrBadModel); err != nil {
+			return nil, err
+		}
+	case o.Batch > 0:
+		if err := statusError(fmt.Sprintf("make the batch %d", o.Batch), C.ovw_model_batch(m, C.int64_t(o.Batch), C.int64_t(o.Batch)), ErrBadModel); err != nil {
 			return nil, err
 		}
 	}
@@ -118,7 +138,7 @@ func Compile(path string, o Options) (*Model, error) {
 		return nil, err
 	}
 	for _, t := range append(append([]TensorInfo{}, out.inputs...), out.outputs...) {
-		if err := checkSize(t, o.DynamicBatch); err != nil {
+		if err := checkSize(t, o.DynamicBatch || o.Batch > 0); err != nil {
 			return nil, err
 		}
 	}

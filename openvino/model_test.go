@@ -67,7 +67,8 @@ func maxDiff(got, want []float32) (diff, scale float64) {
 }
 
 // TestZooMatchesPython runs the zoo's IR (resnet18 fp32 and int8, EfficientNet-Lite0 with
-// the bf16 hint its config sets), with a dynamic batch, at batch 8 and row by row: the logits
+// the bf16 hint its config sets), with a dynamic batch (unbounded and bounded) at batch 8 and
+// row by row, and compiled for batch 8 at batch 8: the logits
 // equal OpenVINO's Python runtime on the same IR, images and hint (within a tolerance: another
 // thread count may sum in another order, in bfloat16 for the bf16 hint), and so do the labels.
 func TestZooMatchesPython(t *testing.T) {
@@ -81,46 +82,62 @@ func TestZooMatchesPython(t *testing.T) {
 	} {
 		in, _ := readNpy(t, zoo(t, tc.input))
 		_, want := readNpy(t, zoo(t, tc.ref))
-		m := compile(t, tc.name, openvino.Options{Precision: tc.precision, Hint: "LATENCY", Streams: 1, Threads: 2, DynamicBatch: true})
-		if got := m.Inputs(); len(got) != 1 || got[0].Name != "x" || got[0].Type != openvino.Float32 || !equal(got[0].Shape, []int64{-1, 3, 224, 224}) {
-			t.Fatalf("%s: inputs %+v", tc.name, got)
-		}
-		if got := m.Outputs(); len(got) != 1 || got[0].Name != "logits" || !equal(got[0].Shape, []int64{-1, 1000}) {
-			t.Fatalf("%s: outputs %+v", tc.name, got)
-		}
-		// bf16 is computed where the CPU has it; elsewhere the plugin runs f32.
-		if p, err := m.Property("INFERENCE_PRECISION_HINT"); err != nil || p != tc.precision && p != "f32" {
-			t.Errorf("%s: precision %q, %v", tc.name, p, err)
-		}
-		r, err := m.NewRequest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := r.Infer([]openvino.Value{in})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !equal(out[0].Shape, []int64{8, 1000}) || out[0].Type != openvino.Float32 {
-			t.Fatalf("%s: output %v %v", tc.name, out[0].Type, out[0].Shape)
-		}
-		got := floats(out[0].Data)
-		diff, scale := maxDiff(got, want)
-		if diff > tc.tol*max(scale, 1) {
-			t.Errorf("%s: batch 8 differs from Python's by %g (logits up to %g)", tc.name, diff, scale)
-		}
-		checkLabels(t, tc.name, got, want)
-		// One row at a time through the same request: its buffers follow the batch.
-		row := len(in.Data) / 8
-		for i := 0; i < 8; i += 3 {
-			out, err := r.Infer([]openvino.Value{{Type: openvino.Float32, Shape: []int64{1, 3, 224, 224}, Data: in.Data[i*row : (i+1)*row]}})
+		// As backends/openvino compiles it: a dynamic batch (bounded by the batch size), and
+		// compiled for the batch size, for full batches.
+		for _, v := range []struct {
+			o     openvino.Options
+			batch int64
+		}{
+			{openvino.Options{DynamicBatch: true}, -1},
+			{openvino.Options{DynamicBatch: true, MaxBatch: 32}, -1},
+			{openvino.Options{Batch: 8}, 8},
+		} {
+			o := v.o
+			o.Precision, o.Hint, o.Streams, o.Threads = tc.precision, "LATENCY", 1, 2
+			m := compile(t, tc.name, o)
+			if got := m.Inputs(); len(got) != 1 || got[0].Name != "x" || got[0].Type != openvino.Float32 || !equal(got[0].Shape, []int64{v.batch, 3, 224, 224}) {
+				t.Fatalf("%s: inputs %+v", tc.name, got)
+			}
+			if got := m.Outputs(); len(got) != 1 || got[0].Name != "logits" || !equal(got[0].Shape, []int64{v.batch, 1000}) {
+				t.Fatalf("%s: outputs %+v", tc.name, got)
+			}
+			// bf16 is computed where the CPU has it; elsewhere the plugin runs f32.
+			if p, err := m.Property("INFERENCE_PRECISION_HINT"); err != nil || p != tc.precision && p != "f32" {
+				t.Errorf("%s: precision %q, %v", tc.name, p, err)
+			}
+			r, err := m.NewRequest()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d, _ := maxDiff(floats(out[0].Data), want[i*1000:(i+1)*1000]); d > tc.tol*max(scale, 1) {
-				t.Errorf("%s: row %d alone differs from Python's by %g", tc.name, i, d)
+			out, err := r.Infer([]openvino.Value{in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !equal(out[0].Shape, []int64{8, 1000}) || out[0].Type != openvino.Float32 {
+				t.Fatalf("%s: output %v %v", tc.name, out[0].Type, out[0].Shape)
+			}
+			got := floats(out[0].Data)
+			diff, scale := maxDiff(got, want)
+			if diff > tc.tol*max(scale, 1) {
+				t.Errorf("%s %+v: batch 8 differs from Python's by %g (logits up to %g)", tc.name, v.o, diff, scale)
+			}
+			checkLabels(t, tc.name, got, want)
+			t.Logf("%s %+v: max |torchd - Python| %g over logits up to %g", tc.name, v.o, diff, scale)
+			if v.batch > 0 {
+				continue
+			}
+			// One row at a time through the same request: its buffers follow the batch.
+			row := len(in.Data) / 8
+			for i := 0; i < 8; i += 3 {
+				out, err := r.Infer([]openvino.Value{{Type: openvino.Float32, Shape: []int64{1, 3, 224, 224}, Data: in.Data[i*row : (i+1)*row]}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d, _ := maxDiff(floats(out[0].Data), want[i*1000:(i+1)*1000]); d > tc.tol*max(scale, 1) {
+					t.Errorf("%s: row %d alone differs from Python's by %g", tc.name, i, d)
+				}
 			}
 		}
-		t.Logf("%s: max |torchd - Python| %g over logits up to %g", tc.name, diff, scale)
 	}
 }
 
@@ -341,7 +358,8 @@ func TestHostileIRRefused(t *testing.T) {
 // TestOptionsRefused: options OpenVINO would not take are refused before it reads anything.
 func TestOptionsRefused(t *testing.T) {
 	p := zoo(t, "resnet18_ov", "1", "model.xml")
-	for _, o := range []openvino.Options{{Precision: "int4"}, {Hint: "FAST"}, {Threads: -1}} {
+	for _, o := range []openvino.Options{{Precision: "int4"}, {Hint: "FAST"}, {Threads: -1},
+		{Batch: -1}, {MaxBatch: 4}, {DynamicBatch: true, MaxBatch: -1}, {DynamicBatch: true, Batch: 4}} {
 		if _, err := openvino.Compile(p, o); !errors.Is(err, openvino.ErrBadInput) {
 			t.Errorf("%+v: %v, want ErrBadInput", o, err)
 		}
@@ -424,7 +442,8 @@ const reluIR = `<?xml version="1.0"?>
 `
 
 // TestDynamicBatch: an IR of a static batch of one runs three rows once DynamicBatch made its
-// first dimension dynamic, and refuses them without.
+// first dimension dynamic (MaxBatch 3: up to three), or Batch made it three, and refuses them
+// without, or with a bound below three; a model compiled for three rows refuses two.
 func TestDynamicBatch(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "relu.xml")
@@ -439,20 +458,39 @@ func TestDynamicBatch(t *testing.T) {
 		x = binary.LittleEndian.AppendUint32(x, math.Float32bits(v))
 	}
 	in := []openvino.Value{{Type: openvino.Float32, Shape: []int64{3, 4}, Data: x}}
-	for _, dynamic := range []bool{false, true} {
-		m, err := openvino.Compile(p, openvino.Options{Threads: 1, DynamicBatch: dynamic})
+	two := []openvino.Value{{Type: openvino.Float32, Shape: []int64{2, 4}, Data: x[:32]}}
+	for _, c := range []struct {
+		o     openvino.Options
+		takes bool  // three rows
+		shape int64 // the input's first dimension
+		small bool  // two rows
+	}{
+		{openvino.Options{}, false, 1, false},
+		{openvino.Options{DynamicBatch: true}, true, -1, true},
+		{openvino.Options{DynamicBatch: true, MaxBatch: 3}, true, -1, true},
+		{openvino.Options{DynamicBatch: true, MaxBatch: 2}, false, -1, true},
+		{openvino.Options{Batch: 3}, true, 3, false},
+	} {
+		c.o.Threads = 1
+		m, err := openvino.Compile(p, c.o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
+		if s := m.Inputs()[0].Shape; !equal(s, []int64{c.shape, 4}) {
+			t.Errorf("%+v: input shape %v", c.o, s)
+		}
 		r, err := m.NewRequest()
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := r.Infer(two); c.small && err != nil || !c.small && !errors.Is(err, openvino.ErrBadInput) {
+			t.Errorf("%+v: two rows: %v", c.o, err)
+		}
 		out, err := r.Infer(in)
-		if !dynamic {
+		if !c.takes {
 			if !errors.Is(err, openvino.ErrBadInput) {
-				t.Errorf("three rows into [1 4]: %v", err)
+				t.Errorf("%+v: three rows: %v", c.o, err)
 			}
 			continue
 		}

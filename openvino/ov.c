@@ -150,7 +150,7 @@ ovw_error *ovw_model_io(const ov_model_t *m, int output, size_t index, ovw_io *i
   return e;
 }
 
-ovw_error *ovw_model_dynamic_batch(const ov_model_t *m) {
+ovw_error *ovw_model_batch(const ov_model_t *m, int64_t lo, int64_t hi) {
   size_t n = 0;
   ovw_error *e = ovw_model_io_count(m, 0, &n);
   if (e != NULL || n == 0) return e;
@@ -166,7 +166,7 @@ ovw_error *ovw_model_dynamic_batch(const ov_model_t *m) {
       if (dims == NULL) {
         e = oom();
       } else {
-        dims[0].min = -1, dims[0].max = -1;
+        dims[0].min = lo, dims[0].max = hi;
         for (int64_t d = 1; d < io.rank; d++)
           dims[d].min = io.dims[d] < 0 ? -1 : io.dims[d], dims[d].max = io.dims[d];
         ov_rank_t rank = {io.rank, io.rank};

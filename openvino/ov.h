@@ -55,8 +55,9 @@ ovw_error *ovw_model_io_count(const ov_model_t *m, int output, size_t *n);
 ovw_error *ovw_model_io(const ov_model_t *m, int output, size_t index, ovw_io *info);
 
 // Wraps ov_model_reshape_by_port_indexes: every input whose rank is known and at least 1
-// gets a dynamic first dimension, its others unchanged (the batch of dynamic batching).
-ovw_error *ovw_model_dynamic_batch(const ov_model_t *m);
+// gets the first dimension [lo, hi], its others unchanged: -1, -1 a dynamic one (the batch of
+// dynamic batching), lo == hi a static batch.
+ovw_error *ovw_model_batch(const ov_model_t *m, int64_t lo, int64_t hi);
 
 // Compile properties, as package openvino's Options. NULL or 0 leaves OpenVINO's default.
 typedef struct {

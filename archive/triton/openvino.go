@@ -26,6 +26,9 @@ const (
 	ParamOVNumStreams      = "NUM_STREAMS"
 	ParamOVThreads         = "INFERENCE_NUM_THREADS"
 	ParamOVPrecision       = "INFERENCE_PRECISION_HINT"
+	// ParamOVFullBatchModel is torchd's own: "false" serves full batches on the dynamic
+	// model too, without the model compiled for the batch size (backends/openvino).
+	ParamOVFullBatchModel = "FULL_BATCH_MODEL"
 )
 
 // IsOpenVINO reports whether a config is served by OpenVINO: backend openvino.
@@ -70,6 +73,11 @@ func (m *Model) openvinoParameters(s *archive.ModelConfig) ([]string, error) {
 			} else {
 				s.RuntimeOptions[k] = strconv.Itoa(n)
 			}
+		case ParamOVFullBatchModel:
+			if v != "true" && v != "false" {
+				return nil, fmt.Errorf("parameters %s: want true or false, got %q", k, v)
+			}
+			s.RuntimeOptions[k] = v
 		case ParamOVPrecision:
 			if v != "f32" && v != "bf16" && v != "f16" {
 				return nil, fmt.Errorf("parameters %s: want f32, bf16 or f16, got %q", k, v)

@@ -47,8 +47,9 @@ func (*Backend) Accepts(am *archive.Model) bool {
 	return am.Config.Runtime == Name || am.Config.Runtime == "" && am.Config.Handler != archive.HandlerPython && archive.IsOpenVINOName(am.SerializedFile)
 }
 
-// Load compiles the model once, with a dynamic batch when it batches, and as many streams
-// as it has workers, so that their requests run at once, each on the worker's threads.
+// Load compiles the model with a dynamic batch from 1 to its batch size when it batches, and
+// as many streams as it has workers, so that their requests run at once, each on the
+// worker's threads; beside it, a model compiled for exactly the batch size runs full batches.
 func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 	s := req.Settings
 	if s.Device != "" && s.Device != "cpu" {
@@ -64,29 +65,61 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		return nil, err
 	}
 	opts.DynamicBatch = s.BatchSize > 1 || len(req.Archive.Config.Inputs) > 0 && batched(req.Archive.Config.Inputs)
-	path := req.Archive.SerializedPath()
-	compiled, err := ov.Compile(path, opts)
-	if err != nil {
-		if errors.Is(err, ov.ErrBadModel) {
-			return nil, fmt.Errorf("%s: %v", filepath.Base(path), err)
+	full := 0
+	if opts.DynamicBatch && s.BatchSize > 1 {
+		// Bounded, OpenVINO plans its memory for the batches core hands it.
+		opts.MaxBatch = s.BatchSize
+		if fullBatch(ro) {
+			full = s.BatchSize
 		}
-		return nil, err
 	}
-	m := &Model{compiled: compiled, am: req.Archive, limit: workers, ins: compiled.Inputs(), outs: compiled.Outputs()}
-	m.free = make(chan *ov.Request, workers)
+	path := req.Archive.SerializedPath()
+	m := &Model{am: req.Archive, fullBatch: full}
 	// A stream per worker gives each worker's request its share of the cores, so a request that
-	// runs alone would leave the others idle; it runs on a second compiled model with one stream
-	// on all of them instead (as a LibTorch forward takes the idle cores). Not where the config
-	// chose the streams or the THROUGHPUT hint.
+	// runs alone would leave the others idle; it runs on a model with one stream on all of
+	// them instead (as a LibTorch forward takes the idle cores). Not where the config chose
+	// the streams or the THROUGHPUT hint.
 	_, streamsSet := ro[triton.ParamOVNumStreams]
-	if workers > 1 && !streamsSet && opts.Hint == "LATENCY" {
-		alone := opts
-		alone.Streams = 1
-		if m.alone, err = ov.Compile(path, alone); err != nil {
-			compiled.Close()
+	alone := workers > 1 && !streamsSet && opts.Hint == "LATENCY"
+	for _, v := range []struct {
+		to    **pool
+		lone  bool
+		batch int
+		want  bool
+	}{
+		{&m.dyn, false, 0, true},
+		{&m.full, false, full, full > 0},
+		// A full batch that runs alone is rare (a server whose batches fill has its workers
+		// busy), so alone has no full-batch model: it would cost as much memory again.
+		{&m.alone, true, 0, alone},
+	} {
+		if !v.want {
+			continue
+		}
+		o, limit := opts, workers
+		if v.lone {
+			// One batch runs alone at a time.
+			o.Streams, limit = 1, 1
+		}
+		if v.batch > 0 {
+			o.DynamicBatch, o.MaxBatch, o.Batch = false, 0, v.batch
+		}
+		c, err := ov.Compile(path, o)
+		if err != nil && v.batch > 0 && m.dyn != nil {
+			// A graph that compiles with a dynamic batch but not for a fixed one (a shape
+			// computed from the batch, say) serves every batch on the dynamic model.
+			continue
+		}
+		if err != nil {
+			m.Close()
+			if errors.Is(err, ov.ErrBadModel) {
+				return nil, fmt.Errorf("%s: %v", filepath.Base(path), err)
+			}
 			return nil, err
 		}
+		*v.to = newPool(c, limit)
 	}
+	m.ins, m.outs = m.dyn.compiled.Inputs(), m.dyn.compiled.Outputs()
 	for _, t := range append(append([]ov.TensorInfo{}, m.ins...), m.outs...) {
 		if _, ok := dtypeOf[t.Type]; !ok {
 			m.Close()
@@ -98,6 +131,12 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// fullBatch reports whether the config leaves the full-batch model on (FULL_BATCH_MODEL
+// "false" turns it off: it costs the memory of a second compiled model).
+func fullBatch(ro map[string]string) bool {
+	return ro[triton.ParamOVFullBatchModel] != "false"
 }
 
 // batched reports whether the declared inputs have a variable first dimension (Triton's
@@ -139,16 +178,16 @@ func options(ro map[string]string, precision string, workers, threads int) (ov.O
 	return o, nil
 }
 
-// Model is a loaded OpenVINO model: one compiled model, and up to one infer request a worker.
+// Model is a loaded OpenVINO model: its compiled variants, each with up to one infer request a
+// worker.
 type Model struct {
-	compiled *ov.Model
-	am       *archive.Model
-	limit    int
-	// alone is the model compiled with one stream on every worker's threads, for a batch that
-	// runs while no other does (nil with one worker); aloneReq is its request, made at first use.
-	alone    *ov.Model
-	aloneReq *ov.Request
-	running  atomic.Int32
+	am *archive.Model
+	// dyn runs any batch, on a stream per worker; full (nil without it) runs batches of
+	// exactly fullBatch rows, compiled for that size; alone runs any batch with one stream on
+	// every worker's threads, while no other batch runs (nil with one worker).
+	dyn, full, alone *pool
+	fullBatch        int
+	running          atomic.Int32
 
 	ins, outs []ov.TensorInfo // the compiled graph's
 	// inIdx maps each sample tensor (the config's declared inputs, else the graph's, in
@@ -157,11 +196,75 @@ type Model struct {
 	inIdx    []int
 	outNames []string
 	outIdx   []int
+}
 
-	mu     sync.Mutex
-	made   int
-	closed bool
-	free   chan *ov.Request
+// pool is one compiled model and its infer requests, made as they are first needed, up to
+// limit.
+type pool struct {
+	compiled *ov.Model
+	limit    int
+	mu       sync.Mutex
+	made     int
+	closed   bool
+	free     chan *ov.Request
+}
+
+func newPool(c *ov.Model, limit int) *pool {
+	return &pool{compiled: c, limit: limit, free: make(chan *ov.Request, limit)}
+}
+
+// get takes a free infer request, or makes one while there are fewer than the limit.
+func (p *pool) get() (*ov.Request, error) {
+	select {
+	case r := <-p.free:
+		return r, nil
+	default:
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errors.New("the model is closed")
+	}
+	if p.made < p.limit {
+		p.made++
+		p.mu.Unlock()
+		r, err := p.compiled.NewRequest()
+		if err != nil {
+			p.mu.Lock()
+			p.made--
+			p.mu.Unlock()
+			return nil, err
+		}
+		return r, nil
+	}
+	p.mu.Unlock()
+	return <-p.free, nil
+}
+
+func (p *pool) put(r *ov.Request) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		r.Close()
+		return
+	}
+	p.free <- r
+}
+
+// close releases the compiled model and its requests; nil is a variant never compiled.
+func (p *pool) close() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	done := p.closed
+	p.closed = true
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	return p.compiled.Close()
 }
 
 // Kind is "openvino".
@@ -230,53 +333,35 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	// The count is given back after the request: while one runs alone, no other batch sees
-	// itself alone, so the one request of alone serves one batch at a time.
-	n := m.running.Add(1)
+	// The count is given back after the requests: while one runs alone, no other batch sees
+	// itself alone, so alone's one request serves one batch at a time.
+	lone := m.running.Add(1) == 1
 	defer m.running.Add(-1)
-	var r *ov.Request
-	var err error
-	if n == 1 && m.alone != nil {
-		if r, err = m.aloneRequest(); err != nil {
-			return nil, err
-		}
-		defer m.releaseAlone(r)
-	} else {
-		if r, err = m.request(); err != nil {
-			return nil, err
-		}
-		defer m.release(r)
-	}
-	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) { return m.run(r, ts) })
-}
-
-// aloneRequest is alone's request, made at its first use.
-func (m *Model) aloneRequest() (*ov.Request, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, errors.New("the model is closed")
-	}
-	if m.aloneReq == nil {
-		r, err := m.alone.NewRequest()
+	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) {
+		p := m.pick(lone, ts)
+		r, err := p.get()
 		if err != nil {
 			return nil, err
 		}
-		m.aloneReq = r
-	}
-	r := m.aloneReq
-	m.aloneReq = nil // taken: a second taker (none, by the count) would make its own
-	return r, nil
+		defer p.put(r)
+		return m.run(r, ts)
+	})
 }
 
-func (m *Model) releaseAlone(r *ov.Request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed || m.aloneReq != nil {
-		r.Close()
-		return
+// pick is the variant that runs ts: alone where the batch runs alone, else the full-batch
+// model where every input has exactly its rows, else the dynamic one.
+func (m *Model) pick(lone bool, ts []handlers.Tensor) *pool {
+	if lone && m.alone != nil {
+		return m.alone
 	}
-	m.aloneReq = r
+	full := m.full != nil && len(ts) > 0
+	for _, t := range ts {
+		full = full && len(t.Shape) > 0 && t.Shape[0] == int64(m.fullBatch)
+	}
+	if full {
+		return m.full
+	}
+	return m.dyn
 }
 
 // run feeds one set of tensors to their graph inputs and returns the bound outputs.
@@ -312,59 +397,9 @@ func (m *Model) run(r *ov.Request, ts []handlers.Tensor) ([]handlers.Tensor, err
 	return out, nil
 }
 
-// request takes a free infer request, or makes one while there are fewer than the workers.
-func (m *Model) request() (*ov.Request, error) {
-	select {
-	case r := <-m.free:
-		return r, nil
-	default:
-	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil, errors.New("the model is closed")
-	}
-	if m.made < m.limit {
-		m.made++
-		m.mu.Unlock()
-		r, err := m.compiled.NewRequest()
-		if err != nil {
-			m.mu.Lock()
-			m.made--
-			m.mu.Unlock()
-			return nil, err
-		}
-		return r, nil
-	}
-	m.mu.Unlock()
-	return <-m.free, nil
-}
-
-func (m *Model) release(r *ov.Request) {
-	m.mu.Lock()
-	closed := m.closed
-	m.mu.Unlock()
-	if closed {
-		r.Close()
-		return
-	}
-	m.free <- r
-}
-
-// Close releases the compiled model and its requests, after the inferences in progress end.
+// Close releases the compiled models and their requests, after the inferences in progress end.
 func (m *Model) Close() error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return nil
-	}
-	m.closed = true
-	m.mu.Unlock()
-	var err error
-	if m.alone != nil {
-		err = m.alone.Close()
-	}
-	return errors.Join(m.compiled.Close(), err)
+	return errors.Join(m.dyn.close(), m.full.close(), m.alone.close())
 }
 
 func index(ts []ov.TensorInfo, name string) int {
