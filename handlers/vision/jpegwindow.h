@@ -10,9 +10,9 @@
 
 // jw_result is jw_decode's outcome: rc 0 on success, -1 on a fatal error (msg says
 // which); truncated is set when the data ended before the image did, which libjpeg
-// only warns about.
+// only warns about; fast_huffman says that jpeghuff.c's decoder read the entropy-coded data.
 typedef struct {
-	int rc, truncated;
+	int rc, truncated, fast_huffman;
 	char msg[200];
 } jw_result;
 
@@ -28,6 +28,11 @@ typedef struct {
 // process: libjpeg's fatal errors return here.
 jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
 		int x0, int x1, int y0, int y1);
+
+// jw_decode_huff is jw_decode with libjpeg's own Huffman decoder where huff is 0, and
+// jpeghuff.c's (jw_decode's) where it is 1: the tests compare the two.
+jw_result jw_decode_huff(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
+		int x0, int x1, int y0, int y1, int huff);
 
 // jw_resize_args is the horizontal pass of the resize that jw_decode_resize runs on each
 // decoded row whose upright row y is in [r0, r1), writing it to tmp + (y-r0)*tstride:
