@@ -376,6 +376,25 @@ int jh_install(j_decompress_ptr d) {
 			m->next_restart_num != 0) {
 		return 0;
 	}
+	// libjpeg's decode_mcu_fast, which it runs on an MCU far enough from the end of the data
+	// and where there are no restart markers, reads ahead past a 0xFF that is not a stuffed
+	// 0xFF00 (a marker, or fill bytes) as zeros, then falls back to its byte-by-byte reader
+	// for that MCU, over coefficients already stored: damaged data then decodes to what only
+	// that sequence of readers gives. Such a file is left to libjpeg: where the scan has no
+	// restart interval, the data may hold no marker but the EOI that ends the file.
+	if (d->restart_interval == 0) {
+		const JOCTET *q = d->src->next_input_byte, *end = q + d->src->bytes_in_buffer;
+		while (q < end && (q = memchr(q, 0xFF, (size_t)(end - q))) != NULL) {
+			if (q + 1 < end && q[1] == 0x00) {
+				q += 2;
+				continue;
+			}
+			if (q + 2 == end && q[1] == 0xD9) {
+				break;
+			}
+			return 0;
+		}
+	}
 	jh_state *h = (jh_state *)(*d->mem->alloc_large)((j_common_ptr)d, JPOOL_IMAGE, sizeof(jh_state));
 	memset(h->last_dc, 0, sizeof h->last_dc);
 	h->buf = 0;

@@ -12,8 +12,9 @@
 
 // jh_install replaces d's entropy decoder after jpeg_start_decompress, before any
 // scanline is read, where the file is one sequential Huffman scan of 8-bit samples, and
-// says whether it did (otherwise libjpeg's own decodes it). It keeps its state in
-// d->client_data, which must be NULL, and in d's image pool.
+// says whether it did (otherwise libjpeg's own decodes it). d's source must hold all the
+// data (jpeg_mem_src). It keeps its state in d->client_data, which must be NULL, and in d's
+// image pool.
 int jh_install(j_decompress_ptr d);
 
 #endif

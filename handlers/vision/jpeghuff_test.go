@@ -10,7 +10,8 @@ import (
 )
 
 // huffOutcome is one decode of a JPEG's whole image and of a window of it (the rows and
-// columns around it skipped, as a served request's decode skips them).
+// columns around it skipped, as a served request's decode skips them): the pixels, and the
+// errors.
 type huffOutcome struct {
 	whole, window []byte
 	fast          bool
@@ -41,7 +42,11 @@ func decodeBothWays(img []byte, fast bool) (huffOutcome, bool) {
 	}
 	x0, x1, y0, y1 := hdr.w/4, max(hdr.w*3/4, hdr.w/4+1), hdr.h/3, max(hdr.h*2/3, hdr.h/3+1)
 	pix, _, err = decodeJPEGHuff(img, hdr.w, hdr.h, c, x0, x1, y0, y1, fast)
-	o.window = pix
+	// Only the window's pixels are the decode's: the rows below it may be read or skipped,
+	// as libjpeg's reader stands at the skip (rest_is_plain).
+	for y := y0; y < y1; y++ {
+		o.window = append(o.window, pix[(y*hdr.w+x0)*c:(y*hdr.w+x1)*c]...)
+	}
 	if err != nil {
 		errs = append(errs, err.Error())
 	}

@@ -204,7 +204,7 @@ jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int
 	}
 	// A CMYK row is RGB by its horizontal pass.
 	vis_hpass_init(&hp, c == 4 ? 3 : c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
-	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, y1, &hp, &a, 1);
+	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, y1, &hp, &a, a.huff);
 	vis_hpass_free(&hp);
 	return res;
 }

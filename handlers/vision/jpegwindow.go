@@ -54,6 +54,10 @@ func decodeJPEGWindow(img []byte, r *raster, x0, x1, y0, y1 int) error {
 	return jwError(res)
 }
 
+// fastHuffman says that the one-pass decode reads the entropy-coded data with jpeghuff.c's
+// decoder; BenchmarkPreprocess turns it off to time libjpeg's own.
+var fastHuffman = true
+
 // decodeJPEGHuff is decodeJPEGWindow with libjpeg's own Huffman decoder (fast false) or
 // jpeghuff.c's (true, what every decode here uses), into a new w*h*c raster; fastUsed says
 // whether jpeghuff.c's decoded it (it leaves progressive and arithmetic files to libjpeg).
@@ -136,7 +140,7 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 			row: (*C.uchar)(unsafe.Pointer(&row[0])), mrow: mrow, tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * pc),
 			r0: C.int(g.r0), r1: C.int(g.r1), flip: C.int(boolC(flip)), mirror: C.int(boolC(mirror)),
 			start: (*C.int32_t)(&hx.start[0]), n: (*C.int32_t)(&hx.n[0]), k: (*C.int32_t)(&hx.k[0]),
-			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA),
+			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA), huff: C.int(boolC(fastHuffman)),
 		})
 	if err := jwError(res); err != nil {
 		return true, err

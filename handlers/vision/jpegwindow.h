@@ -46,6 +46,7 @@ typedef struct {
 	int tstride, r0, r1, flip, mirror;
 	const int32_t *start, *n, *k;
 	int ksize, nout, isa;
+	int huff; // 1: jpeghuff.c's Huffman decoder, 0: libjpeg's (jw_decode_huff)
 } jw_resize_args;
 
 // jw_decode_resize is jw_decode into one row's buffer, each row the resize reads resized
