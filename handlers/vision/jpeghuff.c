@@ -31,7 +31,7 @@ struct jh_marker_reader { // jpegint.h's struct jpeg_marker_reader
 
 // JH_LOOK bits of the stream index a table entry: every code that short, and with its
 // extra bits too where they fit, decodes in one read.
-#define JH_LOOK 10
+#define JH_LOOK 11
 #define JH_FAST (1 << 13)
 
 // A table entry: the symbol (bits 0-7); the bits it takes (8-12): the code's length, or
