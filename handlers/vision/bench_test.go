@@ -2,6 +2,7 @@ package vision
 
 import (
 	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -29,9 +30,11 @@ func reportCPU(b *testing.B, start time.Duration) {
 //
 //	go test -run='^$' -bench='Preprocess|Resample' -benchtime=2s -count=3 ./handlers/vision/
 func BenchmarkPreprocess(b *testing.B) {
-	for _, dec := range []string{"turbojpeg", "turbojpeg-dct", "gojpeg"} {
+	for _, dec := range []string{"turbojpeg", "turbojpeg-libjpeghuff", "turbojpeg-dct", "gojpeg"} {
 		for _, size := range [][2]int{{640, 480}, {1920, 1080}} {
 			b.Run(fmt.Sprintf("%s/%dx%d", dec, size[0], size[1]), func(b *testing.B) {
+				defer func(old bool) { fastHuffman = old }(fastHuffman)
+				fastHuffman = dec != "turbojpeg-libjpeghuff"
 				img := encodeJPEG(b, size[0], size[1])
 				t := DefaultTransform()
 				t.PureGoJPEG = dec == "gojpeg"
@@ -158,6 +161,34 @@ func BenchmarkPreprocessParallel(b *testing.B) {
 					}
 				}
 			})
+			reportCPU(b, start)
+		})
+	}
+}
+
+// BenchmarkPreprocessPhoto is BenchmarkPreprocess/turbojpeg on the zoo's 1920x1080 photo (what
+// bench/served-ab.sh sends), with jpeghuff.c's Huffman decoder (fast) and libjpeg's (libjpeg).
+//
+//	go test -run='^$' -bench='PreprocessPhoto' -benchtime=3s -count=5 ./handlers/vision/
+func BenchmarkPreprocessPhoto(b *testing.B) {
+	img, err := os.ReadFile("../../models/out/resnet18/sample_1920x1080.jpg")
+	if err != nil {
+		b.Skip("no zoo photo (make models):", err)
+	}
+	for _, huff := range []string{"fast", "libjpeg"} {
+		b.Run(huff, func(b *testing.B) {
+			defer func(old bool) { fastHuffman = old }(fastHuffman)
+			fastHuffman = huff == "fast"
+			t := DefaultTransform()
+			c, h, w := t.OutputShape()
+			dst := make([]float32, c*h*w)
+			b.ReportAllocs()
+			start := cpuTime()
+			for b.Loop() {
+				if err := t.Apply(img, dst); err != nil {
+					b.Fatal(err)
+				}
+			}
 			reportCPU(b, start)
 		})
 	}

@@ -1,4 +1,5 @@
 #include "jpegwindow.h"
+#include "jpeghuff.h"
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -105,7 +106,7 @@ static int rest_is_plain(j_decompress_ptr d) {
 // decode is jw_decode, and jw_decode_resize where hp is set: then each row goes to row, and
 // rows [r0, r1) through hp into tmp.
 static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
-		int x0, int x1, int y0, int y1, const vis_hpass *hp, const jw_resize_args *ra) {
+		int x0, int x1, int y0, int y1, const vis_hpass *hp, const jw_resize_args *ra, int huff) {
 	jw_result res;
 	memset(&res, 0, sizeof res);
 	struct jpeg_decompress_struct d;
@@ -120,16 +121,19 @@ static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, 
 	if (setjmp(err.jump)) {
 		jpeg_destroy_decompress(&d);
 		res.rc = -1;
+		res.fast_huffman = 0;
 		res.truncated = err.eof;
 		snprintf(res.msg, sizeof res.msg, "%s", err.msg);
 		return res;
 	}
+	d.client_data = NULL; // jpeg_create_decompress keeps it, and jh_install needs it unset
 	jpeg_create_decompress(&d);
 	d.progress = &progress;
 	jpeg_mem_src(&d, buf, (unsigned long)n);
 	jpeg_read_header(&d, TRUE);
 	d.out_color_space = c == 1 ? JCS_GRAYSCALE : c == 4 ? JCS_CMYK : JCS_RGB;
 	jpeg_start_decompress(&d);
+	res.fast_huffman = huff && jh_install(&d);
 	if ((int)d.output_width != w || (int)d.output_height != h || d.output_components != c ||
 			x0 < 0 || x0 >= x1 || x1 > w || y0 < 0 || y0 >= y1 || y1 > h) {
 		snprintf(err.msg, sizeof err.msg, "window [%d,%d)x[%d,%d) of a %dx%dx%d image decoded as %ux%ux%d",
@@ -178,7 +182,12 @@ static jw_result decode(const unsigned char *buf, size_t n, unsigned char *dst, 
 
 jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
 		int x0, int x1, int y0, int y1) {
-	return decode(buf, n, dst, w, h, c, x0, x1, y0, y1, NULL, NULL);
+	return decode(buf, n, dst, w, h, c, x0, x1, y0, y1, NULL, NULL, 1);
+}
+
+jw_result jw_decode_huff(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
+		int x0, int x1, int y0, int y1, int huff) {
+	return decode(buf, n, dst, w, h, c, x0, x1, y0, y1, NULL, NULL, huff);
 }
 
 jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int c, int x0, int x1,
@@ -195,7 +204,7 @@ jw_result jw_decode_resize(const unsigned char *buf, size_t n, int w, int h, int
 	}
 	// A CMYK row is RGB by its horizontal pass.
 	vis_hpass_init(&hp, c == 4 ? 3 : c, w, a.start, a.n, a.k, a.ksize, a.nout, a.isa);
-	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, y1, &hp, &a);
+	jw_result res = decode(buf, n, NULL, w, h, c, x0, x1, y0, y1, &hp, &a, a.huff);
 	vis_hpass_free(&hp);
 	return res;
 }

@@ -54,6 +54,21 @@ func decodeJPEGWindow(img []byte, r *raster, x0, x1, y0, y1 int) error {
 	return jwError(res)
 }
 
+// fastHuffman says that the one-pass decode reads the entropy-coded data with jpeghuff.c's
+// decoder; BenchmarkPreprocess turns it off to time libjpeg's own.
+var fastHuffman = true
+
+// decodeJPEGHuff is decodeJPEGWindow with libjpeg's own Huffman decoder (fast false) or
+// jpeghuff.c's (true, what every decode here uses), into a new w*h*c raster; fastUsed says
+// whether jpeghuff.c's decoded it (it leaves progressive and arithmetic files to libjpeg).
+// The tests compare the two decoders with it.
+func decodeJPEGHuff(img []byte, w, h, c, x0, x1, y0, y1 int, fast bool) (pix []byte, fastUsed bool, err error) {
+	pix = make([]byte, w*h*c)
+	res := C.jw_decode_huff((*C.uchar)(unsafe.Pointer(&img[0])), C.size_t(len(img)), (*C.uchar)(unsafe.Pointer(&pix[0])),
+		C.int(w), C.int(h), C.int(c), C.int(x0), C.int(x1), C.int(y0), C.int(y1), C.int(boolC(fast)))
+	return pix, res.fast_huffman != 0, jwError(res)
+}
+
 // resizeJPEG is Apply for a JPEG whose decode and resize can run as one pass: an RGB, CMYK or
 // gray photo, upright or mirrored or flipped by its EXIF orientation (2-4), decoded at full
 // size and resized. libjpeg decodes the window the resize
@@ -125,7 +140,7 @@ func (t Transform) resizeJPEG(img []byte, dst []float32) (done bool, err error) 
 			row: (*C.uchar)(unsafe.Pointer(&row[0])), mrow: mrow, tmp: (*C.uint8_t)(unsafe.Pointer(&tmp[0])), tstride: C.int(nx * pc),
 			r0: C.int(g.r0), r1: C.int(g.r1), flip: C.int(boolC(flip)), mirror: C.int(boolC(mirror)),
 			start: (*C.int32_t)(&hx.start[0]), n: (*C.int32_t)(&hx.n[0]), k: (*C.int32_t)(&hx.k[0]),
-			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA),
+			ksize: C.int(hx.ksize), nout: C.int(nx), isa: C.int(resampleISA), huff: C.int(boolC(fastHuffman)),
 		})
 	if err := jwError(res); err != nil {
 		return true, err

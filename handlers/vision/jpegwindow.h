@@ -10,9 +10,9 @@
 
 // jw_result is jw_decode's outcome: rc 0 on success, -1 on a fatal error (msg says
 // which); truncated is set when the data ended before the image did, which libjpeg
-// only warns about.
+// only warns about; fast_huffman says that jpeghuff.c's decoder read the entropy-coded data.
 typedef struct {
-	int rc, truncated;
+	int rc, truncated, fast_huffman;
 	char msg[200];
 } jw_result;
 
@@ -29,6 +29,11 @@ typedef struct {
 jw_result jw_decode(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
 		int x0, int x1, int y0, int y1);
 
+// jw_decode_huff is jw_decode with libjpeg's own Huffman decoder where huff is 0, and
+// jpeghuff.c's (jw_decode's) where it is 1: the tests compare the two.
+jw_result jw_decode_huff(const unsigned char *buf, size_t n, unsigned char *dst, int w, int h, int c,
+		int x0, int x1, int y0, int y1, int huff);
+
 // jw_resize_args is the horizontal pass of the resize that jw_decode_resize runs on each
 // decoded row whose upright row y is in [r0, r1), writing it to tmp + (y-r0)*tstride:
 // vis_hpass_init's arguments, and row, the w*c bytes each row is decoded into. flip says
@@ -41,6 +46,7 @@ typedef struct {
 	int tstride, r0, r1, flip, mirror;
 	const int32_t *start, *n, *k;
 	int ksize, nout, isa;
+	int huff; // 1: jpeghuff.c's Huffman decoder, 0: libjpeg's (jw_decode_huff)
 } jw_resize_args;
 
 // jw_decode_resize is jw_decode into one row's buffer, each row the resize reads resized
