@@ -25,7 +25,7 @@ import (
 // chooses another (33554432 is where glibc's own mmap threshold ends up).
 //
 // A mapped block is faulted in page by page at every batch: resnet18 at batch 32 took
-// about 6,000 minor faults and 13 ms of system time a request in each process. With
+// 5,000-5,900 minor faults and 10-14 ms of system time a request in each process. With
 // THP_MEM_ALLOC_ENABLE=1 torch asks transparent huge pages for its tensors of 2 MiB and
 // more (madvise, which is what THP's "madvise" mode serves): a tenth of the faults, and
 // the blocks still go back when freed (bench/handlerproc/faults.sh). THP_MEM_ALLOC_ENABLE=0
