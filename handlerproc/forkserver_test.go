@@ -26,6 +26,10 @@ type probe struct {
 	Threads int      `json:"threads"`
 	Numpy   int      `json:"numpy"`
 	Mark    []string `json:"mark"`
+	// The allocator's variables in the worker's environment, and whether torch asked huge
+	// pages for a tensor of 8 MiB.
+	AllocEnv map[string]*string `json:"alloc_env"`
+	Hugepage bool               `json:"hugepage"`
 }
 
 func probeModel(t *testing.T, m *Model) probe {

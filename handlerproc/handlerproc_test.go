@@ -319,25 +319,48 @@ func environ(t *testing.T, pid int) []string {
 }
 
 // A handler process runs with glibc's mmap and trim thresholds fixed, so that a large batch's
-// freed activations go back to the system and a small one's stay for the next; a threshold
-// the model's environment sets is kept.
-func TestHandlerMallocDefaults(t *testing.T) {
-	m, err := startTiny(t, "handler.py", nil)
+// freed activations go back to the system and a small one's stay for the next, and with
+// torch's large tensors on transparent huge pages; forked or started apart, the worker and
+// torch see them. A setting the model's environment makes is kept instead.
+func TestHandlerAllocDefaults(t *testing.T) {
+	// Without transparent huge pages in the kernel, madvise refuses them whatever torch asks.
+	_, statErr := os.Stat("/sys/kernel/mm/transparent_hugepage")
+	thp := statErr == nil
+	check := func(name string, p probe, want map[string]string, hugepage bool) {
+		t.Helper()
+		for k, v := range want {
+			if got := p.AllocEnv[k]; got == nil {
+				t.Errorf("%s: the worker's environment has no %s, want %s", name, k, v)
+			} else if *got != v {
+				t.Errorf("%s: the worker's %s is %s, want %s", name, k, *got, v)
+			}
+		}
+		if thp && p.Hugepage != hugepage {
+			t.Errorf("%s: torch asked huge pages for a large tensor: %v, want %v", name, p.Hugepage, hugepage)
+		}
+	}
+	defaults := map[string]string{"MALLOC_MMAP_THRESHOLD_": "4194304", "MALLOC_TRIM_THRESHOLD_": "16777216", "THP_MEM_ALLOC_ENABLE": "1"}
+	for _, apart := range []bool{false, true} {
+		m, err := startTiny(t, "handler.py", func(c *Config) { c.StartApart = apart })
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := map[bool]string{false: "forked", true: "apart"}[apart]
+		check(name, probeModel(t, m), defaults, true)
+		env := environ(t, onlyProcess(t, m).pid)
+		for k, v := range defaults {
+			if !slices.Contains(env, k+"="+v) {
+				t.Errorf("%s: %s=%s is missing from the supervisor's environment", name, k, v)
+			}
+		}
+		m.Close()
+	}
+	m, err := startTiny(t, "handler.py", func(c *Config) { c.Env = []string{"MALLOC_MMAP_THRESHOLD_=65536", "THP_MEM_ALLOC_ENABLE=0"} })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env := environ(t, onlyProcess(t, m).pid); !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") || !slices.Contains(env, "MALLOC_TRIM_THRESHOLD_=16777216") {
-		t.Errorf("default missing from the environment: %q", env)
-	}
-	m.Close()
-	m, err = startTiny(t, "handler.py", func(c *Config) { c.Env = []string{"MALLOC_MMAP_THRESHOLD_=65536"} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := environ(t, onlyProcess(t, m).pid)
-	if !slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=65536") || slices.Contains(env, "MALLOC_MMAP_THRESHOLD_=4194304") {
-		t.Errorf("the model's own setting not kept: %q", env)
-	}
+	check("the model's own", probeModel(t, m),
+		map[string]string{"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "16777216", "THP_MEM_ALLOC_ENABLE": "0"}, false)
 }
 
 // A Python that imports ts but not PyYAML, which the worker needs for its metrics config,

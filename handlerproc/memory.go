@@ -13,7 +13,7 @@ import (
 // process's resident set (RSS), not RLIMIT_AS, since a Python that imports torch maps
 // gigabytes of address space it never touches (the CUDA libraries among them).
 
-// mallocDefaults are glibc malloc settings for handler processes, each unless the environment
+// allocDefaults are allocator settings for handler processes, each unless the environment
 // sets it. glibc raises its mmap threshold to the size of the largest block freed, so after
 // the first batch a batch's activations (blocks of megabytes) come from the heap and stay
 // there when freed. Fixed at 4 MiB, a large batch's blocks are mapped and returned as it
@@ -23,11 +23,18 @@ import (
 // faulted in again by the next, so it is raised to 16 MiB (docs/benchmarks.md has the
 // measurements; bench/handlerproc/c1_faults.py). Either variable in torchd's environment
 // chooses another (33554432 is where glibc's own mmap threshold ends up).
-var mallocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304", "MALLOC_TRIM_THRESHOLD_=16777216"}
+//
+// A mapped block is faulted in page by page at every batch: resnet18 at batch 32 took
+// 5,000-5,900 minor faults and 10-14 ms of system time a request in each process. With
+// THP_MEM_ALLOC_ENABLE=1 torch asks transparent huge pages for its tensors of 2 MiB and
+// more (madvise, which is what THP's "madvise" mode serves): a tenth of the faults, and
+// the blocks still go back when freed (bench/handlerproc/faults.sh). THP_MEM_ALLOC_ENABLE=0
+// in torchd's environment turns it off.
+var allocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=4194304", "MALLOC_TRIM_THRESHOLD_=16777216", "THP_MEM_ALLOC_ENABLE=1"}
 
-// withMallocDefaults adds each of mallocDefaults to env whose variable env does not set.
-func withMallocDefaults(env []string) []string {
-	for _, d := range mallocDefaults {
+// withAllocDefaults adds each of allocDefaults to env whose variable env does not set.
+func withAllocDefaults(env []string) []string {
+	for _, d := range allocDefaults {
 		name := d[:strings.IndexByte(d, '=')+1]
 		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, name) }) {
 			env = append(env, d)

@@ -129,7 +129,7 @@ func startProcess(o startOptions) (_ *process, err error) {
 	// handler and model files import.
 	env := append(os.Environ(), "PYTHONPATH="+joinPath(o.load.ModelPath, os.Getenv("PYTHONPATH")))
 	env = append(env, o.env...)
-	env = withMallocDefaults(env)
+	env = withAllocDefaults(env)
 	env = append(env, handlerMark())
 	// The output is a pipe of torchd's own, not exec's: Wait then does not wait for its last
 	// writer, which may be a process that outlived the worker.
@@ -247,7 +247,7 @@ func (o startOptions) spawn(dir string, argv, env []string, stdin, out *os.File)
 // forkServer is the runtime's fork server if this process can be forked from it; else why
 // not ("" when there is no fork server at all, which its start logged).
 func (o startOptions) forkServer() (*forkServer, string) {
-	env := withMallocDefaults(os.Environ())
+	env := withAllocDefaults(os.Environ())
 	fs, err := forkServerFor(o.rt, append(env, handlerMark()), o.log)
 	if err != nil {
 		return nil, ""

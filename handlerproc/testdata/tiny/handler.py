@@ -12,6 +12,21 @@ from ts.torch_handler.base_handler import BaseHandler
 from ts.utils.util import PredictionException
 
 
+def hugepage_advised():
+    """Whether torch asked transparent huge pages (MADV_HUGEPAGE, VmFlags "hg") for a tensor
+    of 8 MiB: what THP_MEM_ALLOC_ENABLE turns on."""
+    t = torch.empty(8 << 20, dtype=torch.uint8)
+    addr, inside = t.data_ptr(), False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split(" ", 1)[0]
+            if "-" in first and not first.endswith(":"):
+                lo, hi = (int(x, 16) for x in first.split("-"))
+                inside = lo <= addr < hi
+            elif inside and line.startswith("VmFlags:"):
+                return "hg" in line.split()[1:]
+    return False
+
 class TinyHandler(BaseHandler):
     def preprocess(self, data):
         rows = []
@@ -122,7 +137,9 @@ class TinyHandler(BaseHandler):
             return [{"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(), "path0": sys.path[0],
                      "threads": torch.get_num_threads(), "numpy": int(numpy.random.randint(1 << 30)),
                      "mark": [k for k in os.environ if k.startswith("TORCHD_HANDLER_OF")],
-                     "threads_header": self.context.get_request_header(0, "torchd-threads")}] * len(out)
+                     "threads_header": self.context.get_request_header(0, "torchd-threads"),
+                     "alloc_env": {k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "THP_MEM_ALLOC_ENABLE")},
+                     "hugepage": hugepage_advised()}] * len(out)
         if getattr(self, "sequence", False):
             self.sequence = False
             return [f"sequence {self.context.get_sequence_id(i)}" for i in range(len(out))]
