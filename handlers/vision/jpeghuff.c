@@ -124,6 +124,17 @@ static int jh_build(jh_table *t, const JHUFF_TBL *htbl, int dc) {
 	return 1;
 }
 
+// jh_next_buffer has the source manager refill its buffer, once the bytes in hand are used up.
+static void jh_next_buffer(j_decompress_ptr d, jh_state *h) {
+	d->src->next_input_byte = h->p;
+	d->src->bytes_in_buffer = 0;
+	if (!(*d->src->fill_input_buffer)(d)) {
+		ERREXIT(d, JERR_CANT_SUSPEND);
+	}
+	h->p = d->src->next_input_byte;
+	h->avail = d->src->bytes_in_buffer;
+}
+
 // jh_fill loads bytes to at least 57 bits, as libjpeg's jpeg_fill_bit_buffer: stuffed
 // zeros dropped, a run of 0xFF before a 0 taken as one 0xFF, and a marker left unread in
 // cinfo->unread_marker, after which only zeros follow.
@@ -148,13 +159,7 @@ static __attribute__((noinline)) void jh_fill(j_decompress_ptr d, jh_state *h) {
 			}
 		}
 		if (h->avail == 0) {
-			d->src->next_input_byte = h->p;
-			d->src->bytes_in_buffer = 0;
-			if (!(*d->src->fill_input_buffer)(d)) {
-				ERREXIT(d, JERR_CANT_SUSPEND);
-			}
-			h->p = d->src->next_input_byte;
-			h->avail = d->src->bytes_in_buffer;
+			jh_next_buffer(d, h);
 			continue;
 		}
 		int c = *h->p++;
@@ -162,13 +167,7 @@ static __attribute__((noinline)) void jh_fill(j_decompress_ptr d, jh_state *h) {
 		if (c == 0xFF) {
 			do {
 				if (h->avail == 0) {
-					d->src->next_input_byte = h->p;
-					d->src->bytes_in_buffer = 0;
-					if (!(*d->src->fill_input_buffer)(d)) {
-						ERREXIT(d, JERR_CANT_SUSPEND);
-					}
-					h->p = d->src->next_input_byte;
-					h->avail = d->src->bytes_in_buffer;
+					jh_next_buffer(d, h);
 				}
 				c = *h->p++;
 				h->avail--;
