@@ -59,40 +59,22 @@ for s in $servers; do
   done
 done
 
-tree() {
-  ps -e -o pid=,ppid= | awk -v root="$1" '{p[$1]=$2} END {
-    for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) print x } }'
-}
-tree_mem() { # RSS and PSS MiB of a tree, from smaps_rollup
-  local p rss=0 pss=0
-  for p in $(tree "$1"); do
-    read -r r q < <(awk '/^Rss:/ {r=$2} /^Pss:/ {q=$2} END {print r+0, q+0}' /proc/"$p"/smaps_rollup 2>/dev/null || echo 0 0)
-    rss=$((rss + r)) pss=$((pss + q))
-  done
-  echo "$((rss / 1024)) $((pss / 1024))"
-}
-
-# tree_cpu PID: the CPU milliseconds PID's tree has spent (utime+stime, its live processes).
-tree_cpu() {
-  local p t=0
-  for p in $(tree "$1"); do
-    t=$((t + $(awk '{sub(/.*\) /, ""); print $12 + $13}' /proc/"$p"/stat 2>/dev/null || echo 0)))
-  done
-  echo $((t * 1000 / $(getconf CLK_TCK)))
-}
+. bench/handlerproc/lib.sh
 
 for s in $servers; do
   ab -k -q -c 50 -n 500 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py >/dev/null 2>&1 || true
 done
 
+settle "${pid[@]}"
 for r in $(seq "$rounds"); do
   for c in 1 50; do
     for s in $(shuf -e $servers); do
       load=$(cut -d' ' -f1 /proc/loadavg)
       cpu0=$(tree_cpu "${pid[$s]}")
       out=$(ab -k -q -c "$c" -t "$secs" -n 10000000 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py 2>&1 || true)
-      # After the run: its CPU, and the memory it left.
-      echo "$out" | awk -v r="$r" -v s="$s" -v c="$c" -v mem="$(tree_mem "${pid[$s]}")" -v load="$load" -v cpu="$(($(tree_cpu "${pid[$s]}") - cpu0))" \
+      cpu=$(($(tree_cpu "${pid[$s]}") - cpu0))
+      settle "${pid[@]}" # the run's queued requests finish; then the memory it left, and the next run starts idle
+      echo "$out" | awk -v r="$r" -v s="$s" -v c="$c" -v mem="$(tree_mem "${pid[$s]}")" -v load="$load" -v cpu="$cpu" \
         '/Requests per second/ {rps=$4} /^Complete requests/ {n=$3} /^  50%/ {p50=$2} /^  99%/ {p99=$2} /^Non-2xx/ {bad=$3}
         END {split(mem, m, " "); printf "%s c=%s server=%s rps=%s p50_ms=%s p99_ms=%s rss_mib=%s pss_mib=%s cpu_ms=%.0f load=%s%s\n", r, c, s, rps, p50, p99, m[1], m[2], n ? cpu / n : 0, load, bad ? " non2xx=" bad : ""}'
     done

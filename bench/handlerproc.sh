@@ -3,9 +3,11 @@
 # custom handler.py (bench/handlerproc/: an eager torchvision resnet18 with random weights),
 # the mission's BATCH_SIZE=32 WORKERS=2 (the archive's model-config.yaml, which both servers
 # read), both servers running the handler with the same Python and torch. Each round runs
-# c=1 and c=50 on both servers in a shuffled order with `ab -k`; after each run, the RSS of
-# each server's whole process tree (torchd and its handler processes; TorchServe's JVM and
-# its workers), and its PSS, which counts pages the processes share once. Prints one line per run, then per concurrency the medians over the rounds:
+# c=1 and c=50 on both servers in a shuffled order with `ab -k`. Each run starts on an idle
+# machine (bench/handlerproc/lib.sh's settle: the requests the last run left queued finish
+# first); once its own have finished, the RSS of the server's whole process tree (torchd and
+# its handler processes; TorchServe's JVM and its workers), and its PSS, which counts pages
+# the processes share once. Prints one line per run, then per concurrency the medians over the rounds:
 #   R c=N server=S rps=X p50_ms=Y p99_ms=Z rss_mib=W pss_mib=V
 #   median c=N torchd_rps=.. torchserve_rps=.. rps_ratio=.. p99_ratio=.. rss_ratio=.. pss_ratio=..
 # (ratios are torchd's over TorchServe's). A ratio within the rounds' spread is noise.
@@ -61,35 +63,22 @@ for s in torchd torchserve; do
   done
 done
 
-# tree_rss PID: the resident MiB of PID and all its descendants.
-tree_rss() {
-  ps -e -o pid=,ppid=,rss= | awk -v root="$1" '{p[$1]=$2; r[$1]=$3} END {
-    for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) s+=r[x] } printf "%.0f", s/1024 }'
-}
-
-# tree_pss PID: the proportional MiB (PSS, from smaps_rollup) of PID and all its descendants:
-# pages shared between processes (the libraries' text) count once in the sum, not per process.
-tree_pss() {
-  local p s=0
-  for p in $(ps -e -o pid=,ppid= | awk -v root="$1" '{p[$1]=$2} END {
-    for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) print x } }'); do
-    s=$((s + $(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup 2>/dev/null || echo 0)))
-  done
-  echo $((s / 1024))
-}
+. bench/handlerproc/lib.sh
 
 # Warm-up: each server's workers see full batches before anything is measured.
 for s in torchd torchserve; do
   ab -k -q -c 50 -n 500 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py >/dev/null 2>&1 || true
 done
 
+settle "${pid[torchd]}" "${pid[torchserve]}"
 for r in $(seq "$rounds"); do
   for c in 1 50; do
     for s in $(shuf -e torchd torchserve); do
-      ab -k -q -c "$c" -t "$secs" -n 10000000 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py 2>&1 |
-        awk -v r="$r" -v s="$s" -v c="$c" -v rss="$(tree_rss "${pid[$s]}")" -v pss="$(tree_pss "${pid[$s]}")" \
+      out=$(ab -k -q -c "$c" -t "$secs" -n 10000000 -T image/jpeg -p "$img" http://127.0.0.1:${port[$s]}/predictions/resnet18_py 2>&1 || true)
+      settle "${pid[torchd]}" "${pid[torchserve]}" # the run's queued requests finish; its memory is then measured, and the next run starts idle
+      echo "$out" | awk -v r="$r" -v s="$s" -v c="$c" -v mem="$(tree_mem "${pid[$s]}")" \
           '/Requests per second/ {rps=$4} /^  50%/ {p50=$2} /^  99%/ {p99=$2} /^Non-2xx/ {bad=$3}
-          END {printf "%s c=%s server=%s rps=%s p50_ms=%s p99_ms=%s rss_mib=%s pss_mib=%s%s\n", r, c, s, rps, p50, p99, rss, pss, bad ? " non2xx=" bad : ""}'
+          END {split(mem, m, " "); printf "%s c=%s server=%s rps=%s p50_ms=%s p99_ms=%s rss_mib=%s pss_mib=%s%s\n", r, c, s, rps, p50, p99, m[1], m[2], bad ? " non2xx=" bad : ""}'
     done
   done
 done | tee "$work/runs"
