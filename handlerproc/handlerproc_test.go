@@ -363,6 +363,33 @@ func TestHandlerAllocDefaults(t *testing.T) {
 		map[string]string{"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "16777216", "THP_MEM_ALLOC_ENABLE": "0"}, false)
 }
 
+// A process idle after a batch gives back what the batch freed below blocks it still holds
+// (worker.py's trim_when_idle); glibc alone keeps that resident for good.
+func TestIdleTrim(t *testing.T) {
+	for _, apart := range []bool{false, true} {
+		m, err := startTiny(t, "handler.py", func(c *Config) { c.StartApart = apart })
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := probeModel(t, m).PID
+		base := rss(pid)
+		if pr, err := m.Predict([]Request{jsonReq("a", `"fragment"`)}); err != nil || pr.Code != 200 {
+			t.Fatalf("%+v, %v", pr, err)
+		}
+		// The batch wrote 320 MiB and freed 256 of them between the 64 it keeps.
+		var now int64
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if now = rss(pid); now < base+160<<20 {
+				break
+			}
+		}
+		if now >= base+160<<20 {
+			t.Errorf("apart %v: the idle process holds %d MiB, %d MiB more than before the batch", apart, now>>20, (now-base)>>20)
+		}
+		m.Close()
+	}
+}
+
 // A Python that imports ts but not PyYAML, which the worker needs for its metrics config,
 // is refused by the runtime check, saying what is missing.
 func TestRuntimeWithoutYAML(t *testing.T) {

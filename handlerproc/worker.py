@@ -3,10 +3,14 @@
 # TorchServe's worker script unchanged as __main__, and takes, before the handler sees a
 # batch, the intra-op thread count torchd sends on its first request (threads.go): torch
 # runs the batch on that many threads, set only when it changes. A count fixed by
-# OMP_NUM_THREADS, or by the handler's own torch.set_num_threads, is left as it is.
+# OMP_NUM_THREADS, or by the handler's own torch.set_num_threads, is left as it is. Once the
+# process has been idle for a second after a batch, it gives the free pages of its heap back.
+import ctypes
 import os
 import runpy
 import sys
+import threading
+import time
 
 HEADER = b"torchd-threads"
 
@@ -52,6 +56,52 @@ def share_threads():
     Service.predict = predict_shared
 
 
+IDLE_TRIM_S = 1.0
+
+
+def trim_when_idle():
+    """Once no batch has run for IDLE_TRIM_S after one, glibc's malloc_trim gives the free
+    pages of the heap back to the system. glibc returns on its own only the free space at the
+    heap's top, so what a burst's batches freed below a block still in use stayed resident
+    for good. Under load no batch waits for it; an idle process pays it once per burst, and
+    the next batch faults back what it uses."""
+    try:
+        from ts.service import Service
+        trim = ctypes.CDLL(None).malloc_trim  # glibc's; elsewhere nothing is trimmed
+    except (ImportError, OSError, AttributeError):
+        return
+    trim.argtypes = (ctypes.c_size_t,)
+    cond = threading.Condition()
+    state = {"busy": 0, "ended": None}  # ended: when the last batch ended, None once trimmed
+    predict = Service.predict
+
+    def predict_then_trim(self, batch):
+        with cond:
+            state["busy"] += 1
+        try:
+            return predict(self, batch)
+        finally:
+            with cond:
+                state["busy"] -= 1
+                state["ended"] = time.monotonic()
+                cond.notify()
+
+    def trimmer():
+        while True:
+            with cond:
+                while state["busy"] or state["ended"] is None:
+                    cond.wait()
+                left = state["ended"] + IDLE_TRIM_S - time.monotonic()
+                if left > 0:
+                    cond.wait(left)
+                    continue
+                state["ended"] = None
+            trim(0)
+
+    threading.Thread(target=trimmer, name="torchd-trim", daemon=True).start()
+    Service.predict = predict_then_trim
+
+
 def main():
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
@@ -60,6 +110,7 @@ def main():
     if sys.path and sys.path[0] == os.path.dirname(os.path.realpath(__file__)):
         sys.path[0] = os.path.dirname(os.path.realpath(script))
     share_threads()
+    trim_when_idle()
     runpy.run_path(script, run_name="__main__")
 
 

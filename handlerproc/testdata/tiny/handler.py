@@ -69,6 +69,14 @@ class TinyHandler(BaseHandler):
                     f.write(str(os.getpid()))
                 while True:
                     pass
+            if body == "fragment":
+                # 256 MiB of the heap freed between blocks still in use (64 MiB of them, too
+                # large for any hole the imports left): glibc keeps it resident until malloc_trim.
+                blocks, self.pins = [], []
+                for _ in range(256):
+                    blocks.append(b"x" * (1 << 20))
+                    self.pins.append(b"y" * (256 << 10))
+                del blocks
             if body == "long line":
                 print("x" * (2 << 20))
                 print("after the long line")
