@@ -83,8 +83,9 @@ def trim_when_idle():
         finally:
             with cond:
                 state["busy"] -= 1
+                if state["ended"] is None:  # else the trimmer wakes on its own to look again
+                    cond.notify()
                 state["ended"] = time.monotonic()
-                cond.notify()
 
     def trimmer():
         while True:
