@@ -364,7 +364,8 @@ func TestHandlerAllocDefaults(t *testing.T) {
 }
 
 // A process idle after a batch gives back what the batch freed below blocks it still holds
-// (worker.py's trim_when_idle); glibc alone keeps that resident for good.
+// (worker.py's trim_when_idle); glibc alone keeps that resident for good. A batch that runs
+// past the second the trimmer waits (the sleep) leaves it waiting for the next batch's end.
 func TestIdleTrim(t *testing.T) {
 	for _, apart := range []bool{false, true} {
 		m, err := startTiny(t, "handler.py", func(c *Config) { c.StartApart = apart })
@@ -373,8 +374,10 @@ func TestIdleTrim(t *testing.T) {
 		}
 		pid := probeModel(t, m).PID
 		base := rss(pid)
-		if pr, err := m.Predict([]Request{jsonReq("a", `"fragment"`)}); err != nil || pr.Code != 200 {
-			t.Fatalf("%+v, %v", pr, err)
+		for _, body := range []string{`{"sleep": 1.5}`, `"fragment"`} {
+			if pr, err := m.Predict([]Request{jsonReq("a", body)}); err != nil || pr.Code != 200 {
+				t.Fatalf("%s: %+v, %v", body, pr, err)
+			}
 		}
 		// The batch wrote 320 MiB and freed 256 of them between the 64 it keeps.
 		var now int64

@@ -72,7 +72,8 @@ def trim_when_idle():
         return
     trim.argtypes = (ctypes.c_size_t,)
     cond = threading.Condition()
-    state = {"busy": 0, "ended": None}  # ended: when the last batch ended, None once trimmed
+    # ended: when the last batch ended, None once trimmed; parked: the trimmer waits for a batch
+    state = {"busy": 0, "ended": None, "parked": False}
     predict = Service.predict
 
     def predict_then_trim(self, batch):
@@ -83,7 +84,7 @@ def trim_when_idle():
         finally:
             with cond:
                 state["busy"] -= 1
-                if state["ended"] is None:  # else the trimmer wakes on its own to look again
+                if state["parked"]:  # else it wakes on its own to look again
                     cond.notify()
                 state["ended"] = time.monotonic()
 
@@ -91,7 +92,9 @@ def trim_when_idle():
         while True:
             with cond:
                 while state["busy"] or state["ended"] is None:
+                    state["parked"] = True
                     cond.wait()
+                state["parked"] = False
                 left = state["ended"] + IDLE_TRIM_S - time.monotonic()
                 if left > 0:
                     cond.wait(left)

@@ -69,6 +69,8 @@ class TinyHandler(BaseHandler):
                     f.write(str(os.getpid()))
                 while True:
                     pass
+            if isinstance(body, dict) and "sleep" in body:
+                time.sleep(body["sleep"])
             if body == "fragment":
                 # 256 MiB of the heap freed between blocks still in use (64 MiB of them, too
                 # large for any hole the imports left): glibc keeps it resident until malloc_trim.
