@@ -32,9 +32,9 @@ import (
 // in torchd's environment turns it off.
 //
 // Why 8 MiB and not 4: torch aligns those tensors to 2 MiB, and glibc serves an aligned
-// block by asking for its size plus the alignment, so at 4 MiB every tensor of 2 MiB or more
-// was mapped afresh, a batch of one's too (resnet18's 3.2 MiB activations): depending on
-// what the heap held, a c=1 request took 780 faults and 10 ms of system time or none.
+// block by asking for its size plus the alignment, so at 4 MiB a tensor of 2 to 4 MiB
+// (resnet18's 3.2 MiB activations at batch 1) was mapped afresh whenever no free block of
+// the heap could hold it.
 var allocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=8388608", "MALLOC_TRIM_THRESHOLD_=16777216", "THP_MEM_ALLOC_ENABLE=1"}
 
 // withAllocDefaults adds each of allocDefaults to env whose variable env does not set.
