@@ -203,7 +203,9 @@ func startForkServer(rt *Runtime, env []string, log *slog.Logger) (_ *forkServer
 	}
 	fs := &forkServer{pid: cmd.Process.Pid, conn: conn, dir: dir, log: log, waiting: map[int]chan forkReply{}, procs: map[int]*forked{}}
 	tail := &lineTail{max: 20}
+	outDone := make(chan struct{})
 	go func() {
+		defer close(outDone)
 		defer outR.Close()
 		br := bufio.NewReaderSize(outR, 64<<10)
 		for {
@@ -229,6 +231,12 @@ func startForkServer(rt *Runtime, env []string, log *slog.Logger) (_ *forkServer
 	case err := <-ready:
 		if err != nil {
 			syscall.Kill(fs.pid, syscall.SIGKILL)
+			// Its exit can be seen before its last lines are read from the pipe; a child
+			// that holds the pipe open bounds the wait.
+			select {
+			case <-outDone:
+			case <-time.After(2 * time.Second):
+			}
 			if msg := tail.pythonError(); msg != "" && !strings.Contains(err.Error(), msg) {
 				err = fmt.Errorf("%w: %s", err, msg)
 			}
