@@ -339,7 +339,7 @@ func TestHandlerAllocDefaults(t *testing.T) {
 			t.Errorf("%s: torch asked huge pages for a large tensor: %v, want %v", name, p.Hugepage, hugepage)
 		}
 	}
-	defaults := map[string]string{"MALLOC_MMAP_THRESHOLD_": "8388608", "MALLOC_TRIM_THRESHOLD_": "16777216", "THP_MEM_ALLOC_ENABLE": "1"}
+	defaults := map[string]string{"MALLOC_MMAP_THRESHOLD_": "12582912", "MALLOC_TRIM_THRESHOLD_": "16777216", "THP_MEM_ALLOC_ENABLE": "1"}
 	for _, apart := range []bool{false, true} {
 		m, err := startTiny(t, "handler.py", func(c *Config) { c.StartApart = apart })
 		if err != nil {

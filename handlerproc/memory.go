@@ -16,7 +16,7 @@ import (
 // allocDefaults are allocator settings for handler processes, each unless the environment
 // sets it. glibc raises its mmap threshold to the size of the largest block freed, so after
 // the first batch a batch's activations (blocks of megabytes) come from the heap and stay
-// there when freed. Fixed at 8 MiB, a large batch's blocks are mapped and returned as it
+// there when freed. Fixed at 12 MiB, a large batch's blocks are mapped and returned as it
 // frees them, while a batch of one's stay in the heap; a lower threshold makes every small
 // forward pay page faults. A fixed mmap threshold also fixes glibc's trim threshold at
 // 128 KiB: the heap's top, freed after each request, would go back to the system and be
@@ -31,11 +31,12 @@ import (
 // the blocks still go back when freed (bench/handlerproc/faults.sh). THP_MEM_ALLOC_ENABLE=0
 // in torchd's environment turns it off.
 //
-// Why 8 MiB and not 4: torch aligns those tensors to 2 MiB, and glibc serves an aligned
-// block by asking for its size plus the alignment, so at 4 MiB a tensor of 2 to 4 MiB
-// (resnet18's 3.2 MiB activations at batch 1) was mapped afresh whenever no free block of
-// the heap could hold it.
-var allocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=8388608", "MALLOC_TRIM_THRESHOLD_=16777216", "THP_MEM_ALLOC_ENABLE=1"}
+// Why 12 MiB: torch aligns those tensors to 2 MiB, and glibc serves an aligned block by
+// asking for its size plus the alignment. resnet18's largest block at batch 1 (the 7.4 MB
+// unrolled input of its first convolution) asks 9.4 MB: under 8 MiB it was mapped and
+// unmapped at every request (2,300 faults each) in a fifth of processes, those whose heap
+// held no free block that large.
+var allocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=12582912", "MALLOC_TRIM_THRESHOLD_=16777216", "THP_MEM_ALLOC_ENABLE=1"}
 
 // withAllocDefaults adds each of allocDefaults to env whose variable env does not set.
 func withAllocDefaults(env []string) []string {

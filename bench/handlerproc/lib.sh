@@ -19,6 +19,15 @@ tree_mem() {
   echo "$((rss / 1024)) $((pss / 1024))"
 }
 
+# sample_mem PID FILE: tree_mem of PID's tree every second into FILE (one line each), until killed.
+sample_mem() {
+  : >"$2"
+  while true; do
+    tree_mem "$1" >>"$2"
+    sleep 1
+  done
+}
+
 # tree_cpu PID: the CPU milliseconds PID's tree has spent (utime+stime, its live processes).
 tree_cpu() {
   local p t=0
