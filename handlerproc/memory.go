@@ -33,9 +33,9 @@ import (
 //
 // Why 12 MiB: torch aligns those tensors to 2 MiB, and glibc serves an aligned block by
 // asking for its size plus the alignment. resnet18's largest block at batch 1 (the 7.4 MB
-// unrolled input of its first convolution) asks 9.4 MB: under 8 MiB it was mapped and
-// unmapped at every request (2,300 faults each) in a fifth of processes, those whose heap
-// held no free block that large.
+// unrolled input of its first convolution) asks 9.4 MB: with an 8 MiB threshold it was
+// mapped and unmapped at every request (2,300 faults each) in a fifth of processes, those
+// whose heap held no free block that large.
 var allocDefaults = []string{"MALLOC_MMAP_THRESHOLD_=12582912", "MALLOC_TRIM_THRESHOLD_=16777216", "THP_MEM_ALLOC_ENABLE=1"}
 
 // withAllocDefaults adds each of allocDefaults to env whose variable env does not set.
