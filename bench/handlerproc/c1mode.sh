@@ -30,15 +30,9 @@ for i in $(seq "$starts"); do
   for v in "$@"; do
     read -r -a vars <<<"$v"
     name=${vars[0]}
-    env "${vars[@]:1}" setsid bin/torchd serve --python "$py" --model-store "$work/store" --models resnet18_py=resnet18_py.mar \
-      --inference-address 127.0.0.1:18970 --management-address 127.0.0.1:18971 --metrics-address 127.0.0.1:18972 \
-      --grpc-address= --grpc-inference-address= --grpc-management-address= \
-      --access-log=false --enable-snapshots=false --job-queue-size 1024 >"$work/torchd.log" 2>&1 &
+    serve_resnet 18970 "$work/store" "$work/torchd.log" "${vars[@]:1}" &
     root=$!
-    until [ "$(curl -sf http://127.0.0.1:18971/models/resnet18_py | grep -c '"READY"')" -ge 2 ]; do
-      kill -0 "$root" 2>/dev/null || { echo "torchd exited:"; tail -20 "$work/torchd.log"; exit 1; }
-      sleep 1
-    done
+    wait_ready "$root" 18970 "$work/torchd.log"
     ab -k -q -c 50 -t 10 -n 10000000 -T image/jpeg -p "$img" "$url" >/dev/null 2>&1 || true
     sleep 0.3
     after=$(tree_mem "$root")

@@ -15,25 +15,16 @@ py=${PYTHON:-$PWD/.venv/bin/python}
 img=models/out/resnet18/sample_640x480.jpg
 work=$(mktemp -d)
 "$py" bench/handlerproc/make.py "$work/store" >"$work/make.log" 2>&1 || { cat "$work/make.log"; exit 1; }
-env "$@" setsid bin/torchd serve --python "$py" --model-store "$work/store" --models resnet18_py=resnet18_py.mar \
-  --inference-address 127.0.0.1:18970 --management-address 127.0.0.1:18971 --metrics-address 127.0.0.1:18972 \
-  --grpc-address= --grpc-inference-address= --grpc-management-address= \
-  --access-log=false --enable-snapshots=false --job-queue-size 1024 >"$work/torchd.log" 2>&1 &
+. bench/handlerproc/lib.sh
+serve_resnet 18970 "$work/store" "$work/torchd.log" "$@" &
 root=$!
 trap 'kill -- -"$root" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-until [ "$(curl -sf http://127.0.0.1:18971/models/resnet18_py | grep -c '"READY"')" -ge 2 ]; do
-  kill -0 "$root" 2>/dev/null || { tail "$work/torchd.log"; exit 1; }
-  sleep 1
-done
+wait_ready "$root" 18970 "$work/torchd.log"
 ab -k -q -c 50 -n 500 -T image/jpeg -p "$img" http://127.0.0.1:18970/predictions/resnet18_py >/dev/null 2>&1 || true
 sleep 12 # the fork server exits once idle (handler_fork_server_linger): only the serving tree is left
-tree() {
-  ps -e -o pid=,ppid= | awk -v root="$root" '{p[$1]=$2} END {
-    for (x in p) { y=x; while (y != "" && y != root && y != 0 && y != 1) y=p[y]; if (y == root) print x } }'
-}
 # snap: per process, its pid, command, minor faults, user and system ticks.
 snap() {
-  for p in $(tree); do
+  for p in $(tree "$root"); do
     echo "$p $(tr -d ' ' </proc/"$p"/comm) $(awk '{sub(/.*\) /, ""); print $8, $12, $13}' /proc/"$p"/stat)"
   done | sort
 }
@@ -47,6 +38,6 @@ join "$work/s0" "$work/s1" | awk -v n="$n" -v hz="$(getconf CLK_TCK)" '{
   u=($8-$4)*1000/hz/n; s=($9-$5)*1000/hz/n; f=($7-$3)/n; tu+=u; ts+=s; tf+=f
   printf "pid=%s %s user_ms=%.1f sys_ms=%.1f minflt=%.0f per request\n", $1, $2, u, s, f }
   END { printf "tree user_ms=%.1f sys_ms=%.1f minflt=%.0f per request\n", tu, ts, tf }'
-for p in $(tree); do
+for p in $(tree "$root"); do
   awk -v p="$p" '/^Rss:/ {r=$2} /^Pss:/ {q=$2} END {printf "pid=%s rss_mib=%d pss_mib=%d\n", p, r/1024, q/1024}' /proc/"$p"/smaps_rollup
 done

@@ -1,6 +1,29 @@
 # Shared by bench/handlerproc.sh and bench/handlerproc-ab.sh (sourced): process trees, their
 # memory and CPU, and the wait for an idle machine between runs.
 
+# serve_resnet PORT STORE LOG [VAR=VALUE ...]: torchd serving bench/handlerproc's resnet18
+# archive from STORE (make.py) on PORT, management PORT+1, metrics PORT+2, with the variables
+# in its environment, in a process group of its own. Run it with &: $! is then torchd, and
+# `kill -- -$!` stops it with its handler processes.
+serve_resnet() {
+  local port=$1 store=$2 log=$3
+  shift 3
+  exec env "$@" setsid bin/torchd serve --python "${PYTHON:-$PWD/.venv/bin/python}" --model-store "$store" \
+    --models resnet18_py=resnet18_py.mar --inference-address 127.0.0.1:"$port" \
+    --management-address 127.0.0.1:$((port + 1)) --metrics-address 127.0.0.1:$((port + 2)) \
+    --grpc-address= --grpc-inference-address= --grpc-management-address= \
+    --access-log=false --enable-snapshots=false --job-queue-size 1024 >"$log" 2>&1
+}
+
+# wait_ready PID PORT LOG: returns once serve_resnet's torchd (PID, on PORT) has both workers
+# READY; exits with its log's tail if it exits first.
+wait_ready() {
+  until [ "$(curl -sf http://127.0.0.1:$(($2 + 1))/models/resnet18_py | grep -c '"READY"')" -ge 2 ]; do
+    kill -0 "$1" 2>/dev/null || { echo "torchd exited:"; tail -20 "$3"; exit 1; }
+    sleep 1
+  done
+}
+
 # tree PID: PID and every process below it.
 tree() {
   ps -e -o pid=,ppid= | awk -v root="$1" '{p[$1]=$2} END {

@@ -12,16 +12,11 @@ py=${PYTHON:-$PWD/.venv/bin/python}
 img=models/out/resnet18/sample_640x480.jpg
 work=$(mktemp -d)
 "$py" bench/handlerproc/make.py "$work/store" >"$work/make.log" 2>&1 || { cat "$work/make.log"; exit 1; }
-env "$@" setsid bin/torchd serve --python "$py" --model-store "$work/store" --models resnet18_py=resnet18_py.mar \
-  --inference-address 127.0.0.1:18960 --management-address 127.0.0.1:18961 --metrics-address 127.0.0.1:18962 \
-  --grpc-address= --grpc-inference-address= --grpc-management-address= \
-  --access-log=false --enable-snapshots=false --job-queue-size 1024 >"$work/torchd.log" 2>&1 &
+. bench/handlerproc/lib.sh
+serve_resnet 18960 "$work/store" "$work/torchd.log" "$@" &
 root=$!
 trap 'kill -- -"$root" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-until [ "$(curl -sf http://127.0.0.1:18961/models/resnet18_py | grep -c '"READY"')" -ge 2 ]; do
-  kill -0 "$root" 2>/dev/null || { tail "$work/torchd.log"; exit 1; }
-  sleep 1
-done
+wait_ready "$root" 18960 "$work/torchd.log"
 # snap WHEN: one line per process, in MiB.
 snap() {
   for p in $(ps -e -o pid=,ppid= | awk -v r="$root" '$1==r || $2==r {print $1}'); do
