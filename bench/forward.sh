@@ -27,7 +27,19 @@ grep -m1 'model name' /proc/cpuinfo
 grep -m1 -o -w -E 'avx2|avx512f|avx512_vnni|avx512_bf16|amx_tile|amx_int8|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
 for model in resnet18 efficientnet_lite0; do
   archives=()
-  for p in fp32 int8 auto; do archives+=(--archive "pt2:$p=model-store/${model}_pt2.mar"); done
+  store=model-store precisions="fp32 int8 auto"
+  # With the bf16 package built (make models-bf16), an archive of the zoo's archive's files and
+  # that package too, so that torchd runs bf16 beside PyTorch's runner of it (and auto chooses
+  # among all three).
+  zoo=models/out/$model
+  if [ -e "$zoo/model_bf16.pt2" ]; then
+    store=build/forward-pt2 precisions="fp32 bf16 int8 auto"
+    mkdir -p $store
+    bin/torchd archive --model-name "${model}_pt2" --version 1.0 --serialized-file "$zoo/model.pt2" \
+      --config-file "models/configs/$model.toml" --archive-format zip-store --force --export-path $store \
+      --extra-files "$zoo/index_to_name.json,$zoo/model_int8.pt2,$zoo/model_bf16.pt2" >/dev/null
+  fi
+  for p in $precisions; do archives+=(--archive "pt2:$p=$store/${model}_pt2.mar"); done
   # torchd's OpenVINO backend on the zoo's IR (make models-openvino), beside ov-ir, OpenVINO's
   # Python runner of the same .xml.
   if [ -e models/out/openvino/.done ] && [[ " $* " != *" --no-ov "* ]]; then

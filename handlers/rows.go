@@ -11,8 +11,10 @@ import (
 // tensors concatenated along the rows, and its outputs cut back along the same rows.
 
 // RunRows runs batch through run as one call when its samples' tensors differ only in rows
-// (stacked, then cut back), else each sample alone.
-func RunRows(batch []*Sample, run func([]Tensor) ([]Tensor, error)) ([][]Tensor, error) {
+// (stacked into st, then cut back), else each sample alone. st is the worker's stage (nil: one
+// lent for the call): reused, a batch's stacking costs a copy and no allocation. run must not
+// keep its tensors' data past the call.
+func RunRows(batch []*Sample, st *Stage, run func([]Tensor) ([]Tensor, error)) ([][]Tensor, error) {
 	if len(batch) == 1 || !stackable(batch) {
 		outs := make([][]Tensor, len(batch))
 		for i, smp := range batch {
@@ -23,7 +25,14 @@ func RunRows(batch []*Sample, run func([]Tensor) ([]Tensor, error)) ([][]Tensor,
 		}
 		return outs, nil
 	}
-	stacked, rows := stackRows(batch)
+	if st == nil {
+		st = stages.Get().(*Stage)
+		defer stages.Put(st)
+	}
+	stacked, rows, err := st.stackRows(batch)
+	if err != nil {
+		return nil, err
+	}
 	out, err := run(stacked)
 	if err != nil {
 		return nil, err
@@ -54,29 +63,43 @@ func stackable(batch []*Sample) bool {
 	return true
 }
 
-// stackRows concatenates the samples' tensors along the rows; rows are each sample's.
-func stackRows(batch []*Sample) ([]Tensor, []int64) {
+// stackRows concatenates stackable samples' tensors along the rows into the stage's buffer,
+// valid until its next use; rows are each sample's.
+func (s *Stage) stackRows(batch []*Sample) ([]Tensor, []int64, error) {
 	rows := make([]int64, len(batch))
+	var total int64
 	for i, smp := range batch {
 		rows[i] = smp.Tensors[0].Shape[0]
+		total += rows[i]
 	}
-	out := make([]Tensor, len(batch[0].Tensors))
-	for i := range out {
-		var n int64
+	s.sizes = s.sizes[:0]
+	need, want := 0, 0
+	for i := range batch[0].Tensors {
 		size := 0
 		for _, smp := range batch {
-			n += smp.Tensors[i].Shape[0]
 			size += len(smp.Tensors[i].Data)
 		}
-		data := make([]byte, 0, size)
+		s.sizes = append(s.sizes, size)
+		need += alignUp(size)
+		if total > 0 && int64(s.rows) > total {
+			want += alignUp(size / int(total) * s.rows)
+		}
+	}
+	if err := s.grow(need, want); err != nil {
+		return nil, nil, err
+	}
+	out := make([]Tensor, len(batch[0].Tensors))
+	off := 0
+	for i, size := range s.sizes {
+		data := s.mem[off : off : off+size]
 		for _, smp := range batch {
 			data = append(data, smp.Tensors[i].Data...)
 		}
 		f := batch[0].Tensors[i]
-		shape := append([]int64{n}, f.Shape[1:]...)
-		out[i] = Tensor{DType: f.DType, Shape: shape, Data: data}
+		out[i] = Tensor{DType: f.DType, Shape: append([]int64{total}, f.Shape[1:]...), Data: data}
+		off += alignUp(size)
 	}
-	return out, rows
+	return out, rows, nil
 }
 
 // unstackRows cuts each output along its rows back into the samples'.

@@ -17,7 +17,11 @@ func TestStackRows(t *testing.T) {
 	if !stackable([]*Sample{a, b}) || stackable([]*Sample{a, c}) {
 		t.Fatal("stackable: want rows of two to stack and a row of three not to")
 	}
-	stacked, rows := stackRows([]*Sample{a, b})
+	st := NewStage(false, 4)
+	stacked, rows, err := st.stackRows([]*Sample{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := stacked[0].Shape; len(got) != 2 || got[0] != 3 || got[1] != 2 {
 		t.Fatalf("stacked shape %v, want [3 2]", got)
 	}
@@ -40,5 +44,38 @@ func TestStackRows(t *testing.T) {
 	second, _ := bytestr.Split(res[1][0].Data)
 	if len(second) != 2 || string(second[0]) != "two!" || res[1][0].Shape[0] != 2 {
 		t.Errorf("the second sample's strings: %q shape %v", second, res[1][0].Shape)
+	}
+}
+
+// RunRows stacks every batch into the worker's stage, allocated once for the largest, and
+// what run sees is each batch's rows in order.
+func TestRunRowsReusesStage(t *testing.T) {
+	st := NewStage(false, 4)
+	row := func(b byte) *Sample {
+		return &Sample{Items: 1, Tensors: []Tensor{{DType: torch.Uint8, Shape: []int64{1, 2}, Data: []byte{b, b + 1}}}}
+	}
+	for _, n := range []int{4, 2, 3} {
+		batch := make([]*Sample, n)
+		var want []byte
+		for i := range batch {
+			batch[i] = row(byte(10 * i))
+			want = append(want, byte(10*i), byte(10*i+1))
+		}
+		outs, err := RunRows(batch, st, func(ts []Tensor) ([]Tensor, error) {
+			if !bytes.Equal(ts[0].Data, want) || ts[0].Shape[0] != int64(n) {
+				t.Errorf("batch of %d: run saw %v %v, want %v", n, ts[0].Shape, ts[0].Data, want)
+			}
+			// An output of its own, as the runtimes copy theirs out.
+			return []Tensor{{DType: torch.Uint8, Shape: ts[0].Shape, Data: bytes.Clone(ts[0].Data)}}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(outs) != n || !bytes.Equal(outs[n-1][0].Data, batch[n-1].Tensors[0].Data) {
+			t.Errorf("batch of %d: the last sample's output is %v", n, outs[n-1][0].Data)
+		}
+	}
+	if st.Allocs() != 1 {
+		t.Errorf("the stage was allocated %d times for three batches of at most 4 rows, want 1", st.Allocs())
 	}
 }

@@ -28,6 +28,31 @@ func BenchmarkResNet18Forward(b *testing.B) {
 	}
 }
 
+// BenchmarkPackageForward measures a zoo image package's forward (TORCHD_BENCH_PACKAGE, a
+// model.pt2 of models/out; default resnet18's model_int8.pt2) at batch 1 and 32 on a locked
+// thread with TORCHD_BENCH_THREADS intra-op threads, freed memory kept as the daemon keeps
+// it: the binding's forward alone, beside PyTorch's aoti_load_package of the same file
+// (bench/engine_spike.py's torch-pt2 rows).
+func BenchmarkPackageForward(b *testing.B) {
+	defer lockBenchThread()()
+	torch.KeepFreedMemory()
+	path := os.Getenv("TORCHD_BENCH_PACKAGE")
+	if path == "" {
+		path = zoo(b, "resnet18", "model_int8.pt2")
+	}
+	p, err := torch.LoadPackage(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	for _, bs := range []int{1, 32} {
+		b.Run(fmt.Sprintf("batch%d", bs), func(b *testing.B) {
+			benchForward(b, p, int64(bs), 3, 224, 224)
+			b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "img/s")
+		})
+	}
+}
+
 // BenchmarkOptimizeForInference compares a zoo model's forward as loaded with
 // torch.jit.optimize_for_inference (WithOptimize) and without, on one locked thread with
 // TORCHD_BENCH_THREADS intra-op threads (default 2). Each plain run is followed by its
@@ -62,7 +87,10 @@ func BenchmarkOptimizeForInference(b *testing.B) {
 
 // benchForward times m's forward on a deterministic input of the given shape, after three
 // untimed runs in which the profiling executor settles on it.
-func benchForward(b *testing.B, m *torch.Module, shape ...int64) {
+// forwarder is a TorchScript module or a package.
+type forwarder interface{ Forward(args ...any) (any, error) }
+
+func benchForward(b *testing.B, m forwarder, shape ...int64) {
 	n := 1
 	for _, d := range shape {
 		n *= int(d)

@@ -217,7 +217,7 @@ func (m *Model) BindHandler(h handlers.Handler) error {
 
 // Run runs the batch as one session run when its samples' tensors differ only in rows, else
 // each sample alone (requests of different lengths batch as Triton batches them: not at all).
-func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+func (m *Model) Run(batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -226,7 +226,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 		return nil, err
 	}
 	defer m.release(s)
-	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) { return m.run(s, ts) })
+	return handlers.RunRows(batch, st, func(ts []handlers.Tensor) ([]handlers.Tensor, error) { return m.run(s, ts) })
 }
 
 // run feeds one set of tensors, by the bound names, and returns the bound outputs.

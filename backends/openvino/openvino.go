@@ -329,7 +329,7 @@ func (m *Model) BindHandler(h handlers.Handler) error {
 
 // Run runs the batch as one inference when its samples' tensors differ only in rows, else
 // each sample alone.
-func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+func (m *Model) Run(batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error) {
 	if len(batch) == 0 {
 		return nil, nil
 	}
@@ -337,7 +337,7 @@ func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.T
 	// itself alone, so alone's one request serves one batch at a time.
 	lone := m.running.Add(1) == 1
 	defer m.running.Add(-1)
-	return handlers.RunRows(batch, func(ts []handlers.Tensor) ([]handlers.Tensor, error) {
+	return handlers.RunRows(batch, st, func(ts []handlers.Tensor) ([]handlers.Tensor, error) {
 		p := m.pick(lone, ts)
 		r, err := p.get()
 		if err != nil {

@@ -181,7 +181,10 @@ func runBenchModel(args []string) error {
 	if err != nil {
 		return err
 	}
-	b := &modelBench{h: h, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads}
+	pin := *device != "cpu" // as a daemon worker stages a GPU's batches in page-locked memory
+	b := &modelBench{h: h, body: body, contentType: *contentType, fwd: make(chan func()), threads: *threads,
+		stage: handlers.NewStage(pin, slices.Max(batches)), pin: pin}
+	defer b.stage.Close()
 	runtimeName := libtorch.Name
 	if rt := otherRuntime(am); rt != nil {
 		runtimeName = rt.Name()
@@ -287,7 +290,10 @@ type modelBench struct {
 	// run runs a batch with as many workers at once as the count says: LibTorch's model is one
 	// for every count (each forward takes its thread's count); another runtime's threads are
 	// fixed when it compiles, so it has one model per count, as the daemon's workers have.
-	run    func(workers int, batch []*handlers.Sample) ([][]handlers.Tensor, error)
+	// Each forward thread stacks its batches into a stage of its own, as a daemon worker does.
+	run    func(workers int, batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error)
+	stage  *handlers.Stage // the forward thread's
+	pin    bool
 	closes []func() error
 }
 
@@ -308,8 +314,8 @@ func (b *modelBench) loadLibTorch(am *archive.Model, device, precision string, m
 	if err != nil {
 		return err
 	}
-	b.run = func(_ int, batch []*handlers.Sample) ([][]handlers.Tensor, error) {
-		return handlers.Infer(b.h, bound, batch)
+	b.run = func(_ int, batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error) {
+		return handlers.InferStaged(b.h, bound, batch, st)
 	}
 	return nil
 }
@@ -346,7 +352,9 @@ func (b *modelBench) loadOther(rt core.Runtime, am *archive.Model, device, preci
 		}
 		models[w] = m
 	}
-	b.run = func(w int, batch []*handlers.Sample) ([][]handlers.Tensor, error) { return models[w].Run(batch, nil) }
+	b.run = func(w int, batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error) {
+		return models[w].Run(batch, st)
+	}
 	return nil
 }
 
@@ -374,7 +382,7 @@ func (b *modelBench) infer(batch []*handlers.Sample) (outs [][]handlers.Tensor, 
 	done := make(chan struct{})
 	b.fwd <- func() {
 		start := time.Now()
-		outs, err = b.run(1, batch)
+		outs, err = b.run(1, batch, b.stage)
 		d = time.Since(start)
 		close(done)
 	}
@@ -507,6 +515,8 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 		forwards.Go(func() {
 			runtime.LockOSThread() // never unlocked: the thread ends with its OpenMP pool
 			torch.SetNumThreadsHere(threads)
+			st := handlers.NewStage(b.pin, n)
+			defer st.Close()
 			for {
 				batch := make([]*handlers.Sample, 0, n)
 				for len(batch) < n {
@@ -517,7 +527,7 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 						return
 					}
 				}
-				outs, err := b.run(workers, batch)
+				outs, err := b.run(workers, batch, st)
 				if err != nil {
 					fail(err)
 					return
