@@ -85,11 +85,13 @@ func BenchmarkOptimizeForInference(b *testing.B) {
 	}
 }
 
+// forwarder is a TorchScript module or a package.
+type forwarder interface {
+	Forward(args ...any) (any, error)
+}
+
 // benchForward times m's forward on a deterministic input of the given shape, after three
 // untimed runs in which the profiling executor settles on it.
-// forwarder is a TorchScript module or a package.
-type forwarder interface{ Forward(args ...any) (any, error) }
-
 func benchForward(b *testing.B, m forwarder, shape ...int64) {
 	n := 1
 	for _, d := range shape {
