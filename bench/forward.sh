@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The forward of the zoo's image models on every engine at hand, in one run each, interleaved
 # (bench/engine_spike.py says what each backend is): torchd's runner of the .pt2 archive at
-# each precision and of the zoo's OpenVINO IR (torchd:ov-ir, beside ov-ir: OpenVINO's Python
+# each precision (bf16 too where make models-bf16 built its package) and of the zoo's OpenVINO IR (torchd:ov-ir, beside ov-ir: OpenVINO's Python
 # runner of the same IR), PyTorch's own runner of the same packages, OpenVINO fp32/bf16/int8 (NNCF) and
 # ONNX Runtime fp32/int8, batch 1 latency and batch 1-64 throughput, on THREADS threads.
 # OpenVINO and NNCF go into build/pyext (not the zoo's venv, whose packages pin the zoo).
