@@ -20,6 +20,11 @@ func BenchmarkResNet18Forward(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
+	benchImages(b, m)
+}
+
+// benchImages runs benchForward on images [N, 3, 224, 224] at batch 1 and 32, with img/s.
+func benchImages(b *testing.B, m forwarder) {
 	for _, bs := range []int{1, 32} {
 		b.Run(fmt.Sprintf("batch%d", bs), func(b *testing.B) {
 			benchForward(b, m, int64(bs), 3, 224, 224)
@@ -45,12 +50,7 @@ func BenchmarkPackageForward(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	for _, bs := range []int{1, 32} {
-		b.Run(fmt.Sprintf("batch%d", bs), func(b *testing.B) {
-			benchForward(b, p, int64(bs), 3, 224, 224)
-			b.ReportMetric(float64(b.N*bs)/b.Elapsed().Seconds(), "img/s")
-		})
-	}
+	benchImages(b, p)
 }
 
 // BenchmarkOptimizeForInference compares a zoo model's forward as loaded with
