@@ -67,36 +67,38 @@ func stackable(batch []*Sample) bool {
 // valid until its next use; rows are each sample's.
 func (s *Stage) stackRows(batch []*Sample) ([]Tensor, []int64, error) {
 	rows := make([]int64, len(batch))
-	var total int64
 	for i, smp := range batch {
 		rows[i] = smp.Tensors[0].Shape[0]
-		total += rows[i]
 	}
+	out := make([]Tensor, len(batch[0].Tensors))
 	s.sizes = s.sizes[:0]
 	need, want := 0, 0
-	for i := range batch[0].Tensors {
+	for i := range out {
+		// Each input's own rows: the samples' inputs need not all lead with the same count.
+		var n int64
 		size := 0
 		for _, smp := range batch {
+			n += smp.Tensors[i].Shape[0]
 			size += len(smp.Tensors[i].Data)
 		}
+		f := batch[0].Tensors[i]
+		out[i] = Tensor{DType: f.DType, Shape: append([]int64{n}, f.Shape[1:]...)}
 		s.sizes = append(s.sizes, size)
 		need += alignUp(size)
-		if total > 0 && int64(s.rows) > total {
-			want += alignUp(size / int(total) * s.rows)
+		if n > 0 && int64(s.rows) > n {
+			want += alignUp(size / int(n) * s.rows)
 		}
 	}
 	if err := s.grow(need, want); err != nil {
 		return nil, nil, err
 	}
-	out := make([]Tensor, len(batch[0].Tensors))
 	off := 0
 	for i, size := range s.sizes {
 		data := s.mem[off : off : off+size]
 		for _, smp := range batch {
 			data = append(data, smp.Tensors[i].Data...)
 		}
-		f := batch[0].Tensors[i]
-		out[i] = Tensor{DType: f.DType, Shape: append([]int64{total}, f.Shape[1:]...), Data: data}
+		out[i].Data = data
 		off += alignUp(size)
 	}
 	return out, rows, nil

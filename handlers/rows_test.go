@@ -36,6 +36,21 @@ func TestStackRows(t *testing.T) {
 		t.Error("an output of 2 rows for a batch of 3 was cut without an error")
 	}
 
+	// Each input stacks its own rows: a second input of two rows a sample stacks to four.
+	two := func(x byte) *Sample {
+		return &Sample{Tensors: []Tensor{
+			{DType: torch.Uint8, Shape: []int64{1, 1}, Data: []byte{x}},
+			{DType: torch.Uint8, Shape: []int64{2, 1}, Data: []byte{x, x}},
+		}}
+	}
+	mixed, _, err := st.stackRows([]*Sample{two(1), two(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mixed[0].Shape[0] != 2 || mixed[1].Shape[0] != 4 || !bytes.Equal(mixed[1].Data, []byte{1, 1, 2, 2}) {
+		t.Errorf("inputs of 1 and 2 rows a sample stacked to %v and %v %v", mixed[0].Shape, mixed[1].Shape, mixed[1].Data)
+	}
+
 	out := Tensor{DType: torch.Bytes, Name: "s", Shape: []int64{3, 1}, Data: bytestr.Join([][]byte{[]byte("one"), []byte("two!"), []byte("3")})}
 	res, err := unstackRows([]Tensor{out}, make([]*Sample, 2), []int64{1, 2})
 	if err != nil {
