@@ -120,6 +120,7 @@ type Batcher struct {
 	batches    atomic.Int64 // batches dispatched
 	batchItems atomic.Int64 // requests dispatched in them
 	busy       atomic.Int64 // nanoseconds the workers spent running batches (see WorkerPool.runBatch)
+	inPlace    atomic.Int64 // batches run where their inputs lay (rows.go)
 
 	markMu sync.Mutex
 	mark   dispatchMark // the latest dispatch
@@ -154,6 +155,7 @@ func (b *Batcher) SetBatching(batchSize int, maxDelay time.Duration) {
 	b.batchSize.Store(int64(max(batchSize, 1)))
 	b.maxDelay.Store(int64(maxDelay))
 	b.win.setLimit(windowSize(int(b.batchSize.Load()), int(b.workers.Load())))
+	b.win.setRows(int(b.batchSize.Load()))
 }
 
 // setWorkers sizes the window for n workers.
@@ -176,6 +178,28 @@ type reservation struct {
 	// blocked: the window was full, and the request waited for its place.
 	blocked bool
 	left    atomic.Bool // its job gave the window place back
+	// slab holds the row its request's input was preprocessed into (row); nil: none.
+	slab *slab
+}
+
+// row lends the request its place's row of size bytes (handlers.Request.Row): nil where
+// the place has none of that size. The release it returns is idempotent.
+func (r *reservation) row(size int) ([]byte, func()) {
+	if r.win == nil || r.slab != nil {
+		return nil, nil
+	}
+	mem, s := r.win.row(r.place, size)
+	if mem == nil {
+		return nil, nil
+	}
+	r.slab = s
+	win := r.win
+	var given atomic.Bool
+	return mem, func() {
+		if given.CompareAndSwap(false, true) {
+			win.giveRow(s)
+		}
+	}
 }
 
 // wait takes a place in b's window, in arrival order, waiting at most timeout (0: no
@@ -385,6 +409,12 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 		}
 	}
 	size := int(b.batchSize.Load())
+	if r := first.rsv; r != nil && r.slab != nil {
+		// A batch of rows ends where their slab does, so that it runs where it lies (rows.go);
+		// after a short batch (its delay passed), the next one ends there and the following
+		// ones fill whole slabs again.
+		size = min(size, int(r.slab.end-r.place))
+	}
 	batch := buf[:0]
 	if cap(batch) < size {
 		batch = make([]*job, 0, size)

@@ -2,6 +2,7 @@ package core
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +29,14 @@ type inputWindow struct {
 	head    uint64          // the number whose job enters the queue next
 	parked  map[uint64]*job // jobs done preprocessing ahead of head; nil: place given up
 	waited  int             // requests that have waited for a place (tests)
+
+	// Rows (rows.go): the slabs that places begun from now on get rows, the current one, the
+	// ones with places unresolved, and their pooled memory.
+	rows     int
+	slab     *slab
+	slabs    []*slab
+	mems     slabMemory
+	recycled atomic.Int64 // slabs whose memory went back to the pool (tests)
 }
 
 // windowSize is the places a model version's window has: the batches its workers run plus
@@ -100,6 +109,7 @@ func (w *inputWindow) take() uint64 {
 	w.peak = max(w.peak, w.held)
 	n := w.next
 	w.next++
+	w.placeSlab(n)
 	return n
 }
 
@@ -132,6 +142,7 @@ func (w *inputWindow) resolve(n uint64, j *job) {
 		if j != nil {
 			w.push(j)
 		}
+		w.resolveSlabs()
 		return
 	}
 	if w.parked == nil {
@@ -141,6 +152,7 @@ func (w *inputWindow) resolve(n uint64, j *job) {
 	for {
 		next, ok := w.parked[w.head]
 		if !ok {
+			w.resolveSlabs()
 			return
 		}
 		delete(w.parked, w.head)

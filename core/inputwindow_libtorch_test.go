@@ -19,6 +19,43 @@ import (
 // than the window's size ever hold decoded input: the rest wait as raw bodies. (The window's
 // rules are inputwindow_test.go's, over the runtime double.)
 func TestBurstHoldsBoundedInput(t *testing.T) {
+	am, imgs := digits(t)
+	r := coretest.NewRegistryOf(t, libtorch.Backend{})
+	v, err := r.Add("digits", "1", core.RegisterRequest{Name: "digits", Synchronous: true, Settings: archive.Settings{
+		BatchSize: archive.Fixed(4), MinWorkers: archive.Fixed(1), JobQueueSize: archive.Of(256)}}, am)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			<-start
+			img := imgs[i%len(imgs)]
+			_, err := r.Serve(&core.Request{Model: "digits", Decode: func(*core.ModelVersion) (core.Input, error) {
+				return core.Input{Payloads: &handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "image/png", Data: img}},
+					Header: func(string) string { return "" }}}, nil
+			}})
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	s := v.Stats()
+	t.Logf("window of %d: at most %d held, %d requests waited; %d of %d batches in place", s.WindowSize, s.WindowPeak, s.WindowWaited, s.InPlace, s.Batches)
+	if s.WindowPeak > s.WindowSize || s.WindowHeld != 0 {
+		t.Fatalf("window of %d held up to %d requests' input, %d after the burst", s.WindowSize, s.WindowPeak, s.WindowHeld)
+	}
+	if s.WindowWaited == 0 {
+		t.Fatalf("200 concurrent requests, yet none waited for the window of %d", s.WindowSize)
+	}
+}
+
+// digits is a directory archive of the zoo's digits CNN (models/out) and its held-out PNGs.
+func digits(t *testing.T) (*archive.Model, [][]byte) {
+	t.Helper()
 	zoo := filepath.Join("..", "models", "out", "digits")
 	dir := t.TempDir()
 	for _, f := range []string{"model.pt", "index_to_name.json"} {
@@ -41,12 +78,6 @@ func TestBurstHoldsBoundedInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := coretest.NewRegistryOf(t, libtorch.Backend{})
-	v, err := r.Add("digits", "1", core.RegisterRequest{Name: "digits", Synchronous: true, Settings: archive.Settings{
-		BatchSize: archive.Fixed(4), MinWorkers: archive.Fixed(1), JobQueueSize: archive.Of(256)}}, am)
-	if err != nil {
-		t.Fatal(err)
-	}
 	entries, err := os.ReadDir(filepath.Join(zoo, "heldout"))
 	if err != nil {
 		t.Fatal(err)
@@ -61,29 +92,5 @@ func TestBurstHoldsBoundedInput(t *testing.T) {
 			imgs = append(imgs, b)
 		}
 	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range 200 {
-		wg.Go(func() {
-			<-start
-			img := imgs[i%len(imgs)]
-			_, err := r.Serve(&core.Request{Model: "digits", Decode: func(*core.ModelVersion) (core.Input, error) {
-				return core.Input{Payloads: &handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "image/png", Data: img}},
-					Header: func(string) string { return "" }}}, nil
-			}})
-			if err != nil {
-				t.Errorf("request %d: %v", i, err)
-			}
-		})
-	}
-	close(start)
-	wg.Wait()
-	s := v.Stats()
-	t.Logf("window of %d: at most %d held, %d requests waited", s.WindowSize, s.WindowPeak, s.WindowWaited)
-	if s.WindowPeak > s.WindowSize || s.WindowHeld != 0 {
-		t.Fatalf("window of %d held up to %d requests' input, %d after the burst", s.WindowSize, s.WindowPeak, s.WindowHeld)
-	}
-	if s.WindowWaited == 0 {
-		t.Fatalf("200 concurrent requests, yet none waited for the window of %d", s.WindowSize)
-	}
+	return am, imgs
 }

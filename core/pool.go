@@ -454,9 +454,12 @@ func (p *WorkerPool) runBatch(batch []*job, stage *handlers.Stage, threads *int)
 	for i, j := range batch {
 		samples[i] = j.sample
 	}
-	start := time.Now()
+	start, inPlace := time.Now(), stage.InPlace()
 	outs, err := p.infer(samples, stage, threads)
 	elapsed := time.Since(start)
+	if stage.InPlace() > inPlace {
+		p.batcher.inPlace.Add(1)
+	}
 	p.batcher.done()
 	counted = false
 	// Its threads go back to the share before the first answer too: a client answered and

@@ -108,7 +108,7 @@ func (v *ModelVersion) serve(req *Request, arrived time.Time) (Result, error) {
 		return Result{Version: v}, err
 	}
 	defer a.release()
-	in, sample, err := v.decode(req)
+	in, sample, err := v.decode(req, a)
 	if err != nil {
 		if t := req.Trace; t != nil {
 			t.Stage("preprocess", a.admitted, time.Now(), err)
@@ -163,7 +163,7 @@ func (v *ModelVersion) serve(req *Request, arrived time.Time) (Result, error) {
 }
 
 // decode reads the request's input and preprocesses it into the sample the model runs.
-func (v *ModelVersion) decode(req *Request) (Input, *handlers.Sample, error) {
+func (v *ModelVersion) decode(req *Request, a *admission) (Input, *handlers.Sample, error) {
 	in, err := req.Decode(v)
 	if err != nil {
 		return in, nil, withKind(err, ErrBadInput)
@@ -184,6 +184,10 @@ func (v *ModelVersion) decode(req *Request) (Input, *handlers.Sample, error) {
 		}
 		return in, s, nil
 	case in.Payloads != nil:
+		if _, composite := v.model.(composite); !composite && !req.Explain && in.Payloads.Row == nil {
+			// A forward's input may go where its batch will run it (rows.go).
+			in.Payloads.Row = a.rsv.row
+		}
 		s, err := v.preprocess(in.Payloads)
 		return in, s, err
 	}

@@ -129,6 +129,9 @@ type Stats struct {
 
 	Batches, Items int64         // batches dispatched, and the requests in them
 	Busy           time.Duration // the workers' time running batches
+	// InPlace counts the batches that ran where their inputs lay, in the rows their requests
+	// were preprocessed into, without a copy to stack them (rows.go).
+	InPlace int64
 
 	// Latency is the requests' whole time in the server, answered by any protocol and with
 	// any status: cumulative counts per bucket of LatencyBuckets, then +Inf (the total).
@@ -154,6 +157,7 @@ func (v *ModelVersion) Stats() Stats {
 		Pending: b.Pending(), Reserved: b.Reserved(), Capacity: b.Capacity(),
 		BatchSize: int(b.batchSize.Load()), MaxDelay: time.Duration(b.maxDelay.Load()),
 		Batches: b.batches.Load(), Items: b.batchItems.Load(), Busy: time.Duration(b.busy.Load()),
+		InPlace: b.inPlace.Load(),
 	}
 	if v.pool != nil {
 		s.Threads = v.pool.Threads()

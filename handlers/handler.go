@@ -42,6 +42,13 @@ type Request struct {
 	// (v2). Only a RowTaker gets them, in place of Inputs; its answer is the JSON list of the
 	// rows' answers, in order.
 	Rows [][]Payload
+	// Row, when set, lends the memory for a request whose model input is one row of size
+	// bytes: memory beside the rows of the requests queued around it, so that their batch
+	// runs on it where it lies instead of being copied together (Stage.Stack). Its release
+	// is the Sample's Release, and is also called where Preprocess fails after taking it.
+	// nil, or a nil mem: the handler uses memory of its own. The handler writes within
+	// mem's length only: its capacity runs on into the next request's row.
+	Row func(size int) (mem []byte, release func())
 }
 
 // RowTaker is implemented by handlers that take a request as rows of their batch

@@ -250,21 +250,37 @@ func imageSample(r *Request, t vision.Transform, l imageLimits) (*Sample, error)
 	if err := checkImageLimits(images, l, t.MaxPixels, func(i int) error { return t.Apply(images[i], make([]float32, per)) }); err != nil {
 		return nil, err
 	}
-	bp := imageBuffers.get(per * len(images))
-	buf := *bp
+	buf, data, release := imageMemory(r, per, len(images))
 	for i, img := range images {
 		if r.Canceled != nil && r.Canceled() {
-			imageBuffers.put(bp)
+			release()
 			return nil, ErrCanceled
 		}
 		if err := t.Apply(img, buf[i*per:(i+1)*per]); err != nil {
-			imageBuffers.put(bp)
+			release()
 			return nil, imageError(i, len(images), err)
 		}
 	}
 	return &Sample{Items: len(images), Tensors: []Tensor{{
-		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(c), int64(h), int64(w)}, Data: float32Bytes(buf),
-	}}, Release: imageBuffers.releaser(bp)}, nil
+		DType: torch.Float32, Shape: []int64{int64(len(images)), int64(c), int64(h), int64(w)}, Data: data,
+	}}, Release: release}, nil
+}
+
+// imageMemory returns the floats for a request's n images of per floats each, the same
+// memory as the tensor's bytes, and what gives it back: the row core lends (Request.Row)
+// to a request of one image, else a pooled buffer.
+func imageMemory(r *Request, per, n int) ([]float32, []byte, func()) {
+	if r.Row != nil && n == 1 {
+		mem, release := r.Row(4 * per)
+		if mem != nil && uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%4 == 0 {
+			return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(mem))), per), mem, release
+		}
+		if release != nil {
+			release()
+		}
+	}
+	bp := imageBuffers.get(per * n)
+	return *bp, float32Bytes(*bp), imageBuffers.releaser(bp)
 }
 
 // imageBuffers lends the tensors images are preprocessed into. A fresh 600 KB tensor a

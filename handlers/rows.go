@@ -89,6 +89,12 @@ func (s *Stage) stackRows(batch []*Sample) ([]Tensor, []int64, error) {
 			want += alignUp(size / int(n) * s.rows)
 		}
 	}
+	if s.inPlace(batch) {
+		for i := range out {
+			out[i].Data = s.views[i]
+		}
+		return out, rows, nil
+	}
 	if err := s.grow(need, want); err != nil {
 		return nil, nil, err
 	}

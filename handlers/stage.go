@@ -21,6 +21,8 @@ type Stage struct {
 	mem    []byte            // the buffer: Go memory, or host's
 	host   *torch.HostBuffer // when pinned memory was asked for
 	allocs int
+	// inPlaces counts the batches that ran where their inputs lay (inPlace).
+	inPlaces int
 
 	views [][]byte // each input's stacked bytes, reused by Stack
 	sizes []int
@@ -87,6 +89,9 @@ func (s *Stage) Stack(batch []*Sample) ([][]byte, int, error) {
 		need += alignUp(rowBytes * total)
 		rowsNeed += alignUp(rowBytes * max(total, s.rows))
 	}
+	if s.inPlace(batch) {
+		return s.views, total, nil
+	}
 	if err := s.grow(need, rowsNeed); err != nil {
 		return nil, 0, err
 	}
@@ -102,6 +107,53 @@ func (s *Stage) Stack(batch []*Sample) ([][]byte, int, error) {
 		off += alignUp(size)
 	}
 	return s.views, total, nil
+}
+
+// inPlace sets views to the batch's inputs where they already lie one after another, in the
+// batch's order, each in one buffer (the rows core lends, handlers.Request.Row): the batch
+// then runs on that memory, and nothing is copied. A stage for a GPU copies all the same,
+// into its page-locked memory.
+func (s *Stage) inPlace(batch []*Sample) bool {
+	if s.pin || len(batch) < 2 || !aligned(batch[0]) {
+		return false
+	}
+	s.views = s.views[:0]
+	for i := range batch[0].Tensors {
+		v, ok := laidOut(batch, i)
+		if !ok {
+			return false
+		}
+		s.views = append(s.views, v)
+	}
+	s.inPlaces++
+	return true
+}
+
+// laidOut returns input i of the batch as one slice where each sample's follows the one
+// before in the same buffer: that of the first, whose capacity spans the rest.
+func laidOut(batch []*Sample, i int) ([]byte, bool) {
+	first := batch[0].Tensors[i].Data
+	if len(first) == 0 {
+		return nil, false
+	}
+	whole := first[:cap(first)]
+	n := len(first)
+	for _, smp := range batch[1:] {
+		d := smp.Tensors[i].Data
+		if len(d) == 0 || n+len(d) > len(whole) || &whole[n] != &d[0] {
+			return nil, false
+		}
+		n += len(d)
+	}
+	return whole[:n:n], true
+}
+
+// InPlace returns how many batches ran on their samples' own memory, not copied.
+func (s *Stage) InPlace() int {
+	if s == nil {
+		return 0
+	}
+	return s.inPlaces
 }
 
 func alignUp(n int) int { return (n + stageAlign - 1) / stageAlign * stageAlign }

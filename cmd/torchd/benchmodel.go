@@ -293,6 +293,7 @@ type modelBench struct {
 	// Each forward thread stacks its batches into a stage of its own, as a daemon worker does.
 	run    func(workers int, batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error)
 	stage  *handlers.Stage // the forward thread's
+	rows   batchRows       // cycle's batch
 	pin    bool
 	closes []func() error
 }
@@ -412,11 +413,13 @@ func parallel(n int, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// cycle serves n requests as one batch and returns the forward's time.
+// cycle serves n requests as one batch and returns the forward's time. They preprocess into
+// the adjoining rows of one batch, as the daemon's do.
 func (b *modelBench) cycle(n int) (time.Duration, error) {
 	samples := make([]*handlers.Sample, n)
+	b.rows.reuse(n)
 	if err := parallel(n, func(i int) error {
-		s, err := b.h.Preprocess(b.request())
+		s, err := b.h.Preprocess(b.rows.request(b, i))
 		samples[i] = s
 		return err
 	}); err != nil {
@@ -465,12 +468,39 @@ func cpuTime() time.Duration {
 // warm-up.
 func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (float64, time.Duration, error) {
 	stop := make(chan struct{})
-	queue := make(chan *handlers.Sample, 2*n*workers)
-	type done struct {
-		batch []*handlers.Sample
-		outs  [][]handlers.Tensor
+	// A batch's requests preprocess into its rows (batchRows), request after request in
+	// the order they took their rows, as the daemon's window gives them; workers+2 batches
+	// preprocess, wait, run or postprocess at once.
+	type pending struct {
+		rows    batchRows
+		samples []*handlers.Sample
+		ready   atomic.Int64
+		outs    [][]handlers.Tensor
 	}
-	post := make(chan done, 2*workers)
+	free, queue := make(chan *pending, workers+2), make(chan *pending, workers+2)
+	for range workers + 2 {
+		free <- &pending{samples: make([]*handlers.Sample, n)}
+	}
+	var takeMu sync.Mutex
+	var taken int
+	var cur *pending
+	take := func() (*pending, int, bool) {
+		takeMu.Lock()
+		defer takeMu.Unlock()
+		if taken%n == 0 {
+			select {
+			case cur = <-free:
+				cur.rows.reuse(n)
+				cur.ready.Store(0)
+			case <-stop:
+				return nil, 0, false
+			}
+		}
+		i := taken % n
+		taken++
+		return cur, i, true
+	}
+	post := make(chan *pending, 2*workers)
 	var errMu sync.Mutex
 	var firstErr error
 	var stopOnce sync.Once
@@ -488,26 +518,34 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 	for range runtime.GOMAXPROCS(0) {
 		producers.Go(func() {
 			for {
-				s, err := b.h.Preprocess(b.request())
+				p, i, ok := take()
+				if !ok {
+					return
+				}
+				s, err := b.h.Preprocess(p.rows.request(b, i))
 				if err != nil {
 					fail(err)
 					return
 				}
-				select {
-				case queue <- s:
-				case <-stop:
-					return
+				p.samples[i] = s
+				if p.ready.Add(1) == int64(n) {
+					select {
+					case queue <- p:
+					case <-stop:
+						return
+					}
 				}
 			}
 		})
 		posts.Go(func() {
-			for d := range post {
-				for i, s := range d.batch {
-					if _, err := b.h.Postprocess(s, d.outs[i]); err != nil {
+			for p := range post {
+				for i, s := range p.samples {
+					if _, err := b.h.Postprocess(s, p.outs[i]); err != nil {
 						fail(err)
 					}
 				}
-				finished.Add(int64(len(d.batch)))
+				finished.Add(int64(n))
+				free <- p
 			}
 		})
 	}
@@ -518,21 +556,18 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 			st := handlers.NewStage(b.pin, n)
 			defer st.Close()
 			for {
-				batch := make([]*handlers.Sample, 0, n)
-				for len(batch) < n {
-					select {
-					case s := <-queue:
-						batch = append(batch, s)
-					case <-stop:
-						return
-					}
+				var p *pending
+				select {
+				case p = <-queue:
+				case <-stop:
+					return
 				}
-				outs, err := b.run(workers, batch, st)
-				if err != nil {
+				var err error
+				if p.outs, err = b.run(workers, p.samples, st); err != nil {
 					fail(err)
 					return
 				}
-				post <- done{batch, outs}
+				post <- p
 			}
 		})
 	}

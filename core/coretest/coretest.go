@@ -101,6 +101,7 @@ type Model struct {
 	batches []int               // the samples of each batch run
 	inputs  [][]handlers.Tensor // each sample's tensors, copied, in the order run
 	failOn  float32
+	inPlace int           // batches whose inputs lay where they ran (handlers.Stage.InPlace)
 	held    chan struct{} // each Run under hold sends here, then waits for gate
 	gate    chan struct{}
 	closed  bool
@@ -174,9 +175,27 @@ func (m *Model) Hold() (held <-chan struct{}, release func()) {
 	}
 }
 
-// Run doubles the float32s of each sample's tensors.
-func (m *Model) Run(batch []*handlers.Sample, _ *handlers.Stage) ([][]handlers.Tensor, error) {
+// InPlace returns how many batches ran where their inputs lay, without being stacked by a
+// copy (core's rows, handlers.Request.Row).
+func (m *Model) InPlace() int {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inPlace
+}
+
+// Run doubles the float32s of each sample's tensors. It stacks a batch into its stage first,
+// as the real runtimes do, to count the batches that lay in place.
+func (m *Model) Run(batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.Tensor, error) {
+	inPlace := false
+	if st != nil && len(batch) > 1 {
+		before := st.InPlace()
+		_, _, err := st.Stack(batch)
+		inPlace = err == nil && st.InPlace() > before
+	}
+	m.mu.Lock()
+	if inPlace {
+		m.inPlace++
+	}
 	m.batches = append(m.batches, len(batch))
 	for _, s := range batch {
 		ts := make([]handlers.Tensor, len(s.Tensors))
