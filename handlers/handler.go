@@ -46,8 +46,9 @@ type Request struct {
 	// bytes: memory beside the rows of the requests queued around it, so that their batch
 	// runs on it where it lies instead of being copied together (Stage.Stack). Its release
 	// is the Sample's Release, and is also called where Preprocess fails after taking it.
-	// nil, or a nil mem: the handler uses memory of its own. The handler writes within
-	// mem's length only: its capacity runs on into the next request's row.
+	// nil, or a nil mem: the handler uses memory of its own. mem is reused, not zeroed: the
+	// handler writes all of it, and nothing past its length (its capacity runs on into the
+	// next request's row).
 	Row func(size int) (mem []byte, release func())
 }
 
