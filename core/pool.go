@@ -344,9 +344,10 @@ func (p *WorkerPool) run(w *worker) {
 	defer idle.Stop()
 	var batch []*job // the array of the worker's batches, reused
 	for {
-		// The idle timer runs only while the stage holds a buffer: it fires once per idle spell.
+		// The idle timer runs only while the stage, or the model's rows (rows.go), hold
+		// memory: it fires once per idle spell.
 		var idleC <-chan time.Time
-		if stage.Held() {
+		if stage.Held() || p.batcher.win.holdsSlab() {
 			idle.Reset(time.Duration(idleRelease.Load()))
 			idleC = idle.C
 		}
@@ -359,6 +360,7 @@ func (p *WorkerPool) run(w *worker) {
 			}
 			if idleC != nil {
 				stage.Close()
+				p.batcher.win.releaseIdle()
 				p.idleReleases.Add(1)
 				releaseIdle(p.backend)
 				continue

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -256,6 +257,45 @@ func TestIdleWorkerReleasesStage(t *testing.T) {
 	for spell := int64(1); spell <= 2; spell++ {
 		pair()
 		waitFor(t, "the idle worker's release", func() bool { return v.pool.idleReleases.Load() >= spell })
+	}
+}
+
+// A worker that idles also drops its model's rows (rows.go): batches that ran in place hold no
+// staging buffer, yet the slab they were preprocessed into is a batch's worth of inputs.
+func TestIdleWorkerReleasesRows(t *testing.T) {
+	old := idleRelease.Swap(int64(50 * time.Millisecond))
+	t.Cleanup(func() { idleRelease.Store(old) })
+	r := testRegistry(t, 0)
+	am := zooArchive(t, "digits", "image_classifier", "[options]\ncolor = \"gray\"\nwidth = 28\nheight = 28\nmean = [0.5]\nstd = [0.5]\n"+digitsConfig)
+	v, err := r.Add("d", "1", RegisterRequest{Name: "d", Synchronous: true, Settings: archive.Settings{BatchSize: archive.Fixed(2), MaxBatchDelay: archive.Fixed(time.Hour)}}, am)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := os.ReadFile(filepath.Join(zooDir, "digits", "heldout", "0000_2.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := r.Serve(&Request{Model: "d", Decode: func(*ModelVersion) (Input, error) {
+				return Input{Payloads: &handlers.Request{Inputs: []handlers.Payload{{Name: "body", ContentType: "image/png", Data: img}},
+					Header: func(string) string { return "" }}}, nil
+			}})
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v.Stats().InPlace != 1 {
+		t.Fatalf("%d batches in place, want the pair's", v.Stats().InPlace)
+	}
+	waitFor(t, "the idle worker's release", func() bool { return v.pool.idleReleases.Load() >= 1 })
+	if v.batcher.win.holdsSlab() {
+		t.Fatal("the model's rows still hold memory after its worker's idle release")
 	}
 }
 

@@ -90,8 +90,41 @@ func (w *inputWindow) giveRow(s *slab) {
 	}
 }
 
+// releaseIdle drops the memory of the slab that new places go to, unless a row of it is
+// lent: a model that has idled (its workers' idleRelease) should not keep a batch's worth of
+// inputs. The slab's remaining places take pooled buffers; the next slab allocates anew.
+func (w *inputWindow) releaseIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.slab
+	if s == nil || s.lent > 0 {
+		return
+	}
+	s.mem = nil
+	w.slab = nil
+	// Out of the list: its remaining places find no slab, and the next slab's places, which
+	// may share its range, find theirs.
+	for i, c := range w.slabs {
+		if c == s {
+			w.slabs = append(w.slabs[:i], w.slabs[i+1:]...)
+			break
+		}
+	}
+}
+
+// holdsSlab reports whether the slab new places go to holds memory.
+func (w *inputWindow) holdsSlab() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// once.Do sets mem outside the lock, but only after a row was counted lent.
+	return w.slab != nil && (w.slab.lent > 0 || w.slab.mem != nil)
+}
+
 // recycle puts s's memory back in the pool.
 func (w *inputWindow) recycle(s *slab) {
+	if s.mem == nil {
+		return
+	}
 	w.recycled.Add(1)
 	w.mems.put(s.mem)
 }

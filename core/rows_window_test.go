@@ -68,3 +68,36 @@ func TestWindowRowsNoneForBatchesOfOne(t *testing.T) {
 		t.Fatal("a row lent for batches of one")
 	}
 }
+
+// An idle model drops the memory of the slab new places go to, unless a row of it is lent;
+// that slab's remaining places get no rows, and the next place begins a new slab.
+func TestWindowRowsReleasedWhenIdle(t *testing.T) {
+	w := &inputWindow{push: func(*job) {}}
+	w.setLimit(8)
+	w.setRows(4)
+	a, _ := w.tryEnter()
+	b, _ := w.tryEnter()
+	if w.holdsSlab() {
+		t.Fatal("a slab holds memory before any row was asked of it")
+	}
+	_, s := w.row(a, 8)
+	if !w.holdsSlab() {
+		t.Fatal("a slab with a row lent holds no memory")
+	}
+	w.releaseIdle()
+	if !w.holdsSlab() {
+		t.Fatal("the idle release dropped a slab with a row lent")
+	}
+	w.giveRow(s)
+	w.releaseIdle()
+	if w.holdsSlab() {
+		t.Fatal("the idle release kept a slab with no row lent")
+	}
+	if mem, _ := w.row(b, 8); mem != nil {
+		t.Fatal("a row lent from a released slab")
+	}
+	c, _ := w.tryEnter()
+	if mem, s2 := w.row(c, 8); mem == nil || s2 == s {
+		t.Fatal("the place after an idle release got no row of a new slab")
+	}
+}
