@@ -83,11 +83,12 @@ func (w *inputWindow) row(n uint64, size int) ([]byte, *slab) {
 func (w *inputWindow) giveRow(s *slab) {
 	w.mu.Lock()
 	s.lent--
-	free := s.lent == 0 && s.resolved
-	w.mu.Unlock()
-	if free {
-		w.recycle(s)
+	var mem []byte
+	if s.lent == 0 && s.resolved {
+		mem = s.mem
 	}
+	w.mu.Unlock()
+	w.recycle(mem)
 }
 
 // releaseIdle drops the memory of the slab that new places go to, unless a row of it is
@@ -120,13 +121,13 @@ func (w *inputWindow) holdsSlab() bool {
 	return w.slab != nil && (w.slab.lent > 0 || w.slab.mem != nil)
 }
 
-// recycle puts s's memory back in the pool.
-func (w *inputWindow) recycle(s *slab) {
-	if s.mem == nil {
+// recycle puts a slab's memory (nil: none) back in the pool.
+func (w *inputWindow) recycle(mem []byte) {
+	if mem == nil {
 		return
 	}
 	w.recycled.Add(1)
-	w.mems.put(s.mem)
+	w.mems.put(mem)
 }
 
 // resolveSlabs marks the slabs whose places are all resolved (head passed their end): no
@@ -137,8 +138,8 @@ func (w *inputWindow) resolveSlabs() {
 	for k < len(w.slabs) && w.slabs[k].end <= w.head {
 		s := w.slabs[k]
 		s.resolved = true
-		if s.lent == 0 && s.mem != nil {
-			w.recycle(s)
+		if s.lent == 0 {
+			w.recycle(s.mem)
 		}
 		w.slabs[k] = nil
 		k++
