@@ -83,7 +83,7 @@ lib: $(BIN)/libtorchd_c.so
 CAPI_OBJS := $(patsubst torch/capi/%.cc,build/capi/%.o,$(wildcard torch/capi/*.cc))
 # LibTorch's headers come with its unpacking: order-only, so that a fresh clone unpacks it
 # before the first object compiles.
-build/capi/%.o: torch/capi/%.cc torch/capi/torchd.h torch/capi/internal.h torch/capi/values.h | $(LIBTORCH)/lib/libtorch_cpu.so
+build/capi/%.o: torch/capi/%.cc torch/capi/torchd.h torch/capi/internal.h torch/capi/values.h internal/offload/offload.h | $(LIBTORCH)/lib/libtorch_cpu.so
 	@mkdir -p build/capi
 	g++ -std=c++20 -O2 -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wall $(TORCH_CFLAGS) -c $< -o $@
 $(BIN)/libtorchd_c.so: $(CAPI_OBJS) torch/capi/nocuda.c $(BIN)/libtorch.so $(LIBTORCH)/lib/libtorch_cpu.so $(TORCHVISION_LIB) $(CUDA_DEPS)

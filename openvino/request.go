@@ -3,6 +3,22 @@ package openvino
 /*
 #include <stdlib.h>
 #include "ov.h"
+#include "offload.h"
+
+// An inference handed to the request's own thread (Request.infer).
+typedef struct {
+  ov_infer_request_t *r;
+  const ovw_input *ins;
+  size_t nin;
+  ovw_error *err;
+} ovw_call;
+
+static void ovw_call_run(void *arg) {
+  ovw_call *c = (ovw_call *)arg;
+  c->err = ovw_infer(c->r, c->ins, c->nin);
+}
+
+static void ovw_submit(td_offload *o, ovw_call *c, int efd) { td_offload_submit(o, ovw_call_run, c, efd); }
 */
 import "C"
 
@@ -11,9 +27,11 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/torchd/torchd/internal/nativelib"
+	"github.com/torchd/torchd/internal/offload"
 )
 
 // Value is a tensor: Data holds its elements little-endian in row-major order.
@@ -29,6 +47,10 @@ type Request struct {
 	model *Model
 	mu    sync.Mutex // held by Infer and close: never freed under a running inference
 	ptr   *C.ov_infer_request_t
+	// thread runs the request's long inferences while Infer waits parked (internal/offload);
+	// started at the first, ended by close. last is the last inference's time.
+	thread *C.td_offload
+	last   time.Duration
 }
 
 func badInput(format string, args ...any) error {
@@ -103,7 +125,7 @@ func (r *Request) InferContext(ctx context.Context, inputs []Value) ([]Value, er
 	}
 	// OpenVINO finds shapes the graph cannot take (a spatial size its layers do not divide)
 	// only when it runs: those are the caller's too.
-	if err := statusError("infer", C.ovw_infer(r.ptr, pIn, C.size_t(len(cin))), ErrBadInput); err != nil {
+	if err := statusError("infer", r.infer(pIn, len(cin), &pin), ErrBadInput); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, &Error{Op: "infer", Code: err.(*Error).Code, Msg: "stopped: " + cerr.Error(), kind: cerr}
 		}
@@ -138,6 +160,29 @@ func (r *Request) InferContext(ctx context.Context, inputs []Value) ([]Value, er
 	return out, nil
 }
 
+// infer runs the request on its inputs: on the request's thread while the goroutine waits
+// parked when its last inference took offload.After or more, else in this cgo call.
+func (r *Request) infer(ins *C.ovw_input, n int, pin *runtime.Pinner) *C.ovw_error {
+	t0 := time.Now()
+	defer func() { r.last = time.Since(t0) }()
+	if offload.Enabled && r.last >= offload.After {
+		if r.thread == nil {
+			r.thread = C.td_offload_new() // NULL if it cannot start: the call then runs here
+		}
+		if w, err := offload.Get(); err == nil {
+			c := &C.ovw_call{r: r.ptr, ins: ins, nin: C.size_t(n)}
+			pin.Pin(c)
+			if ins != nil {
+				pin.Pin(ins)
+			}
+			C.ovw_submit(r.thread, c, C.int(w.FD()))
+			w.Wait()
+			return c.err
+		}
+	}
+	return C.ovw_infer(r.ptr, ins, C.size_t(n))
+}
+
 // Close releases the request, after its inference in progress ends. A second Close does
 // nothing; the model's Close closes the requests left.
 func (r *Request) Close() error {
@@ -157,6 +202,10 @@ func (r *Request) Close() error {
 func (r *Request) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.thread != nil {
+		C.td_offload_free(unsafe.Pointer(r.thread))
+		r.thread = nil
+	}
 	if r.ptr != nil {
 		C.ovw_request_free(r.ptr)
 		r.ptr = nil

@@ -25,6 +25,7 @@ type Module struct {
 	mu      sync.RWMutex // Run holds it shared, Close exclusively
 	h       *C.td_module
 	device  string
+	clock   forwardClock // of all methods: a module serves one
 	cleanup runtime.Cleanup
 }
 
@@ -169,8 +170,10 @@ func (m *Module) Run(method string, args ...any) (any, error) {
 	}
 	cm, freeMethod := cstring(method)
 	defer freeMethod()
-	var res *C.td_result
-	if err := statusError(method, C.td_module_run(m.h, cm, nodes, C.int(len(e.nodes)), &res)); err != nil {
+	st, res := m.clock.call(m.device, &e.pinner, e.nodes,
+		func(res **C.td_result) C.td_error { return C.td_module_run(m.h, cm, nodes, C.int(len(e.nodes)), res) },
+		func(efd C.int) *C.td_call { return C.td_module_start(m.h, cm, nodes, C.int(len(e.nodes)), efd) })
+	if err := statusError(method, st); err != nil {
 		return nil, err
 	}
 	runtime.KeepAlive(e.tensors)

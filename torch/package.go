@@ -29,6 +29,7 @@ type Package struct {
 	meta    map[string]string
 	inputs  []Spec
 	outputs []Spec
+	clock   forwardClock
 	cleanup runtime.Cleanup
 }
 
@@ -294,8 +295,10 @@ func (p *Package) Forward(args ...any) (any, error) {
 	if len(e.nodes) > 0 {
 		nodes = &e.nodes[0]
 	}
-	var res *C.td_result
-	if err := statusError("run package", C.td_package_run(p.h, nodes, C.int(len(e.nodes)), &res)); err != nil {
+	st, res := p.clock.call(p.device, &e.pinner, e.nodes,
+		func(res **C.td_result) C.td_error { return C.td_package_run(p.h, nodes, C.int(len(e.nodes)), res) },
+		func(efd C.int) *C.td_call { return C.td_package_start(p.h, nodes, C.int(len(e.nodes)), efd) })
+	if err := statusError("run package", st); err != nil {
 		return nil, err
 	}
 	runtime.KeepAlive(e.tensors)

@@ -362,6 +362,8 @@ func (b *modelBench) loadOther(rt core.Runtime, am *archive.Model, device, preci
 func (b *modelBench) forwardThread() {
 	runtime.LockOSThread()
 	torch.SetNumThreads(b.threads)
+	// As a pool's worker sets its count, which also gives its forwards a forward thread.
+	torch.SetNumThreadsHere(b.threads)
 	for f := range b.fwd {
 		f()
 	}

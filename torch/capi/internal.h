@@ -113,6 +113,10 @@ struct OnWorkerStream {
 // point that may allocate in LibTorch calls it first.
 void note_arena();
 
+// owns_count says the calling thread set its own count: a worker's thread, whose forwards go
+// to its forward thread (offload.cc).
+extern thread_local bool owns_count;
+
 // check_cpu refuses a package compiled for CPU features this host lacks (isa.cc).
 void check_cpu(const std::map<std::string, std::string> &md);
 

@@ -86,6 +86,7 @@ int td_set_num_threads_here(int n) {
   note_arena();
   static const local_setters set;
   if (n < 1) return 0;
+  owns_count = true;
   try {
     // A thread's first parallel work applies LibTorch's process default to it (lazily, once);
     // done now, it cannot later overwrite the count set here.

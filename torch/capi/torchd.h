@@ -228,6 +228,21 @@ td_error td_module_integrated_gradients(td_module *m, const char *method, const 
                                         const double *weights, int n_steps, int64_t target,
                                         td_result **out);
 
+/*
+ * Forward threads. td_module_start and td_package_start begin td_module_run and
+ * td_package_run and return at once; when the run is over, 1 is written to the eventfd efd,
+ * and td_call_finish then returns the run's error and result and frees the call, with in
+ * *ran_with the count a forward thread ran it with (0 if the calling thread ran it). The inputs
+ * stay borrowed until efd is written. The run goes to the calling thread's forward thread
+ * if the calling thread owns its count (it called td_set_num_threads_here), with that count;
+ * otherwise, or while that thread is busy, it runs on the calling thread before the return.
+ * NULL means no memory for the call: nothing ran and nothing is written.
+ */
+typedef struct td_call td_call;
+td_call *td_module_start(td_module *m, const char *method, const td_node *nodes, int n_nodes, int efd);
+td_call *td_package_start(td_package *p, const td_node *nodes, int n_nodes, int efd);
+td_error td_call_finish(td_call *c, td_result **out, int *ran_with);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,54 @@
+package openvino_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/torchd/torchd/internal/offload"
+	"github.com/torchd/torchd/openvino"
+)
+
+// A long inference runs on the request's own thread while Infer waits parked: the answers
+// are Python's, a cancel reaches it, and Close ends the thread.
+func TestParkedInference(t *testing.T) {
+	old := offload.After
+	offload.After = 0 // every inference is long enough
+	t.Cleanup(func() { offload.After = old })
+	in, _ := readNpy(t, zoo(t, "ref_input.npy"))
+	_, want := readNpy(t, zoo(t, "ref_output_int8.npy"))
+	m := compile(t, "resnet18_ov_int8", openvino.Options{Threads: 2, DynamicBatch: true})
+	r, err := m.NewRequest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := offload.Waits()
+	for range 2 {
+		out, err := r.Infer([]openvino.Value{in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := floats(out[0].Data)
+		if diff, scale := maxDiff(got, want); diff > 1e-3*max(scale, 1) {
+			t.Errorf("parked: differs from Python's by %g (logits up to %g)", diff, scale)
+		}
+		checkLabels(t, "resnet18_ov_int8", got, want)
+	}
+	if n := offload.Waits() - before; n != 2 {
+		t.Errorf("%d inferences waited parked, want 2", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go cancel()
+	if _, err := r.InferContext(ctx, []openvino.Value{in}); err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled while parked: %v", err)
+	}
+	if _, err := r.Infer([]openvino.Value{in}); err != nil {
+		t.Errorf("after a cancel: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Infer([]openvino.Value{in}); !errors.Is(err, openvino.ErrClosed) {
+		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
