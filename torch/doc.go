@@ -14,7 +14,10 @@
 // is thread-local. Callers that run inference at a high rate should do it on a fixed set of
 // goroutines locked to their OS threads (runtime.LockOSThread), each setting its own count
 // with SetNumThreadsHere (SetNumThreads is process-wide) so that the counts of the forwards
-// running at once add up to the cores. The package itself never starts goroutines.
+// running at once add up to the cores. On such a thread, a CPU forward whose previous run took
+// 5 ms or more runs on a thread of the C library's own, one per calling thread, with the
+// caller's count, while the goroutine waits parked: the Go runtime then stops polling the
+// cgo call (internal/offload). The package itself never starts goroutines.
 //
 // The package knows nothing of HTTP, archives or handlers.
 package torch
