@@ -3,6 +3,27 @@ package onnxrt
 /*
 #include <stdlib.h>
 #include "ort.h"
+#include "offload.h"
+
+// A run handed to the session's own thread (Session.run).
+typedef struct {
+  OrtSession *s;
+  OrtRunOptions *ro;
+  const char *const *in_names;
+  const ort_input *ins;
+  size_t nin;
+  const char *const *out_names;
+  size_t nout;
+  OrtValue **outs;
+  ort_error *err;
+} ort_call;
+
+static void ort_call_run(void *arg) {
+  ort_call *c = (ort_call *)arg;
+  c->err = ort_run(c->s, c->ro, c->in_names, c->ins, c->nin, c->out_names, c->nout, c->outs);
+}
+
+static void ort_submit(td_offload *o, ort_call *c, int efd) { td_offload_submit(o, ort_call_run, c, efd); }
 */
 import "C"
 
@@ -10,9 +31,11 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"github.com/torchd/torchd/internal/nativelib"
+	"github.com/torchd/torchd/internal/offload"
 )
 
 // Value is a tensor: Data holds its elements little-endian in row-major order, or, for
@@ -170,7 +193,7 @@ func (s *Session) RunContext(ctx context.Context, inputNames []string, inputs []
 			C.ort_run_options_free(ro)
 		}()
 	}
-	e := C.ort_run(s.ptr, ro, pInNames, pIn, C.size_t(len(cin)), pOutNames, C.size_t(len(couts)), pOuts)
+	e := s.run(ro, pInNames, pIn, len(cin), pOutNames, pOuts, len(couts), &pin)
 	if err := statusError("run", e, ErrBadInput); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			// Stopped by ctx (or failed as it ended): the caller's deadline is the cause to report.
@@ -193,6 +216,33 @@ func (s *Session) RunContext(ctx context.Context, inputNames []string, inputs []
 		return nil, err
 	}
 	return out, nil
+}
+
+// run runs the session: on its own thread while the goroutine waits parked when its last
+// run took offload.After or more, else in this cgo call. A run that finds the thread busy
+// (several goroutines on one session) runs in place.
+func (s *Session) run(ro *C.OrtRunOptions, inNames **C.char, ins *C.ort_input, nin int,
+	outNames **C.char, outs **C.OrtValue, nout int, pin *runtime.Pinner) *C.ort_error {
+	t0 := time.Now()
+	defer func() { s.last.Store(int64(time.Since(t0))) }()
+	if offload.Enabled && s.last.Load() >= int64(offload.After) {
+		if w, err := offload.Get(); err == nil {
+			// What C reads after the submit returns: the call, and the arrays it points to.
+			for _, p := range []unsafe.Pointer{unsafe.Pointer(inNames), unsafe.Pointer(ins),
+				unsafe.Pointer(outNames), unsafe.Pointer(outs)} {
+				if p != nil {
+					pin.Pin(p)
+				}
+			}
+			c := &C.ort_call{s: s.ptr, ro: ro, in_names: inNames, ins: ins, nin: C.size_t(nin),
+				out_names: outNames, nout: C.size_t(nout), outs: outs}
+			pin.Pin(c)
+			C.ort_submit(s.thread(), c, C.int(w.FD()))
+			w.Wait()
+			return c.err
+		}
+	}
+	return C.ort_run(s.ptr, ro, inNames, ins, C.size_t(nin), outNames, C.size_t(nout), outs)
 }
 
 // readValue copies a tensor's type, shape and elements into Go memory.

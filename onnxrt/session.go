@@ -3,6 +3,7 @@ package onnxrt
 /*
 #include <stdlib.h>
 #include "ort.h"
+#include "offload.h"
 */
 import "C"
 
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -59,6 +61,23 @@ type Session struct {
 	ptr      *C.OrtSession
 	inNames  []*C.char // C copies of the names, for Run
 	outNames []*C.char
+
+	// worker runs the long runs while Run waits parked (internal/offload): started at the
+	// first, ended by Close. last is the last run's time.
+	workerMu sync.Mutex
+	worker   *C.td_offload
+	last     atomic.Int64
+}
+
+// thread returns the session's own thread, starting it; NULL if it cannot start (the run
+// then happens in place).
+func (s *Session) thread() *C.td_offload {
+	s.workerMu.Lock()
+	defer s.workerMu.Unlock()
+	if s.worker == nil {
+		s.worker = C.td_offload_new()
+	}
+	return s.worker
 }
 
 // NewSession loads the model at path (an .onnx file; external data files are read from its
@@ -226,6 +245,10 @@ func (s *Session) Close() error {
 	defer s.mu.Unlock()
 	if s.ptr == nil {
 		return nil
+	}
+	if s.worker != nil {
+		C.td_offload_free(unsafe.Pointer(s.worker))
+		s.worker = nil
 	}
 	C.ort_session_free(s.ptr)
 	s.ptr = nil

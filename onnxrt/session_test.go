@@ -159,16 +159,22 @@ func TestTypesRoundTrip(t *testing.T) {
 // TestConcurrentRuns runs one session from several goroutines at once, each on its own rows,
 // and checks every answer against the reference: ONNX Runtime's Run is thread-safe.
 func TestConcurrentRuns(t *testing.T) {
-	s := open(t, zoo(t, "encoder", "model.onnx"), onnxrt.Options{IntraOpThreads: 1})
+	runRowsAtOnce(t, open(t, zoo(t, "encoder", "model.onnx"), onnxrt.Options{IntraOpThreads: 1}), 8, 10)
+}
+
+// runRowsAtOnce runs the encoder's reference rows on s from goroutines at once, runs each,
+// and checks every answer is its own row's.
+func runRowsAtOnce(t *testing.T, s *onnxrt.Session, goroutines, runs int) {
+	t.Helper()
 	batch := refs(t, "encoder")[0]
 	rows := int(batch.In[0].Shape[0])
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for g := 0; g < 8; g++ {
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := 0; k < 10; k++ {
+			for k := range runs {
 				i := (g + k) % rows
 				out, err := s.Run(batch.Inputs, []onnxrt.Value{row(batch.In[0], i)}, []string{"embedding"})
 				if err != nil {

@@ -12,9 +12,7 @@ import (
 // A long inference runs on the request's own thread while Infer waits parked: the answers
 // are Python's, a cancel reaches it, and Close ends the thread.
 func TestParkedInference(t *testing.T) {
-	old := offload.After
-	offload.After = 0 // every inference is long enough
-	t.Cleanup(func() { offload.After = old })
+	t.Cleanup(offload.SetAfter(0)) // every inference is long enough
 	in, _ := readNpy(t, zoo(t, "ref_input.npy"))
 	_, want := readNpy(t, zoo(t, "ref_output_int8.npy"))
 	m := compile(t, "resnet18_ov_int8", openvino.Options{Threads: 2, DynamicBatch: true})

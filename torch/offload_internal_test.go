@@ -53,19 +53,11 @@ func slowForward(m *Module, ms float32, fail bool) error {
 	return nil
 }
 
-// parkAll makes every forward as long as offload.After for the test: the zoo's slow model
-// takes a few milliseconds, and how long depends on the machine.
-func parkAll(t *testing.T) {
-	old := offload.After
-	offload.After = 0
-	t.Cleanup(func() { offload.After = old })
-}
-
 // A worker's thread (one that set its own count) runs a long forward on its forward thread,
 // with its count, and the answers and errors are those of a forward run in place. A thread
 // that never set its count runs every forward itself.
 func TestForwardThread(t *testing.T) {
-	parkAll(t)
+	t.Cleanup(offload.SetAfter(0)) // every forward is long enough: the slow model's few ms vary by machine
 	for _, threads := range []int{0, 1, 2} {
 		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
 			m := loadSlow(t)
@@ -112,7 +104,7 @@ func TestForwardThread(t *testing.T) {
 
 // Workers on their own threads share one module: each parked forward answers its own input.
 func TestForwardThreadsConcurrent(t *testing.T) {
-	parkAll(t)
+	t.Cleanup(offload.SetAfter(0)) // every forward is long enough: the slow model's few ms vary by machine
 	m := loadSlow(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)

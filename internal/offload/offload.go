@@ -21,7 +21,15 @@ import (
 // wait costs two thread wakeups, about 50 µs: on a two-core Xeon with AMX, an OpenVINO
 // ResNet-18 inference of 1.7 ms ran 3% slower parked, LibTorch's of 6 ms the same, and those
 // of 18–33 ms 3–9% faster (docs/design/engine.md).
-var After = 5 * time.Millisecond // a variable for tests, which park every call
+var After = 5 * time.Millisecond
+
+// SetAfter sets After and returns what restores it: tests park every call with
+// t.Cleanup(offload.SetAfter(0)).
+func SetAfter(d time.Duration) (restore func()) {
+	old := After
+	After = d
+	return func() { After = old }
+}
 
 // Enabled is false under TORCHD_FORWARD_THREAD=0, which keeps every call in cgo: the A/B
 // switch of docs/design/engine.md's measurements.

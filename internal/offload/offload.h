@@ -32,7 +32,7 @@ static inline void td_offload_signal(int efd) {
   (void)n;
 }
 
-static void *td_offload_loop(void *p) {
+static inline void *td_offload_loop(void *p) {
   td_offload *o = (td_offload *)p;
   pthread_mutex_lock(&o->mu);
   for (;;) {
