@@ -31,8 +31,9 @@ func (f *forwardClock) call(device string, pin *runtime.Pinner, nodes []C.td_nod
 	defer func() { f.last.Store(int64(time.Since(t0))) }()
 	var res *C.td_result
 	// A CPU forward whose last run took offload.After or more runs on the worker thread's
-	// forward thread while the goroutine waits parked.
-	if offload.Enabled && device == "cpu" && f.last.Load() >= int64(offload.After) {
+	// forward thread while the goroutine waits parked; so does a model's first (a warm-up),
+	// so that a long model's worker never starts an OpenMP pool on its own thread as well.
+	if last := f.last.Load(); offload.Enabled && device == "cpu" && (last == 0 || last >= int64(offload.After)) {
 		if w, err := offload.Get(); err == nil {
 			if len(nodes) > 0 {
 				pin.Pin(&nodes[0])

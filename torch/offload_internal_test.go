@@ -127,3 +127,27 @@ func TestForwardThreadsConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A model's first forward on a worker thread is parked whatever the bound, so that a long
+// model's worker starts no OpenMP pool on its own thread besides its forward thread's.
+func TestFirstForwardParked(t *testing.T) {
+	m := loadSlow(t)
+	var parked int64
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		SetNumThreadsHere(1)
+		before := parkedForwards.Load()
+		err = slowForward(m, 0, false)
+		parked = parkedForwards.Load() - before
+	}()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parked != 1 {
+		t.Errorf("the first forward was not parked (%d parked)", parked)
+	}
+}
