@@ -4,7 +4,7 @@ package onnxrt
 // library itself is opened with dlopen (ort.c), so only libdl is linked.
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../third_party/onnxruntime/include -I${SRCDIR}/../internal/offload -O2 -Wall
+#cgo CFLAGS: -I${SRCDIR}/../third_party/onnxruntime/include -O2 -Wall
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "ort.h"

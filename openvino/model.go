@@ -40,6 +40,11 @@ type Options struct {
 	Streams int
 	// Threads is INFERENCE_NUM_THREADS (threads of all the streams together); 0 = every core.
 	Threads int
+	// Unpinned sets ENABLE_CPU_PINNING to NO: the streams' threads move between the cores
+	// as the kernel schedules them, where OpenVINO's default on Linux holds each to its own
+	// core while it runs (a server's other threads then queue on a held core while another
+	// idles).
+	Unpinned bool
 	// DynamicBatch makes the first dimension of every input dynamic before compiling, so
 	// that one compiled model runs any batch size: 1 to MaxBatch where MaxBatch is set.
 	DynamicBatch bool
@@ -154,6 +159,9 @@ func Compile(path string, o Options) (*Model, error) {
 	}
 	if o.Threads > 0 {
 		copts.threads = cstr(strconv.Itoa(o.Threads))
+	}
+	if o.Unpinned {
+		copts.pinning = cstr("NO")
 	}
 	if err := statusError("compile "+filepath.Base(path), C.ovw_compile(m, &copts, &out.ptr), ErrBadModel); err != nil {
 		return nil, err

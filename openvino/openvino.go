@@ -4,7 +4,7 @@ package openvino
 // itself is opened with dlopen (ov.c), so only libdl is linked.
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../third_party/openvino/include -I${SRCDIR}/../internal/offload -O2 -Wall
+#cgo CFLAGS: -I${SRCDIR}/../third_party/openvino/include -O2 -Wall
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "ov.h"

@@ -186,16 +186,17 @@ ovw_error *ovw_model_batch(const ov_model_t *m, int64_t lo, int64_t hi) {
 
 ovw_error *ovw_compile(const ov_model_t *m, const ovw_options *o, ov_compiled_model_t **out) {
   // ov_core_compile_model takes its properties as variadic key, value pairs: the set ones
-  // go first, and property_args_size says how many of the eight are read.
-  const char *kv[8] = {0};
+  // go first, and property_args_size says how many of the ten are read.
+  const char *kv[10] = {0};
   size_t n = 0;
   if (o->precision) kv[n++] = "INFERENCE_PRECISION_HINT", kv[n++] = o->precision;
   if (o->hint) kv[n++] = "PERFORMANCE_HINT", kv[n++] = o->hint;
   if (o->streams) kv[n++] = "NUM_STREAMS", kv[n++] = o->streams;
   if (o->threads) kv[n++] = "INFERENCE_NUM_THREADS", kv[n++] = o->threads;
+  if (o->pinning) kv[n++] = "ENABLE_CPU_PINNING", kv[n++] = o->pinning;
   *out = NULL;
   return fail(p_ov_core_compile_model(core, m, "CPU", n, out, kv[0], kv[1], kv[2], kv[3], kv[4], kv[5],
-                                      kv[6], kv[7]));
+                                      kv[6], kv[7], kv[8], kv[9]));
 }
 
 void ovw_compiled_free(ov_compiled_model_t *c) {

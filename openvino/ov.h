@@ -65,6 +65,7 @@ typedef struct {
   const char *hint;         // PERFORMANCE_HINT: "LATENCY", "THROUGHPUT"
   const char *streams;      // NUM_STREAMS: a number or "AUTO"
   const char *threads;      // INFERENCE_NUM_THREADS: a number
+  const char *pinning;      // ENABLE_CPU_PINNING: "YES", "NO"
 } ovw_options;
 
 // Wraps ov_core_compile_model for "CPU" with the options set. On success *out is a compiled

@@ -3,6 +3,9 @@ package openvino_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/torchd/torchd/internal/offload"
@@ -35,6 +38,9 @@ func TestParkedInference(t *testing.T) {
 	if n := offload.Waits() - before; n != 2 {
 		t.Errorf("%d inferences waited parked, want 2", n)
 	}
+	if n := forwardThreads(t); n < 1 {
+		t.Errorf("no thread named torchd-forward in /proc/self/task")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go cancel()
 	if _, err := r.InferContext(ctx, []openvino.Value{in}); err != nil && !errors.Is(err, context.Canceled) {
@@ -49,4 +55,21 @@ func TestParkedInference(t *testing.T) {
 	if _, err := r.Infer([]openvino.Value{in}); !errors.Is(err, openvino.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
+}
+
+// forwardThreads counts the process's threads named as offload.h names its own, so that
+// top -H and perf show them apart from the Go runtime's.
+func forwardThreads(t *testing.T) int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Skip("no /proc/self/task")
+	}
+	n := 0
+	for _, e := range tasks {
+		b, err := os.ReadFile(filepath.Join("/proc/self/task", e.Name(), "comm"))
+		if err == nil && strings.TrimSpace(string(b)) == "torchd-forward" {
+			n++
+		}
+	}
+	return n
 }

@@ -26,6 +26,10 @@ const (
 	ParamOVNumStreams      = "NUM_STREAMS"
 	ParamOVThreads         = "INFERENCE_NUM_THREADS"
 	ParamOVPrecision       = "INFERENCE_PRECISION_HINT"
+	// ParamOVCPUPinning "true" (or "YES") holds each stream's threads to their cores while
+	// they run, OpenVINO's default on Linux; torchd's is "false", since the server's decoders
+	// share those cores (backends/openvino).
+	ParamOVCPUPinning = "ENABLE_CPU_PINNING"
 	// ParamOVFullBatchModel is torchd's own: "false" serves full batches on the dynamic
 	// model too, without the model compiled for the batch size (backends/openvino).
 	ParamOVFullBatchModel = "FULL_BATCH_MODEL"
@@ -73,6 +77,17 @@ func (m *Model) openvinoParameters(s *archive.ModelConfig) ([]string, error) {
 			} else {
 				s.RuntimeOptions[k] = strconv.Itoa(n)
 			}
+		case ParamOVCPUPinning:
+			// OpenVINO spells its booleans YES and NO; Triton's configs, true and false.
+			switch v {
+			case "true", "YES":
+				v = "true"
+			case "false", "NO":
+				v = "false"
+			default:
+				return nil, fmt.Errorf("parameters %s: want true or false, got %q", k, v)
+			}
+			s.RuntimeOptions[k] = v
 		case ParamOVFullBatchModel:
 			if v != "true" && v != "false" {
 				return nil, fmt.Errorf("parameters %s: want true or false, got %q", k, v)

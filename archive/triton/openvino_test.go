@@ -19,6 +19,7 @@ parameters { key: "NUM_STREAMS" value: { string_value: "2" } }
 parameters { key: "INFERENCE_NUM_THREADS" value: { string_value: "4" } }
 parameters { key: "INFERENCE_PRECISION_HINT" value: { string_value: "bf16" } }
 parameters { key: "FULL_BATCH_MODEL" value: { string_value: "false" } }
+parameters { key: "ENABLE_CPU_PINNING" value: { string_value: "YES" } }
 parameters { key: "CPU_BIND_THREAD" value: { string_value: "YES" } }`)
 	write(t, filepath.Join(repo, "ir", "1", "model.xml"), "<net/>")
 	model(t, repo, "onnx", `backend: "openvino" default_model_filename: "model.onnx"`)
@@ -35,7 +36,7 @@ parameters { key: "CPU_BIND_THREAD" value: { string_value: "YES" } }`)
 	if am.SerializedFile != "model.xml" || c.Runtime != RuntimeOpenVINO || c.BatchSize.V != 16 || c.MinWorkers.V != 2 || c.Threads.V != 4 {
 		t.Errorf("file %s runtime %q batch %v workers %v threads %v", am.SerializedFile, c.Runtime, c.BatchSize, c.MinWorkers, c.Threads)
 	}
-	if o := c.RuntimeOptions; o[ParamOVPerformanceHint] != "THROUGHPUT" || o[ParamOVNumStreams] != "2" || o[ParamOVPrecision] != "bf16" || o[ParamOVFullBatchModel] != "false" {
+	if o := c.RuntimeOptions; o[ParamOVPerformanceHint] != "THROUGHPUT" || o[ParamOVNumStreams] != "2" || o[ParamOVPrecision] != "bf16" || o[ParamOVFullBatchModel] != "false" || o[ParamOVCPUPinning] != "true" {
 		t.Errorf("runtime options %v", o)
 	}
 	if len(m.Warnings) != 1 || !strings.Contains(m.Warnings[0], "CPU_BIND_THREAD is not read by torchd's OpenVINO backend") {
@@ -55,6 +56,7 @@ func TestOpenVINOBackendRefusals(t *testing.T) {
 		"streams":   {`backend: "openvino" parameters { key: "NUM_STREAMS" value: { string_value: "many" } }`, "want a count"},
 		"precision": {`backend: "openvino" parameters { key: "INFERENCE_PRECISION_HINT" value: { string_value: "int4" } }`, "want f32, bf16 or f16"},
 		"full":      {`backend: "openvino" parameters { key: "FULL_BATCH_MODEL" value: { string_value: "no" } }`, "FULL_BATCH_MODEL: want true or false"},
+		"pinning":   {`backend: "openvino" parameters { key: "ENABLE_CPU_PINNING" value: { string_value: "1" } }`, "ENABLE_CPU_PINNING: want true or false"},
 	} {
 		model(t, repo, name, tc.config)
 		write(t, filepath.Join(repo, name, "1", "model.xml"), "<net/>")

@@ -155,7 +155,8 @@ func batched(specs []archive.TensorSpec) bool {
 // settings ask for bf16 or fp16: OpenVINO would otherwise pick bf16 on AMX machines by
 // itself, where the model's accuracy was never measured.
 func options(ro map[string]string, precision string, workers, threads int) (ov.Options, error) {
-	o := ov.Options{Hint: "LATENCY", Streams: workers, Threads: workers * max(threads, 1), Precision: "f32"}
+	o := ov.Options{Hint: "LATENCY", Streams: workers, Threads: workers * max(threads, 1), Precision: "f32",
+		Unpinned: ro[triton.ParamOVCPUPinning] != "true"}
 	switch precision {
 	case "bf16":
 		o.Precision = "bf16"

@@ -17,7 +17,8 @@ import (
 // does on the same IR: a full batch (the batch size's rows) the model compiled for that size,
 // any other the dynamic one; with two workers a batch that runs alone takes the one-stream
 // model on both workers' threads. With one worker, or streams the config sets, there is no
-// one-stream model; with FULL_BATCH_MODEL false, no full-batch one.
+// one-stream model; with FULL_BATCH_MODEL false, no full-batch one. Every variant leaves its
+// threads unpinned unless ENABLE_CPU_PINNING is true.
 func TestVariantChosen(t *testing.T) {
 	zoo := filepath.Join("..", "..", "models", "out", "openvino")
 	x := zootest.ReadNpy(t, zoo, "ref_input.npy")
@@ -29,11 +30,13 @@ func TestVariantChosen(t *testing.T) {
 		options map[string]string // the config's parameters
 		alone   bool
 		full    bool
+		pinned  bool
 	}{
-		{"two workers", 2, nil, true, true},
-		{"one worker", 1, nil, false, true},
-		{"streams set", 2, map[string]string{"NUM_STREAMS": "2"}, false, true},
-		{"no full-batch model", 2, map[string]string{"FULL_BATCH_MODEL": "false"}, true, false},
+		{"two workers", 2, nil, true, true, false},
+		{"one worker", 1, nil, false, true, false},
+		{"streams set", 2, map[string]string{"NUM_STREAMS": "2"}, false, true, false},
+		{"no full-batch model", 2, map[string]string{"FULL_BATCH_MODEL": "false"}, true, false, false},
+		{"pinned", 2, map[string]string{"ENABLE_CPU_PINNING": "true"}, true, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -59,6 +62,14 @@ func TestVariantChosen(t *testing.T) {
 			defer m.Close()
 			if (m.alone != nil) != c.alone || (m.full != nil) != c.full {
 				t.Fatalf("one-stream model %v, full-batch %v; want %v, %v", m.alone != nil, m.full != nil, c.alone, c.full)
+			}
+			for _, p := range []*pool{m.dyn, m.full, m.alone} {
+				if p == nil {
+					continue
+				}
+				if v, err := p.compiled.Property("ENABLE_CPU_PINNING"); err != nil || (v == "YES") != c.pinned {
+					t.Errorf("ENABLE_CPU_PINNING %q (%v); want pinned %v", v, err, c.pinned)
+				}
 			}
 			if c.full && !shapeIs(m.full.compiled.Inputs()[0].Shape, batch) || !shapeIs(m.dyn.compiled.Inputs()[0].Shape, -1) {
 				t.Fatalf("inputs: full-batch %v, dynamic %v", m.full.compiled.Inputs(), m.dyn.compiled.Inputs())

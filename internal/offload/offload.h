@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 typedef struct td_offload {
@@ -34,6 +35,8 @@ static inline void td_offload_signal(int efd) {
 
 static inline void *td_offload_loop(void *p) {
   td_offload *o = (td_offload *)p;
+  /* Named, so that top -H and perf tell the forwards from the Go runtime's threads. */
+  prctl(PR_SET_NAME, "torchd-forward", 0, 0, 0);
   pthread_mutex_lock(&o->mu);
   for (;;) {
     while (o->fn == NULL && !o->quit) pthread_cond_wait(&o->cv, &o->mu);

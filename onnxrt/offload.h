@@ -1,0 +1,1 @@
+../internal/offload/offload.h
