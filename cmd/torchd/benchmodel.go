@@ -515,7 +515,20 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 		errMu.Unlock()
 		end()
 	}
-	var finished atomic.Int64
+	// The window opens and closes at a batch's end, so that it holds whole batches only: read
+	// at a tick instead, a one-second window of ten batches was off by up to one either way,
+	// and the best of several such figures sat above what the model sustains.
+	var doneMu sync.Mutex
+	var done struct {
+		n   int64
+		at  time.Time
+		cpu time.Duration
+	}
+	snap := func() (int64, time.Time, time.Duration) {
+		doneMu.Lock()
+		defer doneMu.Unlock()
+		return done.n, done.at, done.cpu
+	}
 	var producers, forwards, posts sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
 		producers.Go(func() {
@@ -546,7 +559,10 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 						fail(err)
 					}
 				}
-				finished.Add(int64(n))
+				at, cpu := time.Now(), cpuTime()
+				doneMu.Lock()
+				done.n, done.at, done.cpu = done.n+int64(n), at, cpu
+				doneMu.Unlock()
 				free <- p
 			}
 		})
@@ -587,13 +603,13 @@ func (b *modelBench) pipelined(n, workers, threads int, minTime time.Duration) (
 		}
 	}
 	batchesDone := func(from int64, k int) func() bool {
-		return func() bool { return finished.Load()-from >= int64(k*n*workers) }
+		return func() bool { c, _, _ := snap(); return c-from >= int64(k*n*workers) }
 	}
 	wait(batchesDone(0, 1))
-	c0, t0, cpu0 := finished.Load(), time.Now(), cpuTime()
+	c0, t0, cpu0 := snap()
 	enough := batchesDone(c0, 2)
 	wait(func() bool { return time.Since(t0) >= minTime && enough() })
-	c1, t1, cpu1 := finished.Load(), time.Now(), cpuTime()
+	c1, t1, cpu1 := snap()
 	end()
 	producers.Wait()
 	forwards.Wait()
