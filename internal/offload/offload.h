@@ -5,6 +5,8 @@
  * the Go runtime's sysmon polls it every 20 µs to 10 ms (golang/go#18236), and on a small
  * machine each wakeup takes a core from the forward's own threads. Parked, the P is idle and
  * sysmon sleeps. Header-only, C and C++: each cgo package and libtorchd_c compile their own.
+ * A cgo package reaches it through a symlink in its own directory (openvino/offload.h), since
+ * go build hashes only a package's own files and would not rebuild on a change made here.
  */
 #ifndef TORCHD_OFFLOAD_H
 #define TORCHD_OFFLOAD_H
