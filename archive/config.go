@@ -51,6 +51,11 @@ type ModelConfig struct {
 	// numerically sensitive layers in float32. A package's are compiled in (models/pt2.py
 	// exports the same list).
 	FP32Modules []string
+	// PreferredBatchSize are the batch sizes the batcher forms first, as Triton's
+	// dynamic_batching preferred_batch_size (TOML preferred_batch_size): a batch of one of
+	// them goes at once, and a full queue sends the largest. Runtimes that compile for a
+	// shape (OpenVINO) compile for them.
+	PreferredBatchSize []int
 
 	// Inputs and Outputs are the declared signature; nil if undeclared.
 	Inputs, Outputs []TensorSpec

@@ -22,6 +22,7 @@ device = "cuda"
 device_ids = [0, 1]
 threads = 1
 forward_batch = 4
+preferred_batch_size = [4, 8]
 freeze = true
 precision = "bf16"
 fp32_modules = ["stem", "blocks.0"]
@@ -54,8 +55,9 @@ func TestParseTOML(t *testing.T) {
 			ResponseTimeout: Of(120 * time.Second), StartupTimeout: Of(60 * time.Second),
 			Device: Of("cuda"), Threads: Of(1), ForwardBatch: Fixed(4), Freeze: Of(true), Precision: Of("bf16"),
 		},
-		DeviceIDs:   []int{0, 1},
-		FP32Modules: []string{"stem", "blocks.0"},
+		DeviceIDs:          []int{0, 1},
+		FP32Modules:        []string{"stem", "blocks.0"},
+		PreferredBatchSize: []int{4, 8},
 		Options: map[string]any{
 			"image_size": int64(224), "resize": int64(256),
 			"mean": []any{0.485, 0.456, 0.406}, "std": []any{0.229, 0.224, 0.225},
@@ -94,6 +96,8 @@ func TestParseTOMLErrors(t *testing.T) {
 		{`threads = -2`, "threads", "must be an integer >= 1, got -2"},
 		{`forward_batch = -1`, "forward_batch", "must be an integer >= 0, got -1"},
 		{`forward_batch = "half"`, "forward_batch", `must be an integer >= 0, got string "half"`},
+		{`preferred_batch_size = 8`, "preferred_batch_size", "must be an array of batch sizes >= 1, got integer 8"},
+		{`preferred_batch_size = [4, 0]`, "preferred_batch_size[1]", "must be one of batch sizes >= 1, got integer 0"},
 		{`freeze = "yes"`, "freeze", `must be true or false, got string "yes"`},
 		{`optimize_for_inference = 1`, "optimize_for_inference", `must be true or false, got`},
 		{`precision = "fp8"`, "precision", `must be one of ["fp32" "bf16" "fp16" "int8"] or "auto", got "fp8"`},

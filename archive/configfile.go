@@ -34,7 +34,7 @@ var tomlKeys = []string{
 	"handler", "serialized_file", "batch_size", "max_batch_delay", "min_workers", "max_workers",
 	"job_queue_size", "response_timeout", "startup_timeout", "device", "device_ids", "threads",
 	"freeze", "optimize_for_inference", "options", "inputs", "outputs", "latency_target_ms", "precision",
-	"fp32_modules", "forward_batch",
+	"fp32_modules", "forward_batch", "preferred_batch_size",
 }
 
 func parseTOML(file string, data []byte) (ModelConfig, error) {
@@ -84,6 +84,11 @@ func parseTOML(file string, data []byte) (ModelConfig, error) {
 	}
 	f.setting(&c.Settings, "threads", "threads")
 	f.setting(&c.Settings, "forward_batch", "forward_batch")
+	if sizes, ok := f.ints("preferred_batch_size", 1, "batch sizes >= 1"); ok {
+		// A size above batch_size is not refused here: the server's batch_size may be larger
+		// than the archive's. The batcher passes over those above the one in use.
+		c.PreferredBatchSize = toInts(sizes)
+	}
 	for _, key := range []string{"freeze", "optimize_for_inference"} {
 		if b, ok := f.boolean(key); ok {
 			_ = c.Settings.Set(key, b) // a bool is all Set checks

@@ -58,6 +58,12 @@ type (
 	Signed interface {
 		Signature() (ins, outs []archive.TensorSpec)
 	}
+	// ShapePlanned models compile for fixed batch sizes beside a dynamic one (OpenVINO): core
+	// tells them, once before the workers start, the row counts the version's forwards run
+	// most often (ForwardRows), and they keep a model for each of those and no other.
+	ShapePlanned interface {
+		PlanRows(rows []int) error
+	}
 	// RowLimited models run at most a number of rows in one forward.
 	RowLimited interface {
 		MaxRows() int64

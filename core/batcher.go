@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,6 +103,9 @@ type Batcher struct {
 	aggregate chan struct{}
 	batchSize atomic.Int64
 	maxDelay  atomic.Int64 // time.Duration
+	// preferred are the batch sizes formed first, ascending (Triton's preferred_batch_size);
+	// nil: none.
+	preferred atomic.Pointer[[]int]
 	// closed is set when the model is unregistered; Submit then refuses.
 	closed atomic.Bool
 	// held counts the queue places taken: requests admitted and being decoded, and jobs
@@ -156,6 +160,43 @@ func (b *Batcher) SetBatching(batchSize int, maxDelay time.Duration) {
 	b.maxDelay.Store(int64(maxDelay))
 	b.win.setLimit(windowSize(int(b.batchSize.Load()), int(b.workers.Load())))
 	b.win.setRows(int(b.batchSize.Load()))
+}
+
+// SetPreferred sets the preferred batch sizes (any order; those above the batch size are
+// passed over); the next batch uses them.
+func (b *Batcher) SetPreferred(sizes []int) {
+	p := slices.Compact(slices.Sorted(slices.Values(sizes)))
+	b.preferred.Store(&p)
+}
+
+// target is the size a batch that may take up to size requests is formed to, as Triton's
+// dynamic batcher forms one: with preferred sizes, the largest of them the queue holds
+// (n requests, those taken included) goes at once, and a queue that holds more than all of
+// them sends the largest; once the oldest request's delay has passed (exceeded; a delay of
+// 0 never has), whatever is queued goes, up to size. waiting reports that n is below every
+// preferred size: the target is the largest, and is looked at again as requests come.
+func (b *Batcher) target(size, n int, exceeded bool) (target int, waiting bool) {
+	pp := b.preferred.Load()
+	if pp == nil || exceeded {
+		return size, false
+	}
+	var best, top int
+	for _, p := range *pp {
+		if p > size {
+			break
+		}
+		top = p
+		if p <= n {
+			best = p
+		}
+	}
+	switch {
+	case top == 0:
+		return size, false
+	case best > 0:
+		return best, false
+	}
+	return top, true
 }
 
 // setWorkers sizes the window for n workers.
@@ -420,16 +461,24 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 		batch = make([]*job, 0, size)
 	}
 	batch = append(batch, first)
-	deadline := first.enqueued.Add(time.Duration(b.maxDelay.Load()))
+	delay := time.Duration(b.maxDelay.Load())
+	deadline := first.enqueued.Add(delay)
+	target, waiting := b.target(size, 1+int(b.queued.Load()), delay > 0 && !time.Now().Before(deadline))
+	add := func(j *job) {
+		b.took(j)
+		if live(j, time.Now()) {
+			batch = append(batch, j)
+		}
+		if waiting {
+			target, waiting = b.target(size, len(batch)+int(b.queued.Load()), false)
+		}
+	}
 	var timer *time.Timer
-	for len(batch) < size {
+	for len(batch) < target {
 		// Take what is already queued without arming a timer.
 		select {
 		case j := <-b.queue:
-			b.took(j)
-			if live(j, time.Now()) {
-				batch = append(batch, j)
-			}
+			add(j)
 			continue
 		default:
 		}
@@ -438,6 +487,12 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
+			if target < size && delay > 0 {
+				// The delay passed while the batch waited for a preferred size: whatever
+				// is queued goes.
+				target, waiting = size, false
+				continue
+			}
 			break
 		}
 		if timer == nil {
@@ -446,15 +501,9 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 		}
 		select {
 		case j := <-b.queue:
-			b.took(j)
-			if live(j, time.Now()) {
-				batch = append(batch, j)
-			}
+			add(j)
 		case <-timer.C:
-			wait = 0
-		}
-		if wait == 0 {
-			break
+			// The delay has passed: the loop's top takes what is queued, then sends.
 		}
 	}
 	b.running.Add(1)

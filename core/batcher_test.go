@@ -2,8 +2,11 @@ package core
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/torchd/torchd/archive"
 )
 
 func newJob(enqueued time.Time) *job {
@@ -179,5 +182,100 @@ func TestLoneRequestWaitsWhenAsked(t *testing.T) {
 	}()
 	if batch := b.next(nil); len(batch) != 2 {
 		t.Fatalf("batch of %d, want the lone request to wait for the late one", len(batch))
+	}
+}
+
+// With preferred sizes the batcher forms batches as Triton's does: the largest preferred
+// size the queue holds goes at once, and a batch that reaches a preferred size while it
+// waits goes then; once the oldest request's delay has passed, whatever is queued goes.
+func TestPreferredBatchSizes(t *testing.T) {
+	submit := func(b *Batcher, n int, at time.Time) {
+		for range n {
+			if err := b.Submit(newJob(at)); err != nil {
+				panic(err) // the queue has room for every test's requests
+			}
+		}
+	}
+	within := func(t *testing.T, what string, f func() []*job) []*job {
+		t.Helper()
+		done := make(chan []*job, 1)
+		go func() { done <- f() }()
+		select {
+		case batch := <-done:
+			return batch
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the batch waited for its delay", what)
+		}
+		return nil
+	}
+	t.Run("queue holds more than the largest", func(t *testing.T) {
+		b := NewBatcher(64, 32, time.Hour)
+		b.SetPreferred([]int{16, 8, 8})
+		submit(b, 21, time.Now())
+		if n := len(within(t, "21 queued", func() []*job { return b.next(nil) })); n != 16 {
+			t.Fatalf("batch of %d, want 16", n)
+		}
+		// 5 left: below every preferred size, so the batch waits for 8.
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			submit(b, 6, time.Now())
+		}()
+		if n := len(within(t, "5 queued, 6 more late", func() []*job { return b.next(nil) })); n != 8 {
+			t.Fatalf("batch of %d, want 8", n)
+		}
+		if b.Pending() != 3 {
+			t.Fatalf("%d pending, want 3", b.Pending())
+		}
+	})
+	t.Run("largest the queue holds", func(t *testing.T) {
+		b := NewBatcher(64, 32, time.Hour)
+		b.SetPreferred([]int{4, 8, 16})
+		submit(b, 13, time.Now())
+		if n := len(within(t, "13 queued", func() []*job { return b.next(nil) })); n != 8 {
+			t.Fatalf("batch of %d, want 8", n)
+		}
+	})
+	t.Run("delay passed", func(t *testing.T) {
+		b := NewBatcher(64, 32, 50*time.Millisecond)
+		b.SetPreferred([]int{4, 8})
+		submit(b, 11, time.Now().Add(-time.Second))
+		if n := len(b.next(nil)); n != 11 {
+			t.Fatalf("batch of %d, want the 11 queued", n)
+		}
+		// Below every preferred size, the batch waits out its delay, then goes as it is.
+		submit(b, 3, time.Now())
+		start := time.Now()
+		if n := len(b.next(nil)); n != 3 || time.Since(start) < 40*time.Millisecond {
+			t.Fatalf("batch of %d after %v, want 3 after the delay", n, time.Since(start))
+		}
+	})
+	t.Run("above the batch size", func(t *testing.T) {
+		b := NewBatcher(64, 6, time.Hour)
+		b.SetPreferred([]int{8})
+		submit(b, 7, time.Now())
+		if n := len(within(t, "7 queued", func() []*job { return b.next(nil) })); n != 6 {
+			t.Fatalf("batch of %d, want the batch size, 6", n)
+		}
+	})
+}
+
+// An archive's preferred batch sizes reach the version's settings and its batcher, sorted
+// and once each, with those above the batch size in use kept for a larger one but passed
+// over by the batcher.
+func TestPreferredBatchSizesRegistered(t *testing.T) {
+	r := testRegistry(t, 0)
+	am := zooArchive(t, "digits", "tensor", "preferred_batch_size = [8, 2, 4, 2]\n"+digitsConfig)
+	v, err := r.Add("d", "1", RegisterRequest{Name: "d", Synchronous: true, Settings: archive.Settings{BatchSize: archive.Fixed(4)}}, am)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.Settings().PreferredBatchSize; !slices.Equal(got, []int{2, 4, 8}) {
+		t.Fatalf("settings' preferred sizes %v, want [2 4 8]", got)
+	}
+	if target, waiting := v.batcher.target(4, 3, false); target != 2 || waiting {
+		t.Fatalf("3 queued: a batch of %d (waiting %v), want 2", target, waiting)
+	}
+	if target, _ := v.batcher.target(4, 9, false); target != 4 {
+		t.Fatalf("9 queued: a batch of %d, want the batch size, 4", target)
 	}
 }

@@ -49,7 +49,7 @@ func (r *Registry) load(name, version string, req RegisterRequest, am *archive.M
 	}
 	r.log.Info("model registered", "model", name, "version", version, "handler", v.HandlerName,
 		"workers", s.MinWorkers, "batch_size", s.BatchSize, "max_batch_delay", s.MaxBatchDelay,
-		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "runtime", model.Kind(), "device", model.Device(), "precision", s.Precision, "freeze", s.Freeze,
+		"threads", v.pool.Threads(), "forward_batch", s.ForwardBatch, "preferred_batch_size", s.PreferredBatchSize, "runtime", model.Kind(), "device", model.Device(), "precision", s.Precision, "freeze", s.Freeze,
 		"optimize_for_inference", s.Optimize, "load_time", time.Since(start).Round(time.Millisecond))
 	return v, nil
 }
@@ -163,6 +163,11 @@ func (r *Registry) prepare(name, version string, req RegisterRequest, am *archiv
 		stats:   newVersionStats(),
 	}
 	v.batcher.dispatchAlone = r.opts.DispatchAlone
+	v.batcher.SetPreferred(s.PreferredBatchSize)
+	if p := s.PreferredBatchSize; len(p) > 0 && p[len(p)-1] > s.BatchSize && !s.Auto.BatchSize {
+		r.log.Warn("preferred batch sizes above the batch size are not used", "model", name, "version", version,
+			"batch_size", s.BatchSize, "preferred_batch_size", p)
+	}
 	v.setSettings(s)
 	v.state.Store(int32(StateWarming))
 	v.ins, v.outs = resolveSignature(am, model, req.Adapter != nil)
@@ -229,6 +234,11 @@ func (r *Registry) calibrate(v *ModelVersion, s *ModelSettings, modelPath string
 	clock.exclude(tuneStart)
 	if err != nil {
 		return errorf(ErrBadModel, "%v", err)
+	}
+	if sp, ok := v.model.(ShapePlanned); ok {
+		if err := sp.PlanRows(ForwardRows(*s)); err != nil {
+			return errorf(ErrLoadFailed, "failed to load model %s version %s: %v", v.Name, v.Version, err)
+		}
 	}
 	v.setSettings(*s)
 	v.pool = newWorkerPool(v.Name+":"+v.Version, v.model, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"time"
 
 	"github.com/torchd/torchd/archive"
@@ -23,6 +24,10 @@ type ModelSettings struct {
 	Optimize        bool   // torch.jit.optimize_for_inference at load (TorchScript)
 	Precision       string // fp32, bf16, fp16 or int8 (those two: packages only), or auto until the load settles it
 	ForwardBatch    int    // the most rows one forward runs; 0: the whole batch
+	// PreferredBatchSize are the batch sizes the batcher forms first (the archive's),
+	// ascending; those above BatchSize (a server's batch_size below the archive's, or the
+	// tuner's) are passed over. nil: none.
+	PreferredBatchSize []int
 
 	// Self-tuning batching (package tuner): the daemon picks the settings marked in Auto
 	// itself; LatencyTarget is the p99 it holds (0: none).
@@ -118,7 +123,38 @@ func (o Options) resolve(name, version string, am *archive.Model, req RegisterRe
 	if o.PerModel != nil {
 		perModel = o.PerModel(name, version, req.Startup)
 	}
-	return Resolve(o.Defaults, req.Defaults, pkg, am.Config.Settings, o.Server, perModel, req.Settings)
+	s := Resolve(o.Defaults, req.Defaults, pkg, am.Config.Settings, o.Server, perModel, req.Settings)
+	if len(am.Config.PreferredBatchSize) > 0 {
+		s.PreferredBatchSize = slices.Compact(slices.Sorted(slices.Values(am.Config.PreferredBatchSize)))
+	}
+	return s
+}
+
+// ForwardRows are the row counts a version's forwards run most often, ascending: those of a
+// full batch and of each preferred batch size. A batch of more rows than the forward batch
+// runs as forwards of the forward batch and one of what is left. None for a batch size of 1,
+// or while forward_batch is still "auto".
+func ForwardRows(s ModelSettings) []int {
+	if s.BatchSize <= 1 || s.Auto.ForwardBatch {
+		return nil
+	}
+	f := s.BatchSize
+	if s.ForwardBatch > 0 && s.ForwardBatch < f {
+		f = s.ForwardBatch
+	}
+	var rows []int
+	for _, b := range append([]int{s.BatchSize}, s.PreferredBatchSize...) {
+		if b > s.BatchSize {
+			continue
+		}
+		if b >= f {
+			rows = append(rows, f)
+		}
+		if r := b % f; r > 0 {
+			rows = append(rows, r)
+		}
+	}
+	return slices.Compact(slices.Sorted(slices.Values(rows)))
 }
 
 // PackageSettings is the layer an archive's packages give, just above the defaults: a bf16

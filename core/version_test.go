@@ -1,6 +1,7 @@
 package core
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 // A version's settings are read whole; one still loading has none.
 func TestVersionSettingsWhileLoading(t *testing.T) {
 	var v ModelVersion
-	if s := v.Settings(); s != (ModelSettings{}) {
+	if s := v.Settings(); !reflect.DeepEqual(s, ModelSettings{}) {
 		t.Fatalf("a version still loading has settings %+v", s)
 	}
 }

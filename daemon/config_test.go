@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"reflect"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	want := ModelSettings{BatchSize: 1, MaxBatchDelay: 100 * time.Millisecond, MinWorkers: 1, MaxWorkers: 1, JobQueueSize: 100,
 		ResponseTimeout: 120 * time.Second, StartupTimeout: 120 * time.Second, Device: "cpu", Precision: "fp32"}
-	if d := core.Resolve(ModelDefaults()); d != want {
+	if d := core.Resolve(ModelDefaults()); !reflect.DeepEqual(d, want) {
 		t.Errorf("model defaults\n got %+v\nwant %+v", d, want)
 	}
 	if !c.KeepFreedMemory {

@@ -55,7 +55,7 @@ const (
 // Settings maps the config onto archive's per-model settings:
 //   - max_batch_size, with dynamic_batching, is the batch size (without dynamic_batching
 //     Triton runs each request alone: batch size 1); max_queue_delay_microseconds is the
-//     batch delay (default 0); default_queue_policy's max_queue_size is job_queue_size and
+//     batch delay (default 0), preferred_batch_size the batcher's preferred sizes; default_queue_policy's max_queue_size is job_queue_size and
 //     default_timeout_microseconds the response timeout;
 //   - instance_group count is the workers, kind the device (KIND_GPU: "cuda", gpus the
 //     device ids);
@@ -81,8 +81,11 @@ func (m *Model) settings() (archive.ModelConfig, []string, error) {
 		if db.PriorityLevels > 1 || len(db.PriorityQueuePolicy) > 0 {
 			return s, nil, fmt.Errorf("%w: dynamic_batching priority_levels %d: torchd has one priority level per model", ErrUnsupported, db.PriorityLevels)
 		}
-		if len(db.PreferredBatchSize) > 0 {
-			warn = append(warn, fmt.Sprintf("dynamic_batching preferred_batch_size %v is not used: torchd sends a batch when it holds max_batch_size requests or max_queue_delay_microseconds has passed", db.PreferredBatchSize))
+		for _, p := range db.PreferredBatchSize {
+			if p < 1 || !batching || p > c.MaxBatchSize {
+				return s, nil, fmt.Errorf("dynamic_batching preferred_batch_size %v: each size must be from 1 to max_batch_size (%d)", db.PreferredBatchSize, c.MaxBatchSize)
+			}
+			s.PreferredBatchSize = append(s.PreferredBatchSize, int(p))
 		}
 		if q := db.DefaultQueuePolicy; q != nil {
 			if q.TimeoutAction == inference.ModelQueuePolicy_DELAY {

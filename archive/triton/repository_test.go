@@ -89,8 +89,9 @@ func TestReadMapsTheConfig(t *testing.T) {
 			ResponseTimeout: archive.Of(500 * time.Millisecond), MinWorkers: archive.Fixed(2), MaxWorkers: archive.Of(2),
 			Device: archive.Of("cpu"), Threads: archive.Of(1),
 		},
-		Inputs:  []archive.TensorSpec{{Name: "INPUT__0", DType: "float32", Shape: []int64{-1, 1, 28, 28}}},
-		Outputs: []archive.TensorSpec{{Name: "OUTPUT__0", DType: "float32", Shape: []int64{-1, 10}}},
+		PreferredBatchSize: []int{4},
+		Inputs:             []archive.TensorSpec{{Name: "INPUT__0", DType: "float32", Shape: []int64{-1, 1, 28, 28}}},
+		Outputs:            []archive.TensorSpec{{Name: "OUTPUT__0", DType: "float32", Shape: []int64{-1, 10}}},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("config\n got %+v\nwant %+v", c, want)
@@ -99,7 +100,7 @@ func TestReadMapsTheConfig(t *testing.T) {
 		t.Fatalf("archive %+v", am)
 	}
 	joined := strings.Join(m.Warnings, "\n")
-	for _, w := range []string{"preferred_batch_size", "DISABLE_OPTIMIZED_EXECUTION"} {
+	for _, w := range []string{"DISABLE_OPTIMIZED_EXECUTION"} {
 		if !strings.Contains(joined, w) {
 			t.Errorf("no warning about %s in %q", w, joined)
 		}
@@ -176,6 +177,8 @@ ensemble_scheduling { step [ { model_name: "a" model_version: -1 input_map { key
 		"sequence":         {config: strings.Replace(digitsConfig, "dynamic_batching {", "sequence_batching {} x_dynamic_batching {", 1), reason: "config.pbtxt"},
 		"stateful":         {config: digitsConfig[:strings.Index(digitsConfig, "dynamic_batching")] + "sequence_batching { max_sequence_idle_microseconds: 5000000 }", reason: "sequence_batching"},
 		"priorities":       {config: strings.Replace(digitsConfig, "max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 2000 priority_levels: 2", 1), reason: "priority_levels 2"},
+		"preferred_above":  {config: strings.Replace(digitsConfig, "preferred_batch_size: [ 4 ]", "preferred_batch_size: [ 4, 16 ]", 1), reason: "preferred_batch_size [4 16]: each size must be from 1 to max_batch_size (8)"},
+		"preferred_zero":   {config: strings.Replace(digitsConfig, "preferred_batch_size: [ 4 ]", "preferred_batch_size: [ 0 ]", 1), reason: "each size must be from 1 to max_batch_size"},
 		"delay_action":     {config: strings.Replace(digitsConfig, "max_queue_size: 64", "max_queue_size: 64 timeout_action: DELAY", 1), reason: "timeout_action DELAY"},
 		"kind_model":       {config: strings.Replace(digitsConfig, "KIND_CPU", "KIND_MODEL", 1), reason: "KIND_MODEL"},
 		"wrong_name":       {config: strings.Replace(digitsConfig, `name: "digits"`, `name: "other"`, 1), reason: `name "other" differs`},

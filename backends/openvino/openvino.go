@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +50,8 @@ func (*Backend) Accepts(am *archive.Model) bool {
 
 // Load compiles the model with a dynamic batch from 1 to its batch size when it batches, and
 // as many streams as it has workers, so that their requests run at once, each on the
-// worker's threads; beside it, a model compiled for exactly the batch size runs full batches.
+// worker's threads; beside it, a model compiled for exactly each row count the forwards run
+// most often (core.ForwardRows: the forward batch, the preferred batch sizes' forwards).
 func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 	s := req.Settings
 	if s.Device != "" && s.Device != "cpu" {
@@ -65,59 +67,31 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		return nil, err
 	}
 	opts.DynamicBatch = s.BatchSize > 1 || len(req.Archive.Config.Inputs) > 0 && batched(req.Archive.Config.Inputs)
-	full := 0
+	path := req.Archive.SerializedPath()
+	m := &Model{am: req.Archive, path: path, workers: workers, static: map[int64]*pool{}}
 	if opts.DynamicBatch && s.BatchSize > 1 {
 		// Bounded, OpenVINO plans its memory for the batches core hands it.
 		opts.MaxBatch = s.BatchSize
-		if fullBatch(ro) {
-			full = s.BatchSize
-		}
+		m.fixed = fullBatch(ro)
 	}
-	path := req.Archive.SerializedPath()
-	m := &Model{am: req.Archive, fullBatch: full}
+	m.opts = opts
 	// A stream per worker gives each worker's request its share of the cores, so a request that
 	// runs alone would leave the others idle; it runs on a model with one stream on all of
 	// them instead (as a LibTorch forward takes the idle cores). Not where the config chose
-	// the streams or the THROUGHPUT hint.
+	// the streams or the THROUGHPUT hint. A batch of the sizes compiled for that runs alone
+	// is rare (a server whose batches fill has its workers busy), so alone has no twins of
+	// them: each would cost as much memory again.
 	_, streamsSet := ro[triton.ParamOVNumStreams]
 	alone := workers > 1 && !streamsSet && opts.Hint == "LATENCY"
-	for _, v := range []struct {
-		to    **pool
-		lone  bool
-		batch int
-		want  bool
-	}{
-		{&m.dyn, false, 0, true},
-		{&m.full, false, full, full > 0},
-		// A full batch that runs alone is rare (a server whose batches fill has its workers
-		// busy), so alone has no full-batch model: it would cost as much memory again.
-		{&m.alone, true, 0, alone},
-	} {
-		if !v.want {
-			continue
-		}
-		o, limit := opts, workers
-		if v.lone {
-			// One batch runs alone at a time.
-			o.Streams, limit = 1, 1
-		}
-		if v.batch > 0 {
-			o.DynamicBatch, o.MaxBatch, o.Batch = false, 0, v.batch
-		}
-		c, err := ov.Compile(path, o)
-		if err != nil && v.batch > 0 && m.dyn != nil {
-			// A graph that compiles with a dynamic batch but not for a fixed one (a shape
-			// computed from the batch, say) serves every batch on the dynamic model.
-			continue
-		}
-		if err != nil {
-			m.Close()
-			if errors.Is(err, ov.ErrBadModel) {
-				return nil, fmt.Errorf("%s: %v", filepath.Base(path), err)
-			}
-			return nil, err
-		}
-		*v.to = newPool(c, limit)
+	if m.dyn, err = m.compile(0, false); err == nil && alone {
+		m.alone, err = m.compile(0, true)
+	}
+	if err == nil {
+		err = m.PlanRows(core.ForwardRows(s))
+	}
+	if err != nil {
+		m.Close()
+		return nil, err
 	}
 	m.ins, m.outs = m.dyn.compiled.Inputs(), m.dyn.compiled.Outputs()
 	for _, t := range append(append([]ov.TensorInfo{}, m.ins...), m.outs...) {
@@ -131,6 +105,54 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// compile compiles the model for batches of rows rows (0: the dynamic batch), with a stream
+// per worker, or with one (lone) for the batch that runs alone.
+func (m *Model) compile(rows int, lone bool) (*pool, error) {
+	o, limit := m.opts, m.workers
+	if lone {
+		// One batch runs alone at a time.
+		o.Streams, limit = 1, 1
+	}
+	if rows > 0 {
+		o.DynamicBatch, o.MaxBatch, o.Batch = false, 0, rows
+	}
+	c, err := ov.Compile(m.path, o)
+	if errors.Is(err, ov.ErrBadModel) {
+		return nil, fmt.Errorf("%s: %v", filepath.Base(m.path), err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newPool(c, limit), nil
+}
+
+// PlanRows keeps a model compiled for each of rows and for no other count (core calls it
+// before the workers start, once forward_batch is settled): each costs the memory of a
+// compiled model and its activations. A graph that compiles with a dynamic batch but not for
+// a fixed one (a shape computed from the batch, say) serves every batch on the dynamic model.
+func (m *Model) PlanRows(rows []int) error {
+	if !m.fixed {
+		return nil
+	}
+	for n, p := range m.static {
+		if !slices.Contains(rows, int(n)) {
+			delete(m.static, n)
+			if err := p.close(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range rows {
+		if _, ok := m.static[int64(n)]; ok || n < 1 {
+			continue
+		}
+		if p, err := m.compile(n, false); err == nil {
+			m.static[int64(n)] = p
+		}
+	}
+	return nil
 }
 
 // fullBatch reports whether the config leaves the full-batch model on (FULL_BATCH_MODEL
@@ -183,12 +205,18 @@ func options(ro map[string]string, precision string, workers, threads int) (ov.O
 // worker.
 type Model struct {
 	am *archive.Model
-	// dyn runs any batch, on a stream per worker; full (nil without it) runs batches of
-	// exactly fullBatch rows, compiled for that size; alone runs any batch with one stream on
-	// every worker's threads, while no other batch runs (nil with one worker).
-	dyn, full, alone *pool
-	fullBatch        int
-	running          atomic.Int32
+	// dyn runs any batch, on a stream per worker; static, by rows, the forwards of those
+	// rows, compiled for that size (PlanRows); alone runs any batch with one stream on every
+	// worker's threads, while no other batch runs (nil with one worker).
+	dyn, alone *pool
+	static     map[int64]*pool
+	running    atomic.Int32
+	// What compile needs: the IR, its options, the workers; fixed: models compiled per row
+	// count are on (FULL_BATCH_MODEL).
+	path    string
+	opts    ov.Options
+	workers int
+	fixed   bool
 
 	ins, outs []ov.TensorInfo // the compiled graph's
 	// inIdx maps each sample tensor (the config's declared inputs, else the graph's, in
@@ -349,18 +377,23 @@ func (m *Model) Run(batch []*handlers.Sample, st *handlers.Stage) ([][]handlers.
 	})
 }
 
-// pick is the variant that runs ts: alone where the batch runs alone, else the full-batch
-// model where every input has exactly its rows, else the dynamic one.
+// pick is the variant that runs ts: alone where the batch runs alone, else the model
+// compiled for its rows where every input has that many, else the dynamic one.
 func (m *Model) pick(lone bool, ts []handlers.Tensor) *pool {
 	if lone && m.alone != nil {
 		return m.alone
 	}
-	full := m.full != nil && len(ts) > 0
-	for _, t := range ts {
-		full = full && len(t.Shape) > 0 && t.Shape[0] == int64(m.fullBatch)
+	if len(ts) == 0 || len(ts[0].Shape) == 0 {
+		return m.dyn
 	}
-	if full {
-		return m.full
+	p := m.static[ts[0].Shape[0]]
+	for _, t := range ts[1:] {
+		if len(t.Shape) == 0 || t.Shape[0] != ts[0].Shape[0] {
+			return m.dyn
+		}
+	}
+	if p != nil {
+		return p
 	}
 	return m.dyn
 }
@@ -400,7 +433,11 @@ func (m *Model) run(r *ov.Request, ts []handlers.Tensor) ([]handlers.Tensor, err
 
 // Close releases the compiled models and their requests, after the inferences in progress end.
 func (m *Model) Close() error {
-	return errors.Join(m.dyn.close(), m.full.close(), m.alone.close())
+	errs := []error{m.dyn.close(), m.alone.close()}
+	for _, p := range m.static {
+		errs = append(errs, p.close())
+	}
+	return errors.Join(errs...)
 }
 
 func index(ts []ov.TensorInfo, name string) int {

@@ -1,9 +1,11 @@
 package openvino
 
 import (
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/torchd/torchd/archive"
@@ -15,11 +17,12 @@ import (
 )
 
 // Each compiled variant runs the batches it is for and answers as OpenVINO's Python runtime
-// does on the same IR: a full batch (the batch size's rows) the model compiled for that size,
-// any other the dynamic one; with two workers a batch that runs alone takes the one-stream
-// model on both workers' threads. With one worker, or streams the config sets, there is no
-// one-stream model; with FULL_BATCH_MODEL false, no full-batch one. Every variant leaves its
-// threads unpinned unless ENABLE_CPU_PINNING is true.
+// does on the same IR: a forward of the rows the forwards run most often (the batch size's,
+// or the forward batch's and the preferred sizes' remainders) the model compiled for that
+// size, any other the dynamic one; with two workers a batch that runs alone takes the
+// one-stream model on both workers' threads. With one worker, or streams the config sets,
+// there is no one-stream model; with FULL_BATCH_MODEL false, no fixed-size one. Every variant
+// leaves its threads unpinned unless ENABLE_CPU_PINNING is true.
 func TestVariantChosen(t *testing.T) {
 	zoo := filepath.Join("..", "..", "models", "out", "openvino")
 	x := zootest.ReadNpy(t, zoo, "ref_input.npy")
@@ -30,14 +33,18 @@ func TestVariantChosen(t *testing.T) {
 		workers int
 		options map[string]string // the config's parameters
 		alone   bool
-		full    bool
+		rows    []int // the row counts compiled for
 		pinned  bool
+		forward int   // forward_batch
+		pref    []int // preferred_batch_size
 	}{
-		{"two workers", 2, nil, true, true, false},
-		{"one worker", 1, nil, false, true, false},
-		{"streams set", 2, map[string]string{"NUM_STREAMS": "2"}, false, true, false},
-		{"no full-batch model", 2, map[string]string{"FULL_BATCH_MODEL": "false"}, true, false, false},
-		{"pinned", 2, map[string]string{"ENABLE_CPU_PINNING": "true"}, true, true, true},
+		{"two workers", 2, nil, true, []int{batch}, false, 0, nil},
+		{"one worker", 1, nil, false, []int{batch}, false, 0, nil},
+		{"streams set", 2, map[string]string{"NUM_STREAMS": "2"}, false, []int{batch}, false, 0, nil},
+		{"no full-batch model", 2, map[string]string{"FULL_BATCH_MODEL": "false"}, true, nil, false, 0, nil},
+		{"pinned", 2, map[string]string{"ENABLE_CPU_PINNING": "true"}, true, []int{batch}, true, 0, nil},
+		// Batches of 8 run as forwards of 3, 3 and 2; of 6, as 3 and 3; of 4, as 3 and 1.
+		{"forward batch and preferred sizes", 2, nil, true, []int{1, 2, 3}, false, 3, []int{4, 6}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -54,18 +61,19 @@ func TestVariantChosen(t *testing.T) {
 			}
 			defer am.Close()
 			am.Config.RuntimeOptions = c.options
-			s := core.ModelSettings{BatchSize: batch, MinWorkers: c.workers, MaxWorkers: c.workers, Device: "cpu"}
+			s := core.ModelSettings{BatchSize: batch, MinWorkers: c.workers, MaxWorkers: c.workers, Device: "cpu",
+				ForwardBatch: c.forward, PreferredBatchSize: c.pref}
 			cm, err := (&Backend{}).Load(core.LoadRequest{Name: "m", Version: "1", Archive: am, Settings: s, Threads: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
 			m := cm.(*Model)
 			defer m.Close()
-			if (m.alone != nil) != c.alone || (m.full != nil) != c.full {
-				t.Fatalf("one-stream model %v, full-batch %v; want %v, %v", m.alone != nil, m.full != nil, c.alone, c.full)
+			if (m.alone != nil) != c.alone || !slices.Equal(sortedKeys(m.static), c.rows) {
+				t.Fatalf("one-stream model %v, compiled for rows %v; want %v, %v", m.alone != nil, sortedKeys(m.static), c.alone, c.rows)
 			}
 			wantPin := pinning(t, c.pinned)
-			for _, p := range []*pool{m.dyn, m.full, m.alone} {
+			for _, p := range variants(m) {
 				if p == nil {
 					continue
 				}
@@ -73,8 +81,13 @@ func TestVariantChosen(t *testing.T) {
 					t.Errorf("ENABLE_CPU_PINNING %q (%v); want %q", v, err, wantPin)
 				}
 			}
-			if c.full && !shapeIs(m.full.compiled.Inputs()[0].Shape, batch) || !shapeIs(m.dyn.compiled.Inputs()[0].Shape, -1) {
-				t.Fatalf("inputs: full-batch %v, dynamic %v", m.full.compiled.Inputs(), m.dyn.compiled.Inputs())
+			for n, p := range m.static {
+				if !shapeIs(p.compiled.Inputs()[0].Shape, n) {
+					t.Fatalf("inputs: compiled for %d rows %v", n, p.compiled.Inputs())
+				}
+			}
+			if !shapeIs(m.dyn.compiled.Inputs()[0].Shape, -1) {
+				t.Fatalf("inputs: dynamic %v", m.dyn.compiled.Inputs())
 			}
 			h, err := handlers.New("tensor", handlers.Context{Config: am.Config})
 			if err != nil {
@@ -89,10 +102,11 @@ func TestVariantChosen(t *testing.T) {
 				lone  bool // no other batch runs
 				ranOn *pool
 			}{
-				{batch, true, pick(m.alone, m.full, m.dyn)},
+				{batch, true, pick(m.alone, m.static[batch], m.dyn)},
 				{3, true, pick(m.alone, m.dyn)},
-				{batch, false, pick(m.full, m.dyn)},
-				{3, false, m.dyn},
+				{batch, false, pick(m.static[batch], m.dyn)},
+				{3, false, pick(m.static[3], m.dyn)},
+				{5, false, m.dyn},
 			} {
 				before := made(m)
 				if !b.lone {
@@ -158,11 +172,29 @@ func pick(ps ...*pool) *pool {
 
 func made(m *Model) map[*pool]int {
 	out := map[*pool]int{}
-	for _, p := range []*pool{m.dyn, m.full, m.alone} {
+	for _, p := range variants(m) {
+		out[p] = p.made
+	}
+	return out
+}
+
+// variants are m's compiled models.
+func variants(m *Model) []*pool {
+	var out []*pool
+	for _, p := range append([]*pool{m.dyn, m.alone}, slices.Collect(maps.Values(m.static))...) {
 		if p != nil {
-			out[p] = p.made
+			out = append(out, p)
 		}
 	}
+	return out
+}
+
+func sortedKeys(m map[int64]*pool) []int {
+	var out []int
+	for n := range m {
+		out = append(out, int(n))
+	}
+	slices.Sort(out)
 	return out
 }
 
@@ -224,8 +256,8 @@ func TestNoFullBatchModel(t *testing.T) {
 	}
 	m := cm.(*Model)
 	defer m.Close()
-	if m.full != nil || m.dyn == nil {
-		t.Fatalf("full-batch model %v, dynamic %v", m.full != nil, m.dyn != nil)
+	if len(m.static) > 0 || m.dyn == nil {
+		t.Fatalf("fixed-size models %v, dynamic %v", sortedKeys(m.static), m.dyn != nil)
 	}
 	h, err := handlers.New("tensor", handlers.Context{Config: am.Config})
 	if err != nil {

@@ -288,12 +288,23 @@ func servedConfig(v *core.ModelVersion) *inference.ModelConfig {
 		return shape
 	}
 	bs, delay := v.Batching()
+	// Without preferred sizes a batch goes when it holds the batch size, as Triton's does
+	// when that is its one preferred size.
+	preferred := []int32{int32(bs)}
+	if p := v.Settings().PreferredBatchSize; len(p) > 0 {
+		preferred = preferred[:0]
+		for _, n := range p {
+			if n <= bs {
+				preferred = append(preferred, int32(n))
+			}
+		}
+	}
 	c := &inference.ModelConfig{
 		Name: v.Name, Platform: "pytorch_libtorch", Backend: "pytorch",
 		VersionPolicy: &inference.ModelVersionPolicy{PolicyChoice: &inference.ModelVersionPolicy_Latest_{Latest: &inference.ModelVersionPolicy_Latest{NumVersions: 1}}},
 		MaxBatchSize:  int32(bs),
 		SchedulingChoice: &inference.ModelConfig_DynamicBatching{DynamicBatching: &inference.ModelDynamicBatching{
-			PreferredBatchSize:        []int32{int32(bs)},
+			PreferredBatchSize:        preferred,
 			MaxQueueDelayMicroseconds: uint64(delay.Microseconds()),
 		}},
 		InstanceGroup: []*inference.ModelInstanceGroup{{Count: int32(v.WorkerCount()), Kind: inference.ModelInstanceGroup_Kind(inference.ModelInstanceGroup_Kind_value[kindOf(v)])}},

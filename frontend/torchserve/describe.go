@@ -150,7 +150,7 @@ func describeVersion(v *core.ModelVersion) describeModel {
 		MinWorkers: s.MinWorkers, MaxWorkers: s.MaxWorkers, BatchSize: s.BatchSize,
 		MaxBatchDelay: s.MaxBatchDelay.Milliseconds(), ResponseTimeout: int64(s.ResponseTimeout.Seconds()),
 		StartupTimeout: int64(s.StartupTimeout.Seconds()), MaxRetryTimeoutInSec: 300, DeviceType: dev,
-		Precision: s.Precision, ForwardBatch: s.ForwardBatch, LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
+		Precision: s.Precision, ForwardBatch: s.ForwardBatch, PreferredBatchSize: s.PreferredBatchSize, LoadedAtStartup: v.Startup, Handler: v.HandlerName, Workers: []describeWorker{},
 		JobQueueStatus: jobQueueStatus{RemainingCapacity: st.Capacity - st.Pending, PendingRequests: st.Pending},
 		Batching: batchingStatus{
 			BatchSize: st.BatchSize, MaxBatchDelay: float64(st.MaxDelay) / 1e6,

@@ -173,13 +173,16 @@ type describeModel struct {
 	Precision string `json:"precision,omitempty"`
 	// ForwardBatch is torchd's own: the most rows one forward runs, "auto" settled (absent:
 	// the whole batch).
-	ForwardBatch    int              `json:"forwardBatch,omitempty"`
-	LoadedAtStartup bool             `json:"loadedAtStartup"`
-	AutoBatching    *tuner.Status    `json:"autoBatching,omitempty"`
-	Handler         string           `json:"handler"`
-	Workers         []describeWorker `json:"workers"`
-	JobQueueStatus  jobQueueStatus   `json:"jobQueueStatus"`
-	Batching        batchingStatus   `json:"batching"`
+	ForwardBatch int `json:"forwardBatch,omitempty"`
+	// PreferredBatchSize is torchd's own: the batch sizes formed first (Triton's
+	// preferred_batch_size; absent: none).
+	PreferredBatchSize []int            `json:"preferredBatchSize,omitempty"`
+	LoadedAtStartup    bool             `json:"loadedAtStartup"`
+	AutoBatching       *tuner.Status    `json:"autoBatching,omitempty"`
+	Handler            string           `json:"handler"`
+	Workers            []describeWorker `json:"workers"`
+	JobQueueStatus     jobQueueStatus   `json:"jobQueueStatus"`
+	Batching           batchingStatus   `json:"batching"`
 	// Status and Error are set for a snapshot registration that failed to restore, as in
 	// GET /models.
 	Status string `json:"status,omitempty"`
