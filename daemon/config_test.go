@@ -3,8 +3,8 @@ package daemon
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
