@@ -490,3 +490,22 @@ func TestDatatypeOfName(t *testing.T) {
 		}
 	}
 }
+
+// The configuration of a model served from an archive shows its preferred batch sizes, those
+// above the batch size in use passed over as the batcher passes over them.
+func TestV2ConfigPreferredBatchSizes(t *testing.T) {
+	f := newFixture(t, "batch_size = 8\npreferred_batch_size = [16, 4, 2]\n")
+	var cfg struct {
+		MaxBatchSize int `json:"max_batch_size"`
+		Batching     struct {
+			Preferred []int `json:"preferred_batch_size"`
+		} `json:"dynamic_batching"`
+	}
+	r := f.do("GET", "/v2/models/m/config", "", nil)
+	if err := json.Unmarshal(r.Body, &cfg); err != nil || r.Status != 200 {
+		t.Fatalf("%d %s: %v", r.Status, r.Body, err)
+	}
+	if cfg.MaxBatchSize != 8 || fmt.Sprint(cfg.Batching.Preferred) != "[2 4]" {
+		t.Fatalf("config %s", r.Body)
+	}
+}

@@ -109,3 +109,19 @@ func TestManagement(t *testing.T) {
 		})
 	}
 }
+
+// Describe shows an archive's preferred batch sizes, sorted, as torchd's own preferredBatchSize.
+func TestDescribePreferredBatchSizes(t *testing.T) {
+	f := newFixture(t, "batch_size = 8\npreferred_batch_size = [4, 2]\n")
+	var ds []struct {
+		BatchSize int   `json:"batchSize"`
+		Preferred []int `json:"preferredBatchSize"`
+	}
+	r := f.mgmt("GET", "/models/m", nil)
+	if err := json.Unmarshal(r.Body, &ds); err != nil || r.Status != 200 || len(ds) != 1 {
+		t.Fatalf("%d %s: %v", r.Status, r.Body, err)
+	}
+	if ds[0].BatchSize != 8 || fmt.Sprint(ds[0].Preferred) != "[2 4]" {
+		t.Fatalf("describe %s", r.Body)
+	}
+}
