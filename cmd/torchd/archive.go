@@ -220,6 +220,11 @@ func printModel(w io.Writer, m *archive.Model) error {
 	return tw.Flush()
 }
 
+// tomlInts prints as a TOML array of integers.
+type tomlInts []int
+
+func (l tomlInts) String() string { return strings.ReplaceAll(fmt.Sprint([]int(l)), " ", ", ") }
+
 // printConfig writes the config after defaults as model-config.toml, so it
 // can be copied into one.
 func printConfig(w io.Writer, set archive.ModelConfig) error {
@@ -269,7 +274,7 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 		fmt.Fprintln(w, "# device: the daemon's choice")
 	}
 	if set.DeviceIDs != nil {
-		line("device_ids", strings.ReplaceAll(fmt.Sprint(set.DeviceIDs), " ", ", "), true, "")
+		line("device_ids", tomlInts(set.DeviceIDs), true, "")
 	}
 	if set.Threads.Set {
 		line("threads", c.Threads, true, "")
@@ -280,6 +285,9 @@ func printConfig(w io.Writer, set archive.ModelConfig) error {
 		line("forward_batch", tunable(c.Auto.ForwardBatch, c.ForwardBatch), true, "")
 	} else {
 		fmt.Fprintln(w, "# forward_batch: the whole batch")
+	}
+	if set.PreferredBatchSize != nil {
+		line("preferred_batch_size", tomlInts(set.PreferredBatchSize), true, "")
 	}
 	line("freeze", c.Freeze, set.Freeze.Set, "")
 	line("optimize_for_inference", c.Optimize, set.Optimize.Set, "")
