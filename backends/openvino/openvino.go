@@ -155,8 +155,8 @@ func (m *Model) PlanRows(rows []int) error {
 	return nil
 }
 
-// fullBatch reports whether the config leaves the full-batch model on (FULL_BATCH_MODEL
-// "false" turns it off: it costs the memory of a second compiled model).
+// fullBatch reports whether the config leaves the fixed-size models on (FULL_BATCH_MODEL
+// "false" turns them off: each costs the memory of another compiled model).
 func fullBatch(ro map[string]string) bool {
 	return ro[triton.ParamOVFullBatchModel] != "false"
 }
