@@ -130,10 +130,14 @@ func (o Options) resolve(name, version string, am *archive.Model, req RegisterRe
 	return s
 }
 
+// maxForwardRows bounds ForwardRows: each count may cost a compiled model's memory, so a
+// config listing many preferred sizes must not compile a model for each.
+const maxForwardRows = 4
+
 // ForwardRows are the row counts a version's forwards run most often, ascending: those of a
-// full batch and of each preferred batch size. A batch of more rows than the forward batch
-// runs as forwards of the forward batch and one of what is left. None for a batch size of 1,
-// or while forward_batch is still "auto".
+// full batch and of each preferred batch size, the largest maxForwardRows of them. A batch of
+// more rows than the forward batch runs as forwards of the forward batch and one of what is
+// left. None for a batch size of 1, or while forward_batch is still "auto".
 func ForwardRows(s ModelSettings) []int {
 	if s.BatchSize <= 1 || s.Auto.ForwardBatch {
 		return nil
@@ -154,7 +158,8 @@ func ForwardRows(s ModelSettings) []int {
 			rows = append(rows, r)
 		}
 	}
-	return slices.Compact(slices.Sorted(slices.Values(rows)))
+	rows = slices.Compact(slices.Sorted(slices.Values(rows)))
+	return rows[max(0, len(rows)-maxForwardRows):]
 }
 
 // PackageSettings is the layer an archive's packages give, just above the defaults: a bf16

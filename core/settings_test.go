@@ -22,6 +22,8 @@ func TestForwardRows(t *testing.T) {
 		{batch: 10, forward: 4, preferred: []int{6, 16}, want: []int{2, 4}},
 		{batch: 32, preferred: []int{8, 16}, want: []int{8, 16, 32}},
 		{batch: 32, forward: 8, auto: true, want: nil},
+		// A config listing many sizes gets models for the largest few only.
+		{batch: 1000, preferred: []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, want: []int{8, 9, 10, 1000}},
 	} {
 		s := ModelSettings{BatchSize: c.batch, ForwardBatch: c.forward, PreferredBatchSize: c.preferred}
 		s.Auto.ForwardBatch = c.auto
