@@ -11,6 +11,7 @@ package lifecycle
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/torchd/torchd/core"
 )
@@ -60,6 +61,7 @@ type Service struct {
 	// startupWG tracks the start-up loads; startupCh closes when they are all done.
 	startupWG sync.WaitGroup
 	startupCh chan struct{}
+	started   atomic.Bool // Start was called: startupCh will close
 	// pollStop ends the repository's poll (poll mode), which pollWG waits for.
 	pollStop chan struct{}
 	pollWG   sync.WaitGroup

@@ -42,6 +42,7 @@ type StartupVersion struct {
 // repository's (and, in poll mode, follows the repository until Stop), model_snapshot's
 // and the models setting's.
 func (s *Service) Start(st Startup) {
+	s.started.Store(true)
 	defer func() {
 		go func() { s.startupWG.Wait(); close(s.startupCh) }()
 	}()
@@ -82,8 +83,14 @@ func (s *Service) Start(st Startup) {
 	}
 }
 
-// WaitStartup waits until every start-up model has loaded or failed.
-func (s *Service) WaitStartup() { s.startupWG.Wait() }
+// WaitStartup waits until every start-up model has loaded or failed, and Ready counts the
+// start-up as done (the close of startupCh follows the loads on a goroutine of its own).
+func (s *Service) WaitStartup() {
+	s.startupWG.Wait()
+	if s.started.Load() {
+		<-s.startupCh
+	}
+}
 
 // startupDone reports whether every start-up model has loaded or failed.
 func (s *Service) startupDone() bool {
