@@ -10,7 +10,8 @@
 # the rounds, in one-second runs; each round then measures that one and w2b16 (every pairing
 # of their batch sizes and worker counts) for REF_SECS (default 3) beside its served run, and
 # takes the fastest: the best of eight one-second figures sat above what the model sustains,
-# by its own noise, and one-second figures can pick the slower configuration. Prints per run and per variant the medians:
+# by its own noise, and one-second figures can pick the slower configuration. Prints per run
+# and per variant the medians:
 #   R round=N model=M variant=V rps=X p50_ms=Y p99_ms=Z mean_batch=B cpu_ms_per_req=C failed=F load=L
 #   REF round=N model=M variant=V best_rps=X ... best_cpu_ms_per_req=C w2b16_rps=X w2b16_cpu_ms_per_req=C ...
 #   median model=M variant=V rps=X reference=R served/reference=X/R ... reference_cpu/served_cpu=X
