@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue #68's served goal for the backend that wins each zoo image model's forward on this CPU:
 # torchd serving the OpenVINO IR (resnet18: NNCF int8; EfficientNet-Lite0: fp32 weights with
-# the bf16 hint, models/openvino_ir.py) and, beside it, the LibTorch .pt2 archive as
+# the bf16 hint, models/openvino_ir.py; forward_batch 8, FORWARD_BATCH to change: every
+# forward then runs on a model compiled for 8 rows, and batches are taken in whole forwards)
+# and, beside it, the LibTorch .pt2 archive as
 # `precision auto` serves it (int8 where the CPU has VNNI), with the mission's settings
 # (BATCH_SIZE=32 WORKERS=2 LINGER_MS=10), `ab -k -c 50` with the 640×480 JPEG; every variant of
 # a model in a shuffled order each round. Between the runs, each variant's in-process reference:
@@ -34,7 +36,7 @@ rm -rf "$st"
 mkdir -p "$st/store"
 
 # The IR archives (bench/openvino-archives.sh) beside the zoo's .pt2 archives.
-bench/openvino-archives.sh "$st/store" $models
+FORWARD_BATCH=${FORWARD_BATCH:-8} bench/openvino-archives.sh "$st/store" $models
 for m in $models; do ln -s "$PWD/model-store/${m}_pt2.mar" "$st/store/${m}_pt2.mar"; done
 
 BATCH_SIZE=32 WORKERS=2 LINGER_MS=10 setsid bin/torchd serve --access-log=false --model-store "$st/store" --models all \

@@ -60,9 +60,10 @@ type (
 	}
 	// ShapePlanned models compile for fixed batch sizes beside a dynamic one (OpenVINO): core
 	// tells them, once before the workers start, the row counts the version's forwards run
-	// most often (ForwardRows), and they keep a model for each of those and no other.
+	// most often (ForwardRows); they keep a model for each of those they compile and no
+	// other, and return the counts kept.
 	ShapePlanned interface {
-		PlanRows(rows []int) error
+		PlanRows(rows []int) (kept []int, err error)
 	}
 	// RowLimited models run at most a number of rows in one forward.
 	RowLimited interface {

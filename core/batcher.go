@@ -106,6 +106,9 @@ type Batcher struct {
 	// preferred are the batch sizes formed first, ascending (Triton's preferred_batch_size);
 	// nil: none.
 	preferred atomic.Pointer[[]int]
+	// whole is the forward size that a batch going at once beside a running one is taken in
+	// multiples of (SetWhole); 0: whatever is queued.
+	whole atomic.Int64
 	// closed is set when the model is unregistered; Submit then refuses.
 	closed atomic.Bool
 	// held counts the queue places taken: requests admitted and being decoded, and jobs
@@ -168,6 +171,14 @@ func (b *Batcher) SetPreferred(sizes []int) {
 	p := slices.Compact(slices.Sorted(slices.Values(sizes)))
 	b.preferred.Store(&p)
 }
+
+// SetWhole makes a batch that goes at once (its delay passed, or none) while another batch
+// runs take the queue in whole forwards of rows requests, leaving the rest queued for the
+// next (0: off). Where the backend keeps a model compiled for that many rows (core.ShapePlanned),
+// every forward then runs on it instead of the dynamic-shape one, which costs more an image
+// and more again when each batch has another size (docs/benchmarks.md). The rest waits for
+// the next free worker, at most the running batch's forward.
+func (b *Batcher) SetWhole(rows int) { b.whole.Store(int64(max(rows, 0))) }
 
 // target is the size a batch that may take up to size requests is formed to, as Triton's
 // dynamic batcher forms one: with preferred sizes, the largest of them the queue holds
@@ -463,7 +474,14 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 	batch = append(batch, first)
 	delay := time.Duration(b.maxDelay.Load())
 	deadline := first.enqueued.Add(delay)
-	target, waiting := b.target(size, 1+int(b.queued.Load()), delay > 0 && !time.Now().Before(deadline))
+	exceeded := delay > 0 && !time.Now().Before(deadline)
+	target, waiting := b.target(size, 1+int(b.queued.Load()), exceeded)
+	whole := false
+	if w := int(b.whole.Load()); w > 0 && !waiting && (exceeded || delay == 0) && b.running.Load() > 0 {
+		if n := 1 + int(b.queued.Load()); n >= w && n < target {
+			target, whole = n/w*w, true
+		}
+	}
 	add := func(j *job) {
 		b.took(j)
 		if live(j, time.Now()) {
@@ -487,7 +505,7 @@ func (b *Batcher) nextOrIdle(stop <-chan struct{}, idle <-chan time.Time, buf []
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			if target < size && delay > 0 {
+			if target < size && delay > 0 && !whole {
 				// The delay passed while the batch waited for a preferred size: whatever
 				// is queued goes.
 				target, waiting = size, false

@@ -2,6 +2,8 @@ package core
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -261,6 +263,137 @@ func TestPreferredBatchSizes(t *testing.T) {
 			t.Fatalf("batch of %d, want the batch size, 6", n)
 		}
 	})
+}
+
+// Beside a running batch, a batch that goes at once takes the queue in whole forwards
+// (SetWhole) and leaves the rest queued; alone, lingering, below one forward, or off, it takes
+// what is queued.
+func TestWholeForwards(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		whole, queued int
+		delay         time.Duration
+		running       bool
+		want          int
+	}{
+		{"delay passed beside a running batch", 4, 13, 10 * time.Millisecond, true, 12},
+		{"no delay beside a running batch", 4, 13, 0, true, 12},
+		{"alone", 4, 13, 10 * time.Millisecond, false, 13},
+		{"off", 0, 13, 10 * time.Millisecond, true, 13},
+		{"below one forward", 4, 3, 10 * time.Millisecond, true, 3},
+		{"a whole number of forwards", 4, 8, 10 * time.Millisecond, true, 8},
+		{"more than the batch size", 4, 40, 10 * time.Millisecond, true, 32},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := NewBatcher(64, 32, c.delay)
+			b.SetWhole(c.whole)
+			if c.running {
+				b.running.Add(1) // another worker's batch
+			}
+			for range c.queued {
+				if err := b.Submit(newJob(time.Now().Add(-time.Second))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := len(b.next(nil)); n != c.want {
+				t.Fatalf("batch of %d, want %d", n, c.want)
+			}
+			if left := c.queued - c.want; b.Pending() != left {
+				t.Fatalf("%d pending, want %d", b.Pending(), left)
+			}
+		})
+	}
+	// Within its delay the batch lingers for more, as without whole forwards: what has come by
+	// the delay goes, whole forwards or not.
+	b := NewBatcher(64, 32, 20*time.Millisecond)
+	b.SetWhole(4)
+	b.running.Add(1)
+	for range 13 {
+		if err := b.Submit(newJob(time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(b.next(nil)); n != 13 {
+		t.Fatalf("batch of %d within the delay, want the 13 queued", n)
+	}
+}
+
+// Whole forwards are on where the batch runs as several forwards of a size the backend
+// compiled a model for, and no preferred sizes choose the batches.
+func TestWholeForwardsSetting(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		s    ModelSettings
+		kept []int
+		want int
+	}{
+		{"forward batch compiled", ModelSettings{BatchSize: 32, ForwardBatch: 4}, []int{4}, 4},
+		{"not compiled", ModelSettings{BatchSize: 32, ForwardBatch: 4}, []int{32}, 0},
+		{"no forward batch", ModelSettings{BatchSize: 32}, []int{32}, 0},
+		{"the whole batch", ModelSettings{BatchSize: 8, ForwardBatch: 8}, []int{8}, 0},
+		{"preferred sizes", ModelSettings{BatchSize: 32, ForwardBatch: 4, PreferredBatchSize: []int{8}}, []int{4}, 0},
+	} {
+		if got := wholeForwards(c.s, c.kept); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// plannedRuntime loads LibTorch models that report keeping models for the row counts in
+// kept, as OpenVINO's backend does for those it compiles.
+type plannedRuntime struct {
+	torchRuntime
+	kept []int
+}
+
+type plannedModel struct {
+	*torchModel
+	kept []int
+}
+
+func (r plannedRuntime) Load(req LoadRequest) (Model, error) {
+	m, err := r.torchRuntime.Load(req)
+	if err != nil {
+		return nil, err
+	}
+	return &plannedModel{m.(*torchModel), r.kept}, nil
+}
+
+func (m *plannedModel) PlanRows(rows []int) ([]int, error) {
+	var kept []int
+	for _, n := range rows {
+		if slices.Contains(m.kept, n) {
+			kept = append(kept, n)
+		}
+	}
+	return kept, nil
+}
+
+// A registered version takes whole forwards where its runtime kept a model for the forward
+// batch, and not where it did not, or where the model is not ShapePlanned.
+func TestWholeForwardsRegistered(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		runtime Runtime
+		want    int64
+	}{
+		{"kept", plannedRuntime{kept: []int{4}}, 4},
+		{"not kept", plannedRuntime{kept: []int{8}}, 0},
+		{"not shape-planned", torchRuntime{}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := NewRegistry(Options{Defaults: testDefaults, Runtimes: []Runtime{c.runtime}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			t.Cleanup(r.Close)
+			am := zooArchive(t, "digits", "tensor", "forward_batch = 4\n"+digitsConfig)
+			v, err := r.Add("d", "1", RegisterRequest{Name: "d", Synchronous: true, Settings: archive.Settings{BatchSize: archive.Fixed(8)}}, am)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := v.batcher.whole.Load(); got != c.want {
+				t.Fatalf("whole forwards of %d, want %d", got, c.want)
+			}
+		})
+	}
 }
 
 // An archive's preferred batch sizes reach the version's settings and its batcher, sorted

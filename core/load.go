@@ -236,9 +236,11 @@ func (r *Registry) calibrate(v *ModelVersion, s *ModelSettings, modelPath string
 		return errorf(ErrBadModel, "%v", err)
 	}
 	if sp, ok := v.model.(ShapePlanned); ok {
-		if err := sp.PlanRows(ForwardRows(*s)); err != nil {
+		kept, err := sp.PlanRows(ForwardRows(*s))
+		if err != nil {
 			return errorf(ErrLoadFailed, "failed to load model %s version %s: %v", v.Name, v.Version, err)
 		}
+		v.batcher.SetWhole(wholeForwards(*s, kept))
 	}
 	v.setSettings(*s)
 	v.pool = newWorkerPool(v.Name+":"+v.Version, v.model, v.batcher, r.cores, s.Threads, s.MinWorkers, s.ResponseTimeout, warmup, v.metrics, r.log)

@@ -134,6 +134,17 @@ func (o Options) resolve(name, version string, am *archive.Model, req RegisterRe
 // config listing many preferred sizes must not compile a model for each.
 const maxForwardRows = 4
 
+// wholeForwards is the forward batch where the backend kept a model compiled for it (kept)
+// and batches are cut into several forwards of it, so that the batcher takes whole forwards
+// (Batcher.SetWhole); else 0. Not with preferred batch sizes: those choose the batches.
+func wholeForwards(s ModelSettings, kept []int) int {
+	f := s.ForwardBatch
+	if f <= 0 || f >= s.BatchSize || len(s.PreferredBatchSize) > 0 || !slices.Contains(kept, f) {
+		return 0
+	}
+	return f
+}
+
 // ForwardRows are the row counts a version's forwards run most often, ascending: those of a
 // full batch and of each preferred batch size, the largest maxForwardRows of them. A batch of
 // more rows than the forward batch runs as forwards of the forward batch and one of what is

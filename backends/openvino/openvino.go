@@ -87,7 +87,7 @@ func (b *Backend) Load(req core.LoadRequest) (core.Model, error) {
 		m.alone, err = m.compile(0, true)
 	}
 	if err == nil {
-		err = m.PlanRows(core.ForwardRows(s))
+		_, err = m.PlanRows(core.ForwardRows(s))
 	}
 	if err != nil {
 		m.Close()
@@ -129,18 +129,19 @@ func (m *Model) compile(rows int, lone bool) (*pool, error) {
 }
 
 // PlanRows keeps a model compiled for each of rows and for no other count (core calls it
-// before the workers start, once forward_batch is settled): each costs the memory of a
-// compiled model and its activations. A graph that compiles with a dynamic batch but not for
-// a fixed one (a shape computed from the batch, say) serves every batch on the dynamic model.
-func (m *Model) PlanRows(rows []int) error {
+// before the workers start, once forward_batch is settled), and returns the counts it kept:
+// each costs the memory of a compiled model and its activations. A graph that compiles with
+// a dynamic batch but not for a fixed one (a shape computed from the batch, say) serves every
+// batch on the dynamic model.
+func (m *Model) PlanRows(rows []int) ([]int, error) {
 	if !m.fixed {
-		return nil
+		return nil, nil
 	}
 	for n, p := range m.static {
 		if !slices.Contains(rows, int(n)) {
 			delete(m.static, n)
 			if err := p.close(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
@@ -152,7 +153,12 @@ func (m *Model) PlanRows(rows []int) error {
 			m.static[int64(n)] = p
 		}
 	}
-	return nil
+	var kept []int
+	for n := range m.static {
+		kept = append(kept, int(n))
+	}
+	slices.Sort(kept)
+	return kept, nil
 }
 
 // fullBatch reports whether the config leaves the fixed-size models on (FULL_BATCH_MODEL

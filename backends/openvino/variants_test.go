@@ -72,6 +72,9 @@ func TestVariantChosen(t *testing.T) {
 			if (m.alone != nil) != c.alone || !slices.Equal(sortedKeys(m.static), c.rows) {
 				t.Fatalf("one-stream model %v, compiled for rows %v; want %v, %v", m.alone != nil, sortedKeys(m.static), c.alone, c.rows)
 			}
+			if kept, err := m.PlanRows(core.ForwardRows(s)); err != nil || !slices.Equal(kept, c.rows) {
+				t.Fatalf("PlanRows kept %v (%v), want %v", kept, err, c.rows)
+			}
 			wantPin := pinning(t, c.pinned)
 			for _, p := range variants(m) {
 				if p == nil {
