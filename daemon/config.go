@@ -413,7 +413,7 @@ var settings = []setting{
 		apply: modelValue("device", parseDevice)},
 	{key: "threads", def: "0", model: true, help: "intra-op threads of every forward; 0: each forward takes the cores no other forward holds, or an even share of them (all of them alone, cores / workers when every worker runs)",
 		apply: modelSetting("threads", true)},
-	{key: "forward_batch", def: "0", model: true, help: `the most rows one forward runs: a bigger batch runs as several forwards in turn (a model whose activations outgrow the caches runs faster per row in smaller forwards); "auto": the size with the most rows a second, measured at load; 0: the whole batch`,
+	{key: "forward_batch", def: "0", model: true, help: `the most rows one forward runs: a bigger batch runs as several forwards in turn (a model whose activations outgrow the caches runs faster per row in smaller forwards; OpenVINO models run them on a model compiled for that size, and batches are taken in whole forwards); "auto": the size with the most rows a second, measured at load; 0: the whole batch`,
 		apply: modelSetting("forward_batch", true)},
 	{key: "freeze", def: "false", model: true, help: "torch.jit.freeze models at load",
 		apply: modelValue("freeze", parseBool)},
